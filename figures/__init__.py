@@ -1,0 +1,1 @@
+"""Plotly figure builders: plain functions from arrays and labels to figures (no Streamlit here)."""

@@ -1,0 +1,1 @@
+"""Streamlit helpers written once and shared by every page: the model sidebar, the corpus picker, downloads."""

@@ -1,0 +1,97 @@
+"""The corpus chooser shared by the corpus pages: classroom set, an upload, or a UD treebank found on disk."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import streamlit as st
+
+from attnlib.corpus import CorpusError, CorpusInput, parse_conllu, parse_text_corpus, read_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASSROOM = {
+    "Classroom set: single sentences": ROOT / "data" / "classroom_single.txt",
+    "Classroom set: sentence pairs": ROOT / "data" / "classroom_pairs.tsv",
+}
+UD_DIR = ROOT.parent / "shared" / "data" / "ud"
+MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+
+Kind = Literal["any", "conllu"]
+
+
+@dataclass
+class CorpusChoice:
+    """A chosen corpus: its label, a fingerprint of its content and options (for caches), and its inputs."""
+
+    label: str
+    fingerprint: str
+    inputs: list[CorpusInput]
+    is_conllu: bool
+
+
+def _ud_files() -> dict[str, Path]:
+    """UD treebanks beside the checkout (present in development and CI, absent on a public server)."""
+    if not UD_DIR.is_dir():
+        return {}
+    return {f"UD {p.stem}": p for p in sorted(UD_DIR.glob("*/*.conllu"))}
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _parse_upload(data: bytes, name: str, conllu: bool) -> list[CorpusInput]:
+    """Parse uploaded bytes once per content."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{name}: not a UTF-8 text file (byte {exc.start} cannot be decoded).") from exc
+    return parse_conllu(text, name) if conllu else parse_text_corpus(text, name)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _read_path(path: str) -> list[CorpusInput]:
+    """Read a corpus file on disk once."""
+    return read_corpus(path)
+
+
+def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> CorpusChoice | None:
+    """Draw the corpus widgets (in the sidebar) and return the chosen inputs, or None with a message shown."""
+    files = {} if kind == "conllu" else dict(CLASSROOM)
+    files.update(_ud_files())
+    upload_label = "Upload a CoNLL-U file" if kind == "conllu" else "Upload a text or CoNLL-U file"
+    with st.sidebar:
+        st.subheader("Corpus")
+        options = list(files) + [upload_label]
+        choice = st.selectbox("Corpus", options, key=f"{key}_corpus", label_visibility="collapsed")
+        limit = st.number_input("Use at most this many inputs", 1, 100_000, default_limit, step=50, key=f"{key}_limit")
+        try:
+            if choice == upload_label:
+                types = ["conllu"] if kind == "conllu" else ["txt", "tsv", "conllu"]
+                upload = st.file_uploader(upload_label, type=types, key=f"{key}_upload",
+                                          help="Text: one input per line, a TAB between sentence A and B. "
+                                               "CoNLL-U: Universal Dependencies format.")
+                if upload is None:
+                    st.info("Choose a file to analyse.")
+                    return None
+                data = upload.getvalue()
+                if len(data) > MAX_UPLOAD_BYTES:
+                    st.error(f"{upload.name} is {len(data) / 1e6:.1f} MB; the limit is {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+                    return None
+                is_conllu = kind == "conllu" or upload.name.lower().endswith((".conllu", ".conll"))
+                inputs = _parse_upload(data, upload.name, is_conllu)
+                label, digest = upload.name, hashlib.sha1(data).hexdigest()
+            else:
+                path = files[choice]
+                is_conllu = path.suffix == ".conllu"
+                inputs = _read_path(str(path))
+                label, digest = choice, hashlib.sha1(path.read_bytes()).hexdigest()
+        except CorpusError as exc:
+            st.error(str(exc))
+            return None
+        if not inputs:
+            st.error("The corpus has no usable input.")
+            return None
+        inputs = inputs[: int(limit)]
+        st.caption(f"{len(inputs)} inputs from {label}")
+    return CorpusChoice(label, f"{digest}:{int(limit)}", inputs, is_conllu)
