@@ -105,7 +105,7 @@ def streamlit_server():
     out = open(log / "streamlit-server.log", "wb")
     env = dict(os.environ, STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true", "--server.fileWatcherType", "none",
          "--server.address", "127.0.0.1", "--server.port", str(port)],
         cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
     )

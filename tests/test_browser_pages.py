@@ -1,0 +1,47 @@
+"""Real-browser test: every page renders its main content in headless Chromium, with no exception box."""
+
+from __future__ import annotations
+
+import pytest
+
+PAGES = [
+    ("", "Live attention"),
+    ("special-tokens", "Special tokens"),
+    ("dependency-heads", "Dependency heads"),
+    ("local-global", "Local vs global"),
+]
+# The main content of a page: a chart, a table, a component, or (for pages not built yet) the notice saying what they will show.
+MAIN_CONTENT = ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stTable'], iframe, [data-testid='stAlert']"
+
+
+@pytest.mark.parametrize("path,title", PAGES)
+def test_page_renders_in_browser(streamlit_server, browser, screenshot_dir, path, title):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{streamlit_server}/{path}", wait_until="domcontentloaded")
+        page.get_by_role("heading", name=title).first.wait_for(timeout=90_000)
+        page.locator(MAIN_CONTENT).first.wait_for(state="visible", timeout=120_000)
+        page.wait_for_function(
+            "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000
+        )
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(screenshot_dir / f"page-{path or 'live'}.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0, "an exception box is shown"
+        assert page.get_by_text("Page not found").count() == 0
+        assert page.locator(MAIN_CONTENT).count() > 0
+        nav = page.locator("[data-testid='stSidebarNav']").inner_text()
+        assert all(name in nav for _, name in PAGES), "the app's own navigation (app.py) is not in charge"
+        assert page.get_by_text("Model", exact=True).count() > 0, "the model sidebar is missing"
+    finally:
+        page.close()
+
+
+def test_live_page_shows_default_pair_chart(streamlit_server, browser, screenshot_dir):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{streamlit_server}/", wait_until="domcontentloaded")
+        page.locator(".js-plotly-plot, iframe").first.wait_for(state="visible", timeout=120_000)
+        assert "strawberries" in page.content() or page.frames[-1] is not None
+        assert "I went to the store." in page.locator("textarea").first.input_value()
+    finally:
+        page.close()
