@@ -1,0 +1,45 @@
+"""`deps`: Clark et al. Table 1 on a CoNLL-U treebank: each relation's best head against the best fixed offset."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..corpus import CorpusError, read_conllu
+from ..deps import count_dependencies
+from ..model import load_model
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `deps` command."""
+    p = sub.add_parser("deps", help="dependency-head accuracy of every head on a CoNLL-U file (Clark et al. Table 1)")
+    p.add_argument("--conllu", required=True, help="path of a CoNLL-U file (gold trees)")
+    p.add_argument("--min-count", type=_non_negative, default=100,
+                   help="list relations with at least this many dependents (default 100); 'all' is always listed")
+    p.add_argument("--limit", type=_positive, default=None, help="use only the first N sentences")
+    from ..cli import add_model_option
+
+    add_model_option(p)
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> dict:
+    """n_sentences (analysed), n_words, n_skipped (too long for the model) and one row per relation, 0-based heads."""
+    sentences = read_conllu(args.conllu)[: args.limit]
+    if not sentences:
+        raise CorpusError(f"{args.conllu}: no sentence in the file.")
+    lm = load_model(args.model, device=args.device)
+    return count_dependencies(lm, sentences).table(min_count=args.min_count).as_json()
