@@ -1,0 +1,174 @@
+"""Distances between heads (METHODS §4, Clark Fig. 6): summed Jensen-Shannon divergence, MDS map, behaviour labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .corpus import CorpusInput
+from .runner import RunResult
+from .special import SpecialTokenResult
+
+JS_SMOOTHING = 1e-3  # METHODS §4: 0.999 * A + 0.001 / n
+DEFAULT_BUFFER_COLUMNS = 16384
+
+# Behaviour labels of the head map. Clark et al. do not publish their thresholds; these are ours.
+SHARE_THRESHOLD = 0.5  # a head is "next", "prev", "[CLS]", "[SEP]" or "punctuation" when that share exceeds this
+BROAD_ENTROPY_FRACTION = 0.8  # a head is "broad" when its mean entropy exceeds this fraction of mean ln n
+SHARE_BEHAVIOURS = {"next": "next", "prev": "prev", "cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation"}
+BEHAVIOURS = ("next", "prev", "broad", "[CLS]", "[SEP]", "punctuation", "other")
+
+
+def smoothed(attn: np.ndarray) -> np.ndarray:
+    """0.999 * A + 0.001 / n in float32, for attention [..., n, n]."""
+    n = attn.shape[-1]
+    return attn.astype(np.float32, copy=False) * np.float32(1 - JS_SMOOTHING) + np.float32(JS_SMOOTHING / n)
+
+
+def js_divergence_rows(p: np.ndarray, q: np.ndarray) -> float:
+    """Sum over rows of the Jensen-Shannon divergence (nats) between matching rows of two [rows, n] distributions."""
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    m = (p + q) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl_p = np.where(p > 0, p * np.log(p / m), 0.0)
+        kl_q = np.where(q > 0, q * np.log(q / m), 0.0)
+    return float(0.5 * kl_p.sum() + 0.5 * kl_q.sum())
+
+
+def _pairwise_block(p: np.ndarray) -> np.ndarray:
+    """Summed JS divergence [K, K] (upper triangle filled) between the rows of p [K, N], N = all rows' columns laid end to end."""
+    k, n_cols = p.shape
+    plogp = (p * np.log(p)).sum(axis=1, dtype=np.float64)
+    mass = p.sum(axis=1, dtype=np.float64)
+    out = np.zeros((k, k))
+    both = np.empty((k - 1, n_cols), np.float32)
+    logs = np.empty_like(both)
+    for a in range(k - 1):
+        s, lg = both[: k - a - 1], logs[: k - a - 1]
+        np.add(p[a + 1:], p[a], out=s)  # s = 2m
+        np.log(s, out=lg)
+        np.multiply(s, lg, out=lg)
+        # sum m ln m = sum (s/2) (ln s - ln 2) = 0.5 sum s ln s - ln 2 * (mass_a + mass_b) / 2
+        m_log_m = 0.5 * lg.sum(axis=1, dtype=np.float64) - np.log(2) * 0.5 * (mass[a] + mass[a + 1:])
+        out[a, a + 1:] = 0.5 * (plogp[a] + plogp[a + 1:]) - m_log_m
+    return np.maximum(out, 0.0)
+
+
+def pairwise_js(attn: np.ndarray) -> np.ndarray:
+    """Summed JS divergence [K, K] between all heads (K = layers * heads) of one input's attention [layers, heads, n, n]."""
+    layers, heads, n, _ = attn.shape
+    upper = _pairwise_block(smoothed(attn).reshape(layers * heads, n * n))
+    return upper + upper.T
+
+
+class HeadDistances:
+    """Accumulator of the JS divergence between every pair of heads, summed over all rows of all inputs.
+
+    Smoothed maps are buffered side by side (bounded by buffer_columns) so the pairwise pass runs on large blocks.
+    """
+
+    def __init__(self, n_layers: int, n_heads: int, buffer_columns: int = DEFAULT_BUFFER_COLUMNS) -> None:
+        self.n_layers, self.n_heads = n_layers, n_heads
+        self.buffer_columns = buffer_columns
+        self.divergence = np.zeros((n_layers * n_heads,) * 2)  # upper triangle, summed
+        self.n_inputs = 0
+        self.n_rows = 0
+        self._buffer: np.ndarray | None = None
+        self._fill = 0
+
+    @property
+    def n_head_total(self) -> int:
+        return self.n_layers * self.n_heads
+
+    def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
+        """Add every row of one input."""
+        attn = result.attentions
+        n = attn.shape[-1]
+        block = smoothed(attn).reshape(self.n_head_total, n * n)
+        self.n_inputs += 1
+        self.n_rows += n
+        if n * n > self.buffer_columns:
+            self.divergence += _pairwise_block(block)
+            return
+        if self._fill + n * n > self.buffer_columns:
+            self._flush()
+        if self._buffer is None:
+            self._buffer = np.empty((self.n_head_total, self.buffer_columns), np.float32)
+        self._buffer[:, self._fill: self._fill + n * n] = block
+        self._fill += n * n
+
+    def _flush(self) -> None:
+        """Move the buffered rows into the sums (the accumulated value does not change)."""
+        if self._fill:
+            self.divergence += _pairwise_block(self._buffer[:, : self._fill])
+            self._fill = 0
+
+    def merge(self, other: HeadDistances) -> HeadDistances:
+        """The accumulator over both input sets; neither operand's value changes."""
+        if (self.n_layers, self.n_heads) != (other.n_layers, other.n_heads):
+            raise ValueError("Cannot merge head distances of different models.")
+        self._flush()
+        other._flush()
+        merged = HeadDistances(self.n_layers, self.n_heads, self.buffer_columns)
+        merged.divergence = self.divergence + other.divergence
+        merged.n_inputs = self.n_inputs + other.n_inputs
+        merged.n_rows = self.n_rows + other.n_rows
+        return merged
+
+    def result(self) -> np.ndarray:
+        """The symmetric [K, K] matrix of summed JS divergences; head k is layer k // n_heads, head k % n_heads."""
+        self._flush()
+        return self.divergence + self.divergence.T
+
+
+def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
+    """Classical (Torgerson) MDS: [K, dims] coordinates whose Euclidean distances approximate the matrix."""
+    d = np.asarray(distances, np.float64)
+    k = len(d)
+    centre = np.eye(k) - 1.0 / k
+    gram = -0.5 * centre @ (d ** 2) @ centre
+    values, vectors = np.linalg.eigh((gram + gram.T) / 2)
+    order = np.argsort(values)[::-1][:dims]
+    coords = vectors[:, order] * np.sqrt(np.clip(values[order], 0, None))
+    signs = np.sign(coords[np.abs(coords).argmax(axis=0), np.arange(coords.shape[1])])
+    return coords * np.where(signs == 0, 1, signs)  # fixed orientation: the largest coordinate of each axis is positive
+
+
+def behaviour_labels(special: SpecialTokenResult, share_threshold: float = SHARE_THRESHOLD,
+                     broad_fraction: float = BROAD_ENTROPY_FRACTION) -> np.ndarray:
+    """[layers, heads] label per head: the largest of the next/prev/[CLS]/[SEP]/punctuation shares above
+    share_threshold; else "broad" when mean entropy > broad_fraction * mean ln n; else "other"."""
+    keys = list(SHARE_BEHAVIOURS)
+    shares = np.stack([special.heads[k] for k in keys])  # [5, layers, heads]
+    best = shares.argmax(axis=0)
+    labels = np.array([SHARE_BEHAVIOURS[k] for k in keys], dtype=object)[best]
+    labels[shares.max(axis=0) <= share_threshold] = "other"
+    broad = (labels == "other") & (special.heads["entropy"] > broad_fraction * special.uniform_entropy)
+    labels[broad] = "broad"
+    return labels
+
+
+@dataclass
+class HeadMap:
+    """2-D map of the heads: coordinates [K, 2], 0-based layer and head of each point, behaviour labels, distances."""
+
+    coords: np.ndarray
+    layer: np.ndarray
+    head: np.ndarray
+    labels: np.ndarray
+    divergence: np.ndarray
+
+    def to_json(self) -> dict:
+        """Points and the distance matrix, 0-based."""
+        return {"x": self.coords[:, 0], "y": self.coords[:, 1], "layer": self.layer, "head": self.head,
+                "behaviour": list(self.labels), "js_divergence": self.divergence,
+                "thresholds": {"share": SHARE_THRESHOLD, "broad_entropy_fraction": BROAD_ENTROPY_FRACTION}}
+
+
+def head_map(divergence: np.ndarray, special: SpecialTokenResult) -> HeadMap:
+    """Embed the summed JS divergences in 2-D (as METHODS §4 says) and label each head's behaviour."""
+    layers, heads = special.heads["cls"].shape
+    index = np.arange(layers * heads)
+    return HeadMap(classical_mds(divergence), index // heads, index % heads,
+                   behaviour_labels(special).reshape(-1), divergence)

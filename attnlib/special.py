@@ -1,0 +1,199 @@
+"""Special-token statistics over a corpus (METHODS sections 1-3): shares, [SEP] no-op, offsets and entropy."""
+
+from __future__ import annotations
+
+import string
+import unicodedata
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from .corpus import CorpusInput
+from .runner import RunResult
+
+CLASS_KEYS = ("cls", "sep", "punct", "other")
+OFFSET_KEYS = ("prev", "self", "next")
+OFFSETS = {"prev": -1, "self": 0, "next": 1}
+STAT_KEYS = CLASS_KEYS + OFFSET_KEYS + ("entropy", "cls_entropy", "sep_to_sep", "rest_to_sep")
+CLARK_PUNCT = frozenset({".", ","})
+WORDPIECE_MARKERS = ("##", "Ġ", "▁")  # BERT continuation, byte-level BPE space, SentencePiece space
+ENTROPY_SMOOTHING = 1e-4  # METHODS §3: p = 0.9999 * A + 0.0001 / n
+
+
+def strip_wordpiece_marker(token: str) -> str:
+    """The token's text without a leading '##', 'Ġ' or '▁'."""
+    for marker in WORDPIECE_MARKERS:
+        if token.startswith(marker):
+            return token[len(marker):]
+    return token
+
+
+@lru_cache(maxsize=65536)
+def is_punctuation(token: str, all_punct: bool = False) -> bool:
+    """Whether a token is '.' or ',' (Clark et al.), or with all_punct any token made only of punctuation."""
+    text = strip_wordpiece_marker(token) or token
+    if not all_punct:
+        return text in CLARK_PUNCT
+    return bool(text) and all(c in string.punctuation or unicodedata.category(c).startswith("P") for c in text)
+
+
+def punct_mask(tokens: Sequence[str], special_mask: np.ndarray | None = None, all_punct: bool = False) -> np.ndarray:
+    """Boolean [n] mask of punctuation tokens; special tokens are never punctuation."""
+    mask = np.fromiter((is_punctuation(t, all_punct) for t in tokens), dtype=bool, count=len(tokens))
+    if special_mask is not None:
+        mask &= ~np.asarray(special_mask, dtype=bool)
+    return mask
+
+
+def class_masks(cls_mask: np.ndarray, sep_mask: np.ndarray, punct: np.ndarray) -> np.ndarray:
+    """[n, 4] float32 indicator of the classes cls, sep, punct, other (each token in exactly one)."""
+    cls_mask = np.asarray(cls_mask, bool)
+    sep_mask = np.asarray(sep_mask, bool) & ~cls_mask
+    punct = np.asarray(punct, bool) & ~cls_mask & ~sep_mask
+    other = ~(cls_mask | sep_mask | punct)
+    return np.stack([cls_mask, sep_mask, punct, other], axis=1).astype(np.float32)
+
+
+def class_share(attn: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """METHODS §2: (1/n) sum_i sum_{j in mask} A[..., i, j], for attention [..., n, n]."""
+    return attn[..., np.asarray(mask, bool)].sum(axis=-1).mean(axis=-1)
+
+
+def offset_share(attn: np.ndarray, offset: int) -> np.ndarray:
+    """METHODS §2: (1/n) sum_i A[..., i, i + offset]; rows without such a key add 0."""
+    n = attn.shape[-1]
+    return np.diagonal(attn, offset=offset, axis1=-2, axis2=-1).sum(axis=-1) / n
+
+
+def rows_to_mask(attn: np.ndarray, rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean over the selected query rows of their mass to the keys in mask (NaN when no row is selected)."""
+    rows = np.asarray(rows, bool)
+    if not rows.any():
+        return np.full(attn.shape[:-2], np.nan)
+    return attn[..., rows, :][..., np.asarray(mask, bool)].sum(axis=-1).mean(axis=-1)
+
+
+def row_entropy(attn: np.ndarray) -> np.ndarray:
+    """METHODS §3: entropy in nats of each row of 0.9999 * A + 0.0001 / n; returns [..., n]."""
+    n = attn.shape[-1]
+    p = attn * np.float32(1 - ENTROPY_SMOOTHING) + np.float32(ENTROPY_SMOOTHING / n)
+    return -(p * np.log(p)).sum(axis=-1)
+
+
+def input_statistics(attn: np.ndarray, cls_mask: np.ndarray, sep_mask: np.ndarray, punct: np.ndarray) -> dict[str, np.ndarray]:
+    """Every statistic of one input's attention [layers, heads, n, n] as [layers, heads] arrays (sep_to_sep NaN without SEP)."""
+    layers, heads, n, _ = attn.shape
+    classes = class_masks(cls_mask, sep_mask, punct)
+    # Mass each row sends to each class in one matrix product: [layers, heads, n, 4].
+    row_mass = (attn.reshape(-1, n) @ classes).reshape(layers, heads, n, len(CLASS_KEYS))
+    shares = row_mass.mean(axis=2)
+    stats = {key: shares[..., c] for c, key in enumerate(CLASS_KEYS)}
+    for key, offset in OFFSETS.items():
+        stats[key] = offset_share(attn, offset)
+    entropy = row_entropy(attn)
+    stats["entropy"] = entropy.mean(axis=-1)
+    stats["cls_entropy"] = entropy[..., 0]
+    sep_rows = classes[:, 1].astype(bool)
+    to_sep = row_mass[..., 1]
+    stats["sep_to_sep"] = to_sep[..., sep_rows].mean(axis=-1) if sep_rows.any() else np.full((layers, heads), np.nan)
+    stats["rest_to_sep"] = to_sep[..., ~sep_rows].mean(axis=-1) if (~sep_rows).any() else np.full((layers, heads), np.nan)
+    return stats
+
+
+@dataclass
+class SpecialTokenResult:
+    """Corpus means of every statistic, per head ([layers, heads]); per layer is the mean over heads."""
+
+    n_inputs: int
+    heads: dict[str, np.ndarray]
+    uniform_entropy: float
+    all_punct: bool = False
+
+    @property
+    def layers(self) -> dict[str, np.ndarray]:
+        """Each statistic per layer: the mean over that layer's heads."""
+        return {key: np.nanmean(v, axis=1) if np.isfinite(v).any() else np.full(v.shape[0], np.nan)
+                for key, v in self.heads.items()}
+
+    def layer_rows(self) -> list[dict[str, float]]:
+        """One dict per layer with every statistic (0-based layer order)."""
+        layers = self.layers
+        return [{key: float(layers[key][l]) for key in STAT_KEYS} for l in range(len(layers["cls"]))]
+
+    def to_json(self) -> dict:
+        """The JSON object of the `special` command (0-based layers and heads)."""
+        return {
+            "n_inputs": self.n_inputs,
+            "layers": self.layer_rows(),
+            "heads": {key: self.heads[key] for key in STAT_KEYS},
+            "uniform_entropy": self.uniform_entropy,
+            "punctuation": "all" if self.all_punct else ". and ,",
+        }
+
+
+def _zeros(layers: int, heads: int) -> dict[str, np.ndarray]:
+    return {key: np.zeros((layers, heads)) for key in STAT_KEYS}
+
+
+@dataclass
+class SpecialTokenStats:
+    """Accumulator of METHODS §2-3 statistics: per-input values summed per head, with the counts to average them."""
+
+    n_layers: int
+    n_heads: int
+    all_punct: bool = False
+    sums: dict[str, np.ndarray] = field(default_factory=dict)
+    n_inputs: int = 0
+    n_with_sep_rows: int = 0
+    n_with_rest_rows: int = 0
+    log_n_sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.sums:
+            self.sums = _zeros(self.n_layers, self.n_heads)
+
+    def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
+        """Add one input's statistics (its attention has no padding)."""
+        attn = result.attentions
+        punct = punct_mask(result.tokens, result.special_mask, self.all_punct)
+        stats = input_statistics(attn, result.cls_mask, result.sep_mask, punct)
+        counted = {key: not np.isnan(value).all() for key, value in stats.items()}  # only the SEP row means can be NaN
+        for key, value in stats.items():
+            if counted[key]:
+                self.sums[key] += value
+        self.n_inputs += 1
+        self.n_with_sep_rows += counted["sep_to_sep"]
+        self.n_with_rest_rows += counted["rest_to_sep"]
+        self.log_n_sum += float(np.log(attn.shape[-1]))
+
+    def merge(self, other: SpecialTokenStats) -> SpecialTokenStats:
+        """The accumulator over both input sets; neither operand changes."""
+        if (self.n_layers, self.n_heads, self.all_punct) != (other.n_layers, other.n_heads, other.all_punct):
+            raise ValueError("Cannot merge statistics of different models or punctuation options.")
+        return SpecialTokenStats(
+            self.n_layers, self.n_heads, self.all_punct,
+            sums={key: self.sums[key] + other.sums[key] for key in STAT_KEYS},
+            n_inputs=self.n_inputs + other.n_inputs,
+            n_with_sep_rows=self.n_with_sep_rows + other.n_with_sep_rows,
+            n_with_rest_rows=self.n_with_rest_rows + other.n_with_rest_rows,
+            log_n_sum=self.log_n_sum + other.log_n_sum,
+        )
+
+    def result(self) -> SpecialTokenResult:
+        """Unweighted means over inputs (sep_to_sep over inputs that have SEP rows)."""
+        counts = {key: self.n_inputs for key in STAT_KEYS}
+        counts["sep_to_sep"] = self.n_with_sep_rows
+        counts["rest_to_sep"] = self.n_with_rest_rows
+        heads = {key: self.sums[key] / counts[key] if counts[key] else np.full((self.n_layers, self.n_heads), np.nan)
+                 for key in STAT_KEYS}
+        uniform = self.log_n_sum / self.n_inputs if self.n_inputs else float("nan")
+        return SpecialTokenResult(self.n_inputs, heads, uniform, self.all_punct)
+
+
+def heads_above(values: np.ndarray, threshold: float = 0.5) -> list[tuple[int, int, float]]:
+    """(layer, head, value) of every head whose value exceeds threshold, 0-based, largest first."""
+    layers, heads = np.nonzero(values > threshold)
+    found = [(int(l), int(h), float(values[l, h])) for l, h in zip(layers, heads)]
+    return sorted(found, key=lambda x: -x[2])

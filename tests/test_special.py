@@ -1,0 +1,394 @@
+"""Special-token statistics (METHODS §1-3, §5): hand-worked arrays, merging, the CLI against transformers, the page."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnlib import cli
+from attnlib.corpus import CorpusInput, read_text_corpus
+from attnlib.engine import accumulate
+from attnlib.gradient_importance import (
+    GradientImportanceSums,
+    GradientImportanceUnavailable,
+    _masked_batch,
+    batch_attention_gradients,
+    gradient_importance,
+    masked_positions,
+    unavailable_reason,
+)
+from attnlib.model import bundled_model_path
+from attnlib.runner import RunResult, encode
+from attnlib.special import (
+    STAT_KEYS,
+    SpecialTokenStats,
+    class_share,
+    heads_above,
+    input_statistics,
+    offset_share,
+    punct_mask,
+    row_entropy,
+    rows_to_mask,
+)
+
+from tests.conftest import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, ROOT, requires_ud
+
+# One head over [CLS] hi . [SEP]; every row sums to 1.
+A = np.array([
+    [0.50, 0.25, 0.25, 0.00],
+    [0.10, 0.20, 0.30, 0.40],
+    [0.00, 0.00, 0.00, 1.00],
+    [0.25, 0.25, 0.25, 0.25],
+], dtype=np.float32)
+TOKENS = ["[CLS]", "hi", ".", "[SEP]"]
+CLS = np.array([1, 0, 0, 0], bool)
+SEP = np.array([0, 0, 0, 1], bool)
+
+
+def smoothed_entropy(row: list[float]) -> float:
+    """Entropy of one row by the METHODS §3 formula, element by element."""
+    n = len(row)
+    return -sum((0.9999 * a + 0.0001 / n) * math.log(0.9999 * a + 0.0001 / n) for a in row)
+
+
+def fake_result(attn: np.ndarray, tokens: list[str], cls: np.ndarray, sep: np.ndarray) -> RunResult:
+    """A RunResult carrying given attention and tokens (special = CLS or SEP)."""
+    n = len(tokens)
+    return RunResult(input_ids=list(range(n)), token_type_ids=None, tokens=tokens, segments=np.zeros(n, np.int8),
+                     word_ids=[None] * n, words=[], cls_mask=cls, sep_mask=sep, special_mask=cls | sep,
+                     attentions=attn.astype(np.float32))
+
+
+def random_input(rng: np.random.Generator, layers: int = 2, heads: int = 3, pair: bool | None = None) -> RunResult:
+    """A random input of random length with CLS, words, punctuation, one or two SEPs."""
+    n = int(rng.integers(4, 12))
+    tokens = ["[CLS]"] + [str(rng.choice(["a", "b", ".", ",", "!"])) for _ in range(n - 2)] + ["[SEP]"]
+    sep = np.zeros(n, bool)
+    sep[-1] = True
+    if pair if pair is not None else rng.random() < 0.5:
+        tokens[n // 2] = "[SEP]"
+        sep[n // 2] = True
+    cls = np.zeros(n, bool)
+    cls[0] = True
+    x = rng.random((layers, heads, n, n)) ** 3
+    return fake_result(x / x.sum(-1, keepdims=True), tokens, cls, sep)
+
+
+# --- statistics on hand-worked arrays -------------------------------------------------------------------------
+
+def test_class_shares_by_hand():
+    assert class_share(A, CLS) == pytest.approx((0.50 + 0.10 + 0.00 + 0.25) / 4)  # 0.2125
+    assert class_share(A, SEP) == pytest.approx((0.00 + 0.40 + 1.00 + 0.25) / 4)  # 0.4125
+    assert class_share(A, [0, 0, 1, 0]) == pytest.approx((0.25 + 0.30 + 0.00 + 0.25) / 4)  # 0.2
+    assert class_share(A, [0, 1, 0, 0]) == pytest.approx((0.25 + 0.20 + 0.00 + 0.25) / 4)  # 0.175
+
+
+def test_offsets_by_hand():
+    assert offset_share(A, -1) == pytest.approx((0.10 + 0.00 + 0.25) / 4)  # A[1,0] + A[2,1] + A[3,2]
+    assert offset_share(A, 0) == pytest.approx((0.50 + 0.20 + 0.00 + 0.25) / 4)
+    assert offset_share(A, 1) == pytest.approx((0.25 + 0.30 + 1.00) / 4)  # A[0,1] + A[1,2] + A[2,3]
+
+
+def test_sep_rows_by_hand():
+    assert rows_to_mask(A, SEP, SEP) == pytest.approx(0.25)
+    assert rows_to_mask(A, ~SEP, SEP) == pytest.approx((0.00 + 0.40 + 1.00) / 3)
+    assert np.isnan(rows_to_mask(A, np.zeros(4, bool), SEP))
+
+
+def test_entropy_by_hand():
+    h = row_entropy(A)
+    for i in range(4):
+        assert h[i] == pytest.approx(smoothed_entropy(A[i].tolist()), abs=1e-6)  # float32
+    assert h[3] == pytest.approx(math.log(4), rel=1e-6)  # a uniform row
+    # a one-hot row: three entries of 0.0001/4 and one of 0.9999 + 0.0001/4
+    tiny, big = 0.000025, 0.999925
+    assert h[2] == pytest.approx(-3 * tiny * math.log(tiny) - big * math.log(big), abs=1e-6)
+
+
+def test_input_statistics_by_hand():
+    stats = input_statistics(A[None, None], CLS, SEP, np.array([0, 0, 1, 0], bool))
+    expected = {
+        "cls": 0.2125, "sep": 0.4125, "punct": 0.2, "other": 0.175,
+        "prev": 0.35 / 4, "self": 0.95 / 4, "next": 1.55 / 4,
+        "entropy": np.mean([smoothed_entropy(r) for r in A.tolist()]),
+        "cls_entropy": smoothed_entropy(A[0].tolist()),
+        "sep_to_sep": 0.25, "rest_to_sep": 1.4 / 3,
+    }
+    assert set(stats) == set(STAT_KEYS)
+    for key, value in expected.items():
+        assert stats[key].shape == (1, 1)
+        assert stats[key][0, 0] == pytest.approx(value, rel=1e-5), key
+
+
+def test_pair_with_two_seps_by_hand():
+    # [CLS] x [SEP] y [SEP]
+    a = np.array([
+        [0.2, 0.2, 0.2, 0.2, 0.2],
+        [0.0, 0.5, 0.5, 0.0, 0.0],
+        [0.0, 0.0, 0.6, 0.0, 0.4],
+        [0.1, 0.1, 0.1, 0.1, 0.6],
+        [0.0, 0.0, 0.3, 0.0, 0.7],
+    ], dtype=np.float32)
+    cls = np.array([1, 0, 0, 0, 0], bool)
+    sep = np.array([0, 0, 1, 0, 1], bool)
+    stats = input_statistics(a[None, None], cls, sep, np.zeros(5, bool))
+    assert stats["sep_to_sep"][0, 0] == pytest.approx((1.0 + 1.0) / 2)  # both SEP rows send everything to SEPs
+    assert stats["rest_to_sep"][0, 0] == pytest.approx((0.4 + 0.5 + 0.7) / 3)
+    assert stats["sep"][0, 0] == pytest.approx((0.4 + 0.5 + 1.0 + 0.7 + 1.0) / 5)
+    assert stats["punct"][0, 0] == 0
+
+
+def test_punct_mask_strips_wordpiece_markers():
+    tokens = ["[CLS]", "hello", ",", "##.", "Ġ,", "▁.", "!", "...", "Ġ", "##", "[SEP]"]
+    special = np.array([1] + [0] * 9 + [1], bool)
+    assert punct_mask(tokens, special).tolist() == [0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+    assert punct_mask(tokens, special, all_punct=True).tolist() == [0, 0, 1, 1, 1, 1, 1, 1, 0, 1, 0]
+    assert not punct_mask(["[CLS]"], np.array([True]), all_punct=True)[0]  # special tokens are never punctuation
+
+
+def test_heads_above():
+    values = np.array([[0.2, 0.7], [0.9, 0.5]])
+    assert heads_above(values, 0.5) == [(1, 0, 0.9), (0, 1, 0.7)]
+
+
+# --- the accumulator --------------------------------------------------------------------------------------------
+
+def test_accumulator_is_the_unweighted_mean_over_inputs():
+    rng = np.random.default_rng(1)
+    inputs = [random_input(rng) for _ in range(5)]
+    acc = SpecialTokenStats(2, 3)
+    for r in inputs:
+        acc.add(r, CorpusInput("x"))
+    result = acc.result()
+    per_input = [input_statistics(r.attentions, r.cls_mask, r.sep_mask, punct_mask(r.tokens, r.special_mask))
+                 for r in inputs]
+    assert result.n_inputs == 5
+    for key in STAT_KEYS:
+        np.testing.assert_allclose(result.heads[key], np.mean([s[key] for s in per_input], axis=0), rtol=1e-6)
+        np.testing.assert_allclose(result.layers[key], result.heads[key].mean(axis=1), rtol=1e-12)
+    assert result.uniform_entropy == pytest.approx(np.mean([math.log(r.n) for r in inputs]))
+    shares = sum(result.heads[k] for k in ("cls", "sep", "punct", "other"))
+    np.testing.assert_allclose(shares, 1.0, rtol=1e-5)
+
+
+def test_sep_to_sep_counts_only_inputs_with_sep_rows():
+    rng = np.random.default_rng(2)
+    with_sep = random_input(rng)
+    no_sep = fake_result(A[None, None], ["[CLS]", "a", "b", "c"], CLS, np.zeros(4, bool))
+    acc = SpecialTokenStats(1, 1)
+    first = fake_result(with_sep.attentions[:1, :1], with_sep.tokens, with_sep.cls_mask, with_sep.sep_mask)
+    acc.add(first)
+    acc.add(no_sep)
+    alone = SpecialTokenStats(1, 1)
+    alone.add(first)
+    assert acc.result().heads["sep_to_sep"][0, 0] == pytest.approx(alone.result().heads["sep_to_sep"][0, 0])
+    assert acc.result().heads["rest_to_sep"][0, 0] == pytest.approx(
+        (alone.result().heads["rest_to_sep"][0, 0] + 0.0) / 2)
+
+
+def test_merging_two_halves_equals_the_whole():
+    rng = np.random.default_rng(3)
+    inputs = [random_input(rng) for _ in range(9)]
+    whole, first, second = (SpecialTokenStats(2, 3) for _ in range(3))
+    for i, r in enumerate(inputs):
+        whole.add(r)
+        (first if i < 4 else second).add(r)
+    before = first.result().heads["cls"].copy()
+    merged = first.merge(second).result()
+    np.testing.assert_array_equal(first.result().heads["cls"], before)  # operands unchanged
+    expected = whole.result()
+    assert merged.n_inputs == expected.n_inputs == 9
+    assert merged.uniform_entropy == pytest.approx(expected.uniform_entropy)
+    for key in STAT_KEYS:
+        np.testing.assert_allclose(merged.heads[key], expected.heads[key], rtol=1e-12)
+    with pytest.raises(ValueError):
+        first.merge(SpecialTokenStats(2, 3, all_punct=True))
+
+
+def test_padding_never_enters(minilm):
+    inputs = read_text_corpus(CLASSROOM_SINGLE)[:6] + [CorpusInput("Short.")]
+    batched, single = SpecialTokenStats(6, 12), SpecialTokenStats(6, 12)
+    accumulate(minilm, inputs, [batched], batch_size=7)
+    accumulate(minilm, inputs, [single], batch_size=1)
+    for key in STAT_KEYS:
+        np.testing.assert_allclose(batched.result().heads[key], single.result().heads[key], atol=2e-5)
+
+
+# --- the command line against transformers' own attentions -------------------------------------------------------
+
+def direct_statistics(pairs: list[tuple[str, str | None]]) -> dict[str, np.ndarray]:
+    """Every statistic from transformers' own attentions, one input at a time, written out with torch ops."""
+    from transformers import AutoModel, AutoTokenizer
+
+    path = str(bundled_model_path())
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    per_input = []
+    for a, b in pairs:
+        enc = tok(a, b, return_tensors="pt")
+        with torch.no_grad():
+            attn = torch.stack(model(**enc, output_attentions=True).attentions, dim=1)[0].double()  # [L, H, n, n]
+        ids = enc["input_ids"][0].tolist()
+        n = len(ids)
+        tokens = tok.convert_ids_to_tokens(ids)
+        sep = [i for i, t in enumerate(ids) if t == tok.sep_token_id]
+        rest = [i for i in range(n) if i not in sep]
+        punct = [i for i, t in enumerate(tokens) if t in (".", ",")]
+        other = [i for i in range(n) if i not in sep and i != 0 and i not in punct]
+        p = 0.9999 * attn + 0.0001 / n
+        row_h = -(p * p.log()).sum(-1)
+        per_input.append({
+            "cls": attn[..., :, 0].mean(-1),
+            "sep": attn[..., :, sep].sum(-1).mean(-1),
+            "punct": attn[..., :, punct].sum(-1).mean(-1),
+            "other": attn[..., :, other].sum(-1).mean(-1),
+            "prev": sum(attn[..., i, i - 1] for i in range(1, n)) / n,
+            "self": sum(attn[..., i, i] for i in range(n)) / n,
+            "next": sum(attn[..., i, i + 1] for i in range(n - 1)) / n,
+            "entropy": row_h.mean(-1),
+            "cls_entropy": row_h[..., 0],
+            "sep_to_sep": attn[..., sep, :][..., sep].sum(-1).mean(-1),
+            "rest_to_sep": attn[..., rest, :][..., sep].sum(-1).mean(-1),
+            "log_n": torch.tensor(math.log(n), dtype=torch.float64),
+        })
+    return {key: torch.stack([s[key] for s in per_input]).mean(0).numpy() for key in per_input[0]}
+
+
+def run_cli(capsys, *argv: str) -> dict:
+    assert cli.main(["special", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("source", [CLASSROOM_SINGLE, CLASSROOM_PAIRS], ids=["single", "pairs"])
+def test_cli_matches_transformers_attentions(capsys, source):
+    out = run_cli(capsys, "--corpus", str(source), "--limit", "3")
+    pairs = [(item.text_a, item.text_b) for item in read_text_corpus(source)[:3]]
+    assert any("," in a + (b or "") or "." in a for a, b in pairs)
+    direct = direct_statistics(pairs)
+    assert out["n_inputs"] == 3
+    assert out["uniform_entropy"] == pytest.approx(float(direct["log_n"]), rel=1e-9)
+    assert len(out["layers"]) == 6
+    for key in STAT_KEYS:
+        heads = np.array(out["heads"][key])
+        assert heads.shape == (6, 12)
+        np.testing.assert_allclose(heads, direct[key], atol=1e-5, err_msg=key)
+        np.testing.assert_allclose([layer[key] for layer in out["layers"]], direct[key].mean(axis=1), atol=1e-5)
+    assert set(out["layers"][0]) == set(STAT_KEYS)
+
+
+@requires_ud
+def test_cli_reads_conllu_and_draws_the_head_map(capsys):
+    out = run_cli(capsys, "--corpus", str(EWT_DEV), "--limit", "4", "--all-punct", "--head-map")
+    assert out["n_inputs"] == 4 and out["punctuation"] == "all"
+    assert len(out["head_map"]["x"]) == 72 and len(out["head_map"]["behaviour"]) == 72
+    d = np.array(out["head_map"]["js_divergence"])
+    np.testing.assert_allclose(d, d.T)
+    assert (np.diag(d) == 0).all()
+
+
+def test_cli_user_errors_exit_2(capsys, tmp_path):
+    assert cli.main(["special", "--corpus", str(tmp_path / "missing.txt"), "--json"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+# --- gradient importance (METHODS §5) ----------------------------------------------------------------------------
+
+def test_gradient_importance_needs_an_mlm_head(minilm):
+    assert minilm.mlm is None
+    assert "masked-language-model head" in unavailable_reason(minilm)
+    with pytest.raises(GradientImportanceUnavailable, match="masked-language-model head"):
+        gradient_importance(minilm, [CorpusInput("A sentence.")])
+
+
+def test_masked_positions_are_fixed_and_skip_special_tokens():
+    special = np.array([1] + [0] * 20 + [1], bool)
+    pos = masked_positions(special, seed=0, index=3)
+    assert len(pos) == 3  # round(0.15 * 20)
+    assert not special[pos].any()
+    np.testing.assert_array_equal(pos, masked_positions(special, seed=0, index=3))
+    assert len(masked_positions(np.array([1, 0, 1], bool), 0, 0)) == 1  # at least one
+
+
+def test_gradient_sums_merge():
+    rng = np.random.default_rng(4)
+    grads = [(rng.normal(size=(2, 3, n, n)), np.arange(n) == n - 1) for n in (4, 6, 5)]
+    whole, first, second = (GradientImportanceSums(2, 3) for _ in range(3))
+    for i, (g, sep) in enumerate(grads):
+        whole.add_input(g, sep)
+        (first if i == 0 else second).add_input(g, sep)
+    merged = first.merge(second).result()
+    np.testing.assert_allclose(merged.sep, whole.result().sep)
+    g, sep = grads[0]
+    np.testing.assert_allclose(first.result().sep[1, 2], np.abs(g[1, 2][:, sep]).mean())
+    np.testing.assert_allclose(first.result().all[1, 2], np.abs(g[1, 2]).mean())
+
+
+def test_gradient_importance_does_not_depend_on_batching(tiny_model):
+    inputs = read_text_corpus(CLASSROOM_PAIRS)[:3] + read_text_corpus(CLASSROOM_SINGLE)[:2]
+    one = gradient_importance(tiny_model, inputs, batch_size=1)
+    five = gradient_importance(tiny_model, inputs, batch_size=5)
+    assert one.n_inputs == 5 and one.sep.shape == (2, 4)
+    assert np.isfinite(one.sep).all() and (one.all > 0).all()
+    np.testing.assert_allclose(one.sep, five.sep, rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(one.all, five.all, rtol=1e-4, atol=1e-9)
+
+
+def test_attention_gradient_matches_finite_differences(tiny_model):
+    """dLoss/dA from autograd against a central difference made by perturbing one layer's attention."""
+    if tiny_model.facts.model_type != "bert":
+        pytest.skip("the perturbation hook is written for BERT's attention module")
+    import transformers.models.bert.modeling_bert as modeling
+
+    mlm = copy.deepcopy(tiny_model.mlm).double()
+    lm = dataclasses.replace(tiny_model, mlm=mlm, encoder=mlm.base_model)
+    encoded = [encode(lm, "The cat sat on the mat.")]
+    grad = batch_attention_gradients(lm, encoded)[0]  # [layers, heads, n, n]
+    layer = 1
+    target = mlm.bert.encoder.layer[layer].attention.self
+    direction = torch.tensor(np.random.default_rng(5).normal(size=grad.shape[1:]))[None].double()
+    original = modeling.eager_attention_forward
+    shift = {"eps": 0.0}
+
+    def perturbed(module, query, key, value, attention_mask, **kwargs):
+        _, weights = original(module, query, key, value, attention_mask, **kwargs)
+        if module is target:
+            weights = weights + shift["eps"] * direction
+        return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+    def loss(eps: float) -> float:
+        shift["eps"] = eps
+        batch, labels = _masked_batch(lm, encoded, 0, 0, 0.15)
+        with torch.no_grad():
+            logits = mlm(**batch).logits
+        return float(torch.nn.functional.cross_entropy(logits[0], labels[0], ignore_index=-100))
+
+    modeling.eager_attention_forward = perturbed
+    try:
+        eps = 1e-4
+        numeric = (loss(eps) - loss(-eps)) / (2 * eps)
+    finally:
+        modeling.eager_attention_forward = original
+    analytic = float((grad[layer] * direction[0].numpy()).sum())
+    assert numeric == pytest.approx(analytic, rel=1e-3, abs=1e-6)
+
+
+# --- the page ----------------------------------------------------------------------------------------------------
+
+def test_page_runs_on_a_small_corpus():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.switch_page("pages/special_tokens.py").run()
+    at.number_input(key="special_limit").set_value(20).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    charts = at.get("plotly_chart")
+    assert len(charts) >= 5
+    assert any("20 inputs" in c.value for c in at.caption)
