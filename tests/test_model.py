@@ -1,0 +1,55 @@
+"""Model loading: facts, masked-LM detection, and clear errors for what cannot be loaded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlib.model import ModelLoadError, load_model, resolve_model_source
+
+
+def test_tiny_model_with_trained_head_reports_it(tiny_model):
+    assert tiny_model.facts.has_mlm_head and tiny_model.mlm is not None
+    assert tiny_model.facts.n_layers == 2 and tiny_model.facts.n_heads == 4 and tiny_model.facts.head_dim == 8
+
+
+def test_encoder_saved_without_head_has_no_mlm(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32)).save_pretrained(tmp_path)
+    from conftest import _bert_tokenizer
+
+    _bert_tokenizer().save_pretrained(tmp_path)
+    lm = load_model(str(tmp_path))
+    assert lm.facts.has_mlm_head is False and lm.mlm is None
+
+
+def test_decoder_model_is_refused_clearly(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50)).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="encoder"):
+        load_model(str(tmp_path))
+
+
+def test_folder_without_model_is_refused(tmp_path):
+    with pytest.raises(ModelLoadError, match="config.json"):
+        load_model(str(tmp_path))
+
+
+def test_local_folders_can_be_switched_off(tmp_path):
+    with pytest.raises(ModelLoadError, match="switched off"):
+        resolve_model_source(str(tmp_path), allow_local=False)
+
+
+def test_unknown_hub_id_without_network_fails_fast(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="not reachable|not a model"):
+        load_model("no-such-user/no-such-model-xyz")
+
+
+def test_empty_name_is_refused():
+    with pytest.raises(ModelLoadError, match="No model"):
+        load_model("  ")
