@@ -1,0 +1,157 @@
+"""The head, model and neuron view builders on hand-made arrays, and the neuron view's arithmetic on real models."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import numpy as np
+import pytest
+
+from attnlib.runner import run
+from figures.canvas_html import pack_sparse, quantize
+from figures.head_view import filter_positions, head_view_data, head_view_html
+from figures.model_view import model_view_html, pooled_maps, scaled_to_max, thumbnail_atlas
+from figures.neuron_view import neuron_scores, neuron_view_html
+
+
+def unpack(packed: dict) -> dict[tuple[int, int, int], int]:
+    """Independent decoder of pack_sparse: {(map, row, col): byte weight}."""
+    raw = base64.b64decode(packed["b64"])
+    rows = packed["m"] * packed["rows"]
+    counts = np.frombuffer(raw[: 2 * rows], "<u2")
+    nnz = int(counts.sum())
+    cols = np.frombuffer(raw[2 * rows: 2 * rows + 2 * nnz], "<u2")
+    weights = np.frombuffer(raw[2 * rows + 2 * nnz:], np.uint8)
+    assert weights.size == nnz == packed["nnz"]
+    out, e = {}, 0
+    for r, c in enumerate(counts):
+        for _ in range(int(c)):
+            out[(r // packed["rows"], r % packed["rows"], int(cols[e]))] = int(weights[e])
+            e += 1
+    return out
+
+
+def page_data(html: str) -> dict:
+    """The JSON a view embeds."""
+    match = re.search(r"<script type='application/json' id='data'>(.*?)</script>", html, re.S)
+    return json.loads(match.group(1).replace("<\\/", "</"))
+
+
+def assert_offline(html: str) -> None:
+    """Nothing is loaded from outside the document."""
+    assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:)?//", html)
+    assert "cdn" not in html.lower() and "require(" not in html and "@import" not in html
+
+
+def test_pack_sparse_keeps_weights_at_or_above_the_cut_as_bytes():
+    maps = np.array([[[0.5, 0.005, 0.495], [0.0, 1.0, 0.0]], [[0.02, 0.98, 0.0], [0.25, 0.35, 0.4]]], np.float32)
+    got = unpack(pack_sparse(maps, 0.01))
+    expected = {(0, 0, 0): 128, (0, 0, 2): 126, (0, 1, 1): 255, (1, 0, 0): 5, (1, 0, 1): 250,
+                (1, 1, 0): 64, (1, 1, 1): 89, (1, 1, 2): 102}
+    assert got == expected  # 0.005 * 255 = 1.3 < 0.01 * 255 = 2.55, so it is dropped
+    assert quantize(np.array([0.5]))[0] == 128
+
+
+def test_pair_filter_keeps_the_segments_named():
+    segments = [0, 0, 0, 1, 1]
+    assert filter_positions(segments, 5, "A→B") == ([0, 1, 2], [3, 4])
+    assert filter_positions(segments, 5, "B→A") == ([3, 4], [0, 1, 2])
+    assert filter_positions(segments, 5, "B→B") == ([3, 4], [3, 4])
+    assert filter_positions(None, 5, "A→B") == (list(range(5)), list(range(5)))
+    with pytest.raises(ValueError):
+        filter_positions(segments, 5, "C→A")
+
+
+def test_head_view_data_slices_heads_rows_and_columns():
+    attn = np.arange(2 * 5 * 5, dtype=np.float32).reshape(2, 5, 5)
+    data = head_view_data(attn, [1], [0, 0, 0, 1, 1], "A→B")
+    assert data.left == [0, 1, 2] and data.right == [3, 4] and data.heads == [1]
+    np.testing.assert_array_equal(data.maps[0], attn[1, :3, 3:])
+    assert head_view_data(attn, [0, 1], None).maps.shape == (2, 5, 5)
+
+
+def test_head_view_html_carries_the_lines_and_the_selected_rows():
+    attn = np.zeros((2, 3, 3), np.float32)
+    attn[0] = [[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]
+    attn[1] = np.eye(3)[[2, 0, 1]]
+    html = head_view_html(attn, ["[CLS]", "a</script>", "[SEP]"], [0, 1], layer=4, selected=2)
+    assert_offline(html)
+    data = page_data(html)
+    assert data["layer"] == 5 and data["heads"] == [1, 2]  # 1-based on the page
+    assert data["left"][1] == "a</script>"  # labels survive, and cannot close the script early
+    assert data["selRows"] == [[0.2, 0.3, 0.5], [0.0, 1.0, 0.0]]
+    lines = unpack(data["lines"])
+    assert lines[(0, 1, 0)] == lines[(0, 1, 1)] == 128 and lines[(1, 0, 2)] == 255 and (0, 0, 1) not in lines
+
+
+def test_max_pooling_by_hand():
+    maps = np.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [0, 0, 0, 0, 0], [1, 1, 1, 1, 9], [2, 0, 0, 0, 0]], np.float32)
+    pooled, block = pooled_maps(maps, cells=2)  # 5 tokens into 2 cells: blocks of 3, padded with zeros
+    assert block == 3
+    np.testing.assert_array_equal(pooled, [[8, 10], [2, 9]])
+    same, block = pooled_maps(maps, cells=5)
+    assert block == 1 and same is maps
+
+
+def test_atlas_tiles_each_layer_head_in_its_place():
+    rng = np.random.default_rng(1)
+    attn = rng.random((2, 3, 4, 4)).astype(np.float32)
+    atlas, peaks, side, block = thumbnail_atlas(attn, cells=2)
+    assert (side, block) == (2, 2) and atlas.shape == (4, 6)
+    pooled, _ = pooled_maps(attn, 2)
+    tiles, maxima = scaled_to_max(pooled)
+    np.testing.assert_array_equal(atlas[2:4, 4:6], tiles[1, 2])
+    np.testing.assert_allclose(peaks, attn.max(axis=(-2, -1)))
+    assert atlas.max() == 255
+
+
+@pytest.mark.parametrize("n,mode", [(6, "lines"), (60, "heat")])
+def test_model_view_switches_to_heatmaps_for_long_inputs(n, mode):
+    rng = np.random.default_rng(2)
+    attn = rng.random((2, 2, n, n)).astype(np.float32)
+    attn /= attn.sum(-1, keepdims=True)
+    html = model_view_html(attn, [f"t{i}" for i in range(n)], selected=(1, 0), lines_max_tokens=48)
+    assert_offline(html)
+    data = page_data(html)
+    assert data["mode"] == mode and data["sel"] == [1, 0]
+    if mode == "heat":
+        png = base64.b64decode(data["atlas"])
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        assert data["fullMax"] == pytest.approx(float(attn[1, 0].max()), abs=1e-6)
+    else:
+        assert len(unpack(data["lines"])) == int((np.rint(attn * 255) >= 6).sum())  # cut 0.02 -> 5.1 -> 6
+
+
+def test_neuron_scores_by_hand():
+    q = np.array([[1.0, 2.0, 0.0, -1.0], [0, 0, 0, 0]])
+    k = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0], [2.0, 2.0, 5.0, 0.0]])
+    ns = neuron_scores(q, k, 0)
+    np.testing.assert_array_equal(ns.products[2], [2, 4, 0, 0])
+    np.testing.assert_allclose(ns.scores, [0.5, 0.5, 3.0])  # dot products 1, 1, 6 divided by sqrt(4)
+    e = np.exp([0.5, 0.5, 3.0])
+    np.testing.assert_allclose(ns.softmax, e / e.sum())
+    html = neuron_view_html(q[:, :4], np.vstack([k, k])[:2], ["x", "y"], 1, layer=0, head=2)
+    assert_offline(html)
+    assert page_data(html)["head"] == 3
+
+
+def assert_neuron_view_is_honest(lm, text_a, text_b=None):
+    """softmax(q·k/√d) from the captured vectors equals the returned attention, every layer, head and row."""
+    r = run(lm, text_a, text_b, capture_qk=True)
+    d = r.queries.shape[-1]
+    scores = np.einsum("lhid,lhjd->lhij", r.queries.astype(np.float64), r.keys.astype(np.float64)) / np.sqrt(d)
+    soft = np.exp(scores - scores.max(-1, keepdims=True))
+    soft /= soft.sum(-1, keepdims=True)
+    np.testing.assert_allclose(soft, r.attentions, atol=1e-5)
+    row = neuron_scores(r.queries[-1, 0], r.keys[-1, 0], r.n - 1)  # the function the page uses
+    np.testing.assert_allclose(row.softmax, r.attentions[-1, 0, -1], atol=1e-5)
+
+
+def test_neuron_view_matches_attention_for_the_packaged_model(minilm):
+    assert_neuron_view_is_honest(minilm, "I went to the store.", "At the store, I bought fresh strawberries.")
+
+
+def test_neuron_view_matches_attention_for_tiny_models(tiny_model):
+    assert_neuron_view_is_honest(tiny_model, "The cat sat on the mat.", "The dog slept.")
