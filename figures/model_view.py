@@ -82,7 +82,7 @@ let S=null,atlas=null,atlasVals=null,full=null,fullVals=null,shown=D.sel.slice()
 document.getElementById('ttl').textContent=(D.title||'Model view')+' — '+L+' layers × '+H+' heads';
 document.getElementById('hint').textContent=(D.mode==='lines'
  ?'Each thumbnail: queries on the left, keys on the right, line opacity = weight (lines below '+D.minWeight+' omitted). '
- :'Inputs longer than '+D.linesMax+' tokens: thumbnails are heatmaps (rows = queries, columns = keys), each pixel the maximum over '+D.block+'×'+D.block+' tokens, each scaled to its own maximum. ')
+ :'More than '+D.linesMax+' positions: thumbnails are heatmaps (rows = queries, columns = keys), each pixel the maximum over '+D.block+'×'+D.block+' positions, each scaled to its own maximum. ')
  +'Click a thumbnail to enlarge it. Layers and heads are numbered from 1.';
 function cell(l,h){return [ML+h*(TW+GAP),MT+l*(TW+GAP)];}
 function drawGrid(){gx.fillStyle='#fff';gx.fillRect(0,0,GW,GH);gx.font='11px system-ui,sans-serif';gx.fillStyle='#444';

@@ -52,9 +52,9 @@ const n=D.labels.length,d=D.d,q=D.q,K=D.k,cv=document.getElementById('cv');
 const P=new Float64Array(n*d);let pmax=1e-9,kmax=1e-9,smin=0,smax=1e-9;
 for(let j=0;j<n;j++)for(let c=0;c<d;c++){const v=q[c]*K[j*d+c];P[j*d+c]=v;pmax=Math.max(pmax,Math.abs(v));kmax=Math.max(kmax,Math.abs(K[j*d+c]));}
 for(const v of q)kmax=Math.max(kmax,Math.abs(v));for(const s of D.scores){smin=Math.min(smin,s);smax=Math.max(smax,s);}
-const RH=n>120?12:16,CW=Math.max(3,Math.min(10,Math.floor(300/d))),FONT=(n>120?10:12)+'px system-ui,sans-serif';
+const RH=n>120?12:16,CW=Math.max(3,Math.min(8,Math.floor(260/d))),FONT=(n>120?10:12)+'px system-ui,sans-serif';
 const probe=cv.getContext('2d');probe.font=FONT;const wl=labelWidth(probe,D.labels,130);
-const xk=8+wl+8,xp=xk+d*CW+16,xs=xp+d*CW+16,SW=90,xm=xs+SW+16,MW=110,W=xm+MW+60,y0=58,Hh=y0+RH*n+8;
+const xk=8+wl+8,xp=xk+d*CW+16,xs=xp+d*CW+16,SW=80,xm=xs+SW+16,MW=110,W=xm+MW+60,y0=58,Hh=y0+RH*n+8;
 document.getElementById('ttl').textContent=(D.title||'Neuron view')+' — layer '+D.layer+', head '+D.head+', query “'+D.labels[D.qi]+'” (position '+(D.qi+1)+')';
 document.getElementById('hint').textContent='Blue = positive, orange = negative, darker = larger magnitude. The score of each key is the sum of its q×k row divided by √'+d+'; '+
  'softmax of the scores is the attention row'+(D.diff!==null?' (largest difference from the model\'s own attention row: '+D.diff.toExponential(1)+')':'')+'. Hover for values.';
