@@ -99,7 +99,8 @@ def _present_words(result: RunResult, words: Sequence[str]) -> np.ndarray:
 def sentence_word_map(result: RunResult, words: Sequence[str], rule: RowRule = "mean") -> tuple[np.ndarray, np.ndarray]:
     """Word-level maps [L, H, m+2, m+2] (CLS, the m words, SEP) and a bool [m] mask of the words that had wordpieces."""
     m = len(words)
-    word_map = word_level_attention(result.attentions, result.word_ids, rule)
+    # float64: near-ties between two words (relative gaps of a few 1e-7 occur in EWT) must not hang on float32 rounding
+    word_map = word_level_attention(result.attentions.astype(np.float64), result.word_ids, rule)
     if word_map.shape[-1] == m + 2:
         return word_map, np.ones(m, dtype=bool)
     # A word without pieces keeps an all-zero row and column; its predictions are marked wrong by the caller.
