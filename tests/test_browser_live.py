@@ -1,0 +1,136 @@
+"""Real-browser test of the live page: each view draws, a copied URL reopens the same view, PNG export, 512 tokens."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import quote
+
+import pytest
+
+VIEW_LABELS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
+CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}
+# Pixels of a canvas clearly darker than the white background: lines, cells, labels.
+INK = """sel => { const c = document.querySelector(sel); if (!c || !c.width) return 0;
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let k = 0;
+  for (let i = 0; i < d.length; i += 4) if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) k++; return k; }"""
+
+
+def wait_idle(page, timeout: int = 180_000) -> None:
+    """Wait until Streamlit has finished the current run."""
+    page.wait_for_timeout(300)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
+    page.wait_for_timeout(500)
+
+
+def view_frame(page, canvas: str, timeout: int = 180_000):
+    """The view's iframe once its canvas has been drawn."""
+    page.locator("iframe").first.wait_for(state="visible", timeout=timeout)
+    frame = page.locator("iframe").first.element_handle().content_frame()
+    frame.wait_for_selector(canvas, timeout=timeout)
+    frame.wait_for_function(f"() => ({INK})('{canvas}') > 200", timeout=timeout)
+    return frame
+
+
+def open_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page.goto(url, wait_until="domcontentloaded")
+    page.get_by_role("heading", name="Live attention").first.wait_for(timeout=180_000)
+    wait_idle(page)
+    return page
+
+
+def widget_values(page) -> dict:
+    """What the page's controls show: the chosen view, the layer and the head."""
+    view = page.locator("[data-testid='stRadio']").first.locator("input:checked").first
+    return {
+        "view": view.evaluate("e => e.closest('label').innerText.trim()"),
+        "layer": page.get_by_role("slider", name="Layer").input_value(),
+        "head": page.get_by_role("combobox", name="Head", exact=True).input_value(),
+    }
+
+
+@pytest.mark.parametrize("view", list(VIEW_LABELS))
+def test_each_view_draws(streamlit_server, browser, screenshot_dir, view):
+    page = open_page(browser, f"{streamlit_server}/?view={view}&layer=3&head=2&token=6")
+    try:
+        frame = view_frame(page, CANVAS[view])
+        assert frame.evaluate(f"() => ({INK})('{CANVAS[view]}')") > 500
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.screenshot(path=str(screenshot_dir / f"live-{view}-view.png"), full_page=True)
+    finally:
+        page.close()
+
+
+def test_head_finder_renders(streamlit_server, browser, screenshot_dir):
+    page = open_page(browser, f"{streamlit_server}/?view=finder")
+    try:
+        page.get_by_text("same word in the other sentence").first.wait_for(timeout=180_000)
+        assert page.locator("[data-testid='stButton']").count() >= 24
+        page.screenshot(path=str(screenshot_dir / "live-head-finder.png"), full_page=True)
+    finally:
+        page.close()
+
+
+def test_copied_url_reopens_the_same_view(streamlit_server, browser, screenshot_dir):
+    page = open_page(browser, streamlit_server)
+    try:
+        page.get_by_text("Model view", exact=True).click()
+        wait_idle(page)
+        slider = page.get_by_role("slider", name="Layer")
+        slider.focus()
+        slider.press("ArrowRight")
+        slider.press("ArrowRight")
+        wait_idle(page)
+        page.get_by_role("combobox", name="Head", exact=True).click()
+        page.get_by_role("option", name="7", exact=True).click()
+        wait_idle(page)
+        view_frame(page, "#grid")
+        chosen = widget_values(page)
+        assert chosen == {"view": "Model view", "layer": "3", "head": "7"}
+        copied = page.url
+        assert "view=model" in copied and "layer=3" in copied and "head=7" in copied
+    finally:
+        page.close()
+    again = open_page(browser, copied)
+    try:
+        frame = view_frame(again, "#grid")
+        assert widget_values(again) == chosen
+        assert "Layer 3, head 7" in frame.inner_text("#bigcap")
+        again.screenshot(path=str(screenshot_dir / "live-reopened-url.png"), full_page=True)
+    finally:
+        again.close()
+
+
+def test_save_png_from_the_head_view(streamlit_server, browser, tmp_path):
+    page = open_page(browser, f"{streamlit_server}/?view=head&layer=2")
+    try:
+        frame = view_frame(page, "#cv")
+        with page.expect_download(timeout=60_000) as info:
+            frame.click("#png")
+        path = tmp_path / "view.png"
+        info.value.save_as(path)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 2000
+    finally:
+        page.close()
+
+
+def test_512_tokens_stay_responsive(streamlit_server, browser, screenshot_dir):
+    text = " ".join(["The old gardener watered the tomatoes every morning before the market opened."] * 40)
+    page = open_page(browser, f"{streamlit_server}/?view=head&a={quote(text)}")
+    try:
+        assert page.get_by_text("truncated").count() > 0  # the page says the input was cut to 512 tokens
+        frame = view_frame(page, "#cv")
+        box = frame.locator("#cv").bounding_box()
+        start = time.perf_counter()
+        for k in range(10):  # hover ten tokens: each redraws the view
+            page.mouse.move(box["x"] + 30, box["y"] + 20 + 14 * k)
+        frame.evaluate("() => new Promise(r => requestAnimationFrame(() => r(1)))")
+        assert time.perf_counter() - start < 5, "hovering tokens at 512 tokens is too slow"
+        page.screenshot(path=str(screenshot_dir / "live-head-view-512.png"))
+        page.get_by_text("Model view", exact=True).click()
+        wait_idle(page)
+        frame = view_frame(page, "#grid")
+        assert "heatmaps" in frame.inner_text("#hint")
+        page.screenshot(path=str(screenshot_dir / "live-model-view-512.png"), full_page=True)
+    finally:
+        page.close()
