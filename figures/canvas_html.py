@@ -43,7 +43,7 @@ def png_b64(gray: np.ndarray) -> str:
     from PIL import Image
 
     buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(gray, dtype=np.uint8), mode="L").save(buf, format="PNG", compress_level=6)
+    Image.fromarray(np.ascontiguousarray(gray, dtype=np.uint8), mode="L").save(buf, format="PNG", compress_level=1)
     return base64.b64encode(buf.getvalue()).decode()
 
 

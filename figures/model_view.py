@@ -11,6 +11,7 @@ from .canvas_html import HEAD_COLORS, html_page, pack_sparse, png_b64, quantize,
 LINES_MAX_TOKENS = 48  # beyond this, thumbnail lines blur into one another, so thumbnails become heatmaps
 THUMB_PX = 64  # heatmap thumbnails are max-pooled to at most this many cells a side
 MIN_WEIGHT = 0.02
+HEAT_LEVELS = 64  # grey levels of the heatmap images
 
 
 def pooled_maps(maps: np.ndarray, cells: int = THUMB_PX) -> tuple[np.ndarray, int]:
@@ -32,11 +33,14 @@ def pooled_maps(maps: np.ndarray, cells: int = THUMB_PX) -> tuple[np.ndarray, in
     return pooled, block
 
 
-def scaled_to_max(maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each map [..., a, b] divided by its own maximum, as bytes; returns (bytes, maxima)."""
+def scaled_to_max(maps: np.ndarray, levels: int = HEAT_LEVELS) -> tuple[np.ndarray, np.ndarray]:
+    """Each map [..., a, b] divided by its own maximum, in `levels` steps spread over 0..255; returns (bytes, maxima).
+
+    Fewer steps than 256 make the PNG several times smaller and faster to encode; the eye cannot tell them apart."""
     peak = maps.max(axis=(-2, -1), keepdims=True)
     safe = np.where(peak > 0, peak, 1.0)
-    return quantize(maps / safe), peak[..., 0, 0]
+    steps = np.rint(np.asarray(maps / safe, dtype=np.float32) * (levels - 1))
+    return quantize(steps / (levels - 1)), peak[..., 0, 0]
 
 
 def thumbnail_atlas(attentions: np.ndarray, cells: int = THUMB_PX) -> tuple[np.ndarray, np.ndarray, int, int]:

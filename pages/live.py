@@ -13,6 +13,7 @@ import streamlit as st
 
 from attnlib.corpus import CorpusInput, read_text_corpus
 from attnlib.engine import accumulate
+from attnlib.model import ModelFacts
 from attnlib.patterns import PATTERN_HELP, PATTERNS, PatternAccumulator, rank_heads
 from attnlib.runner import RunResult
 from attnlib.words import ROW_RULES, unit_labels, word_groups, word_level_attention
@@ -185,6 +186,38 @@ def show(html: str) -> None:
     st.iframe(html, height="content")
 
 
+def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
+    """The head finder: the best heads for each pattern over the classroom set, each a button into the head view."""
+    fingerprint, inputs = classroom_inputs()
+    acc = head_finder(facts.name, fingerprint, inputs)
+    scores = acc.scores()
+    st.subheader(f"Head finder: {facts.name}")
+    st.caption(f"Scores over the classroom set ({len(inputs)} inputs: single sentences and pairs), mean over inputs. "
+               "Click a head to open it in the head view. Heads are numbered from 1 (layer-head).")
+    picks = rank_heads(scores, top=TOP_PICKS)
+    for name, title in PATTERNS.items():
+        row = [p for p in picks if p.pattern == name]
+        cols = st.columns([2.2] + [1] * TOP_PICKS)
+        scored_on = acc.counts[list(PATTERNS).index(name)]
+        cols[0].markdown(f"**{title}**", help=f"{PATTERN_HELP[name]}. Scored on {scored_on} inputs.")
+        if not row:
+            cols[1].caption("no input to score this on")
+        for col, p in zip(cols[1:], row):
+            col.button(f"{p.label} · {p.score:.3f}", key=f"pick_{name}_{p.rank}", on_click=_open_head,
+                       args=(p.layer, p.head), help=f"Open head {p.label} in the head view")
+    table = pd.DataFrame([
+        {"pattern": PATTERNS[p.pattern], "rank": p.rank, "layer_head": p.label, "score": round(p.score, 4),
+         "open": "?" + urlencode({"view": "head", "layer": p.layer + 1, "head": p.head + 1, "heads": p.head + 1,
+                                  "model": facts.name, "a": text_a, **({"b": text_b} if text_b.strip() else {})})}
+        for p in picks])
+    st.dataframe(table, hide_index=True, column_config={"open": st.column_config.LinkColumn("link", display_text="open")})
+    every = pd.DataFrame([
+        {"pattern": name, "layer": l, "head": h, "layer_head": f"{l + 1}-{h + 1}", "score": float(scores[k, l, h])}
+        for k, name in enumerate(PATTERNS) for l in range(facts.n_layers) for h in range(facts.n_heads)])
+    st.download_button("Download every head's scores (CSV)", every.to_csv(index=False).encode(),
+                       f"head-finder-{facts.name.replace('/', '_')}.csv", "text/csv", key="finder_csv", on_click="ignore")
+
+
 # ---------- page ---------------------------------------------------------------------------------------------------
 
 st.title("Live attention")
@@ -202,47 +235,23 @@ st.caption(f"{result.n} tokens. Layers, heads and token positions are numbered f
            "(\"layer-head\" as in Clark et al. 2019, so 3-10 is layer 3, head 10).")
 
 view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="live_view")
+if view == "finder":
+    _clamp_state(facts.n_layers, facts.n_heads, result.n)
+    _write_state(facts.n_heads)
+    show_finder(facts, text_a, text_b)
+    st.stop()
+
 c_level, c_rule, c_layer, c_head = st.columns([1.2, 1, 2.2, 1.2])
 c_level.radio("Level", list(LEVELS), format_func=LEVELS.get, horizontal=True, key="live_level",
-              on_change=_reset_token, disabled=view in ("neuron", "finder"),
+              on_change=_reset_token, disabled=view == "neuron",
               help="Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
                    "The neuron view is always at token level.")
-c_rule.selectbox("Word rows", ROW_RULES, key="live_rule", disabled=state.live_level != "word" or view not in ("head", "model"),
+c_rule.selectbox("Word rows", ROW_RULES, key="live_rule", disabled=state.live_level != "word" or view == "neuron",
                  help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.")
+rule = state.live_rule
 level = "token" if view == "neuron" else state.live_level
-attn, labels, segments = units(result, level, facts.name, text_a, text_b, state.live_rule)
-_clamp_state(facts.n_layers, facts.n_heads, len(labels) if view != "neuron" else result.n)
-
-if view == "finder":
-    _write_state(facts.n_heads)
-    fingerprint, inputs = classroom_inputs()
-    acc = head_finder(facts.name, fingerprint, inputs)
-    scores = acc.scores()
-    st.subheader(f"Head finder: {facts.name}")
-    st.caption(f"Scores over the classroom set ({len(inputs)} inputs: single sentences and pairs), mean over inputs. "
-               "Click a head to open it in the head view. Heads are numbered from 1 (layer-head).")
-    picks = rank_heads(scores, top=TOP_PICKS)
-    for name, title in PATTERNS.items():
-        row = [p for p in picks if p.pattern == name]
-        cols = st.columns([2.2] + [1] * TOP_PICKS)
-        cols[0].markdown(f"**{title}**", help=PATTERN_HELP[name] + f" Scored on {acc.counts[list(PATTERNS).index(name)]} inputs.")
-        if not row:
-            cols[1].caption("no input to score this on")
-        for col, p in zip(cols[1:], row):
-            col.button(f"{p.label} · {p.score:.3f}", key=f"pick_{name}_{p.rank}", on_click=_open_head,
-                       args=(p.layer, p.head), help=f"Open head {p.label} in the head view")
-    table = pd.DataFrame([
-        {"pattern": PATTERNS[p.pattern], "rank": p.rank, "layer_head": p.label, "score": round(p.score, 4),
-         "open": "?" + urlencode({"view": "head", "layer": p.layer + 1, "head": p.head + 1, "heads": p.head + 1,
-                                  "model": facts.name, "a": text_a, **({"b": text_b} if is_pair else {})})}
-        for p in picks])
-    st.dataframe(table, hide_index=True, column_config={"open": st.column_config.LinkColumn("link", display_text="open")})
-    every = pd.DataFrame([
-        {"pattern": name, "layer": l, "head": h, "layer_head": f"{l + 1}-{h + 1}", "score": float(scores[k, l, h])}
-        for k, name in enumerate(PATTERNS) for l in range(facts.n_layers) for h in range(facts.n_heads)])
-    st.download_button("Download every head's scores (CSV)", every.to_csv(index=False).encode(),
-                       f"head-finder-{facts.name.replace('/', '_')}.csv", "text/csv", key="finder_csv", on_click="ignore")
-    st.stop()
+attn, labels, segments = units(result, level, facts.name, text_a, text_b, rule)
+_clamp_state(facts.n_layers, facts.n_heads, len(labels))
 
 layer = int(c_layer.slider("Layer", 1, facts.n_layers, key="live_layer")) - 1
 if view == "head":
@@ -269,7 +278,7 @@ if view == "head" and is_pair:
 _write_state(facts.n_heads)
 
 stem = f"{facts.name.replace('/', '_')}-L{layer + 1}"
-level_title = LEVELS[level] + (f" (word rows: {state.live_rule})" if level == "word" else "")
+level_title = LEVELS[level] + (f" (word rows: {rule})" if level == "word" else "")
 if view == "head":
     heads = [h - 1 for h in state.live_heads]
     pair_filter = state.live_filter if is_pair else "All"
@@ -279,11 +288,11 @@ if view == "head":
     html = head_view_html(attn[layer], labels, heads, layer, segments, pair_filter, selected, title=level_title)
     show(html)
     st.caption(f"Lines below {HEAD_MIN_WEIGHT} are not drawn." + (" Word level: rows merged by "
-               f"**{state.live_rule}**, columns summed (METHODS §6)." if level == "word" else ""))
+               f"**{rule}**, columns summed (METHODS §6)." if level == "word" else ""))
     data = head_view_data(attn[layer], heads, segments, pair_filter)
     export_buttons(
         f"{stem}-heads", lambda: attention_table(data.maps, layer, heads, data.left, data.right, labels),
-        lambda: {"model": facts.name, "text_a": text_a, "text_b": text_b or None, "level": level, "rule": state.live_rule,
+        lambda: {"model": facts.name, "text_a": text_a, "text_b": text_b or None, "level": level, "rule": rule,
                  "pair_filter": pair_filter, "indices": "0-based", "layer": layer, "heads": heads,
                  "query_index": data.left, "key_index": data.right, "labels": labels,
                  "attention": np.round(data.maps.astype(np.float64), 6).tolist()},
@@ -296,7 +305,7 @@ elif view == "model":
     export_buttons(
         f"{stem}-all-heads", lambda: attention_table(attn[layer], layer, list(range(facts.n_heads)),
                                                      list(range(n_units)), list(range(n_units)), labels),
-        lambda: {"model": facts.name, "text_a": text_a, "text_b": text_b or None, "level": level, "rule": state.live_rule,
+        lambda: {"model": facts.name, "text_a": text_a, "text_b": text_b or None, "level": level, "rule": rule,
                  "indices": "0-based", "layer": layer, "labels": labels,
                  "attention": np.round(attn[layer].astype(np.float64), 6).tolist()},
         html, "live_model_export")

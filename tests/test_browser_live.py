@@ -101,17 +101,37 @@ def test_copied_url_reopens_the_same_view(streamlit_server, browser, screenshot_
         again.close()
 
 
-def test_save_png_from_the_head_view(streamlit_server, browser, tmp_path):
+def download(page, click, path):
+    """Save what a click downloads."""
+    with page.expect_download(timeout=120_000) as info:
+        click()
+    info.value.save_as(path)
+    return path
+
+
+def test_exports_png_csv_and_offline_html(streamlit_server, browser, tmp_path):
     page = open_page(browser, f"{streamlit_server}/?view=head&layer=2")
     try:
         frame = view_frame(page, "#cv")
-        with page.expect_download(timeout=60_000) as info:
-            frame.click("#png")
-        path = tmp_path / "view.png"
-        info.value.save_as(path)
-        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 2000
+        png = download(page, lambda: frame.click("#png"), tmp_path / "view.png")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
+        csv = download(page, lambda: page.get_by_role("button", name="Download attention (CSV)").click(), tmp_path / "a.csv")
+        lines = csv.read_text().splitlines()
+        assert lines[0] == "layer,head,layer_head,query_index,query,key_index,key,weight"
+        assert len(lines) == 1 + 12 * 19 * 19 and lines[1].startswith("1,0,2-1,0,[CLS],0,[CLS],")
+        html = download(page, lambda: page.get_by_role("button", name="Download figure (HTML)").click(), tmp_path / "v.html")
     finally:
         page.close()
+    offline = browser.new_page()
+    requests: list[str] = []
+    offline.route("**/*", lambda route: (requests.append(route.request.url), route.continue_()
+                                         if route.request.url.startswith(("file:", "data:", "blob:")) else route.abort()))
+    try:
+        offline.goto(html.as_uri())
+        offline.wait_for_function(f"() => ({INK})('#cv') > 200", timeout=30_000)
+        assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), requests
+    finally:
+        offline.close()
 
 
 def test_512_tokens_stay_responsive(streamlit_server, browser, screenshot_dir):
