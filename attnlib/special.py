@@ -110,12 +110,12 @@ class SpecialTokenResult:
     heads: dict[str, np.ndarray]
     uniform_entropy: float
     all_punct: bool = False
+    n_truncated: int = 0
 
     @property
     def layers(self) -> dict[str, np.ndarray]:
         """Each statistic per layer: the mean over that layer's heads."""
-        return {key: np.nanmean(v, axis=1) if np.isfinite(v).any() else np.full(v.shape[0], np.nan)
-                for key, v in self.heads.items()}
+        return {key: v.mean(axis=1) for key, v in self.heads.items()}
 
     def layer_rows(self) -> list[dict[str, float]]:
         """One dict per layer with every statistic (0-based layer order)."""
@@ -130,6 +130,7 @@ class SpecialTokenResult:
             "heads": {key: self.heads[key] for key in STAT_KEYS},
             "uniform_entropy": self.uniform_entropy,
             "punctuation": "all" if self.all_punct else ". and ,",
+            "n_truncated": self.n_truncated,
         }
 
 
@@ -149,6 +150,7 @@ class SpecialTokenStats:
     n_with_sep_rows: int = 0
     n_with_rest_rows: int = 0
     log_n_sum: float = 0.0
+    n_truncated: int = 0
 
     def __post_init__(self) -> None:
         if not self.sums:
@@ -167,6 +169,7 @@ class SpecialTokenStats:
         self.n_with_sep_rows += counted["sep_to_sep"]
         self.n_with_rest_rows += counted["rest_to_sep"]
         self.log_n_sum += float(np.log(attn.shape[-1]))
+        self.n_truncated += int(result.truncated)
 
     def merge(self, other: SpecialTokenStats) -> SpecialTokenStats:
         """The accumulator over both input sets; neither operand changes."""
@@ -179,6 +182,7 @@ class SpecialTokenStats:
             n_with_sep_rows=self.n_with_sep_rows + other.n_with_sep_rows,
             n_with_rest_rows=self.n_with_rest_rows + other.n_with_rest_rows,
             log_n_sum=self.log_n_sum + other.log_n_sum,
+            n_truncated=self.n_truncated + other.n_truncated,
         )
 
     def result(self) -> SpecialTokenResult:
@@ -189,7 +193,7 @@ class SpecialTokenStats:
         heads = {key: self.sums[key] / counts[key] if counts[key] else np.full((self.n_layers, self.n_heads), np.nan)
                  for key in STAT_KEYS}
         uniform = self.log_n_sum / self.n_inputs if self.n_inputs else float("nan")
-        return SpecialTokenResult(self.n_inputs, heads, uniform, self.all_punct)
+        return SpecialTokenResult(self.n_inputs, heads, uniform, self.all_punct, self.n_truncated)
 
 
 def heads_above(values: np.ndarray, threshold: float = 0.5) -> list[tuple[int, int, float]]:

@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -340,10 +339,10 @@ def test_gradient_importance_does_not_depend_on_batching(tiny_model):
     np.testing.assert_allclose(one.all, five.all, rtol=1e-4, atol=1e-9)
 
 
-def test_attention_gradient_matches_finite_differences(tiny_model):
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)  # the perturbation hook is BERT's attention
+def test_attention_gradient_matches_finite_differences(tiny_model_dir, tiny_model):
     """dLoss/dA from autograd against a central difference made by perturbing one layer's attention."""
-    if tiny_model.facts.model_type != "bert":
-        pytest.skip("the perturbation hook is written for BERT's attention module")
+    assert tiny_model.facts.model_type == "bert"
     import transformers.models.bert.modeling_bert as modeling
 
     mlm = copy.deepcopy(tiny_model.mlm).double()
@@ -392,3 +391,22 @@ def test_page_runs_on_a_small_corpus():
     charts = at.get("plotly_chart")
     assert len(charts) >= 5
     assert any("20 inputs" in c.value for c in at.caption)
+    at.run()  # a cache hit replays the cached run, progress bar included
+    assert not at.exception and len(at.get("plotly_chart")) == len(charts)
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_page_shows_gradient_importance_for_a_model_with_an_mlm_head(tiny_model_dir):
+    from streamlit.testing.v1 import AppTest
+
+    from ui.model_sidebar import OTHER
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.switch_page("pages/special_tokens.py").run()
+    at.selectbox(key="model_choice").set_value(OTHER).run()
+    at.text_input(key="model_custom").set_value(str(tiny_model_dir)).run()
+    at.number_input(key="special_limit").set_value(6).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("Gradient importance" in spec for spec in titles)

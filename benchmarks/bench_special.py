@@ -1,0 +1,141 @@
+"""Benchmark the special-token statistics on EWT dev: speed against the batched forward pass alone, and peak memory.
+
+Run: python benchmarks/bench_special.py [--limit N] [--repeats R]
+Targets (issue 4): all statistics add at most 25% to the forward pass; peak memory for 500 and 2001 sentences within 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attnlib.corpus import read_conllu  # noqa: E402
+from attnlib.engine import accumulate  # noqa: E402
+from attnlib.head_distances import HeadDistances  # noqa: E402
+from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
+from attnlib.special import SpecialTokenStats  # noqa: E402
+
+EWT_DEV = ROOT.parent / "shared" / "data" / "ud" / "UD_English-EWT" / "en_ewt-ud-dev.conllu"
+CONFIGS = ("forward only", "+ special-token stats", "+ special stats + JS head distances")
+
+
+class Timed:
+    """Wraps an accumulator and adds up the seconds spent in its add()."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.seconds = inner, 0.0
+
+    def add(self, result, item) -> None:
+        start = time.perf_counter()
+        self.inner.add(result, item)
+        self.seconds += time.perf_counter() - start
+
+
+def accumulators(lm, config: str) -> list:
+    """The accumulators of one configuration."""
+    f = lm.facts
+    if config == CONFIGS[0]:
+        return []
+    if config == CONFIGS[1]:
+        return [SpecialTokenStats(f.n_layers, f.n_heads)]
+    return [SpecialTokenStats(f.n_layers, f.n_heads), HeadDistances(f.n_layers, f.n_heads)]
+
+
+def finish(accs: list) -> None:
+    """Make each accumulator produce its result (the head distances flush their buffer here)."""
+    for acc in accs:
+        acc.inner.result()
+
+
+def time_configs(lm, sentences, repeats: int, batch_size: int) -> dict[str, dict[str, float]]:
+    """Wall time of each configuration (best of the repeats, run interleaved) and the time inside add()."""
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(repeats):
+        for config in CONFIGS:
+            accs = [Timed(a) for a in accumulators(lm, config)]
+            start = time.perf_counter()
+            accumulate(lm, sentences, accs, batch_size=batch_size)
+            finish_start = time.perf_counter()
+            finish(accs)
+            end = time.perf_counter()
+            in_stats = sum(a.seconds for a in accs) + (end - finish_start)
+            if config not in best or end - start < best[config]["wall"]:
+                best[config] = {"wall": end - start, "in_stats": in_stats}
+    return best
+
+
+def memory_child(limit: int, batch_size: int) -> None:
+    """Run every statistic over the first `limit` sentences and print the peak memory as JSON."""
+    lm = load_model(DEFAULT_MODEL)
+    sentences = read_conllu(EWT_DEV)[:limit]
+    accs = accumulators(lm, CONFIGS[2])
+    tracemalloc.start()
+    accumulate(lm, sentences, accs, batch_size=batch_size)
+    for acc in accs:
+        acc.result()
+    _, traced_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(json.dumps({"limit": len(sentences), "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "numpy_python_peak_mb": traced_peak / 2**20,
+                      "longest_input": max(len(s.words) for s in sentences)}))
+
+
+def measure_memory(limits: list[int], batch_size: int) -> list[dict]:
+    """Peak memory of a fresh process per corpus size."""
+    rows = []
+    for limit in limits:
+        out = subprocess.run([sys.executable, __file__, "--memory-child", str(limit), "--batch-size", str(batch_size)],
+                             capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--limit", type=int, default=None, help="sentences of EWT dev (default: all 2001)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--memory-sizes", default="500,2001")
+    parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child is not None:
+        memory_child(args.memory_child, args.batch_size)
+        return
+    if not EWT_DEV.is_file():
+        sys.exit(f"{EWT_DEV} is absent.")
+    import torch
+
+    lm = load_model(DEFAULT_MODEL)
+    sentences = read_conllu(EWT_DEV)[: args.limit]
+    print(f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
+          f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n")
+    best = time_configs(lm, sentences, args.repeats, args.batch_size)
+    base = best[CONFIGS[0]]["wall"]
+    print(f"{'configuration':40s} {'seconds':>8s} {'sent/s':>8s} {'vs forward':>11s} {'in stats':>9s} {'stats/forward':>14s}")
+    for config in CONFIGS:
+        b = best[config]
+        print(f"{config:40s} {b['wall']:8.2f} {len(sentences) / b['wall']:8.1f} {b['wall'] / base:10.3f}x "
+              f"{b['in_stats']:8.2f}s {b['in_stats'] / base:13.1%}")
+    print("\n'in stats' is the time inside the accumulators' add() and result(); 'stats/forward' divides it by the "
+          "forward-only wall time, which is robust to other load on the machine. Target: at most 25%.\n")
+    sizes = [int(s) for s in args.memory_sizes.split(",")]
+    rows = measure_memory(sizes, args.batch_size)
+    print(f"{'sentences':>9s} {'peak RSS MB':>12s} {'numpy+python peak MB':>21s} {'longest (words)':>16s}")
+    for row in rows:
+        print(f"{row['limit']:9d} {row['max_rss_mb']:12.1f} {row['numpy_python_peak_mb']:21.1f} {row['longest_input']:16d}")
+    if len(rows) == 2:
+        rss = rows[1]["max_rss_mb"] / rows[0]["max_rss_mb"] - 1
+        print(f"\npeak RSS {sizes[1]} vs {sizes[0]}: {rss:+.1%} (target: within 10%)")
+
+
+if __name__ == "__main__":
+    main()
