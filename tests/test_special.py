@@ -410,3 +410,18 @@ def test_page_shows_gradient_importance_for_a_model_with_an_mlm_head(tiny_model_
     assert not at.error, [e.value for e in at.error]
     titles = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("Gradient importance" in spec for spec in titles)
+
+
+def test_page_options_pairs_all_punctuation_no_map():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["punct"] = "all"
+    at.query_params["map"] = "0"
+    at.run()
+    at.switch_page("pages/special_tokens.py").run()
+    at.selectbox(key="special_corpus").set_value("Classroom set: sentence pairs").run()
+    at.number_input(key="special_limit").set_value(10).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("10 inputs" in c.value and "all punctuation" in c.value for c in at.caption)
+    assert any("Switch on *Head map*" in i.value for i in at.info)
