@@ -1,0 +1,140 @@
+"""Hidden Token Attribution: exact mode against plain reverse-mode autograd; the estimate converges to it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnlib.attribution import attribute, hidden_token_attribution
+from attnlib.runner import encode
+
+
+def _head_output_modules(encoder):
+    """Per layer, (module, where): the self-attention output (BERT) or the input of DistilBERT's out_lin."""
+    if hasattr(encoder, "transformer"):  # DistilBERT: heads are concatenated just before out_lin
+        return [(layer.attention.out_lin, "input") for layer in encoder.transformer.layer]
+    return [(layer.attention.self, "output") for layer in encoder.encoder.layer]
+
+
+def _self_attention_modules(encoder):
+    if hasattr(encoder, "transformer"):
+        return [layer.attention for layer in encoder.transformer.layer]
+    return [layer.attention.self for layer in encoder.encoder.layer]
+
+
+def _record(module, where, store):
+    if where == "input":
+        return module.register_forward_pre_hook(lambda _m, args: store.append(args[0]))
+    return module.register_forward_hook(lambda _m, _a, out: store.append(out[0]))
+
+
+def _batch(lm, enc):
+    batch = {"input_ids": torch.tensor([enc.input_ids]), "attention_mask": torch.ones(1, enc.n, dtype=torch.long)}
+    if enc.token_type_ids is not None:
+        batch["token_type_ids"] = torch.tensor([enc.token_type_ids])
+    return batch
+
+
+def _normalised_norms(grads: np.ndarray) -> np.ndarray:
+    """grads [j, head_dim, i, hidden] of one head -> ||d o_j / d e_i||_F / sum over i, as [j, i]."""
+    norms = np.sqrt((grads.astype(np.float64) ** 2).sum(axis=(1, 3)))
+    return norms / norms.sum(-1, keepdims=True)
+
+
+def reverse_mode_reference(lm, enc, heads):
+    """Plain reverse mode, one backward pass per output coordinate o(l,h)_j[c], for the given (layer, head) pairs.
+
+    Returns (input, previous), each [len(heads), query j, input token i].
+    """
+    encoder = lm.encoder
+    d = lm.facts.head_dim
+    batch = _batch(lm, enc)
+    # Input contribution: the embedding output becomes a leaf, and the whole model runs on it.
+    e0 = {}
+
+    def swap_embeddings(_m, _a, out):
+        e0["x"] = out.detach().requires_grad_(True)
+        return e0["x"]
+
+    outputs = []
+    hooks = [encoder.embeddings.register_forward_hook(swap_embeddings)]
+    hooks += [_record(m, where, outputs) for m, where in _head_output_modules(encoder)]
+    encoder(**batch)
+    for h in hooks:
+        h.remove()
+    # Previous-layer contribution: each self-attention module's input becomes a leaf of its own.
+    leaves, outputs_prev = [], []
+
+    def make_leaf(_m, args, kwargs):
+        hidden_states = args[0] if args else kwargs["hidden_states"]
+        leaf = hidden_states.detach().requires_grad_(True)
+        leaves.append(leaf)
+        if args:
+            return (leaf, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": leaf}
+
+    hooks = [m.register_forward_pre_hook(make_leaf, with_kwargs=True) for m in _self_attention_modules(encoder)]
+    hooks += [_record(m, where, outputs_prev) for m, where in _head_output_modules(encoder)]
+    encoder(**batch)
+    for h in hooks:
+        h.remove()
+
+    def contributions(outs, wrt):
+        result = []
+        for layer, head in heads:
+            grads = np.zeros((enc.n, d, enc.n, lm.facts.hidden_size), np.float32)
+            for j in range(enc.n):
+                for c in range(d):
+                    g, = torch.autograd.grad(outs[layer][0, j, head * d + c], wrt(layer), retain_graph=True)
+                    grads[j, c] = g[0].numpy()
+            result.append(_normalised_norms(grads))
+        return np.stack(result)
+
+    return contributions(outputs, lambda _l: e0["x"]), contributions(outputs_prev, lambda l: leaves[l])
+
+
+def test_exact_equals_reverse_mode_on_tiny_models(tiny_model):
+    enc = encode(tiny_model, "The cat sat on the mat.", "It was warm.")
+    exact = hidden_token_attribution(tiny_model, enc, mode="exact", chunk_size=37)
+    f = tiny_model.facts
+    heads = [(layer, head) for layer in range(f.n_layers) for head in range(f.n_heads)]
+    ref_in, ref_prev = reverse_mode_reference(tiny_model, enc, heads)
+    ref_in = ref_in.reshape(exact.input.shape)
+    ref_prev = ref_prev.reshape(exact.input.shape)
+    assert exact.input.shape == (f.n_layers, f.n_heads, enc.n, enc.n)
+    assert exact.previous.shape == exact.input.shape
+    np.testing.assert_allclose(exact.input, ref_in, atol=1e-5)
+    np.testing.assert_allclose(exact.previous, ref_prev, atol=1e-5)
+    np.testing.assert_allclose(exact.input.sum(-1), 1.0, atol=1e-5)
+
+
+def test_exact_equals_reverse_mode_on_packaged_model(minilm):
+    enc = encode(minilm, "Birds sing.")
+    exact = hidden_token_attribution(minilm, enc, mode="exact")
+    heads = [(0, 0), (2, 7), (5, 11)]  # a sample of heads keeps the reverse loop short
+    ref_in, ref_prev = reverse_mode_reference(minilm, enc, heads)
+    layers, head_ids = zip(*heads)
+    np.testing.assert_allclose(exact.input[list(layers), list(head_ids)], ref_in, atol=1e-5)
+    np.testing.assert_allclose(exact.previous[list(layers), list(head_ids)], ref_prev, atol=1e-5)
+
+
+def test_estimate_converges_to_exact(tiny_model):
+    enc = encode(tiny_model, "A small dog barked at the postman.")
+    exact = hidden_token_attribution(tiny_model, enc, mode="exact")
+    errors = []
+    for k in (2, 32, 512):
+        est = hidden_token_attribution(tiny_model, enc, mode="estimate", probes=k)
+        errors.append(max(np.abs(est.input - exact.input).mean(), np.abs(est.previous - exact.previous).mean()))
+    assert errors[0] > errors[1] > errors[2]
+    assert errors[2] < errors[0] / 5
+    assert errors[2] < 0.01
+
+
+def test_estimate_repeats_with_its_seed(tiny_model):
+    a = attribute(tiny_model, "The keys are under the cushion.", mode="estimate", probes=4)
+    b = attribute(tiny_model, "The keys are under the cushion.", mode="estimate", probes=4)
+    c = attribute(tiny_model, "The keys are under the cushion.", mode="estimate", probes=4, seed=1)
+    np.testing.assert_array_equal(a.input, b.input)
+    assert not np.array_equal(a.input, c.input)
+    assert a.probes == 4 and a.mode == "estimate"
