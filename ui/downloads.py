@@ -16,15 +16,15 @@ def figure_html(fig: go.Figure) -> str:
 
 def download_table(df: pd.DataFrame, name: str, key: str) -> None:
     """CSV download of a table."""
-    st.download_button("Download CSV", df.to_csv(index=False).encode(), f"{name}.csv", "text/csv", key=key)
+    st.download_button("Download CSV", lambda: df.to_csv(index=False).encode(), f"{name}.csv", "text/csv", key=key)
 
 
 def download_json(obj: dict, name: str, key: str) -> None:
     """JSON download of a result."""
-    st.download_button("Download JSON", json.dumps(obj).encode(), f"{name}.json", "application/json", key=key)
+    st.download_button("Download JSON", lambda: json.dumps(obj).encode(), f"{name}.json", "application/json", key=key)
 
 
 def download_figure(fig: go.Figure, name: str, key: str) -> None:
-    """HTML download of a figure; PNG comes from the camera icon of the figure's toolbar."""
-    st.download_button("Download figure (HTML)", figure_html(fig).encode(), f"{name}.html", "text/html", key=key,
+    """HTML download of a figure, built only on click; PNG comes from the camera icon of the figure's toolbar."""
+    st.download_button("Download figure (HTML)", lambda: figure_html(fig).encode(), f"{name}.html", "text/html", key=key,
                        help="A standalone page that opens offline. For a PNG, use the camera icon above the figure.")
