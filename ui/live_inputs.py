@@ -28,7 +28,8 @@ def text_inputs() -> tuple[str, str]:
     return state.text_a, state.text_b
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+# Small: a 512-token result holds about 85 MB of attention, queries and keys, and the cache is shared by every visitor.
+@st.cache_data(max_entries=4, show_spinner=False)
 def cached_run(model_name: str, text_a: str, text_b: str) -> RunResult:
     """Run the model on a sentence or pair once per (model, text)."""
     lm = cached_model(model_name, local_models_allowed())

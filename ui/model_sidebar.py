@@ -1,30 +1,65 @@
-"""The model chooser in the sidebar: bundled default, common ids, or any id/folder; failures keep the previous model."""
+"""The model chooser in the sidebar: bundled default, common ids, or any id/folder; failures keep the previous model.
+
+Public deployments restrict it with ATTNLIB_ALLOWED_MODELS / ATTNLIB_ALLOW_LOCAL_MODELS=0, or the secrets
+`allowed_models` / `allow_local_models = false` in .streamlit/secrets.toml (an environment variable wins)."""
 
 from __future__ import annotations
 
 import os
 
 import streamlit as st
+from streamlit.logger import get_logger
 
-from attnlib.model import COMMON_MODELS, DEFAULT_MODEL, LoadedModel, ModelLoadError, load_model
+from attnlib.model import (ALLOW_LOCAL_ENV, ALLOWED_MODELS_ENV, COMMON_MODELS, DEFAULT_MODEL, LoadedModel,
+                           ModelLoadError, check_allowed, load_model, parse_model_list)
 
 OTHER = "Other (Hub id or local folder)…"
+LOAD_LOG_LINE = "attnlib: loading model"  # logged once per model and server process (the load test counts it)
+_log = get_logger(__name__)
+
+
+def _setting(env_name: str, secret_key: str):
+    """A deployment setting: the environment variable when set, else the secret, else None."""
+    value = os.environ.get(env_name, "").strip()
+    if value:
+        return value
+    try:
+        return st.secrets.get(secret_key) if st.secrets.load_if_toml_exists() else None
+    except Exception:  # noqa: BLE001 - an unreadable secrets file means "not set"; Streamlit logs why
+        return None
 
 
 def local_models_allowed() -> bool:
-    """Public deployments switch local folders off with ATTNLIB_ALLOW_LOCAL_MODELS=0."""
-    return os.environ.get("ATTNLIB_ALLOW_LOCAL_MODELS", "1") != "0"
+    """Public deployments switch local folders off (ATTNLIB_ALLOW_LOCAL_MODELS=0 or secret allow_local_models = false)."""
+    value = _setting(ALLOW_LOCAL_ENV, "allow_local_models")
+    if value is None or isinstance(value, bool):
+        return value is not False
+    return str(value).strip().lower() not in ("0", "false", "no", "off")
+
+
+def allowed_models() -> tuple[str, ...] | None:
+    """The allow-list of model ids (ATTNLIB_ALLOWED_MODELS or secret allowed_models), None when any id may load."""
+    return parse_model_list(_setting(ALLOWED_MODELS_ENV, "allowed_models"))
 
 
 @st.cache_resource(max_entries=3, show_spinner=False)
 def cached_model(name: str, allow_local: bool) -> LoadedModel:
     """Load a model once per process; every session shares it."""
-    return load_model(name, allow_local=allow_local)
+    _log.info("%s %s", LOAD_LOG_LINE, name)
+    return load_model(name, allow_local=allow_local, allowed=allowed_models())
+
+
+def model_options(allowed: tuple[str, ...] | None) -> list[str]:
+    """The chooser's entries: the allow-list (bundled default first), or the common ids and a free field."""
+    if allowed is None:
+        return COMMON_MODELS + [OTHER]
+    return list(dict.fromkeys([DEFAULT_MODEL, *allowed]))
 
 
 def _try_load(name: str) -> tuple[LoadedModel | None, str | None]:
     """Load a model, or return the reason it failed."""
     try:
+        check_allowed(name, allowed_models())  # checked on every call: the cache may hold a model loaded earlier
         with st.spinner(f"Loading {name}…"):
             return cached_model(name, local_models_allowed()), None
     except ModelLoadError as exc:
@@ -44,13 +79,17 @@ def _requested_name() -> str:
 def model_sidebar() -> LoadedModel:
     """Draw the model chooser and return the model in use (the previous one if the new one fails)."""
     state = st.session_state
+    options = model_options(allowed_models())
     if "model_name" not in state:
         state.model_name = st.query_params.get("model", DEFAULT_MODEL)
-        state.model_choice = state.model_name if state.model_name in COMMON_MODELS else OTHER
-        state.model_custom = "" if state.model_name in COMMON_MODELS else state.model_name
+        state.model_choice = state.model_name if state.model_name in options else OTHER
+        state.model_custom = "" if state.model_name in options else state.model_name
+    if state.model_choice not in options:  # a link to a model that this server's allow-list leaves out
+        st.sidebar.error(f"'{state.model_name}' is not one of the models this server allows.\n\nUsing **{DEFAULT_MODEL}**.")
+        state.model_choice = state.model_name = DEFAULT_MODEL
     with st.sidebar:
         st.subheader("Model")
-        st.selectbox("Model", COMMON_MODELS + [OTHER], key="model_choice", label_visibility="collapsed",
+        st.selectbox("Model", options, key="model_choice", label_visibility="collapsed",
                      help="all-MiniLM-L6-v2 ships with the app and works offline; the others download from the Hub.")
         if state.model_choice == OTHER:
             st.text_input("Hub id or local folder", key="model_custom", placeholder="e.g. bert-base-uncased")
