@@ -28,6 +28,19 @@ RULE_NAMES = {"mean": "mean of its pieces' rows (the paper)", "first": "row of i
 BERT_BASE = {"bert-base-uncased", "google-bert/bert-base-uncased"}
 DEFAULT_TEXT = "The gardener watered the tomatoes every morning.\nMaria's brother plays the trumpet in a jazz band."
 MAX_EXAMPLES = 500
+HOW = """
+- **Words.** Each word of the tree is tokenized on its own. The attention *to* a word is the sum of its pieces'
+  columns; the attention *from* a word merges its pieces' rows (the mean, as in the paper, or the first piece, or the
+  maximum renormalised). [CLS] and [SEP] stay as their own rows and columns, then are left out, with the diagonal.
+- **Predictions.** *dep->head*: each word predicts the word it attends to most. *head<-dep*: each word predicts the word
+  that attends most to it. Ties go to the leftmost word; the root can never be predicted.
+- **Accuracy** of a relation: correct dependents with that label / all its dependents, pooled over the corpus. The row
+  *all* pools every word, root and punctuation included. Relations are listed by frequency, without root and punct.
+- **Best head**: the best (layer, head, direction); ties go to the lower layer, then head, then dep->head.
+- **Baseline**: a fixed offset, head = word position + k for k in -3..+3 (not 0), the best k per relation (ties to the
+  most negative k). Margin = head accuracy - baseline accuracy, in points.
+- Sentences longer than the model takes are skipped and counted, never cut.
+"""
 
 
 def _init_state() -> None:
@@ -38,7 +51,7 @@ def _init_state() -> None:
     state.deps_source = params.get("src", "gold" if UD_DIR.is_dir() else "silver")
     if state.deps_source not in SOURCES:
         state.deps_source = "gold"
-    state.deps_min_count = int(params.get("min", 100)) if str(params.get("min", "100")).isdigit() else 100
+    state.deps_min_count = max(1, int(params["min"])) if str(params.get("min", "")).isdigit() else 100
     state.deps_rule = params.get("rule", "mean") if params.get("rule", "mean") in ROW_RULES else "mean"
     state.deps_split = params.get("split", "same") if params.get("split", "same") in SPLITS else "same"
     if "rel" in params:
@@ -208,8 +221,10 @@ def _example_viewer(lm, sentences: list[Sentence], counts: DependencyCounts, tab
 
 st.title("Dependency heads")
 st.caption("Which single attention head finds which syntactic relation, against the best fixed-offset baseline "
-           "(Clark et al. 2019, section 4 and Table 1; definitions in METHODS §6-7). Layers and heads are numbered "
-           "from 1 (layer-head, as in the paper); the command line and JSON count from 0.")
+           "(Clark et al. 2019, section 4 and Table 1). Layers and heads are numbered from 1 (layer-head, as in the "
+           "paper); the command line and JSON count from 0.")
+with st.expander("How the numbers are computed"):
+    st.markdown(HOW)
 _init_state()
 lm = current_model()
 st.sidebar.radio("Trees", list(SOURCES), key="deps_source", format_func=SOURCES.get)
@@ -277,5 +292,7 @@ if corpus is not None:
     grid = counts.accuracy_grid(relation, half=1 if held_out else None)
     heatmap = head_accuracy_heatmaps(grid, relation, (row.layer, row.head, DIRECTIONS.index(row.direction)))
     st.plotly_chart(heatmap, key="deps_heatmap")
+    if held_out:
+        st.caption("Accuracies on half B; the red square marks the head chosen on half A.")
     download_figure(heatmap, f"dependency_heads_{relation.replace(':', '_')}", key="deps_heatmap_download")
     _example_viewer(lm, sentences, counts, table, relation, rule)

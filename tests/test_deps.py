@@ -192,6 +192,16 @@ def test_word_without_pieces_is_never_right():
     assert counts.accuracy_grid("dep")[0, 0].tolist() == [0.0, 0.0]
 
 
+def test_real_tokenizer_word_without_pieces(minilm):
+    from attnlib.runner import run
+
+    words = ["a", "\u200b", "b"]  # BERT's tokenizer gives the zero-width space no piece
+    result = run(minilm, words, capture_qk=False)
+    assert result.words == ["a", "b"]
+    word_map, present = sentence_word_map(result, words)
+    assert word_map.shape[-1] == 5 and present.tolist() == [True, False, True]
+
+
 def test_tiny_models_word_maps_and_skips(tiny_model):
     from attnlib.runner import run
 
@@ -323,6 +333,8 @@ def test_page_gold_table_heatmap_and_example(minilm):
     assert frame["relation"].tolist() == [r.relation for r in expected.rows]
     assert frame["best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in expected.rows]
     np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
+    paper = at.dataframe[1].value  # the reference table, in an expander for models other than bert-base-uncased
+    assert {"obj", "nmod:poss"} <= set(paper["closest UD label"]) and paper["relation (paper)"].iloc[0] == "all"
     assert len(at.get("plotly_chart")) == 3  # heatmap, arc diagram, the example's attention
     assert any("found" in str(c.proto) for c in at.get("plotly_chart"))
     at.radio(key="deps_split").set_value("halves").run()
