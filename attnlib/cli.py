@@ -15,8 +15,9 @@ from . import commands
 from .corpus import CorpusError
 from .model import DEFAULT_MODEL, ModelLoadError
 from .runner import InputError
+from .scale import ScaleError
 
-USER_ERRORS = (CorpusError, ModelLoadError, InputError, FileNotFoundError)
+USER_ERRORS = (CorpusError, ModelLoadError, InputError, FileNotFoundError, ScaleError)
 
 
 def add_model_option(parser: argparse.ArgumentParser) -> None:

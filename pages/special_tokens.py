@@ -12,6 +12,7 @@ from attnlib.engine import accumulate
 from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
 from attnlib.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD, HeadDistances, HeadMap, head_map
 from attnlib.runner import InputError
+from attnlib.scale import special_from_json
 from attnlib.special import STAT_KEYS, SpecialTokenResult, SpecialTokenStats, heads_above
 from figures.special_tokens import (
     entropy_figure,
@@ -24,6 +25,7 @@ from figures.special_tokens import (
 from ui.corpus_picker import corpus_picker
 from ui.downloads import download_figure, download_json, download_table
 from ui.model_sidebar import cached_model, current_model, local_models_allowed
+from ui.result_file import loaded_result
 
 KEY = "special"
 PUNCT_OPTIONS = {"clark": '"." and "," (Clark et al.)', "all": "all punctuation"}
@@ -108,7 +110,8 @@ st.caption("Where attention goes over a whole corpus, after section 3 of Clark e
            "`python -m attnlib special` count from 0.")
 
 lm = current_model()
-choice = corpus_picker(KEY)
+loaded = loaded_result(KEY, "special", lambda record: special_from_json(record.result))
+choice = corpus_picker(KEY) if loaded is None else None
 _option_state()
 with st.sidebar:
     st.subheader("Options")
@@ -119,24 +122,32 @@ with st.sidebar:
         st.checkbox("Gradient importance (a second, slower pass)", key=f"{KEY}_grad")
     else:
         st.caption("Gradient importance needs a model with a trained masked-LM head.")
+    if loaded is not None:
+        st.caption("These options apply when computing; the loaded file's own are named above.")
 state = st.session_state
 st.query_params.update(punct=state[f"{KEY}_punct"], map=str(int(state[f"{KEY}_map"])), grad=str(int(bool(state.get(f"{KEY}_grad")))))
-if choice is None:
+if loaded is not None:
+    record, (special, hm) = loaded
+    gradients, corpus_label, model_name = None, record.corpus.get("name", "?"), record.model
+    if grad_reason is None:
+        grad_reason = "result files hold no gradient importance; compute on the page to see it."
+elif choice is None:
     st.stop()
+else:
+    want_gradients = bool(state.get(f"{KEY}_grad")) and grad_reason is None
+    try:
+        special, hm, gradients = compute(lm.facts.name, choice.fingerprint, state[f"{KEY}_punct"] == "all",
+                                         state[f"{KEY}_map"], want_gradients, _inputs=choice.inputs)
+    except (CorpusError, InputError, ValueError) as exc:
+        st.error(f"The corpus could not be analysed: {exc}")
+        st.stop()
+    corpus_label, model_name = choice.label, lm.facts.name
 
-all_punct = state[f"{KEY}_punct"] == "all"
-want_gradients = bool(state.get(f"{KEY}_grad")) and grad_reason is None
-try:
-    special, hm, gradients = compute(lm.facts.name, choice.fingerprint, all_punct, state[f"{KEY}_map"], want_gradients,
-                      _inputs=choice.inputs)
-except (CorpusError, InputError, ValueError) as exc:
-    st.error(f"The corpus could not be analysed: {exc}")
-    st.stop()
-
-st.caption(f"{special.n_inputs} inputs from {choice.label}; {lm.facts.name}. "
-           f"Punctuation: {PUNCT_OPTIONS[state[f'{KEY}_punct']]}.")
+st.caption(f"{special.n_inputs} inputs from {corpus_label}; {model_name}. "
+           f"Punctuation: {PUNCT_OPTIONS['all' if special.all_punct else 'clark']}.")
 if special.n_truncated:
-    st.warning(f"{special.n_truncated} inputs were longer than {lm.facts.max_length} tokens and were truncated.")
+    longest = "the model's maximum length" if loaded is not None else f"{lm.facts.max_length} tokens"
+    st.warning(f"{special.n_truncated} inputs were longer than {longest} and were truncated.")
 
 tabs = st.tabs(["Shares", "[SEP] as no-op", "Offset heads", "Entropy", "Head map", "Gradient importance", "Tables"])
 
@@ -185,7 +196,9 @@ with tabs[3]:
     _figure(entropy_figure(special.heads["entropy"], special.heads["cls_entropy"], special.uniform_entropy), "entropy")
 
 with tabs[4]:
-    if hm is None:
+    if hm is None and loaded is not None:
+        st.info("This result file has no head map: run the command with --head-map to include it.")
+    elif hm is None:
         st.info("Switch on *Head map* in the sidebar to compute the Jensen-Shannon distances between all heads.")
     else:
         st.markdown("Each head is a point; heads that attend alike are close. The distance between two heads is the "
@@ -224,7 +237,7 @@ with tabs[6]:
     per_head = _per_head_table(special, hm)
     st.dataframe(per_head.round(4), hide_index=True)
     download_table(per_head, "special_tokens_per_head", key=f"{KEY}_heads_csv")
-    everything = {"model": lm.facts.name, "corpus": choice.label, **special.to_json()}
+    everything = {"model": model_name, "corpus": corpus_label, **special.to_json()}
     if hm is not None:
         everything["head_map"] = hm.to_json()
     if gradients is not None:

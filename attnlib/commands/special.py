@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from ..corpus import read_corpus
-from ..engine import accumulate
 from ..head_distances import HeadDistances, head_map
-from ..model import load_model
+from ..model import LoadedModel
+from ..scale import add_scale_options, run_corpus, save_result
 from ..special import SpecialTokenStats
 
 
@@ -22,21 +23,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..cli import add_model_option
 
     add_model_option(p)
+    add_scale_options(p)
     p.set_defaults(handler=handle)
+
+
+def special_accumulators(lm: LoadedModel, all_punct: bool, with_map: bool) -> list:
+    """Empty accumulators: the special-token statistics, and the head distances when the map is wanted."""
+    f = lm.facts
+    stats = SpecialTokenStats(f.n_layers, f.n_heads, all_punct=all_punct)
+    return [stats, HeadDistances(f.n_layers, f.n_heads)] if with_map else [stats]
 
 
 def handle(args: argparse.Namespace) -> dict:
     """n_inputs, layers (one object per layer), heads ([layer][head] per key), uniform_entropy; 0-based."""
     inputs = read_corpus(args.corpus, args.limit)
-    lm = load_model(args.model, device=args.device)
-    stats = SpecialTokenStats(lm.facts.n_layers, lm.facts.n_heads, all_punct=args.all_punct)
-    accumulators = [stats]
-    distances = HeadDistances(lm.facts.n_layers, lm.facts.n_heads) if args.head_map else None
-    if distances is not None:
-        accumulators.append(distances)
-    accumulate(lm, inputs, accumulators, batch_size=args.batch_size)
+    run = run_corpus(args, partial(special_accumulators, all_punct=args.all_punct, with_map=args.head_map), inputs)
+    stats, *distances = run.accumulators
     result = stats.result()
-    out = {"model": lm.facts.name, **result.to_json()}
-    if distances is not None:
-        out["head_map"] = head_map(distances.result(), result).to_json()
+    out = {"model": run.facts.name, **result.to_json()}
+    if distances:
+        out["head_map"] = head_map(distances[0].result(), result).to_json()
+    save_result(args, args.corpus, len(inputs), run, out)
     return out

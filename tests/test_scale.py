@@ -1,0 +1,300 @@
+"""Scale-out: shards of whole batches equal the local engine, Ray equals local, result files round-trip, pages load them."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import numpy as np
+import pytest
+import torch
+
+from attnlib import cli, runner
+from attnlib.corpus import read_conllu
+from attnlib.deps import DependencyCounts
+from attnlib.engine import accumulate
+from attnlib.head_distances import HeadDistances
+from attnlib.scale import (
+    ResultFileError,
+    ScaleError,
+    dependency_counts_from_json,
+    dependency_counts_to_json,
+    engine_fill,
+    fill_shard,
+    json_ready,
+    make_result_file,
+    merge_all,
+    plan_batches,
+    ray_runtime_env,
+    read_result_file,
+    run_accumulators,
+    shard_batches,
+    special_from_json,
+    write_result_file,
+)
+from attnlib.special import STAT_KEYS, SpecialTokenStats
+from conftest import EWT_DEV, ROOT, requires_ud
+
+requires_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                  reason="Ray is not installed (pip install -r requirements-scale.txt)")
+N_SENTENCES = 40
+BATCH = 8  # 5 batches over 40 sentences, so shards hold several batches
+
+
+def _all_accumulators():
+    def all_accumulators(lm) -> list:
+        """Special-token statistics, head distances and dependency counts: the statistics of `special` and `deps`."""
+        f = lm.facts
+        return [SpecialTokenStats(f.n_layers, f.n_heads), HeadDistances(f.n_layers, f.n_heads),
+                DependencyCounts(f.n_layers, f.n_heads)]
+
+    return all_accumulators
+
+
+all_accumulators = _all_accumulators()  # a local function: Ray workers get it by value (this module is not on their path)
+
+
+def assert_same_statistics(local: list, other: list) -> None:
+    """Special statistics to 1e-9, JS distances to 1e-9 relative, dependency counts and table identical."""
+    a, b = local[0].result(), other[0].result()
+    assert a.n_inputs == b.n_inputs == N_SENTENCES
+    for key in STAT_KEYS:
+        np.testing.assert_allclose(b.heads[key], a.heads[key], rtol=0, atol=1e-9, err_msg=key)
+    assert b.uniform_entropy == pytest.approx(a.uniform_entropy, abs=1e-9)
+    np.testing.assert_allclose(other[1].result(), local[1].result(), rtol=1e-9, atol=1e-9)
+    for name in ("totals", "head_hits", "offset_hits", "n_sentences", "n_words"):
+        la, lb = local[2], other[2]
+        order = [lb.relations.index(r) for r in la.relations]  # labels may be met in another order
+        got = getattr(lb, name)[:, order] if name in ("totals", "head_hits", "offset_hits") else getattr(lb, name)
+        np.testing.assert_array_equal(got, getattr(la, name), err_msg=name)
+    assert other[2].table(min_count=1).as_json() == local[2].table(min_count=1).as_json()
+
+
+@pytest.fixture(scope="module")
+def sentences():
+    return read_conllu(EWT_DEV)[:N_SENTENCES]
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run torch with n threads, as each Ray worker does with one CPU (CPU kernels may round by thread count)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def local_result(minilm, sentences):
+    """The local engine's accumulators, with one torch thread like the Ray workers below."""
+    accumulators = all_accumulators(minilm)
+    with torch_threads(1):
+        accumulate(minilm, sentences, accumulators, batch_size=BATCH)
+    return accumulators
+
+
+# --- shards of whole batches, without Ray ---------------------------------------------------------------------------
+
+@requires_ud
+def test_plan_is_the_batches_run_batches_forms(minilm, sentences, monkeypatch):
+    seen = []
+
+    def recording(lm, encoded, *args, **kwargs):  # records each batch instead of running it
+        seen.append([tuple(e.input_ids) for e in encoded])
+        return [None] * len(encoded)
+
+    monkeypatch.setattr(runner, "run_encoded", recording)
+    list(runner.run_batches(minilm, [(s.text_a, None) for s in sentences], batch_size=BATCH))
+    monkeypatch.undo()
+    ids = [tuple(runner.encode(minilm, s.text_a).input_ids) for s in sentences]
+    plan = plan_batches(minilm, sentences, BATCH)
+    assert [[ids[i] for i in batch] for batch in plan] == seen
+    assert sorted(i for batch in plan for i in batch) == list(range(N_SENTENCES))
+
+
+def test_shards_deal_batches_round_robin():
+    batches = [[i] for i in range(5)]
+    assert shard_batches(batches, 2) == [[[0], [2], [4]], [[1], [3]]]
+    assert shard_batches(batches, 9) == [[[i]] for i in range(5)]  # never an empty shard
+
+
+@requires_ud
+def test_shards_merged_equal_the_local_engine(minilm, sentences, local_result):
+    shards = shard_batches(plan_batches(minilm, sentences, BATCH), 3)
+    with torch_threads(1):
+        parts = [fill_shard(minilm, all_accumulators, engine_fill, [[sentences[i] for i in b] for b in shard], BATCH)
+                 for shard in shards]
+    assert_same_statistics(local_result, merge_all(parts))
+
+
+# --- Ray ------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """A local Ray with two CPUs for this test session."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
+    yield ray
+    ray.shutdown()
+
+
+@requires_ray
+@requires_ud
+def test_ray_equals_local_for_special_and_deps(local_ray, sentences, local_result):
+    run = run_accumulators("all-MiniLM-L6-v2", sentences, all_accumulators, engine="ray", workers=2, batch_size=BATCH)
+    assert run.engine == "ray" and run.ray.n_shards == 4 and run.ray.threads == [1, 1, 1, 1]
+    assert_same_statistics(local_result, run.accumulators)
+
+
+@requires_ray
+@requires_ud
+def test_special_command_on_ray_equals_local_and_writes_the_result_file(local_ray, capsys, tmp_path):
+    common = ["special", "--corpus", str(EWT_DEV), "--limit", str(N_SENTENCES), "--batch-size", str(BATCH), "--json"]
+    with torch_threads(1):
+        assert cli.main(common) == 0
+    local = json.loads(capsys.readouterr().out)
+    out = tmp_path / "special.json"
+    assert cli.main(common + ["--engine", "ray", "--workers", "2", "--out", str(out)]) == 0
+    on_ray = json.loads(capsys.readouterr().out)
+    for key in STAT_KEYS:
+        np.testing.assert_allclose(on_ray["heads"][key], local["heads"][key], rtol=0, atol=1e-9, err_msg=key)
+    record = read_result_file(out.read_bytes(), "special")
+    assert record.run["engine"] == "ray" and record.run["workers"] == 2
+    assert record.result == json_ready(on_ray)
+
+
+@requires_ray
+def test_ray_refuses_more_workers_than_cpus(local_ray, capsys):
+    assert cli.main(["special", "--corpus", str(ROOT / "data" / "classroom_single.txt"), "--limit", "2",
+                     "--engine", "ray", "--workers", "3", "--json"]) == 2
+    assert "needs 3 CPUs; the Ray cluster has 2" in capsys.readouterr().err
+
+
+# --- devices --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_cuda_without_a_gpu_is_a_clear_error(capsys, engine):
+    if engine == "ray" and importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed")
+    argv = ["special", "--corpus", str(ROOT / "data" / "classroom_single.txt"), "--limit", "2", "--device", "cuda",
+            "--engine", engine, "--json"]
+    if engine == "ray":
+        argv += ["--workers", "1"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device cuda") and ("CUDA is not available" in err or "needs 1 GPUs" in err)
+
+
+# --- result files ---------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def special_file(tmp_path_factory):
+    """A result file of `special` with the head map, written by the command line."""
+    path = tmp_path_factory.mktemp("results") / "special.json"
+    assert cli.main(["special", "--corpus", str(ROOT / "data" / "classroom_single.txt"), "--limit", "6",
+                     "--head-map", "--out", str(path), "--json"]) == 0
+    return path
+
+
+def test_out_file_round_trip(special_file, capsys):
+    capsys.readouterr()
+    record = read_result_file(special_file.read_bytes(), "special")
+    assert record.command == "special" and record.model == "all-MiniLM-L6-v2"
+    assert record.corpus["name"] == "classroom_single.txt" and record.corpus["n_inputs"] == 6
+    assert record.options == {"all_punct": False, "batch_size": 32, "head_map": True, "limit": 6}
+    assert record.run == {"engine": "local", "device": "cpu", "workers": 1, "seconds": record.run["seconds"]}
+    from attnlib import __version__
+
+    assert record.library_version == __version__
+    assert "computed by `python -m attnlib special` on classroom_single.txt (6 inputs) with all-MiniLM-L6-v2" \
+        in record.provenance()
+    special, hm = special_from_json(record.result)
+    assert special.n_inputs == 6 and special.heads["cls"].shape == (6, 12)
+    assert json_ready(special.to_json()) == {k: v for k, v in record.result.items() if k not in ("model", "head_map")}
+    assert hm.coords.shape == (72, 2) and hm.divergence.shape == (72, 72) and set(hm.labels) <= {
+        "next", "prev", "broad", "[CLS]", "[SEP]", "punctuation", "other"}
+
+
+def test_result_file_is_checked(special_file, tmp_path):
+    data = special_file.read_bytes()
+    with pytest.raises(ResultFileError, match="holds the result of `special`; this page shows `deps`"):
+        read_result_file(data, "deps")
+    with pytest.raises(ResultFileError, match="not a JSON file"):
+        read_result_file(b"\x80\x04pickle")
+    with pytest.raises(ResultFileError, match="not a result file"):
+        read_result_file(b'{"heads": {}}')
+    with pytest.raises(ResultFileError, match="at most"):
+        read_result_file(data, "special", max_bytes=100)
+    broken = json.loads(data)
+    broken["result"]["heads"]["cls"] = [[0.1, 0.2]]
+    with pytest.raises(ResultFileError, match="different shapes"):
+        special_from_json(read_result_file(json.dumps(broken), "special").result)
+    del broken["model"]
+    with pytest.raises(ResultFileError, match="'model'"):
+        read_result_file(json.dumps(broken))
+
+
+def test_nan_is_written_as_null_and_read_back(tmp_path, special_file):
+    record = read_result_file(special_file.read_bytes(), "special")
+    record.result["heads"]["sep_to_sep"][0][0] = float("nan")
+    path = tmp_path / "nan.json"
+    write_result_file(path, record)
+    assert "NaN" not in path.read_text() and json.loads(path.read_text())["result"]["heads"]["sep_to_sep"][0][0] is None
+    special, _ = special_from_json(read_result_file(path.read_bytes(), "special").result)
+    assert np.isnan(special.heads["sep_to_sep"][0, 0]) and not np.isnan(special.heads["sep_to_sep"][0, 1])
+
+
+@requires_ud
+def test_dependency_counts_round_trip(local_result, tmp_path):
+    counts = local_result[2]
+    record = make_result_file("deps", "all-MiniLM-L6-v2", str(EWT_DEV), N_SENTENCES, {}, {"rows": []},
+                              state=dependency_counts_to_json(counts))
+    path = tmp_path / "deps.json"
+    write_result_file(path, record)
+    back = dependency_counts_from_json(read_result_file(path.read_bytes(), "deps").state)
+    assert back.relations == counts.relations
+    for name in ("totals", "head_hits", "offset_hits", "n_sentences", "n_words"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(counts, name))
+    assert back.table(min_count=1, held_out=True) == counts.table(min_count=1, held_out=True)
+    state = json.loads(path.read_text())["state"]
+    state["head_hits"] = state["head_hits"][:1]
+    with pytest.raises(ResultFileError, match="head_hits"):
+        dependency_counts_from_json(state)
+
+
+# --- the pages load result files ------------------------------------------------------------------------------------
+
+def _special_page():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.session_state["special_limit"] = 2  # the page computes once before the file is chosen
+    at.switch_page("pages/special_tokens.py").run()
+    return at
+
+
+def test_special_page_loads_a_result_file(special_file):
+    at = _special_page()
+    at.file_uploader(key="special_result_file").set_value(("special.json", special_file.read_bytes(),
+                                                           "application/json")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert any("computed by `python -m attnlib special` on classroom_single.txt (6 inputs) with all-MiniLM-L6-v2"
+               in i.value and "head_map=True" in i.value for i in at.info)
+    assert any("6 inputs from classroom_single.txt" in c.value for c in at.caption)
+    assert any("Map of the heads" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+def test_special_page_refuses_another_commands_file(special_file):
+    record = json.loads(special_file.read_bytes())
+    record["command"] = "positions"
+    at = _special_page()
+    at.file_uploader(key="special_result_file").set_value(("other.json", json.dumps(record).encode(),
+                                                           "application/json")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("holds the result of `positions`" in e.value for e in at.error)
+    assert any("2 inputs from" in c.value for c in at.caption)  # it computes instead
