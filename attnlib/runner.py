@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -137,13 +138,28 @@ def _qk_linears(encoder: torch.nn.Module) -> tuple[list[torch.nn.Module], list[t
     return queries, keys
 
 
+def this_thread_only(hook: Callable) -> Callable:
+    """A module hook that fires only for forward passes of the thread that made it.
+
+    The app shares one model between its visitors' threads: without this, a hook registered for one visitor's
+    run would also record the forward passes that other visitors make at the same time."""
+    owner = threading.get_ident()
+
+    def hook_in_owner_thread(*args, **kwargs):
+        return hook(*args, **kwargs) if threading.get_ident() == owner else None
+
+    return hook_in_owner_thread
+
+
 def _forward(lm: LoadedModel, batch: dict, capture_qk: bool):
     """One forward pass returning attentions (and per-call query/key projections when asked)."""
     q_out, k_out, hooks = [], [], []
     if capture_qk:
         qs, ks = _qk_linears(lm.encoder)
-        hooks = [m.register_forward_hook(lambda _m, _i, o: q_out.append(o.detach())) for m in dict.fromkeys(qs)]
-        hooks += [m.register_forward_hook(lambda _m, _i, o: k_out.append(o.detach())) for m in dict.fromkeys(ks)]
+        hooks = [m.register_forward_hook(this_thread_only(lambda _m, _i, o: q_out.append(o.detach())))
+                 for m in dict.fromkeys(qs)]
+        hooks += [m.register_forward_hook(this_thread_only(lambda _m, _i, o: k_out.append(o.detach())))
+                  for m in dict.fromkeys(ks)]
     try:
         with torch.inference_mode():
             out = lm.encoder(**batch, output_attentions=True)
