@@ -1,0 +1,43 @@
+"""`hta`: Hidden Token Attribution per head of one sentence or pair."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..attribution import DEFAULT_PROBES, MODES, attribute
+from ..model import load_model
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `hta` command."""
+    p = sub.add_parser("hta", help="Hidden Token Attribution per head (input and previous-layer contribution)")
+    p.add_argument("--text", required=True, help="sentence A")
+    p.add_argument("--pair", default=None, help="sentence B (optional)")
+    p.add_argument("--mode", choices=MODES, default="exact", help="exact (forward-mode Jacobian) or estimate (random probes)")
+    p.add_argument("--probes", type=positive_int, default=DEFAULT_PROBES, help=f"probes per token in estimate mode (default {DEFAULT_PROBES})")
+    from ..cli import add_model_option
+
+    add_model_option(p)
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> dict:
+    """tokens, input and previous [layer][head][query][input token], 0-based; each row sums to 1."""
+    lm = load_model(args.model, device=args.device)
+    a = attribute(lm, args.text, args.pair, mode=args.mode, probes=args.probes)
+    return {
+        "model": lm.facts.name,
+        "mode": a.mode,
+        "probes": a.probes,
+        "tokens": a.tokens,
+        "input": a.input,
+        "previous": a.previous,
+    }

@@ -1,0 +1,343 @@
+"""Relative-position histograms and centres of mass (METHODS §8), and attention-attribution correlation (§9)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy.stats import rankdata
+
+from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, hidden_token_attribution
+from .corpus import CorpusInput
+from .model import LoadedModel
+from .runner import RunResult, run_batches
+
+Progress = Callable[[int, int], None]
+CORRELATIONS = ("pearson_previous", "spearman_previous", "pearson_input", "spearman_input")
+
+
+def relative_position_sums(maps: np.ndarray, keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per offset k = j - i in -(n-1)..n-1: the sum of maps[..., i, i+k] and the number of rows i that have that offset.
+
+    `keep` ([n] bool) drops the positions that are False as queries and as keys.
+    """
+    n = maps.shape[-1]
+    keep = np.ones(n, bool) if keep is None else np.asarray(keep, bool)
+    masked = maps * keep[:, None] * keep[None, :]
+    sums = np.stack([np.diagonal(masked, offset=k, axis1=-2, axis2=-1).sum(-1) for k in range(-(n - 1), n)], axis=-1)
+    counts = np.correlate(keep.astype(np.int64), keep.astype(np.int64), mode="full")  # index k + n - 1
+    return sums, counts
+
+
+def center_of_mass(histograms: np.ndarray, offsets: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """sum_k k * H[k] / sum_k H[k] over the offsets seen (last axis); NaN where the histogram is all zero."""
+    h = np.where(seen, histograms, 0.0)
+    total = h.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (h * offsets).sum(-1) / total, np.nan)
+
+
+@dataclass
+class RelativePositionHistogram:
+    """Sums and counts per head and offset over a corpus; the histogram divides each offset by how often it occurs."""
+
+    n_layers: int
+    n_heads: int
+    max_offset: int = 0
+    sums: np.ndarray = field(default=None)  # [layers, heads, 2 * max_offset + 1], float64
+    counts: np.ndarray = field(default=None)  # [2 * max_offset + 1], int64
+
+    def __post_init__(self) -> None:
+        width = 2 * self.max_offset + 1
+        if self.sums is None:
+            self.sums = np.zeros((self.n_layers, self.n_heads, width))
+        if self.counts is None:
+            self.counts = np.zeros(width, np.int64)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.arange(-self.max_offset, self.max_offset + 1)
+
+    def _widened(self, max_offset: int) -> "RelativePositionHistogram":
+        """A copy whose offset axis reaches at least max_offset on both sides."""
+        grow = max(max_offset, self.max_offset) - self.max_offset
+        return RelativePositionHistogram(
+            self.n_layers, self.n_heads, self.max_offset + grow,
+            np.pad(self.sums, ((0, 0), (0, 0), (grow, grow))), np.pad(self.counts, (grow, grow)),
+        )
+
+    def add_maps(self, maps: np.ndarray, keep: np.ndarray | None = None) -> None:
+        """Add one input's maps [layers, heads, n, n]."""
+        n = maps.shape[-1]
+        if n - 1 > self.max_offset:
+            wider = self._widened(n - 1)
+            self.max_offset, self.sums, self.counts = wider.max_offset, wider.sums, wider.counts
+        sums, counts = relative_position_sums(maps.astype(np.float64), keep)
+        lo = self.max_offset - (n - 1)
+        self.sums[..., lo: lo + 2 * n - 1] += sums
+        self.counts[lo: lo + 2 * n - 1] += counts
+
+    def merge(self, other: "RelativePositionHistogram") -> "RelativePositionHistogram":
+        """The histogram over both corpora."""
+        width = max(self.max_offset, other.max_offset)
+        a, b = self._widened(width), other._widened(width)
+        return RelativePositionHistogram(self.n_layers, self.n_heads, width, a.sums + b.sums, a.counts + b.counts)
+
+    def histograms(self) -> np.ndarray:
+        """[layers, heads, offsets]: sum at each offset / number of (input, row) pairs with that offset (0 if none)."""
+        return np.divide(self.sums, self.counts, out=np.zeros_like(self.sums), where=self.counts > 0)
+
+    def center_of_mass(self) -> np.ndarray:
+        """Per head [layers, heads]."""
+        return center_of_mass(self.histograms(), self.offsets, self.counts > 0)
+
+
+def row_correlations(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pearson and Spearman between a[..., :] and b[..., :] per row, and whether the row counts (neither side constant)."""
+    valid = (np.ptp(a, axis=-1) > 0) & (np.ptp(b, axis=-1) > 0)
+    return _pearson(a, b), _pearson(rankdata(a, axis=-1), rankdata(b, axis=-1)), valid
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pearson correlation along the last axis (NaN on constant rows)."""
+    a = a - a.mean(-1, keepdims=True)
+    b = b - b.mean(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (a * b).sum(-1) / np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+
+
+@dataclass
+class CorrelationSums:
+    """Per head: sums of per-row Pearson and Spearman correlations and the number of rows that count."""
+
+    n_layers: int
+    n_heads: int
+    pearson: np.ndarray = field(default=None)
+    spearman: np.ndarray = field(default=None)
+    rows: np.ndarray = field(default=None)
+
+    def __post_init__(self) -> None:
+        shape = (self.n_layers, self.n_heads)
+        self.pearson = np.zeros(shape) if self.pearson is None else self.pearson
+        self.spearman = np.zeros(shape) if self.spearman is None else self.spearman
+        self.rows = np.zeros(shape, np.int64) if self.rows is None else self.rows
+
+    def add_maps(self, attention: np.ndarray, attribution: np.ndarray) -> None:
+        """Add every row j of one input's maps [layers, heads, n, n]."""
+        p, s, valid = row_correlations(attention.astype(np.float64), attribution.astype(np.float64))
+        self.pearson += np.where(valid, p, 0.0).sum(-1)
+        self.spearman += np.where(valid, s, 0.0).sum(-1)
+        self.rows += valid.sum(-1)
+
+    def merge(self, other: "CorrelationSums") -> "CorrelationSums":
+        return CorrelationSums(self.n_layers, self.n_heads, self.pearson + other.pearson,
+                               self.spearman + other.spearman, self.rows + other.rows)
+
+    def means(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean Pearson and Spearman per head over rows and inputs (NaN where no row counted)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.pearson / self.rows, self.spearman / self.rows
+
+
+@dataclass(frozen=True)
+class PositionOptions:
+    """How a corpus is turned into position statistics."""
+
+    mode: str = "estimate"
+    probes: int = DEFAULT_PROBES
+    seed: int = DEFAULT_SEED
+    drop_special: bool = False  # drop CLS/SEP as queries and keys of the histograms
+    identifiable_only: bool = False  # keep only inputs with n <= head dimension (Brunner et al.)
+
+
+@dataclass
+class PositionsResult:
+    """Everything the local-versus-global page shows, for one model and corpus."""
+
+    n_inputs: int  # inputs added
+    n_skipped: int  # inputs left out because they were longer than the head dimension
+    n_longer: int  # inputs added although longer than the head dimension
+    head_dim: int
+    offsets: np.ndarray  # [offsets]
+    offset_counts: np.ndarray  # [offsets] (input, row) pairs with that offset
+    attention_histograms: np.ndarray  # [layers, heads, offsets]
+    attribution_histograms: np.ndarray  # [layers, heads, offsets], input contribution
+    attention_head_com: np.ndarray  # [layers, heads]
+    attribution_head_com: np.ndarray  # [layers, heads]
+    correlation: dict[str, np.ndarray]  # CORRELATIONS -> [layers, heads]
+    options: PositionOptions
+
+    @property
+    def attention_center_of_mass(self) -> np.ndarray:
+        """Per layer: mean over heads (Pascual Fig. 4, 5)."""
+        return np.nanmean(self.attention_head_com, axis=1) if self.n_inputs else self.attention_head_com[:, 0]
+
+    @property
+    def attribution_center_of_mass(self) -> np.ndarray:
+        return np.nanmean(self.attribution_head_com, axis=1) if self.n_inputs else self.attribution_head_com[:, 0]
+
+    def median_correlation(self, name: str) -> np.ndarray:
+        """Per layer: the median over heads of one correlation."""
+        values = self.correlation[name]
+        return np.array([np.nanmedian(row) if np.isfinite(row).any() else np.nan for row in values])
+
+    def to_dict(self) -> dict:
+        """JSON-ready (numbers as lists, NaN as None)."""
+        return _nan_to_none({
+            "n_inputs": self.n_inputs,
+            "n_skipped_longer_than_head_dim": self.n_skipped,
+            "n_longer_than_head_dim": self.n_longer,
+            "head_dim": self.head_dim,
+            "options": asdict(self.options),
+            "attention_center_of_mass": self.attention_center_of_mass,
+            "attribution_center_of_mass": self.attribution_center_of_mass,
+            "attention_head_center_of_mass": self.attention_head_com,
+            "attribution_head_center_of_mass": self.attribution_head_com,
+            "histograms": {
+                "offsets": self.offsets,
+                "counts": self.offset_counts,
+                "attention": self.attention_histograms,
+                "attribution": self.attribution_histograms,
+            },
+            "correlation": dict(self.correlation),
+            "median_correlation": {name: self.median_correlation(name) for name in CORRELATIONS},
+        })
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PositionsResult":
+        """Read back what to_dict wrote."""
+        def arr(x, dtype=float):
+            return np.array([[np.nan if v is None else v for v in row] for row in x], dtype) if dtype is float \
+                else np.array(x, dtype)
+
+        def arr3(x):
+            return np.array(x, dtype=float)
+
+        h = d["histograms"]
+        return cls(
+            n_inputs=d["n_inputs"], n_skipped=d["n_skipped_longer_than_head_dim"],
+            n_longer=d["n_longer_than_head_dim"], head_dim=d["head_dim"],
+            offsets=np.array(h["offsets"], int), offset_counts=np.array(h["counts"], np.int64),
+            attention_histograms=arr3(h["attention"]), attribution_histograms=arr3(h["attribution"]),
+            attention_head_com=arr(d["attention_head_center_of_mass"]),
+            attribution_head_com=arr(d["attribution_head_center_of_mass"]),
+            correlation={name: arr(d["correlation"][name]) for name in CORRELATIONS},
+            options=PositionOptions(**d["options"]),
+        )
+
+
+def _nan_to_none(value):
+    """Lists and floats for JSON, with NaN written as None."""
+    if isinstance(value, np.ndarray):
+        return _nan_to_none(value.tolist())
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_to_none(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+@dataclass
+class PositionAccumulator:
+    """Sums and counts for the histograms and correlations of a corpus; two halves merge into the whole."""
+
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    options: PositionOptions = PositionOptions()
+    attention: RelativePositionHistogram = None
+    attribution: RelativePositionHistogram = None
+    previous_correlation: CorrelationSums = None
+    input_correlation: CorrelationSums = None
+    n_inputs: int = 0
+    n_skipped: int = 0
+    n_longer: int = 0
+
+    def __post_init__(self) -> None:
+        L, H = self.n_layers, self.n_heads
+        self.attention = self.attention or RelativePositionHistogram(L, H)
+        self.attribution = self.attribution or RelativePositionHistogram(L, H)
+        self.previous_correlation = self.previous_correlation or CorrelationSums(L, H)
+        self.input_correlation = self.input_correlation or CorrelationSums(L, H)
+
+    def wants(self, n_tokens: int) -> bool:
+        """Whether an input of this length enters (the identifiability option leaves out longer ones)."""
+        return not (self.options.identifiable_only and n_tokens > self.head_dim)
+
+    def skip(self) -> None:
+        """Count an input left out for its length."""
+        self.n_skipped += 1
+
+    def add(self, result: RunResult, attribution: Attribution) -> None:
+        """Add one input: its attention maps and its attribution."""
+        keep = ~(result.cls_mask | result.sep_mask) if self.options.drop_special else None
+        self.attention.add_maps(result.attentions, keep)
+        self.attribution.add_maps(attribution.input, keep)
+        self.previous_correlation.add_maps(result.attentions, attribution.previous)
+        self.input_correlation.add_maps(result.attentions, attribution.input)
+        self.n_inputs += 1
+        self.n_longer += int(result.n > self.head_dim)
+
+    def merge(self, other: "PositionAccumulator") -> "PositionAccumulator":
+        """The accumulator over both corpora (same options)."""
+        if other.options != self.options:
+            raise ValueError("Cannot merge position statistics made with different options.")
+        return PositionAccumulator(
+            self.n_layers, self.n_heads, self.head_dim, self.options,
+            self.attention.merge(other.attention), self.attribution.merge(other.attribution),
+            self.previous_correlation.merge(other.previous_correlation),
+            self.input_correlation.merge(other.input_correlation),
+            self.n_inputs + other.n_inputs, self.n_skipped + other.n_skipped, self.n_longer + other.n_longer,
+        )
+
+    def result(self) -> PositionsResult:
+        """Histograms, centres of mass and mean correlations."""
+        pearson_prev, spearman_prev = self.previous_correlation.means()
+        pearson_in, spearman_in = self.input_correlation.means()
+        return PositionsResult(
+            n_inputs=self.n_inputs, n_skipped=self.n_skipped, n_longer=self.n_longer, head_dim=self.head_dim,
+            offsets=self.attention.offsets, offset_counts=self.attention.counts.copy(),
+            attention_histograms=self.attention.histograms(), attribution_histograms=self.attribution.histograms(),
+            attention_head_com=self.attention.center_of_mass(), attribution_head_com=self.attribution.center_of_mass(),
+            correlation=dict(zip(CORRELATIONS, (pearson_prev, spearman_prev, pearson_in, spearman_in))),
+            options=self.options,
+        )
+
+
+def accumulate_positions(
+    lm: LoadedModel,
+    inputs: Sequence[CorpusInput],
+    options: PositionOptions = PositionOptions(),
+    progress: Progress | None = None,
+    batch_size: int = 32,
+) -> PositionAccumulator:
+    """Run every input (attention in batches, then its Hidden Token Attribution) into one accumulator."""
+    f = lm.facts
+    acc = PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, options)
+    pairs = ((item.text_a, item.text_b) for item in inputs)
+    for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size), start=1):
+        if acc.wants(result.n):
+            attribution = hidden_token_attribution(lm, result, mode=options.mode, probes=options.probes,
+                                                   seed=options.seed)
+            acc.add(result, attribution)
+        else:
+            acc.skip()
+        if progress is not None:
+            progress(done, len(inputs))
+    return acc
+
+
+def corpus_positions(
+    lm: LoadedModel,
+    inputs: Sequence[CorpusInput],
+    options: PositionOptions = PositionOptions(),
+    progress: Progress | None = None,
+) -> PositionsResult:
+    """Relative-position histograms, centres of mass and correlations of a corpus (METHODS §8, §9)."""
+    return accumulate_positions(lm, inputs, options, progress).result()

@@ -1,0 +1,115 @@
+"""Figures of the local-versus-global page: relative-position histograms, centres of mass, correlations, one example."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+ATTENTION_COLOR = "#1f77b4"
+ATTRIBUTION_COLOR = "#ff7f0e"
+PREVIOUS_COLOR = "#2ca02c"
+
+
+def _window(offsets: np.ndarray, max_offset: int) -> np.ndarray:
+    """Which offsets lie within +-max_offset."""
+    return np.abs(offsets) <= max_offset
+
+
+def position_histograms(
+    offsets: np.ndarray,
+    attention: np.ndarray,
+    attribution: np.ndarray,
+    titles: Sequence[str],
+    max_offset: int = 10,
+    columns: int = 4,
+    title: str = "",
+) -> go.Figure:
+    """A grid of histograms over relative position, attention and input contribution side by side in each panel.
+
+    attention, attribution: [panels, offsets]; all panels share the x and y axes.
+    """
+    keep = _window(offsets, max_offset)
+    x = offsets[keep]
+    panels = len(titles)
+    rows = math.ceil(panels / columns)
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=list(titles), shared_xaxes="all", shared_yaxes="all",
+                        horizontal_spacing=0.03, vertical_spacing=0.4 / max(rows, 1) if rows > 1 else 0.1)
+    for p in range(panels):
+        r, c = divmod(p, columns)
+        for values, name, color in ((attention, "attention", ATTENTION_COLOR),
+                                    (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR)):
+            fig.add_trace(go.Bar(x=x, y=values[p][keep], name=name, marker_color=color, legendgroup=name,
+                                 showlegend=p == 0, hovertemplate=f"{name}<br>offset %{{x}}: %{{y:.3f}}<extra></extra>"),
+                          row=r + 1, col=c + 1)
+    fig.update_layout(title=title, barmode="group", bargap=0.1, height=170 * rows + 120,
+                      margin=dict(l=10, r=10, t=80, b=40), legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+    fig.update_xaxes(title_text="offset (key - query)", row=rows, dtick=max(1, max_offset // 5))
+    return fig
+
+
+def center_of_mass_chart(attention: np.ndarray, attribution: np.ndarray, title: str = "") -> go.Figure:
+    """Centre of mass per layer (mean over heads) for attention and for input contribution (Pascual Fig. 4, 5)."""
+    layers = np.arange(1, len(attention) + 1)
+    fig = go.Figure()
+    for values, name, color in ((attention, "attention", ATTENTION_COLOR),
+                                (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR)):
+        fig.add_trace(go.Scatter(x=layers, y=values, name=name, mode="lines+markers", marker_color=color,
+                                 hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>"))
+    fig.add_hline(y=0, line_dash="dot", line_color="gray")
+    fig.update_layout(title=title, xaxis_title="layer", yaxis_title="centre of mass (offset)", height=380,
+                      margin=dict(l=10, r=10, t=60, b=40))
+    fig.update_xaxes(tickmode="array", tickvals=list(layers))
+    return fig
+
+
+def correlation_heatmaps(pearson: np.ndarray, spearman: np.ndarray, title: str = "") -> go.Figure:
+    """Pearson and Spearman per head ([layers, heads]) as two heatmaps (x = layer, y = head), 1-based labels."""
+    n_layers, n_heads = pearson.shape
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["Pearson", "Spearman"], horizontal_spacing=0.08)
+    for col, values in enumerate((pearson, spearman), start=1):
+        fig.add_trace(go.Heatmap(
+            z=values.T, x=list(range(1, n_layers + 1)), y=list(range(1, n_heads + 1)), zmin=-1, zmax=1,
+            colorscale="RdBu", reversescale=False, showscale=col == 2, texttemplate="%{z:.2f}", textfont=dict(size=9),
+            hovertemplate="layer %{x}, head %{y}: %{z:.3f}<extra></extra>",
+        ), row=1, col=col)
+    fig.update_xaxes(title_text="layer", dtick=1)
+    fig.update_yaxes(title_text="head", dtick=1, autorange="reversed")
+    fig.update_layout(title=title, height=120 + 26 * n_heads, margin=dict(l=10, r=10, t=70, b=40))
+    return fig
+
+
+def median_correlation_chart(medians: dict[str, np.ndarray], title: str = "") -> go.Figure:
+    """Per-layer median over heads of each correlation (one line each)."""
+    fig = go.Figure()
+    for name, values in medians.items():
+        layers = np.arange(1, len(values) + 1)
+        dash = "dash" if name.startswith("spearman") else "solid"
+        color = PREVIOUS_COLOR if name.endswith("previous") else ATTRIBUTION_COLOR
+        fig.add_trace(go.Scatter(x=layers, y=values, name=name.replace("_", " "), mode="lines+markers",
+                                 line=dict(dash=dash, color=color),
+                                 hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="layer", yaxis_title="median over heads", yaxis_range=[-0.1, 1.05],
+                      height=360, margin=dict(l=10, r=10, t=60, b=40))
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def example_rows_chart(tokens: Sequence[str], attention: np.ndarray, input_contribution: np.ndarray,
+                       previous: np.ndarray | None = None, title: str = "") -> go.Figure:
+    """One query's attention row beside its attribution rows, over the input tokens."""
+    x = list(range(len(tokens)))
+    fig = go.Figure()
+    series = [(attention, "attention", ATTENTION_COLOR), (input_contribution, "input contribution (HTA)", ATTRIBUTION_COLOR)]
+    if previous is not None:
+        series.append((previous, "previous-layer contribution (HTA)", PREVIOUS_COLOR))
+    for values, name, color in series:
+        fig.add_trace(go.Bar(x=x, y=values, name=name, marker_color=color, customdata=list(tokens),
+                             hovertemplate=f"{name}<br>%{{customdata}}: %{{y:.3f}}<extra></extra>"))
+    fig.update_layout(title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=60, b=80),
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0), yaxis_title="share of the row")
+    fig.update_xaxes(tickmode="array", tickvals=x, ticktext=list(tokens), tickangle=-60)
+    return fig
