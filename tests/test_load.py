@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -106,7 +107,8 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
         for i, page in enumerate(pages):  # each session switches to another page, all at once
             page.locator("[data-testid='stSidebarNav']").get_by_text(PAGES[i % len(PAGES)], exact=True).click()
         for i, page in enumerate(pages):
-            page.get_by_role("heading", name=PAGES[i % len(PAGES)]).first.wait_for(timeout=240_000)
+            title = re.compile("^" + PAGES[i % len(PAGES)].split()[0])  # the nav says "Local vs global", the title more
+            page.get_by_role("heading", name=title).first.wait_for(timeout=240_000)
             _wait_idle(page)
             _assert_no_exception(page, f"session {i + 1}, {PAGES[i % len(PAGES)]}")
         for i, page in enumerate(pages):  # and back to the live page, where its own sentence is still there
