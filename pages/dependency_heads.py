@@ -13,12 +13,14 @@ from attnlib.deps import (ALL, CLARK_TABLE1, DIRECTIONS, DependencyCounts, Depen
                           predict_heads, sentence_word_map)
 from attnlib.parsing import parse_text, parser_name
 from attnlib.runner import InputError, run
+from attnlib.scale import dependency_counts_from_json
 from attnlib.words import ROW_RULES
 from figures.deps import arc_diagram, head_accuracy_heatmaps
 from figures.heatmap import attention_heatmap
 from ui.corpus_picker import CLASSROOM, MAX_UPLOAD_BYTES, UD_DIR, corpus_picker
 from ui.downloads import download_figure, download_table
 from ui.model_sidebar import cached_model, current_model, local_models_allowed
+from ui.result_file import loaded_result
 
 SOURCES = {"gold": "Gold trees (CoNLL-U)", "silver": "Text parsed by spaCy (predicted trees)"}
 TYPED, UPLOADED = "Type or paste text", "Upload a text file"
@@ -227,11 +229,14 @@ with st.expander("How the numbers are computed"):
     st.markdown(HOW)
 _init_state()
 lm = current_model()
+loaded = loaded_result("deps", "deps", lambda record: dependency_counts_from_json(record.state or {}))
 st.sidebar.radio("Trees", list(SOURCES), key="deps_source", format_func=SOURCES.get)
-is_silver = st.session_state.deps_source == "silver"
+is_silver = st.session_state.deps_source == "silver" and loaded is None
 st.query_params["src"] = st.session_state.deps_source
 try:
-    if is_silver:
+    if loaded is not None:
+        corpus = None
+    elif is_silver:
         corpus = _silver_corpus()
     else:
         choice = corpus_picker("deps", kind="conllu")
@@ -240,24 +245,29 @@ except CorpusError as exc:
     st.error(str(exc))
     corpus = None
 min_count, rule, held_out = _options()
-if corpus is not None:
-    label, fingerprint, sentences = corpus
-    if is_silver:
-        st.info(f"Predicted parses: these trees come from the spaCy parser {parser_name()}, not from annotators; "
-                "the scores measure agreement with the parser.")
-    try:
-        counts = _counts(lm.facts.name, fingerprint, rule, sentences)
-    except (CorpusError, InputError, TypeError) as exc:
-        st.error(str(exc))
-        st.stop()
+if loaded is not None or corpus is not None:
+    if loaded is not None:
+        record, counts = loaded
+        label, model_name, sentences = record.corpus.get("name", "?"), record.model, None
+    else:
+        label, fingerprint, sentences = corpus
+        if is_silver:
+            st.info(f"Predicted parses: these trees come from the spaCy parser {parser_name()}, not from annotators; "
+                    "the scores measure agreement with the parser.")
+        try:
+            counts = _counts(lm.facts.name, fingerprint, rule, sentences)
+        except (CorpusError, InputError, TypeError) as exc:
+            st.error(str(exc))
+            st.stop()
+        model_name = lm.facts.name
     table = counts.table(min_count=min_count, held_out=held_out)
     m1, m2, m3 = st.columns(3)
     m1.metric("Sentences analysed", table.n_sentences)
     m2.metric("Words", table.n_words)
     m3.metric("Skipped (too long)", table.n_skipped)
     if table.n_skipped:
-        st.warning(f"{table.n_skipped} sentences are longer than the model's maximum of {lm.facts.max_length} "
-                   "tokens; they were skipped and are not in the table.")
+        longest = "the model's maximum length" if loaded else f"the model's maximum of {lm.facts.max_length} tokens"
+        st.warning(f"{table.n_skipped} sentences are longer than {longest}; they were skipped and are not in the table.")
     if not table.rows:
         st.warning("No sentence could be analysed.")
         st.stop()
@@ -268,10 +278,10 @@ if corpus is not None:
     frame = _table_frame(table)
     st.caption("Click a column header to sort. Relations are the DEPREL labels as written, by frequency, without root "
                f"and punct, with at least {min_count} dependents in the whole corpus; 'all' pools every word.")
-    if lm.facts.name in BERT_BASE:
+    if model_name in BERT_BASE:
         ours, paper = st.columns([3, 2])
         with ours:
-            st.markdown(f"**{lm.facts.name} on {label}**")
+            st.markdown(f"**{model_name} on {label}**")
             st.dataframe(frame, hide_index=True, column_config=COLUMNS)
             download_table(frame, "dependency_heads", key="deps_table_download")
         with paper:
@@ -295,4 +305,7 @@ if corpus is not None:
     if held_out:
         st.caption("Accuracies on half B; the red square marks the head chosen on half A.")
     download_figure(heatmap, f"dependency_heads_{relation.replace(':', '_')}", key="deps_heatmap_download")
-    _example_viewer(lm, sentences, counts, table, relation, rule)
+    if sentences is None:
+        st.info("The example sentence needs the corpus itself: remove the result file to choose one in the sidebar.")
+    else:
+        _example_viewer(lm, sentences, counts, table, relation, rule)

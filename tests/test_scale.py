@@ -149,20 +149,28 @@ def test_ray_equals_local_for_special_and_deps(local_ray, sentences, local_resul
     assert_same_statistics(local_result, run.accumulators)
 
 
+COMMANDS = {"special": ["special", "--corpus", str(EWT_DEV), "--batch-size", str(BATCH)],
+            "deps": ["deps", "--conllu", str(EWT_DEV), "--min-count", "1"]}
+
+
 @requires_ray
 @requires_ud
-def test_special_command_on_ray_equals_local_and_writes_the_result_file(local_ray, capsys, tmp_path):
-    common = ["special", "--corpus", str(EWT_DEV), "--limit", str(N_SENTENCES), "--batch-size", str(BATCH), "--json"]
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_command_on_ray_equals_local_and_writes_the_result_file(local_ray, capsys, tmp_path, command):
+    argv = COMMANDS[command] + ["--limit", str(N_SENTENCES), "--json"]
     with torch_threads(1):
-        assert cli.main(common) == 0
+        assert cli.main(argv) == 0
     local = json.loads(capsys.readouterr().out)
-    out = tmp_path / "special.json"
-    assert cli.main(common + ["--engine", "ray", "--workers", "2", "--out", str(out)]) == 0
+    out = tmp_path / f"{command}.json"
+    assert cli.main(argv + ["--engine", "ray", "--workers", "2", "--out", str(out)]) == 0
     on_ray = json.loads(capsys.readouterr().out)
-    for key in STAT_KEYS:
-        np.testing.assert_allclose(on_ray["heads"][key], local["heads"][key], rtol=0, atol=1e-9, err_msg=key)
-    record = read_result_file(out.read_bytes(), "special")
-    assert record.run["engine"] == "ray" and record.run["workers"] == 2
+    if command == "special":
+        for key in STAT_KEYS:
+            np.testing.assert_allclose(on_ray["heads"][key], local["heads"][key], rtol=0, atol=1e-9, err_msg=key)
+    else:
+        assert on_ray == local and len(local["rows"]) > 10  # counts are integers: the table is identical
+    record = read_result_file(out.read_bytes(), command)
+    assert record.run["engine"] == "ray" and record.run["workers"] == 2 and record.corpus["n_inputs"] == N_SENTENCES
     assert record.result == json_ready(on_ray)
 
 
@@ -287,6 +295,27 @@ def test_special_page_loads_a_result_file(special_file):
                in i.value and "head_map=True" in i.value for i in at.info)
     assert any("6 inputs from classroom_single.txt" in c.value for c in at.caption)
     assert any("Map of the heads" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+@requires_ud
+def test_dependency_page_loads_a_result_file(tmp_path):
+    from streamlit.testing.v1 import AppTest
+
+    path = tmp_path / "deps.json"
+    assert cli.main(["deps", "--conllu", str(EWT_DEV), "--limit", "30", "--min-count", "1", "--out", str(path),
+                     "--json"]) == 0
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.session_state["deps_limit"] = 2  # the page computes once before the file is chosen
+    at.switch_page("pages/dependency_heads.py").run()
+    at.file_uploader(key="deps_result_file").set_value(("deps.json", path.read_bytes(), "application/json")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert any("computed by `python -m attnlib deps` on en_ewt-ud-dev.conllu (30 inputs)" in i.value for i in at.info)
+    assert [m.value for m in at.metric][:1] == ["30"]
+    at.number_input(key="deps_min_count").set_value(1).run()
+    at.radio(key="deps_split").set_value("halves").run()  # the halves come from the counts in the file
+    assert not at.exception and not at.error
+    assert any("chosen on half A" in c.value for c in at.caption)
 
 
 def test_special_page_refuses_another_commands_file(special_file):

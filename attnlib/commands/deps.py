@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ..corpus import CorpusError, read_conllu
-from ..deps import count_dependencies
-from ..model import load_model
+from ..deps import DependencyCounts
+from ..model import LoadedModel
+from ..scale import add_scale_options, dependency_counts_to_json, run_corpus, save_result
 
 
 def _positive(text: str) -> int:
@@ -33,7 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..cli import add_model_option
 
     add_model_option(p)
+    add_scale_options(p)
     p.set_defaults(handler=handle)
+
+
+def dependency_accumulators(lm: LoadedModel) -> list:
+    """Empty dependency counts for the model (word rows merged by their mean, as in the paper)."""
+    return [DependencyCounts(lm.facts.n_layers, lm.facts.n_heads)]
 
 
 def handle(args: argparse.Namespace) -> dict:
@@ -41,5 +48,8 @@ def handle(args: argparse.Namespace) -> dict:
     sentences = read_conllu(args.conllu)[: args.limit]
     if not sentences:
         raise CorpusError(f"{args.conllu}: no sentence in the file.")
-    lm = load_model(args.model, device=args.device)
-    return count_dependencies(lm, sentences).table(min_count=args.min_count).as_json()
+    run = run_corpus(args, dependency_accumulators, sentences)
+    counts = run.accumulators[0]
+    result = counts.table(min_count=args.min_count).as_json()
+    save_result(args, args.conllu, len(sentences), run, result, state=dependency_counts_to_json(counts))
+    return result

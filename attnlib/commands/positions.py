@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
+from typing import Sequence
 
 from ..attribution import DEFAULT_PROBES, MODES
-from ..corpus import read_corpus
-from ..model import load_model
-from ..positions import PositionOptions, corpus_positions
+from ..corpus import CorpusInput, read_corpus
+from ..engine import Progress
+from ..model import LoadedModel
+from ..positions import PositionAccumulator, PositionOptions, accumulate_positions
+from ..scale import add_scale_options, run_corpus, save_result
 from .hta import positive_int
 
 
@@ -23,13 +27,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..cli import add_model_option
 
     add_model_option(p)
+    add_scale_options(p)
     p.set_defaults(handler=handle)
+
+
+def position_accumulators(lm: LoadedModel, options: PositionOptions) -> list:
+    """An empty position accumulator for the model."""
+    f = lm.facts
+    return [PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, options)]
+
+
+def fill_positions(lm: LoadedModel, inputs: Sequence[CorpusInput], accumulators: list, batch_size: int,
+                   progress: Progress | None, options: PositionOptions) -> list:
+    """Positions run their own corpus loop (attention in batches, then each input's attribution): run it and merge."""
+    return [accumulators[0].merge(accumulate_positions(lm, inputs, options, progress, batch_size))]
 
 
 def handle(args: argparse.Namespace) -> dict:
     """n_inputs, centres of mass per layer, histograms [layer][head][offset], correlations [layer][head] (0-based)."""
     inputs = read_corpus(args.corpus, args.limit)
-    lm = load_model(args.model, device=args.device)
     options = PositionOptions(mode=args.mode, probes=args.probes, drop_special=args.drop_special,
                               identifiable_only=args.identifiable_only)
-    return {"model": lm.facts.name, **corpus_positions(lm, inputs, options).to_dict()}
+    run = run_corpus(args, partial(position_accumulators, options=options), inputs,
+                     fill=partial(fill_positions, options=options))
+    out = {"model": run.facts.name, **run.accumulators[0].result().to_dict()}
+    save_result(args, args.corpus, len(inputs), run, out)
+    return out
