@@ -221,7 +221,8 @@ def _check_tokens(encoded: Encoded, has_b: bool) -> None:
 def run(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = None, capture_qk: bool = True) -> RunResult:
     """Run one sentence or pair; attentions are float32 [layers, heads, n, n], queries and keys [layers, heads, n, d]."""
     encoded = encode(lm, text_a, text_b)
-    _check_tokens(encoded, text_b is not None)
+    if isinstance(text_a, str):  # typed text; corpus word lists keep their words without pieces (deps handles them)
+        _check_tokens(encoded, text_b is not None)
     return run_encoded(lm, [encoded], capture_qk=capture_qk)[0]
 
 

@@ -76,6 +76,12 @@ def test_library_refuses_text_the_tokenizer_erases(minilm, text):
         run(minilm, VALID, text)
 
 
+def test_library_keeps_corpus_words_without_pieces(minilm):
+    """A treebank sentence given as words runs even when the tokenizer drops them all (deps marks them unscored)."""
+    r = run(minilm, ["\u200b", "\x07"])
+    assert r.n == 2 and r.words == [] and r.word_ids == [None, None]
+
+
 @pytest.mark.parametrize("text", ODD_TEXTS.values(), ids=ODD_TEXTS.keys())
 def test_library_runs_unusual_characters(tiny_model, text):
     for r in (run(tiny_model, text), run(tiny_model, text, VALID)):
@@ -330,6 +336,32 @@ def test_app_live_roberta(tiny_model_dir):
         assert not at.exception, (view, at.exception)
     at.radio(key="live_level").set_value("word").run()
     assert not at.exception and at.session_state["model_name"] == str(tiny_model_dir)
+
+
+BAD_TYPED = {**EMPTY_TEXTS, **INVISIBLE_TEXTS, "emoji": ODD_TEXTS["emoji"], "punctuation only": ODD_TEXTS["punctuation only"]}
+
+
+@pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
+def test_app_local_global_example_bad_text(live_app, text):
+    at = live_app.switch_page("pages/local_global.py").run()
+    assert not at.exception, at.exception
+    at = _type(at, text)
+    assert not at.exception, at.exception
+    if text in EMPTY_TEXTS.values() or text in INVISIBLE_TEXTS.values():
+        assert any(re.match(r"Sentence A (is empty|has nothing the model can read)", w.value) for w in at.warning)
+    assert at.text_area(key="text_a").value == text
+
+
+@pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
+def test_app_deps_typed_text_bad(live_app, text):
+    at = live_app.switch_page("pages/dependency_heads.py").run()
+    at.radio(key="deps_source").set_value("silver").run()
+    at.selectbox(key="deps_text_choice").select("Type or paste text").run()
+    at.text_area(key="deps_text").input(text).run()
+    assert not at.exception, at.exception
+    assert at.text_area(key="deps_text").value == text
+    if not text.strip():
+        assert any("no sentence" in w.value for w in at.warning)
 
 
 def _sidebar_only():
