@@ -166,7 +166,7 @@ def _check_cluster(ray, workers: int, cpus_per_worker: float, gpus_per_worker: f
 
 @dataclass
 class RayRunInfo:
-    """What the Ray workers reported: shards, seconds per shard and torch threads per worker."""
+    """What the Ray workers reported, per shard in the order they finished: seconds and torch threads."""
 
     n_shards: int
     shard_seconds: list[float]
