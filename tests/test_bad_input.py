@@ -338,6 +338,17 @@ def test_app_live_roberta(tiny_model_dir):
     assert not at.exception and at.session_state["model_name"] == str(tiny_model_dir)
 
 
+def test_app_typed_text_follows_the_visitor_across_pages(live_app):
+    """Streamlit drops widget values and the URL on a page change; the typed sentence must survive both."""
+    at = _type(live_app, "My own sentence about a purple owl.", "")
+    for page in ("pages/local_global.py", "pages/dependency_heads.py", "pages/live.py"):
+        at.switch_page(page).run()
+        assert not at.exception, (page, at.exception)
+        if page != "pages/dependency_heads.py":  # a page without the sentence inputs in between
+            assert at.text_area(key="text_a").value == "My own sentence about a purple owl.", page
+            assert at.text_area(key="text_b").value == "" and at.query_params["a"] == "My own sentence about a purple owl."
+
+
 BAD_TYPED = {**EMPTY_TEXTS, **INVISIBLE_TEXTS, "emoji": ODD_TEXTS["emoji"], "punctuation only": ODD_TEXTS["punctuation only"]}
 
 

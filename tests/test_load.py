@@ -117,6 +117,7 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
             page.get_by_role("heading", name="Live attention").first.wait_for(timeout=120_000)
             _wait_idle(page)
             _assert_no_exception(page, f"session {i + 1}, back on the live page")
+            assert page.locator("textarea").first.input_value() == _sentence(i), "the typed sentence was lost"
         pages[0].screenshot(path=str(screenshot_dir / "load-session-1.png"), full_page=True)
     finally:
         for c in contexts:

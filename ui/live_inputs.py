@@ -11,15 +11,25 @@ DEFAULT_A = "I went to the store."
 DEFAULT_B = "At the store, I bought fresh strawberries."
 
 
-def text_inputs() -> tuple[str, str]:
-    """Sentence A and optional B, initialised from and written back to the URL (?a=...&b=...)."""
+def _remember_texts() -> None:
+    """Widget callback: keep the typed texts under keys of our own, which Streamlit keeps when pages change."""
     state = st.session_state
-    if "text_a" not in state:
-        state.text_a = st.query_params.get("a", DEFAULT_A)
-        state.text_b = st.query_params.get("b", DEFAULT_B if "a" not in st.query_params else "")
+    state._text_a, state._text_b = state.get("text_a", ""), state.get("text_b", "")
+
+
+def text_inputs() -> tuple[str, str]:
+    """Sentence A and optional B, initialised from and written back to the URL (?a=...&b=...).
+
+    Streamlit drops a widget's value when another page runs and clears the URL on a page change, so the texts live
+    in _text_a/_text_b and are given back to the widgets on every run: what a visitor typed follows them across pages."""
+    state = st.session_state
+    if "_text_a" not in state:  # first run of the session: a link's texts, else the tutorial pair
+        state._text_a = st.query_params.get("a", DEFAULT_A)
+        state._text_b = st.query_params.get("b", DEFAULT_B if "a" not in st.query_params else "")
+    state.text_a, state.text_b = state._text_a, state._text_b
     left, right = st.columns(2)
-    left.text_area("Sentence A", key="text_a", height=80)
-    right.text_area("Sentence B (optional, makes a pair)", key="text_b", height=80)
+    left.text_area("Sentence A", key="text_a", height=80, on_change=_remember_texts)
+    right.text_area("Sentence B (optional, makes a pair)", key="text_b", height=80, on_change=_remember_texts)
     st.query_params["a"] = state.text_a
     if state.text_b.strip():
         st.query_params["b"] = state.text_b
