@@ -16,7 +16,7 @@ import torch
 from torch.func import jvp, vmap
 
 from .model import LoadedModel
-from .runner import KEY_NAMES, QUERY_NAMES, Encoded, TextOrWords, _model_inputs, encode
+from .runner import KEY_NAMES, QUERY_NAMES, Encoded, TextOrWords, _model_inputs, encode, this_thread_only
 
 Mode = Literal["exact", "estimate"]
 MODES: tuple[str, ...] = ("exact", "estimate")
@@ -94,11 +94,11 @@ class _HeadTap:
     def __enter__(self) -> "_HeadTap":
         for site in self.sites:
             if site.projection is not None:
-                self._hooks.append(site.projection.register_forward_pre_hook(
-                    lambda _m, args: self.outputs.append(args[0])))
+                self._hooks.append(site.projection.register_forward_pre_hook(this_thread_only(
+                    lambda _m, args: self.outputs.append(args[0]))))
             else:
-                self._hooks.append(site.attention.register_forward_hook(
-                    lambda _m, _args, out: self.outputs.append(out[0] if isinstance(out, tuple) else out)))
+                self._hooks.append(site.attention.register_forward_hook(this_thread_only(
+                    lambda _m, _args, out: self.outputs.append(out[0] if isinstance(out, tuple) else out))))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -117,8 +117,9 @@ def _capture_calls(lm: LoadedModel, sites: Sequence[AttentionSite], batch: dict)
             calls.append(_Call(args, dict(kwargs), hidden))
         return hook
 
-    hooks = [s.layer.register_forward_pre_hook(recorder(layer_calls), with_kwargs=True) for s in sites]
-    hooks += [s.attention.register_forward_pre_hook(recorder(attention_calls), with_kwargs=True) for s in sites]
+    hooks = [s.layer.register_forward_pre_hook(this_thread_only(recorder(layer_calls)), with_kwargs=True) for s in sites]
+    hooks += [s.attention.register_forward_pre_hook(this_thread_only(recorder(attention_calls)), with_kwargs=True)
+              for s in sites]
     try:
         with torch.no_grad():
             lm.encoder(**batch)

@@ -172,16 +172,15 @@ class PositionsResult:
     @property
     def attention_center_of_mass(self) -> np.ndarray:
         """Per layer: mean over heads (Pascual Fig. 4, 5)."""
-        return np.nanmean(self.attention_head_com, axis=1) if self.n_inputs else self.attention_head_com[:, 0]
+        return _layer_statistic(self.attention_head_com, np.mean)
 
     @property
     def attribution_center_of_mass(self) -> np.ndarray:
-        return np.nanmean(self.attribution_head_com, axis=1) if self.n_inputs else self.attribution_head_com[:, 0]
+        return _layer_statistic(self.attribution_head_com, np.mean)
 
     def median_correlation(self, name: str) -> np.ndarray:
         """Per layer: the median over heads of one correlation."""
-        values = self.correlation[name]
-        return np.array([np.nanmedian(row) if np.isfinite(row).any() else np.nan for row in values])
+        return _layer_statistic(self.correlation[name], np.median)
 
     def to_dict(self) -> dict:
         """JSON-ready (numbers as lists, NaN as None)."""
@@ -208,24 +207,25 @@ class PositionsResult:
     @classmethod
     def from_dict(cls, d: dict) -> "PositionsResult":
         """Read back what to_dict wrote."""
-        def arr(x, dtype=float):
-            return np.array([[np.nan if v is None else v for v in row] for row in x], dtype) if dtype is float \
-                else np.array(x, dtype)
-
-        def arr3(x):
-            return np.array(x, dtype=float)
+        def arr(x) -> np.ndarray:
+            return np.array(x, dtype=float)  # None (JSON's NaN) becomes NaN
 
         h = d["histograms"]
         return cls(
             n_inputs=d["n_inputs"], n_skipped=d["n_skipped_longer_than_head_dim"],
             n_longer=d["n_longer_than_head_dim"], head_dim=d["head_dim"],
             offsets=np.array(h["offsets"], int), offset_counts=np.array(h["counts"], np.int64),
-            attention_histograms=arr3(h["attention"]), attribution_histograms=arr3(h["attribution"]),
+            attention_histograms=arr(h["attention"]), attribution_histograms=arr(h["attribution"]),
             attention_head_com=arr(d["attention_head_center_of_mass"]),
             attribution_head_com=arr(d["attribution_head_center_of_mass"]),
             correlation={name: arr(d["correlation"][name]) for name in CORRELATIONS},
             options=PositionOptions(**d["options"]),
         )
+
+
+def _layer_statistic(per_head: np.ndarray, statistic) -> np.ndarray:
+    """statistic over the heads of each layer that have a value (NaN for a layer with none)."""
+    return np.array([statistic(row[np.isfinite(row)]) if np.isfinite(row).any() else np.nan for row in per_head])
 
 
 def _nan_to_none(value):
@@ -318,19 +318,36 @@ def accumulate_positions(
     batch_size: int = 32,
 ) -> PositionAccumulator:
     """Run every input (attention in batches, then its Hidden Token Attribution) into one accumulator."""
+    return accumulate_variants(lm, inputs, [options], progress, batch_size)[0]
+
+
+def accumulate_variants(
+    lm: LoadedModel,
+    inputs: Sequence[CorpusInput],
+    variants: Sequence[PositionOptions],
+    progress: Progress | None = None,
+    batch_size: int = 32,
+) -> list[PositionAccumulator]:
+    """One accumulator per variant of the options, attributing each input once (the variants share mode, k, seed)."""
+    first = variants[0]
+    if any((v.mode, v.probes, v.seed) != (first.mode, first.probes, first.seed) for v in variants):
+        raise ValueError("Variants computed together must share the attribution mode, probes and seed.")
     f = lm.facts
-    acc = PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, options)
+    accs = [PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, v) for v in variants]
     pairs = ((item.text_a, item.text_b) for item in inputs)
     for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size), start=1):
-        if acc.wants(result.n):
-            attribution = hidden_token_attribution(lm, result, mode=options.mode, probes=options.probes,
-                                                   seed=options.seed)
-            acc.add(result, attribution)
-        else:
-            acc.skip()
+        wanted = [acc.wants(result.n) for acc in accs]
+        attribution = None
+        if any(wanted):
+            attribution = hidden_token_attribution(lm, result, mode=first.mode, probes=first.probes, seed=first.seed)
+        for acc, wants in zip(accs, wanted):
+            if wants:
+                acc.add(result, attribution)
+            else:
+                acc.skip()
         if progress is not None:
             progress(done, len(inputs))
-    return acc
+    return accs
 
 
 def corpus_positions(
