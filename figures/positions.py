@@ -43,10 +43,13 @@ def position_histograms(
         for values, name, color in ((attention, "attention", ATTENTION_COLOR),
                                     (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR)):
             fig.add_trace(go.Bar(x=x, y=values[p][keep], name=name, marker_color=color, legendgroup=name,
-                                 showlegend=p == 0, hovertemplate=f"{name}<br>offset %{{x}}: %{{y:.3f}}<extra></extra>"),
+                                 hovertemplate=f"{name}<br>offset %{{x}}: %{{y:.3f}}<extra></extra>"),
                           row=r + 1, col=c + 1)
-    fig.update_layout(title=title, barmode="group", bargap=0.1, height=170 * rows + 120,
-                      margin=dict(l=10, r=10, t=80, b=40), legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+    # A colour key in the title instead of a legend, which themes place over the top row's panel titles.
+    key = "   ".join(f"<span style='color:{color}'>■</span> {name}" for name, color in
+                     (("attention", ATTENTION_COLOR), ("input contribution (HTA)", ATTRIBUTION_COLOR)))
+    fig.update_layout(title=f"{title}<br><sup>{key}</sup>" if title else key, barmode="group", bargap=0.1,
+                      showlegend=False, height=170 * rows + 140, margin=dict(l=10, r=10, t=90, b=40))
     fig.update_xaxes(title_text="offset (key - query)", row=rows, dtick=max(1, max_offset // 5))
     return fig
 

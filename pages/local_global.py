@@ -206,7 +206,7 @@ def _corpus_section(lm, r: PositionsResult, source: str, label: str) -> None:
     window = st.slider("Offsets shown (±)", 1, max(max_offset, 1), min(10, max(max_offset, 1)), key="lg_window")
     layer_means = (r.attention_histograms.mean(1), r.attribution_histograms.mean(1))
     fig = position_histograms(r.offsets, *layer_means, [f"layer {l + 1}" for l in range(f.n_layers)],
-                              max_offset=window, columns=min(f.n_layers, 6), title="Per layer (mean over heads)")
+                              max_offset=window, columns=min(f.n_layers, 3), title="Per layer (mean over heads)")
     st.plotly_chart(fig, key="lg_hist_layers")
     download_figure(fig, "histograms_per_layer", key="lg_hist_layers_dl")
     layer = _state("lg_layer", 1, lambda v: min(max(int(v), 1), f.n_layers))
