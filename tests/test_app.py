@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
 
-PAGE_FILES = ["pages/live.py", "pages/special_tokens.py", "pages/dependency_heads.py", "pages/local_global.py"]
+PAGE_FILES = ["app_pages/live.py", "app_pages/special_tokens.py", "app_pages/dependency_heads.py", "app_pages/local_global.py"]
 
 
 @pytest.fixture

@@ -341,10 +341,10 @@ def test_app_live_roberta(tiny_model_dir):
 def test_app_typed_text_follows_the_visitor_across_pages(live_app):
     """Streamlit drops widget values and the URL on a page change; the typed sentence must survive both."""
     at = _type(live_app, "My own sentence about a purple owl.", "")
-    for page in ("pages/local_global.py", "pages/dependency_heads.py", "pages/live.py"):
+    for page in ("app_pages/local_global.py", "app_pages/dependency_heads.py", "app_pages/live.py"):
         at.switch_page(page).run()
         assert not at.exception, (page, at.exception)
-        if page != "pages/dependency_heads.py":  # a page without the sentence inputs in between
+        if page != "app_pages/dependency_heads.py":  # a page without the sentence inputs in between
             assert at.text_area(key="text_a").value == "My own sentence about a purple owl.", page
             assert at.text_area(key="text_b").value == "" and at.query_params["a"] == "My own sentence about a purple owl."
 
@@ -354,7 +354,7 @@ BAD_TYPED = {**EMPTY_TEXTS, **INVISIBLE_TEXTS, "emoji": ODD_TEXTS["emoji"], "pun
 
 @pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
 def test_app_local_global_example_bad_text(live_app, text):
-    at = live_app.switch_page("pages/local_global.py").run()
+    at = live_app.switch_page("app_pages/local_global.py").run()
     assert not at.exception, at.exception
     at = _type(at, text)
     assert not at.exception, at.exception
@@ -365,7 +365,7 @@ def test_app_local_global_example_bad_text(live_app, text):
 
 @pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
 def test_app_deps_typed_text_bad(live_app, text):
-    at = live_app.switch_page("pages/dependency_heads.py").run()
+    at = live_app.switch_page("app_pages/dependency_heads.py").run()
     at.radio(key="deps_source").set_value("silver").run()
     at.selectbox(key="deps_text_choice").select("Type or paste text").run()
     at.text_area(key="deps_text").input(text).run()
@@ -542,8 +542,8 @@ def test_app_corpus_pages_show_upload_errors(case):
     # open the pages on the upload choice, so that no corpus is analysed before the upload
     at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
     at.session_state["deps_corpus"] = "Upload a CoNLL-U file"
-    for page, key, upload_label in (("pages/special_tokens.py", "special", "Upload a text or CoNLL-U file"),
-                                    ("pages/dependency_heads.py", "deps", "Upload a CoNLL-U file")):
+    for page, key, upload_label in (("app_pages/special_tokens.py", "special", "Upload a text or CoNLL-U file"),
+                                    ("app_pages/dependency_heads.py", "deps", "Upload a CoNLL-U file")):
         at.switch_page(page).run()
         assert not at.exception, (page, at.exception)
         if key == "deps":
@@ -603,7 +603,7 @@ def test_uploads_are_never_unpickled():
     # and nothing that serves visitors calls a deserialiser that can run code; attnlib/scale.py pickles only the
     # payloads it makes itself for its Ray workers
     risky = re.compile(r"\b(pickle|cPickle|dill|joblib)\.loads?\b|\btorch\.load\(|allow_pickle=True")
-    folders = ("attnlib", "ui", "pages", "figures")
+    folders = ("attnlib", "ui", "app_pages", "figures")
     hits = [str(p.relative_to(ROOT)) for p in _repo_sources() if p.parts[len(ROOT.parts)] in folders
             and p.name != "scale.py" and risky.search(p.read_text())]
     assert hits == [] and "pickle" not in (ROOT / "app.py").read_text()

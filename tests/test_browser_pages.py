@@ -10,6 +10,7 @@ PAGES = [
     ("dependency-heads", "Dependency heads"),
     ("local-global", "Local vs global"),
 ]
+HEADINGS = {"Local vs global": "Local versus global"}  # page titles that differ from their navigation label
 # The main content of a page: a chart, a table, a component, or (for pages not built yet) the notice saying what they will show.
 MAIN_CONTENT = ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stTable'], iframe, [data-testid='stAlert']"
 
@@ -19,7 +20,7 @@ def test_page_renders_in_browser(streamlit_server, browser, screenshot_dir, path
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         page.goto(f"{streamlit_server}/{path}", wait_until="domcontentloaded")
-        page.get_by_role("heading", name=title).first.wait_for(timeout=90_000)
+        page.get_by_role("heading", name=HEADINGS.get(title, title)).first.wait_for(timeout=90_000)
         page.locator(MAIN_CONTENT).first.wait_for(state="visible", timeout=120_000)
         page.wait_for_function(
             "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000

@@ -314,7 +314,7 @@ def _deps_page(source: str, **state):
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("pages/dependency_heads.py")
+    at.switch_page("app_pages/dependency_heads.py")
     defaults = dict(deps_source=source, deps_min_count=5, deps_rule="mean", deps_split="same")
     for key, value in {**defaults, **state}.items():
         at.session_state[key] = value

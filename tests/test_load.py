@@ -135,8 +135,8 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
 # ---------- bounded caches -----------------------------------------------------------------------------------------
 
 def _cache_decorators():
-    """(file, function, keyword names) of every st.cache_data / st.cache_resource in ui/ and pages/."""
-    for folder in ("ui", "pages"):
+    """(file, function, keyword names) of every st.cache_data / st.cache_resource in ui/ and app_pages/."""
+    for folder in ("ui", "app_pages"):
         for path in sorted((ROOT / folder).glob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -206,7 +206,7 @@ def test_page_opens_with_the_shipped_result():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("pages/local_global.py").run()
+    at.switch_page("app_pages/local_global.py").run()
     assert not at.exception, at.exception
     assert at.title[0].value == "Local versus global"
     charts = at.get("plotly_chart")
@@ -219,7 +219,7 @@ def test_page_computes_a_small_corpus_on_request():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("pages/local_global.py").run()
+    at.switch_page("app_pages/local_global.py").run()
     at.number_input(key="local_global_limit").set_value(3).run()
     at.number_input(key="lg_k").set_value(2).run()
     compute = [b for b in at.button if b.label.startswith("Compute for")]

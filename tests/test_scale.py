@@ -281,7 +281,7 @@ def _special_page():
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.session_state["special_limit"] = 2  # the page computes once before the file is chosen
-    at.switch_page("pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens.py").run()
     return at
 
 
@@ -306,7 +306,7 @@ def test_dependency_page_loads_a_result_file(tmp_path):
                      "--json"]) == 0
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.session_state["deps_limit"] = 2  # the page computes once before the file is chosen
-    at.switch_page("pages/dependency_heads.py").run()
+    at.switch_page("app_pages/dependency_heads.py").run()
     at.file_uploader(key="deps_result_file").set_value(("deps.json", path.read_bytes(), "application/json")).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -327,3 +327,23 @@ def test_special_page_refuses_another_commands_file(special_file):
     assert not at.exception, [e.value for e in at.exception]
     assert any("holds the result of `positions`" in e.value for e in at.error)
     assert any("2 inputs from" in c.value for c in at.caption)  # it computes instead
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_local_global_page_loads_a_result_file(tmp_path, tiny_model_dir):
+    from streamlit.testing.v1 import AppTest
+
+    path = tmp_path / "positions.json"  # from a 2-layer, 4-head model: the page draws the file's own shapes
+    assert cli.main(["positions", "--corpus", str(ROOT / "data" / "classroom_single.txt"), "--limit", "2",
+                     "--probes", "2", "--model", str(tiny_model_dir), "--out", str(path), "--json"]) == 0
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.switch_page("app_pages/local_global.py").run()
+    at.file_uploader(key="local_global_result_file").set_value(("positions.json", path.read_bytes(),
+                                                                "application/json")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert any("computed by `python -m attnlib positions` on classroom_single.txt (2 inputs)" in i.value
+               and "probes=2" in i.value for i in at.info)
+    assert any("2 inputs of classroom_single.txt" in c.value and "k = 2 random probes" in c.value for c in at.caption)
+    assert any("Centre of mass" in s.value for s in at.subheader)
+    assert any("Layer 1, every head" in c.proto.spec and "1-4" in c.proto.spec for c in at.get("plotly_chart"))

@@ -384,7 +384,7 @@ def test_page_runs_on_a_small_corpus():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens.py").run()
     at.number_input(key="special_limit").set_value(20).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -402,7 +402,7 @@ def test_page_shows_gradient_importance_for_a_model_with_an_mlm_head(tiny_model_
     from ui.model_sidebar import OTHER
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens.py").run()
     at.selectbox(key="model_choice").set_value(OTHER).run()
     at.text_input(key="model_custom").set_value(str(tiny_model_dir)).run()
     at.number_input(key="special_limit").set_value(6).run()
@@ -419,7 +419,7 @@ def test_page_options_pairs_all_punctuation_no_map():
     at.query_params["punct"] = "all"
     at.query_params["map"] = "0"
     at.run()
-    at.switch_page("pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens.py").run()
     at.selectbox(key="special_corpus").set_value("Classroom set: sentence pairs").run()
     at.number_input(key="special_limit").set_value(10).run()
     assert not at.exception, [e.value for e in at.exception]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ from attnlib.attribution import DEFAULT_PROBES, Attribution, attribute
 from attnlib.model import DEFAULT_MODEL
 from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, corpus_positions
 from attnlib.runner import InputError
+from attnlib.scale import positions_from_json
 from figures.positions import (
     center_of_mass_chart,
     correlation_heatmaps,
@@ -25,6 +27,7 @@ from ui.corpus_picker import corpus_picker
 from ui.downloads import download_figure, download_json, download_table
 from ui.live_inputs import run_or_explain, text_inputs
 from ui.model_sidebar import cached_model, current_model, local_models_allowed
+from ui.result_file import loaded_result
 
 ROOT = Path(__file__).resolve().parents[1]
 PRECOMPUTED = ROOT / "data" / "precomputed" / f"positions_{DEFAULT_MODEL}_classroom.json"
@@ -166,7 +169,9 @@ def _summary_table(r: PositionsResult) -> pd.DataFrame:
 
 def _corpus_section(lm, r: PositionsResult, source: str, label: str) -> None:
     """Centres of mass, histograms and correlations of the corpus."""
-    f = lm.facts
+    # the result's own sizes: a loaded result file may come from another model than the sidebar's
+    f = SimpleNamespace(n_layers=r.attention_histograms.shape[0], n_heads=r.attention_histograms.shape[1],
+                        head_dim=r.head_dim)
     how = (f"estimate mode, k = {r.options.probes} random probes per token" if r.options.mode == "estimate"
            else "exact mode")
     st.caption(f"{r.n_inputs} inputs of {label}; attribution in {how}; {source}.")
@@ -298,8 +303,12 @@ st.caption("Layers and heads are numbered from 1 on this page (\"layer-head\", a
            "the library and its JSON count from 0. Definitions: METHODS §8 and §9.")
 lm = current_model()
 options = _options_sidebar(lm.facts.head_dim)
-choice = corpus_picker("local_global", default_limit=100)
-if choice is not None:
+loaded = loaded_result("local_global", "positions", lambda record: positions_from_json(record.result))
+choice = corpus_picker("local_global", default_limit=100) if loaded is None else None
+if loaded is not None:
+    record, result = loaded
+    _corpus_section(lm, result, f"loaded from a result file ({record.model})", record.corpus.get("name", "?"))
+elif choice is not None:
     result, source = _get_result(lm.facts.name, choice, options)
     if result is not None:
         _corpus_section(lm, result, source, choice.label)
