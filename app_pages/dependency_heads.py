@@ -17,7 +17,7 @@ from attnlib.scale import dependency_counts_from_json
 from attnlib.words import ROW_RULES
 from figures.deps import arc_diagram, head_accuracy_heatmaps
 from figures.heatmap import attention_heatmap
-from ui.corpus_picker import CLASSROOM, MAX_UPLOAD_BYTES, UD_DIR, corpus_picker
+from ui.corpus_picker import CLASSROOM, UD_DIR, corpus_picker, upload_bytes
 from ui.downloads import download_figure, download_table
 from ui.model_sidebar import cached_model, current_model, local_models_allowed
 from ui.result_file import loaded_result
@@ -101,9 +101,8 @@ def _silver_corpus() -> tuple[str, str, list[Sentence]] | None:
             if upload is None:
                 st.info("Choose a text file to parse.")
                 return None
-            data = upload.getvalue()
-            if len(data) > MAX_UPLOAD_BYTES:
-                st.error(f"{upload.name} is {len(data) / 1e6:.1f} MB; the limit is {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+            data = upload_bytes(upload)
+            if data is None:
                 return None
             try:
                 text = data.decode("utf-8-sig")

@@ -55,6 +55,15 @@ def _read_path(path: str) -> list[CorpusInput]:
     return read_corpus(path)
 
 
+def upload_bytes(upload) -> bytes | None:
+    """An upload's bytes, or None after an error message when it is over the size limit."""
+    data = upload.getvalue()
+    if len(data) > MAX_UPLOAD_BYTES:
+        st.error(f"{upload.name} is {len(data) / 1e6:.1f} MB; the limit is {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+        return None
+    return data
+
+
 def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> CorpusChoice | None:
     """Draw the corpus widgets (in the sidebar) and return the chosen inputs, or None with a message shown."""
     files = {} if kind == "conllu" else dict(CLASSROOM)
@@ -74,9 +83,8 @@ def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> Cor
                 if upload is None:
                     st.info("Choose a file to analyse.")
                     return None
-                data = upload.getvalue()
-                if len(data) > MAX_UPLOAD_BYTES:
-                    st.error(f"{upload.name} is {len(data) / 1e6:.1f} MB; the limit is {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+                data = upload_bytes(upload)
+                if data is None:
                     return None
                 is_conllu = kind == "conllu" or upload.name.lower().endswith((".conllu", ".conll"))
                 inputs = _parse_upload(data, upload.name, is_conllu)
