@@ -3,6 +3,9 @@
 Exact mode pushes one forward-mode derivative per input coordinate through the model (torch.func.jvp
 under torch.func.vmap, in chunks of directions), which gives every layer and head at once. Estimate
 mode pushes k random standard-normal probes per input token instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2.
+The input contribution runs the model's own layers; the previous-layer contribution differentiates each layer's
+own self-attention (its query/key/value projections and scaled dot-product attention, checked against the
+module's output) with respect to that layer's input, one token row at a time.
 """
 
 from __future__ import annotations
