@@ -18,6 +18,15 @@ CLASSROOM_PAIRS = ROOT / "data" / "classroom_pairs.tsv"
 requires_ud = pytest.mark.skipif(not UD_DIR.is_dir(), reason="../shared/data/ud is absent")
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: small tensors gain nothing from a second, which on a busy machine waits."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def minilm():
     """The packaged all-MiniLM-L6-v2 model, loaded once."""

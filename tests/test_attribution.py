@@ -9,6 +9,8 @@ import torch
 from attnlib.attribution import attribute, hidden_token_attribution
 from attnlib.runner import encode
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def _head_output_modules(encoder):
     """Per layer, (module, where): the self-attention output (BERT) or the input of DistilBERT's out_lin."""

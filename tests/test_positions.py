@@ -27,6 +27,7 @@ from attnlib.positions import (
     row_correlations,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]
 PRECOMPUTED = ROOT / "data" / "precomputed" / f"positions_{DEFAULT_MODEL}_classroom.json"
 
@@ -196,9 +197,10 @@ def test_shipped_file_matches_a_fresh_computation(minilm, name):
     fresh = corpus_positions(minilm, inputs, PositionOptions(**check["options"])).to_dict()
     for key in ("attention", "attribution"):
         np.testing.assert_allclose(np.array(fresh["histograms"][key]), np.array(check["histograms"][key]), atol=1e-4)
+    # float32 sums in another order (thread count, BLAS) can swap the ranks of near-equal values: Spearman moves a little
     for name_ in fresh["correlation"]:
         np.testing.assert_allclose(np.array(fresh["correlation"][name_], float),
-                                   np.array(check["correlation"][name_], float), atol=1e-4)
+                                   np.array(check["correlation"][name_], float), atol=1e-3)
     np.testing.assert_allclose(fresh["attribution_center_of_mass"], check["attribution_center_of_mass"], atol=1e-4)
 
 
