@@ -32,6 +32,13 @@ from ui.result_file import loaded_result
 ROOT = Path(__file__).resolve().parents[1]
 PRECOMPUTED = ROOT / "data" / "precomputed" / f"positions_{DEFAULT_MODEL}_classroom.json"
 MODE_LABELS = {"estimate": "estimate (random probes, fast)", "exact": "exact (forward mode, slow)"}
+EXACT_SECONDS_AT_34_TOKENS = 32  # benchmarks/bench_hta.py: the default model on 2 CPU cores
+EXACT_EXAMPLE_MAX_SECONDS = 600
+
+
+def _exact_seconds(f, n: int) -> float:
+    """Rough time of an exact attribution on 2 CPU cores: n * hidden directions, each costing ~ n * hidden^2 * layers."""
+    return EXACT_SECONDS_AT_34_TOKENS * (n / 34) ** 2 * (f.hidden_size / 384) ** 3 * f.n_layers / 6
 
 
 @st.cache_data(show_spinner=False)
@@ -69,7 +76,7 @@ def _corpus_result(model_name: str, fingerprint: str, options: tuple, _inputs, _
     return corpus_positions(lm, _inputs, PositionOptions(*options), _progress).to_dict()
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+@st.cache_data(max_entries=4, show_spinner=False)
 def _example_attribution(model_name: str, text_a: str, text_b: str) -> Attribution:
     """Exact Hidden Token Attribution of one sentence or pair."""
     lm = cached_model(model_name, local_models_allowed())
@@ -257,9 +264,15 @@ def _example_section(lm) -> None:
     if attribution is None:
         key = (f.name, text_a, text_b)
         done = st.session_state.setdefault("lg_examples", set())
+        seconds = _exact_seconds(f, run.n)
+        if seconds > EXACT_EXAMPLE_MAX_SECONDS:
+            st.warning(f"Exact attribution of {run.n} tokens with {f.name} would take about {seconds / 60:.0f} minutes "
+                       f"on 2 CPU cores; this page stops at {EXACT_EXAMPLE_MAX_SECONDS // 60}. Shorten the text, or run "
+                       "`python -m attnlib hta --mode exact` from the command line.")
+            return
         if key not in done:
-            st.info(f"Exact attribution of these {run.n} tokens takes from seconds (a short sentence) to minutes "
-                    "(60 tokens or more) on 2 CPU cores.")
+            st.info(f"Exact attribution of these {run.n} tokens takes about {max(seconds, 1):.0f} s on 2 CPU cores "
+                    "(it grows with the square of the length).")
             if not st.button("Compute exact attribution", key="lg_example_go"):
                 return
         with st.spinner("Computing exact Hidden Token Attribution…"):

@@ -1,11 +1,15 @@
 """Hidden Token Attribution per head (METHODS §9): how much each token feeds each head's output.
 
-Exact mode pushes one forward-mode derivative per input coordinate through the model (torch.func.jvp
-under torch.func.vmap, in chunks of directions), which gives every layer and head at once. Estimate
-mode pushes k random standard-normal probes per input token instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2.
-The input contribution runs the model's own layers; the previous-layer contribution differentiates each layer's
-own self-attention (its query/key/value projections and scaled dot-product attention, checked against the
-module's output) with respect to that layer's input, one token row at a time.
+Exact mode pushes one forward-mode derivative per input coordinate (n * hidden directions) through every layer,
+which gives every layer and head at once; estimate mode pushes k random standard-normal probes per input token
+instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2. Directions travel in chunks, each layer linearised at the input:
+- self-attention: the tangent of softmax(q k^T * scale) v written out, from the layer's own projections
+  (checked against the module's output);
+- the rest of the layer acts on each token alone, so it becomes one Jacobian per token (LayerNorm, feed-forward,
+  LayerNorm), built once and applied as a batched matrix product.
+Two random directions are checked against torch.func.jvp through the model's own layers, which is also the path
+taken when a layer cannot be linearised (another layout, or Jacobians over LINEARISED_BUDGET).
+The previous-layer contribution is the first step of the same computation, started at every layer's input.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ from .runner import KEY_NAMES, QUERY_NAMES, Encoded, TextOrWords, _model_inputs,
 
 Mode = Literal["exact", "estimate"]
 MODES: tuple[str, ...] = ("exact", "estimate")
-DEFAULT_PROBES = 12  # benchmarks/bench_hta.py: Pearson >= 0.99 with exact mode at about 30x its speed
+DEFAULT_PROBES = 12  # benchmarks/bench_hta.py: Pearson >= 0.99 with exact mode at about 20x its speed
 DEFAULT_SEED = 0
 VALUE_NAMES = ("value", "v_lin", "v_proj", "value_proj")
 OUT_PROJECTION_NAMES = ("out_lin", "o_proj", "out_proj")
 CHUNK_BUDGET = 4_000_000  # floats in the widest activation of one chunk of directions (about 16 MB)
+LINEARISED_BUDGET = 2 ** 27  # floats of per-token Jacobians kept at once (512 MB)
 
 
 @dataclass
@@ -171,31 +176,67 @@ def _check_no_mask(call: _Call) -> None:
         raise ValueError("Hidden Token Attribution runs one unpadded input at a time; got a masking attention mask.")
 
 
-def _row_replaced_heads(site: AttentionSite, call: _Call, n_heads: int, expected: torch.Tensor) -> Callable:
-    """(u, sel) -> o(l) [n, hidden] of this layer when the input row picked by the one-hot `sel` is replaced by u.
+@dataclass
+class _LayerAtInput:
+    """One layer's self-attention at this input (per head [heads, n, d] or [heads, n, n]) and its projections."""
 
-    The layer's own projections and scaled-dot-product attention; other rows' projections are computed once,
-    so a derivative with respect to one token costs one row of projections, not n. Checked against the module.
-    """
+    qkv_t: torch.Tensor  # [hidden, 3 * hidden]: query, key and value projection weights, transposed
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    weights: torch.Tensor  # attention A [heads, n, n]
+    heads: torch.Tensor  # o(l) [heads, n, d]
+    scale: float
+
+
+def _layer_at_input(site: AttentionSite, call: _Call, n_heads: int, expected: torch.Tensor) -> _LayerAtInput:
+    """Recompute a layer's heads from its own projections; checked against what the module computed."""
     _check_no_mask(call)
-    attention = site.attention
-    projections = [_linear(attention, names) for names in (QUERY_NAMES, KEY_NAMES, VALUE_NAMES)]
+    projections = [_linear(site.attention, names) for names in (QUERY_NAMES, KEY_NAMES, VALUE_NAMES)]
     x = call.hidden[0]
     n, hidden = x.shape
     d = hidden // n_heads
-    scale = getattr(attention, "scaling", d ** -0.5)
-    base = [p(x) for p in projections]  # q, k, v of every row [n, hidden]
+    scale = float(getattr(site.attention, "scaling", d ** -0.5))
+    q, k, v = (p(x).reshape(n, n_heads, d).transpose(0, 1) for p in projections)
+    weights = torch.softmax(q @ k.transpose(1, 2) * scale, dim=-1)
+    heads = weights @ v
+    if not torch.allclose(heads.transpose(0, 1).reshape(n, hidden), expected, atol=1e-4, rtol=1e-4):
+        raise ValueError(f"{type(site.attention).__name__} is not plain scaled-dot-product attention; "
+                         "Hidden Token Attribution cannot be computed for it here.")
+    qkv_t = torch.cat([p.weight for p in projections]).T.contiguous()
+    return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale)
 
-    def heads(u: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
-        q, k, v = (m + sel[:, None] * (p(u) - sel @ m)[None, :] for m, p in zip(base, projections))
-        q, k, v = (t.reshape(n, n_heads, d).transpose(0, 1) for t in (q, k, v))
-        weights = torch.softmax(q @ k.transpose(1, 2) * scale, dim=-1)
-        return (weights @ v).transpose(0, 1).reshape(n, hidden)
 
-    if not torch.allclose(heads(x[0], torch.eye(n, dtype=x.dtype, device=x.device)[0]), expected, atol=1e-4, rtol=1e-4):
-        raise ValueError(f"{type(attention).__name__} is not plain scaled-dot-product attention; "
-                         "its previous-layer contribution cannot be computed here.")
-    return heads
+def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+    """Tangent of o(l) [n, c, heads, d] when layer input row tokens[p] moves along vectors[p] (and no other row).
+
+    Forward-mode derivative of softmax(q k^T * scale) v written out for a one-row tangent: the scores move
+    only in row i (a) and column i (b), so no n x n tangent is ever formed.
+    """
+    n_heads, n, d = layer.q.shape
+    c = len(tokens)
+    dq, dk, dv = (vectors @ layer.qkv_t).reshape(c, 3, n_heads, d).unbind(1)  # [c, heads, d]
+    a = layer.scale * torch.einsum("hkd,chd->chk", layer.k, dq)  # score tangent of row i, [c, heads, key]
+    b = layer.scale * torch.einsum("hjd,chd->chj", layer.q, dk)  # score tangent of column i, [c, heads, query]
+    to_i = layer.weights[:, :, tokens].permute(2, 0, 1)  # A[h, j, i] as [c, heads, query]
+    from_i = layer.weights[:, tokens].transpose(0, 1) * a  # A[h, i, k] a_k as [c, heads, key]
+    heads_i = layer.heads[:, tokens].transpose(0, 1)  # o_i [c, heads, d]
+    v_i = layer.v[:, tokens].transpose(0, 1)
+    row_i = torch.einsum("chk,hkd->chd", from_i, layer.v) - from_i.sum(-1, keepdim=True) * heads_i
+    tangent = to_i[..., None] * (b[..., None] * (v_i[:, :, None] - layer.heads) + dv[:, :, None])  # [c, h, j, d]
+    tangent[torch.arange(c, device=tokens.device), :, tokens] += row_i
+    return tangent.permute(2, 0, 1, 3)
+
+
+def _dense_tangent_heads(layer: _LayerAtInput, inputs: torch.Tensor) -> torch.Tensor:
+    """Tangent of o(l) [n, c, heads, d] for a tangent of the layer input [n, c, hidden] (forward mode, written out)."""
+    n_heads, n, d = layer.q.shape
+    c = inputs.shape[1]
+    dq, dk, dv = (inputs @ layer.qkv_t).reshape(n, c, 3, n_heads, d).unbind(2)  # [n, c, heads, d]
+    scores = layer.scale * (torch.einsum("jchd,hkd->hcjk", dq, layer.k) + torch.einsum("hjd,kchd->hcjk", layer.q, dk))
+    weights = layer.weights[:, None]  # [heads, 1, query, key]
+    softmax = weights * (scores - (weights * scores).sum(-1, keepdim=True))
+    return torch.einsum("hcjk,hkd->jchd", softmax, layer.v) + torch.einsum("hjk,kchd->jchd", layer.weights, dv)
 
 
 def _direction_chunks(n: int, hidden: int, mode: str, probes: int, seed: int, chunk: int,
@@ -217,9 +258,8 @@ def _direction_chunks(n: int, hidden: int, mode: str, probes: int, seed: int, ch
         yield index // per_token, vectors
 
 
-def _input_contribution_norms(fn: Callable, e0: torch.Tensor, n_heads: int, mode: str, probes: int, seed: int,
-                              chunk: int) -> torch.Tensor:
-    """Sum over token i's directions v of ||d o(l,h)_j / d e0_i . v||^2, as [i, layers, j, heads]."""
+def _plain_input_norms(fn: Callable, e0: torch.Tensor, n_heads: int, directions: Iterator) -> torch.Tensor:
+    """Sum over token i's directions v of ||d o(l,h)_j / d e0_i . v||^2, as [i, layers, j, heads], through the model."""
     _, n, hidden = e0.shape
 
     def squared_head_norms(tangent: torch.Tensor) -> torch.Tensor:
@@ -228,30 +268,121 @@ def _input_contribution_norms(fn: Callable, e0: torch.Tensor, n_heads: int, mode
 
     batched = vmap(squared_head_norms)
     total = None
-    for tokens, vectors in _direction_chunks(n, hidden, mode, probes, seed, chunk, e0.device):
+    for tokens, vectors in directions:
         tangents = torch.zeros(len(tokens), 1, n, hidden, device=e0.device)
         tangents[torch.arange(len(tokens)), 0, tokens] = vectors
         sq = batched(tangents)
         total = torch.zeros((n, *sq.shape[1:]), device=e0.device) if total is None else total
         total.index_add_(0, tokens, sq)
-    return total / probes if mode == "estimate" else total
+    return total
 
 
-def _previous_contribution_norms(heads: Callable, x: torch.Tensor, n_heads: int, mode: str, probes: int,
-                                 seed: int, chunk: int) -> torch.Tensor:
-    """Sum over token i's directions v of ||d o(l,h)_j / d e(l-1)_i . v||^2 for one layer, as [i, j, heads]."""
-    n, hidden = x.shape
-    eye = torch.eye(n, dtype=x.dtype, device=x.device)
+@dataclass
+class _PositionWise:
+    """What a layer does after self-attention, linearised at this input: r = x + o W^T, then e(l)_j = f(r_j) per token."""
 
-    def squared_head_norms(row: torch.Tensor, tangent: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
-        out = jvp(lambda u: heads(u, sel), (row,), (tangent,))[1]  # [n, hidden]
-        return out.reshape(n, n_heads, -1).square().sum(-1)
+    projection_t: torch.Tensor  # W^T [hidden, hidden]: the projection applied to the heads' outputs
+    jacobian_t: torch.Tensor  # [n, hidden_in, hidden_out]: d e(l)_j / d r_j of every token j, transposed
 
-    batched = vmap(squared_head_norms)
-    total = torch.zeros(n, n, n_heads, device=x.device)
-    for tokens, vectors in _direction_chunks(n, hidden, mode, probes, seed, chunk, x.device):
-        total.index_add_(0, tokens, batched(x[tokens], vectors, eye[tokens]))
-    return total / probes if mode == "estimate" else total
+
+@dataclass
+class _Step:
+    """One module call inside a layer: the module, its first input and its output."""
+
+    module: torch.nn.Module
+    input: torch.Tensor
+    output: torch.Tensor
+
+
+def _layer_steps(site: AttentionSite, call: _Call) -> tuple[list[_Step], torch.Tensor]:
+    """Every module call inside a layer, in order, with the heads' outputs o(l) of that run."""
+    steps: list[_Step] = []
+
+    def record(module, args, output):
+        if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
+            steps.append(_Step(module, args[0], output))
+
+    hooks = [m.register_forward_hook(this_thread_only(record)) for m in site.layer.modules() if m is not site.layer]
+    try:
+        with _HeadTap([site]) as tap:
+            site.layer(*call.args, **call.kwargs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return steps, tap.outputs[-1]
+
+
+def _layer_norm_stats(step: _Step) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gamma / sigma [n, hidden], x-hat [n, hidden]) of a LayerNorm call: its Jacobian is diag(gamma)(I - P)/sigma."""
+    x = step.input[0]
+    sigma = (x.var(-1, unbiased=False, keepdim=True) + step.module.eps).sqrt()
+    gamma = step.module.weight if step.module.weight is not None else torch.ones_like(x[0])
+    return gamma / sigma, (x - x.mean(-1, keepdim=True)) / sigma
+
+
+def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWise | None:
+    """Per-token Jacobians of e(l) = LN_b(y + W2 act(W1 y)), y = LN_a(r), as in BERT, RoBERTa and DistilBERT.
+
+    Built as LN_b (I + W2 diag(act') W1) LN_a per token, with the LayerNorm Jacobians applied in their
+    diagonal-minus-rank-two form. None when the layer is not laid out this way.
+    """
+    steps, heads = _layer_steps(site, call)
+    after = lambda i, kind: next((s for s in steps[i:] if isinstance(s.module, kind)), None)  # noqa: E731
+    start = next((i for i, s in enumerate(steps) if isinstance(s.module, torch.nn.Linear) and s.input is heads), None)
+    if start is None:
+        return None
+    norm_a = after(start, torch.nn.LayerNorm)
+    up = next((s for s in steps if isinstance(s.module, torch.nn.Linear) and norm_a and s.input is norm_a.output), None)
+    act = next((s for s in steps if up and s.input is up.output), None)
+    down = next((s for s in steps if isinstance(s.module, torch.nn.Linear) and act and s.input is act.output), None)
+    norm_b = after(steps.index(down) if down else len(steps), torch.nn.LayerNorm)
+    if norm_b is None:
+        return None
+    slope = jvp(act.module, (act.input[0],), (torch.ones_like(act.input[0]),))[1]  # act'(W1 y) [n, ffn]
+    n, hidden = slope.shape[0], down.module.out_features
+    tokens_per_chunk = max(1, chunk // down.module.weight.numel())
+    ffn = torch.cat([torch.matmul(down.module.weight * slope[s:s + tokens_per_chunk, None, :], up.module.weight)
+                     for s in range(0, n, tokens_per_chunk)])  # W2 diag(act') W1 [n, out, in]
+    ffn.diagonal(dim1=1, dim2=2).add_(1.0)
+    scale_a, hat_a = _layer_norm_stats(norm_a)
+    scale_b, hat_b = _layer_norm_stats(norm_b)
+    right = ffn.mul_(scale_a[:, None, :])  # (I + F) LN_a = C (I - P_a) with C = (I + F) diag(gamma_a / sigma_a)
+    right -= right.mean(-1, keepdim=True) + (right @ hat_a[:, :, None]) * (hat_a[:, None, :] / hidden)
+    right -= right.mean(1, keepdim=True) + hat_b[:, :, None] * ((hat_b[:, None, :] / hidden) @ right)
+    jacobian = right.mul_(scale_b[:, :, None])  # LN_b (I + F) LN_a [n, out, in]
+    return _PositionWise(steps[start].module.weight.T.contiguous(), jacobian.transpose(1, 2).contiguous())
+
+
+def _linearised_input_norms(layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise],
+                            directions: Iterator) -> torch.Tensor:
+    """The same sums as _plain_input_norms, with each layer's position-wise part applied as per-token matrices."""
+    n_heads, n, d = layers[0].q.shape
+    total = torch.zeros(n, len(layers), n, n_heads, device=layers[0].q.device)
+    for tokens, vectors in directions:
+        c = len(tokens)
+        inputs = None  # tangent of the layer input [n, c, hidden]; None while it is one row (the first layer)
+        for l, layer in enumerate(layers):
+            heads = _row_tangent_heads(layer, tokens, vectors) if inputs is None else _dense_tangent_heads(layer, inputs)
+            total[:, l].index_add_(0, tokens, heads.square().sum(-1).transpose(0, 1))
+            if l + 1 == len(layers):
+                break
+            residual = heads.reshape(n, c, n_heads * d) @ rest[l].projection_t
+            if inputs is None:
+                residual[tokens, torch.arange(c, device=tokens.device)] += vectors
+            else:
+                residual += inputs
+            inputs = torch.bmm(residual, rest[l].jacobian_t)
+    return total
+
+
+def _previous_norms(layers: Sequence[_LayerAtInput], directions: Iterator) -> torch.Tensor:
+    """Sum over token i's directions v of ||d o(l,h)_j / d e(l-1)_i . v||^2, the layer's own computation, [i, l, j, h]."""
+    n_heads, n, _ = layers[0].q.shape
+    total = torch.zeros(n, len(layers), n, n_heads, device=layers[0].q.device)
+    for tokens, vectors in directions:
+        for l, layer in enumerate(layers):
+            total[:, l].index_add_(0, tokens, _row_tangent_heads(layer, tokens, vectors).square().sum(-1).transpose(0, 1))
+    return total
 
 
 def _normalise(squared: torch.Tensor) -> np.ndarray:
@@ -272,6 +403,33 @@ def _widest_activation(encoder: torch.nn.Module, hidden: int) -> int:
     return max([m.out_features for m in encoder.modules() if isinstance(m, torch.nn.Linear)] + [hidden])
 
 
+def _jacobians_fit(n: int, hidden: int, n_layers: int) -> bool:
+    """Whether every layer's per-token Jacobians (n * hidden^2 floats each) fit in LINEARISED_BUDGET."""
+    return (n_layers - 1) * n * hidden * hidden <= LINEARISED_BUDGET
+
+
+def _linearise(sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], chunk: int) -> list[_PositionWise] | None:
+    """The position-wise part of every layer but the last, or None where one cannot be linearised."""
+    rest = []
+    for site, layer_call in zip(sites[:-1], layer_calls):
+        part = _position_wise(site, layer_call, chunk)
+        if part is None:
+            return None
+        rest.append(part)
+    return rest
+
+
+def _agrees_with_model(fn: Callable, e0: torch.Tensor, layers: Sequence[_LayerAtInput],
+                       rest: Sequence[_PositionWise], n_heads: int) -> bool:
+    """Whether the linearised layers give what the model's own layers give, on two random directions."""
+    _, n, hidden = e0.shape
+    generator = torch.Generator().manual_seed(DEFAULT_SEED)
+    sample = [(torch.tensor([0, n - 1], device=e0.device), torch.randn(2, hidden, generator=generator).to(e0.device))]
+    plain = _plain_input_norms(fn, e0, n_heads, iter(sample))
+    linearised = _linearised_input_norms(layers, rest, iter(sample))
+    return bool(torch.allclose(linearised, plain, rtol=1e-3, atol=1e-5 * float(plain.abs().max())))
+
+
 @contextlib.contextmanager
 def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
     """Dropout off for the duration, whatever the module's mode was."""
@@ -290,8 +448,11 @@ def hidden_token_attribution(
     probes: int = DEFAULT_PROBES,
     seed: int = DEFAULT_SEED,
     chunk_size: int | None = None,
+    linearise: bool = True,
 ) -> Attribution:
-    """Input and previous-layer contribution of every token to every head's output at every position (METHODS §9)."""
+    """Input and previous-layer contribution of every token to every head's output at every position (METHODS §9).
+
+    linearise=False pushes every direction through the model's own layers (slower, same numbers)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if mode == "estimate" and probes < 1:
@@ -300,20 +461,30 @@ def hidden_token_attribution(
     if any(p.dtype != torch.float32 for p in encoder.parameters()):
         raise ValueError("Hidden Token Attribution runs in float32; load the model in float32.")
     f = lm.facts
+    n, hidden = encoded.n, f.hidden_size
     sites = attention_sites(encoder)
     batch = _model_inputs(lm, [encoded])
-    chunk = chunk_size or default_chunk(encoded.n, f.hidden_size, _widest_activation(encoder, f.hidden_size), f.n_heads)
+    widest = _widest_activation(encoder, hidden)
+    through_model, through_rows, through_layers = (
+        chunk_size or default_chunk(n, hidden, width, f.n_heads) for width in (widest, hidden, 3 * hidden))
+
+    def directions(chunk: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return _direction_chunks(n, hidden, mode, probes, seed, chunk, lm.device)
+
     with _eval_mode(encoder), torch.no_grad():
         layer_calls, attention_calls = _capture_calls(lm, sites, batch)
         everything = _all_heads_function(sites, layer_calls, attention_calls[-1])
         e0 = layer_calls[0].hidden
         head_outputs = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
-        input_sq = _input_contribution_norms(everything, e0, f.n_heads, mode, probes, seed, chunk)
-        previous_sq = torch.stack([
-            _previous_contribution_norms(_row_replaced_heads(site, call, f.n_heads, head_outputs[l, 0]),
-                                         call.hidden[0], f.n_heads, mode, probes, seed, 4 * chunk)
-            for l, (site, call) in enumerate(zip(sites, attention_calls))
-        ], dim=1)  # [i, layers, j, heads]
+        layers = [_layer_at_input(site, call, f.n_heads, head_outputs[l, 0])
+                  for l, (site, call) in enumerate(zip(sites, attention_calls))]
+        previous_sq = _previous_norms(layers, directions(through_rows))
+        fits = linearise and _jacobians_fit(n, hidden, len(sites))
+        rest = _linearise(sites, layer_calls, CHUNK_BUDGET) if fits else None
+        if rest is not None and _agrees_with_model(everything, e0, layers, rest, f.n_heads):
+            input_sq = _linearised_input_norms(layers, rest, directions(through_layers))
+        else:
+            input_sq = _plain_input_norms(everything, e0, f.n_heads, directions(through_model))
     return Attribution(
         tokens=list(encoded.tokens),
         input=_normalise(input_sq),

@@ -56,3 +56,18 @@ def test_url_restores_model_and_text():
     assert not at.exception
     areas = {t.label: t.value for t in at.text_area}
     assert areas["Sentence A"] == "The dog barked." and areas["Sentence B (optional, makes a pair)"] == ""
+
+
+@pytest.mark.parametrize("words, expect_button", [(8, True), (300, False)])
+def test_exact_example_states_its_time_and_refuses_long_inputs(words, expect_button):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    at.switch_page("app_pages/local_global.py").run()
+    at.text_area[0].input(" ".join(["river"] * words)).run()
+    assert not at.exception, at.exception
+    buttons = [b.label for b in at.button]
+    if expect_button:
+        assert "Compute exact attribution" in buttons
+        assert any("takes about" in i.value for i in at.info)
+    else:
+        assert "Compute exact attribution" not in buttons
+        assert any("minutes on 2 CPU cores" in w.value for w in at.warning)

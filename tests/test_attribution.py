@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlib import attribution
 from attnlib.attribution import attribute, hidden_token_attribution
 from attnlib.runner import encode
 
@@ -119,6 +120,20 @@ def test_exact_equals_reverse_mode_on_packaged_model(minilm):
     layers, head_ids = zip(*heads)
     np.testing.assert_allclose(exact.input[list(layers), list(head_ids)], ref_in, atol=1e-5)
     np.testing.assert_allclose(exact.previous[list(layers), list(head_ids)], ref_prev, atol=1e-5)
+
+
+def test_linearised_layers_equal_the_models_own(tiny_model, monkeypatch):
+    """Per-token Jacobians give what torch.func.jvp through the model's own layers gives, in both modes."""
+    enc = encode(tiny_model, "The cat sat on the mat.", "It was warm.")
+    runs = []
+    linearised = attribution._linearised_input_norms
+    monkeypatch.setattr(attribution, "_linearised_input_norms", lambda *args: runs.append(1) or linearised(*args))
+    for mode in ("exact", "estimate"):
+        fast = hidden_token_attribution(tiny_model, enc, mode=mode, probes=5)
+        plain = hidden_token_attribution(tiny_model, enc, mode=mode, probes=5, linearise=False)
+        np.testing.assert_allclose(fast.input, plain.input, atol=1e-6)
+        np.testing.assert_array_equal(fast.previous, plain.previous)
+    assert len(runs) == 4  # per mode: the check on two directions, then every direction
 
 
 def test_estimate_converges_to_exact(tiny_model):
