@@ -279,13 +279,13 @@ def _plain_input_norms(fn: Callable, e0: torch.Tensor, n_heads: int, directions:
 
 @dataclass
 class _PositionWise:
-    """What a layer does after self-attention, linearised at this input: r = x + o W^T, then e(l)_j = f(r_j) per token."""
+    """A layer after self-attention, linearised at this input: r = x + o W^T, then e(l)_j = f(r_j) per token."""
 
     projection_t: torch.Tensor  # W^T [hidden, hidden]: the projection applied to the heads' outputs
     jacobian_t: torch.Tensor  # [n, hidden_in, hidden_out]: d e(l)_j / d r_j of every token j, transposed
 
 
-@dataclass
+@dataclass(eq=False)
 class _Step:
     """One module call inside a layer: the module, its first input and its output."""
 
@@ -327,15 +327,18 @@ def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWis
     diagonal-minus-rank-two form. None when the layer is not laid out this way.
     """
     steps, heads = _layer_steps(site, call)
-    after = lambda i, kind: next((s for s in steps[i:] if isinstance(s.module, kind)), None)  # noqa: E731
-    start = next((i for i, s in enumerate(steps) if isinstance(s.module, torch.nn.Linear) and s.input is heads), None)
-    if start is None:
-        return None
-    norm_a = after(start, torch.nn.LayerNorm)
-    up = next((s for s in steps if isinstance(s.module, torch.nn.Linear) and norm_a and s.input is norm_a.output), None)
-    act = next((s for s in steps if up and s.input is up.output), None)
-    down = next((s for s in steps if isinstance(s.module, torch.nn.Linear) and act and s.input is act.output), None)
-    norm_b = after(steps.index(down) if down else len(steps), torch.nn.LayerNorm)
+
+    def first(kind: type, after: int = 0, fed_by: _Step | None = None) -> _Step | None:
+        """The first call of a module of this kind from step `after` on (taking fed_by's output, if given)."""
+        return next((s for s in steps[after:]
+                     if isinstance(s.module, kind) and (fed_by is None or s.input is fed_by.output)), None)
+
+    projection = next((s for s in steps if isinstance(s.module, torch.nn.Linear) and s.input is heads), None)
+    norm_a = projection and first(torch.nn.LayerNorm, steps.index(projection))
+    up = norm_a and first(torch.nn.Linear, fed_by=norm_a)
+    act = up and first(torch.nn.Module, fed_by=up)
+    down = act and first(torch.nn.Linear, fed_by=act)
+    norm_b = down and first(torch.nn.LayerNorm, steps.index(down))
     if norm_b is None:
         return None
     slope = jvp(act.module, (act.input[0],), (torch.ones_like(act.input[0]),))[1]  # act'(W1 y) [n, ffn]
@@ -350,7 +353,7 @@ def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWis
     right -= right.mean(-1, keepdim=True) + (right @ hat_a[:, :, None]) * (hat_a[:, None, :] / hidden)
     right -= right.mean(1, keepdim=True) + hat_b[:, :, None] * ((hat_b[:, None, :] / hidden) @ right)
     jacobian = right.mul_(scale_b[:, :, None])  # LN_b (I + F) LN_a [n, out, in]
-    return _PositionWise(steps[start].module.weight.T.contiguous(), jacobian.transpose(1, 2).contiguous())
+    return _PositionWise(projection.module.weight.T.contiguous(), jacobian.transpose(1, 2).contiguous())
 
 
 def _linearised_input_norms(layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise],
@@ -362,7 +365,10 @@ def _linearised_input_norms(layers: Sequence[_LayerAtInput], rest: Sequence[_Pos
         c = len(tokens)
         inputs = None  # tangent of the layer input [n, c, hidden]; None while it is one row (the first layer)
         for l, layer in enumerate(layers):
-            heads = _row_tangent_heads(layer, tokens, vectors) if inputs is None else _dense_tangent_heads(layer, inputs)
+            if inputs is None:
+                heads = _row_tangent_heads(layer, tokens, vectors)
+            else:
+                heads = _dense_tangent_heads(layer, inputs)
             total[:, l].index_add_(0, tokens, heads.square().sum(-1).transpose(0, 1))
             if l + 1 == len(layers):
                 break
@@ -376,12 +382,13 @@ def _linearised_input_norms(layers: Sequence[_LayerAtInput], rest: Sequence[_Pos
 
 
 def _previous_norms(layers: Sequence[_LayerAtInput], directions: Iterator) -> torch.Tensor:
-    """Sum over token i's directions v of ||d o(l,h)_j / d e(l-1)_i . v||^2, the layer's own computation, [i, l, j, h]."""
+    """Sum over token i's directions v of ||d o(l,h)_j / d e(l-1)_i . v||^2 (the layer alone), as [i, l, j, h]."""
     n_heads, n, _ = layers[0].q.shape
     total = torch.zeros(n, len(layers), n, n_heads, device=layers[0].q.device)
     for tokens, vectors in directions:
         for l, layer in enumerate(layers):
-            total[:, l].index_add_(0, tokens, _row_tangent_heads(layer, tokens, vectors).square().sum(-1).transpose(0, 1))
+            heads = _row_tangent_heads(layer, tokens, vectors)
+            total[:, l].index_add_(0, tokens, heads.square().sum(-1).transpose(0, 1))
     return total
 
 
