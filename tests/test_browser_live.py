@@ -65,6 +65,8 @@ def test_head_finder_renders(streamlit_server, browser, screenshot_dir):
     page = open_page(browser, f"{streamlit_server}/?view=finder")
     try:
         page.get_by_text("same word in the other sentence").first.wait_for(timeout=180_000)
+        # the finder's buttons arrive a few at a time after its first text; wait for a full table, then count
+        page.wait_for_function("() => document.querySelectorAll(\"[data-testid='stButton']\").length >= 24", timeout=60_000)
         assert page.locator("[data-testid='stButton']").count() >= 24
         page.screenshot(path=str(screenshot_dir / "live-head-finder.png"), full_page=True)
     finally:
