@@ -270,11 +270,13 @@ def _example_section(lm) -> None:
                        f"on 2 CPU cores; this page stops at {EXACT_EXAMPLE_MAX_SECONDS // 60}. Shorten the text, or run "
                        "`python -m attnlib hta --mode exact` from the command line.")
             return
+        prompt = st.empty()  # the offer disappears once the attribution is there
         if key not in done:
-            st.info(f"Exact attribution of these {run.n} tokens takes about {max(seconds, 1):.0f} s on 2 CPU cores "
-                    "(it grows with the square of the length).")
-            if not st.button("Compute exact attribution", key="lg_example_go"):
-                return
+            with prompt.container():
+                st.info(f"Exact attribution of these {run.n} tokens takes about {max(seconds, 1):.0f} s on 2 CPU "
+                        "cores (it grows with the square of the length).")
+                if not st.button("Compute exact attribution", key="lg_example_go"):
+                    return
         with st.spinner("Computing exact Hidden Token Attribution…"):
             try:
                 attribution = _example_attribution(f.name, text_a, text_b)
@@ -282,6 +284,7 @@ def _example_section(lm) -> None:
                 st.error(str(exc))
                 return
         done.add(key)
+        prompt.empty()
     if run.n > f.head_dim:
         st.caption(f"This input has {run.n} tokens, more than the head dimension ({f.head_dim}): its attention rows "
                    "are not identifiable (Brunner et al. 2020).")

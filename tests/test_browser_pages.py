@@ -46,3 +46,18 @@ def test_live_page_shows_default_pair_chart(streamlit_server, browser, screensho
         assert "I went to the store." in page.locator("textarea").first.input_value()
     finally:
         page.close()
+
+
+def test_exact_example_computes_on_request(streamlit_server, browser, screenshot_dir):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{streamlit_server}/local-global?a=Birds+sing+at+dawn.", wait_until="domcontentloaded")
+        page.get_by_text("takes about").first.wait_for(timeout=180_000)
+        page.get_by_role("button", name="Compute exact attribution").click()
+        page.locator("text=Head 1-1, query 0").first.wait_for(timeout=180_000)
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
+        page.screenshot(path=str(screenshot_dir / "local-global-exact-example.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.get_by_text("Compute exact attribution").count() == 0
+    finally:
+        page.close()
