@@ -23,7 +23,7 @@ import torch
 from torch.func import jvp, vmap
 
 from .model import LoadedModel
-from .runner import KEY_NAMES, QUERY_NAMES, Encoded, TextOrWords, _model_inputs, encode, this_thread_only
+from .runner import KEY_NAMES, QUERY_NAMES, Encoded, TextOrWords, model_inputs, encode, this_thread_only
 
 Mode = Literal["exact", "estimate"]
 MODES: tuple[str, ...] = ("exact", "estimate")
@@ -470,7 +470,7 @@ def hidden_token_attribution(
     f = lm.facts
     n, hidden = encoded.n, f.hidden_size
     sites = attention_sites(encoder)
-    batch = _model_inputs(lm, [encoded])
+    batch = model_inputs(lm, [encoded])
     widest = _widest_activation(encoder, hidden)
     through_model, through_rows, through_layers = (
         chunk_size or default_chunk(n, hidden, width, f.n_heads) for width in (widest, hidden, 3 * hidden))

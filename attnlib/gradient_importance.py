@@ -10,7 +10,7 @@ import torch
 
 from .corpus import CorpusInput
 from .model import LoadedModel
-from .runner import Encoded, _model_inputs, encode
+from .runner import Encoded, model_inputs, encode
 
 MASK_RATE = 0.15
 DEFAULT_SEED = 0
@@ -92,7 +92,7 @@ class GradientImportanceSums:
 
 def _masked_batch(lm: LoadedModel, encoded: Sequence[Encoded], first_index: int, seed: int, rate: float):
     """Model inputs with masked tokens, and labels (-100 where not masked)."""
-    batch = _model_inputs(lm, encoded)
+    batch = model_inputs(lm, encoded)
     labels = torch.full_like(batch["input_ids"], -100)
     for b, e in enumerate(encoded):
         pos = torch.as_tensor(masked_positions(e.special_mask, seed, first_index + b, rate), device=labels.device)

@@ -171,7 +171,7 @@ def _forward(lm: LoadedModel, batch: dict, capture_qk: bool):
     return out.attentions, q_out, k_out
 
 
-def _model_inputs(lm: LoadedModel, encoded: Sequence[Encoded]) -> dict:
+def model_inputs(lm: LoadedModel, encoded: Sequence[Encoded]) -> dict:
     """Pad a list of encodings into a batch of tensors the encoder accepts."""
     n_max = max(e.n for e in encoded)
     pad = lm.tokenizer.pad_token_id or 0
@@ -197,7 +197,7 @@ def _heads_split(x: torch.Tensor, n_heads: int) -> np.ndarray:
 
 def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture_qk: bool = False) -> list[RunResult]:
     """Run a padded batch and cut each input's maps back to its own length."""
-    attentions, q_out, k_out = _forward(lm, _model_inputs(lm, encoded), capture_qk)
+    attentions, q_out, k_out = _forward(lm, model_inputs(lm, encoded), capture_qk)
     stacked = torch.stack(attentions, dim=1).float().cpu().numpy()  # [batch, layers, heads, n_max, n_max]
     results = []
     for b, e in enumerate(encoded):

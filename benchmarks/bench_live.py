@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
-from attnlib.runner import _model_inputs, encode, run  # noqa: E402
+from attnlib.runner import model_inputs, encode, run  # noqa: E402
 from figures.head_view import head_view_html  # noqa: E402
 from figures.model_view import model_view_html  # noqa: E402
 from figures.neuron_view import neuron_view_html  # noqa: E402
@@ -43,7 +43,7 @@ def text_of_length(lm, n_tokens: int) -> str:
 
 def forward_only(lm, text: str):
     """The encoder's forward pass with attentions, on an already tokenized input (what a notebook does)."""
-    batch = _model_inputs(lm, [encode(lm, text)])
+    batch = model_inputs(lm, [encode(lm, text)])
     start = time.perf_counter()
     with torch.inference_mode():
         out = lm.encoder(**batch, output_attentions=True)
