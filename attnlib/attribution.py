@@ -23,7 +23,7 @@ import torch
 from torch.func import jvp, vmap
 
 from .model import LoadedModel
-from .runner import KEY_NAMES, QUERY_NAMES, Encoded, TextOrWords, model_inputs, encode, this_thread_only
+from .runner import KEY_NAMES, QUERY_NAMES, Encoded, TextOrWords, encode, model_inputs, this_thread_only
 
 Mode = Literal["exact", "estimate"]
 MODES: tuple[str, ...] = ("exact", "estimate")

@@ -10,7 +10,7 @@ import torch
 
 from .corpus import CorpusInput
 from .model import LoadedModel
-from .runner import Encoded, model_inputs, encode
+from .runner import Encoded, encode, model_inputs
 
 MASK_RATE = 0.15
 DEFAULT_SEED = 0
