@@ -71,3 +71,16 @@ def test_exact_example_states_its_time_and_refuses_long_inputs(words, expect_but
     else:
         assert "Compute exact attribution" not in buttons
         assert any("minutes on 2 CPU cores" in w.value for w in at.warning)
+
+
+def test_corpus_choice_survives_a_visit_to_another_page():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    at.switch_page("app_pages/special_tokens.py").run()
+    at.selectbox(key="special_corpus").select("Classroom set: sentence pairs").run()
+    at.number_input(key="special_limit").set_value(30).run()
+    at.switch_page("app_pages/live.py").run()
+    at.switch_page("app_pages/special_tokens.py").run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="special_corpus").value == "Classroom set: sentence pairs"
+    assert at.number_input(key="special_limit").value == 30
+    assert not at.warning, [w.value for w in at.warning]

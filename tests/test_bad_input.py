@@ -554,6 +554,19 @@ def test_app_corpus_pages_show_upload_errors(case):
         assert any(re.search(message, e.value) for e in at.error), (page, [e.value for e in at.error])
 
 
+def test_upload_is_kept_when_leaving_the_page():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
+    at.switch_page("app_pages/special_tokens.py").run()
+    at = _upload(at, "ok.conllu", CONLLU_OK.encode(), "special")
+    at.switch_page("app_pages/live.py").run()
+    at.switch_page("app_pages/special_tokens.py").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="special_corpus").value == "Upload a text or CoNLL-U file"
+    assert any("ok.conllu, uploaded earlier" in c.value for c in at.caption)
+    assert any(c.value == "1 inputs from ok.conllu" for c in at.caption)
+
+
 # ---------- security -----------------------------------------------------------------------------------------------
 
 def _repo_sources():

@@ -64,6 +64,34 @@ def upload_bytes(upload) -> bytes | None:
     return data
 
 
+def _restored(widget_key: str, default) -> None:
+    """Give a widget the value it had when its page was last drawn (Streamlit forgets widgets it does not draw)."""
+    st.session_state.setdefault(widget_key, st.session_state.get(f"_kept_{widget_key}", default))
+
+
+def _keep(widget_key: str) -> None:
+    """Remember a widget's value beyond its page."""
+    st.session_state[f"_kept_{widget_key}"] = st.session_state[widget_key]
+
+
+def _upload(key: str, label: str, types: list[str]) -> tuple[str, bytes] | None:
+    """The uploaded file's (name, bytes): a new upload, else the one kept from an earlier visit; None when none."""
+    kept = f"_kept_{key}_upload"
+    upload = st.file_uploader(label, type=types, key=f"{key}_upload",
+                              help="Text: one input per line, a TAB between sentence A and B. "
+                                   "CoNLL-U: Universal Dependencies format.")
+    if upload is not None:
+        data = upload_bytes(upload)
+        if data is None:
+            return None
+        st.session_state[kept] = (upload.name, data)
+    elif kept in st.session_state:
+        st.caption(f"Using {st.session_state[kept][0]}, uploaded earlier; upload another file to replace it.")
+    else:
+        st.info("Choose a file to analyse.")
+    return st.session_state.get(kept)
+
+
 def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> CorpusChoice | None:
     """Draw the corpus widgets (in the sidebar) and return the chosen inputs, or None with a message shown."""
     files = {} if kind == "conllu" else dict(CLASSROOM)
@@ -72,23 +100,23 @@ def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> Cor
     with st.sidebar:
         st.subheader("Corpus")
         options = list(files) + [upload_label]
-        choice = st.selectbox("Corpus", options, key=f"{key}_corpus", label_visibility="collapsed")
-        limit = st.number_input("Use at most this many inputs", 1, 100_000, default_limit, step=50, key=f"{key}_limit")
+        if st.session_state.get(f"_kept_{key}_corpus") not in options:
+            st.session_state.pop(f"_kept_{key}_corpus", None)
+        _restored(f"{key}_corpus", options[0])
+        _restored(f"{key}_limit", default_limit)
+        choice = st.selectbox("Corpus", options, key=f"{key}_corpus", label_visibility="collapsed",
+                              on_change=_keep, args=(f"{key}_corpus",))
+        limit = st.number_input("Use at most this many inputs", 1, 100_000, step=50, key=f"{key}_limit",
+                                on_change=_keep, args=(f"{key}_limit",))
         try:
             if choice == upload_label:
-                types = ["conllu"] if kind == "conllu" else ["txt", "tsv", "conllu"]
-                upload = st.file_uploader(upload_label, type=types, key=f"{key}_upload",
-                                          help="Text: one input per line, a TAB between sentence A and B. "
-                                               "CoNLL-U: Universal Dependencies format.")
-                if upload is None:
-                    st.info("Choose a file to analyse.")
+                uploaded = _upload(key, upload_label, ["conllu"] if kind == "conllu" else ["txt", "tsv", "conllu"])
+                if uploaded is None:
                     return None
-                data = upload_bytes(upload)
-                if data is None:
-                    return None
-                is_conllu = kind == "conllu" or upload.name.lower().endswith((".conllu", ".conll"))
-                inputs = _parse_upload(data, upload.name, is_conllu)
-                label, digest = upload.name, hashlib.sha1(data).hexdigest()
+                name, data = uploaded
+                is_conllu = kind == "conllu" or name.lower().endswith((".conllu", ".conll"))
+                inputs = _parse_upload(data, name, is_conllu)
+                label, digest = name, hashlib.sha1(data).hexdigest()
             else:
                 path = files[choice]
                 is_conllu = path.suffix == ".conllu"
