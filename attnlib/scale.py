@@ -266,17 +266,19 @@ def run_accumulators(model: str, inputs: Sequence[CorpusInput], make_accumulator
 # ----------------------------------------------------------------------------------------------- the command line
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: an integer of 1 or more."""
     value = int(text)
     if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
+    """argparse type: a number above 0."""
     value = float(text)
     if not value > 0:
-        raise argparse.ArgumentTypeError("must be more than 0")
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {value}")
     return value
 
 
@@ -285,8 +287,8 @@ def add_scale_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("scale-out")
     group.add_argument("--engine", choices=ENGINES, default="local",
                        help="local: in this process; ray: Ray Data, one model per worker (default local)")
-    group.add_argument("--workers", type=_positive_int, default=2, help="Ray workers, each with its own model (default 2)")
-    group.add_argument("--cpus-per-worker", type=_positive_float, default=1.0,
+    group.add_argument("--workers", type=positive_int, default=2, help="Ray workers, each with its own model (default 2)")
+    group.add_argument("--cpus-per-worker", type=positive_float, default=1.0,
                        help="CPUs Ray reserves for each worker; torch uses that many threads (default 1)")
     group.add_argument("--out", default=None, metavar="FILE",
                        help="also write the result as a JSON file the app's corpus pages can load")

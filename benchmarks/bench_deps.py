@@ -14,12 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib.corpus import read_conllu  # noqa: E402
+from benchmarks import ewt_dev  # noqa: E402
 from attnlib.deps import DependencyCounts  # noqa: E402
 from attnlib.engine import accumulate  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 
-EWT_DEV = ROOT.parent / "shared" / "data" / "ud" / "UD_English-EWT" / "en_ewt-ud-dev.conllu"
 CONFIGS = ("forward pass alone", "+ dependency table (mean rows)", "+ dependency table (max rows)")
 
 
@@ -54,12 +53,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
-    if not EWT_DEV.is_file():
-        sys.exit(f"{EWT_DEV} is absent.")
     import torch
 
     lm = load_model(DEFAULT_MODEL)
-    sentences = read_conllu(EWT_DEV)[: args.limit]
+    sentences = ewt_dev(args.limit)
     print(f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
           f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n")
     run_config(lm, sentences[:64], CONFIGS[1], args.batch_size)  # warm-up

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from attnlib.attribution import DEFAULT_PROBES, hidden_token_attribution  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.runner import encode  # noqa: E402
+from benchmarks.reverse_mode import reverse_graphs  # noqa: E402
 
 PAIR = ("The teacher said that she would grade all of the exams tonight.",
         "After a quick dinner, she sat at the kitchen table and carefully read every essay twice.")
@@ -36,58 +37,6 @@ def timed(fn):
     wall, cpu = time.perf_counter(), time.process_time()
     result = fn()
     return result, time.perf_counter() - wall, time.process_time() - cpu
-
-
-def head_output_modules(encoder):
-    """Per layer: the module whose output (BERT) or whose input (DistilBERT out_lin) holds the heads' outputs."""
-    if hasattr(encoder, "transformer"):
-        return [(layer.attention.out_lin, "input") for layer in encoder.transformer.layer]
-    return [(layer.attention.self, "output") for layer in encoder.encoder.layer]
-
-
-def self_attention_modules(encoder):
-    if hasattr(encoder, "transformer"):
-        return [layer.attention for layer in encoder.transformer.layer]
-    return [layer.attention.self for layer in encoder.encoder.layer]
-
-
-def record(module, where, store):
-    if where == "input":
-        return module.register_forward_pre_hook(lambda _m, args: store.append(args[0]))
-    return module.register_forward_hook(lambda _m, _a, out: store.append(out[0]))
-
-
-def reverse_graphs(lm, enc):
-    """One forward pass with graph for each contribution: (per-layer head outputs, the tensor to differentiate by)."""
-    encoder = lm.encoder
-    batch = {"input_ids": torch.tensor([enc.input_ids]), "attention_mask": torch.ones(1, enc.n, dtype=torch.long)}
-    if enc.token_type_ids is not None:
-        batch["token_type_ids"] = torch.tensor([enc.token_type_ids])
-    leaf = {}
-
-    def swap(_m, _a, out):
-        leaf["e0"] = out.detach().requires_grad_(True)
-        return leaf["e0"]
-
-    outs = []
-    hooks = [encoder.embeddings.register_forward_hook(swap)]
-    hooks += [record(m, w, outs) for m, w in head_output_modules(encoder)]
-    encoder(**batch)
-    for h in hooks:
-        h.remove()
-    leaves, outs_prev = [], []
-
-    def make_leaf(_m, args, kwargs):
-        x = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_(True)
-        leaves.append(x)
-        return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
-
-    hooks = [m.register_forward_pre_hook(make_leaf, with_kwargs=True) for m in self_attention_modules(encoder)]
-    hooks += [record(m, w, outs_prev) for m, w in head_output_modules(encoder)]
-    encoder(**batch)
-    for h in hooks:
-        h.remove()
-    return (outs, [leaf["e0"]] * len(outs)), (outs_prev, leaves)
 
 
 def best_of(fn, repeats: int):

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from attnlib.corpus import read_conllu
+from benchmarks import ewt_dev
 from attnlib.model import DEFAULT_MODEL, bundled_model_path, load_model
 from attnlib.runner import run_batches
 
-EWT_DEV = Path(__file__).resolve().parents[2] / "shared/data/ud/UD_English-EWT/en_ewt-ud-dev.conllu"
 
 
 def plain_loop(sentences: list[list[str]]) -> tuple[float, list[np.ndarray]]:
@@ -45,7 +43,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N sentences (default: all 2001)")
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
-    sentences = [s.words for s in read_conllu(EWT_DEV)][: args.limit]
+    sentences = [s.words for s in ewt_dev(args.limit)]
     torch.set_num_threads(torch.get_num_threads())
     t_loop, loop_maps = plain_loop(sentences)
     t_batch, batch_maps = batched(sentences, args.batch_size)

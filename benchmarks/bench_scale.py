@@ -22,12 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlib.commands.special import special_accumulators  # noqa: E402
-from attnlib.corpus import read_conllu  # noqa: E402
+from benchmarks import ewt_dev  # noqa: E402
 from attnlib.model import DEFAULT_MODEL  # noqa: E402
 from attnlib.scale import ray_runtime_env, run_accumulators  # noqa: E402
 from attnlib.special import STAT_KEYS  # noqa: E402
 
-EWT_DEV = ROOT.parent / "shared" / "data" / "ud" / "UD_English-EWT" / "en_ewt-ud-dev.conllu"
 
 
 def run_local(sentences, batch_size: int, threads: int):
@@ -59,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
-    sentences = read_conllu(EWT_DEV)[: args.limit]
+    sentences = ewt_dev(args.limit)
     cores = os.cpu_count()
     print(f"EWT dev, {len(sentences)} sentences, {DEFAULT_MODEL}, `special` statistics, batch size {args.batch_size}; "
           f"{cores} CPU cores, torch {torch.__version__} with {torch.get_num_threads()} threads by default\n")

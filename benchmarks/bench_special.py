@@ -18,13 +18,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib.corpus import read_conllu  # noqa: E402
+from benchmarks import ewt_dev  # noqa: E402
 from attnlib.engine import accumulate  # noqa: E402
 from attnlib.head_distances import HeadDistances  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.special import SpecialTokenStats  # noqa: E402
 
-EWT_DEV = ROOT.parent / "shared" / "data" / "ud" / "UD_English-EWT" / "en_ewt-ud-dev.conllu"
 CONFIGS = ("forward only", "+ special-token stats", "+ special stats + JS head distances")
 
 
@@ -76,7 +75,7 @@ def time_configs(lm, sentences, repeats: int, batch_size: int) -> dict[str, dict
 def memory_child(limit: int, batch_size: int) -> None:
     """Run every statistic over the first `limit` sentences and print the peak memory as JSON."""
     lm = load_model(DEFAULT_MODEL)
-    sentences = read_conllu(EWT_DEV)[:limit]
+    sentences = ewt_dev(limit)
     accs = accumulators(lm, CONFIGS[2])
     tracemalloc.start()
     accumulate(lm, sentences, accs, batch_size=batch_size)
@@ -110,12 +109,10 @@ def main() -> None:
     if args.memory_child is not None:
         memory_child(args.memory_child, args.batch_size)
         return
-    if not EWT_DEV.is_file():
-        sys.exit(f"{EWT_DEV} is absent.")
     import torch
 
     lm = load_model(DEFAULT_MODEL)
-    sentences = read_conllu(EWT_DEV)[: args.limit]
+    sentences = ewt_dev(args.limit)
     print(f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
           f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n")
     best = time_configs(lm, sentences, args.repeats, args.batch_size)

@@ -9,34 +9,9 @@ import torch
 from attnlib import attribution
 from attnlib.attribution import attribute, hidden_token_attribution
 from attnlib.runner import encode
+from benchmarks.reverse_mode import reverse_graphs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _head_output_modules(encoder):
-    """Per layer, (module, where): the self-attention output (BERT) or the input of DistilBERT's out_lin."""
-    if hasattr(encoder, "transformer"):  # DistilBERT: heads are concatenated just before out_lin
-        return [(layer.attention.out_lin, "input") for layer in encoder.transformer.layer]
-    return [(layer.attention.self, "output") for layer in encoder.encoder.layer]
-
-
-def _self_attention_modules(encoder):
-    if hasattr(encoder, "transformer"):
-        return [layer.attention for layer in encoder.transformer.layer]
-    return [layer.attention.self for layer in encoder.encoder.layer]
-
-
-def _record(module, where, store):
-    if where == "input":
-        return module.register_forward_pre_hook(lambda _m, args: store.append(args[0]))
-    return module.register_forward_hook(lambda _m, _a, out: store.append(out[0]))
-
-
-def _batch(lm, enc):
-    batch = {"input_ids": torch.tensor([enc.input_ids]), "attention_mask": torch.ones(1, enc.n, dtype=torch.long)}
-    if enc.token_type_ids is not None:
-        batch["token_type_ids"] = torch.tensor([enc.token_type_ids])
-    return batch
 
 
 def _normalised_norms(grads: np.ndarray) -> np.ndarray:
@@ -50,38 +25,8 @@ def reverse_mode_reference(lm, enc, heads):
 
     Returns (input, previous), each [len(heads), query j, input token i].
     """
-    encoder = lm.encoder
     d = lm.facts.head_dim
-    batch = _batch(lm, enc)
-    # Input contribution: the embedding output becomes a leaf, and the whole model runs on it.
-    e0 = {}
-
-    def swap_embeddings(_m, _a, out):
-        e0["x"] = out.detach().requires_grad_(True)
-        return e0["x"]
-
-    outputs = []
-    hooks = [encoder.embeddings.register_forward_hook(swap_embeddings)]
-    hooks += [_record(m, where, outputs) for m, where in _head_output_modules(encoder)]
-    encoder(**batch)
-    for h in hooks:
-        h.remove()
-    # Previous-layer contribution: each self-attention module's input becomes a leaf of its own.
-    leaves, outputs_prev = [], []
-
-    def make_leaf(_m, args, kwargs):
-        hidden_states = args[0] if args else kwargs["hidden_states"]
-        leaf = hidden_states.detach().requires_grad_(True)
-        leaves.append(leaf)
-        if args:
-            return (leaf, *args[1:]), kwargs
-        return args, {**kwargs, "hidden_states": leaf}
-
-    hooks = [m.register_forward_pre_hook(make_leaf, with_kwargs=True) for m in _self_attention_modules(encoder)]
-    hooks += [_record(m, where, outputs_prev) for m, where in _head_output_modules(encoder)]
-    encoder(**batch)
-    for h in hooks:
-        h.remove()
+    (outputs, e0), (outputs_prev, leaves) = reverse_graphs(lm, enc)
 
     def contributions(outs, wrt):
         result = []
@@ -89,12 +34,12 @@ def reverse_mode_reference(lm, enc, heads):
             grads = np.zeros((enc.n, d, enc.n, lm.facts.hidden_size), np.float32)
             for j in range(enc.n):
                 for c in range(d):
-                    g, = torch.autograd.grad(outs[layer][0, j, head * d + c], wrt(layer), retain_graph=True)
+                    g, = torch.autograd.grad(outs[layer][0, j, head * d + c], wrt[layer], retain_graph=True)
                     grads[j, c] = g[0].numpy()
             result.append(_normalised_norms(grads))
         return np.stack(result)
 
-    return contributions(outputs, lambda _l: e0["x"]), contributions(outputs_prev, lambda l: leaves[l])
+    return contributions(outputs, e0), contributions(outputs_prev, leaves)
 
 
 def test_exact_equals_reverse_mode_on_tiny_models(tiny_model):

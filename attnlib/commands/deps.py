@@ -7,14 +7,7 @@ import argparse
 from ..corpus import CorpusError, read_conllu
 from ..deps import DependencyCounts
 from ..model import LoadedModel
-from ..scale import add_scale_options, dependency_counts_to_json, run_corpus, save_result
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return value
+from ..scale import add_scale_options, dependency_counts_to_json, positive_int, run_corpus, save_result
 
 
 def _non_negative(text: str) -> int:
@@ -30,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--conllu", required=True, help="path of a CoNLL-U file (gold trees)")
     p.add_argument("--min-count", type=_non_negative, default=100,
                    help="list relations with at least this many dependents (default 100); 'all' is always listed")
-    p.add_argument("--limit", type=_positive, default=None, help="use only the first N sentences")
+    p.add_argument("--limit", type=positive_int, default=None, help="use only the first N sentences")
     from ..cli import add_model_option
 
     add_model_option(p)

@@ -6,14 +6,7 @@ import argparse
 
 from ..attribution import DEFAULT_PROBES, MODES, attribute
 from ..model import load_model
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+from ..scale import positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,8 +11,7 @@ from ..corpus import CorpusInput, read_corpus
 from ..engine import Progress
 from ..model import LoadedModel
 from ..positions import PositionAccumulator, PositionOptions, accumulate_positions
-from ..scale import add_scale_options, run_corpus, save_result
-from .hta import positive_int
+from ..scale import add_scale_options, positive_int, run_corpus, save_result
 
 
 def register(sub: argparse._SubParsersAction) -> None:
