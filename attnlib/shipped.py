@@ -1,0 +1,25 @@
+"""Paths of the data the repository ships: the classroom sets, the UD treebanks and the precomputed results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+CLASSROOM_SINGLE = DATA / "classroom_single.txt"
+CLASSROOM_PAIRS = DATA / "classroom_pairs.tsv"
+UD_DIR = DATA / "ud"
+EWT_DEV = UD_DIR / "UD_English-EWT" / "en_ewt-ud-dev.conllu"
+EWT_TEST = UD_DIR / "UD_English-EWT" / "en_ewt-ud-test.conllu"
+PUD_TEST = UD_DIR / "UD_English-PUD" / "en_pud-ud-test.conllu"
+PRECOMPUTED = DATA / "precomputed"
+
+CLASSROOM = {
+    "Classroom set: single sentences": CLASSROOM_SINGLE,
+    "Classroom set: sentence pairs": CLASSROOM_PAIRS,
+}
+TREEBANKS = {
+    "UD English EWT dev (gold)": EWT_DEV,
+    "UD English EWT test (gold)": EWT_TEST,
+    "UD English PUD test (gold)": PUD_TEST,
+}
