@@ -10,9 +10,18 @@ st.set_page_config(page_title="BERT attention explorer", page_icon=":material/vi
 # its legacy page registry, which answers a cold first request with "Page not found" or runs a page without this shell.
 PAGES = [
     st.Page("app_pages/live.py", title="Live attention", icon=":material/visibility:", default=True),
-    st.Page("app_pages/special_tokens.py", title="Special tokens", icon=":material/push_pin:", url_path="special-tokens"),
-    st.Page("app_pages/dependency_heads.py", title="Dependency heads", icon=":material/account_tree:", url_path="dependency-heads"),
-    st.Page("app_pages/local_global.py", title="Local vs global", icon=":material/travel_explore:", url_path="local-global"),
+    st.Page(
+        "app_pages/special_tokens.py", title="Special tokens", icon=":material/push_pin:", url_path="special-tokens"
+    ),
+    st.Page(
+        "app_pages/dependency_heads.py",
+        title="Dependency heads",
+        icon=":material/account_tree:",
+        url_path="dependency-heads",
+    ),
+    st.Page(
+        "app_pages/local_global.py", title="Local vs global", icon=":material/travel_explore:", url_path="local-global"
+    ),
 ]
 
 page = st.navigation(PAGES)

@@ -34,6 +34,7 @@ TOP_PICKS = 3
 
 # ---------- state kept in the URL ----------------------------------------------------------------------------------
 
+
 def _parse_int_list(raw: str) -> list[int]:
     return [int(x) for x in raw.split(",") if x.strip()]
 
@@ -114,6 +115,7 @@ def _reset_token() -> None:
 
 # ---------- data ---------------------------------------------------------------------------------------------------
 
+
 def pretty_token(token: str) -> str:
     """A token as readers expect it: byte-level BPE's space marks removed."""
     return token.replace("Ġ", " ").replace("▁", " ").strip() or token
@@ -142,8 +144,12 @@ def head_finder(model_name: str, fingerprint: str, _inputs: list[CorpusInput]) -
     lm = cached_model(model_name, local_models_allowed())
     acc = PatternAccumulator(lm.facts.n_layers, lm.facts.n_heads)
     bar = st.progress(0.0, text="Head finder: running the classroom set…")
-    accumulate(lm, _inputs, [acc], progress=lambda done, total: bar.progress(
-        done / max(total, 1), text=f"Head finder: {done} of {total} inputs"))
+    accumulate(
+        lm,
+        _inputs,
+        [acc],
+        progress=lambda done, total: bar.progress(done / max(total, 1), text=f"Head finder: {done} of {total} inputs"),
+    )
     bar.empty()
     return acc
 
@@ -154,31 +160,59 @@ def classroom_inputs() -> tuple[str, list[CorpusInput]]:
     return digest, [item for path in CLASSROOM for item in read_text_corpus(path)]
 
 
-def attention_table(maps: np.ndarray, layer: int, heads: list[int], rows: list[int], cols: list[int],
-                    labels: list[str]) -> pd.DataFrame:
+def attention_table(
+    maps: np.ndarray, layer: int, heads: list[int], rows: list[int], cols: list[int], labels: list[str]
+) -> pd.DataFrame:
     """Long table of maps [heads, rows, cols] of one layer, 0-based indices plus the 1-based layer-head label."""
     h, i, j = np.meshgrid(np.arange(len(heads)), np.arange(len(rows)), np.arange(len(cols)), indexing="ij")
     h, i, j = h.ravel(), i.ravel(), j.ravel()
     head_ids, row_ids, col_ids = np.array(heads)[h], np.array(rows)[i], np.array(cols)[j]
-    return pd.DataFrame({
-        "layer": layer, "head": head_ids, "layer_head": pd.Series(head_ids).map({x: f"{layer + 1}-{x + 1}" for x in heads}),
-        "query_index": row_ids, "query": np.array(labels, dtype=object)[row_ids],
-        "key_index": col_ids, "key": np.array(labels, dtype=object)[col_ids],
-        "weight": np.round(maps.reshape(-1).astype(np.float64), 6),
-    })
+    return pd.DataFrame(
+        {
+            "layer": layer,
+            "head": head_ids,
+            "layer_head": pd.Series(head_ids).map({x: f"{layer + 1}-{x + 1}" for x in heads}),
+            "query_index": row_ids,
+            "query": np.array(labels, dtype=object)[row_ids],
+            "key_index": col_ids,
+            "key": np.array(labels, dtype=object)[col_ids],
+            "weight": np.round(maps.reshape(-1).astype(np.float64), 6),
+        }
+    )
 
 
 def export_buttons(name: str, csv_maker, json_maker, html: str, key: str) -> None:
     """CSV and JSON of the current attention (made on click) and the figure as offline HTML."""
     c1, c2, c3 = st.columns(3)
-    c1.download_button("Download attention (CSV)", lambda: csv_maker().to_csv(index=False).encode(), f"{name}.csv",
-                       "text/csv", key=f"{key}_csv", on_click="ignore")
-    c2.download_button("Download attention (JSON)", lambda: json.dumps(json_maker()).encode(), f"{name}.json",
-                       "application/json", key=f"{key}_json", on_click="ignore")
-    c3.download_button("Download figure (HTML)", html.encode(), f"{name}.html", "text/html", key=f"{key}_html",
-                       on_click="ignore", help="A standalone page that opens offline (no CDN).")
-    st.caption("PNG: the **Save PNG** button inside the figure. Downloads use 0-based indices; "
-               "`layer_head` is the 1-based label shown on the page.")
+    c1.download_button(
+        "Download attention (CSV)",
+        lambda: csv_maker().to_csv(index=False).encode(),
+        f"{name}.csv",
+        "text/csv",
+        key=f"{key}_csv",
+        on_click="ignore",
+    )
+    c2.download_button(
+        "Download attention (JSON)",
+        lambda: json.dumps(json_maker()).encode(),
+        f"{name}.json",
+        "application/json",
+        key=f"{key}_json",
+        on_click="ignore",
+    )
+    c3.download_button(
+        "Download figure (HTML)",
+        html.encode(),
+        f"{name}.html",
+        "text/html",
+        key=f"{key}_html",
+        on_click="ignore",
+        help="A standalone page that opens offline (no CDN).",
+    )
+    st.caption(
+        "PNG: the **Save PNG** button inside the figure. Downloads use 0-based indices; "
+        "`layer_head` is the 1-based label shown on the page."
+    )
 
 
 def show(html: str) -> None:
@@ -192,8 +226,10 @@ def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
     acc = head_finder(facts.name, fingerprint, inputs)
     scores = acc.scores()
     st.subheader(f"Head finder: {facts.name}")
-    st.caption(f"Scores over the classroom set ({len(inputs)} inputs: single sentences and pairs), mean over inputs. "
-               "Click a head to open it in the head view. Heads are numbered from 1 (layer-head).")
+    st.caption(
+        f"Scores over the classroom set ({len(inputs)} inputs: single sentences and pairs), mean over inputs. "
+        "Click a head to open it in the head view. Heads are numbered from 1 (layer-head)."
+    )
     picks = rank_heads(scores, top=TOP_PICKS)
     for name, title in PATTERNS.items():
         row = [p for p in picks if p.pattern == name]
@@ -203,19 +239,55 @@ def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
         if not row:
             cols[1].caption("no input to score this on")
         for col, p in zip(cols[1:], row):
-            col.button(f"{p.label} · {p.score:.3f}", key=f"pick_{name}_{p.rank}", on_click=_open_head,
-                       args=(p.layer, p.head), help=f"Open head {p.label} in the head view")
-    table = pd.DataFrame([
-        {"pattern": PATTERNS[p.pattern], "rank": p.rank, "layer_head": p.label, "score": round(p.score, 4),
-         "open": "?" + urlencode({"view": "head", "layer": p.layer + 1, "head": p.head + 1, "heads": p.head + 1,
-                                  "model": facts.name, "a": text_a, **({"b": text_b} if text_b.strip() else {})})}
-        for p in picks])
-    st.dataframe(table, hide_index=True, column_config={"open": st.column_config.LinkColumn("link", display_text="open")})
-    every = pd.DataFrame([
-        {"pattern": name, "layer": l, "head": h, "layer_head": f"{l + 1}-{h + 1}", "score": float(scores[k, l, h])}
-        for k, name in enumerate(PATTERNS) for l in range(facts.n_layers) for h in range(facts.n_heads)])
-    st.download_button("Download every head's scores (CSV)", every.to_csv(index=False).encode(),
-                       f"head-finder-{facts.name.replace('/', '_')}.csv", "text/csv", key="finder_csv", on_click="ignore")
+            col.button(
+                f"{p.label} · {p.score:.3f}",
+                key=f"pick_{name}_{p.rank}",
+                on_click=_open_head,
+                args=(p.layer, p.head),
+                help=f"Open head {p.label} in the head view",
+            )
+    table = pd.DataFrame(
+        [
+            {
+                "pattern": PATTERNS[p.pattern],
+                "rank": p.rank,
+                "layer_head": p.label,
+                "score": round(p.score, 4),
+                "open": "?"
+                + urlencode(
+                    {
+                        "view": "head",
+                        "layer": p.layer + 1,
+                        "head": p.head + 1,
+                        "heads": p.head + 1,
+                        "model": facts.name,
+                        "a": text_a,
+                        **({"b": text_b} if text_b.strip() else {}),
+                    }
+                ),
+            }
+            for p in picks
+        ]
+    )
+    st.dataframe(
+        table, hide_index=True, column_config={"open": st.column_config.LinkColumn("link", display_text="open")}
+    )
+    every = pd.DataFrame(
+        [
+            {"pattern": name, "layer": l, "head": h, "layer_head": f"{l + 1}-{h + 1}", "score": float(scores[k, l, h])}
+            for k, name in enumerate(PATTERNS)
+            for l in range(facts.n_layers)
+            for h in range(facts.n_heads)
+        ]
+    )
+    st.download_button(
+        "Download every head's scores (CSV)",
+        every.to_csv(index=False).encode(),
+        f"head-finder-{facts.name.replace('/', '_')}.csv",
+        "text/csv",
+        key="finder_csv",
+        on_click="ignore",
+    )
 
 
 # ---------- page ---------------------------------------------------------------------------------------------------
@@ -231,8 +303,10 @@ if result is None:
 
 state = st.session_state
 is_pair = bool(text_b.strip())
-st.caption(f"{result.n} tokens. Layers, heads and token positions are numbered from 1 on this page "
-           "(\"layer-head\" as in Clark et al. 2019, so 3-10 is layer 3, head 10).")
+st.caption(
+    f"{result.n} tokens. Layers, heads and token positions are numbered from 1 on this page "
+    '("layer-head" as in Clark et al. 2019, so 3-10 is layer 3, head 10).'
+)
 
 view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="live_view")
 if view == "finder":
@@ -242,12 +316,24 @@ if view == "finder":
     st.stop()
 
 c_level, c_rule, c_layer, c_head = st.columns([1.2, 1, 2.2, 1.2])
-c_level.radio("Level", list(LEVELS), format_func=LEVELS.get, horizontal=True, key="live_level",
-              on_change=_reset_token, disabled=view == "neuron",
-              help="Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
-                   "The neuron view is always at token level.")
-c_rule.selectbox("Word rows", ROW_RULES, key="live_rule", disabled=state.live_level != "word" or view == "neuron",
-                 help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.")
+c_level.radio(
+    "Level",
+    list(LEVELS),
+    format_func=LEVELS.get,
+    horizontal=True,
+    key="live_level",
+    on_change=_reset_token,
+    disabled=view == "neuron",
+    help="Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
+    "The neuron view is always at token level.",
+)
+c_rule.selectbox(
+    "Word rows",
+    ROW_RULES,
+    key="live_rule",
+    disabled=state.live_level != "word" or view == "neuron",
+    help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.",
+)
 rule = state.live_rule
 level = "token" if view == "neuron" else state.live_level
 attn, labels, segments = units(result, level, facts.name, text_a, text_b, rule)
@@ -255,8 +341,13 @@ _clamp_state(facts.n_layers, facts.n_heads, len(labels))
 
 layer = int(c_layer.slider("Layer", 1, facts.n_layers, key="live_layer")) - 1
 if view == "head":
-    st.pills("Heads shown", list(range(1, facts.n_heads + 1)), selection_mode="multi", key="live_heads",
-                 help="Heads drawn in the head view, one colour each (click a number inside the figure to hide it too).")
+    st.pills(
+        "Heads shown",
+        list(range(1, facts.n_heads + 1)),
+        selection_mode="multi",
+        key="live_heads",
+        help="Heads drawn in the head view, one colour each (click a number inside the figure to hide it too).",
+    )
     if len(state.live_heads) == 1:
         state.live_head = state.live_heads[0]
 else:
@@ -267,14 +358,24 @@ n_units = len(labels)
 token_options = list(range(0, n_units + 1))
 c_token, c_filter = st.columns([2, 3])
 if view != "model":
-    c_token.selectbox("Query token" if view == "neuron" else "Selected token", token_options, key="live_token",
-                      format_func=lambda i: ("none (first token)" if view == "neuron" else "none") if i == 0
-                      else f"{i}: {labels[i - 1]}",
-                      help="Positions are numbered from 1. In the head view only this token's lines are drawn.")
+    c_token.selectbox(
+        "Query token" if view == "neuron" else "Selected token",
+        token_options,
+        key="live_token",
+        format_func=lambda i: (
+            ("none (first token)" if view == "neuron" else "none") if i == 0 else f"{i}: {labels[i - 1]}"
+        ),
+        help="Positions are numbered from 1. In the head view only this token's lines are drawn.",
+    )
 selected = int(state.live_token) - 1 if state.live_token else None
 if view == "head" and is_pair:
-    c_filter.radio("Pair filter", list(PAIR_FILTERS), horizontal=True, key="live_filter",
-                   help="Queries of one sentence to keys of the other (or the same); weights are not renormalised.")
+    c_filter.radio(
+        "Pair filter",
+        list(PAIR_FILTERS),
+        horizontal=True,
+        key="live_filter",
+        help="Queries of one sentence to keys of the other (or the same); weights are not renormalised.",
+    )
 _write_state(facts.n_heads)
 
 stem = f"{facts.name.replace('/', '_')}-L{layer + 1}"
@@ -287,28 +388,56 @@ if view == "head":
         st.stop()
     html = head_view_html(attn[layer], labels, heads, layer, segments, pair_filter, selected, title=level_title)
     show(html)
-    st.caption(f"Lines below {HEAD_MIN_WEIGHT} are not drawn." + (" Word level: rows merged by "
-               f"**{rule}**, columns summed (METHODS §6)." if level == "word" else ""))
+    st.caption(
+        f"Lines below {HEAD_MIN_WEIGHT} are not drawn."
+        + (f" Word level: rows merged by **{rule}**, columns summed (METHODS §6)." if level == "word" else "")
+    )
     data = head_view_data(attn[layer], heads, segments, pair_filter)
     export_buttons(
-        f"{stem}-heads", lambda: attention_table(data.maps, layer, heads, data.left, data.right, labels),
-        lambda: {"model": facts.name, "text_a": text_a, "text_b": text_b or None, "level": level, "rule": rule,
-                 "pair_filter": pair_filter, "indices": "0-based", "layer": layer, "heads": heads,
-                 "query_index": data.left, "key_index": data.right, "labels": labels,
-                 "attention": np.round(data.maps.astype(np.float64), 6).tolist()},
-        html, "live_head_export")
+        f"{stem}-heads",
+        lambda: attention_table(data.maps, layer, heads, data.left, data.right, labels),
+        lambda: {
+            "model": facts.name,
+            "text_a": text_a,
+            "text_b": text_b or None,
+            "level": level,
+            "rule": rule,
+            "pair_filter": pair_filter,
+            "indices": "0-based",
+            "layer": layer,
+            "heads": heads,
+            "query_index": data.left,
+            "key_index": data.right,
+            "labels": labels,
+            "attention": np.round(data.maps.astype(np.float64), 6).tolist(),
+        },
+        html,
+        "live_head_export",
+    )
 elif view == "model":
     if n_units > LINES_MAX_TOKENS:
         st.caption(f"More than {LINES_MAX_TOKENS} {level}s: thumbnails are heatmaps so they stay readable.")
     html = model_view_html(attn, labels, (layer, head), title=level_title)
     show(html)
     export_buttons(
-        f"{stem}-all-heads", lambda: attention_table(attn[layer], layer, list(range(facts.n_heads)),
-                                                     list(range(n_units)), list(range(n_units)), labels),
-        lambda: {"model": facts.name, "text_a": text_a, "text_b": text_b or None, "level": level, "rule": rule,
-                 "indices": "0-based", "layer": layer, "labels": labels,
-                 "attention": np.round(attn[layer].astype(np.float64), 6).tolist()},
-        html, "live_model_export")
+        f"{stem}-all-heads",
+        lambda: attention_table(
+            attn[layer], layer, list(range(facts.n_heads)), list(range(n_units)), list(range(n_units)), labels
+        ),
+        lambda: {
+            "model": facts.name,
+            "text_a": text_a,
+            "text_b": text_b or None,
+            "level": level,
+            "rule": rule,
+            "indices": "0-based",
+            "layer": layer,
+            "labels": labels,
+            "attention": np.round(attn[layer].astype(np.float64), 6).tolist(),
+        },
+        html,
+        "live_model_export",
+    )
     st.caption("The downloads hold the chosen layer (all heads); the enlarged head is the chosen layer and head.")
 else:
     query = selected if selected is not None else 0
@@ -319,17 +448,41 @@ else:
     html = neuron_view_html(q, k, labels, query, layer, head, row)
     show(html)
     if diff > 1e-4:
-        st.warning(f"For this model softmax(q·k/√d) differs from the returned attention by up to {diff:.2g}: "
-                   "its attention adds terms that the query and key vectors do not show.")
+        st.warning(
+            f"For this model softmax(q·k/√d) differs from the returned attention by up to {diff:.2g}: "
+            "its attention adds terms that the query and key vectors do not show."
+        )
     else:
-        st.caption(f"softmax(q·k/√d) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
-                   "The neuron view is always at token level.")
+        st.caption(
+            f"softmax(q·k/√d) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
+            "The neuron view is always at token level."
+        )
     export_buttons(
         f"{stem}-H{head + 1}-neuron",
-        lambda: pd.DataFrame({"key_index": np.arange(result.n), "key": labels, "score": ns.scores,
-                              "softmax": ns.softmax, "model_attention": row}),
-        lambda: {"model": facts.name, "text_a": text_a, "text_b": text_b or None, "indices": "0-based", "layer": layer,
-                 "head": head, "query_index": query, "labels": labels, "query": ns.query.tolist(),
-                 "keys": ns.keys.tolist(), "scores": ns.scores.tolist(), "softmax": ns.softmax.tolist(),
-                 "model_attention": row.astype(np.float64).tolist()},
-        html, "live_neuron_export")
+        lambda: pd.DataFrame(
+            {
+                "key_index": np.arange(result.n),
+                "key": labels,
+                "score": ns.scores,
+                "softmax": ns.softmax,
+                "model_attention": row,
+            }
+        ),
+        lambda: {
+            "model": facts.name,
+            "text_a": text_a,
+            "text_b": text_b or None,
+            "indices": "0-based",
+            "layer": layer,
+            "head": head,
+            "query_index": query,
+            "labels": labels,
+            "query": ns.query.tolist(),
+            "keys": ns.keys.tolist(),
+            "scores": ns.scores.tolist(),
+            "softmax": ns.softmax.tolist(),
+            "model_attention": row.astype(np.float64).tolist(),
+        },
+        html,
+        "live_neuron_export",
+    )

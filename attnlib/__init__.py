@@ -7,7 +7,22 @@ from .words import word_level_attention
 
 __version__ = "0.1.0"
 __all__ = [
-    "CorpusError", "CorpusInput", "Sentence", "read_conllu", "read_corpus", "read_text_corpus",
-    "DEFAULT_MODEL", "LoadedModel", "ModelFacts", "ModelLoadError", "load_model",
-    "Encoded", "InputError", "RunResult", "encode", "run", "run_batches", "word_level_attention",
+    "DEFAULT_MODEL",
+    "CorpusError",
+    "CorpusInput",
+    "Encoded",
+    "InputError",
+    "LoadedModel",
+    "ModelFacts",
+    "ModelLoadError",
+    "RunResult",
+    "Sentence",
+    "encode",
+    "load_model",
+    "read_conllu",
+    "read_corpus",
+    "read_text_corpus",
+    "run",
+    "run_batches",
+    "word_level_attention",
 ]

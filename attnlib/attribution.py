@@ -15,8 +15,9 @@ The previous-layer contribution is the first step of the same computation, start
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ DEFAULT_SEED = 0
 VALUE_NAMES = ("value", "v_lin", "v_proj", "value_proj")
 OUT_PROJECTION_NAMES = ("out_lin", "o_proj", "out_proj")
 CHUNK_BUDGET = 4_000_000  # floats in the widest activation of one chunk of directions (about 16 MB)
-LINEARISED_BUDGET = 2 ** 27  # floats of per-token Jacobians kept at once (512 MB)
+LINEARISED_BUDGET = 2**27  # floats of per-token Jacobians kept at once (512 MB)
 
 
 @dataclass
@@ -73,20 +74,30 @@ class _Call:
 def attention_sites(encoder: torch.nn.Module) -> list[AttentionSite]:
     """Each layer's self-attention module (the one owning the query projection), in layer order."""
     attentions = [
-        m for m in encoder.modules()
-        if any(isinstance(getattr(m, name, None), torch.nn.Linear) for name in QUERY_NAMES)
+        m for m in encoder.modules() if any(isinstance(getattr(m, name, None), torch.nn.Linear) for name in QUERY_NAMES)
     ]
     layer_list = next(
-        (m for m in encoder.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == len(attentions)
-         and all(any(a is s for s in layer.modules()) for layer, a in zip(m, attentions))),
+        (
+            m
+            for m in encoder.modules()
+            if isinstance(m, torch.nn.ModuleList)
+            and len(m) == len(attentions)
+            and all(any(a is s for s in layer.modules()) for layer, a in zip(m, attentions))
+        ),
         None,
     )
     if not attentions or layer_list is None:
         raise ValueError("Cannot find one self-attention module per layer in this encoder.")
     sites = []
     for layer, attention in zip(layer_list, attentions):
-        projection = next((getattr(attention, name) for name in OUT_PROJECTION_NAMES
-                           if isinstance(getattr(attention, name, None), torch.nn.Linear)), None)
+        projection = next(
+            (
+                getattr(attention, name)
+                for name in OUT_PROJECTION_NAMES
+                if isinstance(getattr(attention, name, None), torch.nn.Linear)
+            ),
+            None,
+        )
         sites.append(AttentionSite(layer, attention, projection))
     return sites
 
@@ -99,14 +110,22 @@ class _HeadTap:
         self.outputs: list[torch.Tensor] = []
         self._hooks: list = []
 
-    def __enter__(self) -> "_HeadTap":
+    def __enter__(self) -> _HeadTap:
         for site in self.sites:
             if site.projection is not None:
-                self._hooks.append(site.projection.register_forward_pre_hook(this_thread_only(
-                    lambda _m, args: self.outputs.append(args[0]))))
+                self._hooks.append(
+                    site.projection.register_forward_pre_hook(
+                        this_thread_only(lambda _m, args: self.outputs.append(args[0]))
+                    )
+                )
             else:
-                self._hooks.append(site.attention.register_forward_hook(this_thread_only(
-                    lambda _m, _args, out: self.outputs.append(out[0] if isinstance(out, tuple) else out))))
+                self._hooks.append(
+                    site.attention.register_forward_hook(
+                        this_thread_only(
+                            lambda _m, _args, out: self.outputs.append(out[0] if isinstance(out, tuple) else out)
+                        )
+                    )
+                )
         return self
 
     def __exit__(self, *exc) -> None:
@@ -123,11 +142,16 @@ def _capture_calls(lm: LoadedModel, sites: Sequence[AttentionSite], batch: dict)
         def hook(_module, args, kwargs):
             hidden = args[0] if args else kwargs["hidden_states"]
             calls.append(_Call(args, dict(kwargs), hidden))
+
         return hook
 
-    hooks = [s.layer.register_forward_pre_hook(this_thread_only(recorder(layer_calls)), with_kwargs=True) for s in sites]
-    hooks += [s.attention.register_forward_pre_hook(this_thread_only(recorder(attention_calls)), with_kwargs=True)
-              for s in sites]
+    hooks = [
+        s.layer.register_forward_pre_hook(this_thread_only(recorder(layer_calls)), with_kwargs=True) for s in sites
+    ]
+    hooks += [
+        s.attention.register_forward_pre_hook(this_thread_only(recorder(attention_calls)), with_kwargs=True)
+        for s in sites
+    ]
     try:
         with torch.no_grad():
             lm.encoder(**batch)
@@ -136,12 +160,16 @@ def _capture_calls(lm: LoadedModel, sites: Sequence[AttentionSite], batch: dict)
             hook.remove()
     for layer_call, attention_call in zip(layer_calls, attention_calls):
         if not torch.equal(layer_call.hidden, attention_call.hidden):
-            raise ValueError("This encoder transforms a layer's input before self-attention (pre-LayerNorm?); "
-                             "only BERT-style post-LayerNorm encoders are supported.")
+            raise ValueError(
+                "This encoder transforms a layer's input before self-attention (pre-LayerNorm?); "
+                "only BERT-style post-LayerNorm encoders are supported."
+            )
     return layer_calls, attention_calls
 
 
-def _all_heads_function(sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], last_attention: _Call) -> Callable:
+def _all_heads_function(
+    sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], last_attention: _Call
+) -> Callable:
     """e0 -> o(l) of every layer [layers, 1, n, hidden], running the layers themselves (the last one only up to o)."""
 
     def heads_of_every_layer(e0: torch.Tensor) -> torch.Tensor:
@@ -196,13 +224,15 @@ def _layer_at_input(site: AttentionSite, call: _Call, n_heads: int, expected: to
     x = call.hidden[0]
     n, hidden = x.shape
     d = hidden // n_heads
-    scale = float(getattr(site.attention, "scaling", d ** -0.5))
+    scale = float(getattr(site.attention, "scaling", d**-0.5))
     q, k, v = (p(x).reshape(n, n_heads, d).transpose(0, 1) for p in projections)
     weights = torch.softmax(q @ k.transpose(1, 2) * scale, dim=-1)
     heads = weights @ v
     if not torch.allclose(heads.transpose(0, 1).reshape(n, hidden), expected, atol=1e-4, rtol=1e-4):
-        raise ValueError(f"{type(site.attention).__name__} is not plain scaled-dot-product attention; "
-                         "Hidden Token Attribution cannot be computed for it here.")
+        raise ValueError(
+            f"{type(site.attention).__name__} is not plain scaled-dot-product attention; "
+            "Hidden Token Attribution cannot be computed for it here."
+        )
     qkv_t = torch.cat([p.weight for p in projections]).T.contiguous()
     return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale)
 
@@ -213,7 +243,7 @@ def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torc
     Forward-mode derivative of softmax(q k^T * scale) v written out for a one-row tangent: the scores move
     only in row i (a) and column i (b), so no n x n tangent is ever formed.
     """
-    n_heads, n, d = layer.q.shape
+    n_heads, _, d = layer.q.shape
     c = len(tokens)
     dq, dk, dv = (vectors @ layer.qkv_t).reshape(c, 3, n_heads, d).unbind(1)  # [c, heads, d]
     a = layer.scale * torch.einsum("hkd,chd->chk", layer.k, dq)  # score tangent of row i, [c, heads, key]
@@ -239,8 +269,9 @@ def _dense_tangent_heads(layer: _LayerAtInput, inputs: torch.Tensor) -> torch.Te
     return torch.einsum("hcjk,hkd->jchd", softmax, layer.v) + torch.einsum("hjk,kchd->jchd", layer.weights, dv)
 
 
-def _direction_chunks(n: int, hidden: int, mode: str, probes: int, seed: int, chunk: int,
-                      device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _direction_chunks(
+    n: int, hidden: int, mode: str, probes: int, seed: int, chunk: int, device
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Chunks of (input token i, direction vector in token i's hidden space [c, hidden])."""
     if mode == "exact":
         total, per_token = n * hidden, hidden
@@ -330,8 +361,10 @@ def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWis
 
     def first(kind: type, after: int = 0, fed_by: _Step | None = None) -> _Step | None:
         """The first call of a module of this kind from step `after` on (taking fed_by's output, if given)."""
-        return next((s for s in steps[after:]
-                     if isinstance(s.module, kind) and (fed_by is None or s.input is fed_by.output)), None)
+        return next(
+            (s for s in steps[after:] if isinstance(s.module, kind) and (fed_by is None or s.input is fed_by.output)),
+            None,
+        )
 
     projection = next((s for s in steps if isinstance(s.module, torch.nn.Linear) and s.input is heads), None)
     norm_a = projection and first(torch.nn.LayerNorm, steps.index(projection))
@@ -344,8 +377,12 @@ def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWis
     slope = jvp(act.module, (act.input[0],), (torch.ones_like(act.input[0]),))[1]  # act'(W1 y) [n, ffn]
     n, hidden = slope.shape[0], down.module.out_features
     tokens_per_chunk = max(1, chunk // down.module.weight.numel())
-    ffn = torch.cat([torch.matmul(down.module.weight * slope[s:s + tokens_per_chunk, None, :], up.module.weight)
-                     for s in range(0, n, tokens_per_chunk)])  # W2 diag(act') W1 [n, out, in]
+    ffn = torch.cat(
+        [
+            torch.matmul(down.module.weight * slope[s : s + tokens_per_chunk, None, :], up.module.weight)
+            for s in range(0, n, tokens_per_chunk)
+        ]
+    )  # W2 diag(act') W1 [n, out, in]
     ffn.diagonal(dim1=1, dim2=2).add_(1.0)
     scale_a, hat_a = _layer_norm_stats(norm_a)
     scale_b, hat_b = _layer_norm_stats(norm_b)
@@ -356,8 +393,9 @@ def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWis
     return _PositionWise(projection.module.weight.T.contiguous(), jacobian.transpose(1, 2).contiguous())
 
 
-def _linearised_input_norms(layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise],
-                            directions: Iterator) -> torch.Tensor:
+def _linearised_input_norms(
+    layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise], directions: Iterator
+) -> torch.Tensor:
     """The same sums as _plain_input_norms, with each layer's position-wise part applied as per-token matrices."""
     n_heads, n, d = layers[0].q.shape
     total = torch.zeros(n, len(layers), n, n_heads, device=layers[0].q.device)
@@ -426,8 +464,9 @@ def _linearise(sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], chu
     return rest
 
 
-def _agrees_with_model(fn: Callable, e0: torch.Tensor, layers: Sequence[_LayerAtInput],
-                       rest: Sequence[_PositionWise], n_heads: int) -> bool:
+def _agrees_with_model(
+    fn: Callable, e0: torch.Tensor, layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise], n_heads: int
+) -> bool:
     """Whether the linearised layers give what the model's own layers give, on two random directions."""
     _, n, hidden = e0.shape
     generator = torch.Generator().manual_seed(DEFAULT_SEED)
@@ -473,7 +512,8 @@ def hidden_token_attribution(
     batch = model_inputs(lm, [encoded])
     widest = _widest_activation(encoder, hidden)
     through_model, through_rows, through_layers = (
-        chunk_size or default_chunk(n, hidden, width, f.n_heads) for width in (widest, hidden, 3 * hidden))
+        chunk_size or default_chunk(n, hidden, width, f.n_heads) for width in (widest, hidden, 3 * hidden)
+    )
 
     def directions(chunk: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return _direction_chunks(n, hidden, mode, probes, seed, chunk, lm.device)
@@ -483,8 +523,10 @@ def hidden_token_attribution(
         everything = _all_heads_function(sites, layer_calls, attention_calls[-1])
         e0 = layer_calls[0].hidden
         head_outputs = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
-        layers = [_layer_at_input(site, call, f.n_heads, head_outputs[l, 0])
-                  for l, (site, call) in enumerate(zip(sites, attention_calls))]
+        layers = [
+            _layer_at_input(site, call, f.n_heads, head_outputs[l, 0])
+            for l, (site, call) in enumerate(zip(sites, attention_calls))
+        ]
         previous_sq = _previous_norms(layers, directions(through_rows))
         fits = linearise and _jacobians_fit(n, hidden, len(sites))
         rest = _linearise(sites, layer_calls, CHUNK_BUDGET) if fits else None

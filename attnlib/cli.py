@@ -42,7 +42,9 @@ def to_jsonable(value: Any) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with one sub-command per module of attnlib.commands."""
-    parser = argparse.ArgumentParser(prog="python -m attnlib", description="Attention statistics of BERT-family models.")
+    parser = argparse.ArgumentParser(
+        prog="python -m attnlib", description="Attention statistics of BERT-family models."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)

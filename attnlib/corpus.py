@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 MAX_LINE_CHARS = 20_000
 
@@ -64,7 +64,9 @@ def parse_text_corpus(text: str, name: str = "text") -> list[CorpusInput]:
             raise CorpusError(f"{name}, line {number}: longer than {MAX_LINE_CHARS} characters.")
         parts = line.split("\t")
         if len(parts) > 2:
-            raise CorpusError(f"{name}, line {number}: {len(parts) - 1} TABs; use one TAB to separate sentence A from B.")
+            raise CorpusError(
+                f"{name}, line {number}: {len(parts) - 1} TABs; use one TAB to separate sentence A from B."
+            )
         a = parts[0].strip()
         b = parts[1].strip() if len(parts) == 2 else None
         if not a or (b is not None and not b):
@@ -108,8 +110,9 @@ def _parse_block(block: list[tuple[int, str]], name: str) -> Sentence:
         if len(columns) != 10:
             raise CorpusError(f"{name}, line {number}: {len(columns)} columns, CoNLL-U needs 10 separated by TABs.")
         if columns[0].isdigit() and not columns[6].isdigit():  # the conllu package's own message is cryptic
-            raise CorpusError(f"{name}, line {number}: HEAD '{columns[6]}' is not a number "
-                              "(a head is a word number, 0 for the root).")
+            raise CorpusError(
+                f"{name}, line {number}: HEAD '{columns[6]}' is not a number (a head is a word number, 0 for the root)."
+            )
         try:
             token = parse_token_and_metadata(line)[0]
         except ParseException as exc:
@@ -119,8 +122,9 @@ def _parse_block(block: list[tuple[int, str]], name: str) -> Sentence:
         if token["id"] != len(words) + 1:
             raise CorpusError(f"{name}, line {number}: word id {token['id']} where {len(words) + 1} was expected.")
         if not isinstance(token["head"], int):
-            raise CorpusError(f"{name}, line {number}: HEAD '{columns[6]}' is not a number "
-                              "(a head is a word number, 0 for the root).")
+            raise CorpusError(
+                f"{name}, line {number}: HEAD '{columns[6]}' is not a number (a head is a word number, 0 for the root)."
+            )
         words.append(token["form"])
         heads.append(token["head"])
         deprels.append(token["deprel"] or "_")
@@ -140,7 +144,9 @@ def _check_tree(heads: list[int], lines: list[int], name: str) -> None:
         seen, node = set(), start
         while node != 0:
             if node in seen:
-                raise CorpusError(f"{name}, line {lines[start - 1]}: the HEAD column makes a cycle through word {node}.")
+                raise CorpusError(
+                    f"{name}, line {lines[start - 1]}: the HEAD column makes a cycle through word {node}."
+                )
             seen.add(node)
             node = heads[node - 1]
 

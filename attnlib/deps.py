@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -145,8 +145,12 @@ class DependencyTable:
 
     def as_json(self) -> dict:
         """The command line's JSON object."""
-        return {"n_sentences": self.n_sentences, "n_words": self.n_words, "n_skipped": self.n_skipped,
-                "rows": [asdict(r) for r in self.rows]}
+        return {
+            "n_sentences": self.n_sentences,
+            "n_words": self.n_words,
+            "n_skipped": self.n_skipped,
+            "rows": [asdict(r) for r in self.rows],
+        }
 
 
 @dataclass
@@ -199,7 +203,8 @@ class DependencyCounts:
             grow = len(new)
             self.totals = np.concatenate([self.totals, np.zeros((2, grow), np.int64)], axis=1)
             self.head_hits = np.concatenate(
-                [self.head_hits, np.zeros((2, grow) + self.head_hits.shape[2:], np.int64)], axis=1)
+                [self.head_hits, np.zeros((2, grow) + self.head_hits.shape[2:], np.int64)], axis=1
+            )
             self.offset_hits = np.concatenate([self.offset_hits, np.zeros((2, grow, len(OFFSETS)), np.int64)], axis=1)
         return np.array([index[r] for r in deprels], dtype=np.int64)
 
@@ -211,7 +216,9 @@ class DependencyCounts:
             self.n_skipped += 1
             return
         if result.attentions.shape[:2] != (self.n_layers, self.n_heads):
-            raise ValueError(f"attention of shape {result.attentions.shape[:2]}, counts of ({self.n_layers}, {self.n_heads})")
+            raise ValueError(
+                f"attention of shape {result.attentions.shape[:2]}, counts of ({self.n_layers}, {self.n_heads})"
+            )
         m = len(item.heads)
         word_map, present = sentence_word_map(result, item.words, self.rule)
         predictions = predict_heads(word_map)  # [2, L, H, m]
@@ -235,8 +242,14 @@ class DependencyCounts:
         """Counts over both corpora (labels matched by name)."""
         if (self.n_layers, self.n_heads, self.rule) != (other.n_layers, other.n_heads, other.rule):
             raise ValueError("Only counts of the same model shape and row rule can be merged.")
-        out = DependencyCounts(self.n_layers, self.n_heads, self.rule, n_skipped=self.n_skipped + other.n_skipped,
-                               n_sentences=self.n_sentences + other.n_sentences, n_words=self.n_words + other.n_words)
+        out = DependencyCounts(
+            self.n_layers,
+            self.n_heads,
+            self.rule,
+            n_skipped=self.n_skipped + other.n_skipped,
+            n_sentences=self.n_sentences + other.n_sentences,
+            n_words=self.n_words + other.n_words,
+        )
         for part in (self, other):
             ids = out._relation_ids(part.relations)
             out.totals[:, ids] += part.totals
@@ -247,14 +260,20 @@ class DependencyCounts:
     def view(self, half: int | None = None) -> _View:
         """The counts of sentence half 0 or 1, or of all sentences (None)."""
         parts = slice(None) if half is None else slice(half, half + 1)
-        return _View(self.totals[parts].sum(axis=0), self.head_hits[parts].sum(axis=0),
-                     self.offset_hits[parts].sum(axis=0), int(self.n_sentences[parts].sum()),
-                     int(self.n_words[parts].sum()))
+        return _View(
+            self.totals[parts].sum(axis=0),
+            self.head_hits[parts].sum(axis=0),
+            self.offset_hits[parts].sum(axis=0),
+            int(self.n_sentences[parts].sum()),
+            int(self.n_words[parts].sum()),
+        )
 
     def relation_order(self, min_count: int = 100) -> list[str]:
         """Relations by frequency in all sentences (ties by name), without root and punct, with >= min_count dependents."""
         totals = self.totals.sum(axis=0)
-        chosen = [(-int(t), r) for r, t in zip(self.relations, totals) if r not in EXCLUDED_RELATIONS and t >= min_count]
+        chosen = [
+            (-int(t), r) for r, t in zip(self.relations, totals) if r not in EXCLUDED_RELATIONS and t >= min_count
+        ]
         return [r for _, r in sorted(chosen)]
 
     def _index(self, relation: str) -> int | None:
@@ -279,16 +298,27 @@ class DependencyCounts:
             # flat argmax over C-ordered (layer, head, direction): ties go to the lowest layer, head, then dep->head
             layer, head, direction = np.unravel_index(int(select_hits.argmax()), select_hits.shape)
             k = int(select_offsets.argmax())
-            rows.append(DependencyRow(relation, count, int(layer), int(head), DIRECTIONS[direction],
-                                      float(hits[layer, head, direction] / count), int(OFFSETS[k]),
-                                      float(offsets[k] / count)))
+            rows.append(
+                DependencyRow(
+                    relation,
+                    count,
+                    int(layer),
+                    int(head),
+                    DIRECTIONS[direction],
+                    float(hits[layer, head, direction] / count),
+                    int(OFFSETS[k]),
+                    float(offsets[k] / count),
+                )
+            )
         whole = self.view()
-        return DependencyTable(rows, whole.n_sentences, whole.n_words, self.n_skipped, held_out,
-                               select.n_sentences, report.n_sentences)
+        return DependencyTable(
+            rows, whole.n_sentences, whole.n_words, self.n_skipped, held_out, select.n_sentences, report.n_sentences
+        )
 
 
-def count_dependencies(lm, sentences: Sequence[Sentence], rule: RowRule = "mean", batch_size: int = 32,
-                       progress=None) -> DependencyCounts:
+def count_dependencies(
+    lm, sentences: Sequence[Sentence], rule: RowRule = "mean", batch_size: int = 32, progress=None
+) -> DependencyCounts:
     """Run the model over sentences (lists of words) and count every head's dependency predictions."""
     from .engine import accumulate
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Protocol, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from .corpus import CorpusInput
 from .model import LoadedModel

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -23,8 +23,10 @@ class GradientImportanceUnavailable(ValueError):
 def unavailable_reason(lm: LoadedModel) -> str | None:
     """Why gradient importance cannot be computed for this model, or None when it can."""
     if lm.mlm is None:
-        return (f"{lm.facts.name} has no trained masked-language-model head, so there is no masked-LM loss "
-                "to take gradients of (METHODS §5). Choose a model such as bert-base-uncased.")
+        return (
+            f"{lm.facts.name} has no trained masked-language-model head, so there is no masked-LM loss "
+            "to take gradients of (METHODS §5). Choose a model such as bert-base-uncased."
+        )
     if getattr(lm.tokenizer, "mask_token_id", None) is None:
         return f"The tokenizer of {lm.facts.name} has no mask token."
     return None
@@ -33,7 +35,7 @@ def unavailable_reason(lm: LoadedModel) -> str | None:
 def masked_positions(special_mask: np.ndarray, seed: int, index: int, rate: float = MASK_RATE) -> np.ndarray:
     """Positions to mask: round(rate * non-special tokens), at least one, drawn with a generator fixed by (seed, index)."""
     candidates = np.flatnonzero(~np.asarray(special_mask, bool))
-    k = min(len(candidates), max(1, int(round(rate * len(candidates)))))
+    k = min(len(candidates), max(1, round(rate * len(candidates))))
     rng = np.random.default_rng([seed, index])
     return np.sort(rng.choice(candidates, size=k, replace=False))
 
@@ -53,9 +55,11 @@ class GradientImportanceResult:
 
     def to_json(self) -> dict:
         layers = self.layers
-        return {"n_inputs": self.n_inputs, "layers": [{"sep": float(s), "all": float(a)}
-                                                      for s, a in zip(layers["sep"], layers["all"])],
-                "heads": {"sep": self.sep, "all": self.all}}
+        return {
+            "n_inputs": self.n_inputs,
+            "layers": [{"sep": float(s), "all": float(a)} for s, a in zip(layers["sep"], layers["all"])],
+            "heads": {"sep": self.sep, "all": self.all},
+        }
 
 
 @dataclass
@@ -82,8 +86,9 @@ class GradientImportanceSums:
 
     def merge(self, other: GradientImportanceSums) -> GradientImportanceSums:
         """The sums over both input sets; neither operand changes."""
-        return GradientImportanceSums(self.n_layers, self.n_heads, self.sep + other.sep, self.all + other.all,
-                                      self.n_inputs + other.n_inputs)
+        return GradientImportanceSums(
+            self.n_layers, self.n_heads, self.sep + other.sep, self.all + other.all, self.n_inputs + other.n_inputs
+        )
 
     def result(self) -> GradientImportanceResult:
         n = max(self.n_inputs, 1)
@@ -101,14 +106,16 @@ def _masked_batch(lm: LoadedModel, encoded: Sequence[Encoded], first_index: int,
     return batch, labels
 
 
-def batch_attention_gradients(lm: LoadedModel, encoded: Sequence[Encoded], first_index: int = 0,
-                              seed: int = DEFAULT_SEED, rate: float = MASK_RATE) -> list[np.ndarray]:
+def batch_attention_gradients(
+    lm: LoadedModel, encoded: Sequence[Encoded], first_index: int = 0, seed: int = DEFAULT_SEED, rate: float = MASK_RATE
+) -> list[np.ndarray]:
     """dLoss/dA [layers, heads, n, n] of each input, where each input's loss is its own mean masked-LM loss."""
     batch, labels = _masked_batch(lm, encoded, first_index, seed, rate)
     with torch.enable_grad():
         out = lm.mlm(**batch, output_attentions=True)
-        token_loss = torch.nn.functional.cross_entropy(out.logits.transpose(1, 2).float(), labels,
-                                                       ignore_index=-100, reduction="none")  # [batch, n]
+        token_loss = torch.nn.functional.cross_entropy(
+            out.logits.transpose(1, 2).float(), labels, ignore_index=-100, reduction="none"
+        )  # [batch, n]
         per_input = token_loss.sum(dim=1) / (labels != -100).sum(dim=1)
         # Summing independent per-input losses gives each input's own gradient, whatever the batch.
         grads = torch.autograd.grad(per_input.sum(), list(out.attentions))
@@ -130,7 +137,7 @@ def gradient_importance(
         raise GradientImportanceUnavailable(reason)
     sums = GradientImportanceSums(lm.facts.n_layers, lm.facts.n_heads)
     for start in range(0, len(inputs), batch_size):
-        chunk = inputs[start: start + batch_size]
+        chunk = inputs[start : start + batch_size]
         encoded = [encode(lm, item.text_a, item.text_b) for item in chunk]
         for e, grad in zip(encoded, batch_attention_gradients(lm, encoded, start, seed, rate)):
             sums.add_input(grad, e.sep_mask)

@@ -46,12 +46,12 @@ def _pairwise_block(p: np.ndarray) -> np.ndarray:
     logs = np.empty_like(both)
     for a in range(k - 1):
         s, lg = both[: k - a - 1], logs[: k - a - 1]
-        np.add(p[a + 1:], p[a], out=s)  # s = 2m
+        np.add(p[a + 1 :], p[a], out=s)  # s = 2m
         np.log(s, out=lg)
         np.multiply(s, lg, out=lg)
         # sum m ln m = sum (s/2) (ln s - ln 2) = 0.5 sum s ln s - ln 2 * (mass_a + mass_b) / 2
-        m_log_m = 0.5 * lg.sum(axis=1, dtype=np.float64) - np.log(2) * 0.5 * (mass[a] + mass[a + 1:])
-        out[a, a + 1:] = 0.5 * (plogp[a] + plogp[a + 1:]) - m_log_m
+        m_log_m = 0.5 * lg.sum(axis=1, dtype=np.float64) - np.log(2) * 0.5 * (mass[a] + mass[a + 1 :])
+        out[a, a + 1 :] = 0.5 * (plogp[a] + plogp[a + 1 :]) - m_log_m
     return np.maximum(out, 0.0)
 
 
@@ -95,7 +95,7 @@ class HeadDistances:
             self._flush()
         if self._buffer is None:
             self._buffer = np.empty((self.n_head_total, self.buffer_columns), np.float32)
-        self._buffer[:, self._fill: self._fill + n * n] = block
+        self._buffer[:, self._fill : self._fill + n * n] = block
         self._fill += n * n
 
     def _flush(self) -> None:
@@ -127,7 +127,7 @@ def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
     d = np.asarray(distances, np.float64)
     k = len(d)
     centre = np.eye(k) - 1.0 / k
-    gram = -0.5 * centre @ (d ** 2) @ centre
+    gram = -0.5 * centre @ (d**2) @ centre
     values, vectors = np.linalg.eigh((gram + gram.T) / 2)
     order = np.argsort(values)[::-1][:dims]
     coords = vectors[:, order] * np.sqrt(np.clip(values[order], 0, None))
@@ -135,8 +135,11 @@ def classical_mds(distances: np.ndarray, dims: int = 2) -> np.ndarray:
     return coords * np.where(signs == 0, 1, signs)  # fixed orientation: the largest coordinate of each axis is positive
 
 
-def behaviour_labels(special: SpecialTokenResult, share_threshold: float = SHARE_THRESHOLD,
-                     broad_fraction: float = BROAD_ENTROPY_FRACTION) -> np.ndarray:
+def behaviour_labels(
+    special: SpecialTokenResult,
+    share_threshold: float = SHARE_THRESHOLD,
+    broad_fraction: float = BROAD_ENTROPY_FRACTION,
+) -> np.ndarray:
     """[layers, heads] label per head: the largest of the next/prev/[CLS]/[SEP]/punctuation shares above
     share_threshold; else "broad" when mean entropy > broad_fraction * mean ln n; else "other"."""
     keys = list(SHARE_BEHAVIOURS)
@@ -161,14 +164,21 @@ class HeadMap:
 
     def to_json(self) -> dict:
         """Points and the distance matrix, 0-based."""
-        return {"x": self.coords[:, 0], "y": self.coords[:, 1], "layer": self.layer, "head": self.head,
-                "behaviour": list(self.labels), "js_divergence": self.divergence,
-                "thresholds": {"share": SHARE_THRESHOLD, "broad_entropy_fraction": BROAD_ENTROPY_FRACTION}}
+        return {
+            "x": self.coords[:, 0],
+            "y": self.coords[:, 1],
+            "layer": self.layer,
+            "head": self.head,
+            "behaviour": list(self.labels),
+            "js_divergence": self.divergence,
+            "thresholds": {"share": SHARE_THRESHOLD, "broad_entropy_fraction": BROAD_ENTROPY_FRACTION},
+        }
 
 
 def head_map(divergence: np.ndarray, special: SpecialTokenResult) -> HeadMap:
     """Embed the summed JS divergences in 2-D (as METHODS §4 says) and label each head's behaviour."""
     layers, heads = special.heads["cls"].shape
     index = np.arange(layers * heads)
-    return HeadMap(classical_mds(divergence), index // heads, index % heads,
-                   behaviour_labels(special).reshape(-1), divergence)
+    return HeadMap(
+        classical_mds(divergence), index // heads, index % heads, behaviour_labels(special).reshape(-1), divergence
+    )

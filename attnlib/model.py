@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection
 
 import torch
 
@@ -85,8 +85,10 @@ def check_allowed(name: str, allowed: Collection[str] | None) -> None:
     name = name.strip()
     if allowed is None or name in allowed or name in BUNDLED_ALIASES:
         return
-    raise ModelLoadError(f"'{name}' is not one of the models this server allows: "
-                         f"{', '.join([DEFAULT_MODEL, *[m for m in allowed if m != DEFAULT_MODEL]])}.")
+    raise ModelLoadError(
+        f"'{name}' is not one of the models this server allows: "
+        f"{', '.join([DEFAULT_MODEL, *[m for m in allowed if m != DEFAULT_MODEL]])}."
+    )
 
 
 def resolve_model_source(name_or_path: str, allow_local: bool = True) -> tuple[str, bool]:
@@ -134,8 +136,12 @@ def _mlm_head_trained(loading_info: dict, base_prefix: str) -> bool:
     return not any(not key.startswith(base_prefix + ".") for key in missing)
 
 
-def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "cpu", allow_local: bool = True,
-               allowed: Collection[str] | None = None) -> LoadedModel:
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    device: str = "cpu",
+    allow_local: bool = True,
+    allowed: Collection[str] | None = None,
+) -> LoadedModel:
     """Load tokenizer and encoder (eager attention, dropout off, no remote code) and read the model's facts.
 
     `allowed` is an allow-list of ids (None: any); `allow_local=False` refuses local folders."""
@@ -198,9 +204,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "cpu", allow_loc
 
 def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:
     """Read sizes and special tokens from a config and tokenizer."""
-    n_layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers")
-    n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads")
-    hidden = getattr(config, "hidden_size", None) or getattr(config, "dim")
+    n_layers = getattr(config, "num_hidden_layers", None) or config.n_layers
+    n_heads = getattr(config, "num_attention_heads", None) or config.n_heads
+    hidden = getattr(config, "hidden_size", None) or config.dim
     positions = getattr(config, "max_position_embeddings", 512)
     if config.model_type in ("roberta", "xlm-roberta", "camembert"):
         positions -= 2  # RoBERTa reserves the first two position ids for padding

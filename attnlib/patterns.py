@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ PATTERN_HELP: dict[str, str] = {
     "prev": "(1/n) Σ A[i, i-1] (METHODS §2)",
     "self": "(1/n) Σ A[i, i] (METHODS §2)",
     "same_word": "mean, over tokens whose word occurs again elsewhere in the input, of the attention to the "
-                 "other occurrences (case-folded; words without a letter or digit are left out)",
+    "other occurrences (case-folded; words without a letter or digit are left out)",
     "same_word_other": "the same, counting only occurrences in the other sentence of a pair",
 }
 ENTROPY_SMOOTHING = 1e-4  # METHODS §3: p = 0.9999 * A + 0.0001 / n
@@ -98,7 +98,7 @@ class PatternAccumulator:
         self.sums[scored] += scores[scored]
         self.counts += scored
 
-    def merge(self, other: "PatternAccumulator") -> "PatternAccumulator":
+    def merge(self, other: PatternAccumulator) -> PatternAccumulator:
         """The accumulator over both sets of inputs."""
         return PatternAccumulator(self.n_layers, self.n_heads, self.sums + other.sums, self.counts + other.counts)
 

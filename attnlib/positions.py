@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 from scipy.stats import rankdata
@@ -60,12 +60,15 @@ class RelativePositionHistogram:
     def offsets(self) -> np.ndarray:
         return np.arange(-self.max_offset, self.max_offset + 1)
 
-    def _widened(self, max_offset: int) -> "RelativePositionHistogram":
+    def _widened(self, max_offset: int) -> RelativePositionHistogram:
         """A copy whose offset axis reaches at least max_offset on both sides."""
         grow = max(max_offset, self.max_offset) - self.max_offset
         return RelativePositionHistogram(
-            self.n_layers, self.n_heads, self.max_offset + grow,
-            np.pad(self.sums, ((0, 0), (0, 0), (grow, grow))), np.pad(self.counts, (grow, grow)),
+            self.n_layers,
+            self.n_heads,
+            self.max_offset + grow,
+            np.pad(self.sums, ((0, 0), (0, 0), (grow, grow))),
+            np.pad(self.counts, (grow, grow)),
         )
 
     def add_maps(self, maps: np.ndarray, keep: np.ndarray | None = None) -> None:
@@ -76,10 +79,10 @@ class RelativePositionHistogram:
             self.max_offset, self.sums, self.counts = wider.max_offset, wider.sums, wider.counts
         sums, counts = relative_position_sums(maps.astype(np.float64), keep)
         lo = self.max_offset - (n - 1)
-        self.sums[..., lo: lo + 2 * n - 1] += sums
-        self.counts[lo: lo + 2 * n - 1] += counts
+        self.sums[..., lo : lo + 2 * n - 1] += sums
+        self.counts[lo : lo + 2 * n - 1] += counts
 
-    def merge(self, other: "RelativePositionHistogram") -> "RelativePositionHistogram":
+    def merge(self, other: RelativePositionHistogram) -> RelativePositionHistogram:
         """The histogram over both corpora."""
         width = max(self.max_offset, other.max_offset)
         a, b = self._widened(width), other._widened(width)
@@ -131,9 +134,14 @@ class CorrelationSums:
         self.spearman += np.where(valid, s, 0.0).sum(-1)
         self.rows += valid.sum(-1)
 
-    def merge(self, other: "CorrelationSums") -> "CorrelationSums":
-        return CorrelationSums(self.n_layers, self.n_heads, self.pearson + other.pearson,
-                               self.spearman + other.spearman, self.rows + other.rows)
+    def merge(self, other: CorrelationSums) -> CorrelationSums:
+        return CorrelationSums(
+            self.n_layers,
+            self.n_heads,
+            self.pearson + other.pearson,
+            self.spearman + other.spearman,
+            self.rows + other.rows,
+        )
 
     def means(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean Pearson and Spearman per head over rows and inputs (NaN where no row counted)."""
@@ -184,38 +192,45 @@ class PositionsResult:
 
     def to_dict(self) -> dict:
         """JSON-ready (numbers as lists, NaN as None)."""
-        return _nan_to_none({
-            "n_inputs": self.n_inputs,
-            "n_skipped_longer_than_head_dim": self.n_skipped,
-            "n_longer_than_head_dim": self.n_longer,
-            "head_dim": self.head_dim,
-            "options": asdict(self.options),
-            "attention_center_of_mass": self.attention_center_of_mass,
-            "attribution_center_of_mass": self.attribution_center_of_mass,
-            "attention_head_center_of_mass": self.attention_head_com,
-            "attribution_head_center_of_mass": self.attribution_head_com,
-            "histograms": {
-                "offsets": self.offsets,
-                "counts": self.offset_counts,
-                "attention": self.attention_histograms,
-                "attribution": self.attribution_histograms,
-            },
-            "correlation": dict(self.correlation),
-            "median_correlation": {name: self.median_correlation(name) for name in CORRELATIONS},
-        })
+        return _nan_to_none(
+            {
+                "n_inputs": self.n_inputs,
+                "n_skipped_longer_than_head_dim": self.n_skipped,
+                "n_longer_than_head_dim": self.n_longer,
+                "head_dim": self.head_dim,
+                "options": asdict(self.options),
+                "attention_center_of_mass": self.attention_center_of_mass,
+                "attribution_center_of_mass": self.attribution_center_of_mass,
+                "attention_head_center_of_mass": self.attention_head_com,
+                "attribution_head_center_of_mass": self.attribution_head_com,
+                "histograms": {
+                    "offsets": self.offsets,
+                    "counts": self.offset_counts,
+                    "attention": self.attention_histograms,
+                    "attribution": self.attribution_histograms,
+                },
+                "correlation": dict(self.correlation),
+                "median_correlation": {name: self.median_correlation(name) for name in CORRELATIONS},
+            }
+        )
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PositionsResult":
+    def from_dict(cls, d: dict) -> PositionsResult:
         """Read back what to_dict wrote."""
+
         def arr(x) -> np.ndarray:
             return np.array(x, dtype=float)  # None (JSON's NaN) becomes NaN
 
         h = d["histograms"]
         return cls(
-            n_inputs=d["n_inputs"], n_skipped=d["n_skipped_longer_than_head_dim"],
-            n_longer=d["n_longer_than_head_dim"], head_dim=d["head_dim"],
-            offsets=np.array(h["offsets"], int), offset_counts=np.array(h["counts"], np.int64),
-            attention_histograms=arr(h["attention"]), attribution_histograms=arr(h["attribution"]),
+            n_inputs=d["n_inputs"],
+            n_skipped=d["n_skipped_longer_than_head_dim"],
+            n_longer=d["n_longer_than_head_dim"],
+            head_dim=d["head_dim"],
+            offsets=np.array(h["offsets"], int),
+            offset_counts=np.array(h["counts"], np.int64),
+            attention_histograms=arr(h["attention"]),
+            attribution_histograms=arr(h["attribution"]),
             attention_head_com=arr(d["attention_head_center_of_mass"]),
             attribution_head_com=arr(d["attribution_head_center_of_mass"]),
             correlation={name: arr(d["correlation"][name]) for name in CORRELATIONS},
@@ -284,16 +299,22 @@ class PositionAccumulator:
         self.n_inputs += 1
         self.n_longer += int(result.n > self.head_dim)
 
-    def merge(self, other: "PositionAccumulator") -> "PositionAccumulator":
+    def merge(self, other: PositionAccumulator) -> PositionAccumulator:
         """The accumulator over both corpora (same options)."""
         if other.options != self.options:
             raise ValueError("Cannot merge position statistics made with different options.")
         return PositionAccumulator(
-            self.n_layers, self.n_heads, self.head_dim, self.options,
-            self.attention.merge(other.attention), self.attribution.merge(other.attribution),
+            self.n_layers,
+            self.n_heads,
+            self.head_dim,
+            self.options,
+            self.attention.merge(other.attention),
+            self.attribution.merge(other.attribution),
             self.previous_correlation.merge(other.previous_correlation),
             self.input_correlation.merge(other.input_correlation),
-            self.n_inputs + other.n_inputs, self.n_skipped + other.n_skipped, self.n_longer + other.n_longer,
+            self.n_inputs + other.n_inputs,
+            self.n_skipped + other.n_skipped,
+            self.n_longer + other.n_longer,
         )
 
     def result(self) -> PositionsResult:
@@ -301,10 +322,16 @@ class PositionAccumulator:
         pearson_prev, spearman_prev = self.previous_correlation.means()
         pearson_in, spearman_in = self.input_correlation.means()
         return PositionsResult(
-            n_inputs=self.n_inputs, n_skipped=self.n_skipped, n_longer=self.n_longer, head_dim=self.head_dim,
-            offsets=self.attention.offsets, offset_counts=self.attention.counts.copy(),
-            attention_histograms=self.attention.histograms(), attribution_histograms=self.attribution.histograms(),
-            attention_head_com=self.attention.center_of_mass(), attribution_head_com=self.attribution.center_of_mass(),
+            n_inputs=self.n_inputs,
+            n_skipped=self.n_skipped,
+            n_longer=self.n_longer,
+            head_dim=self.head_dim,
+            offsets=self.attention.offsets,
+            offset_counts=self.attention.counts.copy(),
+            attention_histograms=self.attention.histograms(),
+            attribution_histograms=self.attribution.histograms(),
+            attention_head_com=self.attention.center_of_mass(),
+            attribution_head_com=self.attribution.center_of_mass(),
             correlation=dict(zip(CORRELATIONS, (pearson_prev, spearman_prev, pearson_in, spearman_in))),
             options=self.options,
         )

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -156,10 +156,14 @@ def _forward(lm: LoadedModel, batch: dict, capture_qk: bool):
     q_out, k_out, hooks = [], [], []
     if capture_qk:
         qs, ks = _qk_linears(lm.encoder)
-        hooks = [m.register_forward_hook(this_thread_only(lambda _m, _i, o: q_out.append(o.detach())))
-                 for m in dict.fromkeys(qs)]
-        hooks += [m.register_forward_hook(this_thread_only(lambda _m, _i, o: k_out.append(o.detach())))
-                  for m in dict.fromkeys(ks)]
+        hooks = [
+            m.register_forward_hook(this_thread_only(lambda _m, _i, o: q_out.append(o.detach())))
+            for m in dict.fromkeys(qs)
+        ]
+        hooks += [
+            m.register_forward_hook(this_thread_only(lambda _m, _i, o: k_out.append(o.detach())))
+            for m in dict.fromkeys(ks)
+        ]
     try:
         with torch.inference_mode():
             out = lm.encoder(**batch, output_attentions=True)
@@ -214,8 +218,10 @@ def _check_tokens(encoded: Encoded, has_b: bool) -> None:
     """Refuse a typed input of which the tokenizer kept nothing (only control or invisible characters)."""
     for segment, label in ((0, "Sentence A"), (1, "Sentence B"))[: 1 + has_b]:
         if not any(w is not None and s == segment for w, s in zip(encoded.word_ids, encoded.segments)):
-            raise InputError(f"{label} has nothing the model can read: the tokenizer removed every character "
-                             "(control or invisible characters only). Type a sentence.")
+            raise InputError(
+                f"{label} has nothing the model can read: the tokenizer removed every character "
+                "(control or invisible characters only). Type a sentence."
+            )
 
 
 def run(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = None, capture_qk: bool = True) -> RunResult:

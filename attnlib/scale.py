@@ -14,10 +14,11 @@ import json
 import math
 import pickle
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +33,19 @@ RUN_WINDOW = inspect.signature(run_batches).parameters["window"].default  # run_
 RESULT_FORMAT = "attnlib-result"
 RESULT_FORMAT_VERSION = 1
 MAX_RESULT_BYTES = 64 * 1024 * 1024
-RUN_ARGS = {"handler", "command", "model", "device", "json", "out", "engine", "workers", "cpus_per_worker",
-            "corpus", "conllu"}  # argparse fields that are not options of the statistic
+RUN_ARGS = {
+    "handler",
+    "command",
+    "model",
+    "device",
+    "json",
+    "out",
+    "engine",
+    "workers",
+    "cpus_per_worker",
+    "corpus",
+    "conllu",
+}  # argparse fields that are not options of the statistic
 
 MakeAccumulators = Callable[[LoadedModel], list]
 Fill = Callable[[LoadedModel, Sequence[CorpusInput], list, int, "Progress | None"], list]
@@ -63,10 +75,11 @@ def check_device(device: str) -> None:
     if parsed.type != "cuda":
         raise ScaleError(f"--device {device}: only cpu and cuda are supported.")
     if not torch.cuda.is_available():
-        why = ("this torch build has no CUDA support" if torch.version.cuda is None
-               else "torch sees no NVIDIA GPU")
-        raise ScaleError(f"--device {device}: CUDA is not available on this machine ({why}, torch {torch.__version__}). "
-                         "Use --device cpu, or run on a GPU machine with a CUDA build of torch (see README).")
+        why = "this torch build has no CUDA support" if torch.version.cuda is None else "torch sees no NVIDIA GPU"
+        raise ScaleError(
+            f"--device {device}: CUDA is not available on this machine ({why}, torch {torch.__version__}). "
+            "Use --device cpu, or run on a GPU machine with a CUDA build of torch (see README)."
+        )
     if parsed.index is not None and parsed.index >= torch.cuda.device_count():
         raise ScaleError(f"--device {device}: this machine has {torch.cuda.device_count()} GPU(s).")
 
@@ -74,8 +87,13 @@ def check_device(device: str) -> None:
 # ------------------------------------------------------------------------------------------------------ the engines
 
 
-def engine_fill(lm: LoadedModel, inputs: Sequence[CorpusInput], accumulators: list, batch_size: int,
-                progress: Progress | None = None) -> list:
+def engine_fill(
+    lm: LoadedModel,
+    inputs: Sequence[CorpusInput],
+    accumulators: list,
+    batch_size: int,
+    progress: Progress | None = None,
+) -> list:
     """Fill accumulators with engine.accumulate; returns them (a Fill for statistics that follow the protocol)."""
     accumulate(lm, inputs, accumulators, batch_size=batch_size, progress=progress)
     return accumulators
@@ -96,7 +114,7 @@ def plan_batches(lm: LoadedModel, inputs: Sequence[CorpusInput], batch_size: int
     for start in range(0, len(inputs), RUN_WINDOW):
         window = range(start, min(start + RUN_WINDOW, len(inputs)))
         order = sorted(window, key=lambda i: lengths[i])  # stable, as in runner._run_window
-        batches += [order[b: b + batch_size] for b in range(0, len(order), batch_size)]
+        batches += [order[b : b + batch_size] for b in range(0, len(order), batch_size)]
     return batches
 
 
@@ -106,8 +124,9 @@ def shard_batches(batches: list[list[int]], n_shards: int) -> list[list[list[int
     return [batches[s::n_shards] for s in range(n_shards)]
 
 
-def fill_shard(lm: LoadedModel, make_accumulators: MakeAccumulators, fill: Fill, shard: list[list[CorpusInput]],
-               batch_size: int) -> list:
+def fill_shard(
+    lm: LoadedModel, make_accumulators: MakeAccumulators, fill: Fill, shard: list[list[CorpusInput]], batch_size: int
+) -> list:
     """One shard's accumulators: each of its batches is run on its own, exactly as the local engine batches it."""
     accumulators = make_accumulators(lm)
     for batch in shard:
@@ -118,7 +137,9 @@ def fill_shard(lm: LoadedModel, make_accumulators: MakeAccumulators, fill: Fill,
 class ShardWorker:
     """Ray Data callable class: loads the model once per worker, then turns each shard row into pickled accumulators."""
 
-    def __init__(self, model: str, device: str, make_accumulators: MakeAccumulators, fill: Fill, batch_size: int) -> None:
+    def __init__(
+        self, model: str, device: str, make_accumulators: MakeAccumulators, fill: Fill, batch_size: int
+    ) -> None:
         check_device(device)
         self.lm = load_model(model, device=device)
         self.make_accumulators, self.fill, self.batch_size = make_accumulators, fill, batch_size
@@ -129,13 +150,19 @@ class ShardWorker:
         out: dict[str, list] = {"shard": [], "accumulators": [], "seconds": [], "threads": []}
         for shard_id, payload in zip(rows["shard"], rows["payload"]):
             start = time.perf_counter()
-            accumulators = fill_shard(self.lm, self.make_accumulators, self.fill, pickle.loads(payload), self.batch_size)
+            accumulators = fill_shard(
+                self.lm, self.make_accumulators, self.fill, pickle.loads(payload), self.batch_size
+            )
             out["shard"].append(int(shard_id))
             out["accumulators"].append(pickle.dumps(accumulators))
             out["seconds"].append(time.perf_counter() - start)
             out["threads"].append(torch.get_num_threads())
-        return {"shard": np.array(out["shard"]), "accumulators": np.array(out["accumulators"], dtype=object),
-                "seconds": np.array(out["seconds"]), "threads": np.array(out["threads"])}
+        return {
+            "shard": np.array(out["shard"]),
+            "accumulators": np.array(out["accumulators"], dtype=object),
+            "seconds": np.array(out["seconds"]),
+            "threads": np.array(out["threads"]),
+        }
 
 
 def ray_runtime_env() -> dict:
@@ -146,7 +173,7 @@ def ray_runtime_env() -> dict:
 def _import_ray():
     try:
         import ray
-        import ray.data  # noqa: F401
+        import ray.data
     except ImportError as exc:
         raise ScaleError("--engine ray needs Ray: pip install -r requirements-scale.txt") from exc
     return ray
@@ -157,11 +184,15 @@ def _check_cluster(ray, workers: int, cpus_per_worker: float, gpus_per_worker: f
     resources = ray.cluster_resources()
     cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
     if workers * cpus_per_worker > cpus:
-        raise ScaleError(f"--workers {workers} with {cpus_per_worker:g} CPU each needs {workers * cpus_per_worker:g} CPUs; "
-                         f"the Ray cluster has {cpus:g}.")
+        raise ScaleError(
+            f"--workers {workers} with {cpus_per_worker:g} CPU each needs {workers * cpus_per_worker:g} CPUs; "
+            f"the Ray cluster has {cpus:g}."
+        )
     if gpus_per_worker and workers * gpus_per_worker > gpus:
-        raise ScaleError(f"--device cuda with --workers {workers} needs {workers} GPUs (one per worker); "
-                         f"the Ray cluster has {gpus:g}.")
+        raise ScaleError(
+            f"--device cuda with --workers {workers} needs {workers} GPUs (one per worker); "
+            f"the Ray cluster has {gpus:g}."
+        )
 
 
 @dataclass
@@ -173,9 +204,18 @@ class RayRunInfo:
     threads: list[int]
 
 
-def run_on_ray(lm: LoadedModel, model: str, device: str, inputs: Sequence[CorpusInput],
-               make_accumulators: MakeAccumulators, fill: Fill = engine_fill, batch_size: int = 32, workers: int = 2,
-               cpus_per_worker: float = 1.0, progress: Progress | None = None) -> tuple[list, RayRunInfo]:
+def run_on_ray(
+    lm: LoadedModel,
+    model: str,
+    device: str,
+    inputs: Sequence[CorpusInput],
+    make_accumulators: MakeAccumulators,
+    fill: Fill = engine_fill,
+    batch_size: int = 32,
+    workers: int = 2,
+    cpus_per_worker: float = 1.0,
+    progress: Progress | None = None,
+) -> tuple[list, RayRunInfo]:
     """Run the corpus on Ray Data, one model per worker; `lm` (any device) only plans the batches on the driver.
 
     Uses the running Ray (ray.init(address=...) before calling), else starts one: RAY_ADDRESS if set, else local."""
@@ -190,17 +230,23 @@ def run_on_ray(lm: LoadedModel, model: str, device: str, inputs: Sequence[Corpus
         _check_cluster(ray, workers, cpus_per_worker, gpus)
         batches = plan_batches(lm, inputs, batch_size)
         shards = shard_batches(batches, workers * SHARDS_PER_WORKER)
-        rows = [{"shard": s, "payload": pickle.dumps([[inputs[i] for i in batch] for batch in shard])}
-                for s, shard in enumerate(shards)]
+        rows = [
+            {"shard": s, "payload": pickle.dumps([[inputs[i] for i in batch] for batch in shard])}
+            for s, shard in enumerate(shards)
+        ]
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
         dataset = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
-            ShardWorker, batch_size=1, batch_format="numpy",
+            ShardWorker,
+            batch_size=1,
+            batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=min(workers, len(rows)), max_tasks_in_flight_per_actor=1),
-            fn_constructor_kwargs=dict(model=model, device=device, make_accumulators=make_accumulators, fill=fill,
-                                       batch_size=batch_size),
-            num_cpus=cpus_per_worker, num_gpus=gpus,
+            fn_constructor_kwargs=dict(
+                model=model, device=device, make_accumulators=make_accumulators, fill=fill, batch_size=batch_size
+            ),
+            num_cpus=cpus_per_worker,
+            num_gpus=gpus,
         )
         parts: dict[int, list] = {}
         seconds, threads, done = [], [], 0
@@ -239,10 +285,18 @@ class CorpusRun:
         return out
 
 
-def run_accumulators(model: str, inputs: Sequence[CorpusInput], make_accumulators: MakeAccumulators,
-                     fill: Fill = engine_fill, engine: str = "local", device: str = "cpu", workers: int = 2,
-                     batch_size: int = 32, cpus_per_worker: float = 1.0,
-                     progress: Progress | None = None) -> CorpusRun:
+def run_accumulators(
+    model: str,
+    inputs: Sequence[CorpusInput],
+    make_accumulators: MakeAccumulators,
+    fill: Fill = engine_fill,
+    engine: str = "local",
+    device: str = "cpu",
+    workers: int = 2,
+    batch_size: int = 32,
+    cpus_per_worker: float = 1.0,
+    progress: Progress | None = None,
+) -> CorpusRun:
     """The scale API: fill make_accumulators(lm) over the corpus with the chosen engine and device; returns them merged.
 
     make_accumulators and fill go to the Ray workers, so they must pickle (module functions or functools.partial)."""
@@ -258,8 +312,9 @@ def run_accumulators(model: str, inputs: Sequence[CorpusInput], make_accumulator
         raise ScaleError("--workers must be 1 or more.")
     _import_ray()
     lm = load_model(model, device="cpu")  # the driver only tokenizes (to plan batches) and reads the model's facts
-    accumulators, info = run_on_ray(lm, model, device, inputs, make_accumulators, fill, batch_size, workers,
-                                    cpus_per_worker, progress)
+    accumulators, info = run_on_ray(
+        lm, model, device, inputs, make_accumulators, fill, batch_size, workers, cpus_per_worker, progress
+    )
     return CorpusRun(lm.facts, accumulators, engine, device, workers, time.perf_counter() - start, info)
 
 
@@ -285,21 +340,47 @@ def positive_float(text: str) -> float:
 def add_scale_options(parser: argparse.ArgumentParser) -> None:
     """--engine, --workers, --cpus-per-worker and --out, shared by the corpus commands (--device comes with --model)."""
     group = parser.add_argument_group("scale-out")
-    group.add_argument("--engine", choices=ENGINES, default="local",
-                       help="local: in this process; ray: Ray Data, one model per worker (default local)")
-    group.add_argument("--workers", type=positive_int, default=2, help="Ray workers, each with its own model (default 2)")
-    group.add_argument("--cpus-per-worker", type=positive_float, default=1.0,
-                       help="CPUs Ray reserves for each worker; torch uses that many threads (default 1)")
-    group.add_argument("--out", default=None, metavar="FILE",
-                       help="also write the result as a JSON file the app's corpus pages can load")
+    group.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="local",
+        help="local: in this process; ray: Ray Data, one model per worker (default local)",
+    )
+    group.add_argument(
+        "--workers", type=positive_int, default=2, help="Ray workers, each with its own model (default 2)"
+    )
+    group.add_argument(
+        "--cpus-per-worker",
+        type=positive_float,
+        default=1.0,
+        help="CPUs Ray reserves for each worker; torch uses that many threads (default 1)",
+    )
+    group.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="also write the result as a JSON file the app's corpus pages can load",
+    )
 
 
-def run_corpus(args: argparse.Namespace, make_accumulators: MakeAccumulators, inputs: Sequence[CorpusInput],
-               fill: Fill = engine_fill) -> CorpusRun:
+def run_corpus(
+    args: argparse.Namespace,
+    make_accumulators: MakeAccumulators,
+    inputs: Sequence[CorpusInput],
+    fill: Fill = engine_fill,
+) -> CorpusRun:
     """run_accumulators with the command's --model, --device, --engine, --workers and --batch-size."""
-    return run_accumulators(args.model, inputs, make_accumulators, fill, engine=args.engine, device=args.device,
-                            workers=args.workers, batch_size=getattr(args, "batch_size", 32),
-                            cpus_per_worker=args.cpus_per_worker)
+    return run_accumulators(
+        args.model,
+        inputs,
+        make_accumulators,
+        fill,
+        engine=args.engine,
+        device=args.device,
+        workers=args.workers,
+        batch_size=getattr(args, "batch_size", 32),
+        cpus_per_worker=args.cpus_per_worker,
+    )
 
 
 def command_options(args: argparse.Namespace) -> dict:
@@ -307,12 +388,14 @@ def command_options(args: argparse.Namespace) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in RUN_ARGS}
 
 
-def save_result(args: argparse.Namespace, corpus_path: str, n_inputs: int, run: CorpusRun, result: dict,
-                state: dict | None = None) -> None:
+def save_result(
+    args: argparse.Namespace, corpus_path: str, n_inputs: int, run: CorpusRun, result: dict, state: dict | None = None
+) -> None:
     """Write the --out file when the command was given one."""
     if args.out:
-        record = make_result_file(args.command, run.facts.name, corpus_path, n_inputs, command_options(args), result,
-                                  run.describe(), state)
+        record = make_result_file(
+            args.command, run.facts.name, corpus_path, n_inputs, command_options(args), result, run.describe(), state
+        )
         write_result_file(args.out, record)
 
 
@@ -341,9 +424,11 @@ class ResultFile:
             when = self.created
         engine = self.run.get("engine")
         how = f" ({engine}, {self.run.get('workers')} workers, {self.run.get('device')})" if engine == "ray" else ""
-        return (f"computed by `python -m attnlib {self.command}` on {self.corpus.get('name', '?')} "
-                f"({self.corpus.get('n_inputs', '?')} inputs) with {self.model}, {when}{how}; "
-                f"attnlib {self.library_version}")
+        return (
+            f"computed by `python -m attnlib {self.command}` on {self.corpus.get('name', '?')} "
+            f"({self.corpus.get('n_inputs', '?')} inputs) with {self.model}, {when}{how}; "
+            f"attnlib {self.library_version}"
+        )
 
     def options_text(self) -> str:
         """The statistic's options as `name=value, ...` (or "defaults")."""
@@ -354,16 +439,37 @@ class ResultFile:
         return {"format": RESULT_FORMAT, "format_version": RESULT_FORMAT_VERSION, **asdict(self)}
 
 
-def make_result_file(command: str, model: str, corpus_path: str, n_inputs: int, options: dict, result: dict,
-                     run: dict | None = None, state: dict | None = None) -> ResultFile:
+def make_result_file(
+    command: str,
+    model: str,
+    corpus_path: str,
+    n_inputs: int,
+    options: dict,
+    result: dict,
+    run: dict | None = None,
+    state: dict | None = None,
+) -> ResultFile:
     """A ResultFile stamped with this library's version and the current time; the corpus named by path and hash."""
     from . import __version__
 
     path = Path(corpus_path)
-    corpus = {"name": path.name, "path": str(path), "n_inputs": n_inputs,
-              "sha1": hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else None}
-    return ResultFile(command, model, corpus, options, __version__,
-                      datetime.now(timezone.utc).isoformat(timespec="seconds"), result, run or {}, state)
+    corpus = {
+        "name": path.name,
+        "path": str(path),
+        "n_inputs": n_inputs,
+        "sha1": hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else None,
+    }
+    return ResultFile(
+        command,
+        model,
+        corpus,
+        options,
+        __version__,
+        datetime.now(UTC).isoformat(timespec="seconds"),
+        result,
+        run or {},
+        state,
+    )
 
 
 def json_ready(value: Any) -> Any:
@@ -390,18 +496,29 @@ def write_result_file(path: str | Path, record: ResultFile) -> None:
 def read_result_file(data: bytes | str, command: str | None = None, max_bytes: int = MAX_RESULT_BYTES) -> ResultFile:
     """Parse and check a result file (JSON only, nothing executed); with command, it must be that command's."""
     if len(data) > max_bytes:
-        raise ResultFileError(f"the file is {len(data) / 1e6:.1f} MB; a result file may be at most {max_bytes / 1e6:.0f} MB.")
+        raise ResultFileError(
+            f"the file is {len(data) / 1e6:.1f} MB; a result file may be at most {max_bytes / 1e6:.0f} MB."
+        )
     try:
         record = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultFileError(f"not a JSON file ({exc}).") from exc
     if not isinstance(record, dict) or record.get("format") != RESULT_FORMAT:
-        raise ResultFileError("not a result file of `python -m attnlib ... --out` (no \"format\": \"attnlib-result\").")
+        raise ResultFileError('not a result file of `python -m attnlib ... --out` (no "format": "attnlib-result").')
     if record.get("format_version") != RESULT_FORMAT_VERSION:
-        raise ResultFileError(f"result file format {record.get('format_version')!r}; this app reads "
-                              f"{RESULT_FORMAT_VERSION}.")
-    expected = {"command": str, "model": str, "corpus": dict, "options": dict, "library_version": str,
-                "created": str, "result": dict, "run": dict}
+        raise ResultFileError(
+            f"result file format {record.get('format_version')!r}; this app reads {RESULT_FORMAT_VERSION}."
+        )
+    expected = {
+        "command": str,
+        "model": str,
+        "corpus": dict,
+        "options": dict,
+        "library_version": str,
+        "created": str,
+        "result": dict,
+        "run": dict,
+    }
     for key, kind in expected.items():
         if not isinstance(record.get(key), kind):
             raise ResultFileError(f"the result file has no valid {key!r}.")
@@ -437,15 +554,24 @@ def special_from_json(result: dict):
         shape = heads["cls"].shape
         if any(v.shape != shape for v in heads.values()):
             raise ResultFileError("the per-head statistics have different shapes.")
-        special = SpecialTokenResult(int(result["n_inputs"]), heads, float(result["uniform_entropy"]),
-                                     result.get("punctuation") == "all", int(result.get("n_truncated", 0)))
+        special = SpecialTokenResult(
+            int(result["n_inputs"]),
+            heads,
+            float(result["uniform_entropy"]),
+            result.get("punctuation") == "all",
+            int(result.get("n_truncated", 0)),
+        )
         hm = None
         if result.get("head_map") is not None:
             m = result["head_map"]
             coords = np.column_stack([_array(m["x"], "x", 1), _array(m["y"], "y", 1)])
-            hm = HeadMap(coords, _array(m["layer"], "layer", 1, int), _array(m["head"], "head", 1, int),
-                         np.array([str(b) for b in m["behaviour"]], dtype=object),
-                         _array(m["js_divergence"], "js_divergence", 2))
+            hm = HeadMap(
+                coords,
+                _array(m["layer"], "layer", 1, int),
+                _array(m["head"], "head", 1, int),
+                np.array([str(b) for b in m["behaviour"]], dtype=object),
+                _array(m["js_divergence"], "js_divergence", 2),
+            )
             k = shape[0] * shape[1]
             if coords.shape[0] != k or hm.divergence.shape != (k, k) or len(hm.labels) != k:
                 raise ResultFileError("the head map does not match the number of heads.")
@@ -470,13 +596,19 @@ def dependency_counts_from_json(state: dict):
         arrays = {name: _array(state[name], name, ndim, np.int64) for name, ndim in DEPENDENCY_ARRAYS.items()}
         relations = [str(r) for r in state["relations"]]
         layers, heads, r = int(state["n_layers"]), int(state["n_heads"]), len(relations)
-        shapes = {"totals": (2, r), "head_hits": (2, r, layers, heads, 2), "offset_hits": (2, r, len(OFFSETS)),
-                  "n_sentences": (2,), "n_words": (2,)}
+        shapes = {
+            "totals": (2, r),
+            "head_hits": (2, r, layers, heads, 2),
+            "offset_hits": (2, r, len(OFFSETS)),
+            "n_sentences": (2,),
+            "n_words": (2,),
+        }
         for name, shape in shapes.items():
             if arrays[name].shape != shape:
                 raise ResultFileError(f"{name!r} has shape {arrays[name].shape}, expected {shape}.")
-        return DependencyCounts(layers, heads, str(state["rule"]), relations, n_skipped=int(state["n_skipped"]),
-                                **arrays)
+        return DependencyCounts(
+            layers, heads, str(state["rule"]), relations, n_skipped=int(state["n_skipped"]), **arrays
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultFileError(f"the `deps` counts are incomplete or malformed ({exc!r}).") from exc
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import string
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ def strip_wordpiece_marker(token: str) -> str:
     """The token's text without a leading '##', 'Ġ' or '▁'."""
     for marker in WORDPIECE_MARKERS:
         if token.startswith(marker):
-            return token[len(marker):]
+            return token[len(marker) :]
     return token
 
 
@@ -82,7 +82,9 @@ def row_entropy(attn: np.ndarray) -> np.ndarray:
     return -(p * np.log(p)).sum(axis=-1)
 
 
-def input_statistics(attn: np.ndarray, cls_mask: np.ndarray, sep_mask: np.ndarray, punct: np.ndarray) -> dict[str, np.ndarray]:
+def input_statistics(
+    attn: np.ndarray, cls_mask: np.ndarray, sep_mask: np.ndarray, punct: np.ndarray
+) -> dict[str, np.ndarray]:
     """Every statistic of one input's attention [layers, heads, n, n] as [layers, heads] arrays (sep_to_sep NaN without SEP)."""
     layers, heads, n, _ = attn.shape
     classes = class_masks(cls_mask, sep_mask, punct)
@@ -98,7 +100,9 @@ def input_statistics(attn: np.ndarray, cls_mask: np.ndarray, sep_mask: np.ndarra
     sep_rows = classes[:, 1].astype(bool)
     to_sep = row_mass[..., 1]
     stats["sep_to_sep"] = to_sep[..., sep_rows].mean(axis=-1) if sep_rows.any() else np.full((layers, heads), np.nan)
-    stats["rest_to_sep"] = to_sep[..., ~sep_rows].mean(axis=-1) if (~sep_rows).any() else np.full((layers, heads), np.nan)
+    stats["rest_to_sep"] = (
+        to_sep[..., ~sep_rows].mean(axis=-1) if (~sep_rows).any() else np.full((layers, heads), np.nan)
+    )
     return stats
 
 
@@ -176,7 +180,9 @@ class SpecialTokenStats:
         if (self.n_layers, self.n_heads, self.all_punct) != (other.n_layers, other.n_heads, other.all_punct):
             raise ValueError("Cannot merge statistics of different models or punctuation options.")
         return SpecialTokenStats(
-            self.n_layers, self.n_heads, self.all_punct,
+            self.n_layers,
+            self.n_heads,
+            self.all_punct,
             sums={key: self.sums[key] + other.sums[key] for key in STAT_KEYS},
             n_inputs=self.n_inputs + other.n_inputs,
             n_with_sep_rows=self.n_with_sep_rows + other.n_with_sep_rows,
@@ -190,8 +196,10 @@ class SpecialTokenStats:
         counts = {key: self.n_inputs for key in STAT_KEYS}
         counts["sep_to_sep"] = self.n_with_sep_rows
         counts["rest_to_sep"] = self.n_with_rest_rows
-        heads = {key: self.sums[key] / counts[key] if counts[key] else np.full((self.n_layers, self.n_heads), np.nan)
-                 for key in STAT_KEYS}
+        heads = {
+            key: self.sums[key] / counts[key] if counts[key] else np.full((self.n_layers, self.n_heads), np.nan)
+            for key in STAT_KEYS
+        }
         uniform = self.log_n_sum / self.n_inputs if self.n_inputs else float("nan")
         return SpecialTokenResult(self.n_inputs, heads, uniform, self.all_punct, self.n_truncated)
 

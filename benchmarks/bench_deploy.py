@@ -23,8 +23,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+BROWSER_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 MAIN_CONTENT = ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stTable'], iframe, [data-testid='stAlert']"
 NO_STATUS = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 PAGES = ["Special tokens", "Dependency heads", "Local vs global"]  # after the Live page
@@ -33,6 +40,7 @@ TARGETS = {"startup_s": 15.0, "peak_rss_mb": 1536.0, "pip_install_s": 120.0}
 
 
 # ---------- the server ---------------------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -46,14 +54,30 @@ class Server:
     def __init__(self, log: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(log, "wb")
+        self.log = open(log, "wb")  # noqa: SIM115 - open for the server's whole life
         self.peak_mb, self._sampling = 0.0, True
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-             "--server.fileWatcherType", "none", "--server.address", "127.0.0.1", "--server.port", str(self.port)],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, STREAMLIT_BROWSER_GATHER_USAGE_STATS="false"))
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless",
+                "true",
+                "--server.fileWatcherType",
+                "none",
+                "--server.address",
+                "127.0.0.1",
+                "--server.port",
+                str(self.port),
+            ],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, STREAMLIT_BROWSER_GATHER_USAGE_STATS="false"),
+        )
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
 
@@ -82,7 +106,7 @@ class Server:
 
     def high_water_mb(self) -> float:
         """The kernel's peak resident set size of the server process (VmHWM), in MB."""
-        for line in open(f"/proc/{self.proc.pid}/status"):
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
         return float("nan")
@@ -165,13 +189,18 @@ def all_pages_run(browser, log: Path) -> dict:
         page.screenshot(path=str(log.with_suffix(".png")), full_page=True)
         page.close()
         time.sleep(1.0)
-        return {"peak_rss_mb_sampled": server.peak_mb, "peak_rss_mb_vmhwm": server.high_water_mb(),
-                "page_seconds": timings, "problems": problems}
+        return {
+            "peak_rss_mb_sampled": server.peak_mb,
+            "peak_rss_mb_vmhwm": server.high_water_mb(),
+            "page_seconds": timings,
+            "problems": problems,
+        }
     finally:
         server.stop()
 
 
 # ---------- pip install --------------------------------------------------------------------------------------------
+
 
 def pip_install(requirements: Path) -> dict:
     """A new venv, then `pip install --no-cache-dir -r requirements.txt`, timestamping pip's output to find what dominates."""
@@ -181,9 +210,22 @@ def pip_install(requirements: Path) -> dict:
         subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
         venv_s = time.perf_counter() - t0
         lines: list[tuple[float, str]] = []
-        proc = subprocess.Popen([str(folder / "bin" / "python"), "-m", "pip", "install", "--no-cache-dir",
-                                 "--progress-bar", "off", "-r", str(requirements)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [
+                str(folder / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--no-cache-dir",
+                "--progress-bar",
+                "off",
+                "-r",
+                str(requirements),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for line in proc.stdout:
             lines.append((time.perf_counter() - t0, line.rstrip()))
         code = proc.wait()
@@ -196,15 +238,23 @@ def pip_install(requirements: Path) -> dict:
                 size = float(m.group(2)) * {"kB": 1e-3, "MB": 1, "GB": 1e3}[m.group(3)]
                 downloads.append((m.group(1).split("-")[0], size, t_next - t))
         site = next(folder.glob("lib/python*/site-packages"))
-        sizes = sorted(((p.name, _du(p)) for p in site.iterdir() if p.is_dir() and not p.name.endswith("-info")),
-                       key=lambda x: -x[1])
-        return {"ok": code == 0, "total_s": total, "venv_s": venv_s,
-                "resolve_and_download_s": install_start - venv_s, "unpack_and_install_s": total - install_start,
-                "downloaded_mb": sum(d[1] for d in downloads),
-                "largest_downloads": sorted(downloads, key=lambda d: -d[1])[:8],
-                "largest_installed_mb": [(n, round(s)) for n, s in sizes[:10]],
-                "torch_wheel": next((l.strip() for _, l in lines if "torch-" in l and ("Processing" in l or
-                                                                                       "Downloading" in l)), "")}
+        sizes = sorted(
+            ((p.name, _du(p)) for p in site.iterdir() if p.is_dir() and not p.name.endswith("-info")),
+            key=lambda x: -x[1],
+        )
+        return {
+            "ok": code == 0,
+            "total_s": total,
+            "venv_s": venv_s,
+            "resolve_and_download_s": install_start - venv_s,
+            "unpack_and_install_s": total - install_start,
+            "downloaded_mb": sum(d[1] for d in downloads),
+            "largest_downloads": sorted(downloads, key=lambda d: -d[1])[:8],
+            "largest_installed_mb": [(n, round(s)) for n, s in sizes[:10]],
+            "torch_wheel": next(
+                (l.strip() for _, l in lines if "torch-" in l and ("Processing" in l or "Downloading" in l)), ""
+            ),
+        }
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -215,10 +265,13 @@ def _du(path: Path) -> float:
 
 # ---------- report -------------------------------------------------------------------------------------------------
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=2, help="startup measurements (the first may read files from disk)")
-    parser.add_argument("--skip-pip", action="store_true", help="leave out the fresh pip install (it downloads ~270 MB)")
+    parser.add_argument(
+        "--skip-pip", action="store_true", help="leave out the fresh pip install (it downloads ~270 MB)"
+    )
     parser.add_argument("--skip-pages", action="store_true", help="leave out the all-pages memory run")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
@@ -243,24 +296,41 @@ def main() -> None:
     print(f"\nDeployment figures ({report['machine']}, Python {report['python']}, default model all-MiniLM-L6-v2)")
     print(f"{'measure':<58}{'value':>14}{'target':>13}{'ratio':>7}")
     for i, s in enumerate(report["startup"], start=1):
-        row(f"start -> first rendered Live page, run {i}" + ("" if s["ok"] else " (exception!)"),
-            s["first_render_s"], TARGETS["startup_s"], "s")
+        row(
+            f"start -> first rendered Live page, run {i}" + ("" if s["ok"] else " (exception!)"),
+            s["first_render_s"],
+            TARGETS["startup_s"],
+            "s",
+        )
         print(f"{'   of which: start -> server answers health check':<58}{s['health_s']:>10.1f} s")
     if "all_pages" in report:
         a = report["all_pages"]
         row("peak RSS, every page + exact example (kernel VmHWM)", a["peak_rss_mb_vmhwm"], TARGETS["peak_rss_mb"], "MB")
-        row("peak RSS, every page + exact example (sampled, + children)", a["peak_rss_mb_sampled"],
-            TARGETS["peak_rss_mb"], "MB")
+        row(
+            "peak RSS, every page + exact example (sampled, + children)",
+            a["peak_rss_mb_sampled"],
+            TARGETS["peak_rss_mb"],
+            "MB",
+        )
         print("   seconds per page: " + ", ".join(f"{k} {v:.1f}" for k, v in a["page_seconds"].items()))
         for problem in a["problems"]:
             print(f"   PROBLEM: {problem}")
     if "pip" in report:
         pip = report["pip"]
-        row("fresh pip install -r requirements.txt (new venv, no cache)" + ("" if pip["ok"] else " FAILED"),
-            pip["total_s"], TARGETS["pip_install_s"], "s")
-        print(f"   venv {pip['venv_s']:.1f} s, resolve + download {pip['resolve_and_download_s']:.1f} s "
-              f"({pip['downloaded_mb']:.0f} MB), unpack + install {pip['unpack_and_install_s']:.1f} s")
-        print("   largest downloads (MB, s): " + ", ".join(f"{n} {s:.0f} ({t:.1f})" for n, s, t in pip["largest_downloads"]))
+        row(
+            "fresh pip install -r requirements.txt (new venv, no cache)" + ("" if pip["ok"] else " FAILED"),
+            pip["total_s"],
+            TARGETS["pip_install_s"],
+            "s",
+        )
+        print(
+            f"   venv {pip['venv_s']:.1f} s, resolve + download {pip['resolve_and_download_s']:.1f} s "
+            f"({pip['downloaded_mb']:.0f} MB), unpack + install {pip['unpack_and_install_s']:.1f} s"
+        )
+        print(
+            "   largest downloads (MB, s): "
+            + ", ".join(f"{n} {s:.0f} ({t:.1f})" for n, s, t in pip["largest_downloads"])
+        )
         print("   largest installed (MB): " + ", ".join(f"{n} {s}" for n, s in pip["largest_installed_mb"]))
         print(f"   torch: {pip['torch_wheel']}")
 

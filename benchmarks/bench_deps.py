@@ -14,10 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import ewt_dev  # noqa: E402
 from attnlib.deps import DependencyCounts  # noqa: E402
 from attnlib.engine import accumulate  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
+from benchmarks import ewt_dev  # noqa: E402
 
 CONFIGS = ("forward pass alone", "+ dependency table (mean rows)", "+ dependency table (max rows)")
 
@@ -36,8 +36,11 @@ class Timed:
 
 def run_config(lm, sentences, config: str, batch_size: int) -> tuple[float, float]:
     """Wall seconds of one configuration and the seconds spent in the statistic (add() and the table)."""
-    accs = [] if config == CONFIGS[0] else [Timed(DependencyCounts(lm.facts.n_layers, lm.facts.n_heads,
-                                                                   "mean" if "mean" in config else "max"))]
+    accs = (
+        []
+        if config == CONFIGS[0]
+        else [Timed(DependencyCounts(lm.facts.n_layers, lm.facts.n_heads, "mean" if "mean" in config else "max"))]
+    )
     start = time.perf_counter()
     accumulate(lm, sentences, accs, batch_size=batch_size)
     table_start = time.perf_counter()
@@ -57,8 +60,10 @@ def main() -> None:
 
     lm = load_model(DEFAULT_MODEL)
     sentences = ewt_dev(args.limit)
-    print(f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
-          f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n")
+    print(
+        f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
+        f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n"
+    )
     run_config(lm, sentences[:64], CONFIGS[1], args.batch_size)  # warm-up
     best: dict[str, tuple[float, float]] = {}
     for _ in range(args.repeats):
@@ -67,15 +72,21 @@ def main() -> None:
             if config not in best or wall < best[config][0]:
                 best[config] = (wall, in_stats)
     base = best[CONFIGS[0]][0]
-    print(f"{'configuration':34s} {'seconds':>8s} {'sent/s':>8s} {'vs forward':>11s} {'in stats':>9s} "
-          f"{'stats/forward':>14s} {'same-run ratio':>15s}")
+    print(
+        f"{'configuration':34s} {'seconds':>8s} {'sent/s':>8s} {'vs forward':>11s} {'in stats':>9s} "
+        f"{'stats/forward':>14s} {'same-run ratio':>15s}"
+    )
     for config in CONFIGS:
         wall, in_stats = best[config]
-        print(f"{config:34s} {wall:8.2f} {len(sentences) / wall:8.1f} {wall / base:10.3f}x "
-              f"{in_stats:8.2f}s {in_stats / base:13.1%} {wall / (wall - in_stats):14.3f}x")
-    print("\n'in stats' is the time inside DependencyCounts.add() and table(); 'stats/forward' divides it by the "
-          "forward-only wall time; 'same-run ratio' is the run's wall time over its own time outside the statistic. "
-          "Both are robust to other load on the machine, which 'vs forward' is not. Target: the table at most 1.3x.")
+        print(
+            f"{config:34s} {wall:8.2f} {len(sentences) / wall:8.1f} {wall / base:10.3f}x "
+            f"{in_stats:8.2f}s {in_stats / base:13.1%} {wall / (wall - in_stats):14.3f}x"
+        )
+    print(
+        "\n'in stats' is the time inside DependencyCounts.add() and table(); 'stats/forward' divides it by the "
+        "forward-only wall time; 'same-run ratio' is the run's wall time over its own time outside the statistic. "
+        "Both are robust to other load on the machine, which 'vs forward' is not. Target: the table at most 1.3x."
+    )
 
 
 if __name__ == "__main__":

@@ -23,13 +23,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnlib.attribution import DEFAULT_PROBES, hidden_token_attribution  # noqa: E402
-from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
-from attnlib.runner import encode  # noqa: E402
-from benchmarks.reverse_mode import reverse_graphs  # noqa: E402
+from attnlib.attribution import DEFAULT_PROBES, hidden_token_attribution
+from attnlib.model import DEFAULT_MODEL, load_model
+from attnlib.runner import encode
+from benchmarks.reverse_mode import reverse_graphs
 
-PAIR = ("The teacher said that she would grade all of the exams tonight.",
-        "After a quick dinner, she sat at the kitchen table and carefully read every essay twice.")
+PAIR = (
+    "The teacher said that she would grade all of the exams tonight.",
+    "After a quick dinner, she sat at the kitchen table and carefully read every essay twice.",
+)
 
 
 def timed(fn):
@@ -52,7 +54,7 @@ def reverse_loop_seconds(outputs, wrt, n, hidden, sample, rng, repeats):
     for out, x in zip(outputs, wrt):
         coords = [(rng.randrange(n), rng.randrange(hidden)) for _ in range(sample)]
 
-        def loop():
+        def loop(coords=coords, out=out, x=x):
             for j, c in coords:
                 torch.autograd.grad(out[0, j, c], x, retain_graph=True)
 
@@ -82,8 +84,10 @@ def main() -> None:
     lm = load_model(args.model)
     enc = encode(lm, *PAIR)
     f = lm.facts
-    print(f"model {f.name}: {f.n_layers} layers x {f.n_heads} heads, hidden {f.hidden_size}; input of n = {enc.n} tokens; "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"model {f.name}: {f.n_layers} layers x {f.n_heads} heads, hidden {f.hidden_size}; input of n = {enc.n} tokens; "
+        f"torch threads {torch.get_num_threads()}"
+    )
 
     hidden_token_attribution(lm, encode(lm, "Warm up."), mode="exact")
     exact, exact_wall, exact_cpu = timed(lambda: hidden_token_attribution(lm, enc, mode="exact"))
@@ -97,33 +101,54 @@ def main() -> None:
     stacked = torch.stack(outs)[:, 0:1]  # [layers, 1, n, hidden] as one tensor
     st_wall, st_cpu, st_layers = reverse_loop_seconds(list(stacked), wrt, n, hidden, args.sample, rng, reps)
 
-    print(f"\nReverse loops: {f.n_layers} x {n} x {hidden} = {f.n_layers * n * hidden} backward passes per contribution, "
-          f"timed on {args.sample} sampled output coordinates per layer and scaled to all of them.")
+    print(
+        f"\nReverse loops: {f.n_layers} x {n} x {hidden} = {f.n_layers * n * hidden} backward passes per contribution, "
+        f"timed on {args.sample} sampled output coordinates per layer and scaled to all of them."
+    )
     print("  ms per backward pass, layers 1..L")
     print("    input contribution, one tensor per layer:   " + " ".join(f"{t:6.2f}" for t in in_layers))
     print("    input contribution, layers stacked:         " + " ".join(f"{t:6.2f}" for t in st_layers))
     print("    previous-layer contribution:                " + " ".join(f"{t:6.2f}" for t in prev_layers))
-    loops = [("reverse loop, per-layer graphs", in_wall + prev_wall, in_cpu + prev_cpu),
-             ("reverse loop, stacked outputs", st_wall + prev_wall, st_cpu + prev_cpu)]
+    loops = [
+        ("reverse loop, per-layer graphs", in_wall + prev_wall, in_cpu + prev_cpu),
+        ("reverse loop, stacked outputs", st_wall + prev_wall, st_cpu + prev_cpu),
+    ]
     rows = [(name, wall, cpu, None, None) for name, wall, cpu in loops]
-    rows.append(("exact, model's own layers (jvp)", plain_wall, plain_cpu, pearson(plain.input, exact.input),
-                 pearson(plain.previous, exact.previous)))
+    rows.append(
+        (
+            "exact, model's own layers (jvp)",
+            plain_wall,
+            plain_cpu,
+            pearson(plain.input, exact.input),
+            pearson(plain.previous, exact.previous),
+        )
+    )
     rows.append(("exact, linearised layers", exact_wall, exact_cpu, 1.0, 1.0))
     for k in args.probes:
-        est, wall, cpu = best_of(lambda: hidden_token_attribution(lm, enc, mode="estimate", probes=k), reps)
-        rows.append((f"estimate k={k}", wall, cpu, pearson(est.input, exact.input), pearson(est.previous, exact.previous)))
+        est, wall, cpu = best_of(lambda k=k: hidden_token_attribution(lm, enc, mode="estimate", probes=k), reps)
+        rows.append(
+            (f"estimate k={k}", wall, cpu, pearson(est.input, exact.input), pearson(est.previous, exact.previous))
+        )
 
     ref_wall, ref_cpu = loops[0][1], loops[0][2]
-    print(f"largest difference between the two exact paths: input {np.abs(plain.input - exact.input).max():.1e}, "
-          f"previous {np.abs(plain.previous - exact.previous).max():.1e}")
-    print(f"\n{'method':31} {'wall s':>8} {'CPU s':>8} {'loop/x wall':>11} {'loop/x CPU':>10} {'exact/x wall':>12} "
-          f"{'exact/x CPU':>11} {'r input':>8} {'r prev':>8}")
+    print(
+        f"largest difference between the two exact paths: input {np.abs(plain.input - exact.input).max():.1e}, "
+        f"previous {np.abs(plain.previous - exact.previous).max():.1e}"
+    )
+    print(
+        f"\n{'method':31} {'wall s':>8} {'CPU s':>8} {'loop/x wall':>11} {'loop/x CPU':>10} {'exact/x wall':>12} "
+        f"{'exact/x CPU':>11} {'r input':>8} {'r prev':>8}"
+    )
     for name, wall, cpu, r_in, r_prev in rows:
         rs = f"{r_in:8.4f} {r_prev:8.4f}" if r_in is not None else f"{'':8} {'':8}"
-        print(f"{name:31} {wall:8.2f} {cpu:8.2f} {ref_wall / wall:11.1f} {ref_cpu / cpu:10.1f} {exact_wall / wall:12.1f} "
-              f"{exact_cpu / cpu:11.1f} {rs}")
-    print(f"\nloop/x: the per-layer-graph reverse loop's time over the row's time (stacked loop over exact: "
-          f"{loops[1][1] / exact_wall:.1f}x wall, {loops[1][2] / exact_cpu:.1f}x CPU).")
+        print(
+            f"{name:31} {wall:8.2f} {cpu:8.2f} {ref_wall / wall:11.1f} {ref_cpu / cpu:10.1f} {exact_wall / wall:12.1f} "
+            f"{exact_cpu / cpu:11.1f} {rs}"
+        )
+    print(
+        f"\nloop/x: the per-layer-graph reverse loop's time over the row's time (stacked loop over exact: "
+        f"{loops[1][1] / exact_wall:.1f}x wall, {loops[1][2] / exact_cpu:.1f}x CPU)."
+    )
     print("\nr input / r prev: Pearson correlation with exact mode over every (layer, head, query, input token) value.")
     print("Targets: exact >= 8x faster than the reverse loop; estimate >= 15x faster than exact with r >= 0.99.")
 

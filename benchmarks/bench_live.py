@@ -59,10 +59,19 @@ def ours(lm, text: str) -> dict:
     model = model_view_html(r.attentions, r.tokens, (0, 0))
     neuron = neuron_view_html(r.queries[0, 0], r.keys[0, 0], r.tokens, 0, 0, 0, r.attentions[0, 0, 0])
     end = time.perf_counter()
-    every_layer = sum(len(head_view_html(r.attentions[layer], r.tokens, list(range(lm.facts.n_heads)), layer).encode())
-                      for layer in range(lm.facts.n_layers))
-    return {"total": end - start, "views": end - t_run, "n": r.n, "head_bytes": len(head.encode()),
-            "head_all_layers_bytes": every_layer, "model_bytes": len(model.encode()), "neuron_bytes": len(neuron.encode())}
+    every_layer = sum(
+        len(head_view_html(r.attentions[layer], r.tokens, list(range(lm.facts.n_heads)), layer).encode())
+        for layer in range(lm.facts.n_layers)
+    )
+    return {
+        "total": end - start,
+        "views": end - t_run,
+        "n": r.n,
+        "head_bytes": len(head.encode()),
+        "head_all_layers_bytes": every_layer,
+        "model_bytes": len(model.encode()),
+        "neuron_bytes": len(neuron.encode()),
+    }
 
 
 def bertviz_path(lm, text: str) -> dict:
@@ -70,13 +79,18 @@ def bertviz_path(lm, text: str) -> dict:
     from bertviz import head_view, model_view
 
     start = time.perf_counter()
-    forward_s, attentions = forward_only(lm, text)
+    _, attentions = forward_only(lm, text)
     tokens = encode(lm, text).tokens
     t_views = time.perf_counter()
     head = head_view(attentions, tokens, html_action="return").data
     model = model_view(attentions, tokens, html_action="return").data
     end = time.perf_counter()
-    result = {"total": end - start, "views": end - t_views, "head_bytes": len(head.encode()), "model_bytes": len(model.encode())}
+    result = {
+        "total": end - start,
+        "views": end - t_views,
+        "head_bytes": len(head.encode()),
+        "model_bytes": len(model.encode()),
+    }
     del head, model
     return result
 
@@ -90,11 +104,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[20, 128, 512])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--bertviz-repeats", type=int, default=3,
-                        help="bertviz takes about a minute per view at 512 tokens; it runs at most twice there")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (1 keeps timings stable on a shared machine: with every core busy, "
-                             "two threads can make one forward pass 50 times slower)")
+    parser.add_argument(
+        "--bertviz-repeats",
+        type=int,
+        default=3,
+        help="bertviz takes about a minute per view at 512 tokens; it runs at most twice there",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1 keeps timings stable on a shared machine: with every core busy, "
+        "two threads can make one forward pass 50 times slower)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     try:
@@ -102,8 +124,10 @@ def main() -> None:
     except ImportError:
         sys.exit("bertviz is not installed: pip install --no-deps bertviz ipython (benchmark only).")
     lm = load_model(DEFAULT_MODEL)
-    print(f"model {DEFAULT_MODEL}: {lm.facts.n_layers} layers x {lm.facts.n_heads} heads; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"model {DEFAULT_MODEL}: {lm.facts.n_layers} layers x {lm.facts.n_heads} heads; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
     ours(lm, "Warm up the model.")
     rows = []
     for n in args.lengths:
@@ -121,22 +145,32 @@ def main() -> None:
     ms, kb = 1000.0, 1024.0
     print()
     print("Time from a changed input to all views built (server side, fastest of the repeats), ms")
-    print(f"{'tokens':>6} {'forward':>9} {'ours':>9} {'(views)':>9} {'bertviz':>10} {'(views)':>10} {'ours/bertviz':>13}")
+    print(
+        f"{'tokens':>6} {'forward':>9} {'ours':>9} {'(views)':>9} {'bertviz':>10} {'(views)':>10} {'ours/bertviz':>13}"
+    )
     for n, forward, mine, theirs in rows:
-        print(f"{n:>6} {forward * ms:>9.1f} {mine['total'] * ms:>9.1f} {mine['views'] * ms:>9.1f} "
-              f"{theirs['total'] * ms:>10.1f} {theirs['views'] * ms:>10.1f} {mine['total'] / theirs['total']:>13.4f}")
+        print(
+            f"{n:>6} {forward * ms:>9.1f} {mine['total'] * ms:>9.1f} {mine['views'] * ms:>9.1f} "
+            f"{theirs['total'] * ms:>10.1f} {theirs['views'] * ms:>10.1f} {mine['total'] / theirs['total']:>13.4f}"
+        )
     print()
     print("Bytes sent to the browser, KiB (bertviz also loads require.js, d3 and jQuery from a CDN: not counted)")
-    print(f"{'tokens':>6} {'head ours':>10} {'bertviz':>12} {'ratio':>8} {'head, all layers':>17} {'ratio':>8} "
-          f"{'model ours':>11} {'bertviz':>12} {'ratio':>8} {'neuron ours':>12}")
+    print(
+        f"{'tokens':>6} {'head ours':>10} {'bertviz':>12} {'ratio':>8} {'head, all layers':>17} {'ratio':>8} "
+        f"{'model ours':>11} {'bertviz':>12} {'ratio':>8} {'neuron ours':>12}"
+    )
     for n, _, mine, theirs in rows:
-        print(f"{n:>6} {mine['head_bytes'] / kb:>10.1f} {theirs['head_bytes'] / kb:>12.1f} "
-              f"{mine['head_bytes'] / theirs['head_bytes']:>8.4f} {mine['head_all_layers_bytes'] / kb:>17.1f} "
-              f"{mine['head_all_layers_bytes'] / theirs['head_bytes']:>8.4f} {mine['model_bytes'] / kb:>11.1f} "
-              f"{theirs['model_bytes'] / kb:>12.1f} {mine['model_bytes'] / theirs['model_bytes']:>8.4f} "
-              f"{mine['neuron_bytes'] / kb:>12.1f}")
-    met = all(m["total"] <= t["total"] and m["head_bytes"] <= t["head_bytes"] and m["model_bytes"] <= t["model_bytes"]
-              for _, _, m, t in rows)
+        print(
+            f"{n:>6} {mine['head_bytes'] / kb:>10.1f} {theirs['head_bytes'] / kb:>12.1f} "
+            f"{mine['head_bytes'] / theirs['head_bytes']:>8.4f} {mine['head_all_layers_bytes'] / kb:>17.1f} "
+            f"{mine['head_all_layers_bytes'] / theirs['head_bytes']:>8.4f} {mine['model_bytes'] / kb:>11.1f} "
+            f"{theirs['model_bytes'] / kb:>12.1f} {mine['model_bytes'] / theirs['model_bytes']:>8.4f} "
+            f"{mine['neuron_bytes'] / kb:>12.1f}"
+        )
+    met = all(
+        m["total"] <= t["total"] and m["head_bytes"] <= t["head_bytes"] and m["model_bytes"] <= t["model_bytes"]
+        for _, _, m, t in rows
+    )
     print()
     print("ours: run() with queries and keys + head view (one layer, every head) + model view + neuron view.")
     print("'head, all layers': our head-view bytes summed over every layer (bertviz sends all layers at once).")

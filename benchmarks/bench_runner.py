@@ -8,10 +8,9 @@ import time
 import numpy as np
 import torch
 
-from benchmarks import ewt_dev
 from attnlib.model import DEFAULT_MODEL, bundled_model_path, load_model
 from attnlib.runner import run_batches
-
+from benchmarks import ewt_dev
 
 
 def plain_loop(sentences: list[list[str]]) -> tuple[float, list[np.ndarray]]:

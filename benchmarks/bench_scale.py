@@ -22,11 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlib.commands.special import special_accumulators  # noqa: E402
-from benchmarks import ewt_dev  # noqa: E402
 from attnlib.model import DEFAULT_MODEL  # noqa: E402
 from attnlib.scale import ray_runtime_env, run_accumulators  # noqa: E402
 from attnlib.special import STAT_KEYS  # noqa: E402
-
+from benchmarks import ewt_dev  # noqa: E402
 
 
 def run_local(sentences, batch_size: int, threads: int):
@@ -34,15 +33,26 @@ def run_local(sentences, batch_size: int, threads: int):
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return run_accumulators(DEFAULT_MODEL, sentences, partial(special_accumulators, all_punct=False, with_map=False),
-                                batch_size=batch_size)
+        return run_accumulators(
+            DEFAULT_MODEL,
+            sentences,
+            partial(special_accumulators, all_punct=False, with_map=False),
+            batch_size=batch_size,
+        )
     finally:
         torch.set_num_threads(before)
 
 
 def run_ray(sentences, batch_size: int, workers: int, cpus_per_worker: float):
-    return run_accumulators(DEFAULT_MODEL, sentences, partial(special_accumulators, all_punct=False, with_map=False),
-                            engine="ray", workers=workers, batch_size=batch_size, cpus_per_worker=cpus_per_worker)
+    return run_accumulators(
+        DEFAULT_MODEL,
+        sentences,
+        partial(special_accumulators, all_punct=False, with_map=False),
+        engine="ray",
+        workers=workers,
+        batch_size=batch_size,
+        cpus_per_worker=cpus_per_worker,
+    )
 
 
 def max_difference(a, b) -> float:
@@ -60,8 +70,10 @@ def main() -> None:
 
     sentences = ewt_dev(args.limit)
     cores = os.cpu_count()
-    print(f"EWT dev, {len(sentences)} sentences, {DEFAULT_MODEL}, `special` statistics, batch size {args.batch_size}; "
-          f"{cores} CPU cores, torch {torch.__version__} with {torch.get_num_threads()} threads by default\n")
+    print(
+        f"EWT dev, {len(sentences)} sentences, {DEFAULT_MODEL}, `special` statistics, batch size {args.batch_size}; "
+        f"{cores} CPU cores, torch {torch.__version__} with {torch.get_num_threads()} threads by default\n"
+    )
 
     threads = torch.get_num_threads()
     configs = {  # name -> (torch threads per model, run)
@@ -75,8 +87,13 @@ def main() -> None:
     run_local(sentences[:64], args.batch_size, threads)  # warm-up: imports, first model load, file caches
 
     start = time.perf_counter()
-    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
-             runtime_env=ray_runtime_env())
+    ray.init(
+        num_cpus=cores,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="WARNING",
+        runtime_env=ray_runtime_env(),
+    )
     ray_start = time.perf_counter() - start
     best: dict[str, object] = {}
     load = [os.getloadavg()[0]]
@@ -101,11 +118,15 @@ def main() -> None:
         shards = f"{sum(run.ray.shard_seconds):.1f}" if run.ray else "-"
         diff = "-" if reference is None or run is reference else f"{max_difference(run, reference):.1e}"
         print(f"{name:<34} {run.seconds:>8.1f} {run.seconds / base:>8.2f}x {shards:>12} {diff:>34}")
-    print(f"\nBest of {args.repeats} runs each. Load average (1 min) {load[0]:.1f} before, {load[1]:.1f} after, "
-          f"on {cores} cores: other processes share the CPUs.")
+    print(
+        f"\nBest of {args.repeats} runs each. Load average (1 min) {load[0]:.1f} before, {load[1]:.1f} after, "
+        f"on {cores} cores: other processes share the CPUs."
+    )
     print(f"Starting Ray itself (ray.init, once per job): {ray_start:.1f} s, not included above.")
-    print("Each Ray wall time includes tokenizing on the driver to plan the batches, starting the workers, loading a "
-          "model in each, and merging; 'in shards' is the time the workers spent running their shards (summed).")
+    print(
+        "Each Ray wall time includes tokenizing on the driver to plan the batches, starting the workers, loading a "
+        "model in each, and merging; 'in shards' is the time the workers spent running their shards (summed)."
+    )
 
 
 if __name__ == "__main__":

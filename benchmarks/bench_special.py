@@ -18,11 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import ewt_dev  # noqa: E402
 from attnlib.engine import accumulate  # noqa: E402
 from attnlib.head_distances import HeadDistances  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.special import SpecialTokenStats  # noqa: E402
+from benchmarks import ewt_dev  # noqa: E402
 
 CONFIGS = ("forward only", "+ special-token stats", "+ special stats + JS head distances")
 
@@ -83,17 +83,28 @@ def memory_child(limit: int, batch_size: int) -> None:
         acc.result()
     _, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    print(json.dumps({"limit": len(sentences), "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "numpy_python_peak_mb": traced_peak / 2**20,
-                      "longest_input": max(len(s.words) for s in sentences)}))
+    print(
+        json.dumps(
+            {
+                "limit": len(sentences),
+                "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "numpy_python_peak_mb": traced_peak / 2**20,
+                "longest_input": max(len(s.words) for s in sentences),
+            }
+        )
+    )
 
 
 def measure_memory(limits: list[int], batch_size: int) -> list[dict]:
     """Peak memory of a fresh process per corpus size."""
     rows = []
     for limit in limits:
-        out = subprocess.run([sys.executable, __file__, "--memory-child", str(limit), "--batch-size", str(batch_size)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--memory-child", str(limit), "--batch-size", str(batch_size)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return rows
 
@@ -113,22 +124,32 @@ def main() -> None:
 
     lm = load_model(DEFAULT_MODEL)
     sentences = ewt_dev(args.limit)
-    print(f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
-          f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n")
+    print(
+        f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
+        f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n"
+    )
     best = time_configs(lm, sentences, args.repeats, args.batch_size)
     base = best[CONFIGS[0]]["wall"]
-    print(f"{'configuration':40s} {'seconds':>8s} {'sent/s':>8s} {'vs forward':>11s} {'in stats':>9s} {'stats/forward':>14s}")
+    print(
+        f"{'configuration':40s} {'seconds':>8s} {'sent/s':>8s} {'vs forward':>11s} {'in stats':>9s} {'stats/forward':>14s}"
+    )
     for config in CONFIGS:
         b = best[config]
-        print(f"{config:40s} {b['wall']:8.2f} {len(sentences) / b['wall']:8.1f} {b['wall'] / base:10.3f}x "
-              f"{b['in_stats']:8.2f}s {b['in_stats'] / base:13.1%}")
-    print("\n'in stats' is the time inside the accumulators' add() and result(); 'stats/forward' divides it by the "
-          "forward-only wall time, which is robust to other load on the machine. Target: at most 25%.\n")
+        print(
+            f"{config:40s} {b['wall']:8.2f} {len(sentences) / b['wall']:8.1f} {b['wall'] / base:10.3f}x "
+            f"{b['in_stats']:8.2f}s {b['in_stats'] / base:13.1%}"
+        )
+    print(
+        "\n'in stats' is the time inside the accumulators' add() and result(); 'stats/forward' divides it by the "
+        "forward-only wall time, which is robust to other load on the machine. Target: at most 25%.\n"
+    )
     sizes = [int(s) for s in args.memory_sizes.split(",")]
     rows = measure_memory(sizes, args.batch_size)
     print(f"{'sentences':>9s} {'peak RSS MB':>12s} {'numpy+python peak MB':>21s} {'longest (words)':>16s}")
     for row in rows:
-        print(f"{row['limit']:9d} {row['max_rss_mb']:12.1f} {row['numpy_python_peak_mb']:21.1f} {row['longest_input']:16d}")
+        print(
+            f"{row['limit']:9d} {row['max_rss_mb']:12.1f} {row['numpy_python_peak_mb']:21.1f} {row['longest_input']:16d}"
+        )
     if len(rows) == 2:
         rss = rows[1]["max_rss_mb"] / rows[0]["max_rss_mb"] - 1
         print(f"\npeak RSS {sizes[1]} vs {sizes[0]}: {rss:+.1%} (target: within 10%)")

@@ -11,8 +11,22 @@ import numpy as np
 
 # One colour per head (d3 category10, then eight more), cycled past sixteen heads.
 HEAD_COLORS = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf", "#393b79", "#e7ba52", "#843c39", "#5254a3", "#637939", "#7b4173",
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#e7ba52",
+    "#843c39",
+    "#5254a3",
+    "#637939",
+    "#7b4173",
 )
 LEVELS = 255  # weights travel as bytes: round(weight * 255)
 
@@ -31,7 +45,9 @@ def pack_sparse(maps: np.ndarray, min_weight: float) -> dict:
     """Pack maps [m, rows, cols] as row counts (uint16), key columns (uint16) and byte weights, keeping weights >= min_weight."""
     maps = np.asarray(maps, dtype=np.float32)
     m, rows, cols = maps.shape
-    keep = maps >= (max(1, int(np.ceil(min_weight * LEVELS - 1e-6))) - 0.5) / LEVELS  # the weights that round to >= the cut
+    keep = (
+        maps >= (max(1, int(np.ceil(min_weight * LEVELS - 1e-6))) - 0.5) / LEVELS
+    )  # the weights that round to >= the cut
     counts = keep.sum(axis=-1, dtype=np.uint16).reshape(-1)
     _, _, col_idx = np.nonzero(keep)  # row-major order: map, then row, then column
     payload = counts.astype("<u2").tobytes() + col_idx.astype("<u2").tobytes() + quantize(maps[keep]).tobytes()

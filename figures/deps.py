@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -20,22 +20,43 @@ def head_accuracy_heatmaps(grid: np.ndarray, relation: str, best: tuple[int, int
     heads = [str(head) for head in range(1, n_heads + 1)]
     zmax = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
     for d in range(2):
-        fig.add_trace(go.Heatmap(
-            z=grid[:, :, d] * 100, x=heads, y=layers, zmin=0, zmax=zmax * 100, colorscale="Viridis",
-            colorbar=dict(title="accuracy %"), showscale=d == 1,
-            hovertemplate="head %{y}-%{x} (layer-head): %{z:.1f}%<extra></extra>",
-        ), row=1, col=d + 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=grid[:, :, d] * 100,
+                x=heads,
+                y=layers,
+                zmin=0,
+                zmax=zmax * 100,
+                colorscale="Viridis",
+                colorbar=dict(title="accuracy %"),
+                showscale=d == 1,
+                hovertemplate="head %{y}-%{x} (layer-head): %{z:.1f}%<extra></extra>",
+            ),
+            row=1,
+            col=d + 1,
+        )
     if best is not None:
         layer, head, direction = best
-        fig.add_trace(go.Scatter(
-            x=[str(head + 1)], y=[str(layer + 1)], mode="markers", name="best head",
-            marker=dict(symbol="square-open", size=22, color="#ff4b4b", line=dict(width=3)),
-            hovertemplate=f"best: {layer + 1}-{head + 1}<extra></extra>",
-        ), row=1, col=direction + 1)
+        fig.add_trace(
+            go.Scatter(
+                x=[str(head + 1)],
+                y=[str(layer + 1)],
+                mode="markers",
+                name="best head",
+                marker=dict(symbol="square-open", size=22, color="#ff4b4b", line=dict(width=3)),
+                hovertemplate=f"best: {layer + 1}-{head + 1}<extra></extra>",
+            ),
+            row=1,
+            col=direction + 1,
+        )
     fig.update_xaxes(title_text="head", type="category")
     fig.update_yaxes(title_text="layer", type="category", autorange="reversed")
-    fig.update_layout(title=f"Accuracy of every head on '{relation}' (layers and heads numbered from 1)",
-                      height=160 + 34 * n_layers, showlegend=False, margin=dict(l=10, r=10, t=90, b=10))
+    fig.update_layout(
+        title=f"Accuracy of every head on '{relation}' (layers and heads numbered from 1)",
+        height=160 + 34 * n_layers,
+        showlegend=False,
+        margin=dict(l=10, r=10, t=90, b=10),
+    )
     return fig
 
 
@@ -73,9 +94,17 @@ def _arc_trace(arcs: list[tuple[float, float, float]], color: str, name: str, wi
         xs += x + [None]
         ys += y + [None]
         sizes += [0] * (len(x) - 1) + [11, 0]
-    return go.Scatter(x=xs, y=ys, mode="lines+markers", name=name, line=dict(color=color, width=width),
-                      marker=dict(symbol="arrow", size=sizes, angleref="previous", color=color),
-                      hoverinfo="skip", legendgroup=name, showlegend=bool(arcs))
+    return go.Scatter(
+        x=xs,
+        y=ys,
+        mode="lines+markers",
+        name=name,
+        line=dict(color=color, width=width),
+        marker=dict(symbol="arrow", size=sizes, angleref="previous", color=color),
+        hoverinfo="skip",
+        legendgroup=name,
+        showlegend=bool(arcs),
+    )
 
 
 def arc_diagram(
@@ -107,27 +136,62 @@ def arc_diagram(
     pred_placed = placed(predicted, predicted_levels, -1)
     fig = go.Figure()
     fig.add_trace(_arc_trace([a for a, f in zip(gold_placed, is_focus) if not f], GOLD_OTHER, "gold arc", 1.5))
-    fig.add_trace(_arc_trace([a for a, f in zip(gold_placed, is_focus) if f], GOLD_FOCUS, "gold arc (chosen relation)", 2.5))
+    fig.add_trace(
+        _arc_trace([a for a, f in zip(gold_placed, is_focus) if f], GOLD_FOCUS, "gold arc (chosen relation)", 2.5)
+    )
     fig.add_trace(_arc_trace([a for a, ok in zip(pred_placed, hit) if ok], HIT, "predicted: hit", 2.5))
     fig.add_trace(_arc_trace([a for a, ok in zip(pred_placed, hit) if not ok], MISS, "predicted: miss", 2.5))
-    fig.add_trace(go.Scatter(
-        x=[(a + b) / 2 for a, b, _ in gold_placed], y=[y for _, _, y in gold_placed], mode="text",
-        text=[gold_labels[d - 1] for _, d in gold], textposition="top center", textfont=dict(size=10, color="#444"),
-        showlegend=False, hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=[(a + b) / 2 for a, b, _ in gold_placed],
+            y=[y for _, _, y in gold_placed],
+            mode="text",
+            text=[gold_labels[d - 1] for _, d in gold],
+            textposition="top center",
+            textfont=dict(size=10, color="#444"),
+            showlegend=False,
+            hoverinfo="skip",
+        )
+    )
     top = step * (max(gold_levels, default=0) + 1.2)
     low = -step * (max(predicted_levels, default=0) + 0.6)
     for i, h in enumerate(gold_heads):
         if h == 0:
-            fig.add_annotation(x=x[i], y=0.25, ax=x[i], ay=top - 0.2, xref="x", yref="y", axref="x", ayref="y",
-                               text="root", showarrow=True, arrowhead=2, arrowcolor=GOLD_OTHER, font=dict(size=10))
-    fig.add_trace(go.Scatter(
-        x=list(x), y=[0] * m, mode="text", text=list(words), textfont=dict(size=14),
-        customdata=[[i + 1, gold_heads[i], gold_labels[i], predicted_heads[i]] for i in range(m)],
-        hovertemplate="%{text} (word %{customdata[0]}): gold head %{customdata[1]} (%{customdata[2]}), "
-                      "predicted %{customdata[3]}<extra></extra>", showlegend=False,
-    ))
+            fig.add_annotation(
+                x=x[i],
+                y=0.25,
+                ax=x[i],
+                ay=top - 0.2,
+                xref="x",
+                yref="y",
+                axref="x",
+                ayref="y",
+                text="root",
+                showarrow=True,
+                arrowhead=2,
+                arrowcolor=GOLD_OTHER,
+                font=dict(size=10),
+            )
+    fig.add_trace(
+        go.Scatter(
+            x=list(x),
+            y=[0] * m,
+            mode="text",
+            text=list(words),
+            textfont=dict(size=14),
+            customdata=[[i + 1, gold_heads[i], gold_labels[i], predicted_heads[i]] for i in range(m)],
+            hovertemplate="%{text} (word %{customdata[0]}): gold head %{customdata[1]} (%{customdata[2]}), "
+            "predicted %{customdata[3]}<extra></extra>",
+            showlegend=False,
+        )
+    )
     fig.update_xaxes(visible=False, range=[0, float(x[-1] + x[0])])
     fig.update_yaxes(visible=False, range=[low, top])
-    fig.update_layout(title=title, height=int(140 + 38 * (top - low)), legend=dict(orientation="h", y=-0.02),
-                      margin=dict(l=10, r=10, t=60, b=10), plot_bgcolor="white")
+    fig.update_layout(
+        title=title,
+        height=int(140 + 38 * (top - low)),
+        legend=dict(orientation="h", y=-0.02),
+        margin=dict(l=10, r=10, t=60, b=10),
+        plot_bgcolor="white",
+    )
     return fig

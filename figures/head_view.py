@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -41,8 +41,9 @@ def filter_positions(segments: Sequence[int] | None, n: int, pair_filter: str) -
     return np.flatnonzero(seg == src).tolist(), np.flatnonzero(seg == dst).tolist()
 
 
-def head_view_data(attn_layer: np.ndarray, heads: Sequence[int], segments: Sequence[int] | None = None,
-                   pair_filter: str = "All") -> HeadViewData:
+def head_view_data(
+    attn_layer: np.ndarray, heads: Sequence[int], segments: Sequence[int] | None = None, pair_filter: str = "All"
+) -> HeadViewData:
     """Select heads of one layer's maps [heads, n, n] and the rows/columns the pair filter keeps."""
     n = attn_layer.shape[-1]
     left, right = filter_positions(segments, n, pair_filter)
@@ -56,9 +57,17 @@ def head_view_data(attn_layer: np.ndarray, heads: Sequence[int], segments: Seque
     return HeadViewData(left, right, heads, maps)
 
 
-def head_view_html(attn_layer: np.ndarray, labels: Sequence[str], heads: Sequence[int], layer: int,
-                   segments: Sequence[int] | None = None, pair_filter: str = "All", selected: int | None = None,
-                   min_weight: float = MIN_WEIGHT, title: str = "") -> str:
+def head_view_html(
+    attn_layer: np.ndarray,
+    labels: Sequence[str],
+    heads: Sequence[int],
+    layer: int,
+    segments: Sequence[int] | None = None,
+    pair_filter: str = "All",
+    selected: int | None = None,
+    min_weight: float = MIN_WEIGHT,
+    title: str = "",
+) -> str:
     """Self-contained HTML of the head view for one layer (0-based `layer`, `heads`, `selected` query position)."""
     data = head_view_data(attn_layer, heads, segments, pair_filter)
     sel_row = data.left.index(selected) if selected is not None and selected in data.left else -1
@@ -76,10 +85,12 @@ def head_view_html(attn_layer: np.ndarray, labels: Sequence[str], heads: Sequenc
         "selected": sel_row,
         "selRows": round_list(data.maps[:, sel_row], 3) if sel_row >= 0 else None,
     }
-    body = ("<div class='bar'><b id='ttl'></b><span id='legend'></span>"
-            "<button id='png'>Save PNG</button></div>"
-            "<div class='note' id='hint'></div><div class='scroll' id='box' style='max-height:640px'>"
-            "<canvas id='cv'></canvas></div>")
+    body = (
+        "<div class='bar'><b id='ttl'></b><span id='legend'></span>"
+        "<button id='png'>Save PNG</button></div>"
+        "<div class='note' id='hint'></div><div class='scroll' id='box' style='max-height:640px'>"
+        "<canvas id='cv'></canvas></div>"
+    )
     return html_page(title or f"Head view, layer {layer + 1}", payload, body, _SCRIPT)
 
 

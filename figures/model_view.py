@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -54,28 +54,48 @@ def thumbnail_atlas(attentions: np.ndarray, cells: int = THUMB_PX) -> tuple[np.n
     return atlas, peaks, side, block
 
 
-def model_view_html(attentions: np.ndarray, labels: Sequence[str], selected: tuple[int, int] = (0, 0),
-                    lines_max_tokens: int = LINES_MAX_TOKENS, min_weight: float = MIN_WEIGHT, title: str = "") -> str:
+def model_view_html(
+    attentions: np.ndarray,
+    labels: Sequence[str],
+    selected: tuple[int, int] = (0, 0),
+    lines_max_tokens: int = LINES_MAX_TOKENS,
+    min_weight: float = MIN_WEIGHT,
+    title: str = "",
+) -> str:
     """Self-contained HTML of the model view of [layers, heads, n, n]; `selected` (0-based layer, head) starts enlarged."""
     n_layers, n_heads, n, _ = attentions.shape
     layer, head = selected
     payload: dict = {
-        "title": title, "labels": list(labels), "L": n_layers, "H": n_heads, "n": n,
+        "title": title,
+        "labels": list(labels),
+        "L": n_layers,
+        "H": n_heads,
+        "n": n,
         "colors": [HEAD_COLORS[h % len(HEAD_COLORS)] for h in range(n_heads)],
-        "sel": [layer, head], "mode": "lines" if n <= lines_max_tokens else "heat",
-        "minWeight": min_weight, "linesMax": lines_max_tokens,
+        "sel": [layer, head],
+        "mode": "lines" if n <= lines_max_tokens else "heat",
+        "minWeight": min_weight,
+        "linesMax": lines_max_tokens,
     }
     if payload["mode"] == "lines":
         payload["lines"] = pack_sparse(attentions.reshape(n_layers * n_heads, n, n), min_weight)
     else:
         atlas, peaks, side, block = thumbnail_atlas(attentions)
         full, peak = scaled_to_max(attentions[layer, head])
-        payload.update(atlas=png_b64(atlas), tileMax=round_list(peaks.reshape(-1), 4), side=side, block=block,
-                       full=png_b64(full), fullMax=round(float(peak), 6))
-    body = ("<div class='bar'><b id='ttl'></b><button id='png'>Save PNG</button></div><div class='note' id='hint'></div>"
-            "<div class='scroll' style='max-height:520px'><canvas id='grid'></canvas></div>"
-            "<div class='bar'><b id='bigcap'></b></div><div class='note' id='bignote'></div>"
-            "<div class='scroll' id='bigbox' style='max-height:720px'><canvas id='big'></canvas></div>")
+        payload.update(
+            atlas=png_b64(atlas),
+            tileMax=round_list(peaks.reshape(-1), 4),
+            side=side,
+            block=block,
+            full=png_b64(full),
+            fullMax=round(float(peak), 6),
+        )
+    body = (
+        "<div class='bar'><b id='ttl'></b><button id='png'>Save PNG</button></div><div class='note' id='hint'></div>"
+        "<div class='scroll' style='max-height:520px'><canvas id='grid'></canvas></div>"
+        "<div class='bar'><b id='bigcap'></b></div><div class='note' id='bignote'></div>"
+        "<div class='scroll' id='bigbox' style='max-height:720px'><canvas id='big'></canvas></div>"
+    )
     return html_page(title or "Model view", payload, body, _SCRIPT)
 
 

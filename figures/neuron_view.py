@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -31,19 +31,36 @@ def neuron_scores(queries: np.ndarray, keys: np.ndarray, query_index: int) -> Ne
     return NeuronScores(q, k, products, scores, e / e.sum())
 
 
-def neuron_view_html(queries: np.ndarray, keys: np.ndarray, labels: Sequence[str], query_index: int, layer: int,
-                     head: int, attention_row: np.ndarray | None = None, title: str = "") -> str:
+def neuron_view_html(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    labels: Sequence[str],
+    query_index: int,
+    layer: int,
+    head: int,
+    attention_row: np.ndarray | None = None,
+    title: str = "",
+) -> str:
     """Self-contained HTML of the neuron view of one head ([n, d] queries and keys; 0-based layer, head, query)."""
     ns = neuron_scores(queries, keys, query_index)
     payload = {
-        "title": title, "layer": layer + 1, "head": head + 1, "labels": list(labels), "qi": query_index,
-        "d": int(ns.query.size), "q": round_list(ns.query, 3), "k": round_list(ns.keys.reshape(-1), 3),
-        "scores": round_list(ns.scores, 3), "softmax": round_list(ns.softmax, 4),
+        "title": title,
+        "layer": layer + 1,
+        "head": head + 1,
+        "labels": list(labels),
+        "qi": query_index,
+        "d": int(ns.query.size),
+        "q": round_list(ns.query, 3),
+        "k": round_list(ns.keys.reshape(-1), 3),
+        "scores": round_list(ns.scores, 3),
+        "softmax": round_list(ns.softmax, 4),
         "attn": round_list(attention_row, 4) if attention_row is not None else None,
         "diff": float(np.abs(ns.softmax - attention_row).max()) if attention_row is not None else None,
     }
-    body = ("<div class='bar'><b id='ttl'></b><button id='png'>Save PNG</button></div><div class='note' id='hint'></div>"
-            "<div class='scroll' style='max-height:680px'><canvas id='cv'></canvas></div>")
+    body = (
+        "<div class='bar'><b id='ttl'></b><button id='png'>Save PNG</button></div><div class='note' id='hint'></div>"
+        "<div class='scroll' style='max-height:680px'><canvas id='cv'></canvas></div>"
+    )
     return html_page(title or f"Neuron view {layer + 1}-{head + 1}", payload, body, _SCRIPT)
 
 

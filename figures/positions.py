@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -36,20 +36,46 @@ def position_histograms(
     x = offsets[keep]
     panels = len(titles)
     rows = math.ceil(panels / columns)
-    fig = make_subplots(rows=rows, cols=columns, subplot_titles=list(titles), shared_xaxes="all", shared_yaxes="all",
-                        horizontal_spacing=0.03, vertical_spacing=0.4 / max(rows, 1) if rows > 1 else 0.1)
+    fig = make_subplots(
+        rows=rows,
+        cols=columns,
+        subplot_titles=list(titles),
+        shared_xaxes="all",
+        shared_yaxes="all",
+        horizontal_spacing=0.03,
+        vertical_spacing=0.4 / max(rows, 1) if rows > 1 else 0.1,
+    )
     for p in range(panels):
         r, c = divmod(p, columns)
-        for values, name, color in ((attention, "attention", ATTENTION_COLOR),
-                                    (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR)):
-            fig.add_trace(go.Bar(x=x, y=values[p][keep], name=name, marker_color=color, legendgroup=name,
-                                 hovertemplate=f"{name}<br>offset %{{x}}: %{{y:.3f}}<extra></extra>"),
-                          row=r + 1, col=c + 1)
+        for values, name, color in (
+            (attention, "attention", ATTENTION_COLOR),
+            (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=values[p][keep],
+                    name=name,
+                    marker_color=color,
+                    legendgroup=name,
+                    hovertemplate=f"{name}<br>offset %{{x}}: %{{y:.3f}}<extra></extra>",
+                ),
+                row=r + 1,
+                col=c + 1,
+            )
     # A colour key in the title instead of a legend, which themes place over the top row's panel titles.
-    key = "   ".join(f"<span style='color:{color}'>■</span> {name}" for name, color in
-                     (("attention", ATTENTION_COLOR), ("input contribution (HTA)", ATTRIBUTION_COLOR)))
-    fig.update_layout(title=f"{title}<br><sup>{key}</sup>" if title else key, barmode="group", bargap=0.1,
-                      showlegend=False, height=170 * rows + 140, margin=dict(l=10, r=10, t=90, b=40))
+    key = "   ".join(
+        f"<span style='color:{color}'>■</span> {name}"
+        for name, color in (("attention", ATTENTION_COLOR), ("input contribution (HTA)", ATTRIBUTION_COLOR))
+    )
+    fig.update_layout(
+        title=f"{title}<br><sup>{key}</sup>" if title else key,
+        barmode="group",
+        bargap=0.1,
+        showlegend=False,
+        height=170 * rows + 140,
+        margin=dict(l=10, r=10, t=90, b=40),
+    )
     fig.update_xaxes(title_text="offset (key - query)", row=rows, dtick=max(1, max_offset // 5))
     return fig
 
@@ -58,13 +84,28 @@ def center_of_mass_chart(attention: np.ndarray, attribution: np.ndarray, title: 
     """Centre of mass per layer (mean over heads) for attention and for input contribution (Pascual Fig. 4, 5)."""
     layers = np.arange(1, len(attention) + 1)
     fig = go.Figure()
-    for values, name, color in ((attention, "attention", ATTENTION_COLOR),
-                                (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR)):
-        fig.add_trace(go.Scatter(x=layers, y=values, name=name, mode="lines+markers", marker_color=color,
-                                 hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>"))
+    for values, name, color in (
+        (attention, "attention", ATTENTION_COLOR),
+        (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=layers,
+                y=values,
+                name=name,
+                mode="lines+markers",
+                marker_color=color,
+                hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
     fig.add_hline(y=0, line_dash="dot", line_color="gray")
-    fig.update_layout(title=title, xaxis_title="layer", yaxis_title="centre of mass (offset)", height=380,
-                      margin=dict(l=10, r=10, t=60, b=40))
+    fig.update_layout(
+        title=title,
+        xaxis_title="layer",
+        yaxis_title="centre of mass (offset)",
+        height=380,
+        margin=dict(l=10, r=10, t=60, b=40),
+    )
     fig.update_xaxes(tickmode="array", tickvals=list(layers))
     return fig
 
@@ -74,11 +115,23 @@ def correlation_heatmaps(pearson: np.ndarray, spearman: np.ndarray, title: str =
     n_layers, n_heads = pearson.shape
     fig = make_subplots(rows=1, cols=2, subplot_titles=["Pearson", "Spearman"], horizontal_spacing=0.08)
     for col, values in enumerate((pearson, spearman), start=1):
-        fig.add_trace(go.Heatmap(
-            z=values.T, x=list(range(1, n_layers + 1)), y=list(range(1, n_heads + 1)), zmin=-1, zmax=1,
-            colorscale="RdBu", reversescale=False, showscale=col == 2, texttemplate="%{z:.2f}", textfont=dict(size=9),
-            hovertemplate="layer %{x}, head %{y}: %{z:.3f}<extra></extra>",
-        ), row=1, col=col)
+        fig.add_trace(
+            go.Heatmap(
+                z=values.T,
+                x=list(range(1, n_layers + 1)),
+                y=list(range(1, n_heads + 1)),
+                zmin=-1,
+                zmax=1,
+                colorscale="RdBu",
+                reversescale=False,
+                showscale=col == 2,
+                texttemplate="%{z:.2f}",
+                textfont=dict(size=9),
+                hovertemplate="layer %{x}, head %{y}: %{z:.3f}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
     fig.update_xaxes(title_text="layer", dtick=1)
     fig.update_yaxes(title_text="head", dtick=1, autorange="reversed")
     fig.update_layout(title=title, height=120 + 26 * n_heads, margin=dict(l=10, r=10, t=70, b=40))
@@ -92,27 +145,62 @@ def median_correlation_chart(medians: dict[str, np.ndarray], title: str = "") ->
         layers = np.arange(1, len(values) + 1)
         dash = "dash" if name.startswith("spearman") else "solid"
         color = PREVIOUS_COLOR if name.endswith("previous") else ATTRIBUTION_COLOR
-        fig.add_trace(go.Scatter(x=layers, y=values, name=name.replace("_", " "), mode="lines+markers",
-                                 line=dict(dash=dash, color=color),
-                                 hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title="layer", yaxis_title="median over heads", yaxis_range=[-0.1, 1.05],
-                      height=360, margin=dict(l=10, r=10, t=60, b=40))
+        fig.add_trace(
+            go.Scatter(
+                x=layers,
+                y=values,
+                name=name.replace("_", " "),
+                mode="lines+markers",
+                line=dict(dash=dash, color=color),
+                hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=title,
+        xaxis_title="layer",
+        yaxis_title="median over heads",
+        yaxis_range=[-0.1, 1.05],
+        height=360,
+        margin=dict(l=10, r=10, t=60, b=40),
+    )
     fig.update_xaxes(dtick=1)
     return fig
 
 
-def example_rows_chart(tokens: Sequence[str], attention: np.ndarray, input_contribution: np.ndarray,
-                       previous: np.ndarray | None = None, title: str = "") -> go.Figure:
+def example_rows_chart(
+    tokens: Sequence[str],
+    attention: np.ndarray,
+    input_contribution: np.ndarray,
+    previous: np.ndarray | None = None,
+    title: str = "",
+) -> go.Figure:
     """One query's attention row beside its attribution rows, over the input tokens."""
     x = list(range(len(tokens)))
     fig = go.Figure()
-    series = [(attention, "attention", ATTENTION_COLOR), (input_contribution, "input contribution (HTA)", ATTRIBUTION_COLOR)]
+    series = [
+        (attention, "attention", ATTENTION_COLOR),
+        (input_contribution, "input contribution (HTA)", ATTRIBUTION_COLOR),
+    ]
     if previous is not None:
         series.append((previous, "previous-layer contribution (HTA)", PREVIOUS_COLOR))
     for values, name, color in series:
-        fig.add_trace(go.Bar(x=x, y=values, name=name, marker_color=color, customdata=list(tokens),
-                             hovertemplate=f"{name}<br>%{{customdata}}: %{{y:.3f}}<extra></extra>"))
-    fig.update_layout(title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=60, b=80),
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0), yaxis_title="share of the row")
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=values,
+                name=name,
+                marker_color=color,
+                customdata=list(tokens),
+                hovertemplate=f"{name}<br>%{{customdata}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=title,
+        barmode="group",
+        height=380,
+        margin=dict(l=10, r=10, t=60, b=80),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        yaxis_title="share of the row",
+    )
     fig.update_xaxes(tickmode="array", tickvals=x, ticktext=list(tokens), tickangle=-60)
     return fig

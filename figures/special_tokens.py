@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 COLOURS = {
-    "cls": "#d62728", "sep": "#1f77b4", "punct": "#2ca02c", "other": "#7f7f7f",
-    "prev": "#9467bd", "self": "#8c564b", "next": "#ff7f0e",
-    "sep_to_sep": "#1f77b4", "rest_to_sep": "#17becf",
+    "cls": "#d62728",
+    "sep": "#1f77b4",
+    "punct": "#2ca02c",
+    "other": "#7f7f7f",
+    "prev": "#9467bd",
+    "self": "#8c564b",
+    "next": "#ff7f0e",
+    "sep_to_sep": "#1f77b4",
+    "rest_to_sep": "#17becf",
 }
 BEHAVIOUR_COLOURS = {
-    "next": "#ff7f0e", "prev": "#9467bd", "broad": "#bcbd22", "[CLS]": "#d62728",
-    "[SEP]": "#1f77b4", "punctuation": "#2ca02c", "other": "#c7c7c7",
+    "next": "#ff7f0e",
+    "prev": "#9467bd",
+    "broad": "#bcbd22",
+    "[CLS]": "#d62728",
+    "[SEP]": "#1f77b4",
+    "punctuation": "#2ca02c",
+    "other": "#c7c7c7",
 }
 
 
@@ -28,8 +39,13 @@ def _head_labels(n_layers: int, n_heads: int) -> np.ndarray:
     return np.array([[head_label(l, h) for h in range(n_heads)] for l in range(n_layers)])
 
 
-def layer_lines_with_head_dots(per_head: dict[str, np.ndarray], names: dict[str, str], title: str,
-                               y_title: str, y_range: Sequence[float] | None = (0, 1)) -> go.Figure:
+def layer_lines_with_head_dots(
+    per_head: dict[str, np.ndarray],
+    names: dict[str, str],
+    title: str,
+    y_title: str,
+    y_range: Sequence[float] | None = (0, 1),
+) -> go.Figure:
     """One line per statistic through the per-layer means over heads, with every head as a dot (Clark Fig. 2)."""
     fig = go.Figure()
     for i, (key, values) in enumerate(per_head.items()):
@@ -37,38 +53,68 @@ def layer_lines_with_head_dots(per_head: dict[str, np.ndarray], names: dict[str,
         layers = np.arange(1, n_layers + 1)
         colour = COLOURS.get(key)
         offset = (i - (len(per_head) - 1) / 2) * 0.06  # keep the dots of different series apart
-        fig.add_trace(go.Scatter(
-            x=np.repeat(layers, n_heads) + offset, y=values.ravel(), mode="markers", legendgroup=key,
-            showlegend=False, marker=dict(color=colour, size=6, opacity=0.45),
-            customdata=_head_labels(n_layers, n_heads).ravel(), name=names[key],
-            hovertemplate=f"{names[key]}<br>head %{{customdata}}: %{{y:.3f}}<extra></extra>",
-        ))
-        fig.add_trace(go.Scatter(
-            x=layers, y=np.nanmean(values, axis=1), mode="lines+markers", name=names[key], legendgroup=key,
-            line=dict(color=colour, width=3), hovertemplate=f"{names[key]}<br>layer %{{x}} mean: %{{y:.3f}}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=np.repeat(layers, n_heads) + offset,
+                y=values.ravel(),
+                mode="markers",
+                legendgroup=key,
+                showlegend=False,
+                marker=dict(color=colour, size=6, opacity=0.45),
+                customdata=_head_labels(n_layers, n_heads).ravel(),
+                name=names[key],
+                hovertemplate=f"{names[key]}<br>head %{{customdata}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=layers,
+                y=np.nanmean(values, axis=1),
+                mode="lines+markers",
+                name=names[key],
+                legendgroup=key,
+                line=dict(color=colour, width=3),
+                hovertemplate=f"{names[key]}<br>layer %{{x}} mean: %{{y:.3f}}<extra></extra>",
+            )
+        )
     fig.update_xaxes(title="layer", tickmode="linear", dtick=1)
     fig.update_yaxes(title=y_title, range=y_range)
     fig.update_layout(title=title, height=420, margin=dict(l=10, r=10, t=60, b=10), hovermode="closest")
     return fig
 
 
-def head_heatmaps(per_head: dict[str, np.ndarray], names: dict[str, str], title: str,
-                  zmax: float | None = 1.0, cols: int = 2) -> go.Figure:
+def head_heatmaps(
+    per_head: dict[str, np.ndarray], names: dict[str, str], title: str, zmax: float | None = 1.0, cols: int = 2
+) -> go.Figure:
     """A layer-by-head heatmap per statistic, on one colour scale."""
     keys = list(per_head)
     rows = -(-len(keys) // cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[names[k] for k in keys],
-                        horizontal_spacing=0.06, vertical_spacing=0.12 if rows > 1 else 0.0)
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=[names[k] for k in keys],
+        horizontal_spacing=0.06,
+        vertical_spacing=0.12 if rows > 1 else 0.0,
+    )
     top = zmax if zmax is not None else float(max(np.nanmax(v) for v in per_head.values()))
     for i, key in enumerate(keys):
         values = per_head[key]
         n_layers, n_heads = values.shape
-        fig.add_trace(go.Heatmap(
-            z=values, x=np.arange(1, n_heads + 1), y=np.arange(1, n_layers + 1), zmin=0, zmax=top,
-            colorscale="Blues", showscale=i == 0, customdata=_head_labels(n_layers, n_heads),
-            hovertemplate=f"{names[key]}<br>head %{{customdata}}: %{{z:.3f}}<extra></extra>",
-        ), row=i // cols + 1, col=i % cols + 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=values,
+                x=np.arange(1, n_heads + 1),
+                y=np.arange(1, n_layers + 1),
+                zmin=0,
+                zmax=top,
+                colorscale="Blues",
+                showscale=i == 0,
+                customdata=_head_labels(n_layers, n_heads),
+                hovertemplate=f"{names[key]}<br>head %{{customdata}}: %{{z:.3f}}<extra></extra>",
+            ),
+            row=i // cols + 1,
+            col=i % cols + 1,
+        )
     fig.update_xaxes(tickmode="linear", dtick=1)
     fig.update_yaxes(tickmode="linear", dtick=1, autorange="reversed")
     for col in range(1, cols + 1):
@@ -81,29 +127,64 @@ def head_heatmaps(per_head: dict[str, np.ndarray], names: dict[str, str], title:
 
 def entropy_figure(entropy: np.ndarray, cls_entropy: np.ndarray, uniform: float) -> go.Figure:
     """Mean row entropy per head, and the entropy of the [CLS] row, with uniform attention's ln n (Clark Fig. 4)."""
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True,
-                        subplot_titles=["all query rows", "[CLS] row (row 0)"], horizontal_spacing=0.05)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        subplot_titles=["all query rows", "[CLS] row (row 0)"],
+        horizontal_spacing=0.05,
+    )
     n_layers, n_heads = entropy.shape
     labels = _head_labels(n_layers, n_heads).ravel()
     layers = np.arange(1, n_layers + 1)
     for col, (values, colour) in enumerate([(entropy, "#1f77b4"), (cls_entropy, "#d62728")], start=1):
-        fig.add_trace(go.Scatter(
-            x=np.repeat(layers, n_heads), y=values.ravel(), mode="markers", customdata=labels, showlegend=False,
-            marker=dict(color=colour, size=6, opacity=0.5), hovertemplate="head %{customdata}: %{y:.3f} nats<extra></extra>",
-        ), row=1, col=col)
-        fig.add_trace(go.Scatter(
-            x=layers, y=values.mean(axis=1), mode="lines+markers", showlegend=col == 1, name="mean over heads",
-            line=dict(color="black", width=2), hovertemplate="layer %{x} mean: %{y:.3f}<extra></extra>",
-        ), row=1, col=col)
-        fig.add_trace(go.Scatter(
-            x=[0.6, n_layers + 0.4], y=[uniform, uniform], mode="lines", showlegend=col == 1,
-            name=f"uniform attention (mean ln n = {uniform:.2f})", line=dict(color="grey", dash="dash"),
-            hoverinfo="skip",
-        ), row=1, col=col)
+        fig.add_trace(
+            go.Scatter(
+                x=np.repeat(layers, n_heads),
+                y=values.ravel(),
+                mode="markers",
+                customdata=labels,
+                showlegend=False,
+                marker=dict(color=colour, size=6, opacity=0.5),
+                hovertemplate="head %{customdata}: %{y:.3f} nats<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=layers,
+                y=values.mean(axis=1),
+                mode="lines+markers",
+                showlegend=col == 1,
+                name="mean over heads",
+                line=dict(color="black", width=2),
+                hovertemplate="layer %{x} mean: %{y:.3f}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[0.6, n_layers + 0.4],
+                y=[uniform, uniform],
+                mode="lines",
+                showlegend=col == 1,
+                name=f"uniform attention (mean ln n = {uniform:.2f})",
+                line=dict(color="grey", dash="dash"),
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=col,
+        )
     fig.update_xaxes(title="layer", tickmode="linear", dtick=1)
     fig.update_yaxes(title="entropy (nats)", row=1, col=1, rangemode="tozero")
-    fig.update_layout(title="Attention entropy per head", height=420, margin=dict(l=10, r=10, t=80, b=10),
-                      legend=dict(orientation="h", y=-0.2))
+    fig.update_layout(
+        title="Attention entropy per head",
+        height=420,
+        margin=dict(l=10, r=10, t=80, b=10),
+        legend=dict(orientation="h", y=-0.2),
+    )
     return fig
 
 
@@ -116,28 +197,48 @@ def head_map_figure(coords: np.ndarray, layers: np.ndarray, heads: np.ndarray, l
         if not len(idx):
             continue
         names = [head_label(int(l), int(h)) for l, h in zip(layers[idx], heads[idx])]
-        fig.add_trace(go.Scatter(
-            x=coords[idx, 0], y=coords[idx, 1], mode="markers", name=behaviour, text=names,
-            marker=dict(color=colour, size=11, line=dict(color="white", width=1)),
-            hovertemplate=f"head %{{text}}<br>{behaviour}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=coords[idx, 0],
+                y=coords[idx, 1],
+                mode="markers",
+                name=behaviour,
+                text=names,
+                marker=dict(color=colour, size=11, line=dict(color="white", width=1)),
+                hovertemplate=f"head %{{text}}<br>{behaviour}<extra></extra>",
+            )
+        )
     fig.update_xaxes(showticklabels=False, zeroline=False, title="MDS 1")
     fig.update_yaxes(showticklabels=False, zeroline=False, title="MDS 2", scaleanchor="x")
-    fig.update_layout(title="Map of the heads by Jensen-Shannon distance", height=560,
-                      margin=dict(l=10, r=10, t=60, b=10))
+    fig.update_layout(
+        title="Map of the heads by Jensen-Shannon distance", height=560, margin=dict(l=10, r=10, t=60, b=10)
+    )
     return fig
 
 
 def gradient_figure(sep: np.ndarray, all_keys: np.ndarray) -> go.Figure:
     """Mean |dLoss/dA| per layer for attention to [SEP] and to all tokens (Clark Fig. 3)."""
     layers = np.arange(1, len(sep) + 1)
-    fig = go.Figure([
-        go.Scatter(x=layers, y=sep, mode="lines+markers", name="to [SEP]", line=dict(color=COLOURS["sep"], width=3),
-                   hovertemplate="layer %{x}: %{y:.3g}<extra>to [SEP]</extra>"),
-        go.Scatter(x=layers, y=all_keys, mode="lines+markers", name="to all tokens",
-                   line=dict(color="black", width=3, dash="dot"),
-                   hovertemplate="layer %{x}: %{y:.3g}<extra>to all tokens</extra>"),
-    ])
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=layers,
+                y=sep,
+                mode="lines+markers",
+                name="to [SEP]",
+                line=dict(color=COLOURS["sep"], width=3),
+                hovertemplate="layer %{x}: %{y:.3g}<extra>to [SEP]</extra>",
+            ),
+            go.Scatter(
+                x=layers,
+                y=all_keys,
+                mode="lines+markers",
+                name="to all tokens",
+                line=dict(color="black", width=3, dash="dot"),
+                hovertemplate="layer %{x}: %{y:.3g}<extra>to all tokens</extra>",
+            ),
+        ]
+    )
     fig.update_xaxes(title="layer", tickmode="linear", dtick=1)
     fig.update_yaxes(title="mean |dLoss / d attention|", rangemode="tozero")
     fig.update_layout(title="Gradient importance of attention", height=400, margin=dict(l=10, r=10, t=60, b=10))

@@ -58,18 +58,24 @@ def main() -> None:
     lm = load_model(args.model)
     options = PositionOptions()
     variants = [options, replace(options, drop_special=True)]
-    out = {"model": args.model, "made_by": "scripts/precompute_positions.py", "options": asdict(options),
-           "check_inputs": CHECK_INPUTS, "corpora": {}}
+    out = {
+        "model": args.model,
+        "made_by": "scripts/precompute_positions.py",
+        "options": asdict(options),
+        "check_inputs": CHECK_INPUTS,
+        "corpora": {},
+    }
     for path in CORPORA:
         inputs = read_corpus(path)
         start = time.perf_counter()
 
-        def progress(done: int, total: int) -> None:
+        def progress(done: int, total: int, path=path, start=start) -> None:
             print(f"\r{path.name}: {done}/{total} inputs, {time.perf_counter() - start:.0f} s", end="", flush=True)
 
         first = accumulate_variants(lm, inputs[:CHECK_INPUTS], variants)
-        rest = accumulate_variants(lm, inputs[CHECK_INPUTS:], variants,
-                                   lambda done, total: progress(CHECK_INPUTS + done, len(inputs)))
+        rest = accumulate_variants(
+            lm, inputs[CHECK_INPUTS:], variants, lambda done, total: progress(CHECK_INPUTS + done, CHECK_INPUTS + total)
+        )
         print()
         out["corpora"][path.name] = {
             "file": str(path.relative_to(ROOT)),
@@ -79,8 +85,13 @@ def main() -> None:
             "check": rounded(first[0].result().to_dict()),
         }
     example = attribute(lm, DEFAULT_A, DEFAULT_B, mode="exact")
-    out["example"] = {"text_a": DEFAULT_A, "text_b": DEFAULT_B, "tokens": example.tokens,
-                      "input": rounded(example.input, 4), "previous": rounded(example.previous, 4)}
+    out["example"] = {
+        "text_a": DEFAULT_A,
+        "text_b": DEFAULT_B,
+        "tokens": example.tokens,
+        "input": rounded(example.input, 4),
+        "previous": rounded(example.previous, 4),
+    }
     path = precomputed_path(args.model)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, allow_nan=False))

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from attnlib.model import DEFAULT_MODEL, bundled_model_path, load_model
-
-ROOT = Path(__file__).resolve().parents[1]
-UD_DIR = ROOT.parent / "shared" / "data" / "ud"
-EWT_DEV = UD_DIR / "UD_English-EWT" / "en_ewt-ud-dev.conllu"
-CLASSROOM_SINGLE = ROOT / "data" / "classroom_single.txt"
-CLASSROOM_PAIRS = ROOT / "data" / "classroom_pairs.tsv"
-
-requires_ud = pytest.mark.skipif(not UD_DIR.is_dir(), reason="../shared/data/ud is absent")
+from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, ROOT
 
 
 @pytest.fixture
@@ -47,25 +38,53 @@ def _roberta_tokenizer():
 
     lines = CLASSROOM_SINGLE.read_text().splitlines() + CLASSROOM_PAIRS.read_text().replace("\t", "\n").splitlines()
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)
-    bpe.train_from_iterator(lines, vocab_size=600, min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
-    bpe._tokenizer.post_processor = RobertaProcessing(("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>")))
-    return RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-                                cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
-                                model_max_length=64)
+    bpe.train_from_iterator(
+        lines, vocab_size=600, min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    )
+    bpe._tokenizer.post_processor = RobertaProcessing(
+        ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>"))
+    )
+    return RobertaTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        model_max_length=64,
+    )
 
 
 def _tiny_config(kind: str, vocab_size: int):
     from transformers import BertConfig, DistilBertConfig, RobertaConfig
 
     if kind == "bert":
-        return BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                          intermediate_size=64, max_position_embeddings=64)
+        return BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        )
     if kind == "roberta":
-        return RobertaConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                             intermediate_size=64, max_position_embeddings=66, pad_token_id=1, bos_token_id=0,
-                             eos_token_id=2, type_vocab_size=1)
-    return DistilBertConfig(vocab_size=vocab_size, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
-                            max_position_embeddings=64)
+        return RobertaConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=66,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            type_vocab_size=1,
+        )
+    return DistilBertConfig(
+        vocab_size=vocab_size, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64
+    )
 
 
 @pytest.fixture(scope="session", params=["bert", "roberta", "distilbert"])
@@ -109,14 +128,30 @@ def streamlit_server():
     import urllib.request
 
     port = _free_port()
-    log = (ROOT / "test-output")
+    log = ROOT / "test-output"
     log.mkdir(exist_ok=True)
-    out = open(log / "streamlit-server.log", "wb")
+    out = open(log / "streamlit-server.log", "wb")  # noqa: SIM115 - open for the server's whole life
     env = dict(os.environ, STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true", "--server.fileWatcherType", "none",
-         "--server.address", "127.0.0.1", "--server.port", str(port)],
-        cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.headless",
+            "true",
+            "--server.fileWatcherType",
+            "none",
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+        ],
+        cwd=ROOT,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
@@ -138,8 +173,16 @@ def streamlit_server():
     out.close()
 
 
-BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+BROWSER_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,14 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from attnlib.shipped import ROOT
 
-PAGE_FILES = ["app_pages/live.py", "app_pages/special_tokens.py", "app_pages/dependency_heads.py", "app_pages/local_global.py"]
+PAGE_FILES = [
+    "app_pages/live.py",
+    "app_pages/special_tokens.py",
+    "app_pages/dependency_heads.py",
+    "app_pages/local_global.py",
+]
 
 
 @pytest.fixture

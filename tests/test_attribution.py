@@ -34,7 +34,7 @@ def reverse_mode_reference(lm, enc, heads):
             grads = np.zeros((enc.n, d, enc.n, lm.facts.hidden_size), np.float32)
             for j in range(enc.n):
                 for c in range(d):
-                    g, = torch.autograd.grad(outs[layer][0, j, head * d + c], wrt[layer], retain_graph=True)
+                    (g,) = torch.autograd.grad(outs[layer][0, j, head * d + c], wrt[layer], retain_graph=True)
                     grads[j, c] = g[0].numpy()
             result.append(_normalised_norms(grads))
         return np.stack(result)

@@ -16,7 +16,7 @@ from attnlib.cli import main as cli_main
 from attnlib.corpus import CorpusError, parse_conllu, parse_text_corpus, read_conllu, read_corpus, read_text_corpus
 from attnlib.model import DEFAULT_MODEL, ModelLoadError, check_allowed, load_model, parse_model_list
 from attnlib.runner import InputError, run
-from conftest import ROOT
+from attnlib.shipped import ROOT
 
 EMPTY_TEXTS = {"empty": "", "whitespace": "  \n\t  ", "unicode spaces": "\u00a0\u2003\u3000"}
 INVISIBLE_TEXTS = {"control only": "\x00\x07\x1b", "zero-width only": "\u200b\u200c\u200d\ufeff"}
@@ -32,8 +32,10 @@ LONG_TEXT = " ".join(["word"] * 5000)
 VALID = "The cat sat on the mat."
 
 # One sentence, 3 words; each malformed version breaks exactly one line (line numbers count the comment line).
-CONLLU_OK = ("# sent_id = 1\n1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_\n2\tcat\tcat\tNOUN\t_\t_\t3\tnsubj\t_\t_\n"
-             "3\tsat\tsit\tVERB\t_\t_\t0\troot\t_\t_\n\n")
+CONLLU_OK = (
+    "# sent_id = 1\n1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_\n2\tcat\tcat\tNOUN\t_\t_\t3\tnsubj\t_\t_\n"
+    "3\tsat\tsit\tVERB\t_\t_\t0\troot\t_\t_\n\n"
+)
 CONLLU_BAD = {
     "wrong column count": (CONLLU_OK.replace("2\tcat\tcat\tNOUN\t_\t_\t3", "2\tcat\tNOUN\t_\t_\t3"), 3, "columns"),
     "non-numeric head": (CONLLU_OK.replace("NOUN\t_\t_\t3", "NOUN\t_\t_\tx"), 3, "not a number"),
@@ -59,6 +61,7 @@ def _one_clear_line(err: str) -> str:
 
 
 # ---------- the library --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("text", EMPTY_TEXTS.values(), ids=EMPTY_TEXTS.keys())
 def test_library_refuses_empty_text(tiny_model, text):
@@ -129,9 +132,8 @@ def test_library_model_id_without_network(monkeypatch):
 def gpt2_dir(tmp_path_factory):
     """A tiny random GPT-2 (decoder-only) with a byte-level tokenizer, saved in a folder."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     from conftest import _roberta_tokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     folder = tmp_path_factory.mktemp("tiny-gpt2")
     torch.manual_seed(0)
@@ -152,7 +154,9 @@ def test_library_roberta_special_tokens(tiny_model_dir):
     r = run(lm, "I went to the store.", "I bought fresh strawberries.")
     assert r.tokens[0] == "<s>" and r.cls_mask.sum() == 1 and r.sep_mask.sum() >= 2
     assert r.words == ["I", "went", "to", "the", "store", ".", "I", "bought", "fresh", "strawberries", "."]
-    assert all(int(s) == int(w >= 6) for s, w in zip(r.segments, r.word_ids) if w is not None)  # B's words are segment 1
+    assert all(
+        int(s) == int(w >= 6) for s, w in zip(r.segments, r.word_ids) if w is not None
+    )  # B's words are segment 1
 
 
 @pytest.mark.parametrize("case", CONLLU_BAD, ids=CONLLU_BAD.keys())
@@ -187,12 +191,17 @@ def test_library_corpus_without_usable_input(tmp_path):
 
 def test_library_allow_list():
     assert parse_model_list(None) is None and parse_model_list(" , ") is None and parse_model_list([]) is None
-    assert parse_model_list("bert-base-uncased, roberta-base,,bert-base-uncased") == ("bert-base-uncased", "roberta-base")
+    assert parse_model_list("bert-base-uncased, roberta-base,,bert-base-uncased") == (
+        "bert-base-uncased",
+        "roberta-base",
+    )
     assert parse_model_list(["a", " b "]) == ("a", "b")
     check_allowed("anything/at-all", None)
     check_allowed(DEFAULT_MODEL, ("roberta-base",))  # the bundled default is always allowed
     check_allowed("roberta-base", ("roberta-base",))
-    with pytest.raises(ModelLoadError, match="not one of the models this server allows: all-MiniLM-L6-v2, roberta-base"):
+    with pytest.raises(
+        ModelLoadError, match="not one of the models this server allows: all-MiniLM-L6-v2, roberta-base"
+    ):
         load_model("bert-base-uncased", allowed=("roberta-base",))
 
 
@@ -204,8 +213,10 @@ def test_library_local_folders_switched_off(tiny_model_dir):
 
 # ---------- the command line ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text", list(EMPTY_TEXTS.values()) + list(INVISIBLE_TEXTS.values()),
-                         ids=list(EMPTY_TEXTS) + list(INVISIBLE_TEXTS))
+
+@pytest.mark.parametrize(
+    "text", list(EMPTY_TEXTS.values()) + list(INVISIBLE_TEXTS.values()), ids=list(EMPTY_TEXTS) + list(INVISIBLE_TEXTS)
+)
 def test_cli_refuses_empty_text(text, capsys):
     code, _, err = _cli("attention", "--text", text, "--json", capsys=capsys)
     assert code == 2
@@ -223,8 +234,17 @@ def test_cli_runs_unusual_and_long_text(tiny_model_dir, text, capsys):
 
 @pytest.mark.parametrize("tiny_model_dir", ["roberta"], indirect=True)
 def test_cli_roberta(tiny_model_dir, capsys):
-    code, data, err = _cli("attention", "--text", "I went to the store.", "--pair", "I bought strawberries.",
-                           "--model", str(tiny_model_dir), "--json", capsys=capsys)
+    code, data, err = _cli(
+        "attention",
+        "--text",
+        "I went to the store.",
+        "--pair",
+        "I bought strawberries.",
+        "--model",
+        str(tiny_model_dir),
+        "--json",
+        capsys=capsys,
+    )
     assert code == 0, err
     assert data["tokens"][0] == "<s>" and data["tokens"][-1] == "</s>" and data["segments"][-1] == 1
 
@@ -234,7 +254,9 @@ def test_cli_model_errors(gpt2_dir, monkeypatch, capsys):
 
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
     monkeypatch.setattr(model, "_is_cached", lambda repo_id: False)
-    code, _, err = _cli("attention", "--text", VALID, "--model", "no-such-user/no-such-model-xyz", "--json", capsys=capsys)
+    code, _, err = _cli(
+        "attention", "--text", VALID, "--model", "no-such-user/no-such-model-xyz", "--json", capsys=capsys
+    )
     assert code == 2 and "not reachable" in _one_clear_line(err)
     code, _, err = _cli("attention", "--text", VALID, "--model", str(gpt2_dir), "--json", capsys=capsys)
     assert code == 2 and "decoder-only" in _one_clear_line(err)
@@ -252,10 +274,12 @@ def test_cli_malformed_conllu(case, tmp_path, capsys):
 
 
 def test_cli_not_utf8_and_empty_corpus(tmp_path, capsys):
-    for name, data, message in (("latin1.txt", NOT_UTF8, "not a UTF-8 text file"),
-                                ("latin1.conllu", NOT_UTF8, "not a UTF-8 text file"),
-                                ("blank.txt", b"\n \n", "no usable input"),
-                                ("blank.conllu", b"\n\n", "no")):
+    for name, data, message in (
+        ("latin1.txt", NOT_UTF8, "not a UTF-8 text file"),
+        ("latin1.conllu", NOT_UTF8, "not a UTF-8 text file"),
+        ("blank.txt", b"\n \n", "no usable input"),
+        ("blank.conllu", b"\n\n", "no"),
+    ):
         path = tmp_path / name
         path.write_bytes(data)
         command = ["deps", "--conllu"] if name.endswith(".conllu") else ["special", "--corpus"]
@@ -264,6 +288,7 @@ def test_cli_not_utf8_and_empty_corpus(tmp_path, capsys):
 
 
 # ---------- the app (Streamlit AppTest) ----------------------------------------------------------------------------
+
 
 def _live(**params) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
@@ -292,13 +317,15 @@ def live_app():
     return at
 
 
-@pytest.mark.parametrize("text", list(EMPTY_TEXTS.values()) + list(INVISIBLE_TEXTS.values()),
-                         ids=list(EMPTY_TEXTS) + list(INVISIBLE_TEXTS))
+@pytest.mark.parametrize(
+    "text", list(EMPTY_TEXTS.values()) + list(INVISIBLE_TEXTS.values()), ids=list(EMPTY_TEXTS) + list(INVISIBLE_TEXTS)
+)
 def test_app_live_empty_text(live_app, text):
     at = _type(live_app, text)
     assert not at.exception
-    assert [w.value for w in at.warning] and re.match(r"Sentence A (is empty|has nothing the model can read)",
-                                                      at.warning[0].value)
+    assert [w.value for w in at.warning] and re.match(
+        r"Sentence A (is empty|has nothing the model can read)", at.warning[0].value
+    )
     assert at.text_area(key="text_a").value == text  # what was typed is kept
     _assert_usable(at)
 
@@ -346,10 +373,17 @@ def test_app_typed_text_follows_the_visitor_across_pages(live_app):
         assert not at.exception, (page, at.exception)
         if page != "app_pages/dependency_heads.py":  # a page without the sentence inputs in between
             assert at.text_area(key="text_a").value == "My own sentence about a purple owl.", page
-            assert at.text_area(key="text_b").value == "" and at.query_params["a"] == "My own sentence about a purple owl."
+            assert (
+                at.text_area(key="text_b").value == "" and at.query_params["a"] == "My own sentence about a purple owl."
+            )
 
 
-BAD_TYPED = {**EMPTY_TEXTS, **INVISIBLE_TEXTS, "emoji": ODD_TEXTS["emoji"], "punctuation only": ODD_TEXTS["punctuation only"]}
+BAD_TYPED = {
+    **EMPTY_TEXTS,
+    **INVISIBLE_TEXTS,
+    "emoji": ODD_TEXTS["emoji"],
+    "punctuation only": ODD_TEXTS["punctuation only"],
+}
 
 
 @pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
@@ -398,8 +432,9 @@ def _choose_other(at: AppTest, name: str) -> AppTest:
 
 def _assert_kept_default(at: AppTest, typed: str, message: str) -> None:
     assert not at.exception
-    assert any(re.search(message, e.value) and "Still using **all-MiniLM-L6-v2**" in e.value for e in at.error), \
-        [e.value for e in at.error]
+    assert any(re.search(message, e.value) and "Still using **all-MiniLM-L6-v2**" in e.value for e in at.error), [
+        e.value for e in at.error
+    ]
     assert at.text_input(key="model_custom").value == typed
     assert at.session_state["model_name"] == DEFAULT_MODEL and at.query_params["model"] == DEFAULT_MODEL
 
@@ -461,9 +496,7 @@ def test_app_sidebar_allow_list(tiny_model_dir, monkeypatch, how):
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_app_sidebar_allow_list_beats_cached_model(tiny_model_dir, monkeypatch):
     """A model loaded before the allow-list was set (still in the process cache) is refused all the same."""
-    from ui.model_sidebar import cached_model
-
-    from ui.model_sidebar import _try_load
+    from ui.model_sidebar import _try_load, cached_model
 
     cached_model(str(tiny_model_dir), True)
     monkeypatch.setenv("ATTNLIB_ALLOWED_MODELS", "roberta-base")
@@ -497,8 +530,10 @@ def picker():
 
 
 UPLOADS = {
-    **{f"conllu {case}": ("bad.conllu", text.encode(), rf"bad\.conllu, line {line}: .*{what}")
-       for case, (text, line, what) in CONLLU_BAD.items()},
+    **{
+        f"conllu {case}": ("bad.conllu", text.encode(), rf"bad\.conllu, line {line}: .*{what}")
+        for case, (text, line, what) in CONLLU_BAD.items()
+    },
     "not UTF-8 text": ("latin1.txt", NOT_UTF8, "latin1.txt: not a UTF-8 text file"),
     "not UTF-8 conllu": ("latin1.conllu", NOT_UTF8, "not a UTF-8 text file"),
     "no usable input": ("blank.txt", b"\n   \n\t\n", "no usable input"),
@@ -542,8 +577,10 @@ def test_app_corpus_pages_show_upload_errors(case):
     # open the pages on the upload choice, so that no corpus is analysed before the upload
     at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
     at.session_state["deps_corpus"] = "Upload a CoNLL-U file"
-    for page, key, upload_label in (("app_pages/special_tokens.py", "special", "Upload a text or CoNLL-U file"),
-                                    ("app_pages/dependency_heads.py", "deps", "Upload a CoNLL-U file")):
+    for page, key, upload_label in (
+        ("app_pages/special_tokens.py", "special", "Upload a text or CoNLL-U file"),
+        ("app_pages/dependency_heads.py", "deps", "Upload a CoNLL-U file"),
+    ):
         at.switch_page(page).run()
         assert not at.exception, (page, at.exception)
         if key == "deps":
@@ -569,11 +606,15 @@ def test_upload_is_kept_when_leaving_the_page():
 
 # ---------- security -----------------------------------------------------------------------------------------------
 
+
 def _repo_sources():
     skip = {".venv", ".git", "test-output", "__pycache__", ".hypothesis", "node_modules"}
     for path in ROOT.rglob("*"):
-        if path.is_file() and path.suffix in (".py", ".toml", ".md", ".sh", ".txt", ".cfg", ".yaml", ".yml") \
-                and not skip & set(path.relative_to(ROOT).parts):
+        if (
+            path.is_file()
+            and path.suffix in (".py", ".toml", ".md", ".sh", ".txt", ".cfg", ".yaml", ".yml")
+            and not skip & set(path.relative_to(ROOT).parts)
+        ):
             yield path
 
 
@@ -606,8 +647,12 @@ def test_uploads_are_never_unpickled():
     from ui.corpus_picker import _parse_upload
 
     payload = pickle.dumps(_Trap())
-    for read in (lambda: read_text_corpus(payload, "x.txt"), lambda: read_conllu(payload, "x.conllu"),
-                 lambda: _parse_upload(payload, "x.txt", False), lambda: _parse_upload(payload, "x.conllu", True)):
+    for read in (
+        lambda: read_text_corpus(payload, "x.txt"),
+        lambda: read_conllu(payload, "x.conllu"),
+        lambda: _parse_upload(payload, "x.txt", False),
+        lambda: _parse_upload(payload, "x.conllu", True),
+    ):
         with pytest.raises(CorpusError):
             read()
     with pytest.raises(ResultFileError, match="not a JSON file"):
@@ -617,6 +662,9 @@ def test_uploads_are_never_unpickled():
     # payloads it makes itself for its Ray workers
     risky = re.compile(r"\b(pickle|cPickle|dill|joblib)\.loads?\b|\btorch\.load\(|allow_pickle=True")
     folders = ("attnlib", "ui", "app_pages", "figures")
-    hits = [str(p.relative_to(ROOT)) for p in _repo_sources() if p.parts[len(ROOT.parts)] in folders
-            and p.name != "scale.py" and risky.search(p.read_text())]
+    hits = [
+        str(p.relative_to(ROOT))
+        for p in _repo_sources()
+        if p.parts[len(ROOT.parts)] in folders and p.name != "scale.py" and risky.search(p.read_text())
+    ]
     assert hits == [] and "pickle" not in (ROOT / "app.py").read_text()

@@ -66,7 +66,9 @@ def test_head_finder_renders(streamlit_server, browser, screenshot_dir):
     try:
         page.get_by_text("same word in the other sentence").first.wait_for(timeout=180_000)
         # the finder's buttons arrive a few at a time after its first text; wait for a full table, then count
-        page.wait_for_function("() => document.querySelectorAll(\"[data-testid='stButton']\").length >= 24", timeout=60_000)
+        page.wait_for_function(
+            "() => document.querySelectorAll(\"[data-testid='stButton']\").length >= 24", timeout=60_000
+        )
         assert page.locator("[data-testid='stButton']").count() >= 24
         page.screenshot(path=str(screenshot_dir / "live-head-finder.png"), full_page=True)
     finally:
@@ -117,17 +119,26 @@ def test_exports_png_csv_and_offline_html(streamlit_server, browser, tmp_path):
         frame = view_frame(page, "#cv")
         png = download(page, lambda: frame.click("#png"), tmp_path / "view.png")
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
-        csv = download(page, lambda: page.get_by_role("button", name="Download attention (CSV)").click(), tmp_path / "a.csv")
+        csv = download(
+            page, lambda: page.get_by_role("button", name="Download attention (CSV)").click(), tmp_path / "a.csv"
+        )
         lines = csv.read_text().splitlines()
         assert lines[0] == "layer,head,layer_head,query_index,query,key_index,key,weight"
         assert len(lines) == 1 + 12 * 19 * 19 and lines[1].startswith("1,0,2-1,0,[CLS],0,[CLS],")
-        html = download(page, lambda: page.get_by_role("button", name="Download figure (HTML)").click(), tmp_path / "v.html")
+        html = download(
+            page, lambda: page.get_by_role("button", name="Download figure (HTML)").click(), tmp_path / "v.html"
+        )
     finally:
         page.close()
     offline = browser.new_page()
     requests: list[str] = []
-    offline.route("**/*", lambda route: (requests.append(route.request.url), route.continue_()
-                                         if route.request.url.startswith(("file:", "data:", "blob:")) else route.abort()))
+    offline.route(
+        "**/*",
+        lambda route: (
+            requests.append(route.request.url),
+            route.continue_() if route.request.url.startswith(("file:", "data:", "blob:")) else route.abort(),
+        ),
+    )
     try:
         offline.goto(html.as_uri())
         offline.wait_for_function(f"() => ({INK})('#cv') > 200", timeout=30_000)

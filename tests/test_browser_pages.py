@@ -22,9 +22,7 @@ def test_page_renders_in_browser(streamlit_server, browser, screenshot_dir, path
         page.goto(f"{streamlit_server}/{path}", wait_until="domcontentloaded")
         page.get_by_role("heading", name=HEADINGS.get(title, title)).first.wait_for(timeout=90_000)
         page.locator(MAIN_CONTENT).first.wait_for(state="visible", timeout=120_000)
-        page.wait_for_function(
-            "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000
-        )
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
         page.wait_for_timeout(1500)
         page.screenshot(path=str(screenshot_dir / f"page-{path or 'live'}.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0, "an exception box is shown"

@@ -10,11 +10,13 @@ import numpy as np
 import torch
 
 from attnlib.model import bundled_model_path
-from conftest import ROOT
+from attnlib.shipped import ROOT
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnlib", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "attnlib", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_attention_json_equals_transformers():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnlib.corpus import CorpusError, parse_conllu, parse_text_corpus, read_conllu, read_corpus, read_text_corpus
-from conftest import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, requires_ud
+from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
 
 GOOD = """# sent_id = s1
 # text = Don't go.
@@ -42,12 +42,23 @@ def test_conllu_keeps_syntactic_words_only():
     assert s.heads == [3, 3, 0, 3] and s.deprels == ["aux", "advmod", "root", "punct"] and s.sent_id == "s1"
 
 
-@pytest.mark.parametrize("bad,message", [
-    (GOOD.replace("3\tadvmod", "x\tadvmod"), r"line 5: .*head"),
-    (GOOD.replace("3\tadvmod", "9\tadvmod"), r"line 5: HEAD 9 is outside"),
-    (GOOD.replace("1\tDo\tdo\tAUX\t_\t_\t3", "1\tDo\tdo\tAUX\t_\t_\t2").replace("2\tn't\tnot\tPART\t_\t_\t3", "2\tn't\tnot\tPART\t_\t_\t1"), r"cycle"),
-    (GOOD.replace("4\t.\t.\tPUNCT\t_\t_\t3\tpunct\t_\t_", "4\t.\t.\tPUNCT\t_\t3\tpunct\t_\t_"), r"line 8: 9 columns"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (GOOD.replace("3\tadvmod", "x\tadvmod"), r"line 5: .*head"),
+        (GOOD.replace("3\tadvmod", "9\tadvmod"), r"line 5: HEAD 9 is outside"),
+        (
+            GOOD.replace("1\tDo\tdo\tAUX\t_\t_\t3", "1\tDo\tdo\tAUX\t_\t_\t2").replace(
+                "2\tn't\tnot\tPART\t_\t_\t3", "2\tn't\tnot\tPART\t_\t_\t1"
+            ),
+            r"cycle",
+        ),
+        (
+            GOOD.replace("4\t.\t.\tPUNCT\t_\t_\t3\tpunct\t_\t_", "4\t.\t.\tPUNCT\t_\t3\tpunct\t_\t_"),
+            r"line 8: 9 columns",
+        ),
+    ],
+)
 def test_malformed_conllu_names_the_line(bad, message):
     with pytest.raises(CorpusError, match=message):
         parse_conllu(bad, "bad.conllu")
@@ -66,7 +77,6 @@ def test_empty_corpus_is_refused(tmp_path):
         read_corpus(tmp_path / "empty.txt")
 
 
-@requires_ud
 def test_ewt_dev_reads_whole():
     sentences = read_conllu(EWT_DEV)
     assert len(sentences) == 2001

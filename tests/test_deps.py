@@ -11,30 +11,42 @@ from attnlib import deps
 from attnlib.corpus import Sentence
 from attnlib.deps import DependencyCounts, best_offset_baseline, count_dependencies, predict_heads, sentence_word_map
 from attnlib.runner import RunResult
-from conftest import EWT_DEV, ROOT, requires_ud
+from attnlib.shipped import EWT_DEV, ROOT
 
 # ---------------------------------------------------------------------------------------------------------------
 # Sentence 1: "The strawberries ripen", with strawberries split into two pieces.
 # Tokens [CLS] the straw ##berries ripen [SEP]; gold heads The->2 (det), strawberries->3 (nsubj), ripen->0 (root).
 # Attention in sixteenths (exact in float32), one layer, two heads; rows are query tokens.
-S1 = Sentence(["The", "strawberries", "ripen"], None, 1, heads=[2, 3, 0], deprels=["det", "nsubj", "root"], sent_id="s1")
+S1 = Sentence(
+    ["The", "strawberries", "ripen"], None, 1, heads=[2, 3, 0], deprels=["det", "nsubj", "root"], sent_id="s1"
+)
 S1_WORD_IDS = [None, 0, 1, 1, 2, None]
-S1_HEAD0 = np.array([
-    [16, 0, 0, 0, 0, 0],   # [CLS]
-    [2, 0, 3, 3, 5, 3],    # the: straw + ##berries = 6 beats ripen = 5 only once the columns are summed
-    [2, 2, 3, 0, 8, 1],    # straw
-    [2, 8, 0, 3, 2, 1],    # ##berries
-    [4, 1, 4, 4, 2, 1],    # ripen
-    [0, 0, 0, 0, 0, 16],   # [SEP]
-]) / 16
-S1_HEAD1 = np.array([      # each token attends to the token before it ([CLS] to itself)
-    [16, 0, 0, 0, 0, 0],
-    [16, 0, 0, 0, 0, 0],
-    [0, 16, 0, 0, 0, 0],
-    [0, 0, 16, 0, 0, 0],
-    [0, 0, 0, 16, 0, 0],
-    [0, 0, 0, 0, 16, 0],
-]) / 16
+S1_HEAD0 = (
+    np.array(
+        [
+            [16, 0, 0, 0, 0, 0],  # [CLS]
+            [2, 0, 3, 3, 5, 3],  # the: straw + ##berries = 6 beats ripen = 5 only once the columns are summed
+            [2, 2, 3, 0, 8, 1],  # straw
+            [2, 8, 0, 3, 2, 1],  # ##berries
+            [4, 1, 4, 4, 2, 1],  # ripen
+            [0, 0, 0, 0, 0, 16],  # [SEP]
+        ]
+    )
+    / 16
+)
+S1_HEAD1 = (
+    np.array(
+        [  # each token attends to the token before it ([CLS] to itself)
+            [16, 0, 0, 0, 0, 0],
+            [16, 0, 0, 0, 0, 0],
+            [0, 16, 0, 0, 0, 0],
+            [0, 0, 16, 0, 0, 0],
+            [0, 0, 0, 16, 0, 0],
+            [0, 0, 0, 0, 16, 0],
+        ]
+    )
+    / 16
+)
 # Word-level map of head 0 by hand (mean rule), units [CLS] The strawberries ripen [SEP]:
 #   The row          = [2, 0, 3+3, 5, 3]                                   = [2, 0, 6, 5, 3]
 #   strawberries row = mean([2, 2, 3+0, 8, 1], [2, 8, 0+3, 2, 1])           = [2, 5, 3, 5, 1]
@@ -47,7 +59,10 @@ S1_HEAD0_WORDS = np.array([[16, 0, 0, 0, 0], [2, 0, 6, 5, 3], [2, 5, 3, 5, 1], [
 #   head 1 dep->head: The -> 1 (all zero); strawberries -> 1 (diagonal zeroed); ripen -> 2.
 #   head 1 head<-dep: column The [., 8, 0] -> 2; column strawberries [0, ., 16] -> 3; column ripen [0, 0, .] -> 1.
 S1_PREDICTIONS = {  # (head, direction) -> predicted heads
-    (0, 0): [2, 1, 2], (0, 1): [2, 3, 1], (1, 0): [1, 1, 2], (1, 1): [2, 3, 1],
+    (0, 0): [2, 1, 2],
+    (0, 1): [2, 3, 1],
+    (1, 0): [1, 1, 2],
+    (1, 1): [2, 3, 1],
 }
 
 # Sentence 2: "a b c", one piece each, a->2 (amod), b->3 (amod), c root. Head 0: a looks at b, b and c look at a;
@@ -66,10 +81,20 @@ def _result(word_ids, heads_maps, words, truncated=False) -> RunResult:
     special = np.array([w is None for w in word_ids])
     cls = np.zeros(n, bool)
     cls[0] = True
-    return RunResult(input_ids=list(range(n)), token_type_ids=None, tokens=[f"t{i}" for i in range(n)],
-                     segments=np.zeros(n, np.int8), word_ids=list(word_ids), words=list(words), cls_mask=cls,
-                     sep_mask=special & ~cls, special_mask=special, truncated=truncated, n_tokens_full=n,
-                     attentions=np.stack(heads_maps)[None].astype(np.float32))
+    return RunResult(
+        input_ids=list(range(n)),
+        token_type_ids=None,
+        tokens=[f"t{i}" for i in range(n)],
+        segments=np.zeros(n, np.int8),
+        word_ids=list(word_ids),
+        words=list(words),
+        cls_mask=cls,
+        sep_mask=special & ~cls,
+        special_mask=special,
+        truncated=truncated,
+        n_tokens_full=n,
+        attentions=np.stack(heads_maps)[None].astype(np.float32),
+    )
 
 
 R1 = _result(S1_WORD_IDS, [S1_HEAD0, S1_HEAD1], S1.words)
@@ -243,7 +268,7 @@ def _independent_table(lm, path, limit, min_count):
     for (words, heads, rels), r in zip(sentences, results):
         m = len(words)
         units = [[p for p, w in enumerate(r.word_ids) if w == k] for k in range(m)]
-        for rel, h in zip(rels, heads):
+        for rel in rels:
             for key in (rel, "all"):
                 total[key] = total.get(key, 0) + 1
         for i, (rel, h) in enumerate(zip(rels, heads)):
@@ -271,15 +296,21 @@ def _independent_table(lm, path, limit, min_count):
     for key, count in total.items():
         if key != "all" and (count < min_count or key in ("root", "punct")):
             continue
-        score = max(((hits.get((key, l, h, d), 0), -l, -h, -d) for l in range(L) for h in range(H) for d in (0, 1)))
+        score = max((hits.get((key, l, h, d), 0), -l, -h, -d) for l in range(L) for h in range(H) for d in (0, 1))
         k_best = max(offsets, key=lambda k: (base.get((key, k), 0), -offsets.index(k)))
-        rows[key] = dict(relation=key, count=count, layer=-score[1], head=-score[2],
-                         direction=("dep->head", "head<-dep")[-score[3]], accuracy=score[0] / count,
-                         baseline_offset=k_best, baseline_accuracy=base.get((key, k_best), 0) / count)
+        rows[key] = dict(
+            relation=key,
+            count=count,
+            layer=-score[1],
+            head=-score[2],
+            direction=("dep->head", "head<-dep")[-score[3]],
+            accuracy=score[0] / count,
+            baseline_offset=k_best,
+            baseline_accuracy=base.get((key, k_best), 0) / count,
+        )
     return len(sentences), sum(len(s[0]) for s in sentences), rows
 
 
-@requires_ud
 def test_cli_on_ewt_dev_slice_matches_independent_computation(minilm, capsys):
     from attnlib.cli import main
 
@@ -287,7 +318,7 @@ def test_cli_on_ewt_dev_slice_matches_independent_computation(minilm, capsys):
     out = json.loads(capsys.readouterr().out)
     n_sentences, n_words, expected = _independent_table(minilm, EWT_DEV, 40, 15)
     assert (out["n_sentences"], out["n_words"], out["n_skipped"]) == (n_sentences, n_words, 0)
-    assert [r["relation"] for r in out["rows"]][0] == "all"
+    assert out["rows"][0]["relation"] == "all"
     assert sorted(r["relation"] for r in out["rows"]) == sorted(expected)
     counts = [r["count"] for r in out["rows"][1:]]
     assert counts == sorted(counts, reverse=True)
@@ -296,7 +327,6 @@ def test_cli_on_ewt_dev_slice_matches_independent_computation(minilm, capsys):
         assert row == pytest.approx(want), row["relation"]
 
 
-@requires_ud
 def test_cli_refuses_bad_input(tmp_path, capsys):
     from attnlib.cli import main
 
@@ -321,7 +351,6 @@ def _deps_page(source: str, **state):
     return at.run()
 
 
-@requires_ud
 def test_page_gold_table_heatmap_and_example(minilm):
     from attnlib.corpus import read_conllu
 

@@ -42,8 +42,9 @@ def test_pairwise_js_against_scipy():
     attn = random_input(rng, layers=2, heads=3).attentions
     n = attn.shape[-1]
     p = smoothed(attn).astype(np.float64).reshape(6, n, n)
-    expected = np.array([[sum(jensenshannon(p[a, r], p[b, r]) ** 2 for r in range(n)) for b in range(6)]
-                         for a in range(6)])
+    expected = np.array(
+        [[sum(jensenshannon(p[a, r], p[b, r]) ** 2 for r in range(n)) for b in range(6)] for a in range(6)]
+    )
     np.testing.assert_allclose(pairwise_js(attn), expected, atol=1e-5)
     assert (np.diag(pairwise_js(attn)) == 0).all()
 

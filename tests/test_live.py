@@ -8,7 +8,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from attnlib.shipped import ROOT
 
 
 def open_live(**params: str) -> AppTest:

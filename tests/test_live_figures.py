@@ -22,8 +22,8 @@ def unpack(packed: dict) -> dict[tuple[int, int, int], int]:
     rows = packed["m"] * packed["rows"]
     counts = np.frombuffer(raw[: 2 * rows], "<u2")
     nnz = int(counts.sum())
-    cols = np.frombuffer(raw[2 * rows: 2 * rows + 2 * nnz], "<u2")
-    weights = np.frombuffer(raw[2 * rows + 2 * nnz:], np.uint8)
+    cols = np.frombuffer(raw[2 * rows : 2 * rows + 2 * nnz], "<u2")
+    weights = np.frombuffer(raw[2 * rows + 2 * nnz :], np.uint8)
     assert weights.size == nnz == packed["nnz"]
     out, e = {}, 0
     for r, c in enumerate(counts):
@@ -49,8 +49,16 @@ def assert_offline(html: str) -> None:
 def test_pack_sparse_keeps_weights_at_or_above_the_cut_as_bytes():
     maps = np.array([[[0.5, 0.005, 0.495], [0.0, 1.0, 0.0]], [[0.02, 0.98, 0.0], [0.25, 0.35, 0.4]]], np.float32)
     got = unpack(pack_sparse(maps, 0.01))
-    expected = {(0, 0, 0): 128, (0, 0, 2): 126, (0, 1, 1): 255, (1, 0, 0): 5, (1, 0, 1): 250,
-                (1, 1, 0): 64, (1, 1, 1): 89, (1, 1, 2): 102}
+    expected = {
+        (0, 0, 0): 128,
+        (0, 0, 2): 126,
+        (0, 1, 1): 255,
+        (1, 0, 0): 5,
+        (1, 0, 1): 250,
+        (1, 1, 0): 64,
+        (1, 1, 1): 89,
+        (1, 1, 2): 102,
+    }
     assert got == expected  # 0.005 * 255 = 1.3 < 0.01 * 255 = 2.55, so it is dropped
     assert quantize(np.array([0.5]))[0] == 128
 
@@ -110,7 +118,7 @@ def test_atlas_tiles_each_layer_head_in_its_place():
     atlas, peaks, side, block = thumbnail_atlas(attn, cells=2)
     assert (side, block) == (2, 2) and atlas.shape == (4, 6)
     pooled, _ = pooled_maps(attn, 2)
-    tiles, maxima = scaled_to_max(pooled)
+    tiles, _ = scaled_to_max(pooled)
     np.testing.assert_array_equal(atlas[2:4, 4:6], tiles[1, 2])
     np.testing.assert_allclose(peaks, attn.max(axis=(-2, -1)))
     assert atlas.max() == 255

@@ -10,13 +10,12 @@ import json
 import re
 import threading
 import time
-import urllib.parse
+from pathlib import Path
 
 import psutil
-import pytest
 
 from attnlib.model import DEFAULT_MODEL
-from conftest import ROOT
+from attnlib.shipped import ROOT
 from ui.model_sidebar import LOAD_LOG_LINE
 
 SESSIONS = 8
@@ -45,7 +44,7 @@ def server_process(url: str) -> psutil.Process:
 
 def peak_rss_mb(process: psutil.Process) -> float:
     """The process's peak resident set size so far (VmHWM), in MB."""
-    for line in open(f"/proc/{process.pid}/status"):
+    for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return process.memory_info().rss / 2**20
@@ -99,8 +98,11 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
             area.fill(_sentence(i))
             area.press("Control+Enter")
         for i, page in enumerate(pages):
-            page.wait_for_function("(s) => decodeURIComponent(location.search.replace(/\\+/g, ' ')).includes(s)",
-                                   arg=_sentence(i), timeout=120_000)
+            page.wait_for_function(
+                "(s) => decodeURIComponent(location.search.replace(/\\+/g, ' ')).includes(s)",
+                arg=_sentence(i),
+                timeout=120_000,
+            )
             _wait_idle(page)
             _assert_no_exception(page, f"session {i + 1}, live page")
             assert page.locator("textarea").first.input_value() == _sentence(i)
@@ -111,7 +113,7 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
             page.get_by_role("heading", name=title).first.wait_for(timeout=240_000)
             _wait_idle(page)
             _assert_no_exception(page, f"session {i + 1}, {PAGES[i % len(PAGES)]}")
-        for i, page in enumerate(pages):  # and back to the live page, where its own sentence is still there
+        for page in pages:  # and back to the live page, where its own sentence is still there
             page.locator("[data-testid='stSidebarNav']").get_by_text("Live attention", exact=True).click()
         for i, page in enumerate(pages):
             page.get_by_role("heading", name="Live attention").first.wait_for(timeout=120_000)
@@ -125,14 +127,20 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
         peak_during = sampler.stop()
     elapsed = time.time() - started
     loads = log.read_text(errors="replace").count(f"{LOAD_LOG_LINE} {DEFAULT_MODEL}\n")
-    report = {"sessions": SESSIONS, "seconds": round(elapsed, 1), "peak_rss_mb_during_test": round(peak_during),
-              "peak_rss_mb_server_lifetime": round(peak_rss_mb(server)), "default_model_loads": loads}
+    report = {
+        "sessions": SESSIONS,
+        "seconds": round(elapsed, 1),
+        "peak_rss_mb_during_test": round(peak_during),
+        "peak_rss_mb_server_lifetime": round(peak_rss_mb(server)),
+        "default_model_loads": loads,
+    }
     (ROOT / "test-output" / "load-test.json").write_text(json.dumps(report, indent=1))
     print(f"\nload test: {report}")
     assert loads == 1, f"the default model was loaded {loads} times by the server"
 
 
 # ---------- bounded caches -----------------------------------------------------------------------------------------
+
 
 def _cache_decorators():
     """(file, function, keyword names) of every st.cache_data / st.cache_resource in ui/ and app_pages/."""
@@ -166,12 +174,18 @@ def test_live_run_cache_is_small():
     source = (ROOT / "ui" / "live_inputs.py").read_text()
     tree = ast.parse(source)
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "cached_run")
-    entries = next(k.value.value for d in fn.decorator_list if isinstance(d, ast.Call)
-                   for k in d.keywords if k.arg == "max_entries")
+    entries = next(
+        k.value.value
+        for d in fn.decorator_list
+        if isinstance(d, ast.Call)
+        for k in d.keywords
+        if k.arg == "max_entries"
+    )
     assert entries * 85 <= 500, f"cached_run may hold {entries} x 85 MB"
 
 
 # ---------- one model shared by many threads -----------------------------------------------------------------------
+
 
 def test_concurrent_runs_on_one_model_do_not_mix(minilm):
     """Streamlit runs each visitor in its own thread on the one cached model; hooks must record only their own run."""
@@ -186,7 +200,7 @@ def test_concurrent_runs_on_one_model_do_not_mix(minilm):
 
     def job(i: int):
         if i % 2:
-            return list(run_batches(minilm, [(texts[i], None)]))[0]
+            return next(iter(run_batches(minilm, [(texts[i], None)])))
         return run(minilm, texts[i])
 
     for _ in range(3):

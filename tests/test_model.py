@@ -17,8 +17,9 @@ def test_encoder_saved_without_head_has_no_mlm(tmp_path):
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32)).save_pretrained(tmp_path)
+    BertModel(
+        BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    ).save_pretrained(tmp_path)
     from conftest import _bert_tokenizer
 
     _bert_tokenizer().save_pretrained(tmp_path)
@@ -35,7 +36,7 @@ def test_decoder_model_is_refused_clearly(tmp_path):
 
 
 def test_folder_without_model_is_refused(tmp_path):
-    with pytest.raises(ModelLoadError, match="config.json"):
+    with pytest.raises(ModelLoadError, match=r"config\.json"):
         load_model(str(tmp_path))
 
 
@@ -46,7 +47,7 @@ def test_local_folders_can_be_switched_off(tmp_path):
 
 def test_unknown_hub_id_without_network_fails_fast(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelLoadError, match="not reachable|not a model"):
+    with pytest.raises(ModelLoadError, match=r"not reachable|not a model"):
         load_model("no-such-user/no-such-model-xyz")
 
 

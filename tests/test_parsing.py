@@ -7,7 +7,7 @@ import pytest
 from attnlib import parsing
 from attnlib.corpus import CorpusError
 from attnlib.parsing import parse_text
-from conftest import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
 
 
 def _check_tree(sentence) -> None:
@@ -44,14 +44,23 @@ def test_classroom_set_parses_into_valid_trees():
 def test_known_sentence_has_expected_arcs():
     (s,) = parse_text("The dog chased a cat.")
     arcs = {(w, s.words[h - 1] if h else "ROOT", r) for w, h, r in zip(s.words, s.heads, s.deprels)}
-    assert {("The", "dog", "det"), ("dog", "chased", "nsubj"), ("chased", "ROOT", "root"), ("cat", "chased", "dobj")} <= arcs
+    assert {
+        ("The", "dog", "det"),
+        ("dog", "chased", "nsubj"),
+        ("chased", "ROOT", "root"),
+        ("cat", "chased", "dobj"),
+    } <= arcs
 
 
 def test_lines_split_into_sentences_tabs_and_spaces():
     text = "I slept.  It rained all   night.\n\nShe left.\tHe stayed.\n"
     sentences = parse_text(text)
-    assert [s.words for s in sentences] == [["I", "slept", "."], ["It", "rained", "all", "night", "."],
-                                            ["She", "left", "."], ["He", "stayed", "."]]
+    assert [s.words for s in sentences] == [
+        ["I", "slept", "."],
+        ["It", "rained", "all", "night", "."],
+        ["She", "left", "."],
+        ["He", "stayed", "."],
+    ]
     assert [s.line for s in sentences] == [1, 1, 3, 3]
     for s in sentences:
         _check_tree(s)

@@ -9,7 +9,7 @@ from attnlib.corpus import CorpusInput, read_text_corpus
 from attnlib.engine import accumulate
 from attnlib.patterns import PATTERNS, PatternAccumulator, input_scores, rank_heads, same_word_mask
 from attnlib.runner import RunResult, run
-from tests.conftest import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
 
 P = {name: i for i, name in enumerate(PATTERNS)}
 
@@ -20,8 +20,15 @@ def make_result(tokens, word_ids, words, segments, attentions) -> RunResult:
     cls = np.array([t == "[CLS]" for t in tokens])
     sep = np.array([t == "[SEP]" for t in tokens])
     return RunResult(
-        input_ids=list(range(n)), token_type_ids=None, tokens=tokens, segments=np.array(segments, np.int8),
-        word_ids=word_ids, words=words, cls_mask=cls, sep_mask=sep, special_mask=cls | sep,
+        input_ids=list(range(n)),
+        token_type_ids=None,
+        tokens=tokens,
+        segments=np.array(segments, np.int8),
+        word_ids=word_ids,
+        words=words,
+        cls_mask=cls,
+        sep_mask=sep,
+        special_mask=cls | sep,
         attentions=np.asarray(attentions, np.float32),
     )
 
@@ -142,7 +149,7 @@ def test_rank_heads_orders_by_score_and_breaks_ties_by_position():
 
 
 def test_head_finder_on_the_packaged_model_agrees_with_a_direct_computation(minilm):
-    inputs = (read_text_corpus(CLASSROOM_SINGLE)[:4] + read_text_corpus(CLASSROOM_PAIRS)[:4])
+    inputs = read_text_corpus(CLASSROOM_SINGLE)[:4] + read_text_corpus(CLASSROOM_PAIRS)[:4]
     acc = PatternAccumulator(minilm.facts.n_layers, minilm.facts.n_heads)
     assert accumulate(minilm, inputs, [acc], batch_size=4) == 8
     prev = []

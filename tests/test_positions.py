@@ -31,11 +31,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]
 PRECOMPUTED = ROOT / "data" / "precomputed" / f"positions_{DEFAULT_MODEL}_classroom.json"
 
-M3 = np.array([[0.1, 0.2, 0.7],
-               [0.3, 0.3, 0.4],
-               [0.5, 0.25, 0.25]])
-M2 = np.array([[0.6, 0.4],
-               [0.9, 0.1]])
+M3 = np.array([[0.1, 0.2, 0.7], [0.3, 0.3, 0.4], [0.5, 0.25, 0.25]])
+M2 = np.array([[0.6, 0.4], [0.9, 0.1]])
 
 
 def test_offset_sums_and_counts_by_hand():
@@ -122,8 +119,9 @@ def test_accumulator_options_counts_and_round_trip():
     assert (r.n_inputs, r.n_skipped, r.n_longer) == (1, 1, 0)
     keep = np.array([False, True, True, False])
     expected, counts = relative_position_sums(short, keep)
-    np.testing.assert_allclose(r.attention_histograms, np.divide(expected, counts, out=np.zeros_like(expected),
-                                                                 where=counts > 0))
+    np.testing.assert_allclose(
+        r.attention_histograms, np.divide(expected, counts, out=np.zeros_like(expected), where=counts > 0)
+    )
     np.testing.assert_allclose(r.correlation["pearson_previous"], 1.0)  # attention against itself
     back = PositionsResult.from_dict(json.loads(json.dumps(r.to_dict(), allow_nan=False)))
     np.testing.assert_allclose(back.attribution_histograms, r.attribution_histograms)
@@ -137,26 +135,66 @@ def test_corpus_halves_merge_into_the_whole(tiny_model, tmp_path):
     inputs = read_corpus(corpus)
     options = PositionOptions(probes=4)
     whole = accumulate_positions(tiny_model, inputs, options).result().to_dict()
-    merged = accumulate_positions(tiny_model, inputs[:1], options).merge(
-        accumulate_positions(tiny_model, inputs[1:], options)).result().to_dict()
+    merged = (
+        accumulate_positions(tiny_model, inputs[:1], options)
+        .merge(accumulate_positions(tiny_model, inputs[1:], options))
+        .result()
+        .to_dict()
+    )
     assert whole["n_inputs"] == 3
-    np.testing.assert_allclose(np.array(merged["histograms"]["attribution"]),
-                               np.array(whole["histograms"]["attribution"]), atol=1e-9)
-    np.testing.assert_allclose(np.array(merged["correlation"]["spearman_input"], float),
-                               np.array(whole["correlation"]["spearman_input"], float), atol=1e-9)
+    np.testing.assert_allclose(
+        np.array(merged["histograms"]["attribution"]), np.array(whole["histograms"]["attribution"]), atol=1e-9
+    )
+    np.testing.assert_allclose(
+        np.array(merged["correlation"]["spearman_input"], float),
+        np.array(whole["correlation"]["spearman_input"], float),
+        atol=1e-9,
+    )
 
 
 def test_cli_hta_and_positions(tiny_model_dir, tmp_path, capsys):
-    assert main(["hta", "--text", "The cat sat.", "--pair", "It slept.", "--model", str(tiny_model_dir),
-                 "--mode", "estimate", "--probes", "3", "--json"]) == 0
+    assert (
+        main(
+            [
+                "hta",
+                "--text",
+                "The cat sat.",
+                "--pair",
+                "It slept.",
+                "--model",
+                str(tiny_model_dir),
+                "--mode",
+                "estimate",
+                "--probes",
+                "3",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     n = len(out["tokens"])
     assert np.array(out["input"]).shape == (2, 4, n, n) == np.array(out["previous"]).shape
     np.testing.assert_allclose(np.array(out["input"]).sum(-1), 1.0, atol=1e-5)
     corpus = tmp_path / "c.txt"
     corpus.write_text("The cat sat.\nA dog barked.\nRain fell.\n")
-    assert main(["positions", "--corpus", str(corpus), "--model", str(tiny_model_dir), "--limit", "2",
-                 "--probes", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "positions",
+                "--corpus",
+                str(corpus),
+                "--model",
+                str(tiny_model_dir),
+                "--limit",
+                "2",
+                "--probes",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["n_inputs"] == 2
     assert len(out["attention_center_of_mass"]) == len(out["attribution_center_of_mass"]) == 2
@@ -199,8 +237,9 @@ def test_shipped_file_matches_a_fresh_computation(minilm, name):
         np.testing.assert_allclose(np.array(fresh["histograms"][key]), np.array(check["histograms"][key]), atol=1e-4)
     # float32 sums in another order (thread count, BLAS) can swap the ranks of near-equal values: Spearman moves a little
     for name_ in fresh["correlation"]:
-        np.testing.assert_allclose(np.array(fresh["correlation"][name_], float),
-                                   np.array(check["correlation"][name_], float), atol=1e-3)
+        np.testing.assert_allclose(
+            np.array(fresh["correlation"][name_], float), np.array(check["correlation"][name_], float), atol=1e-3
+        )
     np.testing.assert_allclose(fresh["attribution_center_of_mass"], check["attribution_center_of_mass"], atol=1e-4)
 
 

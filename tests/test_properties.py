@@ -22,10 +22,18 @@ from attnlib.head_distances import HeadDistances
 from attnlib.patterns import PATTERNS, PatternAccumulator, input_scores
 from attnlib.positions import PositionAccumulator, PositionOptions, RelativePositionHistogram, accumulate_positions
 from attnlib.runner import RunResult
-from attnlib.special import (CLASS_KEYS, SpecialTokenStats, class_share, input_statistics, offset_share, punct_mask,
-                             row_entropy, rows_to_mask)
+from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.special import (
+    CLASS_KEYS,
+    SpecialTokenStats,
+    class_share,
+    input_statistics,
+    offset_share,
+    punct_mask,
+    row_entropy,
+    rows_to_mask,
+)
 from attnlib.words import ROW_RULES, word_groups, word_level_attention
-from conftest import CLASSROOM_PAIRS, CLASSROOM_SINGLE
 
 LAYERS, HEADS = 2, 3
 WORDS = ["the", "cat", "sat", "on", "mat", ".", ",", "!", "dog", "ran"]  # few words: repeats and punctuation are common
@@ -37,14 +45,23 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 # ---------- fake runs ----------------------------------------------------------------------------------------------
 
+
 def stochastic(rng: np.random.Generator, shape: tuple[int, ...], concentration: float) -> np.ndarray:
     """Random float32 rows that sum to 1; a small concentration makes them nearly one-hot."""
     x = rng.gamma(concentration, size=shape) + 1e-30
     return (x / x.sum(-1, keepdims=True)).astype(np.float32)
 
 
-def fake_run(words_a: list[str], pieces_a: list[int], words_b: list[str] | None, pieces_b: list[int] | None,
-             seed: int, concentration: float, layers: int = LAYERS, heads: int = HEADS) -> RunResult:
+def fake_run(
+    words_a: list[str],
+    pieces_a: list[int],
+    words_b: list[str] | None,
+    pieces_b: list[int] | None,
+    seed: int,
+    concentration: float,
+    layers: int = LAYERS,
+    heads: int = HEADS,
+) -> RunResult:
     """A RunResult as the runner builds it: [CLS] A-pieces [SEP] (B-pieces [SEP]); words with 0 pieces are dropped."""
     tokens, segments, word_ids, words = ["[CLS]"], [0], [None], []
     for segment, (ws, ps) in enumerate([(words_a, pieces_a)] + ([(words_b, pieces_b)] if words_b is not None else [])):
@@ -63,9 +80,19 @@ def fake_run(words_a: list[str], pieces_a: list[int], words_b: list[str] | None,
     sep_mask = np.array([t == "[SEP]" for t in tokens])
     rng = np.random.default_rng(seed)
     return RunResult(
-        input_ids=list(range(n)), token_type_ids=None, tokens=tokens, segments=np.array(segments, np.int8),
-        word_ids=word_ids, words=words, cls_mask=cls_mask, sep_mask=sep_mask, special_mask=cls_mask | sep_mask,
-        truncated=False, n_tokens_full=n, attentions=stochastic(rng, (layers, heads, n, n), concentration))
+        input_ids=list(range(n)),
+        token_type_ids=None,
+        tokens=tokens,
+        segments=np.array(segments, np.int8),
+        word_ids=word_ids,
+        words=words,
+        cls_mask=cls_mask,
+        sep_mask=sep_mask,
+        special_mask=cls_mask | sep_mask,
+        truncated=False,
+        n_tokens_full=n,
+        attentions=stochastic(rng, (layers, heads, n, n), concentration),
+    )
 
 
 concentrations = st.sampled_from([0.02, 0.3, 1.0, 10.0])
@@ -75,8 +102,9 @@ seeds = st.integers(0, 2**32 - 1)
 @st.composite
 def sentences(draw, min_words: int = 1, max_words: int = 7, allow_dropped: bool = False):
     """(words, pieces per word) of one sentence."""
-    words = draw(st.lists(st.sampled_from(WORDS + ([DROPPED] if allow_dropped else [])), min_size=min_words,
-                          max_size=max_words))
+    words = draw(
+        st.lists(st.sampled_from(WORDS + ([DROPPED] if allow_dropped else [])), min_size=min_words, max_size=max_words)
+    )
     if allow_dropped and all(w == DROPPED for w in words):
         words[0] = "cat"
     pieces = [0 if w == DROPPED else draw(st.integers(1, 3)) for w in words]
@@ -105,21 +133,34 @@ def treebank_items(draw):
 
 # ---------- comparing accumulators ---------------------------------------------------------------------------------
 
+
 def state(acc) -> dict:
     """What an accumulator holds, comparable across merge orders (relations keyed by name, buffers flushed)."""
     if isinstance(acc, HeadDistances):
         return {"result": acc.result(), "n_inputs": acc.n_inputs, "n_rows": acc.n_rows}
     if isinstance(acc, DependencyCounts):
-        per_relation = {r: (acc.totals[:, i], acc.head_hits[:, i], acc.offset_hits[:, i])
-                        for i, r in enumerate(acc.relations)}
-        return {"relations": per_relation, "n_sentences": acc.n_sentences, "n_words": acc.n_words,
-                "n_skipped": acc.n_skipped}
+        per_relation = {
+            r: (acc.totals[:, i], acc.head_hits[:, i], acc.offset_hits[:, i]) for i, r in enumerate(acc.relations)
+        }
+        return {
+            "relations": per_relation,
+            "n_sentences": acc.n_sentences,
+            "n_words": acc.n_words,
+            "n_skipped": acc.n_skipped,
+        }
     if isinstance(acc, RelativePositionHistogram):  # equal histograms may differ in padding width
-        return {"histograms": acc.histograms()[..., acc.counts > 0], "offsets": acc.offsets[acc.counts > 0],
-                "counts": acc.counts[acc.counts > 0], "sums": acc.sums[..., acc.counts > 0]}
-    return {f.name: state(getattr(acc, f.name)) if dataclasses.is_dataclass(getattr(acc, f.name))
-            and not isinstance(getattr(acc, f.name), PositionOptions) else getattr(acc, f.name)
-            for f in dataclasses.fields(acc)}
+        return {
+            "histograms": acc.histograms()[..., acc.counts > 0],
+            "offsets": acc.offsets[acc.counts > 0],
+            "counts": acc.counts[acc.counts > 0],
+            "sums": acc.sums[..., acc.counts > 0],
+        }
+    return {
+        f.name: state(getattr(acc, f.name))
+        if dataclasses.is_dataclass(getattr(acc, f.name)) and not isinstance(getattr(acc, f.name), PositionOptions)
+        else getattr(acc, f.name)
+        for f in dataclasses.fields(acc)
+    }
 
 
 def assert_same(a, b, path: str = "", rtol: float = 1e-6, atol: float = 1e-7) -> None:
@@ -132,7 +173,7 @@ def assert_same(a, b, path: str = "", rtol: float = 1e-6, atol: float = 1e-7) ->
         assert len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b)):
             assert_same(x, y, f"{path}[{i}]", rtol, atol)
-    elif isinstance(a, np.ndarray) or isinstance(a, float):
+    elif isinstance(a, (np.ndarray, float)):
         a, b = np.asarray(a), np.asarray(b)
         assert a.shape == b.shape, path
         if a.dtype.kind in "iub":
@@ -151,6 +192,7 @@ def snapshot(acc):
 
 
 # ---------- shares between 0 and 1 ---------------------------------------------------------------------------------
+
 
 @FAST
 @given(runs(), st.booleans())
@@ -193,6 +235,7 @@ def test_pattern_scores_are_between_0_and_1(r):
 
 # ---------- word level ---------------------------------------------------------------------------------------------
 
+
 @FAST
 @given(runs(), st.sampled_from(ROW_RULES))
 def test_word_level_rows_sum_to_1(r, rule):
@@ -204,8 +247,9 @@ def test_word_level_rows_sum_to_1(r, rule):
     # attention to a word is the sum of its pieces' columns (first rule: row of the first piece)
     first = word_level_attention(r.attentions, r.word_ids, "first")
     for u, g in enumerate(groups):
-        np.testing.assert_allclose(first[..., u], r.attentions[..., [h[0] for h in groups], :][..., g].sum(-1),
-                                   atol=EPS)
+        np.testing.assert_allclose(
+            first[..., u], r.attentions[..., [h[0] for h in groups], :][..., g].sum(-1), atol=EPS
+        )
 
 
 @FAST
@@ -217,12 +261,14 @@ def test_word_level_is_identity_when_every_word_is_one_piece(words, seed, concen
 
 # ---------- merging accumulators -----------------------------------------------------------------------------------
 
+
 def _special(all_punct: bool):
     def build(items):
         acc = SpecialTokenStats(LAYERS, HEADS, all_punct=all_punct)
         for r, item in items:
             acc.add(r, item)
         return acc
+
     return build
 
 
@@ -246,13 +292,15 @@ def _deps(rule):
         for r, item in items:
             acc.add(r, item)
         return acc
+
     return build
 
 
 def _fake_attribution(r: RunResult) -> Attribution:
     rng = np.random.default_rng(r.n)
-    return Attribution(r.tokens, stochastic(rng, r.attentions.shape, 1.0), stochastic(rng, r.attentions.shape, 0.3),
-                       "estimate", 4)
+    return Attribution(
+        r.tokens, stochastic(rng, r.attentions.shape, 1.0), stochastic(rng, r.attentions.shape, 0.3), "estimate", 4
+    )
 
 
 def _positions(options: PositionOptions):
@@ -264,6 +312,7 @@ def _positions(options: PositionOptions):
             else:
                 acc.skip()
         return acc
+
     return build
 
 
@@ -279,11 +328,17 @@ def _input_items(draw_runs):
 
 
 BUILDERS = {
-    "special": (_special(False), False), "special all punct": (_special(True), False), "patterns": (_patterns, False),
-    "head distances": (_distances, False), "deps mean": (_deps("mean"), True), "deps max": (_deps("max"), True),
+    "special": (_special(False), False),
+    "special all punct": (_special(True), False),
+    "patterns": (_patterns, False),
+    "head distances": (_distances, False),
+    "deps mean": (_deps("mean"), True),
+    "deps max": (_deps("max"), True),
     "positions": (_positions(PositionOptions()), False),
-    "positions no special, identifiable only": (_positions(PositionOptions(drop_special=True, identifiable_only=True)),
-                                                False),
+    "positions no special, identifiable only": (
+        _positions(PositionOptions(drop_special=True, identifiable_only=True)),
+        False,
+    ),
     "relative-position histogram": (_histogram, False),
 }
 
@@ -293,8 +348,9 @@ BUILDERS = {
 @given(data=st.data())
 def test_merge_is_associative_and_order_independent(name, data):
     build, treebank = BUILDERS[name]
-    items = data.draw(st.lists(treebank_items() if treebank else runs().map(lambda r: (r, CorpusInput("x"))),
-                               min_size=3, max_size=9))
+    items = data.draw(
+        st.lists(treebank_items() if treebank else runs().map(lambda r: (r, CorpusInput("x"))), min_size=3, max_size=9)
+    )
     cut1 = data.draw(st.integers(0, len(items)))
     cut2 = data.draw(st.integers(cut1, len(items)))
     a, b, c = build(items[:cut1]), build(items[cut1:cut2]), build(items[cut2:])
@@ -314,6 +370,7 @@ def test_merge_is_associative_and_order_independent(name, data):
 
 # ---------- batch size ---------------------------------------------------------------------------------------------
 
+
 def _corpus_items() -> list[CorpusInput]:
     return read_text_corpus(CLASSROOM_SINGLE)[:10] + read_text_corpus(CLASSROOM_PAIRS)[:6]
 
@@ -323,7 +380,9 @@ def _treebank_items() -> list[Sentence]:
     for k, item in enumerate(read_text_corpus(CLASSROOM_SINGLE)[:12]):
         words = item.text_a.split()
         heads = [0] + [(i + k) % len(words) for i in range(1, len(words))]  # any heads in 0..m will do for counting
-        out.append(Sentence(words, None, item.line, heads=heads, deprels=[RELATIONS[(i + k) % 6] for i in range(len(words))]))
+        out.append(
+            Sentence(words, None, item.line, heads=heads, deprels=[RELATIONS[(i + k) % 6] for i in range(len(words))])
+        )
     return out
 
 
@@ -346,8 +405,9 @@ def batch_one(tiny_model):
     return _run_all(tiny_model, 1, _corpus_items(), _treebank_items())
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                HealthCheck.too_slow])
+@settings(
+    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(batch_size=st.integers(2, 40))
 def test_results_unchanged_by_batch_size(tiny_model, batch_one, batch_size):
     # floats only within the runner's batching tolerance (padding changes summation order)

@@ -30,8 +30,27 @@ def test_packaged_model_facts(minilm):
 
 def test_run_pair_tokens_segments_and_shapes(minilm):
     r = run(minilm, *PAIR)
-    assert r.tokens == ["[CLS]", "i", "went", "to", "the", "store", ".", "[SEP]", "at", "the", "store", ",", "i",
-                        "bought", "fresh", "straw", "##berries", ".", "[SEP]"]
+    assert r.tokens == [
+        "[CLS]",
+        "i",
+        "went",
+        "to",
+        "the",
+        "store",
+        ".",
+        "[SEP]",
+        "at",
+        "the",
+        "store",
+        ",",
+        "i",
+        "bought",
+        "fresh",
+        "straw",
+        "##berries",
+        ".",
+        "[SEP]",
+    ]
     assert r.segments.tolist() == [0] * 8 + [1] * 11
     assert r.cls_mask.nonzero()[0].tolist() == [0]
     assert r.sep_mask.nonzero()[0].tolist() == [7, 18]
@@ -97,7 +116,23 @@ def test_tiny_models_share_the_model_agnostic_path(tiny_model):
     assert r.tokens[0] == f.cls_token and r.tokens[-1] == f.sep_token
     assert r.cls_mask.sum() == 1 and r.sep_mask.sum() >= 2  # RoBERTa puts two </s> between the sentences
     assert set(r.segments.tolist()) == {0, 1}
-    assert [w for w in r.words] == "I went to the store . At the store , I bought fresh strawberries .".split()
+    assert [w for w in r.words] == [
+        "I",
+        "went",
+        "to",
+        "the",
+        "store",
+        ".",
+        "At",
+        "the",
+        "store",
+        ",",
+        "I",
+        "bought",
+        "fresh",
+        "strawberries",
+        ".",
+    ]
     scores = r.queries @ r.keys.transpose(0, 1, 3, 2) / np.sqrt(f.head_dim)
     soft = np.exp(scores - scores.max(-1, keepdims=True))
     np.testing.assert_allclose(soft / soft.sum(-1, keepdims=True), r.attentions, atol=1e-5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+
 import numpy as np
 import pytest
 import torch
@@ -16,7 +17,6 @@ from attnlib.engine import accumulate
 from attnlib.head_distances import HeadDistances
 from attnlib.scale import (
     ResultFileError,
-    ScaleError,
     dependency_counts_from_json,
     dependency_counts_to_json,
     engine_fill,
@@ -32,11 +32,12 @@ from attnlib.scale import (
     special_from_json,
     write_result_file,
 )
+from attnlib.shipped import EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS, SpecialTokenStats
-from conftest import EWT_DEV, ROOT, requires_ud
 
-requires_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                                  reason="Ray is not installed (pip install -r requirements-scale.txt)")
+requires_ray = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install -r requirements-scale.txt)"
+)
 N_SENTENCES = 40
 BATCH = 8  # 5 batches over 40 sentences, so shards hold several batches
 
@@ -45,13 +46,18 @@ def _all_accumulators():
     def all_accumulators(lm) -> list:
         """Special-token statistics, head distances and dependency counts: the statistics of `special` and `deps`."""
         f = lm.facts
-        return [SpecialTokenStats(f.n_layers, f.n_heads), HeadDistances(f.n_layers, f.n_heads),
-                DependencyCounts(f.n_layers, f.n_heads)]
+        return [
+            SpecialTokenStats(f.n_layers, f.n_heads),
+            HeadDistances(f.n_layers, f.n_heads),
+            DependencyCounts(f.n_layers, f.n_heads),
+        ]
 
     return all_accumulators
 
 
-all_accumulators = _all_accumulators()  # a local function: Ray workers get it by value (this module is not on their path)
+all_accumulators = (
+    _all_accumulators()
+)  # a local function: Ray workers get it by value (this module is not on their path)
 
 
 def assert_same_statistics(local: list, other: list) -> None:
@@ -97,7 +103,7 @@ def local_result(minilm, sentences):
 
 # --- shards of whole batches, without Ray ---------------------------------------------------------------------------
 
-@requires_ud
+
 def test_plan_is_the_batches_run_batches_forms(minilm, sentences, monkeypatch):
     seen = []
 
@@ -120,16 +126,18 @@ def test_shards_deal_batches_round_robin():
     assert shard_batches(batches, 9) == [[[i]] for i in range(5)]  # never an empty shard
 
 
-@requires_ud
 def test_shards_merged_equal_the_local_engine(minilm, sentences, local_result):
     shards = shard_batches(plan_batches(minilm, sentences, BATCH), 3)
     with torch_threads(1):
-        parts = [fill_shard(minilm, all_accumulators, engine_fill, [[sentences[i] for i in b] for b in shard], BATCH)
-                 for shard in shards]
+        parts = [
+            fill_shard(minilm, all_accumulators, engine_fill, [[sentences[i] for i in b] for b in shard], BATCH)
+            for shard in shards
+        ]
     assert_same_statistics(local_result, merge_all(parts))
 
 
 # --- Ray ------------------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def local_ray():
@@ -142,7 +150,6 @@ def local_ray():
 
 
 @requires_ray
-@requires_ud
 def test_ray_equals_local_for_special_and_deps(local_ray, sentences, local_result):
     run = run_accumulators("all-MiniLM-L6-v2", sentences, all_accumulators, engine="ray", workers=2, batch_size=BATCH)
     assert run.engine == "ray" and run.ray.n_shards == 4 and run.ray.threads == [1, 1, 1, 1]
@@ -150,7 +157,6 @@ def test_ray_equals_local_for_special_and_deps(local_ray, sentences, local_resul
 
 
 @requires_ray
-@requires_ud
 def test_deps_command_on_ray_equals_local_and_writes_the_result_file(local_ray, capsys, tmp_path):
     # the special command goes through the same run_corpus; one Ray job here keeps the suite short on 2 cores
     argv = ["deps", "--conllu", str(EWT_DEV), "--min-count", "1", "--limit", str(N_SENTENCES), "--json"]
@@ -168,20 +174,46 @@ def test_deps_command_on_ray_equals_local_and_writes_the_result_file(local_ray, 
 
 @requires_ray
 def test_ray_refuses_more_workers_than_cpus(local_ray, capsys):
-    assert cli.main(["special", "--corpus", str(ROOT / "data" / "classroom_single.txt"), "--limit", "2",
-                     "--engine", "ray", "--workers", "3", "--json"]) == 2
+    assert (
+        cli.main(
+            [
+                "special",
+                "--corpus",
+                str(ROOT / "data" / "classroom_single.txt"),
+                "--limit",
+                "2",
+                "--engine",
+                "ray",
+                "--workers",
+                "3",
+                "--json",
+            ]
+        )
+        == 2
+    )
     assert "needs 3 CPUs; the Ray cluster has 2" in capsys.readouterr().err
 
 
 # --- devices --------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 @pytest.mark.parametrize("engine", ["local", "ray"])
 def test_cuda_without_a_gpu_is_a_clear_error(capsys, engine):
     if engine == "ray" and importlib.util.find_spec("ray") is None:
         pytest.skip("Ray is not installed")
-    argv = ["special", "--corpus", str(ROOT / "data" / "classroom_single.txt"), "--limit", "2", "--device", "cuda",
-            "--engine", engine, "--json"]
+    argv = [
+        "special",
+        "--corpus",
+        str(ROOT / "data" / "classroom_single.txt"),
+        "--limit",
+        "2",
+        "--device",
+        "cuda",
+        "--engine",
+        engine,
+        "--json",
+    ]
     if engine == "ray":
         argv += ["--workers", "1"]
     assert cli.main(argv) == 2
@@ -191,12 +223,27 @@ def test_cuda_without_a_gpu_is_a_clear_error(capsys, engine):
 
 # --- result files ---------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def special_file(tmp_path_factory):
     """A result file of `special` with the head map, written by the command line."""
     path = tmp_path_factory.mktemp("results") / "special.json"
-    assert cli.main(["special", "--corpus", str(ROOT / "data" / "classroom_single.txt"), "--limit", "6",
-                     "--head-map", "--out", str(path), "--json"]) == 0
+    assert (
+        cli.main(
+            [
+                "special",
+                "--corpus",
+                str(ROOT / "data" / "classroom_single.txt"),
+                "--limit",
+                "6",
+                "--head-map",
+                "--out",
+                str(path),
+                "--json",
+            ]
+        )
+        == 0
+    )
     return path
 
 
@@ -210,13 +257,18 @@ def test_out_file_round_trip(special_file, capsys):
     from attnlib import __version__
 
     assert record.library_version == __version__
-    assert "computed by `python -m attnlib special` on classroom_single.txt (6 inputs) with all-MiniLM-L6-v2" \
+    assert (
+        "computed by `python -m attnlib special` on classroom_single.txt (6 inputs) with all-MiniLM-L6-v2"
         in record.provenance()
+    )
     special, hm = special_from_json(record.result)
     assert special.n_inputs == 6 and special.heads["cls"].shape == (6, 12)
     assert json_ready(special.to_json()) == {k: v for k, v in record.result.items() if k not in ("model", "head_map")}
-    assert hm.coords.shape == (72, 2) and hm.divergence.shape == (72, 72) and set(hm.labels) <= {
-        "next", "prev", "broad", "[CLS]", "[SEP]", "punctuation", "other"}
+    assert (
+        hm.coords.shape == (72, 2)
+        and hm.divergence.shape == (72, 72)
+        and set(hm.labels) <= {"next", "prev", "broad", "[CLS]", "[SEP]", "punctuation", "other"}
+    )
 
 
 def test_result_file_is_checked(special_file, tmp_path):
@@ -248,11 +300,11 @@ def test_nan_is_written_as_null_and_read_back(tmp_path, special_file):
     assert np.isnan(special.heads["sep_to_sep"][0, 0]) and not np.isnan(special.heads["sep_to_sep"][0, 1])
 
 
-@requires_ud
 def test_dependency_counts_round_trip(local_result, tmp_path):
     counts = local_result[2]
-    record = make_result_file("deps", "all-MiniLM-L6-v2", str(EWT_DEV), N_SENTENCES, {}, {"rows": []},
-                              state=dependency_counts_to_json(counts))
+    record = make_result_file(
+        "deps", "all-MiniLM-L6-v2", str(EWT_DEV), N_SENTENCES, {}, {"rows": []}, state=dependency_counts_to_json(counts)
+    )
     path = tmp_path / "deps.json"
     write_result_file(path, record)
     back = dependency_counts_from_json(read_result_file(path.read_bytes(), "deps").state)
@@ -268,6 +320,7 @@ def test_dependency_counts_round_trip(local_result, tmp_path):
 
 # --- the pages load result files ------------------------------------------------------------------------------------
 
+
 def _special_page():
     from streamlit.testing.v1 import AppTest
 
@@ -279,23 +332,28 @@ def _special_page():
 
 def test_special_page_loads_a_result_file(special_file):
     at = _special_page()
-    at.file_uploader(key="special_result_file").set_value(("special.json", special_file.read_bytes(),
-                                                           "application/json")).run()
+    at.file_uploader(key="special_result_file").set_value(
+        ("special.json", special_file.read_bytes(), "application/json")
+    ).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    assert any("computed by `python -m attnlib special` on classroom_single.txt (6 inputs) with all-MiniLM-L6-v2"
-               in i.value and "head_map=True" in i.value for i in at.info)
+    assert any(
+        "computed by `python -m attnlib special` on classroom_single.txt (6 inputs) with all-MiniLM-L6-v2" in i.value
+        and "head_map=True" in i.value
+        for i in at.info
+    )
     assert any("6 inputs from classroom_single.txt" in c.value for c in at.caption)
     assert any("Map of the heads" in c.proto.spec for c in at.get("plotly_chart"))
 
 
-@requires_ud
 def test_dependency_page_loads_a_result_file(tmp_path):
     from streamlit.testing.v1 import AppTest
 
     path = tmp_path / "deps.json"
-    assert cli.main(["deps", "--conllu", str(EWT_DEV), "--limit", "30", "--min-count", "1", "--out", str(path),
-                     "--json"]) == 0
+    assert (
+        cli.main(["deps", "--conllu", str(EWT_DEV), "--limit", "30", "--min-count", "1", "--out", str(path), "--json"])
+        == 0
+    )
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.session_state["deps_limit"] = 2  # the page computes once before the file is chosen
     at.switch_page("app_pages/dependency_heads.py").run()
@@ -314,8 +372,9 @@ def test_special_page_refuses_another_commands_file(special_file):
     record = json.loads(special_file.read_bytes())
     record["command"] = "positions"
     at = _special_page()
-    at.file_uploader(key="special_result_file").set_value(("other.json", json.dumps(record).encode(),
-                                                           "application/json")).run()
+    at.file_uploader(key="special_result_file").set_value(
+        ("other.json", json.dumps(record).encode(), "application/json")
+    ).run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("holds the result of `positions`" in e.value for e in at.error)
     assert any("2 inputs from" in c.value for c in at.caption)  # it computes instead
@@ -326,16 +385,37 @@ def test_local_global_page_loads_a_result_file(tmp_path, tiny_model_dir):
     from streamlit.testing.v1 import AppTest
 
     path = tmp_path / "positions.json"  # from a 2-layer, 4-head model: the page draws the file's own shapes
-    assert cli.main(["positions", "--corpus", str(ROOT / "data" / "classroom_single.txt"), "--limit", "2",
-                     "--probes", "2", "--model", str(tiny_model_dir), "--out", str(path), "--json"]) == 0
+    assert (
+        cli.main(
+            [
+                "positions",
+                "--corpus",
+                str(ROOT / "data" / "classroom_single.txt"),
+                "--limit",
+                "2",
+                "--probes",
+                "2",
+                "--model",
+                str(tiny_model_dir),
+                "--out",
+                str(path),
+                "--json",
+            ]
+        )
+        == 0
+    )
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.switch_page("app_pages/local_global.py").run()
-    at.file_uploader(key="local_global_result_file").set_value(("positions.json", path.read_bytes(),
-                                                                "application/json")).run()
+    at.file_uploader(key="local_global_result_file").set_value(
+        ("positions.json", path.read_bytes(), "application/json")
+    ).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    assert any("computed by `python -m attnlib positions` on classroom_single.txt (2 inputs)" in i.value
-               and "probes=2" in i.value for i in at.info)
+    assert any(
+        "computed by `python -m attnlib positions` on classroom_single.txt (2 inputs)" in i.value
+        and "probes=2" in i.value
+        for i in at.info
+    )
     assert any("2 inputs of classroom_single.txt" in c.value and "k = 2 random probes" in c.value for c in at.caption)
     assert any("Centre of mass" in s.value for s in at.subheader)
     grid = next(c.proto.spec for c in at.get("plotly_chart") if "Layer 1, every head" in c.proto.spec)

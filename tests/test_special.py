@@ -25,6 +25,7 @@ from attnlib.gradient_importance import (
 )
 from attnlib.model import bundled_model_path
 from attnlib.runner import RunResult, encode
+from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.special import (
     STAT_KEYS,
     SpecialTokenStats,
@@ -37,15 +38,16 @@ from attnlib.special import (
     rows_to_mask,
 )
 
-from tests.conftest import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, ROOT, requires_ud
-
 # One head over [CLS] hi . [SEP]; every row sums to 1.
-A = np.array([
-    [0.50, 0.25, 0.25, 0.00],
-    [0.10, 0.20, 0.30, 0.40],
-    [0.00, 0.00, 0.00, 1.00],
-    [0.25, 0.25, 0.25, 0.25],
-], dtype=np.float32)
+A = np.array(
+    [
+        [0.50, 0.25, 0.25, 0.00],
+        [0.10, 0.20, 0.30, 0.40],
+        [0.00, 0.00, 0.00, 1.00],
+        [0.25, 0.25, 0.25, 0.25],
+    ],
+    dtype=np.float32,
+)
 TOKENS = ["[CLS]", "hi", ".", "[SEP]"]
 CLS = np.array([1, 0, 0, 0], bool)
 SEP = np.array([0, 0, 0, 1], bool)
@@ -60,9 +62,18 @@ def smoothed_entropy(row: list[float]) -> float:
 def fake_result(attn: np.ndarray, tokens: list[str], cls: np.ndarray, sep: np.ndarray) -> RunResult:
     """A RunResult carrying given attention and tokens (special = CLS or SEP)."""
     n = len(tokens)
-    return RunResult(input_ids=list(range(n)), token_type_ids=None, tokens=tokens, segments=np.zeros(n, np.int8),
-                     word_ids=[None] * n, words=[], cls_mask=cls, sep_mask=sep, special_mask=cls | sep,
-                     attentions=attn.astype(np.float32))
+    return RunResult(
+        input_ids=list(range(n)),
+        token_type_ids=None,
+        tokens=tokens,
+        segments=np.zeros(n, np.int8),
+        word_ids=[None] * n,
+        words=[],
+        cls_mask=cls,
+        sep_mask=sep,
+        special_mask=cls | sep,
+        attentions=attn.astype(np.float32),
+    )
 
 
 def random_input(rng: np.random.Generator, layers: int = 2, heads: int = 3, pair: bool | None = None) -> RunResult:
@@ -81,6 +92,7 @@ def random_input(rng: np.random.Generator, layers: int = 2, heads: int = 3, pair
 
 
 # --- statistics on hand-worked arrays -------------------------------------------------------------------------
+
 
 def test_class_shares_by_hand():
     assert class_share(A, CLS) == pytest.approx((0.50 + 0.10 + 0.00 + 0.25) / 4)  # 0.2125
@@ -114,11 +126,17 @@ def test_entropy_by_hand():
 def test_input_statistics_by_hand():
     stats = input_statistics(A[None, None], CLS, SEP, np.array([0, 0, 1, 0], bool))
     expected = {
-        "cls": 0.2125, "sep": 0.4125, "punct": 0.2, "other": 0.175,
-        "prev": 0.35 / 4, "self": 0.95 / 4, "next": 1.55 / 4,
+        "cls": 0.2125,
+        "sep": 0.4125,
+        "punct": 0.2,
+        "other": 0.175,
+        "prev": 0.35 / 4,
+        "self": 0.95 / 4,
+        "next": 1.55 / 4,
         "entropy": np.mean([smoothed_entropy(r) for r in A.tolist()]),
         "cls_entropy": smoothed_entropy(A[0].tolist()),
-        "sep_to_sep": 0.25, "rest_to_sep": 1.4 / 3,
+        "sep_to_sep": 0.25,
+        "rest_to_sep": 1.4 / 3,
     }
     assert set(stats) == set(STAT_KEYS)
     for key, value in expected.items():
@@ -128,13 +146,16 @@ def test_input_statistics_by_hand():
 
 def test_pair_with_two_seps_by_hand():
     # [CLS] x [SEP] y [SEP]
-    a = np.array([
-        [0.2, 0.2, 0.2, 0.2, 0.2],
-        [0.0, 0.5, 0.5, 0.0, 0.0],
-        [0.0, 0.0, 0.6, 0.0, 0.4],
-        [0.1, 0.1, 0.1, 0.1, 0.6],
-        [0.0, 0.0, 0.3, 0.0, 0.7],
-    ], dtype=np.float32)
+    a = np.array(
+        [
+            [0.2, 0.2, 0.2, 0.2, 0.2],
+            [0.0, 0.5, 0.5, 0.0, 0.0],
+            [0.0, 0.0, 0.6, 0.0, 0.4],
+            [0.1, 0.1, 0.1, 0.1, 0.6],
+            [0.0, 0.0, 0.3, 0.0, 0.7],
+        ],
+        dtype=np.float32,
+    )
     cls = np.array([1, 0, 0, 0, 0], bool)
     sep = np.array([0, 0, 1, 0, 1], bool)
     stats = input_statistics(a[None, None], cls, sep, np.zeros(5, bool))
@@ -159,6 +180,7 @@ def test_heads_above():
 
 # --- the accumulator --------------------------------------------------------------------------------------------
 
+
 def test_accumulator_is_the_unweighted_mean_over_inputs():
     rng = np.random.default_rng(1)
     inputs = [random_input(rng) for _ in range(5)]
@@ -166,8 +188,9 @@ def test_accumulator_is_the_unweighted_mean_over_inputs():
     for r in inputs:
         acc.add(r, CorpusInput("x"))
     result = acc.result()
-    per_input = [input_statistics(r.attentions, r.cls_mask, r.sep_mask, punct_mask(r.tokens, r.special_mask))
-                 for r in inputs]
+    per_input = [
+        input_statistics(r.attentions, r.cls_mask, r.sep_mask, punct_mask(r.tokens, r.special_mask)) for r in inputs
+    ]
     assert result.n_inputs == 5
     for key in STAT_KEYS:
         np.testing.assert_allclose(result.heads[key], np.mean([s[key] for s in per_input], axis=0), rtol=1e-6)
@@ -189,7 +212,8 @@ def test_sep_to_sep_counts_only_inputs_with_sep_rows():
     alone.add(first)
     assert acc.result().heads["sep_to_sep"][0, 0] == pytest.approx(alone.result().heads["sep_to_sep"][0, 0])
     assert acc.result().heads["rest_to_sep"][0, 0] == pytest.approx(
-        (alone.result().heads["rest_to_sep"][0, 0] + 0.0) / 2)
+        (alone.result().heads["rest_to_sep"][0, 0] + 0.0) / 2
+    )
 
 
 def test_merging_two_halves_equals_the_whole():
@@ -222,6 +246,7 @@ def test_padding_never_enters(minilm):
 
 # --- the command line against transformers' own attentions -------------------------------------------------------
 
+
 def direct_statistics(pairs: list[tuple[str, str | None]]) -> dict[str, np.ndarray]:
     """Every statistic from transformers' own attentions, one input at a time, written out with torch ops."""
     from transformers import AutoModel, AutoTokenizer
@@ -243,20 +268,22 @@ def direct_statistics(pairs: list[tuple[str, str | None]]) -> dict[str, np.ndarr
         other = [i for i in range(n) if i not in sep and i != 0 and i not in punct]
         p = 0.9999 * attn + 0.0001 / n
         row_h = -(p * p.log()).sum(-1)
-        per_input.append({
-            "cls": attn[..., :, 0].mean(-1),
-            "sep": attn[..., :, sep].sum(-1).mean(-1),
-            "punct": attn[..., :, punct].sum(-1).mean(-1),
-            "other": attn[..., :, other].sum(-1).mean(-1),
-            "prev": sum(attn[..., i, i - 1] for i in range(1, n)) / n,
-            "self": sum(attn[..., i, i] for i in range(n)) / n,
-            "next": sum(attn[..., i, i + 1] for i in range(n - 1)) / n,
-            "entropy": row_h.mean(-1),
-            "cls_entropy": row_h[..., 0],
-            "sep_to_sep": attn[..., sep, :][..., sep].sum(-1).mean(-1),
-            "rest_to_sep": attn[..., rest, :][..., sep].sum(-1).mean(-1),
-            "log_n": torch.tensor(math.log(n), dtype=torch.float64),
-        })
+        per_input.append(
+            {
+                "cls": attn[..., :, 0].mean(-1),
+                "sep": attn[..., :, sep].sum(-1).mean(-1),
+                "punct": attn[..., :, punct].sum(-1).mean(-1),
+                "other": attn[..., :, other].sum(-1).mean(-1),
+                "prev": sum(attn[..., i, i - 1] for i in range(1, n)) / n,
+                "self": sum(attn[..., i, i] for i in range(n)) / n,
+                "next": sum(attn[..., i, i + 1] for i in range(n - 1)) / n,
+                "entropy": row_h.mean(-1),
+                "cls_entropy": row_h[..., 0],
+                "sep_to_sep": attn[..., sep, :][..., sep].sum(-1).mean(-1),
+                "rest_to_sep": attn[..., rest, :][..., sep].sum(-1).mean(-1),
+                "log_n": torch.tensor(math.log(n), dtype=torch.float64),
+            }
+        )
     return {key: torch.stack([s[key] for s in per_input]).mean(0).numpy() for key in per_input[0]}
 
 
@@ -282,7 +309,6 @@ def test_cli_matches_transformers_attentions(capsys, source):
     assert set(out["layers"][0]) == set(STAT_KEYS)
 
 
-@requires_ud
 def test_cli_reads_conllu_and_draws_the_head_map(capsys):
     out = run_cli(capsys, "--corpus", str(EWT_DEV), "--limit", "4", "--all-punct", "--head-map")
     assert out["n_inputs"] == 4 and out["punctuation"] == "all"
@@ -298,6 +324,7 @@ def test_cli_user_errors_exit_2(capsys, tmp_path):
 
 
 # --- gradient importance (METHODS §5) ----------------------------------------------------------------------------
+
 
 def test_gradient_importance_needs_an_mlm_head(minilm):
     assert minilm.mlm is None
@@ -379,6 +406,7 @@ def test_attention_gradient_matches_finite_differences(tiny_model_dir, tiny_mode
 
 
 # --- the page ----------------------------------------------------------------------------------------------------
+
 
 def test_page_runs_on_a_small_corpus():
     from streamlit.testing.v1 import AppTest

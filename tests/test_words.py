@@ -9,19 +9,25 @@ from attnlib.words import unit_labels, word_groups, word_level_attention
 
 # Tokens: [CLS] straw ##berries are [SEP]  -> units: [CLS], strawberries, are, [SEP]
 WORD_IDS = [None, 0, 0, 1, None]
-A = np.array([
-    [0.1, 0.2, 0.3, 0.2, 0.2],
-    [0.0, 0.5, 0.1, 0.2, 0.2],
-    [0.4, 0.1, 0.1, 0.2, 0.2],
-    [0.2, 0.2, 0.2, 0.2, 0.2],
-    [0.3, 0.1, 0.1, 0.1, 0.4],
-])
+A = np.array(
+    [
+        [0.1, 0.2, 0.3, 0.2, 0.2],
+        [0.0, 0.5, 0.1, 0.2, 0.2],
+        [0.4, 0.1, 0.1, 0.2, 0.2],
+        [0.2, 0.2, 0.2, 0.2, 0.2],
+        [0.3, 0.1, 0.1, 0.1, 0.4],
+    ]
+)
 
 
 def test_groups_keep_special_tokens_alone():
     assert word_groups(WORD_IDS) == [[0], [1, 2], [3], [4]]
     assert unit_labels(["[CLS]", "straw", "##berries", "are", "[SEP]"], ["strawberries", "are"], WORD_IDS) == [
-        "[CLS]", "strawberries", "are", "[SEP]"]
+        "[CLS]",
+        "strawberries",
+        "are",
+        "[SEP]",
+    ]
 
 
 def test_mean_rule_by_hand():

@@ -1,22 +1,16 @@
-"""The corpus chooser shared by the corpus pages: classroom set, an upload, or a UD treebank found on disk."""
+"""The corpus chooser shared by the corpus pages: classroom set, a shipped UD treebank, or an upload."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import streamlit as st
 
 from attnlib.corpus import CorpusError, CorpusInput, parse_conllu, parse_text_corpus, read_corpus
+from attnlib.shipped import CLASSROOM, TREEBANKS
 
-ROOT = Path(__file__).resolve().parents[1]
-CLASSROOM = {
-    "Classroom set: single sentences": ROOT / "data" / "classroom_single.txt",
-    "Classroom set: sentence pairs": ROOT / "data" / "classroom_pairs.tsv",
-}
-UD_DIR = ROOT.parent / "shared" / "data" / "ud"
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 
 Kind = Literal["any", "conllu"]
@@ -30,13 +24,6 @@ class CorpusChoice:
     fingerprint: str
     inputs: list[CorpusInput]
     is_conllu: bool
-
-
-def _ud_files() -> dict[str, Path]:
-    """UD treebanks beside the checkout (present in development and CI, absent on a public server)."""
-    if not UD_DIR.is_dir():
-        return {}
-    return {f"UD {p.stem}": p for p in sorted(UD_DIR.glob("*/*.conllu"))}
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -77,9 +64,12 @@ def _keep(widget_key: str) -> None:
 def _upload(key: str, label: str, types: list[str]) -> tuple[str, bytes] | None:
     """The uploaded file's (name, bytes): a new upload, else the one kept from an earlier visit; None when none."""
     kept = f"_kept_{key}_upload"
-    upload = st.file_uploader(label, type=types, key=f"{key}_upload",
-                              help="Text: one input per line, a TAB between sentence A and B. "
-                                   "CoNLL-U: Universal Dependencies format.")
+    upload = st.file_uploader(
+        label,
+        type=types,
+        key=f"{key}_upload",
+        help="Text: one input per line, a TAB between sentence A and B. CoNLL-U: Universal Dependencies format.",
+    )
     if upload is not None:
         data = upload_bytes(upload)
         if data is None:
@@ -95,7 +85,7 @@ def _upload(key: str, label: str, types: list[str]) -> tuple[str, bytes] | None:
 def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> CorpusChoice | None:
     """Draw the corpus widgets (in the sidebar) and return the chosen inputs, or None with a message shown."""
     files = {} if kind == "conllu" else dict(CLASSROOM)
-    files.update(_ud_files())
+    files.update(TREEBANKS)
     upload_label = "Upload a CoNLL-U file" if kind == "conllu" else "Upload a text or CoNLL-U file"
     with st.sidebar:
         st.subheader("Corpus")
@@ -104,10 +94,23 @@ def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> Cor
             st.session_state.pop(f"_kept_{key}_corpus", None)
         _restored(f"{key}_corpus", options[0])
         _restored(f"{key}_limit", default_limit)
-        choice = st.selectbox("Corpus", options, key=f"{key}_corpus", label_visibility="collapsed",
-                              on_change=_keep, args=(f"{key}_corpus",))
-        limit = st.number_input("Use at most this many inputs", 1, 100_000, step=50, key=f"{key}_limit",
-                                on_change=_keep, args=(f"{key}_limit",))
+        choice = st.selectbox(
+            "Corpus",
+            options,
+            key=f"{key}_corpus",
+            label_visibility="collapsed",
+            on_change=_keep,
+            args=(f"{key}_corpus",),
+        )
+        limit = st.number_input(
+            "Use at most this many inputs",
+            1,
+            100_000,
+            step=50,
+            key=f"{key}_limit",
+            on_change=_keep,
+            args=(f"{key}_limit",),
+        )
         try:
             if choice == upload_label:
                 uploaded = _upload(key, upload_label, ["conllu"] if kind == "conllu" else ["txt", "tsv", "conllu"])

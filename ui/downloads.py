@@ -26,5 +26,11 @@ def download_json(obj: dict, name: str, key: str) -> None:
 
 def download_figure(fig: go.Figure, name: str, key: str) -> None:
     """HTML download of a figure, built only on click; PNG comes from the camera icon of the figure's toolbar."""
-    st.download_button("Download figure (HTML)", lambda: figure_html(fig).encode(), f"{name}.html", "text/html", key=key,
-                       help="A standalone page that opens offline. For a PNG, use the camera icon above the figure.")
+    st.download_button(
+        "Download figure (HTML)",
+        lambda: figure_html(fig).encode(),
+        f"{name}.html",
+        "text/html",
+        key=key,
+        help="A standalone page that opens offline. For a PNG, use the camera icon above the figure.",
+    )

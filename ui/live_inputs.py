@@ -54,6 +54,8 @@ def run_or_explain(model_name: str, text_a: str, text_b: str) -> RunResult | Non
         st.warning(str(exc))
         return None
     if result.truncated:
-        st.warning(f"The input has {result.n_tokens_full} tokens; the model takes {result.n}, "
-                   "so it was truncated to the first tokens that fit.")
+        st.warning(
+            f"The input has {result.n_tokens_full} tokens; the model takes {result.n}, "
+            "so it was truncated to the first tokens that fit."
+        )
     return result

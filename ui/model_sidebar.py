@@ -10,8 +10,17 @@ import os
 import streamlit as st
 from streamlit.logger import get_logger
 
-from attnlib.model import (ALLOW_LOCAL_ENV, ALLOWED_MODELS_ENV, COMMON_MODELS, DEFAULT_MODEL, LoadedModel,
-                           ModelLoadError, check_allowed, load_model, parse_model_list)
+from attnlib.model import (
+    ALLOW_LOCAL_ENV,
+    ALLOWED_MODELS_ENV,
+    COMMON_MODELS,
+    DEFAULT_MODEL,
+    LoadedModel,
+    ModelLoadError,
+    check_allowed,
+    load_model,
+    parse_model_list,
+)
 
 OTHER = "Other (Hub id or local folder)…"
 LOAD_LOG_LINE = "attnlib: loading model"  # logged once per model and server process (the load test counts it)
@@ -25,7 +34,7 @@ def _setting(env_name: str, secret_key: str):
         return value
     try:
         return st.secrets.get(secret_key) if st.secrets.load_if_toml_exists() else None
-    except Exception:  # noqa: BLE001 - an unreadable secrets file means "not set"; Streamlit logs why
+    except Exception:
         return None
 
 
@@ -64,7 +73,7 @@ def _try_load(name: str) -> tuple[LoadedModel | None, str | None]:
             return cached_model(name, local_models_allowed()), None
     except ModelLoadError as exc:
         return None, str(exc)
-    except Exception as exc:  # noqa: BLE001 - any loader failure becomes a message, never a traceback
+    except Exception as exc:
         return None, f"Loading '{name}' failed ({type(exc).__name__})."
 
 
@@ -85,12 +94,19 @@ def model_sidebar() -> LoadedModel:
         state.model_choice = state.model_name if state.model_name in options else OTHER
         state.model_custom = "" if state.model_name in options else state.model_name
     if state.model_choice not in options:  # a link to a model that this server's allow-list leaves out
-        st.sidebar.error(f"'{state.model_name}' is not one of the models this server allows.\n\nUsing **{DEFAULT_MODEL}**.")
+        st.sidebar.error(
+            f"'{state.model_name}' is not one of the models this server allows.\n\nUsing **{DEFAULT_MODEL}**."
+        )
         state.model_choice = state.model_name = DEFAULT_MODEL
     with st.sidebar:
         st.subheader("Model")
-        st.selectbox("Model", options, key="model_choice", label_visibility="collapsed",
-                     help="all-MiniLM-L6-v2 ships with the app and works offline; the others download from the Hub.")
+        st.selectbox(
+            "Model",
+            options,
+            key="model_choice",
+            label_visibility="collapsed",
+            help="all-MiniLM-L6-v2 ships with the app and works offline; the others download from the Hub.",
+        )
         if state.model_choice == OTHER:
             st.text_input("Hub id or local folder", key="model_custom", placeholder="e.g. bert-base-uncased")
         requested = _requested_name()
@@ -109,8 +125,10 @@ def model_sidebar() -> LoadedModel:
             state.model_name = DEFAULT_MODEL
             lm, _ = _try_load(DEFAULT_MODEL)
         f = lm.facts
-        st.caption(f"{f.model_type}: {f.n_layers} layers × {f.n_heads} heads, head size {f.head_dim}, "
-                   f"max {f.max_length} tokens, special tokens {f.cls_token} {f.sep_token}")
+        st.caption(
+            f"{f.model_type}: {f.n_layers} layers × {f.n_heads} heads, head size {f.head_dim}, "
+            f"max {f.max_length} tokens, special tokens {f.cls_token} {f.sep_token}"
+        )
     st.query_params["model"] = state.model_name
     return lm
 

@@ -21,8 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the `deps` command."""
     p = sub.add_parser("deps", help="dependency-head accuracy of every head on a CoNLL-U file (Clark et al. Table 1)")
     p.add_argument("--conllu", required=True, help="path of a CoNLL-U file (gold trees)")
-    p.add_argument("--min-count", type=_non_negative, default=100,
-                   help="list relations with at least this many dependents (default 100); 'all' is always listed")
+    p.add_argument(
+        "--min-count",
+        type=_non_negative,
+        default=100,
+        help="list relations with at least this many dependents (default 100); 'all' is always listed",
+    )
     p.add_argument("--limit", type=positive_int, default=None, help="use only the first N sentences")
     from ..cli import add_model_option
 

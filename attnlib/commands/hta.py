@@ -14,8 +14,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hta", help="Hidden Token Attribution per head (input and previous-layer contribution)")
     p.add_argument("--text", required=True, help="sentence A")
     p.add_argument("--pair", default=None, help="sentence B (optional)")
-    p.add_argument("--mode", choices=MODES, default="exact", help="exact (forward-mode Jacobian) or estimate (random probes)")
-    p.add_argument("--probes", type=positive_int, default=DEFAULT_PROBES, help=f"probes per token in estimate mode (default {DEFAULT_PROBES})")
+    p.add_argument(
+        "--mode", choices=MODES, default="exact", help="exact (forward-mode Jacobian) or estimate (random probes)"
+    )
+    p.add_argument(
+        "--probes",
+        type=positive_int,
+        default=DEFAULT_PROBES,
+        help=f"probes per token in estimate mode (default {DEFAULT_PROBES})",
+    )
     from ..cli import add_model_option
 
     add_model_option(p)

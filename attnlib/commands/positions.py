@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from functools import partial
-from typing import Sequence
 
 from ..attribution import DEFAULT_PROBES, MODES
 from ..corpus import CorpusInput, read_corpus
@@ -20,9 +20,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", required=True, help="text file (one input per line, TAB between A and B) or .conllu")
     p.add_argument("--limit", type=positive_int, default=None, help="use at most this many inputs")
     p.add_argument("--mode", choices=MODES, default="estimate", help="attribution mode (default estimate)")
-    p.add_argument("--probes", type=positive_int, default=DEFAULT_PROBES, help=f"probes per token in estimate mode (default {DEFAULT_PROBES})")
+    p.add_argument(
+        "--probes",
+        type=positive_int,
+        default=DEFAULT_PROBES,
+        help=f"probes per token in estimate mode (default {DEFAULT_PROBES})",
+    )
     p.add_argument("--drop-special", action="store_true", help="drop CLS/SEP as queries and keys of the histograms")
-    p.add_argument("--identifiable-only", action="store_true", help="keep only inputs no longer than the head dimension")
+    p.add_argument(
+        "--identifiable-only", action="store_true", help="keep only inputs no longer than the head dimension"
+    )
     from ..cli import add_model_option
 
     add_model_option(p)
@@ -36,8 +43,14 @@ def position_accumulators(lm: LoadedModel, options: PositionOptions) -> list:
     return [PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, options)]
 
 
-def fill_positions(lm: LoadedModel, inputs: Sequence[CorpusInput], accumulators: list, batch_size: int,
-                   progress: Progress | None, options: PositionOptions) -> list:
+def fill_positions(
+    lm: LoadedModel,
+    inputs: Sequence[CorpusInput],
+    accumulators: list,
+    batch_size: int,
+    progress: Progress | None,
+    options: PositionOptions,
+) -> list:
     """Positions run their own corpus loop (attention in batches, then each input's attribution): run it and merge."""
     return [accumulators[0].merge(accumulate_positions(lm, inputs, options, progress, batch_size))]
 
@@ -45,10 +58,12 @@ def fill_positions(lm: LoadedModel, inputs: Sequence[CorpusInput], accumulators:
 def handle(args: argparse.Namespace) -> dict:
     """n_inputs, centres of mass per layer, histograms [layer][head][offset], correlations [layer][head] (0-based)."""
     inputs = read_corpus(args.corpus, args.limit)
-    options = PositionOptions(mode=args.mode, probes=args.probes, drop_special=args.drop_special,
-                              identifiable_only=args.identifiable_only)
-    run = run_corpus(args, partial(position_accumulators, options=options), inputs,
-                     fill=partial(fill_positions, options=options))
+    options = PositionOptions(
+        mode=args.mode, probes=args.probes, drop_special=args.drop_special, identifiable_only=args.identifiable_only
+    )
+    run = run_corpus(
+        args, partial(position_accumulators, options=options), inputs, fill=partial(fill_positions, options=options)
+    )
     out = {"model": run.facts.name, **run.accumulators[0].result().to_dict()}
     save_result(args, args.corpus, len(inputs), run, out)
     return out

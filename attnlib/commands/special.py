@@ -15,7 +15,9 @@ from ..special import SpecialTokenStats
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `special` command."""
     p = sub.add_parser("special", help="attention to [CLS], [SEP] and punctuation per layer and head over a corpus")
-    p.add_argument("--corpus", required=True, help="a text file (one input per line, TAB between A and B) or a .conllu file")
+    p.add_argument(
+        "--corpus", required=True, help="a text file (one input per line, TAB between A and B) or a .conllu file"
+    )
     p.add_argument("--limit", type=int, default=None, help="use at most this many inputs")
     p.add_argument("--all-punct", action="store_true", help="count every punctuation token, not only '.' and ','")
     p.add_argument("--head-map", action="store_true", help="add the JS-divergence head map (METHODS §4)")
