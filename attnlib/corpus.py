@@ -6,8 +6,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MAX_LINE_CHARS = 20_000
-
 
 class CorpusError(ValueError):
     """A corpus file cannot be read; the message names the file and the line."""
@@ -60,8 +58,6 @@ def parse_text_corpus(text: str, name: str = "text") -> list[CorpusInput]:
         line = raw.strip("\r\n")
         if not line.strip():
             continue
-        if len(line) > MAX_LINE_CHARS:
-            raise CorpusError(f"{name}, line {number}: longer than {MAX_LINE_CHARS} characters.")
         parts = line.split("\t")
         if len(parts) > 2:
             raise CorpusError(

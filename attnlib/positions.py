@@ -176,6 +176,7 @@ class PositionsResult:
     attribution_head_com: np.ndarray  # [layers, heads]
     correlation: dict[str, np.ndarray]  # CORRELATIONS -> [layers, heads]
     options: PositionOptions
+    n_truncated: int = 0  # inputs longer than the model takes, cut to its maximum length
 
     @property
     def attention_center_of_mass(self) -> np.ndarray:
@@ -198,6 +199,7 @@ class PositionsResult:
                 "n_skipped_longer_than_head_dim": self.n_skipped,
                 "n_longer_than_head_dim": self.n_longer,
                 "head_dim": self.head_dim,
+                "n_truncated": self.n_truncated,
                 "options": asdict(self.options),
                 "attention_center_of_mass": self.attention_center_of_mass,
                 "attribution_center_of_mass": self.attribution_center_of_mass,
@@ -235,6 +237,7 @@ class PositionsResult:
             attribution_head_com=arr(d["attribution_head_center_of_mass"]),
             correlation={name: arr(d["correlation"][name]) for name in CORRELATIONS},
             options=PositionOptions(**d["options"]),
+            n_truncated=d.get("n_truncated", 0),
         )
 
 
@@ -273,6 +276,7 @@ class PositionAccumulator:
     n_inputs: int = 0
     n_skipped: int = 0
     n_longer: int = 0
+    n_truncated: int = 0
 
     def __post_init__(self) -> None:
         L, H = self.n_layers, self.n_heads
@@ -298,6 +302,7 @@ class PositionAccumulator:
         self.input_correlation.add_maps(result.attentions, attribution.input)
         self.n_inputs += 1
         self.n_longer += int(result.n > self.head_dim)
+        self.n_truncated += int(result.truncated)
 
     def merge(self, other: PositionAccumulator) -> PositionAccumulator:
         """The accumulator over both corpora (same options)."""
@@ -315,6 +320,7 @@ class PositionAccumulator:
             self.n_inputs + other.n_inputs,
             self.n_skipped + other.n_skipped,
             self.n_longer + other.n_longer,
+            self.n_truncated + other.n_truncated,
         )
 
     def result(self) -> PositionsResult:
@@ -334,6 +340,7 @@ class PositionAccumulator:
             attribution_head_com=self.attribution.center_of_mass(),
             correlation=dict(zip(CORRELATIONS, (pearson_prev, spearman_prev, pearson_in, spearman_in))),
             options=self.options,
+            n_truncated=self.n_truncated,
         )
 
 

@@ -287,6 +287,26 @@ def test_cli_not_utf8_and_empty_corpus(tmp_path, capsys):
         assert code == 2 and message in _one_clear_line(err), (name, err)
 
 
+LONG_LINE_CORPUS = f"{VALID}\n{LONG_TEXT}.\nA dog barked.\n"  # the middle line: 5,000 words, about 25,000 characters
+
+
+def test_library_corpus_keeps_a_very_long_line(tmp_path):
+    path = tmp_path / "long.txt"
+    path.write_text(LONG_LINE_CORPUS)
+    inputs = read_corpus(str(path))
+    assert [len(str(i.text_a)) for i in inputs] == [len(VALID), len(LONG_TEXT) + 1, len("A dog barked.")]
+
+
+@pytest.mark.parametrize("command", ["special", "positions"])
+def test_cli_long_corpus_line_is_truncated_and_counted(tiny_model_dir, tmp_path, command, capsys):
+    path = tmp_path / "long.txt"
+    path.write_text(LONG_LINE_CORPUS)
+    extra = ["--probes", "1"] if command == "positions" else []
+    code, out, err = _cli(command, "--corpus", str(path), "--model", str(tiny_model_dir), *extra, "--json", capsys=capsys)
+    assert code == 0, err
+    assert out["n_inputs"] == 3 and out["n_truncated"] == 1
+
+
 # ---------- the app (Streamlit AppTest) ----------------------------------------------------------------------------
 
 
