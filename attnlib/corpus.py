@@ -96,7 +96,10 @@ def _parse_block(block: list[tuple[int, str]], name: str) -> Sentence:
     from conllu.exceptions import ParseException
 
     sent_id = ""
-    words, heads, deprels, lines = [], [], [], []
+    words: list[str] = []
+    heads: list[int] = []
+    deprels: list[str] = []
+    lines: list[int] = []
     for number, line in block:
         if line.startswith("#"):
             if line.startswith("# sent_id"):
@@ -161,7 +164,7 @@ def read_conllu(source: str | Path | bytes, name: str | None = None) -> list[Sen
 def read_corpus(source: str | Path, limit: int | None = None) -> list[CorpusInput]:
     """Read a .conllu file or a plain-text corpus, keeping the first `limit` inputs."""
     is_conllu = str(source).lower().endswith((".conllu", ".conll"))
-    inputs = read_conllu(source) if is_conllu else read_text_corpus(source)
+    inputs: list[CorpusInput] = [*read_conllu(source)] if is_conllu else read_text_corpus(source)
     if not inputs:
         raise CorpusError(f"{source}: no usable input in the file.")
     return inputs[:limit] if limit else inputs

@@ -178,9 +178,9 @@ class DependencyCounts:
     n_heads: int
     rule: RowRule = "mean"
     relations: list[str] = field(default_factory=list)
-    totals: np.ndarray | None = None  # [2, R] dependents
-    head_hits: np.ndarray | None = None  # [2, R, L, H, 2] correct predictions, direction last (0 = dep->head)
-    offset_hits: np.ndarray | None = None  # [2, R, K] correct baseline predictions per offset in OFFSETS
+    totals: np.ndarray = field(default=None)  # [2, R] dependents; the three count arrays are made in __post_init__
+    head_hits: np.ndarray = field(default=None)  # [2, R, L, H, 2] correct predictions, direction last (0 = dep->head)
+    offset_hits: np.ndarray = field(default=None)  # [2, R, K] correct baseline predictions per offset in OFFSETS
     n_sentences: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
     n_words: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
     n_skipped: int = 0  # sentences longer than the model takes

@@ -68,8 +68,8 @@ class GradientImportanceSums:
 
     n_layers: int
     n_heads: int
-    sep: np.ndarray = field(default=None)  # type: ignore[assignment]
-    all: np.ndarray = field(default=None)  # type: ignore[assignment]
+    sep: np.ndarray = field(default=None)  # [layers], made in __post_init__
+    all: np.ndarray = field(default=None)
     n_inputs: int = 0
 
     def __post_init__(self) -> None:
@@ -110,6 +110,9 @@ def batch_attention_gradients(
     lm: LoadedModel, encoded: Sequence[Encoded], first_index: int = 0, seed: int = DEFAULT_SEED, rate: float = MASK_RATE
 ) -> list[np.ndarray]:
     """dLoss/dA [layers, heads, n, n] of each input, where each input's loss is its own mean masked-LM loss."""
+    reason = unavailable_reason(lm)
+    if reason is not None or lm.mlm is None:
+        raise ValueError(reason)
     batch, labels = _masked_batch(lm, encoded, first_index, seed, rate)
     with torch.enable_grad():
         out = lm.mlm(**batch, output_attentions=True)

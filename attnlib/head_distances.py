@@ -100,7 +100,7 @@ class HeadDistances:
 
     def _flush(self) -> None:
         """Move the buffered rows into the sums (the accumulated value does not change)."""
-        if self._fill:
+        if self._fill and self._buffer is not None:
             self.divergence += _pairwise_block(self._buffer[:, : self._fill])
             self._fill = 0
 

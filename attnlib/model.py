@@ -8,8 +8,12 @@ import socket
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 BUNDLED_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"}
@@ -53,11 +57,11 @@ class LoadedModel:
     """An encoder in eval mode, its tokenizer, its facts, and the masked-LM model when one is trained."""
 
     encoder: torch.nn.Module
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     facts: ModelFacts
     mlm: torch.nn.Module | None
     device: str = "cpu"
-    word_tokenizer: object = None  # for inputs already split into words (byte-level BPE needs a prefix space)
+    word_tokenizer: PreTrainedTokenizerBase | None = None  # for word lists (byte-level BPE needs a prefix space)
 
 
 def bundled_model_path() -> Path:

@@ -82,8 +82,8 @@ class PatternAccumulator:
 
     n_layers: int
     n_heads: int
-    sums: np.ndarray = field(default=None)  # type: ignore[assignment]  # [patterns, layers, heads]
-    counts: np.ndarray = field(default=None)  # type: ignore[assignment]  # [patterns]
+    sums: np.ndarray = field(default=None)  # [patterns, layers, heads]
+    counts: np.ndarray = field(default=None)  # [patterns]
 
     def __post_init__(self) -> None:
         if self.sums is None:

@@ -66,10 +66,9 @@ def encode(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = No
     _check_text(text_a, "Sentence A")
     _check_text(text_b, "Sentence B")
     split = not isinstance(text_a, str)
-    tok = lm.word_tokenizer if split else lm.tokenizer
-    args = (text_a,) if text_b is None else (text_a, text_b)
-    if split:
-        args = tuple(list(t) for t in args)
+    tok = (lm.word_tokenizer or lm.tokenizer) if split else lm.tokenizer
+    texts = [text_a] if text_b is None else [text_a, text_b]
+    args = tuple(list(t) for t in texts) if split else tuple(texts)
     kw = dict(is_split_into_words=split, return_special_tokens_mask=True)
     n_full = len(tok(*args, truncation=False, **kw)["input_ids"])
     truncated = n_full > lm.facts.max_length

@@ -46,4 +46,8 @@ def word_level_attention(attn: np.ndarray, word_ids: Sequence[int | None], rule:
 
 def unit_labels(tokens: Sequence[str], words: Sequence[str], word_ids: Sequence[int | None]) -> list[str]:
     """Label of each unit: the word for word groups, the token itself for special tokens."""
-    return [tokens[g[0]] if word_ids[g[0]] is None else words[word_ids[g[0]]] for g in word_groups(word_ids)]
+    labels = []
+    for group in word_groups(word_ids):
+        word = word_ids[group[0]]
+        labels.append(tokens[group[0]] if word is None else words[word])
+    return labels

@@ -302,7 +302,9 @@ def test_cli_long_corpus_line_is_truncated_and_counted(tiny_model_dir, tmp_path,
     path = tmp_path / "long.txt"
     path.write_text(LONG_LINE_CORPUS)
     extra = ["--probes", "1"] if command == "positions" else []
-    code, out, err = _cli(command, "--corpus", str(path), "--model", str(tiny_model_dir), *extra, "--json", capsys=capsys)
+    code, out, err = _cli(
+        command, "--corpus", str(path), "--model", str(tiny_model_dir), *extra, "--json", capsys=capsys
+    )
     assert code == 0, err
     assert out["n_inputs"] == 3 and out["n_truncated"] == 1
 
