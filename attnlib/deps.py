@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .corpus import CorpusInput, Sentence
+from .engine import MADE_IN_POST_INIT
 from .runner import RunResult
 from .words import RowRule, word_level_attention
 
@@ -49,7 +50,7 @@ def predict_heads(word_map: np.ndarray) -> np.ndarray:
     return np.stack([inner.argmax(axis=-1), inner.argmax(axis=-2)]) + 1
 
 
-def offset_hits(heads: Sequence[int]) -> np.ndarray:
+def offset_hits(heads: Sequence[int] | np.ndarray) -> np.ndarray:
     """bool [len(OFFSETS), m]: whether head = i + k (1-based, inside 1..m) is word i's gold head."""
     gold = np.asarray(heads)
     m = len(gold)
@@ -178,9 +179,9 @@ class DependencyCounts:
     n_heads: int
     rule: RowRule = "mean"
     relations: list[str] = field(default_factory=list)
-    totals: np.ndarray = field(default=None)  # [2, R] dependents; the three count arrays are made in __post_init__
-    head_hits: np.ndarray = field(default=None)  # [2, R, L, H, 2] correct predictions, direction last (0 = dep->head)
-    offset_hits: np.ndarray = field(default=None)  # [2, R, K] correct baseline predictions per offset in OFFSETS
+    totals: np.ndarray = MADE_IN_POST_INIT  # [2, R] dependents
+    head_hits: np.ndarray = MADE_IN_POST_INIT  # [2, R, L, H, 2] correct predictions, direction last (0 = dep->head)
+    offset_hits: np.ndarray = MADE_IN_POST_INIT  # [2, R, K] correct baseline predictions per offset in OFFSETS
     n_sentences: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
     n_words: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
     n_skipped: int = 0  # sentences longer than the model takes

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .corpus import CorpusInput
 from .model import LoadedModel
 from .runner import RunResult, run_batches
 
 A = TypeVar("A", bound="Accumulator")
+MADE_IN_POST_INIT: Any = None  # default of an accumulator's arrays, which __post_init__ makes from its sizes
 
 
 class Accumulator(Protocol):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .corpus import CorpusInput
+from .engine import MADE_IN_POST_INIT
 from .model import LoadedModel
 from .runner import Encoded, encode, model_inputs
 
@@ -68,8 +69,8 @@ class GradientImportanceSums:
 
     n_layers: int
     n_heads: int
-    sep: np.ndarray = field(default=None)  # [layers], made in __post_init__
-    all: np.ndarray = field(default=None)
+    sep: np.ndarray = MADE_IN_POST_INIT  # [layers]
+    all: np.ndarray = MADE_IN_POST_INIT
     n_inputs: int = 0
 
     def __post_init__(self) -> None:

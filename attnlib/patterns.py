@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from .corpus import CorpusInput
+from .engine import MADE_IN_POST_INIT
 from .runner import RunResult
 
 PATTERNS: dict[str, str] = {
@@ -82,8 +83,8 @@ class PatternAccumulator:
 
     n_layers: int
     n_heads: int
-    sums: np.ndarray = field(default=None)  # [patterns, layers, heads]
-    counts: np.ndarray = field(default=None)  # [patterns]
+    sums: np.ndarray = MADE_IN_POST_INIT  # [patterns, layers, heads]
+    counts: np.ndarray = MADE_IN_POST_INIT  # [patterns]
 
     def __post_init__(self) -> None:
         if self.sums is None:

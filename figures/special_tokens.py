@@ -191,9 +191,9 @@ def entropy_figure(entropy: np.ndarray, cls_entropy: np.ndarray, uniform: float)
 def head_map_figure(coords: np.ndarray, layers: np.ndarray, heads: np.ndarray, labels: Sequence[str]) -> go.Figure:
     """The heads embedded in 2-D by their JS distances, coloured by behaviour (Clark Fig. 6)."""
     fig = go.Figure()
-    labels = np.asarray(labels)
+    label_array = np.asarray(labels)
     for behaviour, colour in BEHAVIOUR_COLOURS.items():
-        idx = np.flatnonzero(labels == behaviour)
+        idx = np.flatnonzero(label_array == behaviour)
         if not len(idx):
             continue
         names = [head_label(int(l), int(h)) for l, h in zip(layers[idx], heads[idx])]

@@ -10,9 +10,10 @@ if [ ! -x .venv/bin/python ]; then
   .venv/bin/python -m pip install -q --upgrade pip
 fi
 stamp=".venv/.installed-$(basename "$req")"
-hash=$(cat "$req" requirements.txt | sha256sum | cut -d' ' -f1)
+hash=$(cat "$req" requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
   echo "Installing $req into .venv (first run takes a few minutes)"
   .venv/bin/python -m pip install -q -r "$req"
+  .venv/bin/python -m pip install -q --no-deps -e .  # attnlib importable from anywhere, and the `attnlib` command
   echo "$hash" > "$stamp"
 fi

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# One command to run every test, browser tests included: sets up .venv and Debian's Chromium, then pytest.
+# One command to check everything: sets up .venv (attnlib installed editable) and Debian's Chromium, runs ruff
+# (lint and format check) and mypy, then pytest. Extra arguments go to pytest, e.g. the quick tier:
+#   bash scripts/test.sh -m "not slow and not browser"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh requirements-dev.txt
@@ -10,4 +12,8 @@ if [ ! -x /usr/bin/chromium ]; then
   $sudo_cmd apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q chromium
 fi
+echo "ruff check, ruff format --check, mypy"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"
