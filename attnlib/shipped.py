@@ -23,3 +23,14 @@ TREEBANKS = {
     "UD English EWT test (gold)": EWT_TEST,
     "UD English PUD test (gold)": PUD_TEST,
 }
+METHODS = ROOT / "docs" / "METHODS.md"
+
+
+def methods_section(number: int) -> str:
+    """The text of one numbered section of docs/METHODS.md, heading included ("" when there is no such section)."""
+    text = METHODS.read_text(encoding="utf-8")
+    start = text.find(f"\n## {number}. ")
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + 1)
+    return text[start + 1 : end if end >= 0 else len(text)].strip()

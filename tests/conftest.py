@@ -202,3 +202,11 @@ def screenshot_dir():
     folder = ROOT / "test-output" / "screenshots"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def pytest_collection_modifyitems(items):
+    """Every test that drives Chromium is a browser test, and a slow one (it starts with a Streamlit server)."""
+    for item in items:
+        if {"browser", "streamlit_server"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.browser)
+            item.add_marker(pytest.mark.slow)

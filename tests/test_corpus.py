@@ -82,3 +82,14 @@ def test_ewt_dev_reads_whole():
     assert len(sentences) == 2001
     assert all(len(s.heads) == len(s.words) == len(s.deprels) for s in sentences)
     assert sum(h == 0 for s in sentences for h in s.heads) == 2001  # one root per sentence
+
+
+def test_methods_sections_are_in_the_repository():
+    from attnlib.shipped import METHODS, methods_section
+
+    assert METHODS.is_file()
+    for number in range(1, 15):
+        section = methods_section(number)
+        assert section.startswith(f"## {number}. "), number
+        assert f"## {number + 1}. " not in section
+    assert methods_section(15) == ""
