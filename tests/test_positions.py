@@ -99,13 +99,13 @@ def test_row_correlations_match_scipy_and_skip_constant_rows():
     assert sums.rows[0, 0] == 2
 
 
-def _fake_input(attention, special):
+def _fake_input(attention, special, truncated=False):
     n = attention.shape[-1]
     cls = np.zeros(n, bool)
     cls[0] = True
     sep = np.zeros(n, bool)
     sep[-1] = special
-    return SimpleNamespace(attentions=attention, cls_mask=cls, sep_mask=sep, n=n)
+    return SimpleNamespace(attentions=attention, cls_mask=cls, sep_mask=sep, n=n, truncated=truncated)
 
 
 def test_accumulator_options_counts_and_round_trip():
@@ -113,10 +113,10 @@ def test_accumulator_options_counts_and_round_trip():
     acc = PositionAccumulator(2, 2, head_dim=4, options=PositionOptions(drop_special=True, identifiable_only=True))
     short = rng.dirichlet(np.ones(4), size=(2, 2, 4))
     assert acc.wants(4) and not acc.wants(5)
-    acc.add(_fake_input(short, True), Attribution([], short[::-1].copy(), short.copy(), "exact", None))
+    acc.add(_fake_input(short, True, truncated=True), Attribution([], short[::-1].copy(), short.copy(), "exact", None))
     acc.skip()
     r = acc.result()
-    assert (r.n_inputs, r.n_skipped, r.n_longer) == (1, 1, 0)
+    assert (r.n_inputs, r.n_skipped, r.n_longer, r.n_truncated) == (1, 1, 0, 1)
     keep = np.array([False, True, True, False])
     expected, counts = relative_position_sums(short, keep)
     np.testing.assert_allclose(
@@ -126,7 +126,7 @@ def test_accumulator_options_counts_and_round_trip():
     back = PositionsResult.from_dict(json.loads(json.dumps(r.to_dict(), allow_nan=False)))
     np.testing.assert_allclose(back.attribution_histograms, r.attribution_histograms)
     np.testing.assert_allclose(back.attention_center_of_mass, r.attention_center_of_mass)
-    assert back.options == r.options
+    assert back.options == r.options and back.n_truncated == 1
 
 
 def test_corpus_halves_merge_into_the_whole(tiny_model, tmp_path):
