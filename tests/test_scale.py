@@ -12,26 +12,19 @@ import torch
 
 from attnlib import cli, runner
 from attnlib.corpus import read_conllu
-from attnlib.deps import DependencyCounts
+from attnlib.deps import DependencyCounts, dependency_counts_from_json, dependency_counts_to_json
 from attnlib.engine import accumulate
-from attnlib.head_distances import HeadDistances
-from attnlib.scale import (
-    ResultFileError,
-    dependency_counts_from_json,
-    dependency_counts_to_json,
+from attnlib.engines import (
     engine_fill,
     fill_shard,
-    json_ready,
-    make_result_file,
     merge_all,
     plan_batches,
     ray_runtime_env,
-    read_result_file,
     run_accumulators,
     shard_batches,
-    special_from_json,
-    write_result_file,
 )
+from attnlib.head_distances import HeadDistances, special_from_json
+from attnlib.results import ResultFileError, json_ready, make_result_file, read_result_file, write_result_file
 from attnlib.shipped import EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS, SpecialTokenStats
 
