@@ -126,3 +126,23 @@ def test_run_exits_with_the_status_of_main(capsys, monkeypatch):
         cli.run()
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip() == "error: Sentence A is empty: type a sentence."
+
+
+def test_commands_import_at_module_level():
+    """No import inside a function of the command line (a lazy import there used to dodge an import cycle)."""
+    import ast
+
+    files = [
+        ROOT / "attnlib" / "cli.py",
+        ROOT / "attnlib" / "cli_options.py",
+        *(ROOT / "attnlib" / "commands").glob("*.py"),
+    ]
+    inner = [
+        f"{path.name}:{node.lineno}"
+        for path in files
+        for func in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(func, ast.FunctionDef)
+        for node in ast.walk(func)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
+    assert len(files) >= 7 and inner == []
