@@ -169,6 +169,22 @@ def _check_cluster(ray, workers: int, cpus_per_worker: float, gpus_per_worker: f
         )
 
 
+def _shard_dataset(ray, rows: list[dict], worker_args: dict, pool: int, cpus: float, gpus: float):
+    """The Ray Data pipeline: one block per shard row, mapped by a pool of ShardWorkers (one shard each at a time)."""
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    return ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+        ShardWorker,
+        batch_size=1,
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=pool, max_tasks_in_flight_per_actor=1),
+        fn_constructor_kwargs=worker_args,
+        num_cpus=cpus,
+        num_gpus=gpus,
+    )
+
+
 @dataclass
 class RayRunInfo:
     """What the Ray workers reported, per shard in the order they finished: seconds and torch threads."""
@@ -208,20 +224,10 @@ def run_on_ray(
             {"shard": s, "payload": pickle.dumps([[inputs[i] for i in batch] for batch in shard])}
             for s, shard in enumerate(shards)
         ]
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.print_on_execution_start = False
-        dataset = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
-            ShardWorker,
-            batch_size=1,
-            batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=min(workers, len(rows)), max_tasks_in_flight_per_actor=1),
-            fn_constructor_kwargs=dict(
-                model=model, device=device, make_accumulators=make_accumulators, fill=fill, batch_size=batch_size
-            ),
-            num_cpus=cpus_per_worker,
-            num_gpus=gpus,
+        worker_args = dict(
+            model=model, device=device, make_accumulators=make_accumulators, fill=fill, batch_size=batch_size
         )
+        dataset = _shard_dataset(ray, rows, worker_args, min(workers, len(rows)), cpus_per_worker, gpus)
         parts: dict[int, list] = {}
         seconds, threads, done = [], [], 0
         for row in dataset.iter_rows():
