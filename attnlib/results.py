@@ -41,7 +41,7 @@ def json_ready(value: Any) -> Any:
 def numeric_array(value: Any, name: str, ndim: int, dtype: type = float) -> np.ndarray:
     """A numeric array of the given rank from JSON lists (null read as NaN), or ResultFileError."""
     try:
-        array = np.array(value, dtype=dtype)
+        array: np.ndarray = np.array(value, dtype=dtype)
     except (TypeError, ValueError) as exc:
         raise ResultFileError(f"{name!r} is not a numeric array.") from exc
     if array.ndim != ndim:
