@@ -16,12 +16,12 @@ from attnlib.deps import (
     DependencyCounts,
     DependencyTable,
     count_dependencies,
+    dependency_counts_from_json,
     predict_heads,
     sentence_word_map,
 )
 from attnlib.parsing import parse_text, parser_name
 from attnlib.runner import InputError, run
-from attnlib.scale import dependency_counts_from_json
 from attnlib.shipped import CLASSROOM
 from attnlib.words import ROW_RULES
 from figures.deps import arc_diagram, head_accuracy_heatmaps

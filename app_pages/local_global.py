@@ -13,9 +13,8 @@ import streamlit as st
 
 from attnlib.attribution import DEFAULT_PROBES, Attribution, attribute
 from attnlib.model import DEFAULT_MODEL
-from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, corpus_positions
+from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, corpus_positions, positions_from_json
 from attnlib.runner import InputError
-from attnlib.scale import positions_from_json
 from figures.positions import (
     center_of_mass_chart,
     correlation_heatmaps,

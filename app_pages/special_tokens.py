@@ -6,13 +6,19 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlib.cli import to_jsonable
 from attnlib.corpus import CorpusError
 from attnlib.engine import accumulate
 from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
-from attnlib.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD, HeadDistances, HeadMap, head_map
+from attnlib.head_distances import (
+    BROAD_ENTROPY_FRACTION,
+    SHARE_THRESHOLD,
+    HeadDistances,
+    HeadMap,
+    head_map,
+    special_from_json,
+)
+from attnlib.results import json_ready as to_jsonable
 from attnlib.runner import InputError
-from attnlib.scale import special_from_json
 from attnlib.special import STAT_KEYS, SpecialTokenResult, SpecialTokenStats, heads_above
 from figures.special_tokens import (
     entropy_figure,

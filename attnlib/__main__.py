@@ -1,7 +1,5 @@
 """Entry point for `python -m attnlib`."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

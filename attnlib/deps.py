@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import cast
 
 import numpy as np
 
 from .corpus import CorpusInput, Sentence
 from .engine import MADE_IN_POST_INIT
+from .results import ResultFileError, numeric_array
 from .runner import RunResult
-from .words import RowRule, word_level_attention
+from .words import ROW_RULES, RowRule, word_level_attention
 
 DIRECTIONS: tuple[str, str] = ("dep->head", "head<-dep")  # index 0: the dependent attends to its head
 OFFSETS = np.array([-3, -2, -1, 1, 2, 3])  # baseline: predicted head = i + k; ties go to the first in this order
@@ -326,3 +328,39 @@ def count_dependencies(
     counts = DependencyCounts(lm.facts.n_layers, lm.facts.n_heads, rule)
     accumulate(lm, sentences, [counts], batch_size=batch_size, progress=progress)
     return counts
+
+
+DEPENDENCY_ARRAYS = {"totals": 2, "head_hits": 5, "offset_hits": 3, "n_sentences": 1, "n_words": 1}  # name -> rank
+
+
+def dependency_counts_to_json(counts: DependencyCounts) -> dict:
+    """Every count of a DependencyCounts, so a page can rebuild its tables and grids."""
+    return {f.name: getattr(counts, f.name) for f in fields(counts)}
+
+
+def dependency_counts_from_json(state: dict) -> DependencyCounts:
+    """The DependencyCounts written by dependency_counts_to_json, shapes checked; ResultFileError when malformed."""
+    try:
+        arrays = {name: numeric_array(state[name], name, ndim, np.int64) for name, ndim in DEPENDENCY_ARRAYS.items()}
+        relations = [str(r) for r in state["relations"]]
+        layers, heads, r = int(state["n_layers"]), int(state["n_heads"]), len(relations)
+        shapes = {
+            "totals": (2, r),
+            "head_hits": (2, r, layers, heads, 2),
+            "offset_hits": (2, r, len(OFFSETS)),
+            "n_sentences": (2,),
+            "n_words": (2,),
+        }
+        for name, shape in shapes.items():
+            if arrays[name].shape != shape:
+                raise ResultFileError(f"{name!r} has shape {arrays[name].shape}, expected {shape}.")
+        rule = str(state["rule"])
+        if rule not in ROW_RULES:
+            raise ResultFileError(f"row rule {rule!r} is not one of {', '.join(ROW_RULES)}.")
+        return DependencyCounts(
+            layers, heads, cast(RowRule, rule), relations, n_skipped=int(state["n_skipped"]), **arrays
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, ResultFileError):
+            raise
+        raise ResultFileError(f"the `deps` counts are incomplete or malformed ({exc!r}).") from exc

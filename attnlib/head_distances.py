@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .corpus import CorpusInput
+from .results import ResultFileError, numeric_array
 from .runner import RunResult
 from .special import SpecialTokenResult
 
@@ -174,6 +175,27 @@ class HeadMap:
             "thresholds": {"share": SHARE_THRESHOLD, "broad_entropy_fraction": BROAD_ENTROPY_FRACTION},
         }
 
+    @classmethod
+    def from_json(cls, m: dict, n_heads_total: int) -> HeadMap:
+        """Read back what to_json wrote, for a model of n_heads_total heads; ResultFileError when malformed."""
+        try:
+            coords = np.column_stack([numeric_array(m["x"], "x", 1), numeric_array(m["y"], "y", 1)])
+            hm = cls(
+                coords,
+                numeric_array(m["layer"], "layer", 1, int),
+                numeric_array(m["head"], "head", 1, int),
+                np.array([str(b) for b in m["behaviour"]], dtype=object),
+                numeric_array(m["js_divergence"], "js_divergence", 2),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ResultFileError):
+                raise
+            raise ResultFileError(f"the head map is incomplete or malformed ({exc!r}).") from exc
+        k = n_heads_total
+        if coords.shape[0] != k or hm.divergence.shape != (k, k) or len(hm.labels) != k:
+            raise ResultFileError("the head map does not match the number of heads.")
+        return hm
+
 
 def head_map(divergence: np.ndarray, special: SpecialTokenResult) -> HeadMap:
     """Embed the summed JS divergences in 2-D (as METHODS §4 says) and label each head's behaviour."""
@@ -182,3 +204,11 @@ def head_map(divergence: np.ndarray, special: SpecialTokenResult) -> HeadMap:
     return HeadMap(
         classical_mds(divergence), index // heads, index % heads, behaviour_labels(special).reshape(-1), divergence
     )
+
+
+def special_from_json(result: dict) -> tuple[SpecialTokenResult, HeadMap | None]:
+    """(SpecialTokenResult, HeadMap or None) from the `special` command's JSON; ResultFileError when malformed."""
+    special = SpecialTokenResult.from_json(result)
+    if result.get("head_map") is None:
+        return special, None
+    return special, HeadMap.from_json(result["head_map"], special.heads["cls"].size)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -12,6 +11,7 @@ from scipy.stats import rankdata
 from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, hidden_token_attribution
 from .corpus import CorpusInput
 from .model import LoadedModel
+from .results import ResultFileError, json_ready
 from .runner import RunResult, run_batches
 
 Progress = Callable[[int, int], None]
@@ -193,7 +193,7 @@ class PositionsResult:
 
     def to_dict(self) -> dict:
         """JSON-ready (numbers as lists, NaN as None)."""
-        return _nan_to_none(
+        return json_ready(
             {
                 "n_inputs": self.n_inputs,
                 "n_skipped_longer_than_head_dim": self.n_skipped,
@@ -244,21 +244,6 @@ class PositionsResult:
 def _layer_statistic(per_head: np.ndarray, statistic) -> np.ndarray:
     """statistic over the heads of each layer that have a value (NaN for a layer with none)."""
     return np.array([statistic(row[np.isfinite(row)]) if np.isfinite(row).any() else np.nan for row in per_head])
-
-
-def _nan_to_none(value):
-    """Lists and floats for JSON, with NaN written as None."""
-    if isinstance(value, np.ndarray):
-        return _nan_to_none(value.tolist())
-    if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_nan_to_none(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 
 
 @dataclass
@@ -392,3 +377,11 @@ def corpus_positions(
 ) -> PositionsResult:
     """Relative-position histograms, centres of mass and correlations of a corpus (METHODS §8, §9)."""
     return accumulate_positions(lm, inputs, options, progress).result()
+
+
+def positions_from_json(result: dict) -> PositionsResult:
+    """The PositionsResult of the `positions` command's JSON; ResultFileError when malformed."""
+    try:
+        return PositionsResult.from_dict(result)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultFileError(f"the `positions` result is incomplete or malformed ({exc!r}).") from exc

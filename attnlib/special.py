@@ -11,6 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from .corpus import CorpusInput
+from .results import ResultFileError, numeric_array
 from .runner import RunResult
 
 CLASS_KEYS = ("cls", "sep", "punct", "other")
@@ -136,6 +137,25 @@ class SpecialTokenResult:
             "punctuation": "all" if self.all_punct else ". and ,",
             "n_truncated": self.n_truncated,
         }
+
+    @classmethod
+    def from_json(cls, result: dict) -> SpecialTokenResult:
+        """Read back what to_json wrote (the `special` command's JSON); ResultFileError when malformed."""
+        try:
+            heads = {key: numeric_array(result["heads"][key], key, 2) for key in STAT_KEYS}
+            if any(v.shape != heads["cls"].shape for v in heads.values()):
+                raise ResultFileError("the per-head statistics have different shapes.")
+            return cls(
+                int(result["n_inputs"]),
+                heads,
+                float(result["uniform_entropy"]),
+                result.get("punctuation") == "all",
+                int(result.get("n_truncated", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ResultFileError):
+                raise
+            raise ResultFileError(f"the `special` result is incomplete or malformed ({exc!r}).") from exc
 
 
 def _zeros(layers: int, heads: int) -> dict[str, np.ndarray]:

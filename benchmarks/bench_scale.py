@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlib.commands.special import special_accumulators  # noqa: E402
+from attnlib.engines import ray_runtime_env, run_accumulators  # noqa: E402
 from attnlib.model import DEFAULT_MODEL  # noqa: E402
-from attnlib.scale import ray_runtime_env, run_accumulators  # noqa: E402
 from attnlib.special import STAT_KEYS  # noqa: E402
 from benchmarks import ewt_dev  # noqa: E402
 

@@ -6,6 +6,8 @@ import base64
 import html
 import io
 import json
+from functools import cache
+from pathlib import Path
 
 import numpy as np
 
@@ -85,50 +87,26 @@ body{margin:0;font:12px system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-
 padding:3px 6px;font-size:11px;display:none;white-space:pre;z-index:9;box-shadow:0 1px 4px rgba(0,0,0,.2)}
 """
 
-# Helpers every view uses: data decoding, hi-dpi canvases, tooltip, PNG export, and the two-column line drawing.
-COMMON_JS = r"""
-const D=JSON.parse(document.getElementById('data').textContent);
-function bytesOf(b64){const s=atob(b64),u=new Uint8Array(s.length);for(let i=0;i<s.length;i++)u[i]=s.charCodeAt(i);return u;}
-function unpack(p){const u=bytesOf(p.b64),R=p.m*p.rows,cnt=new Uint16Array(u.buffer,0,R),start=new Uint32Array(R+1);
- let t=0;for(let r=0;r<R;r++){start[r]=t;t+=cnt[r];}start[R]=t;
- return {start:start,col:new Uint16Array(u.buffer,2*R,t),w:new Uint8Array(u.buffer,2*R+2*t,t),rows:p.rows,cols:p.cols};}
-function hidpi(cv,w,h){let r=Math.min(window.devicePixelRatio||1,2);r=Math.max(1,Math.min(r,30000/Math.max(h,1),30000/Math.max(w,1)));
- cv.width=Math.round(w*r);cv.height=Math.round(h*r);cv.style.width=w+'px';cv.style.height=h+'px';
- const c=cv.getContext('2d');c.setTransform(r,0,0,r,0,0);return c;}
-const TIP=document.getElementById('tip');
-function tip(ev,text){if(!text){TIP.style.display='none';return;}TIP.textContent=text;TIP.style.display='block';
- TIP.style.left=Math.min(ev.clientX+14,window.innerWidth-TIP.offsetWidth-4)+'px';TIP.style.top=(ev.clientY+14)+'px';}
-function savePNG(canvases,name){const cs=canvases.filter(c=>c&&c.width>0);const w=Math.max(...cs.map(c=>c.width));
- const h=cs.reduce((s,c)=>s+c.height,0);const out=document.createElement('canvas');out.width=w;out.height=h;
- const x=out.getContext('2d');x.fillStyle='#fff';x.fillRect(0,0,w,h);let y=0;for(const c of cs){x.drawImage(c,0,y);y+=c.height;}
- out.toBlob(b=>{const a=document.createElement('a');a.href=URL.createObjectURL(b);a.download=name+'.png';document.body.appendChild(a);a.click();a.remove();},'image/png');}
-function labelWidth(ctx,labels,cap){let m=20;for(const s of labels){m=Math.max(m,ctx.measureText(s).width);if(m>=cap)return cap;}return Math.ceil(m);}
-function fit(ctx,s,w){if(ctx.measureText(s).width<=w)return s;while(s.length>1&&ctx.measureText(s+'…').width>w)s=s.slice(0,-1);return s+'…';}
-// Lines from left rows to right rows; g = geometry {x1,x2,y0,rowL,rowR}; draws sparse map k of S, only row `only` when >=0.
-function drawLines(ctx,S,k,color,g,only){const base=k*S.rows;ctx.strokeStyle=color;ctx.lineWidth=g.lw||2;
- if(only>=0){const r=base+only;for(let e=S.start[r];e<S.start[r+1];e++){ctx.globalAlpha=S.w[e]/255;ctx.beginPath();
-  ctx.moveTo(g.x1,g.y0+g.rowL*(only+.5));ctx.lineTo(g.x2,g.y0+g.rowR*(S.col[e]+.5));ctx.stroke();}ctx.globalAlpha=1;return;}
- const B=24,paths=[];for(let b=0;b<B;b++)paths.push(new Path2D());
- for(let i=0;i<S.rows;i++){const r=base+i,y=g.y0+g.rowL*(i+.5);for(let e=S.start[r];e<S.start[r+1];e++){
-  const p=paths[Math.min(B-1,(S.w[e]*B/256)|0)];p.moveTo(g.x1,y);p.lineTo(g.x2,g.y0+g.rowR*(S.col[e]+.5));}}
- for(let b=0;b<B;b++){ctx.globalAlpha=(b+.5)/B;ctx.stroke(paths[b]);}ctx.globalAlpha=1;}
-// Blues colour map for heatmaps, 256 entries [r,g,b].
-const BLUES=(()=>{const s=[[247,251,255],[198,219,239],[107,174,214],[33,113,181],[8,48,107]];const o=[];
- for(let v=0;v<256;v++){const t=v/255*(s.length-1),i=Math.min(s.length-2,Math.floor(t)),f=t-i;
- o.push(s[i].map((a,c)=>Math.round(a+(s[i+1][c]-a)*f)));}return o;})();
-function grayImage(b64,done){const im=new Image();im.onload=()=>{const c=document.createElement('canvas');c.width=im.width;c.height=im.height;
- const x=c.getContext('2d');x.drawImage(im,0,0);const d=x.getImageData(0,0,c.width,c.height),vals=new Uint8Array(c.width*c.height);
- for(let p=0;p<d.data.length;p+=4){const v=d.data[p],col=BLUES[v];vals[p>>2]=v;d.data[p]=col[0];d.data[p+1]=col[1];d.data[p+2]=col[2];d.data[p+3]=255;}
- x.putImageData(d,0,0);done(c,vals);};im.src='data:image/png;base64,'+b64;}
-"""
+# The helpers every view uses (data decoding, hi-dpi canvases, tooltip, PNG export, line drawing), before its script.
+COMMON_SCRIPT = "canvas_common.js"
+
+
+@cache
+def view_script(name: str) -> str:
+    """The JavaScript of a .js file beside this module (e.g. "head_view.js"), read once."""
+    text = Path(__file__).with_name(name).read_text(encoding="utf-8")
+    if "</script" in text.lower():
+        raise ValueError(f"{name} contains '</script', which would end the inline script early.")
+    return text
 
 
 def html_page(title: str, data: dict, body: str, script: str, css: str = "") -> str:
-    """A complete HTML document: inline CSS, the data as JSON, common helpers and the view's script; loads nothing."""
+    """A complete HTML document: inline CSS, the data as JSON, the common helpers and the view's script (text of
+    view_script); loads nothing."""
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{COMMON_CSS}{css}</style></head><body>"
         f"{body}<div id='tip'></div>"
         f"<script type='application/json' id='data'>{_json_for_script(data)}</script>"
-        f"<script>{COMMON_JS}{script}</script></body></html>"
+        f"<script>\n{view_script(COMMON_SCRIPT)}\n{script}</script></body></html>"
     )

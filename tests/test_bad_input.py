@@ -665,7 +665,7 @@ def test_uploads_are_never_unpickled():
     """Uploads (corpora, result files) are parsed as text or JSON: a pickle is refused and its code never runs."""
     import pickle
 
-    from attnlib.scale import ResultFileError, read_result_file
+    from attnlib.results import ResultFileError, read_result_file
     from ui.corpus_picker import _parse_upload
 
     payload = pickle.dumps(_Trap())
@@ -680,13 +680,13 @@ def test_uploads_are_never_unpickled():
     with pytest.raises(ResultFileError, match="not a JSON file"):
         read_result_file(payload)
     assert PICKLE_SPRUNG == []
-    # and nothing that serves visitors calls a deserialiser that can run code; attnlib/scale.py pickles only the
+    # and nothing that serves visitors calls a deserialiser that can run code; attnlib/engines.py pickles only the
     # payloads it makes itself for its Ray workers
     risky = re.compile(r"\b(pickle|cPickle|dill|joblib)\.loads?\b|\btorch\.load\(|allow_pickle=True")
     folders = ("attnlib", "ui", "app_pages", "figures")
     hits = [
         str(p.relative_to(ROOT))
         for p in _repo_sources()
-        if p.parts[len(ROOT.parts)] in folders and p.name != "scale.py" and risky.search(p.read_text())
+        if p.parts[len(ROOT.parts)] in folders and p.name != "engines.py" and risky.search(p.read_text())
     ]
     assert hits == [] and "pickle" not in (ROOT / "app.py").read_text()

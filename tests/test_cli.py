@@ -1,4 +1,4 @@
-"""`python -m attnlib attention`: JSON equal to transformers' own attentions; clear errors."""
+"""`python -m attnlib`: attention JSON equal to transformers' own attentions; one-line errors, exit 2; NaN as null."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
+from attnlib import cli
 from attnlib.model import bundled_model_path
-from attnlib.shipped import ROOT
+from attnlib.results import json_ready
+from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -47,3 +50,99 @@ def test_user_errors_exit_2_with_one_line():
     assert out.returncode == 2 and out.stderr.strip() == "error: Sentence A is empty: type a sentence."
     out = _cli("attention", "--text", "x", "--model", str(ROOT / "data"), "--json")
     assert out.returncode == 2 and "config.json" in out.stderr and "Traceback" not in out.stderr
+
+
+CORPUS_COMMANDS = {
+    "special": ["special", "--corpus", str(CLASSROOM_SINGLE)],
+    "positions": ["positions", "--corpus", str(CLASSROOM_SINGLE)],
+    "deps": ["deps", "--conllu", str(EWT_DEV)],
+}
+
+
+def _one_error_line(capsys, argv: list[str]) -> str:
+    """Run the CLI in-process; it must exit 2 with exactly one `error: ` line on stderr and nothing on stdout."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*argv, "--json"])
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", sorted(CORPUS_COMMANDS))
+@pytest.mark.parametrize(
+    ("option", "value"), [("--limit", "0"), ("--limit", "-3"), ("--batch-size", "0"), ("--limit", "two")]
+)
+def test_corpus_commands_refuse_limits_and_batch_sizes_below_one(capsys, command, option, value):
+    line = _one_error_line(capsys, [*CORPUS_COMMANDS[command], f"{option}={value}"])
+    assert option in line and ("must be at least 1" in line or "whole number" in line)
+    assert "usage:" not in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],  # no command
+        ["nonsense"],  # unknown command
+        ["special"],  # --corpus missing
+        ["special", "--corpus", str(CLASSROOM_SINGLE), "--engine", "spark"],  # not a choice
+        ["attention", "--text", "x", "--frobnicate"],  # unknown option
+        ["hta", "--text", "x", "--probes", "0"],
+        ["special", "--corpus", str(CLASSROOM_SINGLE), "--workers", "0"],
+        ["special", "--corpus", str(CLASSROOM_SINGLE), "--cpus-per-worker", "-1"],
+    ],
+)
+def test_argparse_errors_are_one_line_and_exit_2(capsys, argv):
+    _one_error_line(capsys, argv)
+
+
+def test_json_ready_writes_nan_and_infinities_as_null():
+    value = {"a": np.array([1.0, np.nan, np.inf]), 2: (np.float32(-np.inf), np.int64(3)), "b": [float("nan"), "x"]}
+    assert json_ready(value) == {"a": [1.0, None, None], "2": [None, 3], "b": [None, "x"]}
+    assert type(json_ready(np.int64(3))) is int and type(json_ready(np.float32(0.5))) is float
+
+
+def test_a_center_of_mass_without_data_prints_null(capsys, tmp_path):
+    corpus = tmp_path / "long.txt"
+    corpus.write_text(" ".join(["word"] * 40) + "\n")  # longer than the head dimension (32), so nothing is kept
+    argv = ["positions", "--corpus", str(corpus), "--identifiable-only", "--probes", "1", "--json"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in the JSON")
+
+    data = json.loads(out, parse_constant=refuse)  # strict: NaN or Infinity would fail here
+    assert data["n_inputs"] == 0 and data["n_skipped_longer_than_head_dim"] == 1
+    assert data["attention_center_of_mass"] == [None] * 6
+    assert np.array(data["attention_head_center_of_mass"]).shape == (6, 12)
+    assert all(v is None for row in data["attention_head_center_of_mass"] for v in row)
+
+
+def test_run_exits_with_the_status_of_main(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["attnlib", "attention", "--text", "   ", "--json"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run()
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == "error: Sentence A is empty: type a sentence."
+
+
+def test_commands_import_at_module_level():
+    """No import inside a function of the command line (a lazy import there used to dodge an import cycle)."""
+    import ast
+
+    files = [
+        ROOT / "attnlib" / "cli.py",
+        ROOT / "attnlib" / "cli_options.py",
+        *(ROOT / "attnlib" / "commands").glob("*.py"),
+    ]
+    inner = [
+        f"{path.name}:{node.lineno}"
+        for path in files
+        for func in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(func, ast.FunctionDef)
+        for node in ast.walk(func)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
+    assert len(files) >= 7 and inner == []

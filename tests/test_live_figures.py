@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -172,3 +174,31 @@ def test_neuron_view_matches_attention_for_the_packaged_model(minilm):
 
 def test_neuron_view_matches_attention_for_tiny_models(tiny_model):
     assert_neuron_view_is_honest(tiny_model, "The cat sat on the mat.", "The dog slept.")
+
+
+FIGURES = Path(__file__).resolve().parents[1] / "figures"
+VIEW_BUILDERS = {
+    "head_view.js": lambda: head_view_html(np.full((2, 3, 3), 1 / 3, np.float32), ["a", "b", "c"], [0, 1], layer=0),
+    "model_view.js": lambda: model_view_html(np.full((1, 2, 3, 3), 1 / 3, np.float32), ["a", "b", "c"]),
+    "neuron_view.js": lambda: neuron_view_html(np.eye(3, 4), np.ones((3, 4)), ["a", "b", "c"], 0, layer=0, head=0),
+}
+
+
+@pytest.mark.parametrize("script", sorted(VIEW_BUILDERS))
+def test_view_html_inlines_its_js_files_and_loads_no_script(script):
+    html = VIEW_BUILDERS[script]()
+    assert_offline(html)
+    tags = re.findall(r"<script[^>]*>", html)
+    assert tags == ["<script type='application/json' id='data'>", "<script>"]  # the data, then one inline script
+    code = html.split("<script>", 1)[1].split("</script>", 1)[0]
+    common = (FIGURES / "canvas_common.js").read_text(encoding="utf-8")
+    own = (FIGURES / script).read_text(encoding="utf-8")
+    assert common in code and own in code and code.index(common) < code.index(own)  # helpers defined before use
+    others = [p.read_text(encoding="utf-8") for p in FIGURES.glob("*_view.js") if p.name != script]
+    assert len(others) == 2 and not any(other in code for other in others)
+
+
+def test_js_files_are_package_data():
+    config = tomllib.loads((FIGURES.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "*.js" in config["tool"]["setuptools"]["package-data"]["figures"]
+    assert {p.name for p in FIGURES.glob("*.js")} == {"canvas_common.js", *VIEW_BUILDERS}

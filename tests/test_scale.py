@@ -12,26 +12,20 @@ import torch
 
 from attnlib import cli, runner
 from attnlib.corpus import read_conllu
-from attnlib.deps import DependencyCounts
+from attnlib.deps import DependencyCounts, dependency_counts_from_json, dependency_counts_to_json
 from attnlib.engine import accumulate
-from attnlib.head_distances import HeadDistances
-from attnlib.scale import (
-    ResultFileError,
-    dependency_counts_from_json,
-    dependency_counts_to_json,
+from attnlib.engines import (
     engine_fill,
     fill_shard,
-    json_ready,
-    make_result_file,
     merge_all,
     plan_batches,
     ray_runtime_env,
-    read_result_file,
     run_accumulators,
     shard_batches,
-    special_from_json,
-    write_result_file,
 )
+from attnlib.head_distances import HeadDistances, special_from_json
+from attnlib.positions import positions_from_json
+from attnlib.results import ResultFileError, json_ready, make_result_file, read_result_file, write_result_file
 from attnlib.shipped import EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS, SpecialTokenStats
 
@@ -316,6 +310,25 @@ def test_dependency_counts_round_trip(local_result, tmp_path):
     state["head_hits"] = state["head_hits"][:1]
     with pytest.raises(ResultFileError, match="head_hits"):
         dependency_counts_from_json(state)
+    state = json.loads(path.read_text())["state"]
+    state["rule"] = "median"
+    with pytest.raises(ResultFileError, match="row rule 'median'"):
+        dependency_counts_from_json(state)
+
+
+def test_malformed_head_map_and_positions_are_result_file_errors(special_file):
+    result = read_result_file(special_file.read_bytes(), "special").result
+    result["head_map"]["x"] = result["head_map"]["x"][:-1]  # 71 points for 72 heads
+    with pytest.raises(ResultFileError, match="head map"):
+        special_from_json(result)
+    del result["head_map"]["js_divergence"]
+    with pytest.raises(ResultFileError, match="head map is incomplete"):
+        special_from_json(result)
+    result["head_map"] = None
+    special, hm = special_from_json(result)
+    assert hm is None and special.heads["cls"].shape == (6, 12)
+    with pytest.raises(ResultFileError, match="`positions` result is incomplete"):
+        positions_from_json({"n_inputs": 3})
 
 
 # --- the pages load result files ------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import TypeVar
 
 import streamlit as st
 
-from attnlib.scale import MAX_RESULT_BYTES, ResultFile, ResultFileError, read_result_file
+from attnlib.results import MAX_RESULT_BYTES, ResultFile, ResultFileError, read_result_file
 
 T = TypeVar("T")
 

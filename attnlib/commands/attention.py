@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..cli_options import add_model_option
 from ..model import load_model
 from ..runner import run
 
@@ -13,8 +14,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("attention", help="attention maps of one sentence or pair")
     p.add_argument("--text", required=True, help="sentence A")
     p.add_argument("--pair", default=None, help="sentence B (optional)")
-    from ..cli import add_model_option
-
     add_model_option(p)
     p.set_defaults(handler=handle)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..cli_options import add_corpus_options, add_model_option, add_scale_options, run_corpus, save_result
 from ..corpus import CorpusError, read_conllu
-from ..deps import DependencyCounts
+from ..deps import DependencyCounts, dependency_counts_to_json
 from ..model import LoadedModel
-from ..scale import add_scale_options, dependency_counts_to_json, positive_int, run_corpus, save_result
 
 
 def _non_negative(text: str) -> int:
@@ -20,16 +20,13 @@ def _non_negative(text: str) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `deps` command."""
     p = sub.add_parser("deps", help="dependency-head accuracy of every head on a CoNLL-U file (Clark et al. Table 1)")
-    p.add_argument("--conllu", required=True, help="path of a CoNLL-U file (gold trees)")
+    add_corpus_options(p, "--conllu", "path of a CoNLL-U file (gold trees)", "sentences")
     p.add_argument(
         "--min-count",
         type=_non_negative,
         default=100,
         help="list relations with at least this many dependents (default 100); 'all' is always listed",
     )
-    p.add_argument("--limit", type=positive_int, default=None, help="use only the first N sentences")
-    from ..cli import add_model_option
-
     add_model_option(p)
     add_scale_options(p)
     p.set_defaults(handler=handle)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ..attribution import DEFAULT_PROBES, MODES, attribute
+from ..cli_options import add_model_option, positive_int
 from ..model import load_model
-from ..scale import positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,8 +23,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_PROBES,
         help=f"probes per token in estimate mode (default {DEFAULT_PROBES})",
     )
-    from ..cli import add_model_option
-
     add_model_option(p)
     p.set_defaults(handler=handle)
 

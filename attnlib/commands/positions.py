@@ -7,18 +7,17 @@ from collections.abc import Sequence
 from functools import partial
 
 from ..attribution import DEFAULT_PROBES, MODES
+from ..cli_options import add_corpus_options, add_model_option, add_scale_options, positive_int, run_corpus, save_result
 from ..corpus import CorpusInput, read_corpus
 from ..engine import Progress
 from ..model import LoadedModel
 from ..positions import PositionAccumulator, PositionOptions, accumulate_positions
-from ..scale import add_scale_options, positive_int, run_corpus, save_result
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `positions` command."""
     p = sub.add_parser("positions", help="relative-position histograms, centres of mass and attention/HTA correlation")
-    p.add_argument("--corpus", required=True, help="text file (one input per line, TAB between A and B) or .conllu")
-    p.add_argument("--limit", type=positive_int, default=None, help="use at most this many inputs")
+    add_corpus_options(p)
     p.add_argument("--mode", choices=MODES, default="estimate", help="attribution mode (default estimate)")
     p.add_argument(
         "--probes",
@@ -30,8 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--identifiable-only", action="store_true", help="keep only inputs no longer than the head dimension"
     )
-    from ..cli import add_model_option
-
     add_model_option(p)
     add_scale_options(p)
     p.set_defaults(handler=handle)

@@ -5,25 +5,19 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from ..cli_options import add_corpus_options, add_model_option, add_scale_options, run_corpus, save_result
 from ..corpus import read_corpus
 from ..head_distances import HeadDistances, head_map
 from ..model import LoadedModel
-from ..scale import add_scale_options, run_corpus, save_result
 from ..special import SpecialTokenStats
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `special` command."""
     p = sub.add_parser("special", help="attention to [CLS], [SEP] and punctuation per layer and head over a corpus")
-    p.add_argument(
-        "--corpus", required=True, help="a text file (one input per line, TAB between A and B) or a .conllu file"
-    )
-    p.add_argument("--limit", type=int, default=None, help="use at most this many inputs")
+    add_corpus_options(p)
     p.add_argument("--all-punct", action="store_true", help="count every punctuation token, not only '.' and ','")
     p.add_argument("--head-map", action="store_true", help="add the JS-divergence head map (METHODS §4)")
-    p.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass")
-    from ..cli import add_model_option
-
     add_model_option(p)
     add_scale_options(p)
     p.set_defaults(handler=handle)
