@@ -11,21 +11,21 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
-from .attribution import DEFAULT_PROBES, hidden_token_attribution
+from .attribution import DEFAULT_PROBES, Mode, hidden_token_attribution
 from .commands.deps import dependency_accumulators
 from .commands.positions import position_accumulators
 from .commands.special import special_accumulators
 from .corpus import CorpusError, CorpusInput, read_conllu, read_corpus
-from .deps import ALL, CLARK_TABLE1, DependencyCounts, DependencyTable
+from .deps import CLARK_TABLE1, DependencyCounts, DependencyTable
 from .engine import accumulate
 from .head_distances import HeadMap, head_map
 from .model import LoadedModel, ModelFacts, load_model
@@ -33,7 +33,7 @@ from .positions import CORRELATIONS, PositionAccumulator, PositionOptions, Posit
 from .runner import RunResult
 from .scale import make_result_file
 from .shipped import ROOT
-from .special import STAT_KEYS, SpecialTokenResult
+from .special import SpecialTokenResult
 
 METHODS_PATH = "docs/METHODS.md"  # links in the report point here, relative to the repository root
 PAPER_MODELS = ("bert-base-uncased", "google-bert/bert-base-uncased")  # models Clark et al. Table 1 is about
@@ -221,7 +221,8 @@ class AttributedPositions:
             self.positions.skip()
             return
         o = self.positions.options
-        self.positions.add(result, hidden_token_attribution(self.lm, result, o.mode, o.probes, o.seed))
+        mode = cast(Mode, o.mode)
+        self.positions.add(result, hidden_token_attribution(self.lm, result, mode, o.probes, o.seed))
 
     def merge(self, other: AttributedPositions) -> AttributedPositions:
         return AttributedPositions(self.lm, self.positions.merge(other.positions))
@@ -253,8 +254,10 @@ def _positions_finish(facts: ModelFacts, accumulators: list, options: ReportOpti
     return PartResult(
         "positions",
         facts.name,
-        {"Per layer (mean over heads; correlations: median)": layer_frame(facts.name, per_layer),
-         "Per head": head_frame(facts.name, per_head)},
+        {
+            "Per layer (mean over heads; correlations: median)": layer_frame(facts.name, per_layer),
+            "Per head": head_frame(facts.name, per_head),
+        },
         result,
         by_layer(per_layer, list(names), names),
         notes,
@@ -338,7 +341,7 @@ class PassTiming:
 
 def run_parts(
     lm: LoadedModel,
-    inputs: dict[str, Sequence[CorpusInput]],
+    inputs: Mapping[str, Sequence[CorpusInput]],
     options: ReportOptions,
     parts: Sequence[ReportPart] = REPORT_PARTS,
     progress: ReportProgress | None = None,
@@ -357,7 +360,9 @@ def run_parts(
         accumulate(lm, items, [a for accs in timed for a in accs] + [counter], batch_size=options.batch_size)
         seconds = time.perf_counter() - start
         own = [sum(a.seconds for a in accs) for accs in timed]
-        timings.append(PassTiming(lm.facts.name, source, [p.name for p in group], len(items), seconds, seconds - sum(own)))
+        timings.append(
+            PassTiming(lm.facts.name, source, [p.name for p in group], len(items), seconds, seconds - sum(own))
+        )
         for part, accs, add_seconds in zip(group, timed, own):
             start = time.perf_counter()
             result = part.finish(lm.facts, [a.inner for a in accs], options)
@@ -439,8 +444,10 @@ class Report:
             "part_seconds": {
                 f"{r.model}: {r.part}": round(r.seconds, 3) for results in self.results.values() for r in results
             },
-            "passes": [{**asdict(t), "seconds": round(t.seconds, 3), "forward_seconds": round(t.forward_seconds, 3)}
-                       for t in self.timings],
+            "passes": [
+                {**asdict(t), "seconds": round(t.seconds, 3), "forward_seconds": round(t.forward_seconds, 3)}
+                for t in self.timings
+            ],
             "differences": {k: d.text() if d else None for k, d in self.differences().items()},
         }
 

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from attnlib.deps import ALL, DIRECTIONS
 from attnlib.positions import CORRELATIONS
 from attnlib.report import METHODS_PATH, STAT_NAMES, PartResult, Report, methods_anchor
 
@@ -38,12 +39,17 @@ pre { white-space: pre-wrap; background: #f8f8f8; padding: 0.5rem; }
 
 
 def model_lines(
-    per_model: dict[str, dict[str, np.ndarray]], names: dict[str, str], title: str, y_title: str, cols: int = 3
+    per_model: dict[str, dict[str, np.ndarray]],
+    names: dict[str, str],
+    title: str,
+    y_title: str,
+    cols: int = 3,
+    shared_y: bool = True,
 ) -> go.Figure:
     """One panel per statistic, one line per model through its per-layer values ([layers] arrays), one colour each."""
     keys = list(next(iter(per_model.values())))
     rows = -(-len(keys) // cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[names[k] for k in keys], shared_yaxes=True)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[names[k] for k in keys], shared_yaxes=shared_y)
     for m, (model, values) in enumerate(per_model.items()):
         colour = MODEL_COLOURS[m % len(MODEL_COLOURS)]
         for i, key in enumerate(keys):
@@ -73,8 +79,10 @@ def relation_bars(tables: dict[str, pd.DataFrame], title: str) -> go.Figure:
     fig = go.Figure()
     for m, (model, frame) in enumerate(tables.items()):
         colour = MODEL_COLOURS[m % len(MODEL_COLOURS)]
-        heads = [f"{layer}-{head} {direction}" for layer, head, direction in
-                 zip(frame["layer"], frame["head"], frame["direction"])]
+        heads = [
+            f"{layer}-{head} {direction}"
+            for layer, head, direction in zip(frame["layer"], frame["head"], frame["direction"])
+        ]
         fig.add_trace(
             go.Bar(
                 x=frame["relation"],
@@ -98,7 +106,10 @@ def relation_bars(tables: dict[str, pd.DataFrame], title: str) -> go.Figure:
             )
         )
     fig.update_layout(
-        title=title, barmode="group", height=420, yaxis=dict(title="accuracy", range=[0, 1]),
+        title=title,
+        barmode="group",
+        height=420,
+        yaxis=dict(title="accuracy", range=[0, 1]),
         margin=dict(l=10, r=10, t=60, b=10),
     )
     return fig
@@ -116,10 +127,21 @@ def special_figures(results: Sequence[PartResult]) -> list[go.Figure]:
     if len(results) > 1:
         layers = {r.model: r.result.stats.layers for r in results}
         return [
-            model_lines({m: _by_keys(v, SHARES + NEARBY) for m, v in layers.items()}, STAT_NAMES,
-                        "Share of attention per layer (mean over heads)", "share", cols=4),
-            model_lines({m: _by_keys(v, TO_SEP + ("entropy", "cls_entropy")) for m, v in layers.items()}, STAT_NAMES,
-                        "[SEP] as a no-op, and entropy", "value", cols=4),
+            model_lines(
+                {m: _by_keys(v, SHARES + NEARBY) for m, v in layers.items()},
+                STAT_NAMES,
+                "Share of attention per layer (mean over heads)",
+                "share",
+                cols=4,
+            ),
+            model_lines(
+                {m: _by_keys(v, TO_SEP + ("entropy", "cls_entropy")) for m, v in layers.items()},
+                STAT_NAMES,
+                "[SEP] as a no-op, and entropy",
+                "value",
+                cols=4,
+                shared_y=False,
+            ),
         ]
     stats, hm = results[0].result.stats, results[0].result.head_map
     figures = [
@@ -139,12 +161,26 @@ def positions_figures(results: Sequence[PartResult]) -> list[go.Figure]:
     if len(results) > 1:
         com = {"attention": "attention", "attribution": "input contribution (HTA)"}
         return [
-            model_lines({r.model: {"attention": r.result.attention_center_of_mass,
-                                   "attribution": r.result.attribution_center_of_mass} for r in results},
-                        com, "Centre of mass per layer (mean over heads)", "offset", cols=2),
-            model_lines({r.model: {n: r.result.median_correlation(n) for n in CORRELATIONS} for r in results},
-                        medians, "Attention vs attribution: median correlation over the heads of each layer",
-                        "correlation", cols=4),
+            model_lines(
+                {
+                    r.model: {
+                        "attention": r.result.attention_center_of_mass,
+                        "attribution": r.result.attribution_center_of_mass,
+                    }
+                    for r in results
+                },
+                com,
+                "Centre of mass per layer (mean over heads)",
+                "offset",
+                cols=2,
+            ),
+            model_lines(
+                {r.model: {n: r.result.median_correlation(n) for n in CORRELATIONS} for r in results},
+                medians,
+                "Attention vs attribution: median correlation over the heads of each layer",
+                "correlation",
+                cols=4,
+            ),
         ]
     r = results[0].result
     n_layers = r.attention_histograms.shape[0]
@@ -152,27 +188,38 @@ def positions_figures(results: Sequence[PartResult]) -> list[go.Figure]:
     return [
         center_of_mass_chart(r.attention_center_of_mass, r.attribution_center_of_mass, "Centre of mass per layer"),
         position_histograms(
-            r.offsets, r.attention_histograms.mean(1), r.attribution_histograms.mean(1),
-            [f"layer {l + 1}" for l in range(n_layers)], max_offset=max_offset, columns=min(n_layers, 3),
+            r.offsets,
+            r.attention_histograms.mean(1),
+            r.attribution_histograms.mean(1),
+            [f"layer {l + 1}" for l in range(n_layers)],
+            max_offset=max_offset,
+            columns=min(n_layers, 3),
             title="Relative-position histograms per layer (mean over heads)",
         ),
-        correlation_heatmaps(r.correlation["pearson_previous"], r.correlation["spearman_previous"],
-                             "Attention vs previous-layer contribution (local)"),
-        correlation_heatmaps(r.correlation["pearson_input"], r.correlation["spearman_input"],
-                             "Attention vs input contribution (global)"),
+        correlation_heatmaps(
+            r.correlation["pearson_previous"],
+            r.correlation["spearman_previous"],
+            "Attention vs previous-layer contribution (local)",
+        ),
+        correlation_heatmaps(
+            r.correlation["pearson_input"], r.correlation["spearman_input"], "Attention vs input contribution (global)"
+        ),
         median_correlation_chart({n: r.median_correlation(n) for n in CORRELATIONS}, "Median over each layer's heads"),
     ]
 
 
 def deps_figures(results: Sequence[PartResult]) -> list[go.Figure]:
     """Accuracy per relation (bars, baseline marks); for one model also every head's accuracy on all relations."""
-    first = next(iter(results[0].tables.values()))
-    figures = [relation_bars({r.model: next(iter(r.tables.values())) for r in results},
-                             "Best head per relation against the best fixed offset")]
+    figures = [
+        relation_bars(
+            {r.model: next(iter(r.tables.values())) for r in results},
+            "Best head per relation against the best fixed offset",
+        )
+    ]
     if len(results) == 1:
         counts, table = results[0].result.counts, results[0].result.table
-        best = next(((r.layer, r.head, 0 if r.direction == "dep->head" else 1) for r in table.rows), None)
-        if not first.empty:
+        best = next(((r.layer, r.head, DIRECTIONS.index(r.direction)) for r in table.rows if r.relation == ALL), None)
+        if best is not None:
             figures.append(head_accuracy_heatmaps(counts.accuracy_grid("all"), "all", best))
     return figures
 
@@ -217,8 +264,9 @@ def _part_section(report: Report, index: int, differences: dict) -> str:
     results = report.results[part.name]
     out = [f"<section id='{part.name}'><h2>{html.escape(part.title)}</h2>"]
     for result in results:
-        out += [f"<p><b>{html.escape(result.model)}</b>: {html.escape(' '.join(result.notes))} "
-                f"({result.seconds:.1f} s)</p>"]
+        out += [
+            f"<p><b>{html.escape(result.model)}</b>: {html.escape(' '.join(result.notes))} ({result.seconds:.1f} s)</p>"
+        ]
     difference = differences.get(part.name)
     if difference is not None:
         out.append(f"<p class='difference'>{html.escape(difference.text())}</p>")
@@ -249,12 +297,15 @@ def render_report(report: Report) -> str:
         "created": report.created,
         "total time": f"{report.seconds:.1f} s",
     }
-    timing_rows = [
-        {"model": m, "step": "load the model", "seconds": s} for m, s in report.load_seconds.items()
-    ]
+    timing_rows = [{"model": m, "step": "load the model", "seconds": s} for m, s in report.load_seconds.items()]
     for t in report.timings:
-        timing_rows.append({"model": t.model, "step": f"forward pass over the {t.source} file "
-                            f"({t.n_inputs} inputs, shared by {', '.join(t.parts)})", "seconds": t.forward_seconds})
+        timing_rows.append(
+            {
+                "model": t.model,
+                "step": f"forward pass over the {t.source} file ({t.n_inputs} inputs, shared by {', '.join(t.parts)})",
+                "seconds": t.forward_seconds,
+            }
+        )
     for results in report.results.values():
         timing_rows += [{"model": r.model, "step": f"part: {r.part}", "seconds": r.seconds} for r in results]
     contents = "".join(f"<li><a href='#{p.name}'>{html.escape(p.title)}</a></li>" for p in report.parts)

@@ -69,6 +69,7 @@ class TableReader(HTMLParser):
     def handle_data(self, data):
         self.text += data
 
+
 def read_tables(page: str) -> dict[str, list[dict[str, str]]]:
     """'part/title' -> rows as {column: cell text}."""
     reader = TableReader()
@@ -146,9 +147,7 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
         for name, values in positions["correlation"].items():
             assert close(row[name], values[layer][head])
 
-    deps = cli(
-        "deps", "--conllu", conllu, "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--model", model
-    )
+    deps = cli("deps", "--conllu", conllu, "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--model", model)
     rows = tables["deps/Best head per relation against the best fixed offset"]
     assert [r["relation"] for r in rows] == [r["relation"] for r in deps["rows"]]
     for row, expected in zip(rows, deps["rows"]):
@@ -168,8 +167,8 @@ def test_page_is_self_contained(report_page):
     assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page, re.I)
     assert page.count(get_plotlyjs()[:300]) == 1  # plotly.js inlined once for the whole file
     figures = page.count("Plotly.newPlot(")
-    assert figures >= 8  # special 5 (with the head map), positions 5, deps 2
-    assert page.count("class=\"plotly-graph-div\"") == figures
+    assert figures == 12  # special 5 (with the head map), positions 5, deps 2
+    assert page.count('class="plotly-graph-div"') == figures
     for part in ("special", "positions", "deps"):
         assert f"<section id='{part}'>" in page
     assert "docs/METHODS.md#2-share-of-attention-to-a-class-clark-fig-2" in page
