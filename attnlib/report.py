@@ -82,14 +82,19 @@ class PartResult:
 
 @dataclass(frozen=True)
 class ReportPart:
-    """One entry of the report: where its inputs come from, its accumulators and how they become a PartResult."""
+    """One entry of the report: where its inputs come from, its accumulators and how they become a PartResult.
+
+    A part that cannot be an accumulator in the shared pass (e.g. a probe trained on one file, tested on another)
+    gives `run` instead, with the other files it needs in `needs`; it runs after the shared passes."""
 
     name: str
     title: str
     source: str  # "corpus" or "conllu"
     methods: tuple[int, ...]  # sections of docs/METHODS.md it follows
-    accumulators: Callable[[LoadedModel, ReportOptions], list]
-    finish: Callable[[ModelFacts, list, ReportOptions], PartResult]
+    accumulators: Callable[[LoadedModel, ReportOptions], list] | None = None
+    finish: Callable[[ModelFacts, list, ReportOptions], PartResult] | None = None
+    run: Callable[[LoadedModel, Mapping[str, Sequence[CorpusInput]], ReportOptions], PartResult] | None = None
+    needs: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------------------------------------------ the parts
@@ -346,14 +351,14 @@ def run_parts(
     parts: Sequence[ReportPart] = REPORT_PARTS,
     progress: ReportProgress | None = None,
 ) -> tuple[list[PartResult], list[PassTiming]]:
-    """Run every part whose source is in `inputs` with one engine pass per source; returns results and timings."""
+    """Run every part whose files are in `inputs`, one engine pass per file (then the `run` parts); with timings."""
     results: dict[str, PartResult] = {}
     timings = []
     for source, items in inputs.items():
-        group = [p for p in parts if p.source == source]
+        group = [p for p in parts if p.source == source and p.accumulators is not None and p.finish is not None]
         if not group:
             continue
-        timed = [[_Timed(a) for a in part.accumulators(lm, options)] for part in group]
+        timed = [[_Timed(a) for a in part.accumulators(lm, options)] for part in group]  # type: ignore[misc]
         label = f"{lm.facts.name}: {' + '.join(p.name for p in group)}"
         counter = _Counter(label, len(items), progress)
         start = time.perf_counter()
@@ -365,9 +370,19 @@ def run_parts(
         )
         for part, accs, add_seconds in zip(group, timed, own):
             start = time.perf_counter()
-            result = part.finish(lm.facts, [a.inner for a in accs], options)
+            result = part.finish(lm.facts, [a.inner for a in accs], options)  # type: ignore[misc]
             result.seconds = add_seconds + time.perf_counter() - start
             results[part.name] = result
+    for part in parts:
+        if part.run is not None and all(s in inputs for s in (part.source, *part.needs)):
+            if progress is not None:
+                progress(f"{lm.facts.name}: {part.name}", 0, 1)
+            start = time.perf_counter()
+            result = part.run(lm, inputs, options)
+            result.seconds = time.perf_counter() - start
+            results[part.name] = result
+            if progress is not None:
+                progress(f"{lm.facts.name}: {part.name}", 1, 1)
     return [results[p.name] for p in parts if p.name in results], timings
 
 

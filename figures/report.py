@@ -270,7 +270,7 @@ def _part_section(report: Report, index: int, differences: dict) -> str:
     difference = differences.get(part.name)
     if difference is not None:
         out.append(f"<p class='difference'>{html.escape(difference.text())}</p>")
-    for i, fig in enumerate(PART_FIGURES[part.name](results)):
+    for i, fig in enumerate(PART_FIGURES.get(part.name, lambda _: [])(results)):
         out.append(_figure_html(fig, f"{part.name}-figure-{i}"))
     for title in results[0].tables:
         frame = pd.concat([r.tables[title] for r in results if title in r.tables], ignore_index=True)

@@ -5,20 +5,26 @@ from __future__ import annotations
 import math
 import re
 from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 from plotly.offline import get_plotlyjs
 
 from attnlib.cli import build_parser, main
+from attnlib.corpus import CorpusInput
 from attnlib.deps import CLARK_TABLE1
 from attnlib.report import (
     Difference,
+    PartResult,
     ReportOptions,
+    ReportPart,
     largest_difference,
     methods_anchor,
     methods_sections,
     paper_rows,
+    run_parts,
     run_report,
 )
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
@@ -223,6 +229,23 @@ def test_paper_rows_follow_clark_table_1():
         rel, head, acc, base, offset = by_ud[row["relation"]]
         assert (row["paper relation"], row["paper head"], row["paper baseline offset"]) == (rel, head, offset)
         assert np.isclose(row["paper accuracy"], acc / 100) and np.isclose(row["paper baseline accuracy"], base / 100)
+
+
+def test_a_part_with_its_own_loop_runs_when_its_files_are_given():
+    seen = []
+
+    def probe(lm, inputs, options):
+        seen.append({k: len(v) for k, v in inputs.items()})
+        return PartResult("probe", lm.facts.name, {"accuracy": pd.DataFrame({"model": [lm.facts.name]})}, None, {})
+
+    part = ReportPart("probe", "Probe", "conllu", (14,), run=probe, needs=("train",))
+    lm = SimpleNamespace(facts=SimpleNamespace(name="m"))
+    sentence = CorpusInput("a b")
+    results, timings = run_parts(lm, {"conllu": [sentence]}, ReportOptions(), [part])
+    assert results == [] and timings == [] and seen == []  # no training file: the part is left out
+    results, timings = run_parts(lm, {"conllu": [sentence], "train": [sentence] * 3}, ReportOptions(), [part])
+    assert seen == [{"conllu": 1, "train": 3}]
+    assert [r.part for r in results] == ["probe"] and results[0].seconds >= 0 and timings == []
 
 
 def test_report_without_any_input_is_a_user_error(tmp_path, capsys):
