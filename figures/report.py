@@ -28,6 +28,7 @@ CSS = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; padding: 0 1rem; color: #222; }
 table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1rem; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+td:nth-child(-n+2), th:first-child { text-align: left; }
 th { background: #f3f3f3; }
 .difference { background: #fff4d6; padding: 0.4rem 0.8rem; border-left: 4px solid #e0a800; }
 details { margin: 0.5rem 0; }
