@@ -1,6 +1,7 @@
 """Benchmark the report: its time against the sum of its parts run alone, its size, and a two-model comparison.
 
 Run: OMP_NUM_THREADS=1 python -m benchmarks.bench_report [--sentences N] [--skip-compare]
+Memory: peak traced memory of the report on 25 and 99 inputs of each file (tiny BERT), which the accumulators keep flat.
 Target (issue 17): the report for the classroom single-sentence set with the default model takes at most 2x the sum of
 its parts run alone. Each part alone is its command (`special --head-map`, `positions`, `deps`) run in-process, model
 load included, as a user runs it; the report loads the model once and runs special and positions in one pass.
@@ -13,6 +14,7 @@ import resource
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 from attnlib.cli import build_parser
@@ -46,6 +48,20 @@ def tiny_bert(folder: Path) -> str:
     AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def memory_peaks(model: str, limits: tuple[int, ...]) -> dict[int, int]:
+    """Peak memory tracemalloc sees (Python and numpy) while the report runs on growing corpora: it should stay flat."""
+    from attnlib.report import ReportOptions, run_report
+
+    run_report(model, str(CLASSROOM_SINGLE), str(EWT_DEV), options=ReportOptions(limit=2))  # imports and caches
+    peaks = {}
+    for limit in limits:
+        tracemalloc.start()
+        run_report(model, str(CLASSROOM_SINGLE), str(EWT_DEV), options=ReportOptions(limit=limit, probes=4))
+        peaks[limit] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peaks
 
 
 def main() -> None:
@@ -83,8 +99,10 @@ def main() -> None:
         print(f"    forward pass over {p['source']} ({'+'.join(p['parts'])}): {p['forward_seconds']:.1f} s")
     print(f"  report size: {summary['bytes'] / 1e6:.2f} MB")
 
+    tiny = tiny_bert(tmp / "tiny-bert")
+    for limit, peak in memory_peaks(tiny, (25, 99)).items():
+        print(f"peak traced memory (tiny BERT, probes 4), first {limit} inputs of each file: {peak / 1e6:.1f} MB")
     if not args.skip_compare:
-        tiny = tiny_bert(tmp / "tiny-bert")
         out = tmp / "compare.html"
         summary, seconds = run_command(
             "report", "--corpus", corpus, *conllu, *limit, "--compare", tiny, "--out", str(out), "--quiet"
