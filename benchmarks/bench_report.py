@@ -1,0 +1,117 @@
+"""Benchmark the report: its time against the sum of its parts run alone, its size, and a two-model comparison.
+
+Run: OMP_NUM_THREADS=1 python -m benchmarks.bench_report [--sentences N] [--skip-compare]
+Memory: peak traced memory of the report on 25 and 99 inputs of each file (tiny BERT), which the accumulators keep flat.
+Target (issue 17): the report for the classroom single-sentence set with the default model takes at most 2x the sum of
+its parts run alone. Each part alone is its command (`special --head-map`, `positions`, `deps`) run in-process, model
+load included, as a user runs it; the report loads the model once and runs special and positions in one pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+from attnlib.cli import build_parser
+from attnlib.model import DEFAULT_MODEL, bundled_model_path
+from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
+
+
+def run_command(*argv: str) -> tuple[dict, float]:
+    """A command's JSON and its wall time, in this process."""
+    args = build_parser().parse_args(list(argv))
+    start = time.perf_counter()
+    result = args.handler(args)
+    return result, time.perf_counter() - start
+
+
+def tiny_bert(folder: Path) -> str:
+    """A random 2-layer, 4-head BERT with the bundled tokenizer, saved to a folder (as tests/conftest.py builds it)."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(str(bundled_model_path()))
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(0)
+    AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def memory_peaks(model: str, limits: tuple[int, ...]) -> dict[int, int]:
+    """Peak memory tracemalloc sees (Python and numpy) while the report runs on growing corpora: it should stay flat."""
+    from attnlib.report import ReportOptions, run_report
+
+    run_report(model, str(CLASSROOM_SINGLE), str(EWT_DEV), options=ReportOptions(limit=2))  # imports and caches
+    peaks = {}
+    for limit in limits:
+        tracemalloc.start()
+        run_report(model, str(CLASSROOM_SINGLE), str(EWT_DEV), options=ReportOptions(limit=limit, probes=4))
+        peaks[limit] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peaks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=100, help="EWT dev sentences for the deps part (0: none)")
+    parser.add_argument("--skip-compare", action="store_true", help="leave out the default model vs tiny BERT run")
+    args = parser.parse_args()
+    corpus = str(CLASSROOM_SINGLE)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-report-"))
+    limit = ["--limit", str(args.sentences)] if args.sentences else []  # the classroom set has 99 inputs
+    conllu = ["--conllu", str(EWT_DEV)] if args.sentences else []
+
+    alone = {
+        "special --head-map": run_command("special", "--corpus", corpus, "--head-map")[1],
+        "positions (estimate)": run_command("positions", "--corpus", corpus)[1],
+    }
+    if args.sentences:
+        alone["deps"] = run_command("deps", "--conllu", str(EWT_DEV), *limit)[1]
+    out = tmp / "report.html"
+    summary, report_seconds = run_command("report", "--corpus", corpus, *conllu, *limit, "--out", str(out), "--quiet")
+    total = sum(alone.values())
+    print(
+        f"classroom single-sentence set (99 inputs), {DEFAULT_MODEL}"
+        + (f", EWT dev first {args.sentences}" if args.sentences else "")
+    )
+    for name, seconds in alone.items():
+        print(f"  alone: {name:24s} {seconds:8.1f} s")
+    print(f"  sum of the parts alone:        {total:8.1f} s")
+    print(
+        f"  report (one file):             {report_seconds:8.1f} s   ratio report / sum = {report_seconds / total:.2f}"
+    )
+    for name, seconds in summary["part_seconds"].items():
+        print(f"    in the report: {name:40s} {seconds:8.1f} s")
+    for p in summary["passes"]:
+        print(f"    forward pass over {p['source']} ({'+'.join(p['parts'])}): {p['forward_seconds']:.1f} s")
+    print(f"  report size: {summary['bytes'] / 1e6:.2f} MB")
+
+    tiny = tiny_bert(tmp / "tiny-bert")
+    for limit, peak in memory_peaks(tiny, (25, 99)).items():
+        print(f"peak traced memory (tiny BERT, probes 4), first {limit} inputs of each file: {peak / 1e6:.1f} MB")
+    if not args.skip_compare:
+        out = tmp / "compare.html"
+        summary, seconds = run_command(
+            "report", "--corpus", corpus, *conllu, *limit, "--compare", tiny, "--out", str(out), "--quiet"
+        )
+        print(f"{DEFAULT_MODEL} vs a tiny random BERT: {seconds:.1f} s, {summary['bytes'] / 1e6:.2f} MB")
+        for part, line in summary["differences"].items():
+            print(f"  {part}: {line}")
+    print(f"peak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

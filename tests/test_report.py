@@ -1,0 +1,284 @@
+"""The report: its tables equal each command's JSON, it is offline and self-contained, and a model equals itself."""
+
+from __future__ import annotations
+
+import math
+import re
+from html.parser import HTMLParser
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from plotly.offline import get_plotlyjs
+
+from attnlib.cli import build_parser, main
+from attnlib.corpus import CorpusInput
+from attnlib.deps import CLARK_TABLE1
+from attnlib.report import (
+    Difference,
+    PartResult,
+    ReportOptions,
+    ReportPart,
+    largest_difference,
+    methods_anchor,
+    methods_sections,
+    paper_rows,
+    run_parts,
+    run_report,
+)
+from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
+from attnlib.special import STAT_KEYS
+from figures.report import render_report
+
+N_INPUTS = 6  # of each file
+MIN_COUNT = 5
+
+
+class TableReader(HTMLParser):
+    """Every <table> after an <h3> as (title, header, rows of cell texts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, tuple[list[str], list[list[str]]]] = {}
+        self.section, self.title, self.text, self.row = "", "", "", None
+        self.current: tuple[list[str], list[list[str]]] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "section":
+            self.section = dict(attrs).get("id", "")
+        elif tag == "h3":
+            self.text = ""
+        elif tag == "table" and self.title:
+            self.current = ([], [])
+        elif tag == "tr":
+            self.row = []
+        elif tag in ("td", "th"):
+            self.text = ""
+
+    def handle_endtag(self, tag):
+        if tag == "h3":
+            self.title = self.text.strip()
+        elif tag in ("td", "th") and self.row is not None:
+            self.row.append(self.text.strip())
+        elif tag == "tr" and self.current is not None and self.row is not None:
+            header, rows = self.current
+            if not header:
+                header.extend(self.row)
+            else:
+                rows.append(self.row)
+            self.row = None
+        elif tag == "table" and self.current is not None:
+            self.tables[f"{self.section}/{self.title}"] = self.current
+            self.current, self.title = None, ""
+
+    def handle_data(self, data):
+        self.text += data
+
+
+def read_tables(page: str) -> dict[str, list[dict[str, str]]]:
+    """'part/title' -> rows as {column: cell text}."""
+    reader = TableReader()
+    reader.feed(page)
+    return {key: [dict(zip(header, row)) for row in rows] for key, (header, rows) in reader.tables.items()}
+
+
+def close(cell: str, value) -> bool:
+    """A table cell (6 significant digits, empty for NaN) against a JSON number (None for NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return cell == ""
+    return math.isclose(float(cell), float(value), rel_tol=5e-6, abs_tol=1e-9)  # cells keep 6 significant digits
+
+
+def cli(*argv: str) -> dict:
+    args = build_parser().parse_args(list(argv))
+    return args.handler(args)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("report-inputs")
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join(CLASSROOM_SINGLE.read_text().splitlines()[:N_INPUTS]) + "\n")
+    blocks = EWT_DEV.read_text().split("\n\n")[:30]
+    conllu = folder / "treebank.conllu"
+    conllu.write_text("\n\n".join(blocks) + "\n\n")
+    return str(corpus), str(conllu)
+
+
+@pytest.fixture(scope="module")
+def report_page(tiny_model_dir, files, tmp_path_factory):
+    """The report for a tiny random model, written by the command; (page, its JSON summary)."""
+    corpus, conllu = files
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    summary = cli(
+        "report", "--corpus", corpus, "--conllu", conllu, "--model", str(tiny_model_dir), "--out", str(out),
+        "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--quiet", "--json",
+    )  # fmt: skip
+    return out, summary
+
+
+@pytest.mark.slow
+def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one_thread):
+    corpus, conllu = files
+    model = str(tiny_model_dir)
+    out, summary = report_page
+    tables = read_tables(out.read_text())
+    assert summary["parts"] == ["special", "positions", "deps"]
+    assert summary["bytes"] == out.stat().st_size
+
+    special = cli("special", "--corpus", corpus, "--limit", str(N_INPUTS), "--head-map", "--model", model)
+    per_layer = tables["special/Per layer (mean over heads)"]
+    assert [int(r["layer"]) for r in per_layer] == list(range(1, len(special["layers"]) + 1))
+    for row, expected in zip(per_layer, special["layers"]):
+        assert all(close(row[key], expected[key]) for key in STAT_KEYS), row
+    per_head = tables["special/Per head"]
+    n_heads = len(special["heads"]["cls"][0])
+    assert len(per_head) == len(special["layers"]) * n_heads
+    for k, row in enumerate(per_head):
+        layer, head = int(row["layer"]) - 1, int(row["head"]) - 1
+        assert (layer, head) == divmod(k, n_heads)
+        assert all(close(row[key], special["heads"][key][layer][head]) for key in STAT_KEYS), row
+        assert row["behaviour"] == special["head_map"]["behaviour"][k]
+
+    positions = cli("positions", "--corpus", corpus, "--limit", str(N_INPUTS), "--model", model)
+    for l, row in enumerate(tables["positions/Per layer (mean over heads; correlations: median)"]):
+        assert close(row["attention_center_of_mass"], positions["attention_center_of_mass"][l])
+        assert close(row["attribution_center_of_mass"], positions["attribution_center_of_mass"][l])
+        for name, values in positions["median_correlation"].items():
+            assert close(row[f"median_{name}"], values[l])
+    for row in tables["positions/Per head"]:
+        layer, head = int(row["layer"]) - 1, int(row["head"]) - 1
+        assert close(row["attention_center_of_mass"], positions["attention_head_center_of_mass"][layer][head])
+        for name, values in positions["correlation"].items():
+            assert close(row[name], values[layer][head])
+
+    deps = cli("deps", "--conllu", conllu, "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--model", model)
+    rows = tables["deps/Best head per relation against the best fixed offset"]
+    assert [r["relation"] for r in rows] == [r["relation"] for r in deps["rows"]]
+    for row, expected in zip(rows, deps["rows"]):
+        assert int(row["layer"]) == expected["layer"] + 1 and int(row["head"]) == expected["head"] + 1
+        assert row["direction"] == expected["direction"]
+        assert int(row["count"]) == expected["count"]
+        assert int(row["baseline_offset"]) == expected["baseline_offset"]
+        assert close(row["accuracy"], expected["accuracy"])
+        assert close(row["baseline_accuracy"], expected["baseline_accuracy"])
+
+
+@pytest.mark.slow
+def test_page_is_self_contained(report_page):
+    page = report_page[0].read_text()
+    assert not re.search(r"<script[^>]*\ssrc\s*=", page, re.I)
+    assert not re.search(r"<link[^>]*\shref\s*=", page, re.I)
+    assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page, re.I)
+    assert page.count(get_plotlyjs()[:300]) == 1  # plotly.js inlined once for the whole file
+    figures = page.count("Plotly.newPlot(")
+    assert figures == 12  # special 5 (with the head map), positions 5, deps 2
+    assert page.count('class="plotly-graph-div"') == figures
+    for part in ("special", "positions", "deps"):
+        assert f"<section id='{part}'>" in page
+    assert "docs/METHODS.md#2-share-of-attention-to-a-class-clark-fig-2" in page
+    assert "SHA-1" in page and "attnlib 0.1.0" in page
+
+
+@pytest.mark.slow
+def test_model_compared_with_itself_differs_nowhere(tiny_model_dir, files, one_thread):
+    corpus, conllu = files
+    model = str(tiny_model_dir)
+    options = ReportOptions(limit=N_INPUTS, min_count=MIN_COUNT)
+    report = run_report(model, corpus, conllu, compare=model, options=options)
+    assert len(report.models) == 2
+    differences = report.differences()
+    assert set(differences) == {"special", "positions", "deps"}
+    for difference in differences.values():
+        assert difference is not None and difference.size == 0.0
+    for results in report.results.values():
+        first, second = results
+        for title, frame in first.tables.items():
+            assert frame.drop(columns="model").equals(second.tables[title].drop(columns="model"))
+    page = render_report(report)
+    assert page.count("largest difference:") == 3
+    assert page.count(get_plotlyjs()[:300]) == 1
+
+
+def test_largest_difference_by_hand():
+    a = {"[CLS] share": {"layer 1": 0.1, "layer 2": 0.61, "layer 3": 0.5}, "[SEP] share": {"layer 1": 0.3}}
+    b = {"[CLS] share": {"layer 1": 0.2, "layer 2": 0.12, "layer 4": 0.9}, "[SEP] share": {"layer 1": float("nan")}}
+    found = largest_difference(a, b)
+    assert found == Difference("[CLS] share", "layer 2", 0.61, 0.12)
+    assert found.text() == "largest difference: [CLS] share in layer 2, 0.61 vs 0.12"
+    assert math.isclose(found.size, 0.49)
+    assert largest_difference(a, {"entropy": {"layer 1": 1.0}}) is None  # nothing in common
+    assert largest_difference(a, a).size == 0.0
+
+
+def test_methods_sections_and_links():
+    sections = methods_sections()
+    assert sorted(sections) == list(range(1, 15))
+    heading, text = sections[2]
+    assert heading == "2. Share of attention to a class (Clark Fig. 2)"
+    assert "share_C" in text
+    assert methods_anchor(heading) == "2-share-of-attention-to-a-class-clark-fig-2"
+
+
+def test_paper_rows_follow_clark_table_1():
+    rows = paper_rows(["all", "obj", "nsubj", "acl"])
+    assert list(rows["relation"]) == ["all", "nsubj", "obj"]  # the paper's order; acl is not in it
+    by_ud = {ud: (rel, head, acc, base, offset) for rel, ud, head, acc, base, offset in CLARK_TABLE1}
+    for row in rows.to_dict("records"):
+        rel, head, acc, base, offset = by_ud[row["relation"]]
+        assert (row["paper relation"], row["paper head"], row["paper baseline offset"]) == (rel, head, offset)
+        assert np.isclose(row["paper accuracy"], acc / 100) and np.isclose(row["paper baseline accuracy"], base / 100)
+
+
+def test_a_part_with_its_own_loop_runs_when_its_files_are_given():
+    seen = []
+
+    def probe(lm, inputs, options):
+        seen.append({k: len(v) for k, v in inputs.items()})
+        return PartResult("probe", lm.facts.name, {"accuracy": pd.DataFrame({"model": [lm.facts.name]})}, None, {})
+
+    part = ReportPart("probe", "Probe", "conllu", (14,), run=probe, needs=("train",))
+    lm = SimpleNamespace(facts=SimpleNamespace(name="m"))
+    sentence = CorpusInput("a b")
+    results, timings = run_parts(lm, {"conllu": [sentence]}, ReportOptions(), [part])
+    assert results == [] and timings == [] and seen == []  # no training file: the part is left out
+    results, timings = run_parts(lm, {"conllu": [sentence], "train": [sentence] * 3}, ReportOptions(), [part])
+    assert seen == [{"conllu": 1, "train": 3}]
+    assert [r.part for r in results] == ["probe"] and results[0].seconds >= 0 and timings == []
+
+
+def test_report_without_any_input_is_a_user_error(tmp_path, capsys):
+    assert main(["report", "--out", str(tmp_path / "r.html")]) == 2
+    assert capsys.readouterr().err.startswith("error: give --corpus, --conllu or both.")
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_browser_renders_every_figure_offline(report_page, browser, screenshot_dir, tiny_model_dir):
+    out, _ = report_page
+    figures = out.read_text().count("Plotly.newPlot(")
+    blocked: list[str] = []
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+
+    def offline(route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", offline)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(out.as_uri())
+    page.wait_for_function(f"document.querySelectorAll('.plotly-graph-div .main-svg').length >= {figures}")
+    rendered = page.eval_on_selector_all(
+        ".plotly-graph-div", "divs => divs.filter(d => d.querySelector('.main-svg')).length"
+    )
+    assert rendered == figures
+    assert page.locator(".difference").count() == 0  # one model: nothing to compare
+    page.screenshot(path=str(screenshot_dir / f"report-{tiny_model_dir.name}.png"), full_page=False)
+    page.close()
+    assert errors == [] and blocked == []
