@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .corpus import Sentence
+from .corpus import CorpusError, CorpusInput, Sentence
 from .deps import DIRECTIONS, OFFSETS, DependencyCounts, sentence_word_map
 from .engine import Progress, accumulate
 from .model import LoadedModel
@@ -58,10 +58,11 @@ class ProbeCorpus:
         if self.counts is None:
             self.counts = DependencyCounts(self.n_layers, self.n_heads)
 
-    def add(self, result: RunResult, item: Sentence) -> None:
+    def add(self, result: RunResult, item: CorpusInput) -> None:
         """Keep one sentence's maps; a truncated sentence is only counted as skipped (as count_dependencies does)."""
         assert self.counts is not None
-        self.counts.add(result, item)  # checks the input and the model shape
+        self.counts.add(result, item)  # refuses anything but single gold sentences, and a model of another shape
+        assert isinstance(item, Sentence)
         if result.truncated:
             self.n_skipped += 1
             return
@@ -77,18 +78,24 @@ class ProbeCorpus:
             self.embeddings.append(vectors)
 
     def merge(self, other: ProbeCorpus) -> ProbeCorpus:
-        """Sentences of self, then of other."""
+        """Both parts' sentences in file order (by line; self first on equal lines), as training takes them."""
         assert self.counts is not None and other.counts is not None
         if (self.n_layers, self.n_heads) != (other.n_layers, other.n_heads):
             raise ValueError("Only maps of the same model shape can be merged.")
+        sentences = self.sentences + other.sentences
+        order = sorted(range(len(sentences)), key=lambda i: sentences[i].line)  # Ray shards hold batches, not runs
+
+        def ordered(items: list) -> list:
+            return [items[i] for i in order] if items else []
+
         return ProbeCorpus(
             self.n_layers,
             self.n_heads,
             None,
-            self.sentences + other.sentences,
-            self.maps + other.maps,
-            self.present + other.present,
-            self.embeddings + other.embeddings,
+            ordered(sentences),
+            ordered(self.maps + other.maps),
+            ordered(self.present + other.present),
+            ordered(self.embeddings + other.embeddings),
             self.counts.merge(other.counts),
             self.n_skipped + other.n_skipped,
         )
@@ -127,12 +134,17 @@ def candidate_scores(
     """Scores [m, m+1] of every word i's head candidates (column 0 ROOT, column j word j; word i itself -inf).
 
     maps [K, m+2, m+2]. The weight of map k for the pair (i, j) is dep_weights[i, k] + dep_weights_of_candidate[j, k]
-    for dep->head and likewise for head<-dep: [m, K] each (the attention-only probe repeats w in every row, no
-    candidate part; the words variant splits [e_i; e_j] . V_k into its e_i and e_j halves). ROOT adds no candidate part.
+    for dep->head and likewise for head<-dep: [m, K] each, or [K] for one weight per map (the attention-only probe);
+    the words variant splits [e_i; e_j] . V_k into its e_i and e_j halves. ROOT adds no candidate part.
     """
-    m = maps.shape[-1] - 2
+    k, m = maps.shape[0], maps.shape[-1] - 2
     inner = maps[:, 1:-1, 1:-1]  # [K, m, m]: row i is what word i attends to
-    words = torch.einsum("ik,kij->ij", dep_weights, inner) + torch.einsum("ik,kji->ij", head_weights, inner)
+    if dep_weights.dim() == 1:  # one weight per map: two matrix-vector products
+        flat = inner.reshape(k, m * m)
+        words = (dep_weights @ flat).reshape(m, m) + (head_weights @ flat).reshape(m, m).T
+        dep_weights, head_weights = dep_weights.expand(m, k), head_weights.expand(m, k)
+    else:
+        words = torch.einsum("ik,kij->ij", dep_weights, inner) + torch.einsum("ik,kji->ij", head_weights, inner)
     if dep_weights_of_candidate is not None:
         words = words + torch.einsum("jk,kij->ij", dep_weights_of_candidate, inner)
     if head_weights_of_candidate is not None:
@@ -156,8 +168,7 @@ class AttentionProbe(torch.nn.Module):
         self.b = torch.nn.Parameter(torch.ones(()))
 
     def forward(self, maps: torch.Tensor, embeddings: torch.Tensor | None = None) -> torch.Tensor:
-        m = maps.shape[-1] - 2
-        return candidate_scores(maps, self.w.expand(m, -1), self.u.expand(m, -1), self.a, self.b)
+        return candidate_scores(maps, self.w, self.u, self.a, self.b)
 
 
 class WordsProbe(torch.nn.Module):
@@ -211,6 +222,8 @@ def train_probe(
     """Adam (lr 0.002), one sentence per step in corpus order; loss: cross-entropy summed over the sentence's words."""
     if epochs < 1:
         raise ValueError("epochs must be at least 1")
+    if not len(corpus):
+        raise CorpusError(f"no training sentence: all {corpus.n_skipped} are longer than the model takes.")
     if variant == "words" and len(corpus.embeddings) != len(corpus):
         raise ValueError("the words probe needs a corpus extracted with_embeddings=True")
     hidden = corpus.embeddings[0].shape[1] if variant == "words" and len(corpus) else 0
