@@ -1,0 +1,104 @@
+"""Benchmark Clark's attention probe (METHODS 14) on EWT dev (train) and test against the batched forward pass alone.
+
+Run: python -m benchmarks.bench_probe [--limit N] [--epochs E]
+Target (issue 16): the whole attention-only result (extract both corpora, train one epoch, score) within 2x the
+forward pass over both corpora. Also prints each variant's training time per epoch and the UAS it reaches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attnlib.corpus import read_conllu  # noqa: E402
+from attnlib.engine import accumulate  # noqa: E402
+from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
+from attnlib.probe import extract_maps, score_probe, train_probe  # noqa: E402
+from attnlib.shipped import EWT_DEV, EWT_TEST  # noqa: E402
+
+
+def timed(function, *args, **kwargs):
+    """(value, wall seconds)."""
+    start = time.perf_counter()
+    value = function(*args, **kwargs)
+    return value, time.perf_counter() - start
+
+
+def pipeline(lm, dev, test, variant: str, epochs: int, batch_size: int) -> tuple:
+    """Seconds of each stage (extract dev, extract test, train, score) and the result."""
+    words = variant == "words"
+    train_maps, t_dev = timed(extract_maps, lm, dev, words, batch_size)
+    test_maps, t_test = timed(extract_maps, lm, test, words, batch_size)
+    probe, t_train = timed(train_probe, train_maps, variant, epochs)
+    result, t_score = timed(score_probe, probe, train_maps, test_maps, variant, epochs)
+    return (t_dev, t_test, t_train, t_score), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--limit", type=int, default=None, help="sentences of each of EWT dev and test (default: all)")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+    import torch
+
+    lm = load_model(DEFAULT_MODEL)
+    dev, test = read_conllu(EWT_DEV)[: args.limit], read_conllu(EWT_TEST)[: args.limit]
+    print(
+        f"{DEFAULT_MODEL}: train on {len(dev)} EWT dev sentences, score on {len(test)} EWT test sentences, "
+        f"batch size {args.batch_size}, {torch.get_num_threads()} torch threads, {args.epochs} epoch(s)\n"
+    )
+    pipeline(lm, dev[:32], test[:32], "words", 1, args.batch_size)  # warm-up (imports, allocator)
+    _, forward_dev = timed(accumulate, lm, dev, [], args.batch_size)
+    _, forward_test = timed(accumulate, lm, test, [], args.batch_size)
+    forward = forward_dev + forward_test
+    runs = {
+        variant: pipeline(lm, dev, test, variant, args.epochs, args.batch_size) for variant in ("attention", "words")
+    }
+    _, forward_dev_again = timed(accumulate, lm, dev, [], args.batch_size)  # load drift check on a shared machine
+
+    print(f"{'stage':34s} {'seconds':>8s} {'vs forward':>11s}")
+    print(f"{'forward pass alone, dev + test':34s} {forward:8.2f} {1:10.3f}x")
+    for variant, ((t_dev, t_test, t_train, t_score), _) in runs.items():
+        whole = t_dev + t_test + t_train + t_score
+        print(f"{variant + ': extract dev + test':34s} {t_dev + t_test:8.2f} {(t_dev + t_test) / forward:10.3f}x")
+        print(f"{variant + f': train {args.epochs} epoch(s)':34s} {t_train:8.2f} {t_train / forward:10.3f}x")
+        print(f"{variant + ': score test':34s} {t_score:8.2f} {t_score / forward:10.3f}x")
+        print(f"{variant + ': whole result':34s} {whole:8.2f} {whole / forward:10.3f}x")
+    print(
+        f"\nforward pass over dev measured again at the end: {forward_dev_again:.2f} s "
+        f"({forward_dev_again / forward_dev:.2f}x the first; a large change means the machine's load changed)."
+    )
+    print("Target: the attention-only whole result at most 2x the forward pass over both corpora.\n")
+
+    for variant, (_, result) in runs.items():
+        best = result.best_head
+        print(
+            f"{variant:9s} UAS {result.uas:.4f} on {result.n_words} test words (punct excluded); "
+            f"best single head {best['layer'] + 1}-{best['head'] + 1} {best['direction']} "
+            f"{result.best_head_accuracy:.4f}; best offset {result.baseline_offset:+d} {result.baseline_accuracy:.4f}; "
+            f"a={result.root_weights['a']:.3f} b={result.root_weights['b']:.3f}; "
+            f"skipped {result.n_skipped_train} train, {result.n_skipped_test} test"
+        )
+    top = runs["attention"][1].largest_weights(5)
+    print(
+        "largest attention-only weights (1-based layer-head, direction): "
+        + ", ".join(f"{layer + 1}-{head + 1} {direction} {weight:.3f}" for layer, head, direction, weight in top)
+    )
+    print("UAS per relation (attention-only | words | best head | offset), 10 most frequent:")
+    attention, words = runs["attention"][1].uas_by_relation, runs["words"][1].uas_by_relation
+    for relation in list(attention)[:10]:
+        a, w = attention[relation], words[relation]
+        print(
+            f"  {relation:12s} {a['count']:6d}  {a['uas']:.3f} | {w['uas']:.3f} | "
+            f"{a['best_head_accuracy']:.3f} | {a['baseline_accuracy']:.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
