@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .corpus import CorpusError, CorpusInput, Sentence
-from .deps import DIRECTIONS, OFFSETS, DependencyCounts, sentence_word_map
+from .deps import DIRECTIONS, OFFSETS, DependencyCounts
 from .engine import Progress, accumulate
 from .model import LoadedModel
 from .runner import RunResult
@@ -61,12 +61,13 @@ class ProbeCorpus:
     def add(self, result: RunResult, item: CorpusInput) -> None:
         """Keep one sentence's maps; a truncated sentence is only counted as skipped (as count_dependencies does)."""
         assert self.counts is not None
-        self.counts.add(result, item)  # refuses anything but single gold sentences, and a model of another shape
-        assert isinstance(item, Sentence)
-        if result.truncated:
+        # the section 7 counts refuse anything but single gold sentences and hand back the mean-row word maps
+        added = self.counts.add_with_maps(result, item)
+        if added is None:
             self.n_skipped += 1
             return
-        word_map, present = sentence_word_map(result, item.words, "mean")
+        assert isinstance(item, Sentence)
+        word_map, present = added
         k = self.n_layers * self.n_heads
         self.maps.append(word_map.astype(np.float32).reshape((k,) + word_map.shape[-2:]))
         self.present.append(present)
