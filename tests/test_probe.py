@@ -325,6 +325,11 @@ def test_tiny_models_maps_skips_and_embeddings(tiny_model, one_thread):
         np.testing.assert_array_equal(vectors, table[first_ids])
     result = score_probe(train_probe(corpus, "words"), corpus, corpus, "words")
     assert result.n_skipped == 2 and result.n_words == 9
+    calls: list[tuple[int, int]] = []
+    again = run_probe(lm, sentences, sentences, "words", epochs=2, progress=lambda d, t: calls.append((d, t)))
+    assert again.to_json() == score_probe(train_probe(corpus, "words", 2), corpus, corpus, "words", 2).to_json()
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and calls[-1] == (3 + 3 + 2 * 3, 12) and {t for _, t in calls} == {12}
 
 
 @pytest.mark.slow
