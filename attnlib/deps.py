@@ -213,11 +213,15 @@ class DependencyCounts:
 
     def add(self, result: RunResult, item: CorpusInput) -> None:
         """Score every head on one sentence; a truncated sentence is only counted as skipped."""
+        self.add_with_maps(result, item)
+
+    def add_with_maps(self, result: RunResult, item: CorpusInput) -> tuple[np.ndarray, np.ndarray] | None:
+        """add(), returning the sentence's word-level maps and word mask it scored (None when skipped)."""
         if not isinstance(item, Sentence) or item.text_b is not None:
             raise TypeError("Dependency counts need single sentences with gold or parsed heads.")
         if result.truncated:
             self.n_skipped += 1
-            return
+            return None
         if result.attentions.shape[:2] != (self.n_layers, self.n_heads):
             raise ValueError(
                 f"attention of shape {result.attentions.shape[:2]}, counts of ({self.n_layers}, {self.n_heads})"
@@ -240,6 +244,7 @@ class DependencyCounts:
         self.totals[half, used] += onehot.sum(axis=0).astype(np.int64)
         self.n_sentences[half] += 1
         self.n_words[half] += m
+        return word_map, present
 
     def merge(self, other: DependencyCounts) -> DependencyCounts:
         """Counts over both corpora (labels matched by name)."""

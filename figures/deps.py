@@ -114,10 +114,13 @@ def arc_diagram(
     predicted_heads: Sequence[int],
     focus: Sequence[bool],
     title: str = "",
+    predicts_root: bool = False,
+    focus_name: str = "gold arc (chosen relation)",
 ) -> go.Figure:
     """Gold arcs above the words (focus relation dark), the head's predicted arcs below: green hits, red misses.
 
-    Heads are 1-based (0 = root); predictions are drawn for the words marked in `focus`, none for -1.
+    Heads are 1-based (0 = root); predictions are drawn for the words marked in `focus`, none for -1. With
+    predicts_root (a predictor that can choose ROOT, such as the probe), a predicted 0 is an arrow up from below.
     """
     m = len(words)
     x = word_positions(words)
@@ -136,9 +139,7 @@ def arc_diagram(
     pred_placed = placed(predicted, predicted_levels, -1)
     fig = go.Figure()
     fig.add_trace(_arc_trace([a for a, f in zip(gold_placed, is_focus) if not f], GOLD_OTHER, "gold arc", 1.5))
-    fig.add_trace(
-        _arc_trace([a for a, f in zip(gold_placed, is_focus) if f], GOLD_FOCUS, "gold arc (chosen relation)", 2.5)
-    )
+    fig.add_trace(_arc_trace([a for a, f in zip(gold_placed, is_focus) if f], GOLD_FOCUS, focus_name, 2.5))
     fig.add_trace(_arc_trace([a for a, ok in zip(pred_placed, hit) if ok], HIT, "predicted: hit", 2.5))
     fig.add_trace(_arc_trace([a for a, ok in zip(pred_placed, hit) if not ok], MISS, "predicted: miss", 2.5))
     fig.add_trace(
@@ -154,7 +155,7 @@ def arc_diagram(
         )
     )
     top = step * (max(gold_levels, default=0) + 1.2)
-    low = -step * (max(predicted_levels, default=0) + 0.6)
+    low = -step * (max(predicted_levels, default=0) + (1.2 if predicts_root else 0.6))
     for i, h in enumerate(gold_heads):
         if h == 0:
             fig.add_annotation(
@@ -172,6 +173,25 @@ def arc_diagram(
                 arrowcolor=GOLD_OTHER,
                 font=dict(size=10),
             )
+    if predicts_root:
+        for i, p in enumerate(predicted_heads):
+            if focus[i] and p == 0:
+                color = HIT if gold_heads[i] == 0 else MISS
+                fig.add_annotation(
+                    x=x[i],
+                    y=-0.25,
+                    ax=x[i],
+                    ay=low + 0.2,
+                    xref="x",
+                    yref="y",
+                    axref="x",
+                    ayref="y",
+                    text="root",
+                    showarrow=True,
+                    arrowhead=2,
+                    arrowcolor=color,
+                    font=dict(size=10, color=color),
+                )
     fig.add_trace(
         go.Scatter(
             x=list(x),
