@@ -30,8 +30,8 @@ from .engine import accumulate
 from .head_distances import HeadMap, head_map
 from .model import LoadedModel, ModelFacts, load_model
 from .positions import CORRELATIONS, PositionAccumulator, PositionOptions, PositionsResult
+from .results import make_result_file
 from .runner import RunResult
-from .scale import make_result_file
 from .shipped import ROOT
 from .special import SpecialTokenResult
 
@@ -550,22 +550,6 @@ def run_report(
         load_seconds,
         methods_sections(),
     )
-
-
-def build_report(
-    model: str,
-    corpus_path: str | None,
-    conllu_path: str | None = None,
-    compare: str | None = None,
-    progress: ReportProgress | None = None,
-    options: ReportOptions = ReportOptions(),
-    device: str = "cpu",
-) -> str:
-    """The report as one self-contained HTML page (plotly.js inlined once)."""
-    # The page needs plotly figures: figures.report draws them from the computed Report and runs no model.
-    from figures.report import render_report
-
-    return render_report(run_report(model, corpus_path, conllu_path, compare, options, progress, device))
 
 
 def terminal_progress(stream: Any = sys.stderr, width: int = 30) -> ReportProgress:

@@ -335,7 +335,7 @@ def test_tiny_models_maps_skips_and_embeddings(tiny_model, one_thread):
 @pytest.mark.slow
 def test_cli_on_ewt_agrees_with_the_library(minilm, tmp_path, capsys):
     from attnlib.cli import main
-    from attnlib.scale import read_result_file
+    from attnlib.results import read_result_file
 
     out_file = tmp_path / "probe.json"
     args = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "6", "--json", "--out", str(out_file)]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from ..cli_options import add_model_option, add_scale_options, positive_int, run_corpus, save_result
 from ..corpus import CorpusError, read_conllu
 from ..model import LoadedModel
 from ..probe import VARIANTS, ProbeCorpus, score_probe, train_probe, word_embedding_table
-from ..scale import add_scale_options, positive_int, run_corpus, save_result
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,8 +26,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=positive_int, default=None, help="use only the first N sentences of each file")
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass (default 32)")
     p.add_argument("--seed", type=int, default=0, help="torch seed while training (default 0)")
-    from ..cli import add_model_option
-
     add_model_option(p)
     add_scale_options(p)
     p.set_defaults(handler=handle)

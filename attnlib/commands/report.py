@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from figures.report import render_report  # the CLI and the app sit above both layers
+
 from ..attribution import DEFAULT_PROBES
+from ..cli_options import add_model_option, positive_int
 from ..corpus import CorpusError
-from ..report import ReportOptions, run_report, terminal_progress
-from ..scale import check_device, positive_int
+from ..engines import check_device
+from ..report import ReportOptions, ReportProgress, run_report, terminal_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,16 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--probes", type=positive_int, default=DEFAULT_PROBES, help="positions: probes per token (estimate mode)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
-    from ..cli import add_model_option
-
     add_model_option(p)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> dict:
     """Write the report; returns models, parts, seconds (per part and pass), corpora, output path and bytes."""
-    from figures.report import render_report  # the HTML needs plotly; figures runs no model
-
     if args.corpus is None and args.conllu is None:
         raise CorpusError("give --corpus, --conllu or both.")
     check_device(args.device)
@@ -53,3 +52,18 @@ def handle(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.write_text(render_report(report), encoding="utf-8")
     return {**report.summary(), "out": str(out), "bytes": out.stat().st_size}
+
+
+def build_report(
+    model: str,
+    corpus_path: str | None,
+    conllu_path: str | None = None,
+    compare: str | None = None,
+    progress: ReportProgress | None = None,
+    options: ReportOptions | None = None,
+    device: str = "cpu",
+) -> str:
+    """The report as one self-contained HTML page (plotly.js inlined once)."""
+    return render_report(
+        run_report(model, corpus_path, conllu_path, compare, options or ReportOptions(), progress, device)
+    )
