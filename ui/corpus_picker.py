@@ -42,7 +42,7 @@ def _parse_upload(data: bytes, name: str, conllu: bool) -> list[CorpusInput]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise CorpusError(f"{name}: not a UTF-8 text file (byte {exc.start} cannot be decoded).") from exc
-    return parse_conllu(text, name) if conllu else parse_text_corpus(text, name)
+    return [*parse_conllu(text, name)] if conllu else parse_text_corpus(text, name)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

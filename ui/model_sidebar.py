@@ -130,7 +130,7 @@ def model_sidebar() -> LoadedModel:
         if lm is None:
             st.error(f"{error}\n\nFalling back to the bundled {DEFAULT_MODEL}.")
             state.model_name = DEFAULT_MODEL
-            lm, _ = _try_load(DEFAULT_MODEL)
+            lm = model_named(DEFAULT_MODEL)  # the bundled model: a failure here is a broken install, shown as such
         f = lm.facts
         st.caption(
             f"{f.model_type}: {f.n_layers} layers × {f.n_heads} heads, head size {f.head_dim}, "
