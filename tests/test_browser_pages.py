@@ -28,9 +28,10 @@ def test_page_renders_in_browser(streamlit_server, browser, screenshot_dir, path
         assert page.locator("[data-testid='stException']").count() == 0, "an exception box is shown"
         assert page.get_by_text("Page not found").count() == 0
         assert page.locator(MAIN_CONTENT).count() > 0
+        page.locator("[data-testid='stSidebarNav']").wait_for(timeout=30_000)
+        page.get_by_text("Model", exact=True).first.wait_for(timeout=30_000)
         nav = page.locator("[data-testid='stSidebarNav']").inner_text()
         assert all(name in nav for _, name in PAGES), "the app's own navigation (app.py) is not in charge"
-        assert page.get_by_text("Model", exact=True).count() > 0, "the model sidebar is missing"
     finally:
         page.close()
 
