@@ -70,6 +70,8 @@ MIN_COUNT = Option("deps_min_count", "min", 100, lo=1, hi=1_000_000)
 RULE = Option("deps_rule", "rule", "mean", list(ROW_RULES))
 SPLIT = Option("deps_split", "split", "same", list(SPLITS))
 DIRECTION_PARAMS = {"dep": DIRECTIONS[0], "head": DIRECTIONS[1]}
+# the example's options that a new relation resets to its best head: URL key -> widget key
+EXAMPLE = {"sentence": "deps_example", "layer": "deps_layer", "head": "deps_head", "dir": "deps_dir"}
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -224,10 +226,10 @@ def example_options(row: DependencyRow, lm: LoadedModel, n_sentences: int) -> li
     """The example's sentence, layer, head, direction and arcs drawn; the layer, head and direction of the best head."""
     f = lm.facts
     return [
-        Option("deps_example", "sentence", 0, lo=0, hi=n_sentences - 1),
-        Option("deps_layer", "layer", row.layer + 1, lo=1, hi=f.n_layers),
-        Option("deps_head", "head", row.head + 1, lo=1, hi=f.n_heads),
-        Option("deps_dir", "dir", row.direction, DIRECTION_PARAMS),
+        Option(EXAMPLE["sentence"], "sentence", 0, lo=0, hi=n_sentences - 1),
+        Option(EXAMPLE["layer"], "layer", row.layer + 1, lo=1, hi=f.n_layers),
+        Option(EXAMPLE["head"], "head", row.head + 1, lo=1, hi=f.n_heads),
+        Option(EXAMPLE["dir"], "dir", row.direction, DIRECTION_PARAMS),
         Option("deps_every_word", "arcs", False),
     ]
 
@@ -370,7 +372,7 @@ def relation_section(counts: DependencyCounts, table: DependencyTable, held_out:
     relations = [r.relation for r in table.rows]
     relation = Option("deps_relation", "relation", relations[1] if len(relations) > 1 else relations[0], relations)
     bind([relation])
-    forget_example = [Option(key, param, 0) for key, param in EXAMPLE_KEYS]
+    forget_example = [Option(key, param, 0) for param, key in EXAMPLE.items()]
     chosen = st.selectbox("Relation", relations, key=relation.key, on_change=forget, args=(forget_example,))
     row = next(r for r in table.rows if r.relation == chosen)
     grid = counts.accuracy_grid(chosen, half=1 if held_out else None)
@@ -380,9 +382,6 @@ def relation_section(counts: DependencyCounts, table: DependencyTable, held_out:
         st.caption("Accuracies on half B; the red square marks the head chosen on half A.")
     download_figure(heatmap, f"dependency_heads_{chosen.replace(':', '_')}", key="deps_heatmap_download")
     return chosen
-
-
-EXAMPLE_KEYS = [("deps_example", "sentence"), ("deps_layer", "layer"), ("deps_head", "head"), ("deps_dir", "dir")]
 
 
 def sources_sidebar() -> tuple[tuple[ResultFile, DependencyCounts] | None, bool]:

@@ -89,3 +89,10 @@ def test_shipped_result_answers_the_head_dim_filter_when_no_input_is_longer():
     result = positions_from_json(record.result)
     assert result.n_longer == 0 and result.options.identifiable_only is True
     assert not math.isnan(result.attention_center_of_mass[0])
+
+
+def test_hta_exact_states_its_estimate_first(minilm, capsys):
+    assert cli.main(["hta", "--text", "Birds sing.", "--mode", "exact", "--json"]) == 0
+    captured = capsys.readouterr()
+    n = len(json.loads(captured.out)["tokens"])
+    assert f"exact attribution of {n} tokens: about {exact_seconds(minilm.facts, n):.0f} s" in captured.err
