@@ -14,21 +14,26 @@ from attnlib.deps import (
     CLARK_TABLE1,
     DIRECTIONS,
     DependencyCounts,
+    DependencyRow,
     DependencyTable,
     count_dependencies,
     dependency_counts_from_json,
     predict_heads,
     sentence_word_map,
 )
+from attnlib.model import LoadedModel
 from attnlib.parsing import parse_text, parser_name
+from attnlib.results import ResultFile
 from attnlib.runner import InputError, run
 from attnlib.shipped import CLASSROOM
 from attnlib.words import ROW_RULES
 from figures.deps import arc_diagram, head_accuracy_heatmaps
 from figures.heatmap import attention_heatmap
-from ui.corpus_picker import corpus_picker, upload_bytes
+from ui.corpus_picker import SHIPPED, corpus_picker, kept_upload
 from ui.downloads import download_figure, download_table
-from ui.model_sidebar import cached_model, current_model, local_models_allowed
+from ui.model_sidebar import current_model, model_named
+from ui.page_state import Option, bind, forget
+from ui.progress import progress
 from ui.result_file import loaded_result
 
 SOURCES = {"gold": "Gold trees (CoNLL-U)", "silver": "Text parsed by spaCy (predicted trees)"}
@@ -57,19 +62,17 @@ HOW = """
 """
 
 
-def _init_state() -> None:
-    """Widget values from the URL on the first run of a session."""
-    state, params = st.session_state, st.query_params
-    if "deps_source" in state:
-        return
-    state.deps_source = params.get("src", "gold")
-    if state.deps_source not in SOURCES:
-        state.deps_source = "gold"
-    state.deps_min_count = max(1, int(params["min"])) if str(params.get("min", "")).isdigit() else 100
-    state.deps_rule = params.get("rule", "mean") if params.get("rule", "mean") in ROW_RULES else "mean"
-    state.deps_split = params.get("split", "same") if params.get("split", "same") in SPLITS else "same"
-    if "rel" in params:
-        state.deps_relation = params["rel"]
+TEXTS = {k: v for k, v in SHIPPED.items() if v in CLASSROOM} | {"typed": TYPED, "upload": UPLOADED}
+SOURCE = Option("deps_source", "trees", "gold", list(SOURCES))
+TEXT_CHOICE = Option("deps_text_choice", "corpus", next(iter(TEXTS.values())), TEXTS)
+TEXT_LIMIT = Option("deps_text_limit", "limit", 200, lo=1, hi=100_000)
+TYPED_TEXT = Option("deps_text", "text", DEFAULT_TEXT)
+MIN_COUNT = Option("deps_min_count", "min", 100, lo=1, hi=1_000_000)
+RULE = Option("deps_rule", "rule", "mean", list(ROW_RULES))
+SPLIT = Option("deps_split", "split", "same", list(SPLITS))
+DIRECTION_PARAMS = {"dep": DIRECTIONS[0], "head": DIRECTIONS[1]}
+# the example's options that a new relation resets to its best head: URL key -> widget key
+EXAMPLE = {"sentence": "deps_example", "layer": "deps_layer", "head": "deps_head", "dir": "deps_dir"}
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -81,22 +84,14 @@ def _parsed(digest: str, limit: int, name: str, _text: str) -> list[Sentence]:
 @st.cache_data(max_entries=8, show_spinner=False)
 def _counts(model_name: str, fingerprint: str, rule: str, _sentences: list[Sentence]) -> DependencyCounts:
     """Every head's dependency predictions over the corpus, counted once per (model, corpus, row rule)."""
-    lm = cached_model(model_name, local_models_allowed())
-    bar = st.progress(0.0, text="Running the model over the sentences…")
-    counts = count_dependencies(
-        lm,
-        _sentences,
-        rule,  # type: ignore[arg-type]
-        progress=lambda done, total: bar.progress(done / total, text=f"{done} of {total} sentences"),
-    )
-    bar.empty()
-    return counts
+    with progress("Running the model over the sentences", "sentences") as report:
+        return count_dependencies(model_named(model_name), _sentences, rule, progress=report)  # type: ignore[arg-type]
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _example(model_name: str, words: tuple[str, ...], rule: str) -> tuple[np.ndarray, np.ndarray, bool, str, str]:
     """Word-level maps [L, H, m+2, m+2] of one sentence, its mask of words with pieces, truncation, and CLS/SEP names."""
-    lm = cached_model(model_name, local_models_allowed())
+    lm = model_named(model_name)
     result = run(lm, list(words), capture_qk=False)
     if result.truncated:
         return np.zeros((0,)), np.zeros((0,), bool), True, lm.facts.cls_token, lm.facts.sep_token
@@ -104,41 +99,39 @@ def _example(model_name: str, words: tuple[str, ...], rule: str) -> tuple[np.nda
     return word_map, present, False, lm.facts.cls_token, lm.facts.sep_token
 
 
-def _silver_corpus() -> tuple[str, str, list[Sentence]] | None:
-    """Sidebar widgets for text to parse; returns (label, fingerprint, parsed sentences) or None with a message shown."""
+def _silver_text() -> tuple[str, str] | None:
+    """Sidebar widgets for the text to parse: (label, text), or None with a message shown."""
     with st.sidebar:
         st.subheader("Text to parse")
-        choice = st.selectbox(
-            "Text", list(CLASSROOM) + [TYPED, UPLOADED], key="deps_text_choice", label_visibility="collapsed"
-        )
-        limit = int(st.number_input("Use at most this many sentences", 1, 100_000, 200, step=50, key="deps_text_limit"))
+        choice = st.selectbox("Text", list(TEXTS.values()), key=TEXT_CHOICE.key, label_visibility="collapsed")
+        st.number_input("Use at most this many sentences", 1, 100_000, step=50, key=TEXT_LIMIT.key)
         if choice == UPLOADED:
-            upload = st.file_uploader(
-                UPLOADED,
-                type=["txt", "tsv"],
-                key="deps_text_upload",
-                help="Plain text: each line is split into sentences; a TAB separates two texts.",
-            )
-            if upload is None:
-                st.info("Choose a text file to parse.")
-                return None
-            data = upload_bytes(upload)
-            if data is None:
+            help = "Plain text: each line is split into sentences; a TAB separates two texts."
+            uploaded = kept_upload("deps_text", UPLOADED, ["txt", "tsv"], help)
+            if uploaded is None:
                 return None
             try:
-                text = data.decode("utf-8-sig")
+                return uploaded[0], uploaded[1].decode("utf-8-sig")
             except UnicodeDecodeError as exc:
-                st.error(f"{upload.name}: not a UTF-8 text file (byte {exc.start} cannot be decoded).")
+                st.error(f"{uploaded[0]}: not a UTF-8 text file (byte {exc.start} cannot be decoded).")
                 return None
-            label = upload.name
     if choice == TYPED:
-        text = st.text_area("Text to parse (one or more sentences per line)", DEFAULT_TEXT, key="deps_text", height=110)
-        label = "typed text"
-    elif choice in CLASSROOM:
-        text, label = CLASSROOM[choice].read_text(encoding="utf-8"), choice
-    digest = hashlib.sha1(text.encode()).hexdigest()
+        bind([TYPED_TEXT])
+        text = st.text_area("Text to parse (one or more sentences per line)", key=TYPED_TEXT.key, height=110)
+        return "typed text", text
+    return choice, CLASSROOM[choice].read_text(encoding="utf-8")
+
+
+def silver_corpus() -> tuple[str, str, list[Sentence]] | None:
+    """Text parsed by spaCy: (label, fingerprint, sentences), or None with a message shown."""
+    limit = int(bind([TEXT_CHOICE, TEXT_LIMIT])["limit"])
+    text = _silver_text()
+    if text is None:
+        return None
+    label, content = text
+    digest = hashlib.sha1(content.encode()).hexdigest()
     with st.spinner("Parsing with spaCy…"):
-        sentences = _parsed(digest, limit, label, text)
+        sentences = _parsed(digest, limit, label, content)
     if not sentences:
         st.warning("The text has no sentence to analyse.")
         return None
@@ -146,32 +139,30 @@ def _silver_corpus() -> tuple[str, str, list[Sentence]] | None:
     return label, f"spacy:{digest}:{limit}", sentences
 
 
-def _options() -> tuple[int, str, bool]:
-    """Minimum count, word-level row rule and selection mode, from the sidebar."""
+def table_options() -> tuple[int, str, bool]:
+    """Minimum count, word-level row rule and selection mode, from the sidebar (kept in the URL)."""
+    values = bind([MIN_COUNT, RULE, SPLIT])
     with st.sidebar:
         st.subheader("Table")
-        min_count = int(
-            st.number_input(
-                "Minimum dependents per relation",
-                1,
-                1_000_000,
-                step=10,
-                key="deps_min_count",
-                help="Relations with fewer dependents in the whole corpus are not listed; "
-                "'all' is always listed. Lower it for small corpora.",
-            )
+        st.number_input(
+            "Minimum dependents per relation",
+            1,
+            1_000_000,
+            step=10,
+            key=MIN_COUNT.key,
+            help="Relations with fewer dependents in the whole corpus are not listed; "
+            "'all' is always listed. Lower it for small corpora.",
         )
-        rule = st.selectbox(
+        st.selectbox(
             "Word rows",
             ROW_RULES,
-            key="deps_rule",
+            key=RULE.key,
             format_func=lambda r: f"{r}: {RULE_NAMES[r]}",
             help="How the attention FROM a word of several pieces is formed (METHODS §6); the "
             "attention TO a word is always the sum of its pieces' columns.",
         )
-        split = st.radio("Best head chosen on", list(SPLITS), key="deps_split", format_func=SPLITS.get)
-    st.query_params.update({"min": str(min_count), "rule": rule, "split": split})
-    return min_count, rule, split == "halves"
+        st.radio("Best head chosen on", list(SPLITS), key=SPLIT.key, format_func=SPLITS.get)
+    return int(values["min"]), values["rule"], values["split"] == "halves"
 
 
 def _table_frame(table: DependencyTable) -> pd.DataFrame:
@@ -232,9 +223,36 @@ def _show_paper_table(is_silver: bool) -> None:
     st.caption(labels + " The paper's corpus (WSJ) differs from ours, so the numbers are a reference, not a target.")
 
 
-def _example_viewer(
-    lm, sentences: list[Sentence], counts: DependencyCounts, table: DependencyTable, relation: str, rule: str
-) -> None:
+def example_options(row: DependencyRow, lm: LoadedModel, n_sentences: int) -> list[Option]:
+    """The example's sentence, layer, head, direction and arcs drawn; the layer, head and direction of the best head."""
+    f = lm.facts
+    return [
+        Option(EXAMPLE["sentence"], "sentence", 0, lo=0, hi=n_sentences - 1),
+        Option(EXAMPLE["layer"], "layer", row.layer + 1, lo=1, hi=f.n_layers),
+        Option(EXAMPLE["head"], "head", row.head + 1, lo=1, hi=f.n_heads),
+        Option(EXAMPLE["dir"], "dir", row.direction, DIRECTION_PARAMS),
+        Option("deps_every_word", "arcs", False),
+    ]
+
+
+def example_controls(options: list[Option], sentences: list[Sentence], n_layers: int, n_heads: int) -> dict:
+    """The example's widgets; their values by URL key."""
+    values = bind(options)
+    sentence, layer, head, direction, _ = (option.key for option in options)
+    c1, c2, c3, c4 = st.columns([3, 1, 1, 2])
+    c1.selectbox(
+        "Sentence",
+        range(len(sentences)),
+        key=sentence,
+        format_func=lambda i: f"{i + 1}. " + " ".join(sentences[i].words)[:110],
+    )
+    c2.number_input("Layer", 1, n_layers, key=layer)
+    c3.number_input("Head", 1, n_heads, key=head)
+    c4.radio("Direction", DIRECTIONS, key=direction, horizontal=True)
+    return values
+
+
+def example_viewer(lm, sentences: list[Sentence], table: DependencyTable, relation: str, rule: str) -> None:
     """One sentence: gold arcs against the arcs a chosen head predicts, and that head's word-level attention."""
     st.subheader("Example")
     row = next(r for r in table.rows if r.relation == relation)
@@ -242,38 +260,31 @@ def _example_viewer(
     if not with_relation:
         st.info("No sentence has this relation.")
         return
-    c1, c2, c3, c4 = st.columns([3, 1, 1, 2])
-    index = c1.selectbox(
-        "Sentence",
-        range(len(with_relation)),
-        key=f"deps_example_{relation}",
-        format_func=lambda i: f"{i + 1}. " + " ".join(with_relation[i].words)[:110],
-    )
-    layer = int(c2.number_input("Layer", 1, lm.facts.n_layers, row.layer + 1, key=f"deps_layer_{relation}"))
-    head = int(c3.number_input("Head", 1, lm.facts.n_heads, row.head + 1, key=f"deps_head_{relation}"))
-    direction = c4.radio(
-        "Direction", DIRECTIONS, DIRECTIONS.index(row.direction), key=f"deps_dir_{relation}", horizontal=True
-    )
-    sentence = with_relation[index]
+    options = example_options(row, lm, len(with_relation))
+    values = example_controls(options, with_relation, lm.facts.n_layers, lm.facts.n_heads)
+    sentence, layer, head, direction = with_relation[values["sentence"]], values["layer"], values["head"], values["dir"]
     word_map, present, truncated, cls, sep = _example(lm.facts.name, tuple(sentence.words), rule)
     if truncated:
         st.warning("This sentence is longer than the model takes; it was skipped in the table.")
         return
-    d = DIRECTIONS.index(direction)
     head_map = word_map[layer - 1, head - 1]
-    predicted = predict_heads(head_map)[d]
+    predicted = predict_heads(head_map)[DIRECTIONS.index(direction)]
     predicted[~present] = -1
     focus = [relation == ALL or r == relation for r in sentence.deprels]
     hits = sum(int(p == g) for p, g, f in zip(predicted, sentence.heads, focus) if f)
     title = f"Head {layer}-{head}, {direction}: {hits} of {sum(focus)} '{relation}' arcs found"
     every_word = st.checkbox(
-        "Draw the predicted arc of every word, not only of this relation's dependents", key="deps_every_word"
+        "Draw the predicted arc of every word, not only of this relation's dependents", key=options[-1].key
     )
     drawn = [True] * len(focus) if every_word else focus
     arcs = arc_diagram(sentence.words, sentence.heads, sentence.deprels, predicted, drawn, title)
     labels = [cls] + sentence.words + [sep]
     heat = attention_heatmap(head_map, labels, labels, f"Word-level attention of head {layer}-{head}")
-    long_sentence = sum(len(w) + 2 for w in sentence.words) > 80
+    example_figures(arcs, heat, sum(len(w) + 2 for w in sentence.words) > 80)
+
+
+def example_figures(arcs, heat, long_sentence: bool) -> None:
+    """The arcs beside the head's attention (one above the other for a long sentence), and how to read them."""
     left, right = (st.container(), st.container()) if long_sentence else st.columns([3, 2])
     with left:
         st.plotly_chart(arcs, key="deps_arcs")
@@ -289,6 +300,99 @@ def _example_viewer(
     )
 
 
+def chosen_corpus(is_silver: bool) -> tuple[str, str, list[Sentence]] | None:
+    """(label, fingerprint, sentences) of the gold corpus or the parsed text; None with a message shown."""
+    try:
+        if is_silver:
+            return silver_corpus()
+        choice = corpus_picker("deps", kind="conllu")
+        return None if choice is None else (choice.label, choice.fingerprint, choice.inputs)
+    except CorpusError as exc:
+        st.error(str(exc))
+        return None
+
+
+def counts_of(lm: LoadedModel, loaded, corpus, is_silver: bool, rule: str):
+    """(counts, corpus label, model name, sentences or None) of a loaded result file or of the chosen corpus."""
+    if loaded is not None:
+        record, counts = loaded
+        return counts, record.corpus.get("name", "?"), record.model, None
+    label, fingerprint, sentences = corpus
+    if is_silver:
+        st.info(
+            f"Predicted parses: these trees come from the spaCy parser {parser_name()}, not from annotators; "
+            "the scores measure agreement with the parser."
+        )
+    try:
+        counts = _counts(lm.facts.name, fingerprint, rule, sentences)
+    except (CorpusError, InputError, TypeError) as exc:
+        st.error(str(exc))
+        return None
+    return counts, label, lm.facts.name, sentences
+
+
+def table_notes(table: DependencyTable, lm: LoadedModel, from_file: bool, held_out: bool) -> None:
+    """Sentences, words and skipped sentences, and how the best heads were chosen."""
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Sentences analysed", table.n_sentences)
+    m2.metric("Words", table.n_words)
+    m3.metric("Skipped (too long)", table.n_skipped)
+    if table.n_skipped:
+        longest = "the model's maximum length" if from_file else f"the model's maximum of {lm.facts.max_length} tokens"
+        st.warning(
+            f"{table.n_skipped} sentences are longer than {longest}; they were skipped and are not in the table."
+        )
+    if held_out and table.rows:
+        st.caption(
+            f"Each best head and best offset was chosen on half A ({table.n_select_sentences} sentences) and "
+            f"is scored on half B ({table.n_report_sentences} sentences); counts are half B's. A sentence's "
+            "half is fixed by a hash of its words, so identical sentences share a half."
+        )
+
+
+def table_section(table: DependencyTable, model_name: str, label: str, min_count: int, is_silver: bool) -> None:
+    """The table of best heads, beside (BERT-base) or above (other models) the paper's Table 1."""
+    frame = _table_frame(table)
+    st.caption(
+        "Click a column header to sort. Relations are the DEPREL labels as written, by frequency, without root "
+        f"and punct, with at least {min_count} dependents in the whole corpus; 'all' pools every word."
+    )
+    ours, paper = st.columns([3, 2]) if model_name in BERT_BASE else (st.container(), None)
+    with ours:
+        if paper is not None:
+            st.markdown(f"**{model_name} on {label}**")
+        st.dataframe(frame, hide_index=True, column_config=COLUMNS)
+        download_table(frame, "dependency_heads", key="deps_table_download")
+    with paper or st.expander("Reference: Clark et al. (2019) Table 1 for BERT-base uncased"):
+        _show_paper_table(is_silver)
+
+
+def relation_section(counts: DependencyCounts, table: DependencyTable, held_out: bool) -> str:
+    """Every head's accuracy on one chosen relation (kept in the URL); returns the relation."""
+    st.subheader("Every head on one relation")
+    relations = [r.relation for r in table.rows]
+    relation = Option("deps_relation", "relation", relations[1] if len(relations) > 1 else relations[0], relations)
+    bind([relation])
+    forget_example = [Option(key, param, 0) for param, key in EXAMPLE.items()]
+    chosen = st.selectbox("Relation", relations, key=relation.key, on_change=forget, args=(forget_example,))
+    row = next(r for r in table.rows if r.relation == chosen)
+    grid = counts.accuracy_grid(chosen, half=1 if held_out else None)
+    heatmap = head_accuracy_heatmaps(grid, chosen, (row.layer, row.head, DIRECTIONS.index(row.direction)))
+    st.plotly_chart(heatmap, key="deps_heatmap")
+    if held_out:
+        st.caption("Accuracies on half B; the red square marks the head chosen on half A.")
+    download_figure(heatmap, f"dependency_heads_{chosen.replace(':', '_')}", key="deps_heatmap_download")
+    return chosen
+
+
+def sources_sidebar() -> tuple[tuple[ResultFile, DependencyCounts] | None, bool]:
+    """A loaded result file (or None) and whether the trees are spaCy's; the choice of trees kept in the URL."""
+    loaded = loaded_result("deps", "deps", lambda record: dependency_counts_from_json(record.state or {}))
+    bind([SOURCE])
+    st.sidebar.radio("Trees", list(SOURCES), key=SOURCE.key, format_func=SOURCES.get)
+    return loaded, st.session_state[SOURCE.key] == "silver" and loaded is None
+
+
 st.title("Dependency heads")
 st.caption(
     "Which single attention head finds which syntactic relation, against the best fixed-offset baseline "
@@ -297,93 +401,22 @@ st.caption(
 )
 with st.expander("How the numbers are computed"):
     st.markdown(HOW)
-_init_state()
 lm = current_model()
-loaded = loaded_result("deps", "deps", lambda record: dependency_counts_from_json(record.state or {}))
-st.sidebar.radio("Trees", list(SOURCES), key="deps_source", format_func=SOURCES.get)
-is_silver = st.session_state.deps_source == "silver" and loaded is None
-st.query_params["src"] = st.session_state.deps_source
-try:
-    if loaded is not None:
-        corpus = None
-    elif is_silver:
-        corpus = _silver_corpus()
-    else:
-        choice = corpus_picker("deps", kind="conllu")
-        corpus = None if choice is None else (choice.label, choice.fingerprint, choice.inputs)
-except CorpusError as exc:
-    st.error(str(exc))
-    corpus = None
-min_count, rule, held_out = _options()
-if loaded is not None or corpus is not None:
-    if loaded is not None:
-        record, counts = loaded
-        label, model_name, sentences = record.corpus.get("name", "?"), record.model, None
-    else:
-        label, fingerprint, sentences = corpus
-        if is_silver:
-            st.info(
-                f"Predicted parses: these trees come from the spaCy parser {parser_name()}, not from annotators; "
-                "the scores measure agreement with the parser."
-            )
-        try:
-            counts = _counts(lm.facts.name, fingerprint, rule, sentences)
-        except (CorpusError, InputError, TypeError) as exc:
-            st.error(str(exc))
-            st.stop()
-        model_name = lm.facts.name
-    table = counts.table(min_count=min_count, held_out=held_out)
-    m1, m2, m3 = st.columns(3)
-    m1.metric("Sentences analysed", table.n_sentences)
-    m2.metric("Words", table.n_words)
-    m3.metric("Skipped (too long)", table.n_skipped)
-    if table.n_skipped:
-        longest = "the model's maximum length" if loaded else f"the model's maximum of {lm.facts.max_length} tokens"
-        st.warning(
-            f"{table.n_skipped} sentences are longer than {longest}; they were skipped and are not in the table."
-        )
-    if not table.rows:
-        st.warning("No sentence could be analysed.")
-        st.stop()
-    if held_out:
-        st.caption(
-            f"Each best head and best offset was chosen on half A ({table.n_select_sentences} sentences) and "
-            f"is scored on half B ({table.n_report_sentences} sentences); counts are half B's. A sentence's "
-            "half is fixed by a hash of its words, so identical sentences share a half."
-        )
-    frame = _table_frame(table)
-    st.caption(
-        "Click a column header to sort. Relations are the DEPREL labels as written, by frequency, without root "
-        f"and punct, with at least {min_count} dependents in the whole corpus; 'all' pools every word."
-    )
-    if model_name in BERT_BASE:
-        ours, paper = st.columns([3, 2])
-        with ours:
-            st.markdown(f"**{model_name} on {label}**")
-            st.dataframe(frame, hide_index=True, column_config=COLUMNS)
-            download_table(frame, "dependency_heads", key="deps_table_download")
-        with paper:
-            _show_paper_table(is_silver)
-    else:
-        st.dataframe(frame, hide_index=True, column_config=COLUMNS)
-        download_table(frame, "dependency_heads", key="deps_table_download")
-        with st.expander("Reference: Clark et al. (2019) Table 1 for BERT-base uncased"):
-            _show_paper_table(is_silver)
-
-    st.subheader("Every head on one relation")
-    relations = [r.relation for r in table.rows]
-    if st.session_state.get("deps_relation") not in relations:
-        st.session_state.deps_relation = relations[1] if len(relations) > 1 else relations[0]
-    relation = st.selectbox("Relation", relations, key="deps_relation")
-    st.query_params["rel"] = relation
-    row = next(r for r in table.rows if r.relation == relation)
-    grid = counts.accuracy_grid(relation, half=1 if held_out else None)
-    heatmap = head_accuracy_heatmaps(grid, relation, (row.layer, row.head, DIRECTIONS.index(row.direction)))
-    st.plotly_chart(heatmap, key="deps_heatmap")
-    if held_out:
-        st.caption("Accuracies on half B; the red square marks the head chosen on half A.")
-    download_figure(heatmap, f"dependency_heads_{relation.replace(':', '_')}", key="deps_heatmap_download")
-    if sentences is None:
-        st.info("The example sentence needs the corpus itself: remove the result file to choose one in the sidebar.")
-    else:
-        _example_viewer(lm, sentences, counts, table, relation, rule)
+loaded, is_silver = sources_sidebar()
+corpus = None if loaded is not None else chosen_corpus(is_silver)
+min_count, rule, held_out = table_options()
+found = counts_of(lm, loaded, corpus, is_silver, rule) if loaded is not None or corpus is not None else None
+if found is None:
+    st.stop()
+counts, label, model_name, sentences = found
+table = counts.table(min_count=min_count, held_out=held_out)
+table_notes(table, lm, loaded is not None, held_out)
+if not table.rows:
+    st.warning("No sentence could be analysed.")
+    st.stop()
+table_section(table, model_name, label, min_count, is_silver)
+relation = relation_section(counts, table, held_out)
+if sentences is None:
+    st.info("The example sentence needs the corpus itself: remove the result file to choose one in the sidebar.")
+else:
+    example_viewer(lm, sentences, table, relation, rule)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import numpy as np
@@ -13,107 +14,90 @@ import streamlit as st
 
 from attnlib.corpus import CorpusInput, read_text_corpus
 from attnlib.engine import accumulate
+from attnlib.export import attention_table
 from attnlib.model import ModelFacts
 from attnlib.patterns import PATTERN_HELP, PATTERNS, PatternAccumulator, rank_heads
 from attnlib.runner import RunResult
+from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
 from attnlib.words import ROW_RULES, unit_labels, word_groups, word_level_attention
 from figures.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from figures.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from figures.model_view import LINES_MAX_TOKENS, model_view_html
 from figures.neuron_view import neuron_scores, neuron_view_html
 from ui.live_inputs import cached_run, run_or_explain, text_inputs
-from ui.model_sidebar import cached_model, current_model, local_models_allowed
+from ui.model_sidebar import current_model, model_named
+from ui.page_state import Option, bind, publish, set_value
+from ui.progress import progress
 
-ROOT = Path(__file__).resolve().parents[1]
-CLASSROOM = (ROOT / "data" / "classroom_single.txt", ROOT / "data" / "classroom_pairs.tsv")
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
 LEVELS = {"token": "Tokens", "word": "Words"}
-FILTER_PARAMS = {"All": "all", "A→A": "aa", "B→B": "bb", "A→B": "ab", "B→A": "ba"}
+FILTER_PARAMS = {"all": "All", "aa": "A→A", "bb": "B→B", "ab": "A→B", "ba": "B→A"}
 TOP_PICKS = 3
 
-
-# ---------- state kept in the URL ----------------------------------------------------------------------------------
-
-
-def _parse_int_list(raw: str) -> list[int]:
-    return [int(x) for x in raw.split(",") if x.strip()]
-
-
-# session key -> (URL parameter, parse from text, default)
-URL_STATE = {
-    "live_view": ("view", lambda s: s if s in VIEWS else "head", "head"),
-    "live_level": ("level", lambda s: s if s in LEVELS else "token", "token"),
-    "live_rule": ("rule", lambda s: s if s in ROW_RULES else "mean", "mean"),
-    "live_layer": ("layer", int, 1),
-    "live_head": ("head", int, 1),
-    "live_heads": ("heads", _parse_int_list, None),  # None: every head
-    "live_token": ("token", int, 0),  # 0: no token selected
-    "live_filter": ("filter", lambda s: {v: k for k, v in FILTER_PARAMS.items()}.get(s, "All"), "All"),
-}
+VIEW = Option("live_view", "view", "head", list(VIEWS))
+LEVEL = Option("live_level", "level", "token", list(LEVELS))
+RULE = Option("live_rule", "rule", "mean", list(ROW_RULES))
+LAYER = Option("live_layer", "layer", 1, lo=1)
+HEAD = Option("live_head", "head", 1, lo=1)
+HEADS = Option("live_heads", "heads", None)  # None: every head
+TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # 0: no token selected
+PAIR_FILTER = Option("live_filter", "filter", "All", FILTER_PARAMS)
+OPTIONS = [VIEW, LEVEL, RULE, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER]
 
 
-def _restore_state() -> None:
-    """Give every control its value: kept from earlier in the session, else from the URL, else the default."""
-    state = st.session_state
-    for key, (param, parse, default) in URL_STATE.items():
-        if key in state:
-            continue
-        if "_" + key in state:  # the widget was not drawn on the last run, so Streamlit dropped its value
-            state[key] = state["_" + key]
-            continue
-        raw = st.query_params.get(param)
-        try:
-            state[key] = parse(raw) if raw is not None else default
-        except ValueError:
-            state[key] = default
+@dataclass
+class Shown:
+    """What the views draw: the run, its units (tokens or words) and the chosen layer, head and token (0-based)."""
+
+    facts: ModelFacts
+    text_a: str
+    text_b: str
+    result: RunResult
+    level: str
+    rule: str
+    attn: np.ndarray  # [layers, heads, u, u]
+    labels: list[str]
+    segments: np.ndarray  # [u]
+    layer: int
+    head: int
+    selected: int | None
+
+    @property
+    def stem(self) -> str:
+        """The start of download file names."""
+        return f"{self.facts.name.replace('/', '_')}-L{self.layer + 1}"
+
+    @property
+    def level_title(self) -> str:
+        return LEVELS[self.level] + (f" (word rows: {self.rule})" if self.level == "word" else "")
+
+    def export(self, **extra) -> dict:
+        """The JSON download: where the attention comes from, 0-based indices, and the view's own fields."""
+        origin = {"model": self.facts.name, "text_a": self.text_a, "text_b": self.text_b or None}
+        return {**origin, "indices": "0-based", "layer": self.layer, "labels": self.labels, **extra}
 
 
-def _clamp_state(n_layers: int, n_heads: int, n_units: int) -> None:
+def clamp_options(n_layers: int, n_heads: int, n_units: int) -> None:
     """Keep the controls inside the model's layers and heads and the input's positions."""
     state = st.session_state
-    state.live_layer = min(max(int(state.live_layer), 1), n_layers)
-    state.live_head = min(max(int(state.live_head), 1), n_heads)
-    heads = state.live_heads
-    heads = [h for h in (heads if heads is not None else range(1, n_heads + 1)) if 1 <= h <= n_heads]
-    state.live_heads = sorted(set(heads))
-    if not 0 <= int(state.live_token) <= n_units:
-        state.live_token = 0
-
-
-def _write_state(n_heads: int) -> None:
-    """Remember every control for this session and write it into the URL, so a link reopens the same view."""
-    state = st.session_state
-    for key, (param, _, default) in URL_STATE.items():
-        value = state.get(key, state.get("_" + key, default))
-        state["_" + key] = value
-        if key == "live_heads":
-            value = None if value is None or len(value) in (0, n_heads) else ",".join(map(str, value))
-        elif key == "live_filter":
-            value = FILTER_PARAMS.get(value, "all")
-        elif key == "live_token" and not value:
-            value = None
-        if value is None:
-            if param in st.query_params:
-                del st.query_params[param]
-        else:
-            st.query_params[param] = str(value)
+    state[LAYER.key] = min(max(int(state[LAYER.key]), 1), n_layers)
+    state[HEAD.key] = min(max(int(state[HEAD.key]), 1), n_heads)
+    heads = state[HEADS.key]
+    state[HEADS.key] = sorted({h for h in (heads if heads is not None else range(1, n_heads + 1)) if 1 <= h <= n_heads})
+    if not 0 <= int(state[TOKEN.key]) <= n_units:
+        state[TOKEN.key] = 0
 
 
 def _open_head(layer: int, head: int) -> None:
     """Button callback of the head finder: show one head (0-based) in the head view."""
-    state = st.session_state
-    state.live_view = "head"
-    state.live_layer, state.live_head, state.live_heads = layer + 1, head + 1, [head + 1]
-    state.live_token = 0
-    state.live_filter = "All"
+    for option, value in [(VIEW, "head"), (LAYER, layer + 1), (HEAD, head + 1), (HEADS, [head + 1]), (TOKEN, 0)]:
+        set_value(option, value)
+    set_value(PAIR_FILTER, "All")
 
 
 def _reset_token() -> None:
     """A new level numbers the positions differently: forget the selected one."""
-    st.session_state.live_token = 0
-
-
-# ---------- data ---------------------------------------------------------------------------------------------------
+    st.session_state[TOKEN.key] = 0
 
 
 def pretty_token(token: str) -> str:
@@ -141,64 +125,30 @@ def units(result: RunResult, level: str, model_name: str, text_a: str, text_b: s
 @st.cache_data(max_entries=8, show_spinner=False)
 def head_finder(model_name: str, fingerprint: str, _inputs: list[CorpusInput]) -> PatternAccumulator:
     """Pattern scores of every head over the classroom set, once per model."""
-    lm = cached_model(model_name, local_models_allowed())
+    lm = model_named(model_name)
     acc = PatternAccumulator(lm.facts.n_layers, lm.facts.n_heads)
-    bar = st.progress(0.0, text="Head finder: running the classroom set…")
-    accumulate(
-        lm,
-        _inputs,
-        [acc],
-        progress=lambda done, total: bar.progress(done / max(total, 1), text=f"Head finder: {done} of {total} inputs"),
-    )
-    bar.empty()
+    with progress("Head finder: running the classroom set") as report:
+        accumulate(lm, _inputs, [acc], progress=report)
     return acc
 
 
 def classroom_inputs() -> tuple[str, list[CorpusInput]]:
     """The classroom set (single sentences, then pairs) and a fingerprint of its content."""
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in CLASSROOM)).hexdigest()[:16]
-    return digest, [item for path in CLASSROOM for item in read_text_corpus(path)]
+    paths = (CLASSROOM_SINGLE, CLASSROOM_PAIRS)
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:16]
+    return digest, [item for path in paths for item in read_text_corpus(path)]
 
 
-def attention_table(
-    maps: np.ndarray, layer: int, heads: list[int], rows: list[int], cols: list[int], labels: list[str]
-) -> pd.DataFrame:
-    """Long table of maps [heads, rows, cols] of one layer, 0-based indices plus the 1-based layer-head label."""
-    h, i, j = np.meshgrid(np.arange(len(heads)), np.arange(len(rows)), np.arange(len(cols)), indexing="ij")
-    h, i, j = h.ravel(), i.ravel(), j.ravel()
-    head_ids, row_ids, col_ids = np.array(heads)[h], np.array(rows)[i], np.array(cols)[j]
-    return pd.DataFrame(
-        {
-            "layer": layer,
-            "head": head_ids,
-            "layer_head": pd.Series(head_ids).map({x: f"{layer + 1}-{x + 1}" for x in heads}),
-            "query_index": row_ids,
-            "query": np.array(labels, dtype=object)[row_ids],
-            "key_index": col_ids,
-            "key": np.array(labels, dtype=object)[col_ids],
-            "weight": np.round(maps.reshape(-1).astype(np.float64), 6),
-        }
-    )
-
-
-def export_buttons(name: str, csv_maker, json_maker, html: str, key: str) -> None:
+def export_buttons(
+    name: str, csv_maker: Callable[[], pd.DataFrame], json_maker: Callable[[], dict], html: str, key: str
+):
     """CSV and JSON of the current attention (made on click) and the figure as offline HTML."""
     c1, c2, c3 = st.columns(3)
-    c1.download_button(
-        "Download attention (CSV)",
-        lambda: csv_maker().to_csv(index=False).encode(),
-        f"{name}.csv",
-        "text/csv",
-        key=f"{key}_csv",
-        on_click="ignore",
-    )
+    csv = lambda: csv_maker().to_csv(index=False).encode()  # noqa: E731
+    c1.download_button("Download attention (CSV)", csv, f"{name}.csv", "text/csv", key=f"{key}_csv", on_click="ignore")
+    as_json = lambda: json.dumps(json_maker()).encode()  # noqa: E731
     c2.download_button(
-        "Download attention (JSON)",
-        lambda: json.dumps(json_maker()).encode(),
-        f"{name}.json",
-        "application/json",
-        key=f"{key}_json",
-        on_click="ignore",
+        "Download attention (JSON)", as_json, f"{name}.json", "application/json", key=f"{key}_json", on_click="ignore"
     )
     c3.download_button(
         "Download figure (HTML)",
@@ -220,17 +170,8 @@ def show(html: str) -> None:
     st.iframe(html, height="content")
 
 
-def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
-    """The head finder: the best heads for each pattern over the classroom set, each a button into the head view."""
-    fingerprint, inputs = classroom_inputs()
-    acc = head_finder(facts.name, fingerprint, inputs)
-    scores = acc.scores()
-    st.subheader(f"Head finder: {facts.name}")
-    st.caption(
-        f"Scores over the classroom set ({len(inputs)} inputs: single sentences and pairs), mean over inputs. "
-        "Click a head to open it in the head view. Heads are numbered from 1 (layer-head)."
-    )
-    picks = rank_heads(scores, top=TOP_PICKS)
+def finder_buttons(acc: PatternAccumulator, picks: list) -> None:
+    """One row per pattern: its best heads, each a button that opens it in the head view."""
     for name, title in PATTERNS.items():
         row = [p for p in picks if p.pattern == name]
         cols = st.columns([2.2] + [1] * TOP_PICKS)
@@ -246,6 +187,16 @@ def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
                 args=(p.layer, p.head),
                 help=f"Open head {p.label} in the head view",
             )
+
+
+def finder_link(facts: ModelFacts, text_a: str, text_b: str, layer: int, head: int) -> str:
+    """A link (query string) that opens one head (0-based) in the head view of this model and text."""
+    params = {"view": "head", "layer": layer + 1, "head": head + 1, "heads": head + 1, "model": facts.name, "a": text_a}
+    return "?" + urlencode({**params, **({"b": text_b} if text_b.strip() else {})})
+
+
+def finder_tables(facts: ModelFacts, scores: np.ndarray, picks: list, text_a: str, text_b: str) -> None:
+    """The best heads as a table of links, and every head's scores as a CSV download."""
     table = pd.DataFrame(
         [
             {
@@ -253,199 +204,180 @@ def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
                 "rank": p.rank,
                 "layer_head": p.label,
                 "score": round(p.score, 4),
-                "open": "?"
-                + urlencode(
-                    {
-                        "view": "head",
-                        "layer": p.layer + 1,
-                        "head": p.head + 1,
-                        "heads": p.head + 1,
-                        "model": facts.name,
-                        "a": text_a,
-                        **({"b": text_b} if text_b.strip() else {}),
-                    }
-                ),
+                "open": finder_link(facts, text_a, text_b, p.layer, p.head),
             }
             for p in picks
         ]
     )
-    st.dataframe(
-        table, hide_index=True, column_config={"open": st.column_config.LinkColumn("link", display_text="open")}
-    )
+    link = st.column_config.LinkColumn("link", display_text="open")
+    st.dataframe(table, hide_index=True, column_config={"open": link})
+    layer, head = np.divmod(np.arange(facts.n_layers * facts.n_heads), facts.n_heads)
     every = pd.DataFrame(
         [
             {"pattern": name, "layer": l, "head": h, "layer_head": f"{l + 1}-{h + 1}", "score": float(scores[k, l, h])}
             for k, name in enumerate(PATTERNS)
-            for l in range(facts.n_layers)
-            for h in range(facts.n_heads)
+            for l, h in zip(layer, head)
         ]
     )
-    st.download_button(
-        "Download every head's scores (CSV)",
-        every.to_csv(index=False).encode(),
-        f"head-finder-{facts.name.replace('/', '_')}.csv",
-        "text/csv",
-        key="finder_csv",
-        on_click="ignore",
+    name = f"head-finder-{facts.name.replace('/', '_')}.csv"
+    csv = every.to_csv(index=False).encode()
+    st.download_button("Download every head's scores (CSV)", csv, name, "text/csv", key="finder_csv", on_click="ignore")
+
+
+def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
+    """The head finder: the best heads for each pattern over the classroom set, each a button into the head view."""
+    fingerprint, inputs = classroom_inputs()
+    acc = head_finder(facts.name, fingerprint, inputs)
+    scores = acc.scores()
+    st.subheader(f"Head finder: {facts.name}")
+    st.caption(
+        f"Scores over the classroom set ({len(inputs)} inputs: single sentences and pairs), mean over inputs. "
+        "Click a head to open it in the head view. Heads are numbered from 1 (layer-head)."
     )
+    picks = rank_heads(scores, top=TOP_PICKS)
+    finder_buttons(acc, picks)
+    finder_tables(facts, scores, picks, text_a, text_b)
 
 
-# ---------- page ---------------------------------------------------------------------------------------------------
-
-st.title("Live attention")
-lm = current_model()
-facts = lm.facts
-text_a, text_b = text_inputs()
-result = run_or_explain(facts.name, text_a, text_b)
-_restore_state()
-if result is None:
-    st.stop()
-
-state = st.session_state
-is_pair = bool(text_b.strip())
-st.caption(
-    f"{result.n} tokens. Layers, heads and token positions are numbered from 1 on this page "
-    '("layer-head" as in Clark et al. 2019, so 3-10 is layer 3, head 10).'
-)
-
-view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="live_view")
-if view == "finder":
-    _clamp_state(facts.n_layers, facts.n_heads, result.n)
-    _write_state(facts.n_heads)
-    show_finder(facts, text_a, text_b)
-    st.stop()
-
-c_level, c_rule, c_layer, c_head = st.columns([1.2, 1, 2.2, 1.2])
-c_level.radio(
-    "Level",
-    list(LEVELS),
-    format_func=LEVELS.get,
-    horizontal=True,
-    key="live_level",
-    on_change=_reset_token,
-    disabled=view == "neuron",
-    help="Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
-    "The neuron view is always at token level.",
-)
-c_rule.selectbox(
-    "Word rows",
-    ROW_RULES,
-    key="live_rule",
-    disabled=state.live_level != "word" or view == "neuron",
-    help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.",
-)
-rule = state.live_rule
-level = "token" if view == "neuron" else state.live_level
-attn, labels, segments = units(result, level, facts.name, text_a, text_b, rule)
-_clamp_state(facts.n_layers, facts.n_heads, len(labels))
-
-layer = int(c_layer.slider("Layer", 1, facts.n_layers, key="live_layer")) - 1
-if view == "head":
-    st.pills(
-        "Heads shown",
-        list(range(1, facts.n_heads + 1)),
-        selection_mode="multi",
-        key="live_heads",
-        help="Heads drawn in the head view, one colour each (click a number inside the figure to hide it too).",
-    )
-    if len(state.live_heads) == 1:
-        state.live_head = state.live_heads[0]
-else:
-    c_head.selectbox("Head", list(range(1, facts.n_heads + 1)), key="live_head")
-head = int(state.live_head) - 1
-
-n_units = len(labels)
-token_options = list(range(0, n_units + 1))
-c_token, c_filter = st.columns([2, 3])
-if view != "model":
-    c_token.selectbox(
-        "Query token" if view == "neuron" else "Selected token",
-        token_options,
-        key="live_token",
-        format_func=lambda i: (
-            ("none (first token)" if view == "neuron" else "none") if i == 0 else f"{i}: {labels[i - 1]}"
-        ),
-        help="Positions are numbered from 1. In the head view only this token's lines are drawn.",
-    )
-selected = int(state.live_token) - 1 if state.live_token else None
-if view == "head" and is_pair:
-    c_filter.radio(
-        "Pair filter",
-        list(PAIR_FILTERS),
+def level_controls(view: str, result: RunResult, facts: ModelFacts, texts: tuple[str, str], columns) -> tuple:
+    """Token or word level and the word row rule; returns (level, rule, attention, labels, segments)."""
+    c_level, c_rule = columns
+    c_level.radio(
+        "Level",
+        list(LEVELS),
+        format_func=LEVELS.get,
         horizontal=True,
-        key="live_filter",
-        help="Queries of one sentence to keys of the other (or the same); weights are not renormalised.",
+        key=LEVEL.key,
+        on_change=_reset_token,
+        disabled=view == "neuron",
+        help="Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
+        "The neuron view is always at token level.",
     )
-_write_state(facts.n_heads)
+    rule = c_rule.selectbox(
+        "Word rows",
+        ROW_RULES,
+        key=RULE.key,
+        disabled=st.session_state[LEVEL.key] != "word" or view == "neuron",
+        help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.",
+    )
+    level = "token" if view == "neuron" else st.session_state[LEVEL.key]
+    return level, rule, *units(result, level, facts.name, *texts, rule)
 
-stem = f"{facts.name.replace('/', '_')}-L{layer + 1}"
-level_title = LEVELS[level] + (f" (word rows: {rule})" if level == "word" else "")
-if view == "head":
-    heads = [h - 1 for h in state.live_heads]
-    pair_filter = state.live_filter if is_pair else "All"
+
+def head_controls(view: str, facts: ModelFacts, c_layer, c_head) -> tuple[int, int]:
+    """The layer slider, and the heads shown (head view) or the one head (other views); 0-based."""
+    layer = int(c_layer.slider("Layer", 1, facts.n_layers, key=LAYER.key)) - 1
+    state = st.session_state
+    if view == "head":
+        st.pills(
+            "Heads shown",
+            list(range(1, facts.n_heads + 1)),
+            selection_mode="multi",
+            key=HEADS.key,
+            help="Heads drawn in the head view, one colour each (click a number inside the figure to hide it too).",
+        )
+        if len(state[HEADS.key]) == 1:
+            state[HEAD.key] = state[HEADS.key][0]
+    else:
+        c_head.selectbox("Head", list(range(1, facts.n_heads + 1)), key=HEAD.key)
+    return layer, int(state[HEAD.key]) - 1
+
+
+def token_controls(view: str, labels: list[str], is_pair: bool) -> int | None:
+    """The selected (or query) token and, for a pair in the head view, the pair filter; the token 0-based or None."""
+    c_token, c_filter = st.columns([2, 3])
+    if view != "model":
+        none = "none (first token)" if view == "neuron" else "none"
+        c_token.selectbox(
+            "Query token" if view == "neuron" else "Selected token",
+            list(range(0, len(labels) + 1)),
+            key=TOKEN.key,
+            format_func=lambda i: none if i == 0 else f"{i}: {labels[i - 1]}",
+            help="Positions are numbered from 1. In the head view only this token's lines are drawn.",
+        )
+    if view == "head" and is_pair:
+        c_filter.radio(
+            "Pair filter",
+            list(PAIR_FILTERS),
+            horizontal=True,
+            key=PAIR_FILTER.key,
+            help="Queries of one sentence to keys of the other (or the same); weights are not renormalised.",
+        )
+    token = st.session_state[TOKEN.key]
+    return int(token) - 1 if token else None
+
+
+def controls(view: str, facts: ModelFacts, result: RunResult, text_a: str, text_b: str) -> Shown:
+    """Every control of the three views, kept in the URL; what they choose."""
+    c_level, c_rule, c_layer, c_head = st.columns([1.2, 1, 2.2, 1.2])
+    level, rule, attn, labels, segments = level_controls(view, result, facts, (text_a, text_b), (c_level, c_rule))
+    clamp_options(facts.n_layers, facts.n_heads, len(labels))
+    layer, head = head_controls(view, facts, c_layer, c_head)
+    selected = token_controls(view, labels, bool(text_b.strip()))
+    publish(OPTIONS)
+    return Shown(facts, text_a, text_b, result, level, rule, attn, labels, segments, layer, head, selected)
+
+
+def head_view_section(s: Shown) -> None:
+    """The head view of the chosen heads of one layer, and its exports."""
+    heads = [h - 1 for h in st.session_state[HEADS.key]]
+    pair_filter = st.session_state[PAIR_FILTER.key] if s.text_b.strip() else "All"
     if not heads:
         st.info("Choose at least one head.")
-        st.stop()
-    html = head_view_html(attn[layer], labels, heads, layer, segments, pair_filter, selected, title=level_title)
-    show(html)
-    st.caption(
-        f"Lines below {HEAD_MIN_WEIGHT} are not drawn."
-        + (f" Word level: rows merged by **{rule}**, columns summed (METHODS §6)." if level == "word" else "")
+        return
+    html = head_view_html(
+        s.attn[s.layer], s.labels, heads, s.layer, s.segments, pair_filter, s.selected, title=s.level_title
     )
-    data = head_view_data(attn[layer], heads, segments, pair_filter)
+    show(html)
+    words = f" Word level: rows merged by **{s.rule}**, columns summed (METHODS §6)." if s.level == "word" else ""
+    st.caption(f"Lines below {HEAD_MIN_WEIGHT} are not drawn." + words)
+    data = head_view_data(s.attn[s.layer], heads, s.segments, pair_filter)
     export_buttons(
-        f"{stem}-heads",
-        lambda: attention_table(data.maps, layer, heads, data.left, data.right, labels),
-        lambda: {
-            "model": facts.name,
-            "text_a": text_a,
-            "text_b": text_b or None,
-            "level": level,
-            "rule": rule,
-            "pair_filter": pair_filter,
-            "indices": "0-based",
-            "layer": layer,
-            "heads": heads,
-            "query_index": data.left,
-            "key_index": data.right,
-            "labels": labels,
-            "attention": np.round(data.maps.astype(np.float64), 6).tolist(),
-        },
+        f"{s.stem}-heads",
+        lambda: attention_table(data.maps, s.layer, heads, data.left, data.right, s.labels),
+        lambda: s.export(
+            level=s.level,
+            rule=s.rule,
+            pair_filter=pair_filter,
+            heads=heads,
+            query_index=data.left,
+            key_index=data.right,
+            attention=np.round(data.maps.astype(np.float64), 6).tolist(),
+        ),
         html,
         "live_head_export",
     )
-elif view == "model":
+
+
+def model_view_section(s: Shown) -> None:
+    """Every head of every layer as thumbnails, the chosen one enlarged, and the chosen layer's exports."""
+    n_units = len(s.labels)
     if n_units > LINES_MAX_TOKENS:
-        st.caption(f"More than {LINES_MAX_TOKENS} {level}s: thumbnails are heatmaps so they stay readable.")
-    html = model_view_html(attn, labels, (layer, head), title=level_title)
+        st.caption(f"More than {LINES_MAX_TOKENS} {s.level}s: thumbnails are heatmaps so they stay readable.")
+    html = model_view_html(s.attn, s.labels, (s.layer, s.head), title=s.level_title)
     show(html)
+    every = list(range(n_units))
     export_buttons(
-        f"{stem}-all-heads",
-        lambda: attention_table(
-            attn[layer], layer, list(range(facts.n_heads)), list(range(n_units)), list(range(n_units)), labels
+        f"{s.stem}-all-heads",
+        lambda: attention_table(s.attn[s.layer], s.layer, list(range(s.facts.n_heads)), every, every, s.labels),
+        lambda: s.export(
+            level=s.level, rule=s.rule, attention=np.round(s.attn[s.layer].astype(np.float64), 6).tolist()
         ),
-        lambda: {
-            "model": facts.name,
-            "text_a": text_a,
-            "text_b": text_b or None,
-            "level": level,
-            "rule": rule,
-            "indices": "0-based",
-            "layer": layer,
-            "labels": labels,
-            "attention": np.round(attn[layer].astype(np.float64), 6).tolist(),
-        },
         html,
         "live_model_export",
     )
     st.caption("The downloads hold the chosen layer (all heads); the enlarged head is the chosen layer and head.")
-else:
-    query = selected if selected is not None else 0
-    q, k = result.queries[layer, head], result.keys[layer, head]
+
+
+def neuron_view_section(s: Shown) -> None:
+    """Query and key vectors of one head and query token, their softmax against the model's row, and exports."""
+    r, layer, head = s.result, s.layer, s.head
+    query = s.selected if s.selected is not None else 0
+    q, k = r.queries[layer, head], r.keys[layer, head]
     ns = neuron_scores(q, k, query)
-    row = result.attentions[layer, head, query]
+    row = r.attentions[layer, head, query]
     diff = float(np.abs(ns.softmax - row).max())
-    html = neuron_view_html(q, k, labels, query, layer, head, row)
+    html = neuron_view_html(q, k, s.labels, query, layer, head, row)
     show(html)
     if diff > 1e-4:
         st.warning(
@@ -457,32 +389,40 @@ else:
             f"softmax(q·k/√d) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
             "The neuron view is always at token level."
         )
+    table = {"key_index": np.arange(r.n), "key": s.labels, "score": ns.scores, "softmax": ns.softmax}
+    vectors = {"query": ns.query.tolist(), "keys": ns.keys.tolist(), "scores": ns.scores.tolist()}
     export_buttons(
-        f"{stem}-H{head + 1}-neuron",
-        lambda: pd.DataFrame(
-            {
-                "key_index": np.arange(result.n),
-                "key": labels,
-                "score": ns.scores,
-                "softmax": ns.softmax,
-                "model_attention": row,
-            }
+        f"{s.stem}-H{head + 1}-neuron",
+        lambda: pd.DataFrame({**table, "model_attention": row}),
+        lambda: s.export(
+            head=head,
+            query_index=query,
+            **vectors,
+            softmax=ns.softmax.tolist(),
+            model_attention=row.astype(np.float64).tolist(),
         ),
-        lambda: {
-            "model": facts.name,
-            "text_a": text_a,
-            "text_b": text_b or None,
-            "indices": "0-based",
-            "layer": layer,
-            "head": head,
-            "query_index": query,
-            "labels": labels,
-            "query": ns.query.tolist(),
-            "keys": ns.keys.tolist(),
-            "scores": ns.scores.tolist(),
-            "softmax": ns.softmax.tolist(),
-            "model_attention": row.astype(np.float64).tolist(),
-        },
         html,
         "live_neuron_export",
     )
+
+
+SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": neuron_view_section}
+
+st.title("Live attention")
+facts = current_model().facts
+text_a, text_b = text_inputs()
+result = run_or_explain(facts.name, text_a, text_b)
+bind(OPTIONS)
+if result is None:
+    st.stop()
+st.caption(
+    f"{result.n} tokens. Layers, heads and token positions are numbered from 1 on this page "
+    '("layer-head" as in Clark et al. 2019, so 3-10 is layer 3, head 10).'
+)
+view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key=VIEW.key)
+if view == "finder":
+    clamp_options(facts.n_layers, facts.n_heads, result.n)
+    publish(OPTIONS)
+    show_finder(facts, text_a, text_b)
+else:
+    SECTIONS[view](controls(view, facts, result, text_a, text_b))

@@ -553,3 +553,15 @@ def attribute(
 ) -> Attribution:
     """Tokenize a sentence or pair and attribute it (see hidden_token_attribution)."""
     return hidden_token_attribution(lm, encode(lm, text_a, text_b), mode=mode, probes=probes, seed=seed)
+
+
+# ------------------------------------------------------------------------------------------ cost of an exact run
+
+from .model import ModelFacts  # noqa: E402  (this section is appended; the file's imports are edited elsewhere)
+
+EXACT_SECONDS_AT_34_TOKENS = 32.0  # benchmarks/bench_hta.py: the default model (hidden 384, 6 layers) on 2 CPU cores
+
+
+def exact_seconds(facts: ModelFacts, n_tokens: int) -> float:
+    """Rough time of an exact attribution on 2 CPU cores: n * hidden directions, each ~ n * hidden^2 * layers."""
+    return EXACT_SECONDS_AT_34_TOKENS * (n_tokens / 34) ** 2 * (facts.hidden_size / 384) ** 3 * facts.n_layers / 6

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnlib.attribution import DEFAULT_PROBES, hidden_token_attribution
 from attnlib.model import DEFAULT_MODEL, load_model
+from attnlib.reverse_mode import reverse_graphs
 from attnlib.runner import encode
-from benchmarks.reverse_mode import reverse_graphs
 
 PAIR = (
     "The teacher said that she would grade all of the exams tonight.",

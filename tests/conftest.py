@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from attnlib.model import DEFAULT_MODEL, bundled_model_path, load_model
+from attnlib.runner import RunResult
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, ROOT
 
 
@@ -210,3 +212,38 @@ def pytest_collection_modifyitems(items):
         if {"browser", "streamlit_server"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.browser)
             item.add_marker(pytest.mark.slow)
+
+
+# ---------- helpers other test modules import (`from conftest import ...`) ------------------------------------
+
+
+def fake_result(attn: np.ndarray, tokens: list[str], cls: np.ndarray, sep: np.ndarray) -> RunResult:
+    """A RunResult carrying given attention and tokens (special = CLS or SEP)."""
+    n = len(tokens)
+    return RunResult(
+        input_ids=list(range(n)),
+        token_type_ids=None,
+        tokens=tokens,
+        segments=np.zeros(n, np.int8),
+        word_ids=[None] * n,
+        words=[],
+        cls_mask=cls,
+        sep_mask=sep,
+        special_mask=cls | sep,
+        attentions=attn.astype(np.float32),
+    )
+
+
+def random_input(rng: np.random.Generator, layers: int = 2, heads: int = 3, pair: bool | None = None) -> RunResult:
+    """A random input of random length with CLS, words, punctuation, one or two SEPs."""
+    n = int(rng.integers(4, 12))
+    tokens = ["[CLS]"] + [str(rng.choice(["a", "b", ".", ",", "!"])) for _ in range(n - 2)] + ["[SEP]"]
+    sep = np.zeros(n, bool)
+    sep[-1] = True
+    if pair if pair is not None else rng.random() < 0.5:
+        tokens[n // 2] = "[SEP]"
+        sep[n // 2] = True
+    cls = np.zeros(n, bool)
+    cls[0] = True
+    x = rng.random((layers, heads, n, n)) ** 3
+    return fake_result(x / x.sum(-1, keepdims=True), tokens, cls, sep)

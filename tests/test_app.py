@@ -89,3 +89,26 @@ def test_corpus_choice_survives_a_visit_to_another_page():
     assert at.selectbox(key="special_corpus").value == "Classroom set: sentence pairs"
     assert at.number_input(key="special_limit").value == 30
     assert not at.warning, [w.value for w in at.warning]
+
+
+def test_deps_example_follows_a_new_relation_and_the_url():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    at.switch_page("app_pages/dependency_heads.py")
+    at.session_state["deps_limit"] = 15
+    at.session_state["deps_min_count"] = 5
+    at.run()
+    assert not at.exception, at.exception
+    frame = at.dataframe[0].value.set_index("relation")
+    at.number_input(key="deps_layer").set_value(6).run()
+    assert at.query_params["layer"] == "6" and at.query_params["limit"] == "15" and at.query_params["min"] == "5"
+    shown = at.selectbox(key="deps_relation").value
+    other = next(r for r in frame.index if r != shown and frame.loc[r, "layer"] != 6)  # so the reset can be seen
+    at.selectbox(key="deps_relation").set_value(other).run()
+    assert not at.exception, at.exception
+    assert at.query_params["relation"] == other
+    best = frame.loc[other]
+    assert (at.number_input(key="deps_layer").value, at.number_input(key="deps_head").value) == (
+        best["layer"],
+        best["head"],
+    ), "a new relation opens on its own best head"
+    assert at.query_params["layer"] == str(best["layer"])

@@ -8,8 +8,8 @@ import torch
 
 from attnlib import attribution
 from attnlib.attribution import attribute, hidden_token_attribution
+from attnlib.reverse_mode import reverse_graphs
 from attnlib.runner import encode
-from benchmarks.reverse_mode import reverse_graphs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

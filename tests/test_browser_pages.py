@@ -12,6 +12,7 @@ PAGES = [
 ]
 HEADINGS = {"Local vs global": "Local versus global"}  # page titles that differ from their navigation label
 # The main content of a page: a chart, a table, a component, or (for pages not built yet) the notice saying what they will show.
+IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 MAIN_CONTENT = ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stTable'], iframe, [data-testid='stAlert']"
 
 
@@ -22,15 +23,16 @@ def test_page_renders_in_browser(streamlit_server, browser, screenshot_dir, path
         page.goto(f"{streamlit_server}/{path}", wait_until="domcontentloaded")
         page.get_by_role("heading", name=HEADINGS.get(title, title)).first.wait_for(timeout=90_000)
         page.locator(MAIN_CONTENT).first.wait_for(state="visible", timeout=120_000)
-        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
+        page.wait_for_function(IDLE, timeout=120_000)
         page.wait_for_timeout(1500)
         page.screenshot(path=str(screenshot_dir / f"page-{path or 'live'}.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0, "an exception box is shown"
         assert page.get_by_text("Page not found").count() == 0
         assert page.locator(MAIN_CONTENT).count() > 0
+        page.locator("[data-testid='stSidebarNav']").wait_for(timeout=30_000)
+        page.get_by_text("Model", exact=True).first.wait_for(timeout=30_000)
         nav = page.locator("[data-testid='stSidebarNav']").inner_text()
         assert all(name in nav for _, name in PAGES), "the app's own navigation (app.py) is not in charge"
-        assert page.get_by_text("Model", exact=True).count() > 0, "the model sidebar is missing"
     finally:
         page.close()
 
@@ -51,9 +53,12 @@ def test_exact_example_computes_on_request(streamlit_server, browser, screenshot
     try:
         page.goto(f"{streamlit_server}/local-global?a=Birds+sing+at+dawn.", wait_until="domcontentloaded")
         page.get_by_text("takes about").first.wait_for(timeout=180_000)
-        page.get_by_role("button", name="Compute exact attribution").click()
+        page.wait_for_function(IDLE, timeout=120_000)  # until the run ends, the page above keeps growing
+        button = page.get_by_role("button", name="Compute exact attribution")
+        button.scroll_into_view_if_needed()
+        button.click()
         page.locator("text=Head 1-1, query 0").first.wait_for(timeout=180_000)
-        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
+        page.wait_for_function(IDLE, timeout=120_000)
         page.screenshot(path=str(screenshot_dir / "local-global-exact-example.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
         assert page.get_by_text("Compute exact attribution").count() == 0

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import random_input
 from scipy.spatial.distance import jensenshannon, pdist, squareform
 
 from attnlib.head_distances import (
@@ -19,7 +20,6 @@ from attnlib.head_distances import (
     smoothed,
 )
 from attnlib.special import STAT_KEYS, SpecialTokenResult
-from tests.test_special import random_input
 
 
 def test_js_divergence_by_hand():

@@ -26,7 +26,7 @@ from attnlib.engines import (
 from attnlib.head_distances import HeadDistances, special_from_json
 from attnlib.positions import positions_from_json
 from attnlib.results import ResultFileError, json_ready, make_result_file, read_result_file, write_result_file
-from attnlib.shipped import EWT_DEV, ROOT
+from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS, SpecialTokenStats
 
 requires_ray = pytest.mark.skipif(
@@ -173,7 +173,7 @@ def test_ray_refuses_more_workers_than_cpus(local_ray, capsys):
             [
                 "special",
                 "--corpus",
-                str(ROOT / "data" / "classroom_single.txt"),
+                str(CLASSROOM_SINGLE),
                 "--limit",
                 "2",
                 "--engine",
@@ -199,7 +199,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(capsys, engine):
     argv = [
         "special",
         "--corpus",
-        str(ROOT / "data" / "classroom_single.txt"),
+        str(CLASSROOM_SINGLE),
         "--limit",
         "2",
         "--device",
@@ -227,7 +227,7 @@ def special_file(tmp_path_factory):
             [
                 "special",
                 "--corpus",
-                str(ROOT / "data" / "classroom_single.txt"),
+                str(CLASSROOM_SINGLE),
                 "--limit",
                 "6",
                 "--head-map",
@@ -403,7 +403,7 @@ def test_local_global_page_loads_a_result_file(tmp_path, tiny_model_dir):
             [
                 "positions",
                 "--corpus",
-                str(ROOT / "data" / "classroom_single.txt"),
+                str(CLASSROOM_SINGLE),
                 "--limit",
                 "2",
                 "--probes",

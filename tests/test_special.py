@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import fake_result, random_input
 
 from attnlib import cli
 from attnlib.corpus import CorpusInput, read_text_corpus
@@ -24,7 +25,7 @@ from attnlib.gradient_importance import (
     unavailable_reason,
 )
 from attnlib.model import bundled_model_path
-from attnlib.runner import RunResult, encode
+from attnlib.runner import encode
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.special import (
     STAT_KEYS,
@@ -57,38 +58,6 @@ def smoothed_entropy(row: list[float]) -> float:
     """Entropy of one row by the METHODS §3 formula, element by element."""
     n = len(row)
     return -sum((0.9999 * a + 0.0001 / n) * math.log(0.9999 * a + 0.0001 / n) for a in row)
-
-
-def fake_result(attn: np.ndarray, tokens: list[str], cls: np.ndarray, sep: np.ndarray) -> RunResult:
-    """A RunResult carrying given attention and tokens (special = CLS or SEP)."""
-    n = len(tokens)
-    return RunResult(
-        input_ids=list(range(n)),
-        token_type_ids=None,
-        tokens=tokens,
-        segments=np.zeros(n, np.int8),
-        word_ids=[None] * n,
-        words=[],
-        cls_mask=cls,
-        sep_mask=sep,
-        special_mask=cls | sep,
-        attentions=attn.astype(np.float32),
-    )
-
-
-def random_input(rng: np.random.Generator, layers: int = 2, heads: int = 3, pair: bool | None = None) -> RunResult:
-    """A random input of random length with CLS, words, punctuation, one or two SEPs."""
-    n = int(rng.integers(4, 12))
-    tokens = ["[CLS]"] + [str(rng.choice(["a", "b", ".", ",", "!"])) for _ in range(n - 2)] + ["[SEP]"]
-    sep = np.zeros(n, bool)
-    sep[-1] = True
-    if pair if pair is not None else rng.random() < 0.5:
-        tokens[n // 2] = "[SEP]"
-        sep[n // 2] = True
-    cls = np.zeros(n, bool)
-    cls[0] = True
-    x = rng.random((layers, heads, n, n)) ** 3
-    return fake_result(x / x.sum(-1, keepdims=True), tokens, cls, sep)
 
 
 # --- statistics on hand-worked arrays -------------------------------------------------------------------------

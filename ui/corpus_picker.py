@@ -10,20 +10,29 @@ import streamlit as st
 
 from attnlib.corpus import CorpusError, CorpusInput, parse_conllu, parse_text_corpus, read_corpus
 from attnlib.shipped import CLASSROOM, TREEBANKS
+from ui.page_state import Option, bind
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+URL_NAMES = ["classroom-single", "classroom-pairs", "ewt-dev", "ewt-test", "pud-test"]  # CLASSROOM, then TREEBANKS
+SHIPPED = dict(zip(URL_NAMES, [*CLASSROOM, *TREEBANKS]))
 
 Kind = Literal["any", "conllu"]
 
 
 @dataclass
 class CorpusChoice:
-    """A chosen corpus: its label, a fingerprint of its content and options (for caches), and its inputs."""
+    """A chosen corpus: its label, content SHA-1, a fingerprint of content and limit (for caches), and its inputs."""
 
     label: str
+    sha1: str
     fingerprint: str
     inputs: list[CorpusInput]
     is_conllu: bool
+
+    @property
+    def n_inputs(self) -> int:
+        """How many inputs are used (after the limit)."""
+        return len(self.inputs)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -33,7 +42,7 @@ def _parse_upload(data: bytes, name: str, conllu: bool) -> list[CorpusInput]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise CorpusError(f"{name}: not a UTF-8 text file (byte {exc.start} cannot be decoded).") from exc
-    return parse_conllu(text, name) if conllu else parse_text_corpus(text, name)
+    return [*parse_conllu(text, name)] if conllu else parse_text_corpus(text, name)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -51,25 +60,10 @@ def upload_bytes(upload) -> bytes | None:
     return data
 
 
-def _restored(widget_key: str, default) -> None:
-    """Give a widget the value it had when its page was last drawn (Streamlit forgets widgets it does not draw)."""
-    st.session_state.setdefault(widget_key, st.session_state.get(f"_kept_{widget_key}", default))
-
-
-def _keep(widget_key: str) -> None:
-    """Remember a widget's value beyond its page."""
-    st.session_state[f"_kept_{widget_key}"] = st.session_state[widget_key]
-
-
-def _upload(key: str, label: str, types: list[str]) -> tuple[str, bytes] | None:
+def kept_upload(key: str, label: str, types: list[str], help: str) -> tuple[str, bytes] | None:
     """The uploaded file's (name, bytes): a new upload, else the one kept from an earlier visit; None when none."""
     kept = f"_kept_{key}_upload"
-    upload = st.file_uploader(
-        label,
-        type=types,
-        key=f"{key}_upload",
-        help="Text: one input per line, a TAB between sentence A and B. CoNLL-U: Universal Dependencies format.",
-    )
+    upload = st.file_uploader(label, type=types, key=f"{key}_upload", help=help)
     if upload is not None:
         data = upload_bytes(upload)
         if data is None:
@@ -82,55 +76,48 @@ def _upload(key: str, label: str, types: list[str]) -> tuple[str, bytes] | None:
     return st.session_state.get(kept)
 
 
+def corpus_options(key: str, kind: Kind, default_limit: int) -> tuple[Option, Option]:
+    """The picker's two options: the corpus (URL `corpus`) and the limit (URL `limit`)."""
+    upload_label = "Upload a CoNLL-U file" if kind == "conllu" else "Upload a text or CoNLL-U file"
+    names = {k: v for k, v in SHIPPED.items() if kind == "any" or v in TREEBANKS} | {"upload": upload_label}
+    corpus = Option(f"{key}_corpus", "corpus", next(iter(names.values())), names)
+    return corpus, Option(f"{key}_limit", "limit", default_limit, lo=1, hi=100_000)
+
+
+def _read_choice(key: str, choice: str, kind: Kind) -> tuple[str, str, list[CorpusInput], bool] | None:
+    """(label, SHA-1, inputs, is CoNLL-U) of the chosen corpus; None while no file is uploaded."""
+    if choice in CLASSROOM or choice in TREEBANKS:
+        path = CLASSROOM.get(choice) or TREEBANKS[choice]
+        return choice, hashlib.sha1(path.read_bytes()).hexdigest(), _read_path(str(path)), path.suffix == ".conllu"
+    text_help = "Text: one input per line, a TAB between sentence A and B. CoNLL-U: Universal Dependencies format."
+    types = ["conllu"] if kind == "conllu" else ["txt", "tsv", "conllu"]
+    uploaded = kept_upload(key, choice, types, text_help)
+    if uploaded is None:
+        return None
+    name, data = uploaded
+    is_conllu = kind == "conllu" or name.lower().endswith((".conllu", ".conll"))
+    return name, hashlib.sha1(data).hexdigest(), _parse_upload(data, name, is_conllu), is_conllu
+
+
 def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> CorpusChoice | None:
     """Draw the corpus widgets (in the sidebar) and return the chosen inputs, or None with a message shown."""
-    files = {} if kind == "conllu" else dict(CLASSROOM)
-    files.update(TREEBANKS)
-    upload_label = "Upload a CoNLL-U file" if kind == "conllu" else "Upload a text or CoNLL-U file"
+    corpus, limit = corpus_options(key, kind, default_limit)
+    bind([corpus, limit])
     with st.sidebar:
         st.subheader("Corpus")
-        options = list(files) + [upload_label]
-        if st.session_state.get(f"_kept_{key}_corpus") not in options:
-            st.session_state.pop(f"_kept_{key}_corpus", None)
-        _restored(f"{key}_corpus", options[0])
-        _restored(f"{key}_limit", default_limit)
-        choice = st.selectbox(
-            "Corpus",
-            options,
-            key=f"{key}_corpus",
-            label_visibility="collapsed",
-            on_change=_keep,
-            args=(f"{key}_corpus",),
-        )
-        limit = st.number_input(
-            "Use at most this many inputs",
-            1,
-            100_000,
-            step=50,
-            key=f"{key}_limit",
-            on_change=_keep,
-            args=(f"{key}_limit",),
-        )
+        assert isinstance(corpus.choices, dict)
+        choice = st.selectbox("Corpus", list(corpus.choices.values()), key=corpus.key, label_visibility="collapsed")
+        n = int(st.number_input("Use at most this many inputs", 1, 100_000, step=50, key=limit.key))
         try:
-            if choice == upload_label:
-                uploaded = _upload(key, upload_label, ["conllu"] if kind == "conllu" else ["txt", "tsv", "conllu"])
-                if uploaded is None:
-                    return None
-                name, data = uploaded
-                is_conllu = kind == "conllu" or name.lower().endswith((".conllu", ".conll"))
-                inputs = _parse_upload(data, name, is_conllu)
-                label, digest = name, hashlib.sha1(data).hexdigest()
-            else:
-                path = files[choice]
-                is_conllu = path.suffix == ".conllu"
-                inputs = _read_path(str(path))
-                label, digest = choice, hashlib.sha1(path.read_bytes()).hexdigest()
+            read = _read_choice(key, choice, kind)
         except CorpusError as exc:
             st.error(str(exc))
             return None
+        if read is None:
+            return None
+        label, sha1, inputs, is_conllu = read
         if not inputs:
             st.error("The corpus has no usable input.")
             return None
-        inputs = inputs[: int(limit)]
-        st.caption(f"{len(inputs)} inputs from {label}")
-    return CorpusChoice(label, f"{digest}:{int(limit)}", inputs, is_conllu)
+        st.caption(f"{min(n, len(inputs))} inputs from {label}")
+    return CorpusChoice(label, sha1, f"{sha1}:{n}", inputs[:n], is_conllu)

@@ -8,6 +8,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from attnlib.results import json_ready
+
 
 def figure_html(fig: go.Figure) -> str:
     """A standalone HTML page with plotly.js inlined (no CDN)."""
@@ -20,8 +22,14 @@ def download_table(df: pd.DataFrame, name: str, key: str) -> None:
 
 
 def download_json(obj: dict, name: str, key: str) -> None:
-    """JSON download of a result."""
-    st.download_button("Download JSON", lambda: json.dumps(obj).encode(), f"{name}.json", "application/json", key=key)
+    """JSON download of a result (strict JSON: numpy converted, NaN written as null)."""
+    st.download_button(
+        "Download JSON",
+        lambda: json.dumps(json_ready(obj), allow_nan=False).encode(),
+        f"{name}.json",
+        "application/json",
+        key=key,
+    )
 
 
 def download_figure(fig: go.Figure, name: str, key: str) -> None:

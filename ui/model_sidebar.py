@@ -21,10 +21,12 @@ from attnlib.model import (
     load_model,
     parse_model_list,
 )
+from ui.page_state import Option, publish, restore
 
 OTHER = "Other (Hub id or local folder)…"
 LOAD_LOG_LINE = "attnlib: loading model"  # logged once per model and server process (the load test counts it)
 _log = get_logger(__name__)
+MODEL = Option("model_name", "model", DEFAULT_MODEL)
 
 
 def _setting(env_name: str, secret_key: str):
@@ -58,6 +60,11 @@ def cached_model(name: str, allow_local: bool) -> LoadedModel:
     return load_model(name, allow_local=allow_local, allowed=allowed_models())
 
 
+def model_named(name: str) -> LoadedModel:
+    """The model of this name, loaded once per process (for cached functions, which get the name)."""
+    return cached_model(name, local_models_allowed())
+
+
 def model_options(allowed: tuple[str, ...] | None) -> list[str]:
     """The chooser's entries: the allow-list (bundled default first), or the common ids and a free field."""
     if allowed is None:
@@ -70,7 +77,7 @@ def _try_load(name: str) -> tuple[LoadedModel | None, str | None]:
     try:
         check_allowed(name, allowed_models())  # checked on every call: the cache may hold a model loaded earlier
         with st.spinner(f"Loading {name}…"):
-            return cached_model(name, local_models_allowed()), None
+            return model_named(name), None
     except ModelLoadError as exc:
         return None, str(exc)
     except Exception as exc:
@@ -90,7 +97,7 @@ def model_sidebar() -> LoadedModel:
     state = st.session_state
     options = model_options(allowed_models())
     if "model_name" not in state:
-        state.model_name = st.query_params.get("model", DEFAULT_MODEL)
+        restore([MODEL])
         state.model_choice = state.model_name if state.model_name in options else OTHER
         state.model_custom = "" if state.model_name in options else state.model_name
     if state.model_choice not in options:  # a link to a model that this server's allow-list leaves out
@@ -123,16 +130,16 @@ def model_sidebar() -> LoadedModel:
         if lm is None:
             st.error(f"{error}\n\nFalling back to the bundled {DEFAULT_MODEL}.")
             state.model_name = DEFAULT_MODEL
-            lm, _ = _try_load(DEFAULT_MODEL)
+            lm = model_named(DEFAULT_MODEL)  # the bundled model: a failure here is a broken install, shown as such
         f = lm.facts
         st.caption(
             f"{f.model_type}: {f.n_layers} layers × {f.n_heads} heads, head size {f.head_dim}, "
             f"max {f.max_length} tokens, special tokens {f.cls_token} {f.sep_token}"
         )
-    st.query_params["model"] = state.model_name
+    publish([MODEL])
     return lm
 
 
 def current_model() -> LoadedModel:
     """The model chosen in the sidebar (model_sidebar has run earlier in this script run)."""
-    return cached_model(st.session_state.get("model_name", DEFAULT_MODEL), local_models_allowed())
+    return model_named(st.session_state.get("model_name", DEFAULT_MODEL))

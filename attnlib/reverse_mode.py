@@ -2,7 +2,7 @@
 
 Independent of attnlib.attribution: the encoder runs as transformers wrote it, with hooks that make the
 differentiated tensors leaves (the embedding output e0, and each self-attention module's input) and record o(l).
-Used by tests/test_attribution.py and benchmarks/bench_hta.py.
+Used by tests/test_attribution.py and benchmarks/bench_hta.py (so it lives here: tests do not import benchmarks).
 """
 
 from __future__ import annotations

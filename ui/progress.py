@@ -1,0 +1,24 @@
+"""The progress bar of long work: "N of M inputs", removed when the work ends, fails or is stopped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import streamlit as st
+
+Report = Callable[[int, int], None]
+
+
+@contextmanager
+def progress(what: str, unit: str = "inputs") -> Iterator[Report]:
+    """A bar for `what`; yields the callback (done, total) that moves it, and removes the bar in any case."""
+    bar = st.progress(0.0, text=f"{what}…")
+
+    def report(done: int, total: int) -> None:
+        bar.progress(min(done / max(total, 1), 1.0), text=f"{what}: {done} of {total} {unit}")
+
+    try:
+        yield report
+    finally:
+        bar.empty()
