@@ -43,13 +43,16 @@ def reverse_graphs(lm, enc):
         leaf["e0"] = out.detach().requires_grad_(True)
         return leaf["e0"]
 
-    outs = []
+    outs: list[torch.Tensor] = []
     hooks = [encoder.embeddings.register_forward_hook(swap)]
     hooks += [record(m, w, outs) for m, w in head_output_modules(encoder)]
-    encoder(**batch)
-    for h in hooks:
-        h.remove()
-    leaves, outs_prev = [], []
+    try:
+        encoder(**batch)
+    finally:
+        for h in hooks:
+            h.remove()
+    leaves: list[torch.Tensor] = []
+    outs_prev: list[torch.Tensor] = []
 
     def make_leaf(_m, args, kwargs):
         x = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_(True)
