@@ -56,6 +56,7 @@ from ui.model_sidebar import cached_model, current_model, local_models_allowed
 KEY = "tour"
 PROJECTOR_FONT = 18
 PROJECTOR_HEIGHT = 540
+EXAMPLE_MAX_WORDS = 16  # step 5's example sentence must read on a projector
 
 
 # ---------- results: shipped for the model, else computed once on a slice --------------------------------------------
@@ -183,7 +184,17 @@ def _example_maps(model_name: str, words: tuple[str, ...]) -> tuple[np.ndarray, 
 
 def _show(fig: go.Figure, name: str) -> None:
     """A figure at projector size."""
-    fig.update_layout(font=dict(size=PROJECTOR_FONT), height=max(fig.layout.height or 0, PROJECTOR_HEIGHT))
+    big, bigger = PROJECTOR_FONT, PROJECTOR_FONT + 4
+    fig.update_layout(
+        font_size=big,
+        title_font_size=bigger,
+        legend_font_size=big,
+        height=max(fig.layout.height or 0, PROJECTOR_HEIGHT),
+    )
+    fig.update_xaxes(tickfont_size=big, title_font_size=big)
+    fig.update_yaxes(tickfont_size=big, title_font_size=big)
+    fig.update_annotations(font_size=big)
+    fig.update_traces(textfont_size=big, selector=dict(mode="text"))
     st.plotly_chart(fig, key=f"{KEY}_{name}")
 
 
@@ -251,12 +262,12 @@ def render_no_op(model_name: str, shown: str) -> None:
     sep_panel = Panel(layer_lines_with_head_dots(nop, NO_OP_NAMES, "Attention to [SEP]", "mass to [SEP]"))
     gradient_panel, gradients, reason = _gradient_panel(model_name)
     panels = [sep_panel, gradient_panel]  # a norms panel (attnlib/norms.py) is one more entry here
-    for column, (i, panel) in zip(st.columns(len(panels)), enumerate(panels)):
+    figures = [panel.figure for panel in panels if panel.figure is not None]
+    for i, (column, figure) in enumerate(zip(st.columns(len(figures)), figures)):
         with column:
-            if panel.figure is not None:
-                _show(panel.figure, f"no_op_{i}")
-            if panel.message is not None:
-                st.info(panel.message)
+            _show(figure, f"no_op_{i}")
+    for message in [panel.message for panel in panels if panel.message is not None]:
+        st.info(message)
     extra = [s for panel in panels for s in panel.notice]
     sentence = no_op_notice(special, gradients, reason, shown, extra)
     _notice(sentence, got.source, _corpus_link(STEPS[2], model_name, "special"))
@@ -271,13 +282,11 @@ def render_entropy(model_name: str, shown: str) -> None:
 
 
 def _syntax_example(model_name: str, sentences: list[Sentence], relation: str, layer: int, head: int, d: int) -> None:
-    """One short sentence with the relation: gold arcs above, the chosen head's predictions below."""
-    with_relation = [s for s in sentences if relation in s.deprels and len(s.words) <= 14] or [
-        s for s in sentences if relation in s.deprels
-    ]
-    if not with_relation:
+    """One short sentence rich in the relation: gold arcs above, the chosen head's predictions below."""
+    short = [s for s in sentences if relation in s.deprels and len(s.words) <= EXAMPLE_MAX_WORDS]
+    if not short:
         return
-    sentence = with_relation[0]
+    sentence = max(short, key=lambda s: s.deprels.count(relation))  # the first of those with the most arcs
     word_map, present = _example_maps(model_name, tuple(sentence.words))
     predicted = predict_heads(word_map[layer, head])[d]
     predicted[~present] = -1
@@ -300,14 +309,12 @@ def render_syntax(model_name: str, shown: str) -> None:
             for r in rows
         ]
     )  # fmt: skip
-    left, right = st.columns([2, 3])
-    left.dataframe(frame, hide_index=True)
     if rows:
-        with right:
-            top = rows[0]
-            sentences = _corpus(str(TOUR_CORPORA["deps"]))[1][:SLICE]
-            d = DIRECTIONS.index(top.direction)
-            _syntax_example(model_name, sentences, top.relation, top.layer, top.head, d)  # type: ignore[arg-type]
+        top = rows[0]
+        sentences = _corpus(str(TOUR_CORPORA["deps"]))[1][:SLICE]
+        d = DIRECTIONS.index(top.direction)
+        _syntax_example(model_name, sentences, top.relation, top.layer, top.head, d)  # type: ignore[arg-type]
+    st.dataframe(frame, hide_index=True)
     _notice(syntax_notice(table, shown), got.source, _corpus_link(STEPS[4], model_name, "deps"))
 
 

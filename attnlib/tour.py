@@ -19,7 +19,8 @@ from .special import SpecialTokenResult
 
 NOTICED_PATTERNS = ("prev", "next", "broad")  # step 1: the head finder's patterns the tour names
 MOST = 0.5  # "most attention": more than half of it
-FALL_MARGIN = 0.05  # step 6: a correlation "falls" when the last layer is at least this much below the first
+FALL_MARGIN = 0.05
+PASCUAL_LOW = 0.5  # Pascual et al.: the input-contribution correlation falls below this after four layers  # step 6: a correlation "falls" when the last layer is at least this much below the first
 SYNTAX_SHOWN = 3  # step 5: relations named in the sentence
 SLICE = 40  # inputs computed on when nothing is shipped for the model: the tour must open in seconds
 POSITIONS_SLICE = 20  # attribution costs about a second per input for the default model
@@ -140,13 +141,13 @@ def pct(x: float) -> str:
     return f"{round(100 * float(x))}%"
 
 
-def pct_range(values: Sequence[float]) -> str:
+def pct_range(values: Sequence[float] | np.ndarray) -> str:
     """'52 to 61%', or '52%' when they round alike."""
     low, high = round(100 * float(min(values))), round(100 * float(max(values)))
     return f"{low}%" if low == high else f"{low} to {high}%"
 
 
-def layer_span(layers: Sequence[int]) -> str:
+def layer_span(layers: Sequence[int] | np.ndarray) -> str:
     """0-based layers as 1-based words: 'layer 3', 'layers 2 to 5', 'layers 1, 3 and 5'."""
     numbers = sorted(int(l) + 1 for l in layers)
     if len(numbers) == 1:
@@ -340,15 +341,24 @@ def positions_notice(result: PositionsResult, model: str, correlation: str = "pe
     if len(finite) == 0:
         return f"In {model}, no layer has a correlation between attention and attribution to show."
     first, last = int(finite[0]), int(finite[-1])
-    if corr[last] < corr[first] - FALL_MARGIN:
+    lowest = int(finite[np.argmin(corr[finite])])
+    if lowest != first and corr[lowest] < corr[first] - FALL_MARGIN:
         sentence = (
             f"In {model}, attention agrees less with attribution as depth grows: the median correlation falls from "
-            f"{corr[first]:.2f} in {layer_span([first])} to {corr[last]:.2f} in {layer_span([last])}."
+            f"{corr[first]:.2f} in {layer_span([first])} to {corr[lowest]:.2f} in {layer_span([lowest])}"
         )
+        sentence += "." if lowest == last else f" ({corr[last]:.2f} in {layer_span([last])})."
+        below = [int(l) for l in finite if corr[l] < PASCUAL_LOW]
+        if below and corr[first] >= PASCUAL_LOW:
+            sentence += (
+                f" It is first below {PASCUAL_LOW} in {layer_span(below[:1])} (Pascual et al.: after four layers "
+                "in BERT-base)."
+            )
     else:
         sentence = (
             f"In {model}, the median correlation of attention with attribution does not fall with depth: "
-            f"{corr[first]:.2f} in {layer_span([first])}, {corr[last]:.2f} in {layer_span([last])}."
+            f"{corr[first]:.2f} in {layer_span([first])}, at least {np.nanmin(corr):.2f} in every layer, "
+            f"{corr[last]:.2f} in {layer_span([last])}."
         )
     att, attr = result.attention_center_of_mass, result.attribution_center_of_mass
     gap = np.abs(att - attr)
