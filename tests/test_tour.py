@@ -249,3 +249,90 @@ def test_positions_notice_not_falling():
         "0.40 in layer 1, at least 0.40 in every layer, 0.43 in layer 3. The centres of mass are furthest apart "
         "in layer 3: attention at +1.00 tokens, attribution at +0.00."
     )
+
+
+# ---------- the page: every step for the default model and for tiny random models ---------------------------------
+
+
+def _walk_tour(model: str | None) -> list[str]:
+    """Open the tour (optionally ?model=<folder>), click Next through every step; the notice line of each."""
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.shipped import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    if model is not None:
+        at.query_params["model"] = model
+    at.run()
+    at.switch_page("app_pages/tour.py").run()
+    notices = []
+    for step in STEPS:
+        assert not at.exception, at.exception
+        assert at.header[0].value == f"{step.number}. {step.title}"
+        assert at.query_params["step"] == str(step.number)
+        assert at.button(key="tour_prev").disabled == (step.number == 1)
+        assert at.button(key="tour_next").disabled == (step.number == len(STEPS))
+        assert any(f"({step.page or '.'}" in m.value and "model=" in m.value for m in at.markdown), "no page link"
+        notices.append(at.success[0].value.removeprefix("**What to notice.** "))
+        if step.number < len(STEPS):
+            at.button(key="tour_next").click().run()
+    at.button(key="tour_prev").click().run()
+    assert at.header[0].value.startswith("5.") and at.query_params["step"] == "5"
+    return notices
+
+
+def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str | None]:
+    """The notice of each step, computed here from the library on the slices the tour documents."""
+    from attnlib.corpus import read_conllu, read_corpus
+    from attnlib.deps import count_dependencies
+    from attnlib.engine import accumulate
+    from attnlib.gradient_importance import gradient_importance, unavailable_reason
+    from attnlib.patterns import PatternAccumulator
+    from attnlib.positions import corpus_positions
+    from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
+    from attnlib.special import SpecialTokenStats
+    from attnlib.tour import POSITIONS_SLICE, SLICE, SLICE_MIN_COUNT
+
+    f = lm.facts
+    patterns = PatternAccumulator(f.n_layers, f.n_heads)
+    accumulate(lm, read_corpus(CLASSROOM_SINGLE)[:20] + read_corpus(CLASSROOM_PAIRS)[:20], [patterns])
+    pairs = read_corpus(CLASSROOM_PAIRS)[:SLICE]
+    stats = SpecialTokenStats(f.n_layers, f.n_heads)
+    accumulate(lm, pairs, [stats])
+    special = stats.result()
+    reason = unavailable_reason(lm)
+    gradients = gradient_importance(lm, pairs) if reason is None else None
+    table = count_dependencies(lm, read_conllu(EWT_DEV)[:SLICE]).table(min_count=SLICE_MIN_COUNT)
+    positions = None
+    if with_positions:
+        positions = positions_notice(corpus_positions(lm, read_corpus(CLASSROOM_SINGLE)[:POSITIONS_SLICE]), shown)
+    return [
+        heads_notice(patterns.scores(), shown).sentence,
+        special_notice(special, shown),
+        no_op_notice(special, gradients, reason, shown),
+        entropy_notice(special, shown),
+        syntax_notice(table, shown),
+        positions,
+    ]
+
+
+@pytest.fixture(scope="module")
+def default_notices(minilm):
+    """The default model's notices as the page shows them, and as the library gives them (step 6 not recomputed)."""
+    return _walk_tour(None), _expected_notices(minilm, "all-MiniLM-L6-v2", with_positions=False)
+
+
+@pytest.mark.slow
+def test_tour_walks_every_step_for_the_default_model(default_notices):
+    shown, expected = default_notices
+    for step, notice, want in zip(STEPS, shown, expected):
+        assert notice.startswith("In all-MiniLM-L6-v2, "), (step.key, notice)
+        assert want is None or notice == want, (step.key, notice, want)
+    assert "no trained masked-language-model head" in shown[2]  # the default model has no MLM head: it says so
+
+
+@pytest.mark.slow
+def test_tour_walks_every_step_for_a_tiny_model(default_notices, tiny_model, tiny_model_dir, one_thread):
+    shown = _walk_tour(str(tiny_model_dir))
+    assert shown == _expected_notices(tiny_model, tiny_model_dir.name)
+    assert all(a != b for a, b in zip(default_notices[0], shown)), "a notice does not depend on the model"
