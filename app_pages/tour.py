@@ -76,7 +76,7 @@ def _progress(text: str) -> tuple:
     return bar, lambda done, total: bar.progress(done / max(total, 1), text=f"{text} {done} of {total} inputs")
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_resource(show_spinner=False)  # shared, not copied on every call: EWT dev is 2001 sentences, never changed
 def _corpus(path: str) -> tuple[str, list[CorpusInput]]:
     """A shipped corpus (SHA-1 of its bytes, its inputs), read once per process."""
     digest = hashlib.sha1(Path(path).read_bytes()).hexdigest()

@@ -281,18 +281,29 @@ def entropy_notice(special: SpecialTokenResult, model: str) -> str:
     uniform = special.uniform_entropy
     per_layer = special.layers["entropy"]
     broadest, focused = int(np.argmax(per_layer)), int(np.argmin(per_layer))
-    sentence = (
-        f"In {model}, attention is broadest in {layer_span([broadest])} ({per_layer[broadest]:.2f} nats, "
-        f"{pct(per_layer[broadest] / uniform)} of uniform's {uniform:.2f}) and most focused in "
-        f"{layer_span([focused])} ({per_layer[focused]:.2f} nats, {pct(per_layer[focused] / uniform)})."
-    )
+    if pct(per_layer[broadest] / uniform) == pct(per_layer[focused] / uniform):
+        sentence = (
+            f"In {model}, every layer has about the same mean entropy: {per_layer[focused]:.2f} to "
+            f"{per_layer[broadest]:.2f} nats, {pct(per_layer[focused] / uniform)} of uniform's {uniform:.2f}."
+        )
+    else:
+        sentence = (
+            f"In {model}, attention is broadest in {layer_span([broadest])} ({per_layer[broadest]:.2f} nats, "
+            f"{pct(per_layer[broadest] / uniform)} of uniform's {uniform:.2f}) and most focused in "
+            f"{layer_span([focused])} ({per_layer[focused]:.2f} nats, {pct(per_layer[focused] / uniform)})."
+        )
     heads = special.heads["entropy"]
     broad = np.argwhere(heads > BROAD_ENTROPY_FRACTION * uniform)
     if len(broad) == 0:
         return sentence + f" No head is broad: every head stays below {pct(BROAD_ENTROPY_FRACTION)} of uniform."
-    n_layers = heads.shape[0]
-    lower = float(broad[:, 0].mean()) < (n_layers - 1) / 2
-    where = "mostly in the lower layers, as Clark et al. found for BERT" if lower else "mostly in the upper layers"
+    middle = (heads.shape[0] - 1) / 2
+    lower, upper = int((broad[:, 0] < middle).sum()), int((broad[:, 0] > middle).sum())
+    if lower > upper:
+        where = "mostly in the lower layers, as Clark et al. found for BERT"
+    elif upper > lower:
+        where = "mostly in the upper layers"
+    else:
+        where = "as many in the upper as in the lower layers"
     return sentence + (
         f" {len(broad)} of {heads.size} heads are broad (above {pct(BROAD_ENTROPY_FRACTION)} of uniform), {where}."
     )

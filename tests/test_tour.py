@@ -168,6 +168,14 @@ def test_entropy_notice_upper_and_absent():
     assert entropy_notice(focused, M).endswith("No head is broad: every head stays below 80% of uniform.")
 
 
+def test_entropy_notice_even_layers_and_even_spread():
+    flat = _special({"entropy": [1.90, 1.906]}, uniform=2.0)  # 95.0% and 95.3% of uniform; every head above 1.6
+    assert entropy_notice(flat, M) == (
+        "In model-x, every layer has about the same mean entropy: 1.90 to 1.91 nats, 95% of uniform's 2.00. "
+        "4 of 4 heads are broad (above 80% of uniform), as many in the upper as in the lower layers."
+    )
+
+
 # ---------- step 5 -------------------------------------------------------------------------------------------------
 
 
