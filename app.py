@@ -9,6 +9,7 @@ st.set_page_config(page_title="BERT attention explorer", page_icon=":material/vi
 # The default page lives at /. The page files sit in app_pages/, not pages/: with a pages/ folder Streamlit also serves
 # its legacy page registry, which answers a cold first request with "Page not found" or runs a page without this shell.
 PAGES = [
+    st.Page("app_pages/tour.py", title="Tour", icon=":material/school:", url_path="tour"),
     st.Page("app_pages/live.py", title="Live attention", icon=":material/visibility:", default=True),
     st.Page(
         "app_pages/special_tokens.py", title="Special tokens", icon=":material/push_pin:", url_path="special-tokens"

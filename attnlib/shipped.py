@@ -23,6 +23,13 @@ TREEBANKS = {
     "UD English EWT test (gold)": EWT_TEST,
     "UD English PUD test (gold)": PUD_TEST,
 }
+CORPUS_SLUGS = {  # the names pages use for the shipped corpora in their URLs (?corpus=ewt-dev)
+    "classroom-single": CLASSROOM_SINGLE,
+    "classroom-pairs": CLASSROOM_PAIRS,
+    "ewt-dev": EWT_DEV,
+    "ewt-test": EWT_TEST,
+    "pud-test": PUD_TEST,
+}
 METHODS = ROOT / "docs" / "METHODS.md"
 
 
@@ -34,3 +41,8 @@ def methods_section(number: int) -> str:
         return ""
     end = text.find("\n## ", start + 1)
     return text[start + 1 : end if end >= 0 else len(text)].strip()
+
+
+def corpus_slug(path: Path) -> str:
+    """The URL name of a shipped corpus file."""
+    return next(slug for slug, p in CORPUS_SLUGS.items() if p == path)

@@ -9,12 +9,11 @@ from typing import Literal
 import streamlit as st
 
 from attnlib.corpus import CorpusError, CorpusInput, parse_conllu, parse_text_corpus, read_corpus
-from attnlib.shipped import CLASSROOM, TREEBANKS
+from attnlib.shipped import CLASSROOM, TREEBANKS, corpus_slug
 from ui.page_state import Option, bind
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
-URL_NAMES = ["classroom-single", "classroom-pairs", "ewt-dev", "ewt-test", "pud-test"]  # CLASSROOM, then TREEBANKS
-SHIPPED = dict(zip(URL_NAMES, [*CLASSROOM, *TREEBANKS]))
+SHIPPED = {corpus_slug(path): label for label, path in [*CLASSROOM.items(), *TREEBANKS.items()]}  # URL name -> label
 
 Kind = Literal["any", "conllu"]
 

@@ -1,0 +1,389 @@
+"""Tour: the papers' findings one step per screen, each with the loaded model's figure and what to notice in it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from attnlib.corpus import CorpusInput, Sentence, read_conllu, read_corpus
+from attnlib.deps import DIRECTIONS, DependencyCounts, dependency_counts_from_json, predict_heads, sentence_word_map
+from attnlib.engine import accumulate
+from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
+from attnlib.head_distances import special_from_json
+from attnlib.patterns import PatternAccumulator
+from attnlib.positions import CORRELATIONS, PositionsResult, corpus_positions, positions_from_json
+from attnlib.precomputed import shipped_result
+from attnlib.results import ResultFile
+from attnlib.runner import run
+from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, corpus_slug
+from attnlib.special import SpecialTokenResult, SpecialTokenStats
+from attnlib.tour import (
+    FULL_MIN_COUNT,
+    NO_OP_NAMES,
+    POSITIONS_OPTIONS,
+    POSITIONS_SLICE,
+    SHARE_NAMES,
+    SHIPPED_OPTIONS,
+    SLICE,
+    SLICE_MIN_COUNT,
+    STEPS,
+    TOUR_CORPORA,
+    Step,
+    entropy_notice,
+    head_name,
+    heads_notice,
+    no_op_notice,
+    page_link,
+    positions_notice,
+    special_notice,
+    step_number,
+    syntax_notice,
+    syntax_rows,
+)
+from figures.deps import arc_diagram
+from figures.head_view import head_view_html
+from figures.positions import center_of_mass_chart, median_correlation_chart
+from figures.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
+from ui.live_inputs import DEFAULT_A, DEFAULT_B, cached_run
+from ui.model_sidebar import cached_model, current_model, local_models_allowed
+
+KEY = "tour"
+PROJECTOR_FONT = 18
+PROJECTOR_HEIGHT = 540
+EXAMPLE_MAX_WORDS = 16  # step 5's example sentence must read on a projector
+
+
+# ---------- results: shipped for the model, else computed once on a slice --------------------------------------------
+
+
+@dataclass
+class Sourced:
+    """A result and where it came from, in words."""
+
+    value: object
+    source: str
+
+
+def _progress(text: str) -> tuple:
+    """A progress bar and the callback that moves it."""
+    bar = st.progress(0.0, text=text)
+    return bar, lambda done, total: bar.progress(done / max(total, 1), text=f"{text} {done} of {total} inputs")
+
+
+@st.cache_resource(show_spinner=False)  # shared, not copied on every call: EWT dev is 2001 sentences, never changed
+def _corpus(path: str) -> tuple[str, list[CorpusInput]]:
+    """A shipped corpus (SHA-1 of its bytes, its inputs), read once per process."""
+    digest = hashlib.sha1(Path(path).read_bytes()).hexdigest()
+    return digest, list(read_conllu(path) if path.endswith(".conllu") else read_corpus(path))
+
+
+def _shipped(command: str, model_name: str) -> ResultFile | None:
+    """The shipped result of a command on its tour corpus, when one exists for this model."""
+    digest, inputs = _corpus(str(TOUR_CORPORA[command]))
+    return shipped_result(command, model_name, digest, len(inputs), SHIPPED_OPTIONS[command])
+
+
+def _slice_source(n: int, path: Path) -> str:
+    return f"computed here on the first {n} inputs of {path.name}"
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _special_on_slice(model_name: str) -> SpecialTokenResult:
+    lm = cached_model(model_name, local_models_allowed())
+    stats = SpecialTokenStats(lm.facts.n_layers, lm.facts.n_heads)
+    bar, report = _progress("Special tokens:")
+    accumulate(lm, _corpus(str(TOUR_CORPORA["special"]))[1][:SLICE], [stats], progress=report)
+    bar.empty()
+    return stats.result()
+
+
+def special_result(model_name: str) -> Sourced:
+    """`special` on the classroom pairs: shipped, else computed on a slice."""
+    record = _shipped("special", model_name)
+    if record is not None:
+        return Sourced(special_from_json(record.result)[0], record.provenance())
+    return Sourced(_special_on_slice(model_name), _slice_source(SLICE, TOUR_CORPORA["special"]))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _deps_on_slice(model_name: str) -> DependencyCounts:
+    lm = cached_model(model_name, local_models_allowed())
+    counts = DependencyCounts(lm.facts.n_layers, lm.facts.n_heads)
+    bar, report = _progress("Dependency heads:")
+    accumulate(lm, _corpus(str(TOUR_CORPORA["deps"]))[1][:SLICE], [counts], progress=report)
+    bar.empty()
+    return counts
+
+
+def deps_result(model_name: str) -> Sourced:
+    """`deps` counts on gold EWT dev with the table's minimum count: shipped, else computed on a slice."""
+    record = _shipped("deps", model_name)
+    if record is not None and record.state is not None:
+        return Sourced((dependency_counts_from_json(record.state), FULL_MIN_COUNT), record.provenance())
+    source = _slice_source(SLICE, TOUR_CORPORA["deps"])
+    return Sourced((_deps_on_slice(model_name), SLICE_MIN_COUNT), source)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _positions_on_slice(model_name: str) -> PositionsResult:
+    lm = cached_model(model_name, local_models_allowed())
+    bar, report = _progress("Attribution (estimate mode):")
+    inputs = _corpus(str(TOUR_CORPORA["positions"]))[1][:POSITIONS_SLICE]
+    result = corpus_positions(lm, inputs, POSITIONS_OPTIONS, report)
+    bar.empty()
+    return result
+
+
+def positions_result(model_name: str) -> Sourced:
+    """`positions` in estimate mode on the classroom sentences: shipped, else computed on a slice."""
+    record = _shipped("positions", model_name)
+    if record is not None:
+        return Sourced(positions_from_json(record.result), record.provenance())
+    return Sourced(_positions_on_slice(model_name), _slice_source(POSITIONS_SLICE, TOUR_CORPORA["positions"]))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def pattern_scores(model_name: str) -> np.ndarray:
+    """Head-finder scores [patterns, layers, heads] on the first sentences and pairs of the classroom set."""
+    lm = cached_model(model_name, local_models_allowed())
+    acc = PatternAccumulator(lm.facts.n_layers, lm.facts.n_heads)
+    inputs = _corpus(str(CLASSROOM_SINGLE))[1][: SLICE // 2] + _corpus(str(CLASSROOM_PAIRS))[1][: SLICE // 2]
+    bar, report = _progress("Head finder:")
+    accumulate(lm, inputs, [acc], progress=report)
+    bar.empty()
+    return acc.scores()
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def gradient_result(model_name: str) -> GradientImportanceResult | None:
+    """Gradient importance on the special-token slice, or None when the model has no trained masked-LM head."""
+    lm = cached_model(model_name, local_models_allowed())
+    if unavailable_reason(lm) is not None:
+        return None
+    bar, report = _progress("Gradient importance:")
+    result = gradient_importance(lm, _corpus(str(TOUR_CORPORA["special"]))[1][:SLICE], progress=report)
+    bar.empty()
+    return result
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _example_maps(model_name: str, words: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Word-level maps [L, H, m+2, m+2] of one sentence and its mask of words with pieces."""
+    lm = cached_model(model_name, local_models_allowed())
+    return sentence_word_map(run(lm, list(words), capture_qk=False), words)
+
+
+# ---------- drawing -------------------------------------------------------------------------------------------------
+
+
+def _show(fig: go.Figure, name: str) -> None:
+    """A figure at projector size."""
+    big, bigger = PROJECTOR_FONT, PROJECTOR_FONT + 4
+    fig.update_layout(
+        font_size=big,
+        title_font_size=bigger,
+        legend_font_size=big,
+        height=max(fig.layout.height or 0, PROJECTOR_HEIGHT),
+    )
+    fig.update_xaxes(tickfont_size=big, title_font_size=big)
+    fig.update_yaxes(tickfont_size=big, title_font_size=big)
+    fig.update_annotations(font_size=big)
+    fig.update_traces(textfont_size=big, selector=dict(mode="text"))
+    st.plotly_chart(fig, key=f"{KEY}_{name}")
+
+
+def _notice(sentence: str, source: str, link: str) -> None:
+    """The "what to notice" line, where the numbers come from, and the link to the full page."""
+    st.success(f"**What to notice.** {sentence}", icon=":material/lightbulb:")
+    st.caption(f"Numbers: {source}.")
+    st.markdown(f"[Open the full page in this state]({link})")
+
+
+def render_heads(model_name: str, shown: str) -> None:
+    """Step 1: the best previous-token, next-token and broad heads on the tutorial pair."""
+    notice = heads_notice(pattern_scores(model_name), shown)
+    result = cached_run(model_name, DEFAULT_A, DEFAULT_B)
+    columns = st.columns(len(notice.picks))
+    names = {"prev": "previous token", "next": "next token", "broad": "broad"}
+    for column, (pattern, pick) in zip(columns, notice.picks.items()):
+        with column:
+            st.markdown(f"#### Head {pick.label}: {names[pattern]} ({pick.score:.2f})")
+            html = head_view_html(
+                result.attentions[pick.layer], result.tokens, [pick.head], pick.layer, result.segments
+            )
+            st.iframe(html, height="content")
+    best = notice.picks.get("prev") or next(iter(notice.picks.values()))
+    link = page_link(
+        STEPS[0].page, model=model_name, a=DEFAULT_A, b=DEFAULT_B, view="head", layer=best.layer + 1,
+        head=best.head + 1,
+    )  # fmt: skip
+    source = f"computed here on the first {SLICE // 2} inputs of {CLASSROOM_SINGLE.name} and of {CLASSROOM_PAIRS.name}"
+    _notice(notice.sentence, source, link)
+
+
+def render_special(model_name: str, shown: str) -> None:
+    """Step 2: share of attention to [CLS], [SEP], punctuation and the rest, per layer."""
+    got = special_result(model_name)
+    special: SpecialTokenResult = got.value  # type: ignore[assignment]
+    shares = {k: special.heads[k] for k in SHARE_NAMES}
+    _show(layer_lines_with_head_dots(shares, SHARE_NAMES, "Share of attention per layer", "share"), "shares")
+    _notice(special_notice(special, shown), got.source, _corpus_link(STEPS[1], model_name, "special"))
+
+
+@dataclass
+class Panel:
+    """One part of the no-op step: a figure or a message, and sentences for the notice."""
+
+    figure: go.Figure | None = None
+    message: str | None = None
+    notice: list[str] = field(default_factory=list)
+
+
+def _gradient_panel(model_name: str) -> tuple[Panel, GradientImportanceResult | None, str | None]:
+    reason = unavailable_reason(cached_model(model_name, local_models_allowed()))
+    gradients = gradient_result(model_name) if reason is None else None
+    if gradients is None:
+        return Panel(message="No gradient importance for this model: the line below says why."), None, reason
+    layers = gradients.layers
+    return Panel(figure=gradient_figure(layers["sep"], layers["all"])), gradients, None
+
+
+def render_no_op(model_name: str, shown: str) -> None:
+    """Step 3: [SEP] attending to itself, gradient importance; further panels (e.g. norms) are appended to `panels`."""
+    got = special_result(model_name)
+    special: SpecialTokenResult = got.value  # type: ignore[assignment]
+    nop = {k: special.heads[k] for k in NO_OP_NAMES}
+    sep_panel = Panel(layer_lines_with_head_dots(nop, NO_OP_NAMES, "Attention to [SEP]", "mass to [SEP]"))
+    gradient_panel, gradients, reason = _gradient_panel(model_name)
+    panels = [sep_panel, gradient_panel]  # a norms panel (attnlib/norms.py) is one more entry here
+    figures = [panel.figure for panel in panels if panel.figure is not None]
+    for i, (column, figure) in enumerate(zip(st.columns(len(figures)), figures)):
+        with column:
+            _show(figure, f"no_op_{i}")
+    for message in [panel.message for panel in panels if panel.message is not None]:
+        st.info(message)
+    extra = [s for panel in panels for s in panel.notice]
+    sentence = no_op_notice(special, gradients, reason, shown, extra)
+    _notice(sentence, got.source, _corpus_link(STEPS[2], model_name, "special"))
+
+
+def render_entropy(model_name: str, shown: str) -> None:
+    """Step 4: mean entropy per head and layer against uniform attention."""
+    got = special_result(model_name)
+    special: SpecialTokenResult = got.value  # type: ignore[assignment]
+    _show(entropy_figure(special.heads["entropy"], special.heads["cls_entropy"], special.uniform_entropy), "entropy")
+    _notice(entropy_notice(special, shown), got.source, _corpus_link(STEPS[3], model_name, "special"))
+
+
+def _syntax_example(model_name: str, sentences: list[Sentence], relation: str, layer: int, head: int, d: int) -> None:
+    """One short sentence rich in the relation: gold arcs above, the chosen head's predictions below."""
+    short = [s for s in sentences if relation in s.deprels and len(s.words) <= EXAMPLE_MAX_WORDS]
+    if not short:
+        return
+    sentence = max(short, key=lambda s: s.deprels.count(relation))  # the first of those with the most arcs
+    word_map, present = _example_maps(model_name, tuple(sentence.words))
+    predicted = predict_heads(word_map[layer, head])[d]
+    predicted[~present] = -1
+    focus = [r == relation for r in sentence.deprels]
+    title = f"Head {head_name(layer, head)} on '{relation}' ({DIRECTIONS[d]})"
+    _show(arc_diagram(sentence.words, sentence.heads, sentence.deprels, predicted, focus, title), "arcs")
+
+
+def render_syntax(model_name: str, shown: str) -> None:
+    """Step 5: the best head per relation against the best offset, and one sentence as arcs."""
+    got = deps_result(model_name)
+    counts, min_count = got.value  # type: ignore[misc]
+    table = counts.table(min_count=min_count)
+    rows = syntax_rows(table)
+    frame = pd.DataFrame(
+        [
+            {"relation": r.relation, "dependents": r.count, "best head": head_name(r.layer, r.head),
+             "head accuracy": round(r.accuracy, 3), "best offset": f"{r.baseline_offset:+d}",
+             "offset accuracy": round(r.baseline_accuracy, 3)}
+            for r in rows
+        ]
+    )  # fmt: skip
+    if rows:
+        top = rows[0]
+        sentences = _corpus(str(TOUR_CORPORA["deps"]))[1][:SLICE]
+        d = DIRECTIONS.index(top.direction)
+        _syntax_example(model_name, sentences, top.relation, top.layer, top.head, d)  # type: ignore[arg-type]
+    st.dataframe(frame, hide_index=True)
+    _notice(syntax_notice(table, shown), got.source, _corpus_link(STEPS[4], model_name, "deps"))
+
+
+def render_positions(model_name: str, shown: str) -> None:
+    """Step 6: centres of mass of attention and attribution, and their correlation per layer."""
+    try:
+        got = positions_result(model_name)
+    except ValueError as exc:  # a model whose attention Hidden Token Attribution cannot follow
+        st.warning(f"Attribution could not be computed for {model_name}: {exc}")
+        return
+    r: PositionsResult = got.value  # type: ignore[assignment]
+    left, right = st.columns(2)
+    with left:
+        _show(center_of_mass_chart(r.attention_center_of_mass, r.attribution_center_of_mass), "centre_of_mass")
+    with right:
+        medians = {name: r.median_correlation(name) for name in CORRELATIONS}
+        _show(median_correlation_chart(medians, "Median correlation with attribution"), "correlation")
+    _notice(positions_notice(r, shown), got.source, _corpus_link(STEPS[5], model_name, "positions"))
+
+
+def _corpus_link(step: Step, model_name: str, command: str) -> str:
+    return page_link(step.page, model=model_name, corpus=corpus_slug(TOUR_CORPORA[command]))
+
+
+RENDER: dict[str, Callable[[str, str], None]] = {
+    "heads": render_heads,
+    "special": render_special,
+    "no-op": render_no_op,
+    "entropy": render_entropy,
+    "syntax": render_syntax,
+    "positions": render_positions,
+}
+
+
+# ---------- the step in the URL, previous / next --------------------------------------------------------------------
+
+
+def _move(delta: int) -> None:
+    """Button callback: go to the previous or next step."""
+    st.session_state.tour_step = step_number(str(st.session_state.tour_step + delta))
+
+
+def current_step() -> Step:
+    """The step from the session, else from the URL (?step=3); written back to the URL."""
+    state = st.session_state
+    if "tour_step" not in state:
+        state.tour_step = step_number(st.query_params.get("step"))
+    st.query_params["step"] = str(state.tour_step)
+    return STEPS[state.tour_step - 1]
+
+
+def step_buttons(step: Step) -> None:
+    """Previous and next, with where the class is."""
+    back, where, forward = st.columns([1, 4, 1])
+    back.button("← Previous", key="tour_prev", on_click=_move, args=(-1,), disabled=step.number == 1)
+    where.markdown(f"**Step {step.number} of {len(STEPS)}**")
+    forward.button("Next →", key="tour_next", on_click=_move, args=(1,), disabled=step.number == len(STEPS))
+
+
+st.title("Tour")
+st.caption(
+    "What the papers found, one step per screen, shown on the loaded model. Layers and heads are numbered from 1 "
+    "(layer-head, as in Clark et al.)."
+)
+model_name = current_model().facts.name
+shown_name = Path(model_name).name if Path(model_name).is_dir() else model_name  # a folder by its own name
+step = current_step()
+step_buttons(step)
+st.header(f"{step.number}. {step.title}")
+st.markdown(f"<p style='font-size:1.25rem'>{step.explanation}</p>", unsafe_allow_html=True)
+RENDER[step.key](model_name, shown_name)

@@ -1,0 +1,59 @@
+"""Real-browser test of the tour: a link to ?step=3 opens step 3; Next and Previous move and keep the URL in step."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlib.tour import STEPS
+
+DONE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+
+
+def _wait_for_step(page, number: int) -> None:
+    """The step's heading and its notice are shown and the app has stopped running."""
+    page.get_by_role("heading", name=f"{number}. {STEPS[number - 1].title}").first.wait_for(timeout=180_000)
+    page.get_by_text("What to notice.").first.wait_for(timeout=180_000)
+    page.wait_for_function(DONE, timeout=180_000)
+    page.wait_for_timeout(1500)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_tour_opens_step_3_and_moves(streamlit_server, browser, screenshot_dir):
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    try:
+        page.goto(f"{streamlit_server}/tour?step=3", wait_until="domcontentloaded")
+        _wait_for_step(page, 3)
+        assert "step=3" in page.url
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.screenshot(path=str(screenshot_dir / "tour-step-3.png"), full_page=True)
+        page.get_by_role("button", name="Next →").click()
+        _wait_for_step(page, 4)
+        assert "step=4" in page.url
+        page.get_by_role("button", name="← Previous").click()
+        _wait_for_step(page, 3)
+        page.get_by_role("button", name="← Previous").click()
+        _wait_for_step(page, 2)
+        assert "step=2" in page.url
+        assert page.locator("[data-testid='stException']").count() == 0
+        link = page.get_by_role("link", name="Open the full page in this state")
+        assert "special-tokens?model=" in link.get_attribute("href")
+    finally:
+        page.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("number", [s.number for s in STEPS])
+def test_tour_step_renders(streamlit_server, browser, screenshot_dir, number):
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    try:
+        page.goto(f"{streamlit_server}/tour?step={number}", wait_until="domcontentloaded")
+        _wait_for_step(page, number)
+        page.locator(".js-plotly-plot, iframe").first.wait_for(state="visible", timeout=120_000)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(screenshot_dir / f"tour-step-{number}.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.locator(".js-plotly-plot, iframe").count() > 0
+    finally:
+        page.close()
