@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.stats import rankdata
 
-from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, hidden_token_attribution
+from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
 from .corpus import CorpusInput
 from .model import LoadedModel
 from .runner import RunResult, run_batches
@@ -153,7 +153,7 @@ class CorrelationSums:
 class PositionOptions:
     """How a corpus is turned into position statistics."""
 
-    mode: str = "estimate"
+    mode: Mode = "estimate"
     probes: int = DEFAULT_PROBES
     seed: int = DEFAULT_SEED
     drop_special: bool = False  # drop CLS/SEP as queries and keys of the histograms
@@ -266,10 +266,10 @@ class PositionAccumulator:
     n_heads: int
     head_dim: int
     options: PositionOptions = PositionOptions()
-    attention: RelativePositionHistogram = None
-    attribution: RelativePositionHistogram = None
-    previous_correlation: CorrelationSums = None
-    input_correlation: CorrelationSums = None
+    attention: RelativePositionHistogram = None  # type: ignore[assignment]  # set in __post_init__
+    attribution: RelativePositionHistogram = None  # type: ignore[assignment]  # set in __post_init__
+    previous_correlation: CorrelationSums = None  # type: ignore[assignment]  # set in __post_init__
+    input_correlation: CorrelationSums = None  # type: ignore[assignment]  # set in __post_init__
     n_inputs: int = 0
     n_skipped: int = 0
     n_longer: int = 0
@@ -368,7 +368,7 @@ def accumulate_variants(
         if any(wanted):
             attribution = hidden_token_attribution(lm, result, mode=first.mode, probes=first.probes, seed=first.seed)
         for acc, wants in zip(accs, wanted):
-            if wants:
+            if wants and attribution is not None:
                 acc.add(result, attribution)
             else:
                 acc.skip()

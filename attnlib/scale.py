@@ -580,6 +580,21 @@ def special_from_json(result: dict):
     return special, hm
 
 
+def special_norms_from_json(result: dict):
+    """The NormShareResult of a `special --norms` JSON, or None when the run had no --norms."""
+    from .norms import NORM_KEYS, NormShareResult
+
+    if result.get("norm_heads") is None:
+        return None
+    try:
+        heads = {key: _array(result["norm_heads"][key], key, 2) for key in NORM_KEYS}
+        if len({v.shape for v in heads.values()}) != 1:
+            raise ResultFileError("the per-head norm statistics have different shapes.")
+        return NormShareResult(int(result["n_inputs"]), heads)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultFileError(f"the `special --norms` result is incomplete or malformed ({exc!r}).") from exc
+
+
 DEPENDENCY_ARRAYS = {"totals": 2, "head_hits": 5, "offset_hits": 3, "n_sentences": 1, "n_words": 1}
 
 
@@ -621,3 +636,13 @@ def positions_from_json(result: dict):
         return PositionsResult.from_dict(result)
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultFileError(f"the `positions` result is incomplete or malformed ({exc!r}).") from exc
+
+
+def aggregation_from_json(result: dict):
+    """The AggregationResult of the `aggregation` command's JSON."""
+    from .aggregation import AggregationResult
+
+    try:
+        return AggregationResult.from_dict(result)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultFileError(f"the `aggregation` result is incomplete or malformed ({exc!r}).") from exc

@@ -9,6 +9,7 @@ from ..corpus import read_corpus
 from ..head_distances import HeadDistances, head_map
 from ..model import LoadedModel
 from ..scale import add_scale_options, run_corpus, save_result
+from ..norms import NormShareStats
 from ..special import SpecialTokenStats
 
 
@@ -21,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None, help="use at most this many inputs")
     p.add_argument("--all-punct", action="store_true", help="count every punctuation token, not only '.' and ','")
     p.add_argument("--head-map", action="store_true", help="add the JS-divergence head map (METHODS §4)")
+    p.add_argument("--norms", action="store_true", help="add value-weighted norm shares and value norms (METHODS §11)")
     p.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass")
     from ..cli import add_model_option
 
@@ -29,21 +31,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
-def special_accumulators(lm: LoadedModel, all_punct: bool, with_map: bool) -> list:
-    """Empty accumulators: the special-token statistics, and the head distances when the map is wanted."""
+def special_accumulators(lm: LoadedModel, all_punct: bool, with_map: bool, with_norms: bool = False) -> list:
+    """Empty accumulators: the special-token statistics, then the head distances and the norm statistics if wanted."""
     f = lm.facts
-    stats = SpecialTokenStats(f.n_layers, f.n_heads, all_punct=all_punct)
-    return [stats, HeadDistances(f.n_layers, f.n_heads)] if with_map else [stats]
+    accumulators: list = [SpecialTokenStats(f.n_layers, f.n_heads, all_punct=all_punct)]
+    if with_map:
+        accumulators.append(HeadDistances(f.n_layers, f.n_heads))
+    if with_norms:
+        accumulators.append(NormShareStats(f.n_layers, f.n_heads, all_punct=all_punct))
+    return accumulators
 
 
 def handle(args: argparse.Namespace) -> dict:
-    """n_inputs, layers (one object per layer), heads ([layer][head] per key), uniform_entropy; 0-based."""
+    """n_inputs, layers (one object per layer), heads ([layer][head] per key), uniform_entropy; 0-based.
+
+    With --norms also norm_layers and norm_heads (NormShareResult.to_json)."""
     inputs = read_corpus(args.corpus, args.limit)
-    run = run_corpus(args, partial(special_accumulators, all_punct=args.all_punct, with_map=args.head_map), inputs)
-    stats, *distances = run.accumulators
+    make = partial(special_accumulators, all_punct=args.all_punct, with_map=args.head_map, with_norms=args.norms)
+    run = run_corpus(args, make, inputs)
+    stats, *rest = run.accumulators
     result = stats.result()
     out = {"model": run.facts.name, **result.to_json()}
-    if distances:
-        out["head_map"] = head_map(distances[0].result(), result).to_json()
+    if args.head_map:
+        out["head_map"] = head_map(rest.pop(0).result(), result).to_json()
+    if args.norms:
+        out |= rest.pop(0).result().to_json()
     save_result(args, args.corpus, len(inputs), run, out)
     return out
