@@ -254,7 +254,9 @@ class NormShareStats:
         """Add one input run with capture_norms=True (no padding in it)."""
         values, _, w = _captured(result)
         value_norm = value_norms(head_vectors(values, w.out_weight))
-        classes = class_masks(result.cls_mask, result.sep_mask, punct_mask(result.tokens, result.special_mask, self.all_punct))
+        classes = class_masks(
+            result.cls_mask, result.sep_mask, punct_mask(result.tokens, result.special_mask, self.all_punct)
+        )
         shares, by_class, present = norm_class_statistics(result.attentions, value_norm, classes)
         self.shares += shares
         self.value_sums[..., present] += by_class[..., present]

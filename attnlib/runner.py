@@ -164,7 +164,9 @@ def _suffix_modules(encoder: torch.nn.Module, suffixes: Sequence[str], kind: typ
     ]
 
 
-def norm_modules(encoder: torch.nn.Module) -> tuple[list[torch.nn.Module], list[torch.nn.Module], list[torch.nn.Module]]:
+def norm_modules(
+    encoder: torch.nn.Module,
+) -> tuple[list[torch.nn.Module], list[torch.nn.Module], list[torch.nn.Module]]:
     """Per layer: the value projection, the attention output projection and the LayerNorm after attention."""
     values = [
         m

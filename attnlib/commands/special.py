@@ -8,8 +8,8 @@ from functools import partial
 from ..corpus import read_corpus
 from ..head_distances import HeadDistances, head_map
 from ..model import LoadedModel
-from ..scale import add_scale_options, run_corpus, save_result
 from ..norms import NormShareStats
+from ..scale import add_scale_options, run_corpus, save_result
 from ..special import SpecialTokenStats
 
 
