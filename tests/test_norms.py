@@ -232,3 +232,25 @@ def test_special_norms_cli_and_result_file(tiny_model_dir, tiny_model, capsys, t
     np.testing.assert_allclose(loaded.heads["value_sep"], expected.heads["value_sep"], rtol=1e-6)
     assert main([a for a in args if a != "--norms"] + ["--json"]) == 0
     assert special_norms_from_json(json.loads(capsys.readouterr().out)) is None  # files without norms stay valid
+
+
+def test_figures_plot_the_layer_means():
+    from figures.norms import (
+        agreement_figure,
+        measure_center_of_mass_figure,
+        value_norm_figure,
+        weights_vs_norms_figure,
+    )
+
+    rng = np.random.default_rng(0)
+    per_head = {key: rng.random((3, 2)) for key in norms.NORM_KEYS}
+    fig = weights_vs_norms_figure(per_head, {key: v / 2 for key, v in per_head.items()})
+    assert len(fig.data) == 8
+    np.testing.assert_allclose(fig.data[0].y, per_head["cls"].mean(1))
+    np.testing.assert_allclose(fig.data[4].y, per_head["cls"].mean(1) / 2)
+    fig = value_norm_figure(per_head)
+    np.testing.assert_allclose(fig.data[1].y, per_head["value_cls"].mean(1))
+    layers = {m: rng.random(3) for m in norms.MEASURES}
+    assert len(agreement_figure(layers, layers).data) == 2 * len(norms.MEASURES)
+    fig = measure_center_of_mass_figure({**layers, "attribution": np.zeros(3)})
+    assert [t.name for t in fig.data][-1] == "layer-output attribution"
