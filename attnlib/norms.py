@@ -31,6 +31,11 @@ def value_norms(vectors: np.ndarray) -> np.ndarray:
     return np.linalg.norm(vectors, axis=-1)
 
 
+def value_norms_from_values(values: np.ndarray, out_gram: np.ndarray) -> np.ndarray:
+    """||v_j W_O^h||_2 without forming f_h(x_j): values [layers, heads, n, d], out_gram (NormWeights) -> [layers, heads, n]."""
+    return np.sqrt(np.clip((np.matmul(values, out_gram) * values).sum(-1), 0.0, None))
+
+
 def weighted_norms(attentions: np.ndarray, value_norm: np.ndarray) -> np.ndarray:
     """||A[l,h,i,j] f_h(x_j)|| = A * value_norm: attentions [layers, heads, n, n], value_norm [layers, heads, n]."""
     return attentions * value_norm[..., None, :]
@@ -38,10 +43,10 @@ def weighted_norms(attentions: np.ndarray, value_norm: np.ndarray) -> np.ndarray
 
 def mixed_norms(weights: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     """||sum_k weights[l,k,i,j] vectors[l,k,j]||_2: weights [layers, k, n, n], vectors [layers, k, n, hidden] -> [layers, n, n]."""
-    v = vectors.astype(np.float64)
-    gram = np.einsum("lkjd,lgjd->ljkg", v, v)  # [layers, n, k, k]
-    w = weights.astype(np.float64)
-    squared = np.einsum("lkij,ljkg,lgij->lij", w, gram, w, optimize=True)
+    by_key = np.ascontiguousarray(vectors.transpose(0, 2, 1, 3))  # [layers, j, k, hidden]
+    gram = np.matmul(by_key, by_key.transpose(0, 1, 3, 2)).astype(np.float64)  # <v_k, v_g> per key j: [l, j, k, k]
+    w = weights.transpose(0, 3, 2, 1).astype(np.float64)  # [layers, j, i, k]
+    squared = (np.matmul(w, gram) * w).sum(-1).transpose(0, 2, 1)  # [layers, i, j]
     return np.sqrt(np.clip(squared, 0.0, None)).astype(np.float32)
 
 
@@ -63,7 +68,7 @@ def block_scale(
     attentions: np.ndarray, vectors: np.ndarray, layer_inputs: np.ndarray, out_bias: np.ndarray, eps: np.ndarray
 ) -> np.ndarray:
     """s_i = sqrt(var(u_i) + eps), u_i = sum_h (A_h F_h)_i + x_i + b_O, the LayerNorm's divisor per row: [layers, n]."""
-    u = np.einsum("lhij,lhjd->lid", attentions, vectors) + layer_inputs + out_bias[:, None, :]
+    u = np.matmul(attentions, vectors).sum(1) + layer_inputs + out_bias[:, None, :]
     return np.sqrt(u.astype(np.float64).var(-1) + eps[:, None])
 
 
@@ -253,7 +258,7 @@ class NormShareStats:
     def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
         """Add one input run with capture_norms=True (no padding in it)."""
         values, _, w = _captured(result)
-        value_norm = value_norms(head_vectors(values, w.out_weight))
+        value_norm = value_norms_from_values(values, w.out_gram)
         classes = class_masks(
             result.cls_mask, result.sep_mask, punct_mask(result.tokens, result.special_mask, self.all_punct)
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -65,6 +66,11 @@ class NormWeights:
     gamma: np.ndarray  # [layers, hidden]: the first LayerNorm's weight
     beta: np.ndarray  # [layers, hidden]
     eps: np.ndarray  # [layers]
+
+    @cached_property
+    def out_gram(self) -> np.ndarray:
+        """W_O^h (W_O^h)^T [layers, heads, head_dim, head_dim]: ||v W_O^h||^2 = v W_O^h (W_O^h)^T v^T."""
+        return np.matmul(self.out_weight, self.out_weight.transpose(0, 1, 3, 2))
 
 
 def _check_text(text: TextOrWords | None, label: str) -> None:

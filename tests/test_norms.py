@@ -109,6 +109,8 @@ def test_norms_from_the_models_weights(tiny_model):
     explicit = np.linalg.norm(np.einsum("lhij,lhjd->lijd", r.attentions, vectors), axis=-1)
     np.testing.assert_allclose(maps.layer_norm, explicit, rtol=1e-4, atol=1e-6)
     w = r.norm_weights
+    from_values = norms.value_norms_from_values(r.values, w.out_gram)
+    np.testing.assert_allclose(from_values, np.linalg.norm(vectors, axis=-1), rtol=1e-4, atol=1e-5)
     for l in range(lm.facts.n_layers):
         parts = norms.layer_norm_parts(
             r.attentions[l], vectors[l], r.layer_inputs[l], w.out_bias[l], w.gamma[l], w.beta[l], float(w.eps[l])
