@@ -244,9 +244,9 @@ class NormShareStats:
     n_layers: int
     n_heads: int
     all_punct: bool = False
-    shares: np.ndarray = field(default=None)  # [layers, heads, 4]
-    value_sums: np.ndarray = field(default=None)  # [layers, heads, 4]
-    value_counts: np.ndarray = field(default=None)  # [4] inputs with such a position
+    shares: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 4]
+    value_sums: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 4]
+    value_counts: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [4] inputs with such a position
     n_inputs: int = 0
 
     def __post_init__(self) -> None:

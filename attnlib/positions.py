@@ -46,8 +46,8 @@ class RelativePositionHistogram:
     n_layers: int
     n_heads: int
     max_offset: int = 0
-    sums: np.ndarray = field(default=None)  # [layers, heads, 2 * max_offset + 1], float64
-    counts: np.ndarray = field(default=None)  # [2 * max_offset + 1], int64
+    sums: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 2 * max_offset + 1], float64
+    counts: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [2 * max_offset + 1], int64
 
     def __post_init__(self) -> None:
         width = 2 * self.max_offset + 1
@@ -117,9 +117,9 @@ class CorrelationSums:
 
     n_layers: int
     n_heads: int
-    pearson: np.ndarray = field(default=None)
-    spearman: np.ndarray = field(default=None)
-    rows: np.ndarray = field(default=None)
+    pearson: np.ndarray = field(default=None)  # type: ignore[arg-type]  # None until __post_init__
+    spearman: np.ndarray = field(default=None)  # type: ignore[arg-type]  # None until __post_init__
+    rows: np.ndarray = field(default=None)  # type: ignore[arg-type]  # None until __post_init__
 
     def __post_init__(self) -> None:
         shape = (self.n_layers, self.n_heads)
