@@ -72,7 +72,8 @@ def compute(
     Returns library dataclasses only: the cache pickles its values, and a class defined in a page cannot be pickled."""
     lm = model_named(model_name)
     with progress("Running the model") as report:
-        special, hm = special_tokens(lm, _inputs, all_punct, with_map, progress=report)
+        run = special_tokens(lm, _inputs, all_punct, with_map, progress=report)
+    special, hm = run.special, run.head_map
     if not with_gradients:
         return special, hm, None
     with progress("Gradient importance") as report:

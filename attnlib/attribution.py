@@ -24,13 +24,12 @@ import torch
 from torch.func import jvp, vmap
 
 from .model import LoadedModel
-from .runner import KEY_NAMES, QUERY_NAMES, Encoded, TextOrWords, encode, model_inputs, this_thread_only
+from .runner import KEY_NAMES, QUERY_NAMES, VALUE_NAMES, Encoded, TextOrWords, encode, model_inputs, this_thread_only
 
 Mode = Literal["exact", "estimate"]
-MODES: tuple[str, ...] = ("exact", "estimate")
+MODES: tuple[Mode, ...] = ("exact", "estimate")
 DEFAULT_PROBES = 12  # benchmarks/bench_hta.py: Pearson >= 0.99 with exact mode at about 20x its speed
 DEFAULT_SEED = 0
-VALUE_NAMES = ("value", "v_lin", "v_proj", "value_proj")
 OUT_PROJECTION_NAMES = ("out_lin", "o_proj", "out_proj")
 CHUNK_BUDGET = 4_000_000  # floats in the widest activation of one chunk of directions (about 16 MB)
 LINEARISED_BUDGET = 2**27  # floats of per-token Jacobians kept at once (512 MB)
@@ -38,13 +37,14 @@ LINEARISED_BUDGET = 2**27  # floats of per-token Jacobians kept at once (512 MB)
 
 @dataclass
 class Attribution:
-    """Per-head contributions, each row normalised to sum 1 over the input tokens."""
+    """Per-head and layer-output contributions, each row normalised to sum 1 over the input tokens."""
 
     tokens: list[str]
     input: np.ndarray  # [layers, heads, query j, input token i]: C(e0_i, o(l,h)_j)
     previous: np.ndarray  # [layers, heads, query j, input token i]: C(e(l-1)_i, o(l,h)_j)
     mode: str
     probes: int | None  # k in estimate mode, None in exact mode
+    output: np.ndarray | None = None  # [layers, position j, input token i]: G_out, C(e0_i, e(l+1)_j) (METHODS §13)
 
 
 @dataclass
@@ -167,22 +167,19 @@ def _capture_calls(lm: LoadedModel, sites: Sequence[AttentionSite], batch: dict)
     return layer_calls, attention_calls
 
 
-def _all_heads_function(
-    sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], last_attention: _Call
-) -> Callable:
-    """e0 -> o(l) of every layer [layers, 1, n, hidden], running the layers themselves (the last one only up to o)."""
+def _all_heads_function(sites: Sequence[AttentionSite], layer_calls: Sequence[_Call]) -> Callable:
+    """e0 -> (o(l) of every layer, e(l+1) of every layer), each [layers, 1, n, hidden], running the layers themselves."""
 
-    def heads_of_every_layer(e0: torch.Tensor) -> torch.Tensor:
+    def heads_of_every_layer(e0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = e0
+        outputs = []
         with _HeadTap(sites) as tap:
-            for site, call in zip(sites[:-1], layer_calls[:-1]):
+            for site, call in zip(sites, layer_calls):
                 args, kwargs = call.with_hidden(h)
                 out = site.layer(*args, **kwargs)
                 h = out[0] if isinstance(out, tuple) else out
-            last = sites[-1]
-            args, kwargs = last_attention.with_hidden(h)
-            last.attention(*args, **kwargs)
-        return torch.stack(tap.outputs)
+                outputs.append(h)
+        return torch.stack(tap.outputs), torch.stack(outputs)
 
     return heads_of_every_layer
 
@@ -289,23 +286,32 @@ def _direction_chunks(
         yield index // per_token, vectors
 
 
-def _plain_input_norms(fn: Callable, e0: torch.Tensor, n_heads: int, directions: Iterator) -> torch.Tensor:
-    """Sum over token i's directions v of ||d o(l,h)_j / d e0_i . v||^2, as [i, layers, j, heads], through the model."""
+def _plain_input_norms(
+    fn: Callable, e0: torch.Tensor, n_heads: int, directions: Iterator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums over token i's directions v of ||d o(l,h)_j / d e0_i . v||^2 as [i, layers, j, heads], and of
+    ||d e(l+1)_j / d e0_i . v||^2 as [i, layers, j], through the model."""
     _, n, hidden = e0.shape
 
-    def squared_head_norms(tangent: torch.Tensor) -> torch.Tensor:
-        out = jvp(fn, (e0,), (tangent,))[1]  # [layers, 1, n, hidden]
-        return out.reshape(out.shape[0], n, n_heads, -1).square().sum(-1)
+    def squared_norms(tangent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        heads, outputs = jvp(fn, (e0,), (tangent,))[1]  # [layers, 1, n, hidden] each
+        return heads.reshape(heads.shape[0], n, n_heads, -1).square().sum(-1), outputs[:, 0].square().sum(-1)
 
-    batched = vmap(squared_head_norms)
-    total = None
+    batched = vmap(squared_norms)
+    totals: tuple[torch.Tensor, torch.Tensor] | None = None
     for tokens, vectors in directions:
         tangents = torch.zeros(len(tokens), 1, n, hidden, device=e0.device)
         tangents[torch.arange(len(tokens)), 0, tokens] = vectors
         sq = batched(tangents)
-        total = torch.zeros((n, *sq.shape[1:]), device=e0.device) if total is None else total
-        total.index_add_(0, tokens, sq)
-    return total
+        if totals is None:
+            totals = (
+                torch.zeros((n, *sq[0].shape[1:]), device=e0.device),
+                torch.zeros((n, *sq[1].shape[1:]), device=e0.device),
+            )
+        totals[0].index_add_(0, tokens, sq[0])
+        totals[1].index_add_(0, tokens, sq[1])
+    assert totals is not None  # every input has at least one direction
+    return totals
 
 
 @dataclass
@@ -372,7 +378,7 @@ def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWis
     act = up and first(torch.nn.Module, fed_by=up)
     down = act and first(torch.nn.Linear, fed_by=act)
     norm_b = down and first(torch.nn.LayerNorm, steps.index(down))
-    if norm_b is None:
+    if projection is None or norm_a is None or up is None or act is None or down is None or norm_b is None:
         return None
     slope = jvp(act.module, (act.input[0],), (torch.ones_like(act.input[0]),))[1]  # act'(W1 y) [n, ffn]
     n, hidden = slope.shape[0], down.module.out_features
@@ -395,10 +401,11 @@ def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWis
 
 def _linearised_input_norms(
     layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise], directions: Iterator
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The same sums as _plain_input_norms, with each layer's position-wise part applied as per-token matrices."""
     n_heads, n, d = layers[0].q.shape
     total = torch.zeros(n, len(layers), n, n_heads, device=layers[0].q.device)
+    output_total = torch.zeros(n, len(layers), n, device=layers[0].q.device)
     for tokens, vectors in directions:
         c = len(tokens)
         inputs = None  # tangent of the layer input [n, c, hidden]; None while it is one row (the first layer)
@@ -408,15 +415,14 @@ def _linearised_input_norms(
             else:
                 heads = _dense_tangent_heads(layer, inputs)
             total[:, l].index_add_(0, tokens, heads.square().sum(-1).transpose(0, 1))
-            if l + 1 == len(layers):
-                break
             residual = heads.reshape(n, c, n_heads * d) @ rest[l].projection_t
             if inputs is None:
                 residual[tokens, torch.arange(c, device=tokens.device)] += vectors
             else:
                 residual += inputs
-            inputs = torch.bmm(residual, rest[l].jacobian_t)
-    return total
+            inputs = torch.bmm(residual, rest[l].jacobian_t)  # tangent of the layer output e(l+1) [n, c, hidden]
+            output_total[:, l].index_add_(0, tokens, inputs.square().sum(-1).transpose(0, 1))
+    return total, output_total
 
 
 def _previous_norms(layers: Sequence[_LayerAtInput], directions: Iterator) -> torch.Tensor:
@@ -437,6 +443,11 @@ def _normalise(squared: torch.Tensor) -> np.ndarray:
     return (norms / torch.where(sums > 0, sums, torch.ones_like(sums))).cpu().numpy().astype(np.float32)
 
 
+def _normalise_outputs(squared: torch.Tensor) -> np.ndarray:
+    """[i, layers, j] squared norms -> [layers, j, i] Frobenius norms divided by their sum over i."""
+    return _normalise(squared[..., None])[:, 0]
+
+
 def default_chunk(n: int, hidden: int, widest: int, n_heads: int) -> int:
     """Directions per vmap chunk so that the widest activation of a chunk stays near CHUNK_BUDGET floats."""
     per_direction = n * max(widest, n_heads * n, hidden)
@@ -450,13 +461,13 @@ def _widest_activation(encoder: torch.nn.Module, hidden: int) -> int:
 
 def _jacobians_fit(n: int, hidden: int, n_layers: int) -> bool:
     """Whether every layer's per-token Jacobians (n * hidden^2 floats each) fit in LINEARISED_BUDGET."""
-    return (n_layers - 1) * n * hidden * hidden <= LINEARISED_BUDGET
+    return n_layers * n * hidden * hidden <= LINEARISED_BUDGET
 
 
 def _linearise(sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], chunk: int) -> list[_PositionWise] | None:
-    """The position-wise part of every layer but the last, or None where one cannot be linearised."""
+    """The position-wise part of every layer, or None where one cannot be linearised."""
     rest = []
-    for site, layer_call in zip(sites[:-1], layer_calls):
+    for site, layer_call in zip(sites, layer_calls):
         part = _position_wise(site, layer_call, chunk)
         if part is None:
             return None
@@ -473,7 +484,10 @@ def _agrees_with_model(
     sample = [(torch.tensor([0, n - 1], device=e0.device), torch.randn(2, hidden, generator=generator).to(e0.device))]
     plain = _plain_input_norms(fn, e0, n_heads, iter(sample))
     linearised = _linearised_input_norms(layers, rest, iter(sample))
-    return bool(torch.allclose(linearised, plain, rtol=1e-3, atol=1e-5 * float(plain.abs().max())))
+    return all(
+        bool(torch.allclose(lin, ref, rtol=1e-3, atol=1e-5 * float(ref.abs().max())))
+        for lin, ref in zip(linearised, plain)
+    )
 
 
 @contextlib.contextmanager
@@ -496,7 +510,8 @@ def hidden_token_attribution(
     chunk_size: int | None = None,
     linearise: bool = True,
 ) -> Attribution:
-    """Input and previous-layer contribution of every token to every head's output at every position (METHODS §9).
+    """Input and previous-layer contribution of every token to every head's output at every position (METHODS §9),
+    and input contribution to every layer's output (§13), from the same tangents.
 
     linearise=False pushes every direction through the model's own layers (slower, same numbers)."""
     if mode not in MODES:
@@ -520,9 +535,9 @@ def hidden_token_attribution(
 
     with _eval_mode(encoder), torch.no_grad():
         layer_calls, attention_calls = _capture_calls(lm, sites, batch)
-        everything = _all_heads_function(sites, layer_calls, attention_calls[-1])
+        everything = _all_heads_function(sites, layer_calls)
         e0 = layer_calls[0].hidden
-        head_outputs = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
+        head_outputs, _ = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
         layers = [
             _layer_at_input(site, call, f.n_heads, head_outputs[l, 0])
             for l, (site, call) in enumerate(zip(sites, attention_calls))
@@ -531,15 +546,16 @@ def hidden_token_attribution(
         fits = linearise and _jacobians_fit(n, hidden, len(sites))
         rest = _linearise(sites, layer_calls, CHUNK_BUDGET) if fits else None
         if rest is not None and _agrees_with_model(everything, e0, layers, rest, f.n_heads):
-            input_sq = _linearised_input_norms(layers, rest, directions(through_layers))
+            input_sq, output_sq = _linearised_input_norms(layers, rest, directions(through_layers))
         else:
-            input_sq = _plain_input_norms(everything, e0, f.n_heads, directions(through_model))
+            input_sq, output_sq = _plain_input_norms(everything, e0, f.n_heads, directions(through_model))
     return Attribution(
         tokens=list(encoded.tokens),
         input=_normalise(input_sq),
         previous=_normalise(previous_sq),
         mode=mode,
         probes=probes if mode == "estimate" else None,
+        output=_normalise_outputs(output_sq),
     )
 
 

@@ -34,11 +34,15 @@ def accumulate(
     progress: Progress | None = None,
     skip: Callable[[RunResult, CorpusInput], bool] | None = None,
 ) -> int:
-    """Run every input once and add it to each accumulator; returns how many inputs were added."""
+    """Run every input once and add it to each accumulator; returns how many inputs were added.
+
+    An accumulator with a true `needs_norms` attribute gets value vectors and layer inputs (METHODS §11-12)."""
     accumulators = list(accumulators)
     added = 0
     pairs = ((item.text_a, item.text_b) for item in inputs)
-    for done, (result, item) in enumerate(zip(run_batches(lm, pairs, batch_size=batch_size), inputs), start=1):
+    capture_norms = any(getattr(acc, "needs_norms", False) for acc in accumulators)
+    results = run_batches(lm, pairs, batch_size=batch_size, capture_norms=capture_norms)
+    for done, (result, item) in enumerate(zip(results, inputs), start=1):
         if skip is None or not skip(result, item):
             for acc in accumulators:
                 acc.add(result, item)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.stats import rankdata
 
-from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, hidden_token_attribution
+from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
 from .corpus import CorpusInput
 from .model import LoadedModel
 from .results import ResultFileError, json_ready
@@ -46,8 +46,8 @@ class RelativePositionHistogram:
     n_layers: int
     n_heads: int
     max_offset: int = 0
-    sums: np.ndarray = field(default=None)  # [layers, heads, 2 * max_offset + 1], float64
-    counts: np.ndarray = field(default=None)  # [2 * max_offset + 1], int64
+    sums: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 2 * max_offset + 1], float64
+    counts: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [2 * max_offset + 1], int64
 
     def __post_init__(self) -> None:
         width = 2 * self.max_offset + 1
@@ -117,9 +117,9 @@ class CorrelationSums:
 
     n_layers: int
     n_heads: int
-    pearson: np.ndarray = field(default=None)
-    spearman: np.ndarray = field(default=None)
-    rows: np.ndarray = field(default=None)
+    pearson: np.ndarray = field(default=None)  # type: ignore[arg-type]  # None until __post_init__
+    spearman: np.ndarray = field(default=None)  # type: ignore[arg-type]  # None until __post_init__
+    rows: np.ndarray = field(default=None)  # type: ignore[arg-type]  # None until __post_init__
 
     def __post_init__(self) -> None:
         shape = (self.n_layers, self.n_heads)
@@ -153,7 +153,7 @@ class CorrelationSums:
 class PositionOptions:
     """How a corpus is turned into position statistics."""
 
-    mode: str = "estimate"
+    mode: Mode = "estimate"
     probes: int = DEFAULT_PROBES
     seed: int = DEFAULT_SEED
     drop_special: bool = False  # drop CLS/SEP as queries and keys of the histograms
@@ -254,10 +254,10 @@ class PositionAccumulator:
     n_heads: int
     head_dim: int
     options: PositionOptions = PositionOptions()
-    attention: RelativePositionHistogram = None
-    attribution: RelativePositionHistogram = None
-    previous_correlation: CorrelationSums = None
-    input_correlation: CorrelationSums = None
+    attention: RelativePositionHistogram = None  # type: ignore[assignment]  # set in __post_init__
+    attribution: RelativePositionHistogram = None  # type: ignore[assignment]  # set in __post_init__
+    previous_correlation: CorrelationSums = None  # type: ignore[assignment]  # set in __post_init__
+    input_correlation: CorrelationSums = None  # type: ignore[assignment]  # set in __post_init__
     n_inputs: int = 0
     n_skipped: int = 0
     n_longer: int = 0
@@ -360,7 +360,7 @@ def accumulate_variants(
         if any(wanted):
             attribution = hidden_token_attribution(lm, result, mode=first.mode, probes=first.probes, seed=first.seed)
         for acc, wants in zip(accs, wanted):
-            if wants:
+            if wants and attribution is not None:
                 acc.add(result, attribution)
             else:
                 acc.skip()

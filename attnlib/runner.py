@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -14,6 +15,9 @@ from .model import LoadedModel
 TextOrWords = str | Sequence[str]
 QUERY_NAMES = ("query", "q_lin", "q_proj", "query_proj")
 KEY_NAMES = ("key", "k_lin", "k_proj", "key_proj")
+VALUE_NAMES = ("value", "v_lin", "v_proj", "value_proj")
+OUT_DENSE_SUFFIXES = ("attention.output.dense", "attention.out_lin")  # BERT/RoBERTa, DistilBERT
+ATTENTION_NORM_SUFFIXES = ("attention.output.LayerNorm", "sa_layer_norm")
 
 
 class InputError(ValueError):
@@ -48,6 +52,25 @@ class RunResult(Encoded):
     attentions: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0, 0), np.float32))
     queries: np.ndarray | None = None  # [layers, heads, n, head_dim]
     keys: np.ndarray | None = None
+    layer_inputs: np.ndarray | None = None  # [layers, n, hidden]: x, each layer's input (hidden_states[l])
+    values: np.ndarray | None = None  # [layers, heads, n, head_dim]: v_j = x_j W_V^h + b_V^h
+    norm_weights: NormWeights | None = None  # the model's output projections and first LayerNorms
+
+
+@dataclass
+class NormWeights:
+    """Per layer, the weights that turn head values into the attention block's output (METHODS §11-12), float32."""
+
+    out_weight: np.ndarray  # [layers, heads, head_dim, hidden]: W_O^h, the rows of W_O that multiply head h
+    out_bias: np.ndarray  # [layers, hidden]: b_O
+    gamma: np.ndarray  # [layers, hidden]: the first LayerNorm's weight
+    beta: np.ndarray  # [layers, hidden]
+    eps: np.ndarray  # [layers]
+
+    @cached_property
+    def out_gram(self) -> np.ndarray:
+        """W_O^h (W_O^h)^T [layers, heads, head_dim, head_dim]: ||v W_O^h||^2 = v W_O^h (W_O^h)^T v^T."""
+        return np.matmul(self.out_weight, self.out_weight.transpose(0, 1, 3, 2))
 
 
 def _check_text(text: TextOrWords | None, label: str) -> None:
@@ -137,6 +160,54 @@ def _qk_linears(encoder: torch.nn.Module) -> tuple[list[torch.nn.Module], list[t
     return queries, keys
 
 
+def _suffix_modules(encoder: torch.nn.Module, suffixes: Sequence[str], kind: type) -> list[torch.nn.Module]:
+    """Modules of this kind whose qualified name ends with one of the suffixes, in module order."""
+    return [
+        m
+        for name, m in encoder.named_modules()
+        if isinstance(m, kind) and any(name == s or name.endswith("." + s) for s in suffixes)
+    ]
+
+
+def norm_modules(
+    encoder: torch.nn.Module,
+) -> tuple[list[torch.nn.Module], list[torch.nn.Module], list[torch.nn.Module]]:
+    """Per layer: the value projection, the attention output projection and the LayerNorm after attention."""
+    values = [
+        m
+        for name, m in encoder.named_modules()
+        if isinstance(m, torch.nn.Linear) and "attention" in name and name.rsplit(".", 1)[-1] in VALUE_NAMES
+    ]
+    dense = _suffix_modules(encoder, OUT_DENSE_SUFFIXES, torch.nn.Linear)
+    norms = _suffix_modules(encoder, ATTENTION_NORM_SUFFIXES, torch.nn.LayerNorm)
+    if not values or not len(values) == len(dense) == len(norms):
+        raise ValueError(
+            "Cannot find each layer's value projection, attention output projection and LayerNorm "
+            "(BERT, RoBERTa and DistilBERT layouts are supported)."
+        )
+    return values, dense, norms
+
+
+def norm_weights(encoder: torch.nn.Module, n_heads: int) -> NormWeights:
+    """The output projections (split per head) and LayerNorm parameters of every layer, as float32 numpy arrays."""
+    _, dense, norms = norm_modules(encoder)
+
+    def numpy(t: torch.Tensor | None, like: torch.Tensor, fill: float) -> np.ndarray:
+        t = torch.full_like(like, fill) if t is None else t
+        return t.detach().float().cpu().numpy()
+
+    hidden = dense[0].out_features
+    out_weight = np.stack([numpy(m.weight, m.weight, 0).T.reshape(n_heads, -1, hidden) for m in dense])
+    zeros = torch.zeros(hidden)
+    return NormWeights(
+        out_weight=np.ascontiguousarray(out_weight),
+        out_bias=np.stack([numpy(m.bias, zeros, 0.0) for m in dense]),
+        gamma=np.stack([numpy(m.weight, zeros, 1.0) for m in norms]),
+        beta=np.stack([numpy(m.bias, zeros, 0.0) for m in norms]),
+        eps=np.array([m.eps for m in norms], np.float32),
+    )
+
+
 def this_thread_only(hook: Callable) -> Callable:
     """A module hook that fires only for forward passes of the thread that made it.
 
@@ -150,9 +221,20 @@ def this_thread_only(hook: Callable) -> Callable:
     return hook_in_owner_thread
 
 
-def _forward(lm: LoadedModel, batch: dict, capture_qk: bool):
-    """One forward pass returning attentions (and per-call query/key projections when asked)."""
-    q_out, k_out, hooks = [], [], []
+@dataclass
+class _Captured:
+    """What one forward pass recorded beyond the attentions (empty lists where not asked)."""
+
+    queries: list[torch.Tensor] = field(default_factory=list)  # per layer [batch, n, hidden]
+    keys: list[torch.Tensor] = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
+    hidden_states: tuple = ()  # the encoder's hidden_states: [batch, n, hidden] per layer input, and the last output
+
+
+def _forward(lm: LoadedModel, batch: dict, capture_qk: bool, capture_norms: bool = False):
+    """One forward pass returning attentions and what was asked: query/key projections, values and layer inputs."""
+    captured = _Captured()
+    q_out, k_out, v_out, hooks = captured.queries, captured.keys, captured.values, []
     if capture_qk:
         qs, ks = _qk_linears(lm.encoder)
         hooks = [
@@ -164,14 +246,21 @@ def _forward(lm: LoadedModel, batch: dict, capture_qk: bool):
             for m in dict.fromkeys(ks)
         ]
     try:
+        if capture_norms:
+            hooks += [
+                m.register_forward_hook(this_thread_only(lambda _m, _i, o: v_out.append(o.detach())))
+                for m in norm_modules(lm.encoder)[0]
+            ]
         with torch.inference_mode():
-            out = lm.encoder(**batch, output_attentions=True)
+            out = lm.encoder(**batch, output_attentions=True, output_hidden_states=capture_norms)
     finally:
         for h in hooks:
             h.remove()
     if not out.attentions:
         raise RuntimeError("The model returned no attention weights; it must run with eager attention.")
-    return out.attentions, q_out, k_out
+    if capture_norms:
+        captured.hidden_states = out.hidden_states
+    return out.attentions, captured
 
 
 def model_inputs(lm: LoadedModel, encoded: Sequence[Encoded]) -> dict:
@@ -198,17 +287,31 @@ def _heads_split(x: torch.Tensor, n_heads: int) -> np.ndarray:
     return x.reshape(n, n_heads, hidden // n_heads).permute(1, 0, 2).float().cpu().numpy()
 
 
-def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture_qk: bool = False) -> list[RunResult]:
-    """Run a padded batch and cut each input's maps back to its own length."""
-    attentions, q_out, k_out = _forward(lm, model_inputs(lm, encoded), capture_qk)
+def run_encoded(
+    lm: LoadedModel, encoded: Sequence[Encoded], capture_qk: bool = False, capture_norms: bool = False
+) -> list[RunResult]:
+    """Run a padded batch and cut each input's maps (and captures) back to its own length.
+
+    capture_norms adds each layer's input, value vectors and the model's NormWeights (METHODS §11-12)."""
+    attentions, captured = _forward(lm, model_inputs(lm, encoded), capture_qk, capture_norms)
     stacked = torch.stack(attentions, dim=1).float().cpu().numpy()  # [batch, layers, heads, n_max, n_max]
+    h = lm.facts.n_heads
+    if capture_norms:
+        weights = norm_weights(lm.encoder, h)
+        inputs = torch.stack(captured.hidden_states[:-1], dim=1).float().cpu().numpy()  # [batch, layers, n_max, hidden]
+        values = torch.stack(captured.values, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
+        b_, l_, n_, hidden = values.shape
+        values_np = values.reshape(b_, l_, n_, h, hidden // h).permute(0, 1, 3, 2, 4).numpy()
     results = []
     for b, e in enumerate(encoded):
         r = RunResult(**vars(e), attentions=np.ascontiguousarray(stacked[b, :, :, : e.n, : e.n]))
         if capture_qk:
-            h = lm.facts.n_heads
-            r.queries = np.stack([_heads_split(q[b, : e.n], h) for q in q_out])
-            r.keys = np.stack([_heads_split(k[b, : e.n], h) for k in k_out])
+            r.queries = np.stack([_heads_split(q[b, : e.n], h) for q in captured.queries])
+            r.keys = np.stack([_heads_split(k[b, : e.n], h) for k in captured.keys])
+        if capture_norms:
+            r.layer_inputs = np.ascontiguousarray(inputs[b, :, : e.n])
+            r.values = np.ascontiguousarray(values_np[b, :, :, : e.n])
+            r.norm_weights = weights
         results.append(r)
     return results
 
@@ -223,12 +326,18 @@ def _check_tokens(encoded: Encoded, has_b: bool) -> None:
             )
 
 
-def run(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = None, capture_qk: bool = True) -> RunResult:
+def run(
+    lm: LoadedModel,
+    text_a: TextOrWords,
+    text_b: TextOrWords | None = None,
+    capture_qk: bool = True,
+    capture_norms: bool = False,
+) -> RunResult:
     """Run one sentence or pair; attentions are float32 [layers, heads, n, n], queries and keys [layers, heads, n, d]."""
     encoded = encode(lm, text_a, text_b)
     if isinstance(text_a, str):  # typed text; corpus word lists keep their words without pieces (deps handles them)
         _check_tokens(encoded, text_b is not None)
-    return run_encoded(lm, [encoded], capture_qk=capture_qk)[0]
+    return run_encoded(lm, [encoded], capture_qk=capture_qk, capture_norms=capture_norms)[0]
 
 
 def run_batches(
@@ -236,24 +345,27 @@ def run_batches(
     inputs: Iterable[tuple[TextOrWords, TextOrWords | None]],
     batch_size: int = 32,
     window: int = 512,
+    capture_norms: bool = False,
 ) -> Iterator[RunResult]:
     """Run many inputs in padded batches of similar length, yielding results in input order."""
     buffer: list[Encoded] = []
     for text_a, text_b in inputs:
         buffer.append(encode(lm, text_a, text_b))
         if len(buffer) == window:
-            yield from _run_window(lm, buffer, batch_size)
+            yield from _run_window(lm, buffer, batch_size, capture_norms)
             buffer = []
     if buffer:
-        yield from _run_window(lm, buffer, batch_size)
+        yield from _run_window(lm, buffer, batch_size, capture_norms)
 
 
-def _run_window(lm: LoadedModel, encoded: list[Encoded], batch_size: int) -> Iterator[RunResult]:
+def _run_window(
+    lm: LoadedModel, encoded: list[Encoded], batch_size: int, capture_norms: bool = False
+) -> Iterator[RunResult]:
     """Sort a window of inputs by length so batches carry little padding, then restore the order."""
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].n)
     out: list[RunResult | None] = [None] * len(encoded)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        for i, r in zip(idx, run_encoded(lm, [encoded[i] for i in idx])):
+        for i, r in zip(idx, run_encoded(lm, [encoded[i] for i in idx], capture_norms=capture_norms)):
             out[i] = r
     yield from out  # type: ignore[misc]

@@ -3,26 +3,56 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .corpus import CorpusInput
 from .engine import Progress, accumulate
 from .head_distances import HeadDistances, HeadMap, head_map
 from .model import LoadedModel
+from .norms import NormShareResult, NormShareStats
 from .special import SpecialTokenResult, SpecialTokenStats
 
 
-def special_accumulators(lm: LoadedModel, all_punct: bool, with_map: bool) -> list:
-    """Empty accumulators: the special-token statistics, and the head distances when the map is wanted."""
+@dataclass
+class SpecialTokens:
+    """One corpus run of the Special tokens page: shares and entropy, the head map and the norm shares if asked."""
+
+    special: SpecialTokenResult
+    head_map: HeadMap | None = None
+    norms: NormShareResult | None = None
+
+    def to_json(self) -> dict:
+        """The `special` command's JSON (0-based), with head_map and norm_layers/norm_heads when computed."""
+        out = self.special.to_json()
+        if self.head_map is not None:
+            out["head_map"] = self.head_map.to_json()
+        if self.norms is not None:
+            out |= self.norms.to_json()
+        return out
+
+
+def special_accumulators(lm: LoadedModel, all_punct: bool, with_map: bool, with_norms: bool = False) -> list:
+    """Empty accumulators: the special-token statistics, then the head distances and the norm statistics if wanted."""
     f = lm.facts
-    stats = SpecialTokenStats(f.n_layers, f.n_heads, all_punct=all_punct)
-    return [stats, HeadDistances(f.n_layers, f.n_heads)] if with_map else [stats]
+    accumulators: list = [SpecialTokenStats(f.n_layers, f.n_heads, all_punct=all_punct)]
+    if with_map:
+        accumulators.append(HeadDistances(f.n_layers, f.n_heads))
+    if with_norms:
+        accumulators.append(NormShareStats(f.n_layers, f.n_heads, all_punct=all_punct))
+    return accumulators
 
 
-def special_results(accumulators: Sequence) -> tuple[SpecialTokenResult, HeadMap | None]:
-    """The result of filled special_accumulators: the statistics, and the head map when distances were kept."""
-    stats, *distances = accumulators
+def special_results(accumulators: Sequence) -> SpecialTokens:
+    """The result of filled special_accumulators."""
+    stats, *rest = accumulators
     special = stats.result()
-    return special, head_map(distances[0].result(), special) if distances else None
+    distances = next((a for a in rest if isinstance(a, HeadDistances)), None)
+    norms = next((a for a in rest if isinstance(a, NormShareStats)), None)
+    return SpecialTokens(
+        special,
+        head_map(distances.result(), special) if distances is not None else None,
+        norms.result() if norms is not None else None,
+    )
 
 
 def special_tokens(
@@ -30,9 +60,10 @@ def special_tokens(
     inputs: Sequence[CorpusInput],
     all_punct: bool,
     with_map: bool,
+    with_norms: bool = False,
     progress: Progress | None = None,
-) -> tuple[SpecialTokenResult, HeadMap | None]:
-    """Run a corpus once in this process and return its special-token statistics and head map."""
-    accumulators = special_accumulators(lm, all_punct, with_map)
+) -> SpecialTokens:
+    """Run a corpus once in this process and return its special-token statistics, head map and norm shares."""
+    accumulators = special_accumulators(lm, all_punct, with_map, with_norms)
     accumulate(lm, inputs, accumulators, progress=progress)
     return special_results(accumulators)

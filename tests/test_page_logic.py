@@ -46,7 +46,8 @@ def test_attention_table_rows_by_hand():
 def test_special_tokens_is_what_the_cli_prints(minilm, capsys):
     inputs = read_text_corpus(CLASSROOM_PAIRS)[:4]
     seen = []
-    special, hm = special_tokens(minilm, inputs, all_punct=True, with_map=True, progress=lambda d, t: seen.append(t))
+    run = special_tokens(minilm, inputs, all_punct=True, with_map=True, progress=lambda d, t: seen.append(t))
+    special, hm = run.special, run.head_map
     assert seen and seen[-1] == 4
     argv = ["special", "--corpus", str(CLASSROOM_PAIRS), "--limit", "4", "--all-punct", "--head-map", "--json"]
     assert cli.main(argv) == 0
@@ -55,8 +56,8 @@ def test_special_tokens_is_what_the_cli_prints(minilm, capsys):
     np.testing.assert_allclose(np.array(out["heads"]["sep"]), special.heads["sep"], atol=1e-6)
     assert hm is not None and out["head_map"]["behaviour"] == list(hm.labels)
     no_map = special_tokens(minilm, inputs, all_punct=True, with_map=False)
-    assert no_map[1] is None
-    np.testing.assert_allclose(no_map[0].heads["punct"], special.heads["punct"], atol=1e-6)
+    assert no_map.head_map is None and no_map.norms is None
+    np.testing.assert_allclose(no_map.special.heads["punct"], special.heads["punct"], atol=1e-6)
 
 
 SHIPPED_OPTIONS = {"mode": "estimate", "probes": 12, "seed": 0, "drop_special": False, "identifiable_only": False}

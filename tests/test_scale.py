@@ -246,7 +246,7 @@ def test_out_file_round_trip(special_file, capsys):
     record = read_result_file(special_file.read_bytes(), "special")
     assert record.command == "special" and record.model == "all-MiniLM-L6-v2"
     assert record.corpus["name"] == "classroom_single.txt" and record.corpus["n_inputs"] == 6
-    assert record.options == {"all_punct": False, "batch_size": 32, "head_map": True, "limit": 6}
+    assert record.options == {"all_punct": False, "batch_size": 32, "head_map": True, "limit": 6, "norms": False}
     assert record.run == {"engine": "local", "device": "cpu", "workers": 1, "seconds": record.run["seconds"]}
     from attnlib import __version__
 

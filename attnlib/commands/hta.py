@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> dict:
-    """tokens, input and previous [layer][head][query][input token], 0-based; each row sums to 1."""
+    """tokens, input and previous [layer][head][query][input token], output [layer][query][input token], 0-based;
+    each row sums to 1."""
     lm = load_model(args.model, device=args.device)
     if args.mode == "exact":
         n = len(encode(lm, args.text, args.pair).tokens)
@@ -45,4 +46,5 @@ def handle(args: argparse.Namespace) -> dict:
         "tokens": a.tokens,
         "input": a.input,
         "previous": a.previous,
+        "output": a.output,
     }

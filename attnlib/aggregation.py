@@ -1,0 +1,150 @@
+"""Agreement of attention, norm and rollout maps with layer-output attribution per layer, and their centres of mass (§13).
+
+Per input: the five measures of NormMaps.measures and G_out of hidden_token_attribution, both [layers, n, n]; the
+per-row Pearson/Spearman sums and the relative-position histograms are the ones of positions.py, with the measures
+(and attribution) standing where the heads stand there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
+from .corpus import CorpusInput
+from .engine import Progress
+from .model import LoadedModel
+from .norms import MEASURES, norm_maps
+from .positions import CorrelationSums, RelativePositionHistogram
+from .results import ResultFileError, json_ready
+from .runner import RunResult, run_batches
+
+ATTRIBUTION = "attribution"
+
+
+@dataclass(frozen=True)
+class AggregationOptions:
+    """How layer-output attribution is computed."""
+
+    mode: Mode = "estimate"
+    probes: int = DEFAULT_PROBES
+    seed: int = DEFAULT_SEED
+
+
+@dataclass
+class AggregationResult:
+    """Per layer: each measure's mean row correlation with G_out, and centres of mass of the measures and of G_out."""
+
+    n_inputs: int
+    pearson: dict[str, np.ndarray]  # MEASURES -> [layers]
+    spearman: dict[str, np.ndarray]  # MEASURES -> [layers]
+    center_of_mass: dict[str, np.ndarray]  # MEASURES and "attribution" -> [layers]
+    options: AggregationOptions
+
+    def to_dict(self) -> dict:
+        """The JSON of the `aggregation` command (0-based layers, NaN as None)."""
+        return json_ready(
+            {
+                "n_inputs": self.n_inputs,
+                "measures": list(MEASURES),
+                "pearson": self.pearson,
+                "spearman": self.spearman,
+                "center_of_mass": self.center_of_mass,
+                "options": asdict(self.options),
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AggregationResult:
+        """Read back what to_dict wrote (None read as NaN)."""
+
+        def arrays(part: dict, names: Sequence[str]) -> dict[str, np.ndarray]:
+            return {name: np.array(part[name], dtype=float) for name in names}
+
+        return cls(
+            n_inputs=int(d["n_inputs"]),
+            pearson=arrays(d["pearson"], MEASURES),
+            spearman=arrays(d["spearman"], MEASURES),
+            center_of_mass=arrays(d["center_of_mass"], (*MEASURES, ATTRIBUTION)),
+            options=AggregationOptions(**d["options"]),
+        )
+
+
+@dataclass
+class AggregationAccumulator:
+    """Correlation sums per layer and measure, and relative-position sums per layer for each measure and G_out."""
+
+    n_layers: int
+    options: AggregationOptions = AggregationOptions()
+    correlation: CorrelationSums = field(default=None)  # type: ignore[assignment]  # [layers, measures], set below
+    histogram: RelativePositionHistogram = field(default=None)  # type: ignore[assignment]  # [layers, measures + 1]
+    n_inputs: int = 0
+
+    def __post_init__(self) -> None:
+        self.correlation = self.correlation or CorrelationSums(self.n_layers, len(MEASURES))
+        self.histogram = self.histogram or RelativePositionHistogram(self.n_layers, len(MEASURES) + 1)
+
+    def add_maps(self, measures: np.ndarray, attribution: np.ndarray) -> None:
+        """Add one input: measures [layers, MEASURES, n, n] and G_out [layers, n, n]."""
+        self.correlation.add_maps(measures, np.broadcast_to(attribution[:, None], measures.shape))
+        self.histogram.add_maps(np.concatenate([measures, attribution[:, None]], axis=1))
+        self.n_inputs += 1
+
+    def add(self, result: RunResult, attribution: Attribution) -> None:
+        """Add one input run with capture_norms=True and its attribution."""
+        if attribution.output is None:
+            raise ValueError("The attribution has no layer-output contribution.")
+        measures = norm_maps(result).measures(result.attentions)
+        self.add_maps(np.stack([measures[m] for m in MEASURES], axis=1), attribution.output)
+
+    def merge(self, other: AggregationAccumulator) -> AggregationAccumulator:
+        """The accumulator over both corpora (same options)."""
+        if (self.n_layers, self.options) != (other.n_layers, other.options):
+            raise ValueError("Cannot merge aggregation statistics of different models or options.")
+        return AggregationAccumulator(
+            self.n_layers,
+            self.options,
+            self.correlation.merge(other.correlation),
+            self.histogram.merge(other.histogram),
+            self.n_inputs + other.n_inputs,
+        )
+
+    def result(self) -> AggregationResult:
+        """Mean correlations over rows and inputs, and centres of mass (§8) per layer."""
+        pearson, spearman = self.correlation.means()
+        com = self.histogram.center_of_mass()
+        return AggregationResult(
+            n_inputs=self.n_inputs,
+            pearson={m: pearson[:, k] for k, m in enumerate(MEASURES)},
+            spearman={m: spearman[:, k] for k, m in enumerate(MEASURES)},
+            center_of_mass={m: com[:, k] for k, m in enumerate((*MEASURES, ATTRIBUTION))},
+            options=self.options,
+        )
+
+
+def accumulate_aggregation(
+    lm: LoadedModel,
+    inputs: Sequence[CorpusInput],
+    options: AggregationOptions = AggregationOptions(),
+    progress: Progress | None = None,
+    batch_size: int = 32,
+) -> AggregationAccumulator:
+    """Run every input (attention and value vectors in batches, then its attribution) into one accumulator."""
+    acc = AggregationAccumulator(lm.facts.n_layers, options)
+    pairs = ((item.text_a, item.text_b) for item in inputs)
+    for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size, capture_norms=True), start=1):
+        attribution = hidden_token_attribution(lm, result, mode=options.mode, probes=options.probes, seed=options.seed)
+        acc.add(result, attribution)
+        if progress is not None:
+            progress(done, len(inputs))
+    return acc
+
+
+def aggregation_from_json(result: dict) -> AggregationResult:
+    """The AggregationResult of the `aggregation` command's JSON."""
+    try:
+        return AggregationResult.from_dict(result)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultFileError(f"the `aggregation` result is incomplete or malformed ({exc!r}).") from exc

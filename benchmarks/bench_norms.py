@@ -1,0 +1,110 @@
+"""Benchmark the norm measures on EWT dev: what they add to the forward pass, and aggregation against positions.
+
+Run: python benchmarks/bench_norms.py [--limit N] [--attribution-limit M] [--repeats R]
+Targets (issue 14): forward + everything of `special --norms` <= 1.3x the forward pass alone, and + every rolled-out
+map <= 1.3x; `aggregation` estimate (k = 12) <= 1.1x `positions` estimate on the same corpus.
+Ratios are measured side by side in one run (configurations interleaved, best of the repeats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attnlib.aggregation import AggregationOptions, accumulate_aggregation  # noqa: E402
+from attnlib.engine import accumulate  # noqa: E402
+from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
+from attnlib.norms import NormShareStats, norm_maps  # noqa: E402
+from attnlib.positions import PositionOptions, accumulate_positions  # noqa: E402
+from attnlib.special import SpecialTokenStats  # noqa: E402
+from benchmarks import ewt_dev  # noqa: E402
+
+CONFIGS = ("forward only", "+ special --norms", "+ special --norms + rolled-out maps")
+
+
+class EveryMap:
+    """Computes every §11-13 map of each input (value and weighted norms, N, N_ResLN, both rollouts)."""
+
+    needs_norms = True
+
+    def add(self, result, item) -> None:
+        norm_maps(result)
+
+
+def accumulators(lm, config: str) -> list:
+    """The accumulators of one configuration."""
+    f = lm.facts
+    special = [SpecialTokenStats(f.n_layers, f.n_heads), NormShareStats(f.n_layers, f.n_heads)]
+    return [[], special, [*special, EveryMap()]][CONFIGS.index(config)]
+
+
+def time_configs(lm, sentences, repeats: int, batch_size: int) -> dict[str, float]:
+    """Best wall time of each configuration over interleaved repeats."""
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for config in CONFIGS:
+            accs = accumulators(lm, config)
+            start = time.perf_counter()
+            accumulate(lm, sentences, accs, batch_size=batch_size)
+            for acc in accs:
+                if hasattr(acc, "result"):
+                    acc.result()
+            best[config] = min(best.get(config, float("inf")), time.perf_counter() - start)
+    return best
+
+
+def time_attribution(lm, sentences, repeats: int, probes: int) -> dict[str, float]:
+    """Best wall time of `positions` and `aggregation` in estimate mode over the same sentences."""
+    runs = {
+        "positions estimate": lambda: accumulate_positions(lm, sentences, PositionOptions(probes=probes)).result(),
+        "aggregation estimate": lambda: accumulate_aggregation(
+            lm, sentences, AggregationOptions(probes=probes)
+        ).result(),
+    }
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best.get(name, float("inf")), time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--limit", type=int, default=None, help="sentences of EWT dev (default: all 2001)")
+    parser.add_argument("--attribution-limit", type=int, default=None, help="sentences for aggregation vs positions")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--probes", type=int, default=12)
+    args = parser.parse_args()
+    import torch
+
+    lm = load_model(DEFAULT_MODEL)
+    sentences = ewt_dev(args.limit)
+    print(
+        f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
+        f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n"
+    )
+    best = time_configs(lm, sentences, args.repeats, args.batch_size)
+    base = best[CONFIGS[0]]
+    print(f"{'configuration':40s} {'seconds':>8s} {'sent/s':>8s} {'vs forward':>11s}")
+    for config in CONFIGS:
+        print(f"{config:40s} {best[config]:8.2f} {len(sentences) / best[config]:8.1f} {best[config] / base:10.3f}x")
+    print("target: each at most 1.3x the forward pass\n")
+    attributed = sentences[: args.attribution_limit or len(sentences)]
+    timed = time_attribution(lm, attributed, args.repeats, args.probes)
+    print(f"estimate mode, k = {args.probes}, on {len(attributed)} sentences")
+    for name, seconds in timed.items():
+        print(f"{name:40s} {seconds:8.2f} {len(attributed) / seconds:8.2f}")
+    ratio = timed["aggregation estimate"] / timed["positions estimate"]
+    print(f"aggregation / positions: {ratio:.3f}x (target: at most 1.1x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Figures of value-weighted norms and their aggregation (Kobayashi et al. 2020 Fig. 2; GlobEnc); layers from 1."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .positions import ATTENTION_COLOR, ATTRIBUTION_COLOR
+from .special_tokens import COLOURS, layer_lines_with_head_dots
+
+CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
+MEASURE_NAMES = {
+    "attention": "attention (mean over heads)",
+    "layer_norm": "norm N",
+    "residual_ln": "norm N_ResLN",
+    "attention_rollout": "attention rollout",
+    "residual_ln_rollout": "N_ResLN rollout (GlobEnc)",
+    "attribution": "layer-output attribution",
+}
+MEASURE_COLOURS = {
+    "attention": ATTENTION_COLOR,
+    "layer_norm": "#2ca02c",
+    "residual_ln": "#d62728",
+    "attention_rollout": "#9467bd",
+    "residual_ln_rollout": "#8c564b",
+    "attribution": ATTRIBUTION_COLOR,
+}
+
+
+def weights_vs_norms_figure(weights: dict[str, np.ndarray], norms: dict[str, np.ndarray], title: str = "") -> go.Figure:
+    """Share per layer (mean over heads of [layers, heads]) of each token class: weights left, norms right (Kobayashi Fig. 2)."""
+    fig = make_subplots(
+        rows=1, cols=2, shared_yaxes=True, subplot_titles=["attention weights", "value-weighted norms ||αf(x)||"]
+    )
+    for col, per_head in enumerate((weights, norms), start=1):
+        for key, name in CLASS_NAMES.items():
+            values = np.nanmean(per_head[key], axis=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=np.arange(1, len(values) + 1),
+                    y=values,
+                    name=name,
+                    legendgroup=key,
+                    showlegend=col == 1,
+                    mode="lines+markers",
+                    line=dict(color=COLOURS[key], width=3, dash="solid" if col == 1 else "dash"),
+                    hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_xaxes(title_text="layer", dtick=1)
+    fig.update_yaxes(title_text="share", range=[0, 1], row=1, col=1)
+    fig.update_layout(title=title, height=420, margin=dict(l=10, r=10, t=70, b=40))
+    return fig
+
+
+def value_norm_figure(per_head: dict[str, np.ndarray], title: str = "Value norm ||f(x)|| by token class") -> go.Figure:
+    """Mean ||f_h(x_j)|| per token class and layer, every head as a dot; per_head keys value_cls ... value_other."""
+    renamed = {key: per_head[f"value_{key}"] for key in CLASS_NAMES}
+    return layer_lines_with_head_dots(renamed, CLASS_NAMES, title, "||f(x)||", y_range=None)
+
+
+def agreement_figure(pearson: dict[str, np.ndarray], spearman: dict[str, np.ndarray], title: str = "") -> go.Figure:
+    """Per-layer agreement with layer-output attribution: a line per measure, Spearman solid and Pearson dashed."""
+    fig = go.Figure()
+    for label, values_by_measure, dash in (("Spearman", spearman, "solid"), ("Pearson", pearson, "dash")):
+        for measure, values in values_by_measure.items():
+            name = f"{MEASURE_NAMES[measure]} ({label})"
+            fig.add_trace(
+                go.Scatter(
+                    x=np.arange(1, len(values) + 1),
+                    y=values,
+                    name=name,
+                    legendgroup=measure,
+                    mode="lines+markers",
+                    line=dict(color=MEASURE_COLOURS[measure], dash=dash),
+                    hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        title=title,
+        xaxis_title="layer",
+        yaxis_title="correlation with layer-output attribution",
+        yaxis_range=[-0.2, 1.05],
+        height=420,
+        margin=dict(l=10, r=10, t=60, b=40),
+    )
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def measure_center_of_mass_figure(center_of_mass: dict[str, np.ndarray], title: str = "") -> go.Figure:
+    """Centre of mass per layer of each measure, next to layer-output attribution's (thicker line)."""
+    fig = go.Figure()
+    for measure, values in center_of_mass.items():
+        fig.add_trace(
+            go.Scatter(
+                x=np.arange(1, len(values) + 1),
+                y=values,
+                name=MEASURE_NAMES[measure],
+                mode="lines+markers",
+                line=dict(color=MEASURE_COLOURS[measure], width=4 if measure == "attribution" else 2),
+                hovertemplate=f"{MEASURE_NAMES[measure]}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
+    fig.add_hline(y=0, line_dash="dot", line_color="gray")
+    fig.update_layout(
+        title=title,
+        xaxis_title="layer",
+        yaxis_title="centre of mass (offset)",
+        height=400,
+        margin=dict(l=10, r=10, t=60, b=40),
+    )
+    fig.update_xaxes(dtick=1)
+    return fig

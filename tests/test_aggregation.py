@@ -1,0 +1,144 @@
+"""Layer-output attribution G_out (METHODS §13) against reverse mode, and the aggregation accumulator and command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnlib.aggregation import (
+    AggregationAccumulator,
+    AggregationOptions,
+    accumulate_aggregation,
+    aggregation_from_json,
+)
+from attnlib.attribution import hidden_token_attribution
+from attnlib.cli import main
+from attnlib.corpus import read_corpus
+from attnlib.norms import MEASURES
+from attnlib.results import read_result_file
+from attnlib.runner import encode, model_inputs
+from attnlib.shipped import CLASSROOM_SINGLE
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def reverse_mode_outputs(lm, enc, layers: list[int] | None = None) -> np.ndarray:
+    """G_out [layers, j, i] with torch.autograd: the Jacobian of hidden_states[l+1] with respect to e0 (given layers)."""
+    encoder = lm.encoder
+    batch = model_inputs(lm, [enc])
+    seen = []
+    hook = encoder.embeddings.register_forward_hook(lambda _m, _a, out: seen.append(out.detach()))
+    try:
+        with torch.no_grad():
+            encoder(**batch)
+    finally:
+        hook.remove()
+    e0 = seen[0]
+
+    def layer_outputs(x: torch.Tensor) -> torch.Tensor:
+        hook = encoder.embeddings.register_forward_hook(lambda _m, _a, _o: x)
+        try:
+            hidden = encoder(**batch, output_hidden_states=True).hidden_states
+        finally:
+            hook.remove()
+        return torch.stack(hidden[1:])[layers or slice(None), 0]  # [layers, n, hidden]
+
+    jac = torch.autograd.functional.jacobian(layer_outputs, e0, vectorize=True)  # [layers, n, hidden, 1, n, hidden]
+    norms = jac[:, :, :, 0].double().square().sum(dim=(2, 4)).sqrt()  # [layers, j, i]
+    return (norms / norms.sum(-1, keepdim=True)).numpy()
+
+
+def test_output_equals_reverse_mode(tiny_model):
+    enc = encode(tiny_model, "The cat sat on the mat.", "It was warm.")
+    exact = hidden_token_attribution(tiny_model, enc, mode="exact", chunk_size=37)
+    reference = reverse_mode_outputs(tiny_model, enc)
+    assert exact.output.shape == (tiny_model.facts.n_layers, enc.n, enc.n)
+    np.testing.assert_allclose(exact.output, reference, atol=1e-5)
+    plain = hidden_token_attribution(tiny_model, enc, mode="exact", linearise=False)
+    np.testing.assert_allclose(plain.output, reference, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_output_equals_reverse_mode_on_minilm(minilm):
+    enc = encode(minilm, "Birds sing.")
+    layers = [0, 5]  # two layers keep the reverse pass short
+    exact = hidden_token_attribution(minilm, enc, mode="exact").output[layers]
+    np.testing.assert_allclose(exact, reverse_mode_outputs(minilm, enc, layers), atol=1e-5)
+
+
+def test_estimate_output_approaches_exact(tiny_model):
+    enc = encode(tiny_model, "A small dog barked at the postman.")
+    exact = hidden_token_attribution(tiny_model, enc, mode="exact").output
+    errors = [
+        np.abs(hidden_token_attribution(tiny_model, enc, mode="estimate", probes=k).output - exact).mean()
+        for k in (2, 256)
+    ]
+    assert errors[1] < errors[0] / 4 and errors[1] < 0.01
+
+
+def test_aggregation_by_hand():
+    """One layer, 3 tokens: each measure's per-row Pearson/Spearman with G_out, and the centre of mass."""
+    attribution = np.array([[[0.5, 0.3, 0.2], [0.2, 0.6, 0.2], [0.1, 0.2, 0.7]]])  # [1 layer, 3, 3]
+    same = attribution[0]
+    reverse = same[:, ::-1]
+    uniform = np.full((3, 3), 1 / 3)  # constant rows are skipped
+    measures = np.stack([same, reverse, uniform, same, same])[None]  # [1, 5 measures, 3, 3]
+    acc = AggregationAccumulator(1)
+    acc.add_maps(measures, attribution)
+    result = acc.result()
+    assert result.pearson["attention"][0] == pytest.approx(1.0)
+    rows = [np.corrcoef(reverse[j], same[j])[0, 1] for j in range(3)]
+    assert result.pearson["layer_norm"][0] == pytest.approx(np.mean(rows))
+    # Ranks by hand: rows 0 and 2 reverse exactly (-1); row 1 [0.2, 0.6, 0.2] is its own reverse (+1).
+    assert result.spearman["layer_norm"][0] == pytest.approx(-1 / 3)
+    assert np.isnan(result.pearson["residual_ln"][0])
+    # Centre of mass of the uniform map: offsets -2..2 occur 1,2,3,2,1 times, each row mass 1/3 -> H flat -> 0.
+    assert result.center_of_mass["residual_ln"][0] == pytest.approx(0.0)
+    # G_out: H[k] = mean of M[i, i+k]: k=-2: 0.1; -1: (0.2+0.2)/2; 0: 0.6; 1: (0.3+0.2)/2; 2: 0.2.
+    h = np.array([0.1, 0.2, 0.6, 0.25, 0.2])
+    assert result.center_of_mass["attribution"][0] == pytest.approx((h * np.arange(-2, 3)).sum() / h.sum())
+
+
+@pytest.mark.slow
+def test_halves_merge_and_batches_do_not_matter(tiny_model):
+    inputs = read_corpus(str(CLASSROOM_SINGLE), 7)
+    options = AggregationOptions(mode="estimate", probes=4)
+    whole = accumulate_aggregation(tiny_model, inputs, options, batch_size=7)
+    single = accumulate_aggregation(tiny_model, inputs, options, batch_size=1)
+    merged = accumulate_aggregation(tiny_model, inputs[:3], options, batch_size=7).merge(
+        accumulate_aggregation(tiny_model, inputs[3:], options, batch_size=7)
+    )
+    a, b, c = whole.result(), single.result(), merged.result()
+    assert a.n_inputs == b.n_inputs == c.n_inputs == 7
+    for m in MEASURES:
+        np.testing.assert_allclose(a.pearson[m], b.pearson[m], atol=1e-4)
+        np.testing.assert_allclose(a.spearman[m], c.spearman[m], rtol=1e-10)
+        np.testing.assert_allclose(a.center_of_mass[m], b.center_of_mass[m], atol=1e-4)
+    np.testing.assert_allclose(a.center_of_mass["attribution"], c.center_of_mass["attribution"], rtol=1e-10)
+
+
+def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp_path):
+    out = tmp_path / "aggregation.json"
+    args = ["aggregation", "--corpus", str(CLASSROOM_SINGLE), "--limit", "3", "--probes", "4"]
+    assert main([*args, "--model", str(tiny_model_dir), "--out", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = accumulate_aggregation(
+        tiny_model, read_corpus(str(CLASSROOM_SINGLE), 3), AggregationOptions(probes=4)
+    ).result()
+    assert data["n_inputs"] == 3 and data["measures"] == list(MEASURES)
+    assert set(data["center_of_mass"]) == {*MEASURES, "attribution"}
+    for m in MEASURES:
+        assert len(data["pearson"][m]) == tiny_model.facts.n_layers
+        np.testing.assert_allclose(data["spearman"][m], expected.spearman[m], rtol=1e-6)
+    loaded = aggregation_from_json(read_result_file(out.read_bytes(), "aggregation").result)
+    np.testing.assert_allclose(loaded.pearson["residual_ln"], expected.pearson["residual_ln"], rtol=1e-6)
+
+
+def test_hta_cli_prints_output(tiny_model_dir, tiny_model, capsys):
+    assert main(["hta", "--text", "The cat sat.", "--model", str(tiny_model_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = hidden_token_attribution(tiny_model, encode(tiny_model, "The cat sat."), mode="exact").output
+    np.testing.assert_allclose(np.array(data["output"]), expected, atol=1e-6)
