@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from ui.compare import compare_sidebar
 from ui.model_sidebar import model_sidebar
 
 st.set_page_config(page_title="BERT attention explorer", page_icon=":material/visibility:", layout="wide")
@@ -27,4 +28,5 @@ PAGES = [
 
 page = st.navigation(PAGES)
 model_sidebar()
+compare_sidebar()
 page.run()

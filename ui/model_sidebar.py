@@ -72,7 +72,7 @@ def model_options(allowed: tuple[str, ...] | None) -> list[str]:
     return list(dict.fromkeys([DEFAULT_MODEL, *allowed]))
 
 
-def _try_load(name: str) -> tuple[LoadedModel | None, str | None]:
+def try_load(name: str) -> tuple[LoadedModel | None, str | None]:
     """Load a model, or return the reason it failed."""
     try:
         check_allowed(name, allowed_models())  # checked on every call: the cache may hold a model loaded earlier
@@ -118,7 +118,7 @@ def model_sidebar() -> LoadedModel:
             st.text_input("Hub id or local folder", key="model_custom", placeholder="e.g. bert-base-uncased")
         requested = _requested_name()
         if requested and requested != state.model_name and requested != state.get("failed_name"):
-            lm, error = _try_load(requested)
+            lm, error = try_load(requested)
             if lm is not None:
                 state.model_name = requested
                 state.pop("failed_name", None)
@@ -126,7 +126,7 @@ def model_sidebar() -> LoadedModel:
                 state.failed_name, state.failed_error = requested, error
         if requested and requested == state.get("failed_name"):
             st.error(f"{state.failed_error}\n\nStill using **{state.model_name}**.")
-        lm, error = _try_load(state.model_name)
+        lm, error = try_load(state.model_name)
         if lm is None:
             st.error(f"{error}\n\nFalling back to the bundled {DEFAULT_MODEL}.")
             state.model_name = DEFAULT_MODEL
