@@ -89,8 +89,13 @@ def _index() -> tuple[ShippedEntry, ...]:
 
 
 @cache
+def _file_bytes(file: str) -> bytes:
+    return (PRECOMPUTED / file).read_bytes()
+
+
 def _read(file: str) -> ResultFile:
-    return read_result_file((PRECOMPUTED / file).read_bytes())
+    """A fresh record each time (callers may change it), from bytes read once."""
+    return read_result_file(_file_bytes(file))
 
 
 def shipped_results() -> list[ShippedEntry]:
@@ -152,7 +157,8 @@ def result_differences(a: Any, b: Any, path: str = "", rtol: float = 1e-4, atol:
     numbers = (int, float)
     if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
         return [] if abs(a - b) <= atol + rtol * abs(b) else [f"{path}: {a} != {b}"]
-    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+    same = a == b and isinstance(a, bool) == isinstance(b, bool)  # True == 1 in Python
+    return [] if same else [f"{path}: {a!r} != {b!r}"]
 
 
 def parse_command(argv: list[str]) -> argparse.Namespace | None:
@@ -167,9 +173,23 @@ def parse_command(argv: list[str]) -> argparse.Namespace | None:
     return parser.parse_args(argv)
 
 
+def example_options(args: argparse.Namespace) -> dict:
+    """The options of an `hta` example: the command's options without its texts (they are its corpus)."""
+    from .scale import command_options
+
+    return {k: v for k, v in command_options(args).items() if k not in ("text", "pair")}
+
+
+@cache
+def _corpus_size(path: Path, sha1: str) -> int:
+    """Inputs of a corpus file as the commands read it (cached per content: the treebanks take seconds to parse)."""
+    from .corpus import read_conllu, read_corpus
+
+    return len(read_conllu(path) if path.suffix == ".conllu" else read_corpus(path))
+
+
 def stale_reasons(entry: ShippedEntry, root: Path = ROOT) -> list[str]:
     """Why a shipped file no longer answers its arguments: the command, its options or the corpus file changed."""
-    from .corpus import read_conllu, read_corpus
     from .scale import command_options
 
     args = parse_command(entry.argv)
@@ -178,7 +198,7 @@ def stale_reasons(entry: ShippedEntry, root: Path = ROOT) -> list[str]:
     problems = []
     options = command_options(args)
     if entry.command == EXAMPLE_COMMAND:
-        options = {k: v for k, v in options.items() if k not in ("text", "pair")}  # the texts are the corpus
+        options = example_options(args)
         if entry.corpus.get("sha1") != text_pair_sha1(args.text, args.pair):
             problems.append("the example's texts changed")
     if options != entry.options:
@@ -187,9 +207,10 @@ def stale_reasons(entry: ShippedEntry, root: Path = ROOT) -> list[str]:
         path = root / entry.corpus["path"]
         if Path(entry.corpus["path"]).is_absolute() or not path.is_file():
             return [*problems, f"the corpus {entry.corpus['path']} is not a file of the repository"]
-        if hashlib.sha1(path.read_bytes()).hexdigest() != entry.corpus.get("sha1"):
+        digest = hashlib.sha1(path.read_bytes()).hexdigest()
+        if digest != entry.corpus.get("sha1"):
             problems.append(f"{entry.corpus['path']} has changed")
-        n = len(read_conllu(path) if path.suffix == ".conllu" else read_corpus(path))
+        n = _corpus_size(path, digest)
         expected = min(n, getattr(args, "limit", None) or n)
         if entry.corpus.get("n_inputs") != expected:
             problems.append(f"{entry.corpus.get('n_inputs')} inputs; the corpus and --limit now give {expected}")

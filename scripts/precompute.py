@@ -33,6 +33,7 @@ from attnlib.precomputed import (  # noqa: E402
     EXAMPLE_COMMAND,
     TOLERANCES,
     ShippedEntry,
+    example_options,
     parse_command,
     read_index,
     result_differences,
@@ -41,7 +42,7 @@ from attnlib.precomputed import (  # noqa: E402
     text_pair_sha1,
     write_index,
 )
-from attnlib.scale import ResultFile, command_options, read_result_file, write_result_file  # noqa: E402
+from attnlib.scale import ResultFile, read_result_file, write_result_file  # noqa: E402
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, PRECOMPUTED, PUD_TEST  # noqa: E402
 from ui.live_inputs import DEFAULT_A, DEFAULT_B  # noqa: E402
 
@@ -121,7 +122,7 @@ def example_record(argv: list[str], result: dict) -> ResultFile:
         "sha1": text_pair_sha1(args.text, args.pair),
         "n_inputs": 1,
     }
-    options = {k: v for k, v in command_options(args).items() if k not in ("text", "pair")}
+    options = example_options(args)
     created = datetime.now(UTC).isoformat(timespec="seconds")
     return ResultFile(EXAMPLE_COMMAND, result["model"], corpus, options, __version__, created, result, {})
 
@@ -234,14 +235,16 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(problems) or "every shipped file checked")
         return 1 if problems else 0
     PRECOMPUTED.mkdir(parents=True, exist_ok=True)
-    entries = {e.name: e for e in read_index()}
+    made: dict[str, ShippedEntry] = {}
     total = time.perf_counter()
     for i, job in enumerate(runnable, 1):
         print(f"[{i}/{len(runnable)}] {job.name}: {' '.join(job.argv)}", end=" ... ", flush=True)
         entry = run_job(job, DEFAULT_MODEL, PRECOMPUTED)
         size = (PRECOMPUTED / entry.file).stat().st_size
         print(f"{entry.corpus['n_inputs']} inputs, {entry.seconds:.1f} s, {size / 1e3:.0f} kB", flush=True)
-        entries[job.name] = entry
+        made[job.name] = entry
+        # the index on disk, re-read each time (another run may have added to it), with this run's entries
+        entries = {e.name: e for e in read_index()} | made
         write_index([e for e in entries.values() if (PRECOMPUTED / e.file).is_file()], PRECOMPUTED)
     update_readme(read_index())
     print(f"done in {time.perf_counter() - total:.0f} s; index: {rel(PRECOMPUTED)}/index.json")
