@@ -42,7 +42,7 @@ from attnlib.precomputed import (  # noqa: E402
     text_pair_sha1,
     write_index,
 )
-from attnlib.scale import ResultFile, read_result_file, write_result_file  # noqa: E402
+from attnlib.scale import ResultFile, make_result_file, read_result_file, write_result_file  # noqa: E402
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, PRECOMPUTED, PUD_TEST  # noqa: E402
 from ui.live_inputs import DEFAULT_A, DEFAULT_B  # noqa: E402
 
@@ -108,13 +108,10 @@ def run_cli(argv: list[str]) -> dict:
 
 def example_record(argv: list[str], result: dict) -> ResultFile:
     """The exact example as a result file: one input, identified by the SHA-1 of its corpus line."""
-    from datetime import UTC, datetime
-
-    from attnlib import __version__
-
     args = parse_command(argv)
     assert args is not None  # the job list ran only runnable jobs
-    corpus = {
+    record = make_result_file(EXAMPLE_COMMAND, result["model"], "", 1, example_options(args), result)
+    record.corpus = {
         "name": "the Live page's default pair",
         "path": None,
         "text_a": args.text,
@@ -122,9 +119,7 @@ def example_record(argv: list[str], result: dict) -> ResultFile:
         "sha1": text_pair_sha1(args.text, args.pair),
         "n_inputs": 1,
     }
-    options = example_options(args)
-    created = datetime.now(UTC).isoformat(timespec="seconds")
-    return ResultFile(EXAMPLE_COMMAND, result["model"], corpus, options, __version__, created, result, {})
+    return record
 
 
 def make(argv: list[str], path: Path) -> ResultFile:
