@@ -174,13 +174,14 @@ def check_job(entry: ShippedEntry, folder: Path) -> list[str]:
 
 def readme_table(entries: list[ShippedEntry]) -> str:
     """The markdown table of shipped files for data/README.md."""
-    rows = ["| File | Command | Corpus | Inputs | Options | Size |", "|---|---|---|--:|---|--:|"]
+    rows = ["| File | Command | Corpus | Inputs | Options | Size | Made in |", "|---|---|---|--:|---|--:|--:|"]
     for e in sorted(entries, key=lambda e: e.name):
         options = ", ".join(f"{k}={v}" for k, v in e.options.items() if v not in (None, False)) or "defaults"
         size = (PRECOMPUTED / e.file).stat().st_size
         corpus = e.corpus.get("path") or e.corpus.get("name")
         rows.append(
-            f"| `{e.file}` | {e.command} | {corpus} | {e.corpus['n_inputs']} | {options} | {size / 1e3:.0f} kB |"
+            f"| `{e.file}` | {e.command} | {corpus} | {e.corpus['n_inputs']} | {options} | {size / 1e3:.0f} kB "
+            f"| {e.seconds or 0:.0f} s |"
         )
     return "\n".join(rows)
 
