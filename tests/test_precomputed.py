@@ -181,9 +181,7 @@ def test_shipped_result_finds_the_right_file():
     assert (plain.options["drop_special"], dropped.options["drop_special"]) == (False, True)
     assert plain.result["histograms"] != dropped.result["histograms"]
     assert (
-        shipped_result("positions", DEFAULT_MODEL, sha1(PUD_TEST), 100, {})
-        .corpus["path"]
-        .endswith("pud-ud-test.conllu")
+        shipped_result("positions", DEFAULT_MODEL, sha1(EWT_DEV), 100, {}).corpus["path"].endswith("ewt-ud-dev.conllu")
     )
     deps = shipped_result("deps", DEFAULT_MODEL, sha1(EWT_TEST), n_sentences(EWT_TEST), {"min_count": 100})
     assert deps is not None and deps.state is not None
