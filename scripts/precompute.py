@@ -72,8 +72,10 @@ class Job:
 # The table of jobs: one line each. Commands or options this attnlib lacks are skipped (norms, aggregation, probe are
 # being added by other branches).
 JOBS = [
-    *[Job(f"special_{key}", ("special", "--corpus", path, "--head-map")) for key, path in ALL_CORPORA.items()],
-    *[Job(f"special-norms_{key}", ("special", "--corpus", path, "--norms")) for key, path in ALL_CORPORA.items()],
+    *[
+        Job(f"special_{key}", ("special", "--corpus", path, "--head-map", "--norms"))
+        for key, path in ALL_CORPORA.items()
+    ],
     *[Job(f"deps_{key}", ("deps", "--conllu", path)) for key, path in TREEBANKS.items()],
     *[Job(f"positions_{key}", ("positions", "--corpus", path)) for key, path in CLASSROOM.items()],
     *[
@@ -82,7 +84,6 @@ JOBS = [
     ],
     *[Job(f"positions_{key}", ("positions", "--corpus", p, "--limit", str(UD_LIMIT))) for key, p in TREEBANKS.items()],
     *[Job(f"aggregation_{key}", ("aggregation", "--corpus", path)) for key, path in CLASSROOM.items()],
-    *[Job(f"aggregation_{k}", ("aggregation", "--corpus", p, "--limit", str(UD_LIMIT))) for k, p in TREEBANKS.items()],
     Job("probe_ewt", ("probe", "--train", TREEBANKS["ewt-dev"], "--test", TREEBANKS["ewt-test"])),
     Job("example_live-default", (EXAMPLE_COMMAND, "--text", DEFAULT_A, "--pair", DEFAULT_B, "--mode", "exact")),
 ]

@@ -30,7 +30,6 @@ from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ENTRIES = {e.name: e for e in shipped_results()}
-LEGACY = PRECOMPUTED / f"positions_{DEFAULT_MODEL}_classroom.json"  # the page's file before the index; goes at merge
 POSITION_DEFAULTS = {"mode": "estimate", "probes": 12, "drop_special": False, "identifiable_only": False}
 
 
@@ -239,17 +238,3 @@ def test_shipped_slice_matches_a_fresh_computation(name, tmp_path, monkeypatch, 
     else:
         fresh = {"result": fresh}
     assert result_differences(expected, fresh, **TOLERANCES.get(e.command, {})) == []
-
-
-@pytest.mark.skipif(not LEGACY.is_file(), reason="the page's earlier file is gone")
-@pytest.mark.parametrize("key", ["classroom-single", "classroom-pairs"])
-def test_full_positions_equal_the_earlier_scripts_results(key):
-    """Over the whole classroom file: the earlier script (one attribution run for both variants) gave the same."""
-    legacy = json.loads(LEGACY.read_text())
-    path = CLASSROOM_SINGLE if key == "classroom-single" else CLASSROOM_PAIRS
-    entry = legacy["corpora"][path.name]
-    assert entry["sha1"] == sha1(path)
-    for stored, name in zip(entry["results"], (f"positions_{key}", f"positions-drop-special_{key}")):
-        shipped = read_result_file((PRECOMPUTED / ENTRIES[name].file).read_bytes()).result
-        assert shipped["options"] == stored["options"]
-        assert result_differences(stored, {k: shipped[k] for k in stored}, atol=1e-3) == []
