@@ -43,8 +43,16 @@ from attnlib.precomputed import (  # noqa: E402
     write_index,
 )
 from attnlib.results import ResultFile, make_result_file, read_result_file, write_result_file  # noqa: E402
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, PRECOMPUTED, PUD_TEST  # noqa: E402
-from ui.live_inputs import DEFAULT_A, DEFAULT_B  # noqa: E402
+from attnlib.shipped import (  # noqa: E402  # noqa: E402
+    CLASSROOM_PAIRS,
+    CLASSROOM_SINGLE,
+    EWT_DEV,
+    EWT_TEST,
+    PRECOMPUTED,
+    PUD_TEST,
+    TUTORIAL_A,
+    TUTORIAL_B,
+)
 
 CHECK_INPUTS = 5
 UD_LIMIT = 100  # the corpus pages' default limit for slow statistics on a treebank
@@ -85,7 +93,7 @@ JOBS = [
     *[Job(f"positions_{key}", ("positions", "--corpus", p, "--limit", str(UD_LIMIT))) for key, p in TREEBANKS.items()],
     *[Job(f"aggregation_{key}", ("aggregation", "--corpus", path)) for key, path in CLASSROOM.items()],
     Job("probe_ewt", ("probe", "--train", TREEBANKS["ewt-dev"], "--test", TREEBANKS["ewt-test"])),
-    Job("example_live-default", (EXAMPLE_COMMAND, "--text", DEFAULT_A, "--pair", DEFAULT_B, "--mode", "exact")),
+    Job("example_live-default", (EXAMPLE_COMMAND, "--text", TUTORIAL_A, "--pair", TUTORIAL_B, "--mode", "exact")),
 ]
 
 
