@@ -519,7 +519,7 @@ def neuron_view_section(s: Shown, second: ModelFacts | None) -> None:
     diff = float(np.abs(ns.softmax - row).max())
     html = neuron_view_html(q, k, s.labels, query, layer, head, row)
     norms = value_norm(s.facts.name, s.text_a, s.text_b)[layer, head]
-    left, right = st.columns([3, 1])
+    left, right = st.columns([4, 1])
     with left:
         show(html)
     right.plotly_chart(value_norm_figure(norms, s.labels, layer, head), key="live_value_norms")
