@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 from attnlib.cli import build_parser, main
 from attnlib.corpus import CorpusInput
 from attnlib.deps import CLARK_TABLE1
+from attnlib.norms import NORM_KEYS
 from attnlib.report import (
     Difference,
     PartResult,
@@ -103,16 +104,18 @@ def files(tmp_path_factory):
     blocks = EWT_DEV.read_text().split("\n\n")[:30]
     conllu = folder / "treebank.conllu"
     conllu.write_text("\n\n".join(blocks) + "\n\n")
-    return str(corpus), str(conllu)
+    train = folder / "train.conllu"
+    train.write_text("\n\n".join(EWT_DEV.read_text().split("\n\n")[30:60]) + "\n\n")
+    return str(corpus), str(conllu), str(train)
 
 
 @pytest.fixture(scope="module")
 def report_page(tiny_model_dir, files, tmp_path_factory):
     """The report for a tiny random model, written by the command; (page, its JSON summary)."""
-    corpus, conllu = files
+    corpus, conllu, train = files
     out = tmp_path_factory.mktemp("report") / "report.html"
     summary = cli(
-        "report", "--corpus", corpus, "--conllu", conllu, "--model", str(tiny_model_dir), "--out", str(out),
+        "report", "--corpus", corpus, "--conllu", conllu, "--train", train, "--model", str(tiny_model_dir), "--out", str(out),
         "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--quiet", "--json",
     )  # fmt: skip
     return out, summary
@@ -120,14 +123,14 @@ def report_page(tiny_model_dir, files, tmp_path_factory):
 
 @pytest.mark.slow
 def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one_thread):
-    corpus, conllu = files
+    corpus, conllu, train = files
     model = str(tiny_model_dir)
     out, summary = report_page
     tables = read_tables(out.read_text())
-    assert summary["parts"] == ["special", "positions", "deps"]
+    assert summary["parts"] == ["special", "positions", "aggregation", "deps", "probe"]
     assert summary["bytes"] == out.stat().st_size
 
-    special = cli("special", "--corpus", corpus, "--limit", str(N_INPUTS), "--head-map", "--model", model)
+    special = cli("special", "--corpus", corpus, "--limit", str(N_INPUTS), "--head-map", "--norms", "--model", model)
     per_layer = tables["special/Per layer (mean over heads)"]
     assert [int(r["layer"]) for r in per_layer] == list(range(1, len(special["layers"]) + 1))
     for row, expected in zip(per_layer, special["layers"]):
@@ -140,6 +143,15 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
         assert (layer, head) == divmod(k, n_heads)
         assert all(close(row[key], special["heads"][key][layer][head]) for key in STAT_KEYS), row
         assert row["behaviour"] == special["head_map"]["behaviour"][k]
+    norm_layers = tables["special/Norm shares and value norms per layer (mean over heads)"]
+    assert len(norm_layers) == len(special["norm_layers"])
+    for row, expected in zip(norm_layers, special["norm_layers"]):
+        assert all(close(row[key], expected[key]) for key in NORM_KEYS), row
+    norm_heads = tables["special/Norm shares and value norms per head"]
+    assert len(norm_heads) == len(per_head)
+    for row in norm_heads:
+        layer, head = int(row["layer"]) - 1, int(row["head"]) - 1
+        assert all(close(row[key], special["norm_heads"][key][layer][head]) for key in NORM_KEYS), row
 
     positions = cli("positions", "--corpus", corpus, "--limit", str(N_INPUTS), "--model", model)
     for l, row in enumerate(tables["positions/Per layer (mean over heads; correlations: median)"]):
@@ -153,6 +165,17 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
         for name, values in positions["correlation"].items():
             assert close(row[name], values[layer][head])
 
+    aggregation = cli("aggregation", "--corpus", corpus, "--limit", str(N_INPUTS), "--model", model)
+    agreement = tables["aggregation/Agreement with layer-output attribution per layer (mean row correlation)"]
+    centres = tables["aggregation/Centre of mass per layer"]
+    assert len(agreement) == len(centres) == len(special["layers"])
+    for l, (row, centre) in enumerate(zip(agreement, centres)):
+        for measure in aggregation["measures"]:
+            assert close(row[f"pearson_{measure}"], aggregation["pearson"][measure][l])
+            assert close(row[f"spearman_{measure}"], aggregation["spearman"][measure][l])
+        for name, values in aggregation["center_of_mass"].items():
+            assert close(centre[f"center_of_mass_{name}"], values[l])
+
     deps = cli("deps", "--conllu", conllu, "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--model", model)
     rows = tables["deps/Best head per relation against the best fixed offset"]
     assert [r["relation"] for r in rows] == [r["relation"] for r in deps["rows"]]
@@ -164,6 +187,25 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
         assert close(row["accuracy"], expected["accuracy"])
         assert close(row["baseline_accuracy"], expected["baseline_accuracy"])
 
+    probe = cli("probe", "--train", train, "--test", conllu, "--limit", str(N_INPUTS), "--model", model)
+    (row,) = tables["probe/Probe against the best single head and fixed offset"]
+    for key in ("uas", "best_head_accuracy", "baseline_accuracy"):
+        assert close(row[key], probe[key])
+    assert (int(row["best_head_layer"]) - 1, int(row["best_head_head"]) - 1) == (
+        probe["best_head"]["layer"],
+        probe["best_head"]["head"],
+    )
+    assert row["best_head_direction"] == probe["best_head"]["direction"]
+    assert [int(row[k]) for k in ("baseline_offset", "n_train", "n_test", "n_words")] == [
+        probe[k] for k in ("baseline_offset", "n_train", "n_test", "n_words")
+    ]
+    relations = tables["probe/UAS per relation"]
+    assert [r["relation"] for r in relations] == list(probe["uas_by_relation"])
+    for row in relations:
+        expected = probe["uas_by_relation"][row["relation"]]
+        assert int(row["count"]) == expected["count"]
+        assert all(close(row[k], expected[k]) for k in ("uas", "best_head_accuracy", "baseline_accuracy")), row
+
 
 @pytest.mark.slow
 def test_page_is_self_contained(report_page):
@@ -173,9 +215,9 @@ def test_page_is_self_contained(report_page):
     assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page, re.I)
     assert page.count(get_plotlyjs()[:300]) == 1  # plotly.js inlined once for the whole file
     figures = page.count("Plotly.newPlot(")
-    assert figures == 12  # special 5 (with the head map), positions 5, deps 2
+    assert figures == 18  # special 7 (with the head map and norms), positions 5, aggregation 2, deps 2, probe 2
     assert page.count('class="plotly-graph-div"') == figures
-    for part in ("special", "positions", "deps"):
+    for part in ("special", "positions", "aggregation", "deps", "probe"):
         assert f"<section id='{part}'>" in page
     assert "docs/METHODS.md#2-share-of-attention-to-a-class-clark-fig-2" in page
     assert "SHA-1" in page and "attnlib 0.1.0" in page
@@ -183,13 +225,13 @@ def test_page_is_self_contained(report_page):
 
 @pytest.mark.slow
 def test_model_compared_with_itself_differs_nowhere(tiny_model_dir, files, one_thread):
-    corpus, conllu = files
+    corpus, conllu, train = files
     model = str(tiny_model_dir)
     options = ReportOptions(limit=N_INPUTS, min_count=MIN_COUNT)
-    report = run_report(model, corpus, conllu, compare=model, options=options)
+    report = run_report(model, corpus, conllu, compare=model, options=options, train_path=train)
     assert len(report.models) == 2
     differences = report.differences()
-    assert set(differences) == {"special", "positions", "deps"}
+    assert set(differences) == {"special", "positions", "aggregation", "deps", "probe"}
     for difference in differences.values():
         assert difference is not None and difference.size == 0.0
     for results in report.results.values():
@@ -197,7 +239,7 @@ def test_model_compared_with_itself_differs_nowhere(tiny_model_dir, files, one_t
         for title, frame in first.tables.items():
             assert frame.drop(columns="model").equals(second.tables[title].drop(columns="model"))
     page = render_report(report)
-    assert page.count("largest difference:") == 3
+    assert page.count("largest difference:") == 5
     assert page.count(get_plotlyjs()[:300]) == 1
 
 
