@@ -374,6 +374,8 @@ def probe_tables(model: str, result: ProbeResult) -> dict[str, pd.DataFrame]:
         "n_train": result.n_train,
         "n_test": result.n_test,
         "n_words": result.n_words,
+        "n_skipped_train": result.n_skipped_train,
+        "n_skipped_test": result.n_skipped_test,
     }
     relations = pd.DataFrame([{"relation": r, **v} for r, v in result.uas_by_relation.items()])
     relations.insert(0, "model", model)
@@ -676,15 +678,34 @@ def run_report(
     parts: Sequence[ReportPart] = REPORT_PARTS,
     train_path: str | None = None,
 ) -> Report:
-    """Run every part for the model (and the compared one), one model in memory at a time (a name is loaded here, a
-    LoadedModel used as it is); the probe runs when a training treebank is given."""
-    from . import __version__
-
+    """Run every part for the model (and the compared one) on the files given; the probe runs when a training treebank
+    is given."""
     start = time.perf_counter()
     paths = {"corpus": corpus_path, "conllu": conllu_path, "train": train_path}
     inputs = _read_inputs(paths, options.limit)
     corpora = {source: _corpus_record(str(paths[source]), len(items)) for source, items in inputs.items()}
     models = [model] if compare is None else [model, compare]
+    report = report_of_inputs(models, inputs, corpora, options, progress, device, parts)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def report_of_inputs(
+    models: Sequence[str | LoadedModel],
+    inputs: Inputs,
+    corpora: dict[str, dict],
+    options: ReportOptions = ReportOptions(),
+    progress: ReportProgress | None = None,
+    device: str = "cpu",
+    parts: Sequence[ReportPart] = REPORT_PARTS,
+) -> Report:
+    """Run every part whose files are in `inputs` for each model, one model in memory at a time (a name is loaded
+    here, a LoadedModel used as it is); corpora: source -> name, sha1, n_inputs (and path, bytes) for the header."""
+    from . import __version__
+
+    if "corpus" not in inputs and "conllu" not in inputs:
+        raise CorpusError("give a corpus, a CoNLL-U treebank or both.")
+    start = time.perf_counter()
     results: dict[str, list[PartResult]] = {}
     timings: list[PassTiming] = []
     load_seconds = {}

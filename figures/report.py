@@ -362,7 +362,7 @@ def render_report(report: Report) -> str:
     provenance = {
         "model" if len(report.models) == 1 else "models": ", ".join(report.models),
         **{
-            f"{source} file": f"{c['name']} ({c['n_inputs']} inputs, {c['bytes']} bytes, SHA-1 {c['sha1']})"
+            f"{source} file": f"{c['name']} ({c['n_inputs']} inputs, {c.get('bytes', '?')} bytes, SHA-1 {c['sha1']})"
             for source, c in report.corpora.items()
         },
         "options": ", ".join(f"{k}={v}" for k, v in vars(report.options).items()),

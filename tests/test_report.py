@@ -10,7 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import _bert_tokenizer, _tiny_config
 from plotly.offline import get_plotlyjs
+from streamlit.testing.v1 import AppTest
 
 from attnlib.cli import build_parser, main
 from attnlib.corpus import CorpusInput
@@ -28,7 +30,7 @@ from attnlib.report import (
     run_parts,
     run_report,
 )
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
+from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS
 from figures.report import render_report
 
@@ -196,9 +198,9 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
         probe["best_head"]["head"],
     )
     assert row["best_head_direction"] == probe["best_head"]["direction"]
-    assert [int(row[k]) for k in ("baseline_offset", "n_train", "n_test", "n_words")] == [
-        probe[k] for k in ("baseline_offset", "n_train", "n_test", "n_words")
-    ]
+    assert [
+        int(row[k]) for k in ("baseline_offset", "n_train", "n_test", "n_words", "n_skipped_train", "n_skipped_test")
+    ] == [probe[k] for k in ("baseline_offset", "n_train", "n_test", "n_words", "n_skipped_train", "n_skipped_test")]
     relations = tables["probe/UAS per relation"]
     assert [r["relation"] for r in relations] == list(probe["uas_by_relation"])
     for row in relations:
@@ -324,3 +326,77 @@ def test_browser_renders_every_figure_offline(report_page, browser, screenshot_d
     page.screenshot(path=str(screenshot_dir / f"report-{tiny_model_dir.name}.png"), full_page=False)
     page.close()
     assert errors == [] and blocked == []
+
+
+@pytest.fixture(scope="module")
+def deeper_bert_dir(tmp_path_factory):
+    """A second tiny random BERT (3 layers, another seed) to compare with."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    tokenizer = _bert_tokenizer()
+    config = _tiny_config("bert", len(tokenizer))
+    config.num_hidden_layers = 3
+    torch.manual_seed(1)
+    folder = tmp_path_factory.mktemp("deeper-bert")
+    AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+def test_page_builds_a_self_contained_report_of_both_models(tiny_model_dir, deeper_bert_dir, one_thread):
+    at = AppTest.from_file(str(ROOT / "app_pages" / "report.py"), default_timeout=600)
+    at.session_state["model_name"] = str(tiny_model_dir)
+    at.session_state["compare_name"] = str(deeper_bert_dir)
+    at.run()
+    assert not at.exception
+    at.number_input(key="report_limit").set_value(3)
+    at.selectbox(key="report_trees").select("UD English EWT dev (gold)")
+    at.selectbox(key="report_train").select("UD English EWT test (gold)")
+    at.run()
+    assert [b.label for b in at.button] == ["Build the report"]
+    at.button[0].click().run()
+    assert not at.exception
+    _, page, seconds = at.session_state["_report_built"]
+    assert seconds > 0
+    assert any(s.value.startswith("The report is ready:") and " MB, built in " in s.value for s in at.success)
+    assert not re.search(r"<script[^>]*\ssrc\s*=", page, re.I)
+    assert not re.search(r"<link[^>]*\shref\s*=", page, re.I)
+    assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page, re.I)
+    assert page.count(get_plotlyjs()[:300]) == 1
+    title = f"Attention report: {tiny_model_dir} vs {deeper_bert_dir}"
+    assert f"<title>{title}</title>" in page
+    for part in ("special", "positions", "aggregation", "deps", "probe"):
+        assert f"<section id='{part}'>" in page
+    tables = read_tables(page)
+    layers = [(r["model"], int(r["layer"])) for r in tables["special/Per layer (mean over heads)"]]
+    assert layers == [(str(tiny_model_dir), 1), (str(tiny_model_dir), 2)] + [
+        (str(deeper_bert_dir), l) for l in (1, 2, 3)
+    ]
+    (first, second) = tables["probe/Probe against the best single head and fixed offset"]
+    for row in (first, second):  # the limit of 3 sentences reached the probe (kept or skipped for their length)
+        assert int(row["n_test"]) + int(row["n_skipped_test"]) == int(row["n_train"]) + int(row["n_skipped_train"]) == 3
+    assert (first["model"], second["model"]) == (str(tiny_model_dir), str(deeper_bert_dir))
+    assert page.count("largest difference:") == 5
+
+
+@pytest.mark.slow
+def test_positions_and_aggregation_share_each_inputs_attribution(tiny_model, monkeypatch, one_thread):
+    import attnlib.report as report
+
+    calls = []
+    real = report.hidden_token_attribution
+
+    def counted(lm, result, *args):
+        calls.append(result.n)
+        return real(lm, result, *args)
+
+    monkeypatch.setattr(report, "hidden_token_attribution", counted)
+    inputs = [CorpusInput(line) for line in CLASSROOM_SINGLE.read_text().splitlines()[:3]]
+    parts = [p for p in report.REPORT_PARTS if p.name in ("positions", "aggregation")]
+    results, timings = run_parts(tiny_model, {"corpus": inputs}, ReportOptions(probes=2), parts)
+    assert [r.part for r in results] == ["positions", "aggregation"]
+    assert len(calls) == 3  # one attribution per input, not one per part
+    assert [(t.source, t.parts, t.n_inputs) for t in timings] == [("corpus", ["positions", "aggregation"], 3)]
+    assert results[0].result.n_inputs == results[1].result.n_inputs == 3
