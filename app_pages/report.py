@@ -25,6 +25,7 @@ NONE = "none"
 TREEBANK_CHOICES = {NONE: "None", **{label: label for label in TREEBANKS}, "upload": "Upload a CoNLL-U file"}
 TREEBANK = Option(f"{KEY}_trees", "trees", NONE, TREEBANK_CHOICES)
 TRAIN = Option(f"{KEY}_train", "train", NONE, TREEBANK_CHOICES)
+MIN_COUNT = Option(f"{KEY}_min", "min", 20, lo=1, hi=100_000)
 SECTIONS = sorted({n for part in REPORT_PARTS for n in part.methods})
 
 
@@ -48,12 +49,13 @@ def inputs_sidebar() -> dict[str, CorpusChoice]:
     """The corpus and, optionally, a treebank (dependency heads) and a training treebank (probe): source -> choice."""
     corpus = corpus_picker(KEY, default_limit=50)
     limit = int(st.session_state.get(f"{KEY}_limit", 50))
-    bind([TREEBANK, TRAIN])
+    bind([TREEBANK, TRAIN, MIN_COUNT])
     chosen = {} if corpus is None else {"corpus": corpus}
     with st.sidebar:
         st.subheader("Treebanks")
         trees = treebank_choice(TREEBANK, "Treebank (dependency heads; the probe's test set)", limit)
         train = treebank_choice(TRAIN, "Training treebank (attention probe)", limit)
+        st.number_input("Dependency heads: relations with at least this many dependents", 1, 100_000, key=MIN_COUNT.key)
     if trees is not None:
         chosen["conllu"] = trees
         if train is not None:
@@ -65,9 +67,9 @@ def inputs_sidebar() -> dict[str, CorpusChoice]:
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def build(
-    models: tuple[str, ...], fingerprints: tuple[str, ...], _chosen: dict[str, CorpusChoice]
+    models: tuple[str, ...], fingerprints: tuple[str, ...], min_count: int, _chosen: dict[str, CorpusChoice]
 ) -> tuple[str, float]:
-    """The report's HTML and the seconds it took (cached per models and files)."""
+    """The report's HTML and the seconds it took (cached per models, files and minimum count)."""
     start = time.perf_counter()
     inputs: dict[str, list[CorpusInput]] = {source: c.inputs for source, c in _chosen.items()}
     corpora = {s: {"name": c.label, "sha1": c.sha1, "n_inputs": c.n_inputs} for s, c in _chosen.items()}
@@ -76,7 +78,7 @@ def build(
             [model_named(name) for name in models],
             inputs,
             corpora,
-            ReportOptions(limit=None),
+            ReportOptions(min_count=min_count),
             progress=lambda _, done, total: bar(done, total),
         )
         html = render_report(report)
@@ -86,10 +88,11 @@ def build(
 def report_section(models: tuple[str, ...], names: tuple[str, ...], chosen: dict[str, CorpusChoice]) -> None:
     """The build button, then the download of the HTML with its size and time (kept while nothing changes)."""
     fingerprints = tuple(f"{source}={c.fingerprint}" for source, c in chosen.items())
-    key = (models, fingerprints)
+    min_count = int(st.session_state[MIN_COUNT.key])
+    key = (models, fingerprints, min_count)
     if st.button("Build the report", type="primary"):
         try:
-            st.session_state[f"_{KEY}_built"] = (key, *build(models, fingerprints, chosen))
+            st.session_state[f"_{KEY}_built"] = (key, *build(models, fingerprints, min_count, chosen))
         except (CorpusError, InputError, ValueError) as exc:
             st.error(f"The report could not be built: {exc}")
     built = st.session_state.get(f"_{KEY}_built")
