@@ -24,6 +24,7 @@ PAGES = [
     st.Page(
         "app_pages/local_global.py", title="Local vs global", icon=":material/travel_explore:", url_path="local-global"
     ),
+    st.Page("app_pages/report.py", title="Report", icon=":material/description:", url_path="report"),
 ]
 
 page = st.navigation(PAGES)

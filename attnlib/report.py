@@ -20,20 +20,22 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from .attribution import DEFAULT_PROBES, Mode, hidden_token_attribution
+from .aggregation import AggregationAccumulator, AggregationOptions, AggregationResult
+from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
 from .commands.deps import dependency_accumulators
 from .commands.positions import position_accumulators
-from .commands.special import special_accumulators
+from .commands.probe import probe_accumulators
 from .corpus import CorpusError, CorpusInput, read_conllu, read_corpus
 from .deps import CLARK_TABLE1, DependencyCounts, DependencyTable
 from .engine import accumulate
-from .head_distances import HeadMap, head_map
 from .model import LoadedModel, ModelFacts, load_model
+from .norms import MEASURES, NORM_KEYS
 from .positions import CORRELATIONS, PositionAccumulator, PositionOptions, PositionsResult
+from .probe import ProbeCorpus, ProbeResult, extract_maps, score_probe, train_probe
 from .results import make_result_file
 from .runner import RunResult
 from .shipped import ROOT
-from .special import SpecialTokenResult
+from .special_tokens import SpecialTokens, special_accumulators, special_results
 
 METHODS_PATH = "docs/METHODS.md"  # links in the report point here, relative to the repository root
 PAPER_MODELS = ("bert-base-uncased", "google-bert/bert-base-uncased")  # models Clark et al. Table 1 is about
@@ -50,9 +52,17 @@ STAT_NAMES = {
     "entropy": "entropy (nats)",
     "cls_entropy": "[CLS]-row entropy (nats)",
 }
+NORM_NAMES = {
+    **{key: f"{STAT_NAMES[key].removesuffix(' share')} norm share" for key in ("cls", "sep", "punct", "other")},
+    **{
+        f"value_{key}": f"{STAT_NAMES[key].removesuffix(' share')} value norm"
+        for key in ("cls", "sep", "punct", "other")
+    },
+}
 SHARE_KEYS = ("cls", "sep", "punct", "other", "prev", "self", "next", "sep_to_sep", "rest_to_sep")  # fractions of 1
 
 ReportProgress = Callable[[str, int, int], None]  # (what runs now, inputs done, inputs in this pass)
+Inputs = Mapping[str, Sequence[CorpusInput]]  # source ("corpus", "conllu", "train") -> its inputs
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,9 @@ class ReportOptions:
     all_punct: bool = False
     head_map: bool = True
     min_count: int = 100  # deps: list relations with at least this many dependents
-    probes: int = DEFAULT_PROBES  # positions: estimate mode with this many probes per token
+    probes: int = DEFAULT_PROBES  # positions and aggregation: estimate mode with this many probes per token
+    probe_epochs: int = 1  # probe: passes over the training treebank
+    probe_seed: int = 0  # probe: torch seed while training
 
 
 @dataclass
@@ -80,21 +92,32 @@ class PartResult:
     seconds: float = 0.0  # this part's own work (statistics, attribution), not the shared forward pass
 
 
+FinishWithModel = Callable[[LoadedModel, list, Inputs, ReportOptions, "ReportProgress | None"], PartResult]
+
+
 @dataclass(frozen=True)
 class ReportPart:
     """One entry of the report: where its inputs come from, its accumulators and how they become a PartResult.
 
-    A part that cannot be an accumulator in the shared pass (e.g. a probe trained on one file, tested on another)
-    gives `run` instead, with the other files it needs in `needs`; it runs after the shared passes."""
+    `accumulators(lm, options, shared)` gets a dict shared by the parts of one pass (work they have in common, e.g.
+    each input's attribution). A part whose accumulators need the model or other files to finish (the probe: maps of
+    the test file in the shared pass, trained on another file) gives `finish_with_model` instead of `finish`. A part
+    that cannot be an accumulator at all gives `run`. Both list the other files they need in `needs`."""
 
     name: str
     title: str
     source: str  # "corpus" or "conllu"
     methods: tuple[int, ...]  # sections of docs/METHODS.md it follows
-    accumulators: Callable[[LoadedModel, ReportOptions], list] | None = None
+    accumulators: Callable[[LoadedModel, ReportOptions, dict], list] | None = None
     finish: Callable[[ModelFacts, list, ReportOptions], PartResult] | None = None
     run: Callable[[LoadedModel, Mapping[str, Sequence[CorpusInput]], ReportOptions], PartResult] | None = None
     needs: tuple[str, ...] = ()
+    finish_with_model: FinishWithModel | None = None
+
+    def in_pass(self, inputs: Mapping[str, object]) -> bool:
+        """Whether the part fills accumulators in the pass over its file (its file and every file it needs given)."""
+        ready = self.finish is not None or self.finish_with_model is not None
+        return self.accumulators is not None and ready and all(s in inputs for s in (self.source, *self.needs))
 
 
 # ------------------------------------------------------------------------------------------------------ the parts
@@ -119,29 +142,21 @@ def by_layer(per_layer: dict[str, np.ndarray], keys: Sequence[str], names: dict[
     return {names[k]: {f"layer {l + 1}": float(v) for l, v in enumerate(per_layer[k])} for k in keys}
 
 
-@dataclass
-class SpecialPart:
-    """What the special part's figures draw."""
-
-    stats: SpecialTokenResult
-    head_map: HeadMap | None
-
-
-def _special_accumulators(lm: LoadedModel, options: ReportOptions) -> list:
-    return special_accumulators(lm, options.all_punct, options.head_map)
+def _special_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
+    return special_accumulators(lm, options.all_punct, options.head_map, with_norms=True)
 
 
 def _special_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) -> PartResult:
-    stats, *distances = accumulators
-    result = stats.result()
-    hm = head_map(distances[0].result(), result) if distances else None
+    found: SpecialTokens = special_results(accumulators)
+    result, hm, norms = found.special, found.head_map, found.norms
+    assert norms is not None
     per_head = dict(result.heads)
     if hm is not None:
         per_head["behaviour"] = hm.labels.reshape(result.heads["cls"].shape)
     notes = [
         f"{result.n_inputs} inputs ({result.n_truncated} truncated to the model's length); punctuation: "
         f"{'every punctuation token' if result.all_punct else '. and ,'}; uniform attention's mean ln n = "
-        f"{result.uniform_entropy:.3f}."
+        f"{result.uniform_entropy:.3f}; norm shares weigh attention by the value norm ||f(x)|| (Kobayashi et al.)."
     ]
     return PartResult(
         "special",
@@ -149,9 +164,11 @@ def _special_finish(facts: ModelFacts, accumulators: list, options: ReportOption
         {
             "Per layer (mean over heads)": layer_frame(facts.name, result.layers),
             "Per head": head_frame(facts.name, per_head),
+            "Norm shares and value norms per layer (mean over heads)": layer_frame(facts.name, norms.layers),
+            "Norm shares and value norms per head": head_frame(facts.name, norms.heads),
         },
-        SpecialPart(result, hm),
-        by_layer(result.layers, SHARE_KEYS, STAT_NAMES),
+        found,
+        by_layer(result.layers, SHARE_KEYS, STAT_NAMES) | by_layer(norms.layers, list(NORM_KEYS[:4]), NORM_NAMES),
         notes,
     )
 
@@ -181,7 +198,7 @@ class DepsPart:
     table: DependencyTable
 
 
-def _deps_accumulators(lm: LoadedModel, options: ReportOptions) -> list:
+def _deps_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
     return dependency_accumulators(lm)
 
 
@@ -214,11 +231,31 @@ def _deps_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) 
     )
 
 
+class SharedAttribution:
+    """Each input's Hidden Token Attribution, computed once for the parts of a pass that need it (positions, aggregation)."""
+
+    def __init__(self, lm: LoadedModel) -> None:
+        self.lm = lm
+        self.last: tuple[RunResult, tuple, Attribution] | None = None
+
+    def of(self, result: RunResult, mode: Mode, probes: int, seed: int) -> Attribution:
+        """The attribution of this run (the last one is kept: the engine hands every accumulator the same run)."""
+        key = (mode, probes, seed)
+        if self.last is None or self.last[0] is not result or self.last[1] != key:
+            self.last = (result, key, hidden_token_attribution(self.lm, result, mode, probes, seed))
+        return self.last[2]
+
+
+def shared_attribution(lm: LoadedModel, shared: dict) -> SharedAttribution:
+    """The pass's SharedAttribution (made by the first part that asks)."""
+    return cast(SharedAttribution, shared.setdefault("attribution", SharedAttribution(lm)))
+
+
 class AttributedPositions:
     """Engine accumulator that attributes each input (HTA) into a PositionAccumulator: positions share the pass."""
 
-    def __init__(self, lm: LoadedModel, positions: PositionAccumulator) -> None:
-        self.lm, self.positions = lm, positions
+    def __init__(self, attribution: SharedAttribution, positions: PositionAccumulator) -> None:
+        self.attribution, self.positions = attribution, positions
 
     def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
         """As accumulate_variants does for one variant: attribute the input unless its length leaves it out."""
@@ -226,16 +263,31 @@ class AttributedPositions:
             self.positions.skip()
             return
         o = self.positions.options
-        mode = cast(Mode, o.mode)
-        self.positions.add(result, hidden_token_attribution(self.lm, result, mode, o.probes, o.seed))
+        self.positions.add(result, self.attribution.of(result, cast(Mode, o.mode), o.probes, o.seed))
 
     def merge(self, other: AttributedPositions) -> AttributedPositions:
-        return AttributedPositions(self.lm, self.positions.merge(other.positions))
+        return AttributedPositions(self.attribution, self.positions.merge(other.positions))
 
 
-def _positions_accumulators(lm: LoadedModel, options: ReportOptions) -> list:
+class AttributedAggregation:
+    """Engine accumulator feeding an AggregationAccumulator: the run's norm maps and its (shared) attribution."""
+
+    needs_norms = True
+
+    def __init__(self, attribution: SharedAttribution, aggregation: AggregationAccumulator) -> None:
+        self.attribution, self.aggregation = attribution, aggregation
+
+    def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
+        o = self.aggregation.options
+        self.aggregation.add(result, self.attribution.of(result, o.mode, o.probes, o.seed))
+
+    def merge(self, other: AttributedAggregation) -> AttributedAggregation:
+        return AttributedAggregation(self.attribution, self.aggregation.merge(other.aggregation))
+
+
+def _positions_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
     (positions,) = position_accumulators(lm, PositionOptions(mode="estimate", probes=options.probes))
-    return [AttributedPositions(lm, positions)]
+    return [AttributedPositions(shared_attribution(lm, shared), positions)]
 
 
 def _positions_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) -> PartResult:
@@ -269,12 +321,94 @@ def _positions_finish(facts: ModelFacts, accumulators: list, options: ReportOpti
     )
 
 
+def _aggregation_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
+    aggregation = AggregationAccumulator(
+        lm.facts.n_layers, AggregationOptions("estimate", options.probes, DEFAULT_SEED)
+    )
+    return [AttributedAggregation(shared_attribution(lm, shared), aggregation)]
+
+
+def _aggregation_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) -> PartResult:
+    result: AggregationResult = accumulators[0].aggregation.result()
+    per_layer = {
+        **{f"pearson_{m}": result.pearson[m] for m in MEASURES},
+        **{f"spearman_{m}": result.spearman[m] for m in MEASURES},
+    }
+    centres = {f"center_of_mass_{m}": v for m, v in result.center_of_mass.items()}
+    names = {f"spearman_{m}": f"{m.replace('_', ' ')} Spearman with G_out" for m in MEASURES}
+    notes = [
+        f"{result.n_inputs} inputs; layer-output attribution G_out in estimate mode with {result.options.probes} "
+        f"probes per token, seed {result.options.seed} (the same attributions as the positions part)."
+    ]
+    return PartResult(
+        "aggregation",
+        facts.name,
+        {
+            "Agreement with layer-output attribution per layer (mean row correlation)": layer_frame(
+                facts.name, per_layer
+            ),
+            "Centre of mass per layer": layer_frame(facts.name, centres),
+        },
+        result,
+        by_layer(per_layer, list(names), names),
+        notes,
+    )
+
+
+def _probe_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
+    return probe_accumulators(lm, with_embeddings=False)
+
+
+def probe_tables(model: str, result: ProbeResult) -> dict[str, pd.DataFrame]:
+    """The probe's summary row (layers and heads 1-based) and its accuracy per relation, as long tables."""
+    best = result.best_head
+    summary = {
+        "model": model,
+        "uas": result.uas,
+        "best_head_accuracy": result.best_head_accuracy,
+        "best_head_layer": best["layer"] + 1,
+        "best_head_head": best["head"] + 1,
+        "best_head_direction": best["direction"],
+        "baseline_accuracy": result.baseline_accuracy,
+        "baseline_offset": result.baseline_offset,
+        "n_train": result.n_train,
+        "n_test": result.n_test,
+        "n_words": result.n_words,
+        "n_skipped_train": result.n_skipped_train,
+        "n_skipped_test": result.n_skipped_test,
+    }
+    relations = pd.DataFrame([{"relation": r, **v} for r, v in result.uas_by_relation.items()])
+    relations.insert(0, "model", model)
+    return {
+        "Probe against the best single head and fixed offset": pd.DataFrame([summary]),
+        "UAS per relation": relations,
+    }
+
+
+def _probe_finish(
+    lm: LoadedModel, accumulators: list, inputs: Inputs, options: ReportOptions, progress: ReportProgress | None
+) -> PartResult:
+    test: ProbeCorpus = accumulators[0]
+    label = f"{lm.facts.name}: probe training file"
+    report = None if progress is None else (lambda done, total: progress(label, done, total))
+    train = extract_maps(lm, cast(Sequence, inputs["train"]), False, options.batch_size, report)
+    probe = train_probe(train, "attention", options.probe_epochs, options.probe_seed)
+    result = score_probe(probe, train, test, "attention", options.probe_epochs)
+    notes = [
+        f"trained on {result.n_train} sentences ({options.probe_epochs} epoch, seed {options.probe_seed}), scored on "
+        f"{result.n_test} ({result.n_words} words, punctuation excluded); {result.n_skipped} sentences skipped "
+        "(longer than the model takes)."
+    ]
+    uas = {"probe UAS": {f"relation {r}": v["uas"] for r, v in result.uas_by_relation.items()}}
+    return PartResult("probe", lm.facts.name, probe_tables(lm.facts.name, result), result, uas, notes)
+
+
 REPORT_PARTS: tuple[ReportPart, ...] = (
     ReportPart(
         "special",
-        "Special tokens, offsets and entropy (Clark et al. §3)",
+        "Special tokens, offsets and entropy (Clark et al. §3), with value-weighted norms (Kobayashi et al.)",
         "corpus",
-        (1, 2, 3, 4),
+        (1, 2, 3, 4, 11),
         _special_accumulators,
         _special_finish,
     ),
@@ -287,12 +421,29 @@ REPORT_PARTS: tuple[ReportPart, ...] = (
         _positions_finish,
     ),
     ReportPart(
+        "aggregation",
+        "Aggregation: attention, norms and rollouts against layer-output attribution (Kobayashi et al.; GlobEnc)",
+        "corpus",
+        (11, 12, 13),
+        _aggregation_accumulators,
+        _aggregation_finish,
+    ),
+    ReportPart(
         "deps",
         "Dependency heads against the best fixed offset (Clark et al. Table 1)",
         "conllu",
         (6, 7, 10),
         _deps_accumulators,
         _deps_finish,
+    ),
+    ReportPart(
+        "probe",
+        "Attention probe: all heads together predict each word's head (Clark et al. §5)",
+        "conllu",
+        (14,),
+        _probe_accumulators,
+        needs=("train",),
+        finish_with_model=_probe_finish,
     ),
 )
 
@@ -305,6 +456,7 @@ class _Timed:
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.seconds = inner, 0.0
+        self.needs_norms = getattr(inner, "needs_norms", False)  # the engine captures value vectors when asked
 
     def add(self, result: RunResult, item: CorpusInput) -> None:
         start = time.perf_counter()
@@ -346,7 +498,7 @@ class PassTiming:
 
 def run_parts(
     lm: LoadedModel,
-    inputs: Mapping[str, Sequence[CorpusInput]],
+    inputs: Inputs,
     options: ReportOptions,
     parts: Sequence[ReportPart] = REPORT_PARTS,
     progress: ReportProgress | None = None,
@@ -355,10 +507,11 @@ def run_parts(
     results: dict[str, PartResult] = {}
     timings = []
     for source, items in inputs.items():
-        group = [p for p in parts if p.source == source and p.accumulators is not None and p.finish is not None]
+        group = [p for p in parts if p.source == source and p.in_pass(inputs)]
         if not group:
             continue
-        timed = [[_Timed(a) for a in part.accumulators(lm, options)] for part in group]  # type: ignore[misc]
+        shared: dict = {}
+        timed = [[_Timed(a) for a in part.accumulators(lm, options, shared)] for part in group]  # type: ignore[misc]
         label = f"{lm.facts.name}: {' + '.join(p.name for p in group)}"
         counter = _Counter(label, len(items), progress)
         start = time.perf_counter()
@@ -370,7 +523,11 @@ def run_parts(
         )
         for part, accs, add_seconds in zip(group, timed, own):
             start = time.perf_counter()
-            result = part.finish(lm.facts, [a.inner for a in accs], options)  # type: ignore[misc]
+            filled = [a.inner for a in accs]
+            if part.finish is not None:
+                result = part.finish(lm.facts, filled, options)
+            else:
+                result = part.finish_with_model(lm, filled, inputs, options, progress)  # type: ignore[misc]
             result.seconds = add_seconds + time.perf_counter() - start
             results[part.name] = result
     for part in parts:
@@ -485,17 +642,22 @@ def methods_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
-def _read_inputs(corpus_path: str | None, conllu_path: str | None, limit: int | None) -> dict[str, list]:
+def _read_inputs(paths: Mapping[str, str | None], limit: int | None) -> dict[str, list]:
     inputs: dict[str, list] = {}
-    if corpus_path is not None:
-        inputs["corpus"] = read_corpus(corpus_path, limit)
-    if conllu_path is not None:
-        sentences = read_conllu(conllu_path)[:limit]
+    for source, path in paths.items():
+        if path is None:
+            continue
+        if source == "corpus":
+            inputs[source] = read_corpus(path, limit)
+            continue
+        sentences = read_conllu(path)[:limit]
         if not sentences:
-            raise CorpusError(f"{conllu_path}: no sentence in the file.")
-        inputs["conllu"] = sentences
-    if not inputs:
+            raise CorpusError(f"{path}: no sentence in the file.")
+        inputs[source] = sentences
+    if "corpus" not in inputs and "conllu" not in inputs:
         raise CorpusError("give a corpus, a CoNLL-U treebank or both.")
+    if "train" in inputs and "conllu" not in inputs:
+        raise CorpusError("a training treebank needs a treebank to test the probe on (--conllu).")
     return inputs
 
 
@@ -506,30 +668,51 @@ def _corpus_record(path: str, n_inputs: int) -> dict:
 
 
 def run_report(
-    model: str,
+    model: str | LoadedModel,
     corpus_path: str | None,
     conllu_path: str | None = None,
-    compare: str | None = None,
+    compare: str | LoadedModel | None = None,
+    options: ReportOptions = ReportOptions(),
+    progress: ReportProgress | None = None,
+    device: str = "cpu",
+    parts: Sequence[ReportPart] = REPORT_PARTS,
+    train_path: str | None = None,
+) -> Report:
+    """Run every part for the model (and the compared one) on the files given; the probe runs when a training treebank
+    is given."""
+    start = time.perf_counter()
+    paths = {"corpus": corpus_path, "conllu": conllu_path, "train": train_path}
+    inputs = _read_inputs(paths, options.limit)
+    corpora = {source: _corpus_record(str(paths[source]), len(items)) for source, items in inputs.items()}
+    models = [model] if compare is None else [model, compare]
+    report = report_of_inputs(models, inputs, corpora, options, progress, device, parts)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def report_of_inputs(
+    models: Sequence[str | LoadedModel],
+    inputs: Inputs,
+    corpora: dict[str, dict],
     options: ReportOptions = ReportOptions(),
     progress: ReportProgress | None = None,
     device: str = "cpu",
     parts: Sequence[ReportPart] = REPORT_PARTS,
 ) -> Report:
-    """Run every part for the model (and the compared one), one model in memory at a time."""
+    """Run every part whose files are in `inputs` for each model, one model in memory at a time (a name is loaded
+    here, a LoadedModel used as it is); corpora: source -> name, sha1, n_inputs (and path, bytes) for the header."""
     from . import __version__
 
+    if "corpus" not in inputs and "conllu" not in inputs:
+        raise CorpusError("give a corpus, a CoNLL-U treebank or both.")
     start = time.perf_counter()
-    inputs = _read_inputs(corpus_path, conllu_path, options.limit)
-    paths = {"corpus": corpus_path, "conllu": conllu_path}
-    corpora = {source: _corpus_record(str(paths[source]), len(items)) for source, items in inputs.items()}
-    models = [model] if compare is None else [model, compare]
     results: dict[str, list[PartResult]] = {}
     timings: list[PassTiming] = []
     load_seconds = {}
     names = []
     for name in models:
         loaded = time.perf_counter()
-        lm = load_model(name, device=device)
+        lm = name if isinstance(name, LoadedModel) else load_model(name, device=device)
         load_seconds[lm.facts.name] = time.perf_counter() - loaded
         names.append(lm.facts.name)
         part_results, pass_timings = run_parts(lm, inputs, options, parts, progress)

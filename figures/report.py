@@ -13,11 +13,21 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from attnlib.deps import ALL, DIRECTIONS
+from attnlib.norms import MEASURES
 from attnlib.positions import CORRELATIONS
-from attnlib.report import METHODS_PATH, STAT_NAMES, PartResult, Report, methods_anchor
+from attnlib.report import METHODS_PATH, NORM_NAMES, STAT_NAMES, PartResult, Report, methods_anchor
 
 from .deps import head_accuracy_heatmaps
+from .norms import (
+    MEASURE_NAMES,
+    agreement_figure,
+    measure_center_of_mass_figure,
+    value_norm_figure,
+    weights_vs_norms_figure,
+)
 from .positions import center_of_mass_chart, correlation_heatmaps, median_correlation_chart, position_histograms
+from .probe import relation_bars as probe_relation_bars
+from .probe import weight_heatmaps
 from .special_tokens import entropy_figure, head_map_figure, layer_lines_with_head_dots
 
 MODEL_COLOURS = ("#1f77b4", "#d62728")  # one colour per model when two are compared
@@ -126,7 +136,8 @@ def _by_keys(values: dict[str, np.ndarray], keys: Sequence[str]) -> dict[str, np
 def special_figures(results: Sequence[PartResult]) -> list[go.Figure]:
     """Clark Fig. 2, 4, 6 for one model; for two, per-layer lines of both."""
     if len(results) > 1:
-        layers = {r.model: r.result.stats.layers for r in results}
+        layers = {r.model: r.result.special.layers for r in results}
+        norms = {r.model: r.result.norms.layers for r in results}
         return [
             model_lines(
                 {m: _by_keys(v, SHARES + NEARBY) for m, v in layers.items()},
@@ -143,8 +154,16 @@ def special_figures(results: Sequence[PartResult]) -> list[go.Figure]:
                 cols=4,
                 shared_y=False,
             ),
+            model_lines(
+                norms,
+                NORM_NAMES,
+                "Value-weighted norm shares and value norms ||f(x)|| per layer (mean over heads)",
+                "value",
+                cols=4,
+                shared_y=False,
+            ),
         ]
-    stats, hm = results[0].result.stats, results[0].result.head_map
+    stats, hm, norms = results[0].result.special, results[0].result.head_map, results[0].result.norms
     figures = [
         layer_lines_with_head_dots(_by_keys(stats.heads, SHARES), STAT_NAMES, "Share of attention per layer", "share"),
         layer_lines_with_head_dots(_by_keys(stats.heads, NEARBY), STAT_NAMES, "Attention to nearby tokens", "share"),
@@ -153,7 +172,58 @@ def special_figures(results: Sequence[PartResult]) -> list[go.Figure]:
     ]
     if hm is not None:
         figures.append(head_map_figure(hm.coords, hm.layer, hm.head, hm.labels))
-    return figures
+    return figures + [
+        weights_vs_norms_figure(stats.heads, norms.heads, "Attention weights vs value-weighted norms per token class"),
+        value_norm_figure(norms.heads),
+    ]
+
+
+def aggregation_figures(results: Sequence[PartResult]) -> list[go.Figure]:
+    """Agreement of each measure with G_out and centres of mass; for two models, lines of both per measure."""
+    if len(results) > 1:
+        centres = {**{m: MEASURE_NAMES[m] for m in MEASURES}, "attribution": MEASURE_NAMES["attribution"]}
+        return [
+            model_lines(
+                {r.model: r.result.spearman for r in results},
+                {m: MEASURE_NAMES[m] for m in MEASURES},
+                "Spearman correlation with layer-output attribution per layer",
+                "correlation",
+            ),
+            model_lines(
+                {r.model: r.result.center_of_mass for r in results},
+                centres,
+                "Centre of mass per layer",
+                "offset",
+            ),
+        ]
+    r = results[0].result
+    return [
+        agreement_figure(r.pearson, r.spearman, "Agreement with layer-output attribution per layer"),
+        measure_center_of_mass_figure(r.center_of_mass, "Centre of mass per layer"),
+    ]
+
+
+def probe_figures(results: Sequence[PartResult]) -> list[go.Figure]:
+    """Each model's learned head weights; UAS per relation (one model: against best head and offset; two: both UAS)."""
+    figures = [weight_heatmaps(r.result.weight_grid(), f"{r.model}: learned weight of every head") for r in results]
+    if len(results) == 1:
+        return figures + [probe_relation_bars(results[0].result.uas_by_relation)]
+    fig = go.Figure()
+    for m, r in enumerate(results):
+        by_relation = r.result.uas_by_relation
+        fig.add_trace(
+            go.Bar(
+                x=list(by_relation),
+                y=[v["uas"] for v in by_relation.values()],
+                name=r.model,
+                marker_color=MODEL_COLOURS[m % len(MODEL_COLOURS)],
+                hovertemplate="%{x}: %{y:.3f}<extra>" + html.escape(r.model) + "</extra>",
+            )
+        )
+    fig.update_layout(
+        title="Probe UAS per relation", barmode="group", height=420, yaxis=dict(title="UAS", range=[0, 1])
+    )
+    return figures + [fig]
 
 
 def positions_figures(results: Sequence[PartResult]) -> list[go.Figure]:
@@ -228,7 +298,9 @@ def deps_figures(results: Sequence[PartResult]) -> list[go.Figure]:
 PART_FIGURES: dict[str, Callable[[Sequence[PartResult]], list[go.Figure]]] = {
     "special": special_figures,
     "positions": positions_figures,
+    "aggregation": aggregation_figures,
     "deps": deps_figures,
+    "probe": probe_figures,
 }
 
 
@@ -290,7 +362,7 @@ def render_report(report: Report) -> str:
     provenance = {
         "model" if len(report.models) == 1 else "models": ", ".join(report.models),
         **{
-            f"{source} file": f"{c['name']} ({c['n_inputs']} inputs, {c['bytes']} bytes, SHA-1 {c['sha1']})"
+            f"{source} file": f"{c['name']} ({c['n_inputs']} inputs, {c.get('bytes', '?')} bytes, SHA-1 {c['sha1']})"
             for source, c in report.corpora.items()
         },
         "options": ", ".join(f"{k}={v}" for k, v in vars(report.options).items()),

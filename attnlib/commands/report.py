@@ -11,14 +11,22 @@ from ..attribution import DEFAULT_PROBES
 from ..cli_options import add_model_option, positive_int
 from ..corpus import CorpusError
 from ..engines import check_device
+from ..model import LoadedModel
 from ..report import ReportOptions, ReportProgress, run_report, terminal_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `report` command."""
-    p = sub.add_parser("report", help="the whole study (special tokens, positions, dependency heads) as one HTML file")
+    p = sub.add_parser(
+        "report",
+        help="the whole study (special tokens and norms, positions, aggregation, dependency heads, probe) as one HTML file",
+    )
     p.add_argument("--corpus", default=None, help="text file (one input per line, TAB between A and B) or .conllu")
     p.add_argument("--conllu", default=None, help="a CoNLL-U treebank with gold trees, for the dependency heads")
+    p.add_argument(
+        "--train", default=None, help="a CoNLL-U treebank to train the attention probe on (tested on --conllu)"
+    )
+    p.add_argument("--epochs", type=positive_int, default=1, help="probe: passes over the training treebank")
     p.add_argument("--compare", default=None, metavar="M2", help="a second model: the same parts, side by side")
     p.add_argument("--out", required=True, metavar="FILE", help="where to write the HTML report")
     p.add_argument("--limit", type=positive_int, default=None, help="use at most this many inputs of each file")
@@ -46,24 +54,37 @@ def handle(args: argparse.Namespace) -> dict:
         head_map=not args.no_head_map,
         min_count=args.min_count,
         probes=args.probes,
+        probe_epochs=args.epochs,
     )
     progress = None if args.quiet else terminal_progress()
-    report = run_report(args.model, args.corpus, args.conllu, args.compare, options, progress, args.device)
+    report = run_report(
+        args.model, args.corpus, args.conllu, args.compare, options, progress, args.device, train_path=args.train
+    )
     out = Path(args.out)
     out.write_text(render_report(report), encoding="utf-8")
     return {**report.summary(), "out": str(out), "bytes": out.stat().st_size}
 
 
 def build_report(
-    model: str,
+    model: str | LoadedModel,
     corpus_path: str | None,
     conllu_path: str | None = None,
-    compare: str | None = None,
+    compare: str | LoadedModel | None = None,
     progress: ReportProgress | None = None,
     options: ReportOptions | None = None,
     device: str = "cpu",
+    train_path: str | None = None,
 ) -> str:
     """The report as one self-contained HTML page (plotly.js inlined once)."""
     return render_report(
-        run_report(model, corpus_path, conllu_path, compare, options or ReportOptions(), progress, device)
+        run_report(
+            model,
+            corpus_path,
+            conllu_path,
+            compare,
+            options or ReportOptions(),
+            progress,
+            device,
+            train_path=train_path,
+        )
     )
