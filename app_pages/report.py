@@ -14,7 +14,7 @@ from attnlib.runner import InputError
 from attnlib.shipped import TREEBANKS
 from figures.report import render_report
 from ui.compare import COMPARE, compared_model
-from ui.corpus_picker import CorpusChoice, _read_choice, corpus_picker
+from ui.corpus_picker import CorpusChoice, corpus_picker, read_choice
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind
@@ -35,7 +35,7 @@ def treebank_choice(option: Option, label: str, limit: int) -> CorpusChoice | No
     if choice == NONE:
         return None
     try:
-        read = _read_choice(option.key, TREEBANK_CHOICES[choice], "conllu")
+        read = read_choice(option.key, TREEBANK_CHOICES[choice], "conllu")
     except CorpusError as exc:
         st.error(str(exc))
         return None

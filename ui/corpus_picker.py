@@ -83,7 +83,7 @@ def corpus_options(key: str, kind: Kind, default_limit: int) -> tuple[Option, Op
     return corpus, Option(f"{key}_limit", "limit", default_limit, lo=1, hi=100_000)
 
 
-def _read_choice(key: str, choice: str, kind: Kind) -> tuple[str, str, list[CorpusInput], bool] | None:
+def read_choice(key: str, choice: str, kind: Kind) -> tuple[str, str, list[CorpusInput], bool] | None:
     """(label, SHA-1, inputs, is CoNLL-U) of the chosen corpus; None while no file is uploaded."""
     if choice in CLASSROOM or choice in TREEBANKS:
         path = CLASSROOM.get(choice) or TREEBANKS[choice]
@@ -108,7 +108,7 @@ def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> Cor
         choice = st.selectbox("Corpus", list(corpus.choices.values()), key=corpus.key, label_visibility="collapsed")
         n = int(st.number_input("Use at most this many inputs", 1, 100_000, step=50, key=limit.key))
         try:
-            read = _read_choice(key, choice, kind)
+            read = read_choice(key, choice, kind)
         except CorpusError as exc:
             st.error(str(exc))
             return None
