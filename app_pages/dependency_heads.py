@@ -627,9 +627,12 @@ def probe_comparison(results: dict[str, tuple[ProbeResult, ProbeResult | None]])
 
 def probe_figures(result: ProbeResult, model: str) -> None:
     """UAS per relation, the learned weights, and one test sentence drawn."""
-    bars = relation_bars(result.uas_by_relation, min_count=20)
+    bars = relation_bars(result.uas_by_relation, min_count=20 if result.n_words >= 2000 else 1)
     st.plotly_chart(bars, key="probe_relations")
     download_figure(bars, "probe_uas_per_relation", key="probe_relations_download")
+    with st.expander("UAS per relation, every relation (table)"):
+        percent = {c: PERCENT for c in ("probe UAS %", "best head %", "best offset %")}
+        st.dataframe(relation_frame({model: result}), hide_index=True, column_config=percent)
     weights = weight_heatmaps(result.weight_grid(), f"Learned weight of every head ({model})")
     st.plotly_chart(weights, key="probe_weights")
     download_figure(weights, "probe_weights", key="probe_weights_download")
