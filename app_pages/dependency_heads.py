@@ -559,24 +559,21 @@ def words_probe(lm: LoadedModel, train: CorpusChoice, test: CorpusChoice) -> Pro
     return ProbeResult.from_json(found)
 
 
+METHODS = ("attention-only probe", "attention + words probe", "best single head", "best fixed offset")
+
+
 def uas_frame(results: dict[str, tuple[ProbeResult, ProbeResult | None]]) -> pd.DataFrame:
     """UAS of the two probes, the best single head and the best offset, one row per method and model."""
     rows = []
     for model, (attention, words) in results.items():
         best = attention.best_head
+        head = f"{best['layer'] + 1}-{best['head'] + 1} {best['direction']}"
+        values = (attention.uas, None if words is None else words.uas, attention.best_head_accuracy)
+        values += (attention.baseline_accuracy,)
+        which = ("", "", head, f"{attention.baseline_offset:+d}")
         rows += [
-            {"model": model, "method": "attention-only probe", "UAS %": 100 * attention.uas},
-            {"model": model, "method": "attention + words probe", "UAS %": 100 * words.uas if words else None},
-            {
-                "model": model,
-                "method": f"best single head {best['layer'] + 1}-{best['head'] + 1} {best['direction']}",
-                "UAS %": 100 * attention.best_head_accuracy,
-            },
-            {
-                "model": model,
-                "method": f"best fixed offset {attention.baseline_offset:+d}",
-                "UAS %": 100 * attention.baseline_accuracy,
-            },
+            {"model": model, "method": m, "which": w, "UAS %": None if v is None else 100 * v}
+            for m, w, v in zip(METHODS, which, values)
         ]
     return pd.DataFrame(rows)
 
@@ -616,8 +613,12 @@ def probe_metrics(result: ProbeResult, words: ProbeResult | None) -> None:
 
 def probe_comparison(results: dict[str, tuple[ProbeResult, ProbeResult | None]]) -> None:
     """Both models' UAS in one table, and where their per-relation UAS differ most."""
-    frame = uas_frame(results).pivot(index="method", columns="model", values="UAS %").reset_index()
-    st.dataframe(frame, hide_index=True, column_config={m: PERCENT for m in results})
+    frame, wide = uas_frame(results), pd.DataFrame({"method": METHODS})
+    for model in results:
+        part = frame[frame["model"] == model].set_index("method")
+        wide[f"{model}: UAS %"] = part["UAS %"].reindex(METHODS).to_numpy()
+        wide[f"{model}: head or offset"] = part["which"].reindex(METHODS).to_numpy()
+    st.dataframe(wide, hide_index=True, column_config={f"{m}: UAS %": PERCENT for m in results})
     (a, _), (b, _) = results.values()
     uas = [{"UAS": {"all words": r.uas} | {k: v["uas"] for k, v in r.uas_by_relation.items()}} for r in (a, b)]
     difference = largest_difference(*uas)
