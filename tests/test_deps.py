@@ -418,3 +418,31 @@ def test_page_compares_two_models_table_and_probe(minilm, tiny_model_dir, tiny_m
     assert shown == f"{uas.loc['attention-only probe', f'{first}: UAS %']:.1f}%"
     assert uas[f"{second}: UAS %"].notna().sum() == 3  # probe, best head, offset (words probe: first model only)
     assert sum("largest difference: UAS in" in m.value for m in at.markdown) == 1
+
+
+@pytest.mark.slow
+def test_page_opens_the_shipped_table_at_once_and_says_so(monkeypatch):
+    import hashlib
+
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.deps import dependency_counts_from_json
+    from attnlib.model import DEFAULT_MODEL
+    from attnlib.precomputed import shipped_result
+
+    def no_counting(*args, **kwargs):
+        raise AssertionError("the page ran the model over the corpus although its result ships")
+
+    monkeypatch.setattr(deps, "count_dependencies", no_counting)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    at.switch_page("app_pages/dependency_heads.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    record = shipped_result("deps", DEFAULT_MODEL, hashlib.sha1(EWT_DEV.read_bytes()).hexdigest(), 2001, {})
+    assert record is not None
+    expected = dependency_counts_from_json(record.state or {}).table(min_count=100)
+    frame = at.dataframe[0].value
+    assert frame["relation"].tolist() == [r.relation for r in expected.rows]
+    np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
+    assert at.metric[0].value == "2001"
+    assert any("precomputed, shipped with the app" in c.value for c in at.caption)
+    assert at.button(key=f"recompute:deps:{DEFAULT_MODEL}").label == "Recompute"
