@@ -568,8 +568,8 @@ def uas_frame(results: dict[str, tuple[ProbeResult, ProbeResult | None]]) -> pd.
     for model, (attention, words) in results.items():
         best = attention.best_head
         head = f"{best['layer'] + 1}-{best['head'] + 1} {best['direction']}"
-        values = (attention.uas, None if words is None else words.uas, attention.best_head_accuracy)
-        values += (attention.baseline_accuracy,)
+        words_uas = None if words is None else words.uas
+        values = (attention.uas, words_uas, attention.best_head_accuracy, attention.baseline_accuracy)
         which = ("", "", head, f"{attention.baseline_offset:+d}")
         rows += [
             {"model": model, "method": m, "which": w, "UAS %": None if v is None else 100 * v}
