@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -23,18 +24,24 @@ from attnlib.deps import (
 )
 from attnlib.model import LoadedModel
 from attnlib.parsing import parse_text, parser_name
+from attnlib.probe import PUNCT, ProbeResult, run_probe
+from attnlib.report import largest_difference
 from attnlib.results import ResultFile
 from attnlib.runner import InputError, run
-from attnlib.shipped import CLASSROOM
+from attnlib.shipped import CLASSROOM, ROOT, TREEBANKS
 from attnlib.words import ROW_RULES
 from figures.deps import arc_diagram, head_accuracy_heatmaps
 from figures.heatmap import attention_heatmap
-from ui.corpus_picker import SHIPPED, corpus_picker, kept_upload
-from ui.downloads import download_figure, download_table
+from figures.probe import probe_sentence, relation_bars, weight_heatmaps
+from ui.compare import compared_model
+from ui.corpus_picker import SHIPPED, CorpusChoice, _parse_upload, _read_path, corpus_picker, kept_upload
+from ui.downloads import download_figure, download_json, download_table
+from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, forget
 from ui.progress import progress
 from ui.result_file import loaded_result
+from ui.result_source import shipped_or_computed
 
 SOURCES = {"gold": "Gold trees (CoNLL-U)", "silver": "Text parsed by spaCy (predicted trees)"}
 TYPED, UPLOADED = "Type or paste text", "Upload a text file"
@@ -300,16 +307,31 @@ def example_figures(arcs, heat, long_sentence: bool) -> None:
     )
 
 
-def chosen_corpus(is_silver: bool) -> tuple[str, str, list[Sentence]] | None:
-    """(label, fingerprint, sentences) of the gold corpus or the parsed text; None with a message shown."""
+def chosen_corpus(is_silver: bool) -> tuple[str, str, list[Sentence], CorpusChoice | None] | None:
+    """(label, fingerprint, sentences, the gold CorpusChoice) of the treebank or the parsed text; None with a message."""
     try:
         if is_silver:
-            return silver_corpus()
-        choice = corpus_picker("deps", kind="conllu")
-        return None if choice is None else (choice.label, choice.fingerprint, choice.inputs)
+            silver = silver_corpus()
+            return None if silver is None else (*silver, None)
+        choice = corpus_picker("deps", kind="conllu", default_limit=100_000)
+        return None if choice is None else (choice.label, choice.fingerprint, choice.inputs, choice)  # type: ignore
     except CorpusError as exc:
         st.error(str(exc))
         return None
+
+
+def model_counts(model_name: str, corpus, rule: str) -> tuple[DependencyCounts | None, str]:
+    """One model's counts on the corpus and where they came from: shipped (gold trees, mean rows), cached, or now."""
+    _, fingerprint, sentences, choice = corpus
+
+    def compute() -> DependencyCounts:
+        return _counts(model_name, fingerprint, rule, sentences)
+
+    if choice is None or rule != "mean":  # the deps command writes mean-row counts of gold trees only
+        return compute(), "computed here"
+    return shipped_or_computed(
+        "deps", model_name, choice, {"limit": None}, compute, lambda r: dependency_counts_from_json(r.state or {})
+    )
 
 
 def counts_of(lm: LoadedModel, loaded, corpus, is_silver: bool, rule: str):
@@ -317,18 +339,62 @@ def counts_of(lm: LoadedModel, loaded, corpus, is_silver: bool, rule: str):
     if loaded is not None:
         record, counts = loaded
         return counts, record.corpus.get("name", "?"), record.model, None
-    label, fingerprint, sentences = corpus
+    label, _, sentences, _ = corpus
     if is_silver:
         st.info(
             f"Predicted parses: these trees come from the spaCy parser {parser_name()}, not from annotators; "
             "the scores measure agreement with the parser."
         )
     try:
-        counts = _counts(lm.facts.name, fingerprint, rule, sentences)
+        counts, source = model_counts(lm.facts.name, corpus, rule)
     except (CorpusError, InputError, TypeError) as exc:
         st.error(str(exc))
         return None
+    if counts is None:
+        return None
+    st.caption(f"Table 1 of {lm.facts.name} on {label}: {source}.")
     return counts, label, lm.facts.name, sentences
+
+
+def second_table(second: LoadedModel | None, corpus, rule: str, min_count: int, held_out: bool):
+    """(name, table) of the model to compare with on the same corpus and options, or None."""
+    if second is None or corpus is None:
+        return None
+    try:
+        counts, source = model_counts(second.facts.name, corpus, rule)
+    except (CorpusError, InputError, TypeError) as exc:
+        st.error(f"{second.facts.name}: {exc}")
+        return None
+    if counts is None:
+        return None
+    st.caption(f"Table 1 of {second.facts.name}: {source}.")
+    return second.facts.name, counts.table(min_count=min_count, held_out=held_out)
+
+
+def compared_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
+    """One column group per model (best head, direction, accuracy, margin) by relation, the first model's relations."""
+    first = _table_frame(next(iter(tables.values()))).set_index("relation")
+    groups = [first[["count"]]]
+    for model, table in tables.items():
+        frame = _table_frame(table).set_index("relation")
+        groups.append(frame[["best head", "direction", "accuracy %", "margin (points)"]].add_prefix(f"{model}: "))
+    return pd.concat(groups, axis=1, join="outer").loc[first.index].reset_index()
+
+
+def long_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
+    """Every model's table one below the other, the model named in each row (the download)."""
+    return pd.concat([_table_frame(t).assign(model=m)[["model", *_table_frame(t).columns]] for m, t in tables.items()])
+
+
+def compared_tables(tables: dict[str, DependencyTable]) -> None:
+    """Both models' Table 1 side by side, where their best-head accuracies differ most, and the long download."""
+    columns = {f"{m}: {c}": config for m in tables for c, config in COLUMNS.items()}
+    st.dataframe(compared_frame(tables), hide_index=True, column_config=columns)
+    accuracy = [{"best-head accuracy": {r.relation: r.accuracy for r in t.rows}} for t in tables.values()]
+    difference = largest_difference(*accuracy)
+    if difference is not None:
+        st.markdown(f"**{' vs '.join(tables)}**: {difference.text()}")
+    download_table(long_frame(tables), "dependency_heads_compared", key="deps_table_download")
 
 
 def table_notes(table: DependencyTable, lm: LoadedModel, from_file: bool, held_out: bool) -> None:
@@ -350,19 +416,24 @@ def table_notes(table: DependencyTable, lm: LoadedModel, from_file: bool, held_o
         )
 
 
-def table_section(table: DependencyTable, model_name: str, label: str, min_count: int, is_silver: bool) -> None:
-    """The table of best heads, beside (BERT-base) or above (other models) the paper's Table 1."""
-    frame = _table_frame(table)
+def table_section(tables: dict[str, DependencyTable], label: str, min_count: int, is_silver: bool) -> None:
+    """The table of best heads (one column group per model when comparing), beside or above the paper's Table 1."""
+    model_name, table = next(iter(tables.items()))
     st.caption(
         "Click a column header to sort. Relations are the DEPREL labels as written, by frequency, without root "
         f"and punct, with at least {min_count} dependents in the whole corpus; 'all' pools every word."
     )
-    ours, paper = st.columns([3, 2]) if model_name in BERT_BASE else (st.container(), None)
+    bert_base = model_name in BERT_BASE and len(tables) == 1
+    ours, paper = st.columns([3, 2]) if bert_base else (st.container(), None)
     with ours:
         if paper is not None:
             st.markdown(f"**{model_name} on {label}**")
-        st.dataframe(frame, hide_index=True, column_config=COLUMNS)
-        download_table(frame, "dependency_heads", key="deps_table_download")
+        if len(tables) > 1:
+            compared_tables(tables)
+        else:
+            frame = _table_frame(table)
+            st.dataframe(frame, hide_index=True, column_config=COLUMNS)
+            download_table(frame, "dependency_heads", key="deps_table_download")
     with paper or st.expander("Reference: Clark et al. (2019) Table 1 for BERT-base uncased"):
         _show_paper_table(is_silver)
 
@@ -393,30 +464,274 @@ def sources_sidebar() -> tuple[tuple[ResultFile, DependencyCounts] | None, bool]
     return loaded, st.session_state[SOURCE.key] == "silver" and loaded is None
 
 
+# ------------------------------------------------------------------------------------------ all heads together
+
+PROBE_CORPORA = {k: v for k, v in SHIPPED.items() if v in TREEBANKS} | {"upload": "Upload a CoNLL-U file"}
+PROBE_TRAIN = Option("probe_train", "train", PROBE_CORPORA["ewt-dev"], PROBE_CORPORA)
+PROBE_TEST = Option("probe_test", "test", PROBE_CORPORA["ewt-test"], PROBE_CORPORA)
+PROBE_LIMIT = Option("probe_limit", "probe_limit", 100_000, lo=1, hi=100_000)
+PROBE_OPTIONS = {"epochs": 1, "seed": 0}  # the CLI's defaults, which the page uses
+PROBE_HOW = """
+Every head's word-level map (section 6) votes for each word's head with one learned weight per direction
+(dep->head and head<-dep), plus two weights for ROOT (attention to or from [CLS] and [SEP]): 2 x layers x heads + 2
+numbers in all, trained with Adam on the training treebank, one sentence per step, then scored on the other treebank.
+The *attention + words* probe makes each weight a function of the two words' input embeddings. UAS counts correct
+heads over all words but punctuation; the best single head and the best fixed offset are scored on the same words.
+"""
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _probe(model_name: str, train_fp: str, test_fp: str, variant: str, _train: list, _test: list) -> dict:
+    """The probe's result JSON, trained and scored once per (model, corpora, variant)."""
+    with progress(f"Training the {variant} probe (model runs, then training steps)", "steps") as report:
+        lm = model_named(model_name)
+        return run_probe(lm, _train, _test, variant, progress=report, **PROBE_OPTIONS).to_json()  # type: ignore
+
+
+def _probe_file(option: Option, label: str) -> CorpusChoice | None:
+    """One treebank of the probe (shipped or uploaded) as a CorpusChoice, or None with a message shown."""
+    if label in TREEBANKS:
+        path = TREEBANKS[label]
+        sha1 = hashlib.sha1(path.read_bytes()).hexdigest()
+        return CorpusChoice(label, sha1, sha1, _read_path(str(path)), True)
+    uploaded = kept_upload(option.key, f"{option.param}: upload a CoNLL-U file", ["conllu"], "Gold trees, CoNLL-U.")
+    if uploaded is None:
+        return None
+    name, data = uploaded
+    try:
+        return CorpusChoice(name, hashlib.sha1(data).hexdigest(), "", _parse_upload(data, name, True), True)
+    except CorpusError as exc:
+        st.error(str(exc))
+        return None
+
+
+def probe_corpora() -> tuple[CorpusChoice, CorpusChoice, dict] | None:
+    """The training and test treebanks (limited), and the options a shipped result must match; None when missing."""
+    bind([PROBE_TRAIN, PROBE_TEST, PROBE_LIMIT])
+    c1, c2, c3 = st.columns([2, 2, 1])
+    train_label = c1.selectbox("Train on", list(PROBE_CORPORA.values()), key=PROBE_TRAIN.key)
+    test_label = c2.selectbox("Score on", list(PROBE_CORPORA.values()), key=PROBE_TEST.key)
+    limit = int(c3.number_input("At most this many sentences of each", 1, 100_000, step=100, key=PROBE_LIMIT.key))
+    train, test = _probe_file(PROBE_TRAIN, train_label), _probe_file(PROBE_TEST, test_label)
+    if train is None or test is None:
+        return None
+    if not train.inputs or not test.inputs:
+        st.error("A treebank of the probe has no sentence.")
+        return None
+    cut = limit < max(len(train.inputs), len(test.inputs))
+    train_path = str(TREEBANKS[train.label].relative_to(ROOT)) if train.label in TREEBANKS else f"upload:{train.sha1}"
+    options = {"train": train_path, "limit": limit if cut else None, **PROBE_OPTIONS}
+    train, test = (replace(c, inputs=c.inputs[:limit], fingerprint=f"{c.sha1}:{limit}") for c in (train, test))
+    return train, test, options
+
+
+def probe_result(lm: LoadedModel, train: CorpusChoice, test: CorpusChoice, options: dict) -> ProbeResult | None:
+    """The attention-only probe of a model: shipped, computed earlier, or trained now after the visitor asks."""
+    name = lm.facts.name
+    n = train.n_inputs + test.n_inputs
+    ask = (
+        f"{name}: training the probe runs the model over {n} sentences and then trains on {train.n_inputs} "
+        "(about a minute for both EWT treebanks on 2 CPU cores)."
+    )
+    result, source = shipped_or_computed(
+        "probe",
+        name,
+        test,
+        {**options, "variant": "attention"},
+        lambda: _probe(name, train.fingerprint, test.fingerprint, "attention", train.inputs, test.inputs),
+        lambda record: record.result,
+        ask_first=ask,
+    )
+    if result is None:
+        return None
+    st.caption(f"{name}, attention-only probe: {source}.")
+    return ProbeResult.from_json(result)
+
+
+def words_probe(lm: LoadedModel, train: CorpusChoice, test: CorpusChoice) -> ProbeResult | None:
+    """The attention + words probe, trained when the visitor asks (nothing of it ships); None until then."""
+    asked = f"_probe_words:{lm.facts.name}:{train.fingerprint}:{test.fingerprint}"
+    if not st.session_state.get(asked):
+        if not st.button("Train the attention + words probe too", key="probe_words_button"):
+            return None
+        st.session_state[asked] = True
+    found = _probe(lm.facts.name, train.fingerprint, test.fingerprint, "words", train.inputs, test.inputs)
+    return ProbeResult.from_json(found)
+
+
+METHODS = ("attention-only probe", "attention + words probe", "best single head", "best fixed offset")
+
+
+def uas_frame(results: dict[str, tuple[ProbeResult, ProbeResult | None]]) -> pd.DataFrame:
+    """UAS of the two probes, the best single head and the best offset, one row per method and model."""
+    rows = []
+    for model, (attention, words) in results.items():
+        best = attention.best_head
+        head = f"{best['layer'] + 1}-{best['head'] + 1} {best['direction']}"
+        words_uas = None if words is None else words.uas
+        values = (attention.uas, words_uas, attention.best_head_accuracy, attention.baseline_accuracy)
+        which = ("", "", head, f"{attention.baseline_offset:+d}")
+        rows += [
+            {"model": model, "method": m, "which": w, "UAS %": None if v is None else 100 * v}
+            for m, w, v in zip(METHODS, which, values)
+        ]
+    return pd.DataFrame(rows)
+
+
+def relation_frame(results: dict[str, ProbeResult]) -> pd.DataFrame:
+    """UAS per relation of the probe, the best head and the best offset, one row per relation and model."""
+    return pd.DataFrame(
+        [
+            {
+                "model": model,
+                "relation": relation,
+                "count": v["count"],
+                "probe UAS %": 100 * v["uas"],
+                "best head %": 100 * v["best_head_accuracy"],
+                "best offset %": 100 * v["baseline_accuracy"],
+            }
+            for model, result in results.items()
+            for relation, v in result.uas_by_relation.items()
+        ]
+    )
+
+
+def probe_metrics(result: ProbeResult, words: ProbeResult | None) -> None:
+    """The four UAS figures of one model side by side, and what was scored."""
+    best = result.best_head
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("UAS, attention-only probe", f"{100 * result.uas:.1f}%")
+    m2.metric("UAS, attention + words", "—" if words is None else f"{100 * words.uas:.1f}%")
+    m3.metric(f"Best single head ({best['layer'] + 1}-{best['head'] + 1})", f"{100 * result.best_head_accuracy:.1f}%")
+    m4.metric(f"Best fixed offset ({result.baseline_offset:+d})", f"{100 * result.baseline_accuracy:.1f}%")
+    st.caption(
+        f"Trained on {result.n_train} sentences, scored on {result.n_test} ({result.n_words} words without "
+        f"punctuation); {result.n_skipped_train} training and {result.n_skipped_test} test sentences were longer "
+        "than the model takes and were skipped."
+    )
+
+
+def probe_comparison(results: dict[str, tuple[ProbeResult, ProbeResult | None]]) -> None:
+    """Both models' UAS in one table, and where their per-relation UAS differ most."""
+    frame, wide = uas_frame(results), pd.DataFrame({"method": METHODS})
+    for model in results:
+        part = frame[frame["model"] == model].set_index("method")
+        wide[f"{model}: UAS %"] = part["UAS %"].reindex(METHODS).to_numpy()
+        wide[f"{model}: head or offset"] = part["which"].reindex(METHODS).to_numpy()
+    st.dataframe(wide, hide_index=True, column_config={f"{m}: UAS %": PERCENT for m in results})
+    (a, _), (b, _) = results.values()
+    uas = [{"UAS": {"all words": r.uas} | {k: v["uas"] for k, v in r.uas_by_relation.items()}} for r in (a, b)]
+    difference = largest_difference(*uas)
+    if difference is not None:
+        st.markdown(f"**{' vs '.join(results)}**: {difference.text()}")
+
+
+def probe_figures(result: ProbeResult, model: str) -> None:
+    """UAS per relation, the learned weights, and one test sentence drawn."""
+    bars = relation_bars(result.uas_by_relation, min_count=20 if result.n_words >= 2000 else 1)
+    st.plotly_chart(bars, key="probe_relations")
+    download_figure(bars, "probe_uas_per_relation", key="probe_relations_download")
+    with st.expander("UAS per relation, every relation (table)"):
+        percent = {c: PERCENT for c in ("probe UAS %", "best head %", "best offset %")}
+        st.dataframe(relation_frame({model: result}), hide_index=True, column_config=percent)
+    weights = weight_heatmaps(result.weight_grid(), f"Learned weight of every head ({model})")
+    st.plotly_chart(weights, key="probe_weights")
+    download_figure(weights, "probe_weights", key="probe_weights_download")
+    top = ", ".join(f"{layer + 1}-{head + 1} {d} ({w:+.2f})" for layer, head, d, w in result.largest_weights(5))
+    st.caption(f"Largest weights: {top}. Blue: the head's vote counts for the candidate; red: against.")
+    probe_example(result)
+
+
+def probe_example(result: ProbeResult) -> None:
+    """One test sentence: gold arcs above, the probe's below, errors red."""
+    sentences = result.sentences
+    option = Option("probe_sentence", "probe_sentence", 0, lo=0, hi=max(len(sentences) - 1, 0))
+    bind([option])
+    index = st.selectbox(
+        "Test sentence",
+        range(len(sentences)),
+        key=option.key,
+        format_func=lambda i: f"{i + 1}. " + " ".join(sentences[i].words)[:110],
+    )
+    s = sentences[index]
+    scored = [r != PUNCT for r in s.deprels]
+    hits = sum(int(p == g) for p, g, k in zip(s.predicted, s.heads, scored) if k)
+    fig = probe_sentence(s.words, s.heads, s.deprels, s.predicted, f"{s.sent_id}: {hits} of {sum(scored)} heads right")
+    st.plotly_chart(fig, key="probe_sentence_chart")
+    download_figure(fig, "probe_sentence", key="probe_sentence_download")
+
+
+def probe_section(lm: LoadedModel, second: LoadedModel | None) -> None:
+    """Issue 16: Clark's attention probe trained on one treebank and scored on another, for one or two models."""
+    st.header("All heads together")
+    st.markdown(PROBE_HOW)
+    cite_methods(14)
+    chosen = probe_corpora()
+    if chosen is None:
+        return
+    train, test, options = chosen
+    result = probe_result(lm, train, test, options)
+    if result is None:
+        return
+    words = words_probe(lm, train, test)
+    results = {lm.facts.name: (result, words)}
+    probe_metrics(result, words)
+    other = None if second is None else probe_result(second, train, test, options)
+    if second is not None and other is not None:
+        results[second.facts.name] = (other, None)
+        probe_comparison(results)
+    probe_downloads(results)
+    probe_figures(result, lm.facts.name)
+
+
+def probe_downloads(results: dict[str, tuple[ProbeResult, ProbeResult | None]]) -> None:
+    """UAS and per-relation tables (CSV, a model column) and every result (JSON)."""
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        download_table(uas_frame(results), "probe_uas", key="probe_uas_download")
+    with c2:
+        relations = relation_frame({model: attention for model, (attention, _) in results.items()})
+        download_table(relations, "probe_uas_per_relation", key="probe_relations_table_download")
+    with c3:
+        everything = {
+            model: {"attention": a.to_json(), "words": None if w is None else w.to_json()}
+            for model, (a, w) in results.items()
+        }
+        download_json(everything, "probe_result", key="probe_json_download")
+
+
+def table_one(lm: LoadedModel, second: LoadedModel | None) -> None:
+    """Issues 7, 15, 17: the best head per relation for one or two models, every head on one relation, an example."""
+    loaded, is_silver = sources_sidebar()
+    corpus = None if loaded is not None else chosen_corpus(is_silver)
+    min_count, rule, held_out = table_options()
+    found = counts_of(lm, loaded, corpus, is_silver, rule) if loaded is not None or corpus is not None else None
+    if found is None:
+        return
+    counts, label, model_name, sentences = found
+    table = counts.table(min_count=min_count, held_out=held_out)
+    table_notes(table, lm, loaded is not None, held_out)
+    if not table.rows:
+        st.warning("No sentence could be analysed.")
+        return
+    other = second_table(second, corpus, rule, min_count, held_out)
+    table_section({model_name: table} | dict([other] if other else []), label, min_count, is_silver)
+    relation = relation_section(counts, table, held_out)
+    if sentences is None:
+        st.info("The example sentence needs the corpus itself: remove the result file to choose one in the sidebar.")
+    else:
+        example_viewer(lm, sentences, table, relation, rule)
+
+
 st.title("Dependency heads")
 st.caption(
     "Which single attention head finds which syntactic relation, against the best fixed-offset baseline "
-    "(Clark et al. 2019, section 4 and Table 1). Layers and heads are numbered from 1 (layer-head, as in the "
+    "(Clark et al. 2019, sections 4 and 5, Table 1). Layers and heads are numbered from 1 (layer-head, as in the "
     "paper); the command line and JSON count from 0."
 )
 with st.expander("How the numbers are computed"):
     st.markdown(HOW)
-lm = current_model()
-loaded, is_silver = sources_sidebar()
-corpus = None if loaded is not None else chosen_corpus(is_silver)
-min_count, rule, held_out = table_options()
-found = counts_of(lm, loaded, corpus, is_silver, rule) if loaded is not None or corpus is not None else None
-if found is None:
-    st.stop()
-counts, label, model_name, sentences = found
-table = counts.table(min_count=min_count, held_out=held_out)
-table_notes(table, lm, loaded is not None, held_out)
-if not table.rows:
-    st.warning("No sentence could be analysed.")
-    st.stop()
-table_section(table, model_name, label, min_count, is_silver)
-relation = relation_section(counts, table, held_out)
-if sentences is None:
-    st.info("The example sentence needs the corpus itself: remove the result file to choose one in the sidebar.")
-else:
-    example_viewer(lm, sentences, table, relation, rule)
+cite_methods(6, 7)
+lm, second = current_model(), compared_model()
+table_one(lm, second)
+probe_section(lm, second)

@@ -377,3 +377,72 @@ def test_page_silver_classroom_marks_predicted_parses():
     assert any("Predicted parses" in i.value for i in at.info)
     assert at.metric[0].value == "12"
     assert at.dataframe[0].value["relation"].iloc[0] == "all"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_page_compares_two_models_table_and_probe(minilm, tiny_model_dir, tiny_model, one_thread):
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.corpus import read_conllu
+    from attnlib.report import largest_difference
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    for key, value in {"limit": "10", "min": "1", "probe_limit": "4", "cmp": str(tiny_model_dir)}.items():
+        at.query_params[key] = value
+    at.run()
+    at.switch_page("app_pages/dependency_heads.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    first, second = minilm.facts.name, str(tiny_model_dir)
+    sentences = read_conllu(EWT_DEV)[:10]
+    tables = {
+        m: count_dependencies(lm, sentences).table(min_count=1) for m, lm in [(first, minilm), (second, tiny_model)]
+    }
+    frame = at.dataframe[0].value
+    assert frame["relation"].tolist() == [r.relation for r in tables[first].rows]
+    for model, table in tables.items():
+        by_relation = {r.relation: r for r in table.rows}
+        rows = [by_relation[r] for r in frame["relation"]]
+        assert frame[f"{model}: best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in rows]
+        np.testing.assert_allclose(frame[f"{model}: accuracy %"], [100 * r.accuracy for r in rows])
+    accuracy = [{"best-head accuracy": {r.relation: r.accuracy for r in t.rows}} for t in tables.values()]
+    expected = largest_difference(*accuracy)
+    assert expected is not None and any(expected.text() in m.value for m in at.markdown)
+
+    at.button(key=f"compute:probe:{first}").click().run()  # each model's probe is trained on request
+    at.button(key=f"compute:probe:{second}").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    uas = next(d.value for d in at.dataframe if "method" in d.value.columns).set_index("method")
+    assert list(uas.columns) == [f"{m}: {c}" for m in (first, second) for c in ("UAS %", "head or offset")]
+    shown = {m.label: m.value for m in at.metric}["UAS, attention-only probe"]
+    assert shown == f"{uas.loc['attention-only probe', f'{first}: UAS %']:.1f}%"
+    assert uas[f"{second}: UAS %"].notna().sum() == 3  # probe, best head, offset (words probe: first model only)
+    assert sum("largest difference: UAS in" in m.value for m in at.markdown) == 1
+
+
+@pytest.mark.slow
+def test_page_opens_the_shipped_table_at_once_and_says_so(monkeypatch):
+    import hashlib
+
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.deps import dependency_counts_from_json
+    from attnlib.model import DEFAULT_MODEL
+    from attnlib.precomputed import shipped_result
+
+    def no_counting(*args, **kwargs):
+        raise AssertionError("the page ran the model over the corpus although its result ships")
+
+    monkeypatch.setattr(deps, "count_dependencies", no_counting)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    at.switch_page("app_pages/dependency_heads.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    record = shipped_result("deps", DEFAULT_MODEL, hashlib.sha1(EWT_DEV.read_bytes()).hexdigest(), 2001, {})
+    assert record is not None
+    expected = dependency_counts_from_json(record.state or {}).table(min_count=100)
+    frame = at.dataframe[0].value
+    assert frame["relation"].tolist() == [r.relation for r in expected.rows]
+    np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
+    assert at.metric[0].value == "2001"
+    assert any("precomputed, shipped with the app" in c.value for c in at.caption)
+    assert at.button(key=f"recompute:deps:{DEFAULT_MODEL}").label == "Recompute"

@@ -1,0 +1,56 @@
+"""Real-browser test: the Dependency heads page's "All heads together" section, with a second model to compare with."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+
+IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+
+
+def _click(page, name: str, last: bool = False) -> None:
+    """Click a button once the page's run has ended (a run in progress still shows the previous run's buttons)."""
+    page.wait_for_function(IDLE, timeout=180_000)
+    buttons = page.get_by_role("button", name=name)
+    button = buttons.last if last else buttons.first
+    button.wait_for(timeout=180_000)
+    button.scroll_into_view_if_needed()
+    button.click()
+    page.wait_for_timeout(1000)
+    page.wait_for_function(IDLE, timeout=180_000)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_probe_section_compares_two_models(streamlit_server, browser, screenshot_dir, tiny_model_dir):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        url = f"{streamlit_server}/dependency-heads?limit=10&min=1&probe_limit=6&cmp={quote(str(tiny_model_dir))}"
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("heading", name="All heads together").first.wait_for(timeout=180_000)
+        page.wait_for_function(IDLE, timeout=180_000)
+        page.get_by_text("largest difference: best-head accuracy in").first.wait_for(timeout=60_000)
+        _click(page, "Compute for 6 inputs")  # the default model's probe
+        page.get_by_text("UAS, attention-only probe").first.wait_for(timeout=180_000)
+        _click(page, "Compute for 6 inputs", last=True)  # the second model's
+        page.get_by_text("largest difference: UAS in").first.wait_for(timeout=180_000)
+        page.locator(".js-plotly-plot").filter(has_text="Learned weight of every head").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(1500)
+        assert page.locator("[data-testid='stException']").count() == 0, "an exception box is shown"
+        assert page.get_by_text("UAS, attention-only probe").count() == 1
+        page.screenshot(path=str(screenshot_dir / "deps-probe-compare.png"), full_page=True)
+        section = page.get_by_role("heading", name="All heads together").first
+        section.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_dir / "deps-probe-section.png"))
+        charts = page.locator(".js-plotly-plot")
+        assert charts.filter(has_text="Accuracy per relation").count() == 1
+        assert charts.filter(has_text="heads right").count() == 1  # the test sentence's arc diagram
+    except Exception:
+        page.get_by_role("button").last.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_dir / "deps-probe-failure-end.png"))
+        page.screenshot(path=str(screenshot_dir / "deps-probe-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
