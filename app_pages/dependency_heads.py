@@ -34,7 +34,7 @@ from figures.deps import arc_diagram, head_accuracy_heatmaps
 from figures.heatmap import attention_heatmap
 from figures.probe import probe_sentence, relation_bars, weight_heatmaps
 from ui.compare import compared_model
-from ui.corpus_picker import SHIPPED, CorpusChoice, _parse_upload, _read_path, corpus_picker, kept_upload
+from ui.corpus_picker import SHIPPED, CorpusChoice, corpus_picker, kept_upload, parse_upload, read_path
 from ui.downloads import download_figure, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
@@ -493,13 +493,13 @@ def _probe_file(option: Option, label: str) -> CorpusChoice | None:
     if label in TREEBANKS:
         path = TREEBANKS[label]
         sha1 = hashlib.sha1(path.read_bytes()).hexdigest()
-        return CorpusChoice(label, sha1, sha1, _read_path(str(path)), True)
+        return CorpusChoice(label, sha1, sha1, read_path(str(path)), True)
     uploaded = kept_upload(option.key, f"{option.param}: upload a CoNLL-U file", ["conllu"], "Gold trees, CoNLL-U.")
     if uploaded is None:
         return None
     name, data = uploaded
     try:
-        return CorpusChoice(name, hashlib.sha1(data).hexdigest(), "", _parse_upload(data, name, True), True)
+        return CorpusChoice(name, hashlib.sha1(data).hexdigest(), "", parse_upload(data, name, True), True)
     except CorpusError as exc:
         st.error(str(exc))
         return None

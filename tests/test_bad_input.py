@@ -666,14 +666,14 @@ def test_uploads_are_never_unpickled():
     import pickle
 
     from attnlib.results import ResultFileError, read_result_file
-    from ui.corpus_picker import _parse_upload
+    from ui.corpus_picker import parse_upload
 
     payload = pickle.dumps(_Trap())
     for read in (
         lambda: read_text_corpus(payload, "x.txt"),
         lambda: read_conllu(payload, "x.conllu"),
-        lambda: _parse_upload(payload, "x.txt", False),
-        lambda: _parse_upload(payload, "x.conllu", True),
+        lambda: parse_upload(payload, "x.txt", False),
+        lambda: parse_upload(payload, "x.conllu", True),
     ):
         with pytest.raises(CorpusError):
             read()

@@ -35,7 +35,7 @@ class CorpusChoice:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _parse_upload(data: bytes, name: str, conllu: bool) -> list[CorpusInput]:
+def parse_upload(data: bytes, name: str, conllu: bool) -> list[CorpusInput]:
     """Parse uploaded bytes once per content."""
     try:
         text = data.decode("utf-8-sig")
@@ -45,7 +45,7 @@ def _parse_upload(data: bytes, name: str, conllu: bool) -> list[CorpusInput]:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _read_path(path: str) -> list[CorpusInput]:
+def read_path(path: str) -> list[CorpusInput]:
     """Read a corpus file on disk once."""
     return read_corpus(path)
 
@@ -87,7 +87,7 @@ def read_choice(key: str, choice: str, kind: Kind) -> tuple[str, str, list[Corpu
     """(label, SHA-1, inputs, is CoNLL-U) of the chosen corpus; None while no file is uploaded."""
     if choice in CLASSROOM or choice in TREEBANKS:
         path = CLASSROOM.get(choice) or TREEBANKS[choice]
-        return choice, hashlib.sha1(path.read_bytes()).hexdigest(), _read_path(str(path)), path.suffix == ".conllu"
+        return choice, hashlib.sha1(path.read_bytes()).hexdigest(), read_path(str(path)), path.suffix == ".conllu"
     text_help = "Text: one input per line, a TAB between sentence A and B. CoNLL-U: Universal Dependencies format."
     types = ["conllu"] if kind == "conllu" else ["txt", "tsv", "conllu"]
     uploaded = kept_upload(key, choice, types, text_help)
@@ -95,7 +95,7 @@ def read_choice(key: str, choice: str, kind: Kind) -> tuple[str, str, list[Corpu
         return None
     name, data = uploaded
     is_conllu = kind == "conllu" or name.lower().endswith((".conllu", ".conll"))
-    return name, hashlib.sha1(data).hexdigest(), _parse_upload(data, name, is_conllu), is_conllu
+    return name, hashlib.sha1(data).hexdigest(), parse_upload(data, name, is_conllu), is_conllu
 
 
 def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> CorpusChoice | None:
