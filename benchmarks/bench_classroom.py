@@ -193,6 +193,64 @@ def measure(url: str, cases: list[PageCase], visitors: int, timeout_s: float, lo
     return rows
 
 
+# ---------- the exact attribution example --------------------------------------------------------------------------
+
+
+def exact_added_mb(n_tokens: int) -> tuple[int, float]:
+    """(tokens, MB of resident memory added) by an exact attribution with the default model, in this process.
+
+    Each phase runs only its first 2 chunks of directions: a chunk's tensors and the per-token Jacobians are as large
+    as in a full run (the running sums are [n, layers, n, heads] floats), so the peak is the same in seconds, not hours.
+    """
+    import itertools
+    import threading
+
+    import attnlib.attribution as attribution
+    from attnlib.model import DEFAULT_MODEL, load_model
+    from attnlib.runner import run
+
+    lm = load_model(DEFAULT_MODEL)
+    words = ("the committee approved a new budget after a long debate and everyone went home early " * 40).split()
+    text = " ".join(words[: n_tokens - 2])
+    n = run(lm, text).n
+    whole = attribution._direction_chunks
+    attribution._direction_chunks = lambda *a, **k: itertools.islice(whole(*a, **k), 2)  # type: ignore[assignment]
+    process = psutil.Process()
+    base = peak = process.memory_info().rss
+    sampling = True
+
+    def sample() -> None:
+        nonlocal peak
+        while sampling:
+            peak = max(peak, process.memory_info().rss)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        attribution.attribute(lm, text, mode="exact")
+        time.sleep(0.05)
+    finally:
+        sampling = False
+        sampler.join()
+        attribution._direction_chunks = whole  # type: ignore[assignment]
+    return n, (peak - base) / 2**20
+
+
+def exact_memory_report(lengths: list[int]) -> None:
+    """Each length in a fresh process (so one run's freed memory does not hide the next one's)."""
+    from attnlib.attribution import exact_seconds
+    from attnlib.model import DEFAULT_MODEL, load_model
+
+    facts = load_model(DEFAULT_MODEL).facts
+    print(f"{'tokens':>7}{'added MB':>10}{'exact_seconds':>15}")
+    for length in lengths:
+        code = f"from benchmarks.bench_classroom import exact_added_mb; print(*exact_added_mb({length}))"
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+        n, added = out.stdout.split()
+        print(f"{n:>7}{float(added):>10.0f}{exact_seconds(facts, int(n)):>15.0f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--visitors", type=int, default=8, help="visitors arriving at once per page (default 8)")
@@ -201,7 +259,17 @@ def main() -> int:
         "--timeout", type=float, default=600, help="seconds a page may take before it counts as an error"
     )
     parser.add_argument("--no-pin", action="store_true", help="do not pin the server to CPU 0")
+    parser.add_argument(
+        "--exact-memory",
+        type=int,
+        nargs="+",
+        metavar="TOKENS",
+        help="only the memory an exact example of each length adds",
+    )
     args = parser.parse_args()
+    if args.exact_memory:
+        exact_memory_report(args.exact_memory)
+        return 0
     cases = [c for c in PAGES if not args.only or c.name in args.only]
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
