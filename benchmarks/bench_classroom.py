@@ -214,7 +214,7 @@ def exact_added_mb(n_tokens: int) -> tuple[int, float]:
     text = " ".join(words[: n_tokens - 2])
     n = run(lm, text).n
     whole = attribution._direction_chunks
-    attribution._direction_chunks = lambda *a, **k: itertools.islice(whole(*a, **k), 2)  # type: ignore[assignment]
+    attribution._direction_chunks = lambda *a, **k: itertools.islice(whole(*a, **k), 2)
     process = psutil.Process()
     base = peak = process.memory_info().rss
     sampling = True
@@ -233,7 +233,7 @@ def exact_added_mb(n_tokens: int) -> tuple[int, float]:
     finally:
         sampling = False
         sampler.join()
-        attribution._direction_chunks = whole  # type: ignore[assignment]
+        attribution._direction_chunks = whole
     return n, (peak - base) / 2**20
 
 

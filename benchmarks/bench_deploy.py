@@ -229,6 +229,7 @@ def pip_install(requirements: Path) -> dict:
             stderr=subprocess.STDOUT,
             text=True,
         )
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             lines.append((time.perf_counter() - t0, line.rstrip()))
         code = proc.wait()
