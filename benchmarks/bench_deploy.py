@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +52,8 @@ def free_port() -> int:
 class Server:
     """`streamlit run app.py` on loopback, its start time, and a sampler of its resident memory (with children)."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, prefix: Sequence[str] = ()) -> None:
+        """`prefix` goes before the command, e.g. ("taskset", "-c", "0") to pin the server to one CPU."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log, "wb")  # noqa: SIM115 - open for the server's whole life
@@ -59,6 +61,7 @@ class Server:
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "streamlit",
@@ -226,6 +229,7 @@ def pip_install(requirements: Path) -> dict:
             stderr=subprocess.STDOUT,
             text=True,
         )
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             lines.append((time.perf_counter() - t0, line.rstrip()))
         code = proc.wait()

@@ -1,0 +1,316 @@
+"""The classroom browser benchmark (issue 15): every page finished for one new visitor, and for 8 arriving at once,
+with the server pinned to one CPU (`taskset -c 0`); the server's peak resident memory with 8 visitors on every page.
+
+Targets (after the model has loaded): <= 3 s for one visitor, <= 10 s for each of 8, peak RSS < 1 GB. A page is
+finished when its main figure or table is on screen and Streamlit's status widget is gone (both true for 0.5 s, timed
+from the start of that stable stretch). The time runs from navigation start (`performance.now()` in the page).
+Exits non-zero only on errors (an exception box, a page that never finished), not on missed targets.
+
+Run from the repository root: `.venv/bin/python -m benchmarks.bench_classroom [--visitors 8] [--only tour-1 live]`.
+Writes the figures to benchmarks/results/classroom.json as well."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+from benchmarks.bench_deploy import BROWSER_ARGS, CHROMIUM, ROOT, Server
+
+TARGET_ONE_S = 3.0
+TARGET_EIGHT_S = 10.0
+TARGET_RSS_MB = 1024.0
+STABLE_MS = 500  # the finished state must hold this long (Streamlit may show its status widget a moment late)
+PLOT, TABLE, HEAD_VIEW = ".js-plotly-plot", "[data-testid='stDataFrame']", "iframe"
+
+
+@dataclass(frozen=True)
+class PageCase:
+    """One page as a new visitor opens it: a name, its path and query, and the CSS selector of its main element."""
+
+    name: str
+    path: str
+    main: str
+
+
+TOUR_MAIN = {1: HEAD_VIEW, 2: PLOT, 3: PLOT, 4: PLOT, 5: TABLE, 6: PLOT}  # app_pages/tour.py, render_* per step
+PAGES: tuple[PageCase, ...] = (
+    *(PageCase(f"tour-{n}", f"/tour?step={n}", main) for n, main in TOUR_MAIN.items()),
+    PageCase("live", "/", HEAD_VIEW),
+    PageCase("special-tokens", "/special-tokens", PLOT),
+    PageCase("dependency-heads", "/dependency-heads", TABLE),
+    PageCase("local-global", "/local-global", PLOT),
+)
+
+# Injected into every new page: poll until the main element is laid out and no status widget shows, and keep the
+# moment that state began once it has held STABLE_MS; `window.__benchFinished` is then ms since navigation start.
+FINISH_WATCH = """
+(() => {
+  const main = %s, stableMs = %d;
+  let since = null;
+  const tick = () => {
+    const el = document.querySelector(main);
+    const shown = el !== null && el.getBoundingClientRect().height > 0;
+    const running = document.querySelector('[data-testid="stStatusWidget"]') !== null;
+    if (shown && !running) {
+      if (since === null) since = performance.now();
+      if (performance.now() - since >= stableMs) { window.__benchFinished = since; return; }
+    } else {
+      since = null;
+    }
+    setTimeout(tick, 25);
+  };
+  tick();
+})();
+"""
+
+
+def watch_script(main: str) -> str:
+    """FINISH_WATCH for one page's main-element selector."""
+    return FINISH_WATCH % (json.dumps(main), STABLE_MS)
+
+
+FINISHED = "() => window.__benchFinished !== undefined"
+EXCEPTION = "[data-testid='stException']"
+
+
+@dataclass
+class Visit:
+    """One visitor's page: seconds from navigation start to finished (None if it never finished), and any problem."""
+
+    seconds: float | None
+    problem: str | None = None
+
+
+@dataclass
+class PageTimes:
+    """A page's figures: one visitor alone, then each of several arriving at once."""
+
+    name: str
+    one: Visit
+    many: list[Visit] = field(default_factory=list)
+
+    def many_seconds(self) -> list[float]:
+        return [v.seconds for v in self.many if v.seconds is not None]
+
+
+def summary(times: PageTimes) -> tuple[float | None, float | None, float | None]:
+    """(one visitor s, max over the many s, median over the many s); None where nothing finished."""
+    many = times.many_seconds()
+    return times.one.seconds, max(many) if many else None, statistics.median(many) if many else None
+
+
+def tree_high_water_mb(pid: int) -> float:
+    """Peak resident memory (VmHWM) of a process plus that of each of its children, in MB."""
+    process = psutil.Process(pid)
+    total_kb = 0
+    for p in [process, *process.children(recursive=True)]:
+        try:
+            status = Path(f"/proc/{p.pid}/status").read_text()
+        except OSError:
+            continue
+        total_kb += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+    return total_kb / 1024
+
+
+def _cell(value: float | None, target: float) -> str:
+    if value is None:
+        return f"{'never':>8}  "
+    return f"{value:>8.2f}{'*' if value > target else ' '} "
+
+
+def table(rows: list[PageTimes], visitors: int) -> str:
+    """The table: page, 1 visitor s, N visitors max s, their median s; a star marks a missed target."""
+    lines = [f"{'page':<18}{'1 visitor s':>12}{f'{visitors} visitors max s':>20}{'median s':>10}"]
+    for row in rows:
+        one, most, median = summary(row)
+        lines.append(
+            f"{row.name:<18}{_cell(one, TARGET_ONE_S):>12}{_cell(most, TARGET_EIGHT_S):>20}"
+            f"{_cell(median, TARGET_EIGHT_S):>10}"
+        )
+    return "\n".join(lines)
+
+
+# ---------- the browser ------------------------------------------------------------------------------------------
+
+
+def open_visitor(browser, url: str, case: PageCase):
+    """A new browser context (a new visitor, no cookies, no session) navigating to the page; returns (context, page)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(watch_script(case.main))
+    page = context.new_page()
+    page.goto(url + case.path, wait_until="commit")
+    return context, page
+
+
+def finish(page, timeout_s: float) -> Visit:
+    """Wait until the page is finished; its seconds from navigation start, and an exception box if one shows."""
+    try:
+        page.wait_for_function(FINISHED, timeout=timeout_s * 1000, polling=100)
+    except Exception as exc:  # Playwright's TimeoutError and a crashed page alike: never finished
+        shown = page.locator(EXCEPTION).count() if not page.is_closed() else 0
+        return Visit(None, "exception box" if shown else f"not finished: {type(exc).__name__}")
+    seconds = page.evaluate("window.__benchFinished") / 1000
+    return Visit(seconds, "exception box" if page.locator(EXCEPTION).count() else None)
+
+
+def visit_together(browser, url: str, case: PageCase, visitors: int, timeout_s: float) -> list[Visit]:
+    """`visitors` new visitors navigate to the page one right after another, then each is waited for."""
+    opened = [open_visitor(browser, url, case) for _ in range(visitors)]
+    try:
+        return [finish(page, timeout_s) for _, page in opened]
+    finally:
+        for context, _ in opened:
+            context.close()
+
+
+def measure(url: str, cases: list[PageCase], visitors: int, timeout_s: float, log) -> list[PageTimes]:
+    """Warm the model with one uncounted visit, then each page alone, then each page with `visitors` at once."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
+        try:
+            warm = visit_together(browser, url, PageCase("warm-up", "/", HEAD_VIEW), 1, timeout_s)[0]
+            log(f"warm-up (Live attention, model load, not counted): {warm.seconds} s {warm.problem or ''}")
+            rows = []
+            for case in cases:
+                rows.append(PageTimes(case.name, visit_together(browser, url, case, 1, timeout_s)[0]))
+                log(f"{case.name}: 1 visitor {rows[-1].one}")
+            for row, case in zip(rows, cases):
+                row.many = visit_together(browser, url, case, visitors, timeout_s)
+                log(f"{case.name}: {visitors} visitors {[v.seconds for v in row.many]}")
+        finally:
+            browser.close()
+    return rows
+
+
+# ---------- the exact attribution example --------------------------------------------------------------------------
+
+
+def exact_added_mb(n_tokens: int) -> tuple[int, float]:
+    """(tokens, MB of resident memory added) by an exact attribution with the default model, in this process.
+
+    Each phase runs only its first 2 chunks of directions: a chunk's tensors and the per-token Jacobians are as large
+    as in a full run (the running sums are [n, layers, n, heads] floats), so the peak is the same in seconds, not hours.
+    """
+    import itertools
+    import threading
+
+    import attnlib.attribution as attribution
+    from attnlib.model import DEFAULT_MODEL, load_model
+    from attnlib.runner import run
+
+    lm = load_model(DEFAULT_MODEL)
+    words = ("the committee approved a new budget after a long debate and everyone went home early " * 40).split()
+    text = " ".join(words[: n_tokens - 2])
+    n = run(lm, text).n
+    whole = attribution._direction_chunks
+    attribution._direction_chunks = lambda *a, **k: itertools.islice(whole(*a, **k), 2)
+    process = psutil.Process()
+    base = peak = process.memory_info().rss
+    sampling = True
+
+    def sample() -> None:
+        nonlocal peak
+        while sampling:
+            peak = max(peak, process.memory_info().rss)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        attribution.attribute(lm, text, mode="exact")
+        time.sleep(0.05)
+    finally:
+        sampling = False
+        sampler.join()
+        attribution._direction_chunks = whole
+    return n, (peak - base) / 2**20
+
+
+def exact_memory_report(lengths: list[int]) -> None:
+    """Each length in a fresh process (so one run's freed memory does not hide the next one's)."""
+    from attnlib.attribution import exact_seconds
+    from attnlib.model import DEFAULT_MODEL, load_model
+
+    facts = load_model(DEFAULT_MODEL).facts
+    print(f"{'tokens':>7}{'added MB':>10}{'exact_seconds':>15}")
+    for length in lengths:
+        code = f"from benchmarks.bench_classroom import exact_added_mb; print(*exact_added_mb({length}))"
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+        n, added = out.stdout.split()
+        print(f"{n:>7}{float(added):>10.0f}{exact_seconds(facts, int(n)):>15.0f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--visitors", type=int, default=8, help="visitors arriving at once per page (default 8)")
+    parser.add_argument("--only", nargs="+", choices=[c.name for c in PAGES], help="measure only these pages")
+    parser.add_argument(
+        "--timeout", type=float, default=600, help="seconds a page may take before it counts as an error"
+    )
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the server to CPU 0")
+    parser.add_argument(
+        "--exact-memory",
+        type=int,
+        nargs="+",
+        metavar="TOKENS",
+        help="only the memory an exact example of each length adds",
+    )
+    args = parser.parse_args()
+    if args.exact_memory:
+        exact_memory_report(args.exact_memory)
+        return 0
+    cases = [c for c in PAGES if not args.only or c.name in args.only]
+    out_dir = ROOT / "benchmarks" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    pin = () if args.no_pin else ("taskset", "-c", "0")
+    server = Server(out_dir / "classroom-server.log", prefix=pin)
+    try:
+        server.health_seconds()
+        rows = measure(server.url, cases, args.visitors, args.timeout, log)
+        time.sleep(0.5)
+        high_water = tree_high_water_mb(server.proc.pid)
+        sampled = server.peak_mb
+    finally:
+        server.stop()
+    problems = [
+        f"{row.name}: {visit.problem}" for row in rows for visit in [row.one, *row.many] if visit.problem is not None
+    ]
+    report = {
+        "commit": commit.stdout.strip(),
+        "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}",
+        "server": " ".join(pin) or "not pinned",
+        "visitors": args.visitors,
+        "pages": [asdict(row) for row in rows],
+        "peak_rss_mb_vmhwm": high_water,
+        "peak_rss_mb_sampled": sampled,
+        "problems": problems,
+    }
+    (out_dir / "classroom.json").write_text(json.dumps(report, indent=1))
+    print(f"\nClassroom benchmark at {report['commit']} ({report['machine']}; server {report['server']})")
+    print(f"targets: 1 visitor <= {TARGET_ONE_S:.0f} s, each of {args.visitors} <= {TARGET_EIGHT_S:.0f} s (* = over)")
+    print(table(rows, args.visitors))
+    print(f"peak RSS, server and children (VmHWM): {high_water:.0f} MB (target < {TARGET_RSS_MB:.0f} MB)")
+    print(f"peak RSS, sampled every 50 ms:        {sampled:.0f} MB")
+    for problem in problems:
+        print(f"error: {problem}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
