@@ -213,11 +213,22 @@ def difference_line(views: list[Shown], per_layer: list[dict], keys: list[str], 
     """With two models: where their per-layer values differ most (per_layer: one {key: [layers]} per view)."""
     if len(views) < 2:
         return
-    found = largest_difference(*(by_layer(values, keys, names) for values in per_layer))
+    depths = {len(values[keys[0]]) for values in per_layer}
+    found = largest_difference(*(comparable(values, keys, names, len(depths) > 1) for values in per_layer))
     if found is None:
-        st.caption("The two models have no layer in common to compare.")
+        st.caption("The two models have no layer at the same relative depth to compare.")
         return
     st.markdown(f"**{views[0].model} vs {views[1].model}**, {found.text()}.")
+
+
+def comparable(per_layer: dict, keys: list[str], names: dict[str, str], relative: bool) -> dict[str, dict]:
+    """by_layer's {name: {"layer 3": value}}; models of different depth meet at equal fractions of their depth."""
+    if not relative:
+        return by_layer(per_layer, keys, names)
+    return {
+        names[k]: {f"relative depth {(l + 1) / len(per_layer[k]):.2f}": float(v) for l, v in enumerate(per_layer[k])}
+        for k in keys
+    }
 
 
 def _per_model(views: list[Shown], keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
