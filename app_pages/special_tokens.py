@@ -413,11 +413,14 @@ def weights_norms_caption(view: Shown) -> str:
     gap = largest_weight_norm_gap(view.special.layers, view.norms.layers)
     if gap is None:
         return "No layer has both a weight share and a norm share to compare."
-    verdict = (
-        "its value vectors are small, so that attention moves little (a near no-op, as Kobayashi et al. found)"
-        if gap.norm_share < gap.weight_share
-        else "its value vectors are large, so that attention carries more than its weight says"
-    )
+    if gap.norm_share < gap.weight_share / 2:
+        verdict = (
+            "its value vectors are small, so that attention moves little (a near no-op, as Kobayashi et al. found)"
+        )
+    elif gap.norm_share > gap.weight_share * 2:
+        verdict = "its value vectors are large, so that attention carries more than its weight says"
+    else:
+        verdict = "within a factor of two, so here weights and norms tell about the same story"
     return (
         f"{view.model}: the largest gap is {NAMES[gap.key]} in layer {gap.layer + 1}: "
         f"{gap.weight_share:.2f} of the attention weights but {gap.norm_share:.2f} of the norms: {verdict}."
