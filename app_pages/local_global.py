@@ -9,7 +9,7 @@ import streamlit as st
 from attnlib.attribution import DEFAULT_PROBES, Attribution, attribute, exact_seconds
 from attnlib.model import LoadedModel
 from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, corpus_positions, positions_from_json
-from attnlib.precomputed import shipped_positions, shipped_result
+from attnlib.precomputed import shipped_example, shipped_result
 from attnlib.runner import InputError, RunResult
 from figures.positions import (
     center_of_mass_chart,
@@ -45,17 +45,6 @@ def _corpus_result(model_name: str, fingerprint: str, options: tuple, _inputs, _
 def _example_attribution(model_name: str, text_a: str, text_b: str) -> Attribution:
     """Exact Hidden Token Attribution of one sentence or pair."""
     return attribute(model_named(model_name), text_a, text_b.strip() or None, mode="exact")
-
-
-def _shipped_example(model_name: str, text_a: str, text_b: str) -> Attribution | None:
-    """The precomputed exact example when model and texts match it."""
-    data = shipped_positions()
-    ex = data.get("example")
-    if not ex or model_name != data.get("model") or (text_a, text_b.strip()) != (ex["text_a"], ex["text_b"]):
-        return None
-    return Attribution(
-        ex["tokens"], np.array(ex["input"], np.float32), np.array(ex["previous"], np.float32), "exact", None
-    )
 
 
 def options_sidebar(head_dim: int) -> PositionOptions:
@@ -101,7 +90,7 @@ def _offer(choice: CorpusChoice, options: PositionOptions, shipped: bool) -> boo
     if shipped:
         return st.button(
             "Recompute",
-            help="The result shown was precomputed by scripts/precompute_positions.py; this computes it again here.",
+            help="The result shown was precomputed by scripts/precompute.py; this computes it again here.",
         )
     per_input = "a few seconds" if options.mode == "estimate" else "a minute or more"
     st.info(f"Each input needs its own attribution run ({per_input} per input on 2 CPU cores).")
@@ -117,7 +106,7 @@ def corpus_result(
     if key not in done:
         shipped = _shipped(model_name, choice, options)
         if not _offer(choice, options, shipped is not None):
-            return shipped, "precomputed (scripts/precompute_positions.py)"
+            return shipped, "precomputed (scripts/precompute.py)"
     try:
         with progress("Running attribution") as report:
             result = _corpus_result(model_name, choice.fingerprint, key[2], choice.inputs, report)
@@ -265,7 +254,7 @@ def corpus_section(r: PositionsResult, source: str, label: str) -> None:
 def example_attribution(lm: LoadedModel, run: RunResult, text_a: str, text_b: str) -> Attribution | None:
     """The shipped example, else exact attribution computed on request; None (with a message) until there is one."""
     f = lm.facts
-    shipped = _shipped_example(f.name, text_a, text_b)
+    shipped = shipped_example(f.name, text_a, text_b)
     if shipped is not None:
         return shipped
     seconds = exact_seconds(f, run.n)
