@@ -562,3 +562,26 @@ def test_page_compares_two_models(capsys, tiny_model_dir, one_thread):
     assert per_layer.groupby("model").size().to_dict() == {first["model"]: 6, second["model"]: 2}
     titles = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("number of layers" in t for t in titles)  # 6 and 2 layers share one axis scaled by depth
+
+
+@pytest.mark.slow
+def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thread):
+    from attnlib.precomputed import shipped_results
+    from attnlib.results import read_result_file
+    from attnlib.shipped import PRECOMPUTED
+
+    entry = next(e for e in shipped_results() if e.name == "special_classroom-single")
+    shipped = read_result_file((PRECOMPUTED / entry.file).read_bytes()).result
+
+    def no_model_run(*args, **kwargs):
+        raise AssertionError("the model was run although a shipped result matches")
+
+    monkeypatch.setattr("attnlib.special_tokens.special_tokens", no_model_run)
+    at = page_at()  # the defaults: classroom single sentences, Clark's punctuation, head map on, norms off
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("precomputed, shipped with the app" in c.value for c in at.caption)
+    per_layer = table_with(at, "sep_to_sep")
+    for key in ("cls", "sep", "entropy"):
+        assert per_layer[key].tolist() == pytest.approx([row[key] for row in shipped["layers"]], abs=6e-5)
+    assert len(at.get("plotly_chart")) >= 6  # the head map too
+    assert any("Switch on *Weights vs norms*" in i.value for i in at.info)
