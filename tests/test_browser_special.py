@@ -13,13 +13,13 @@ VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"
 def _open(page, url: str) -> None:
     """Open the page and wait until its run has ended and the tabs are drawn."""
     page.goto(url, wait_until="domcontentloaded")
-    page.get_by_role("tab", name="Weights vs norms").wait_for(timeout=240_000)
+    page.get_by_role("tab", name="Weights vs norms", exact=True).wait_for(timeout=240_000)
     page.wait_for_function(DONE, timeout=240_000)
     page.wait_for_timeout(1500)
 
 
 def _show_tab(page, name: str) -> None:
-    page.get_by_role("tab", name=name).click()
+    page.get_by_role("tab", name=name, exact=True).click()
     page.locator(VISIBLE_PLOTS).first.wait_for(state="visible", timeout=60_000)
     page.wait_for_timeout(1500)
 
@@ -38,6 +38,9 @@ def test_weights_vs_norms_tab_in_browser(streamlit_server, browser, screenshot_d
         assert "of the attention weights but" in panel.inner_text()
         assert panel.locator(".js-plotly-plot").count() == 2  # weights vs norms, value norms
         assert "value-weighted norms" in panel.locator(".js-plotly-plot").first.inner_text()
+    except Exception:
+        page.screenshot(path=str(screenshot_dir / "special-browser-failure.png"))
+        raise
     finally:
         page.close()
 
@@ -61,5 +64,8 @@ def test_two_models_compared_in_browser(streamlit_server, browser, screenshot_di
         page.screenshot(path=str(screenshot_dir / "special-compare-weights-vs-norms.png"), full_page=True)
         assert page.locator("[role='tabpanel']:not([hidden])").inner_text().count("What it shows.") == 2
         assert page.locator("[data-testid='stException']").count() == 0
+    except Exception:
+        page.screenshot(path=str(screenshot_dir / "special-browser-failure.png"))
+        raise
     finally:
         page.close()
