@@ -585,3 +585,33 @@ def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thr
         assert per_layer[key].tolist() == pytest.approx([row[key] for row in shipped["layers"]], abs=6e-5)
     assert len(at.get("plotly_chart")) >= 6  # the head map too
     assert any("Switch on *Weights vs norms*" in i.value for i in at.info)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_gradients_beside_a_shipped_result_wait_for_a_click(capsys, tmp_path, monkeypatch, tiny_model_dir, one_thread):
+    from attnlib.results import read_result_file
+
+    out = tmp_path / "special.json"
+    argv = ["--corpus", str(CLASSROOM_SINGLE), "--limit", "4", "--head-map", "--model", str(tiny_model_dir)]
+    run_cli(capsys, *argv, "--out", str(out))
+    record = read_result_file(out.read_bytes())
+    monkeypatch.setattr(
+        "ui.result_source.shipped_result", lambda *a: record if (a[1], a[3]) == (record.model, 4) else None
+    )
+
+    def no_model_run(*args, **kwargs):
+        raise AssertionError("the statistics were computed although a shipped result matches")
+
+    monkeypatch.setattr("attnlib.special_tokens.special_tokens", no_model_run)
+    from ui.model_sidebar import OTHER
+
+    at = page_at(limit="4")
+    at.selectbox(key="model_choice").set_value(OTHER).run()
+    at.text_input(key="model_custom").set_value(str(tiny_model_dir)).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("Gradient importance" in c.proto.spec for c in at.get("plotly_chart")), [c.value for c in at.caption]
+    at.button(key="special_grad_now").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("precomputed, shipped with the app" in c.value for c in at.caption)
+    assert any("Gradient importance" in c.proto.spec for c in at.get("plotly_chart"))
