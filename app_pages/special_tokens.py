@@ -10,31 +10,46 @@ import streamlit as st
 
 from attnlib.corpus import CorpusError
 from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
-from attnlib.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD, HeadMap, special_from_json
+from attnlib.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD, HeadMap
 from attnlib.model import LoadedModel
+from attnlib.norms import NormShareResult
+from attnlib.report import by_layer, head_frame, largest_difference, layer_frame
+from attnlib.results import ResultFile
 from attnlib.runner import InputError
-from attnlib.special import STAT_KEYS, SpecialTokenResult, heads_above
-from attnlib.special_tokens import special_tokens
+from attnlib.special import CLASS_KEYS, SpecialTokenResult, heads_above
+from attnlib.special_tokens import (
+    SpecialTokens,
+    largest_weight_norm_gap,
+    special_tokens,
+    special_tokens_from_json,
+)
+from figures.norms import value_norm_figure, value_norms_by_model, weights_vs_norms_by_model, weights_vs_norms_figure
 from figures.special_tokens import (
     entropy_figure,
     gradient_figure,
     head_heatmaps,
     head_label,
     head_map_figure,
+    layer_lines_by_model,
     layer_lines_with_head_dots,
 )
-from ui.corpus_picker import corpus_picker
+from ui.compare import compared_model
+from ui.corpus_picker import CorpusChoice, corpus_picker
 from ui.downloads import download_figure, download_json, download_table
+from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind
 from ui.progress import progress
 from ui.result_file import loaded_result
+from ui.result_source import shipped_or_computed
 
 KEY = "special"
 PUNCT_OPTIONS = {"clark": '"." and "," (Clark et al.)', "all": "all punctuation"}
 PUNCT = Option(f"{KEY}_punct", "punct", "clark", list(PUNCT_OPTIONS))
 HEAD_MAP = Option(f"{KEY}_map", "map", True)
+NORMS = Option(f"{KEY}_norms", "norms", False)
 GRADIENTS = Option(f"{KEY}_grad", "grad", True)
+COMPUTED_HERE = "computed here"
 NAMES = {
     "cls": "[CLS]",
     "sep": "[SEP]",
@@ -52,89 +67,130 @@ NAMES = {
 
 @dataclass
 class Shown:
-    """What the page shows: the statistics, where they come from, and why gradient importance is missing (if so)."""
+    """One model's result as the page shows it: the statistics, where they come from, and gradient importance."""
 
-    special: SpecialTokenResult
-    head_map: HeadMap | None
+    run: SpecialTokens
     gradients: GradientImportanceResult | None
     corpus: str
     model: str
-    grad_reason: str | None
-    from_file: bool
+    grad_reason: str | None  # why gradient importance cannot be computed for this model (None when it can)
+    source: str  # "computed here", "precomputed, shipped ..." or the loaded file's provenance
+    from_file: bool = False
+    fingerprint: str = ""
+
+    @property
+    def special(self) -> SpecialTokenResult:
+        return self.run.special
+
+    @property
+    def head_map(self) -> HeadMap | None:
+        return self.run.head_map
+
+    @property
+    def norms(self) -> NormShareResult | None:
+        return self.run.norms
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def compute(
-    model_name: str, fingerprint: str, all_punct: bool, with_map: bool, with_gradients: bool, _inputs: list
-) -> tuple[SpecialTokenResult, HeadMap | None, GradientImportanceResult | None]:
-    """Run the corpus once with every accumulator, then the gradients if asked (cached per model, corpus, options).
+    model_name: str, fingerprint: str, all_punct: bool, with_map: bool, with_norms: bool, _inputs: list
+) -> SpecialTokens:
+    """Run the corpus once with every accumulator asked for (cached per model, corpus and options).
 
     Returns library dataclasses only: the cache pickles its values, and a class defined in a page cannot be pickled."""
     lm = model_named(model_name)
-    with progress("Running the model") as report:
-        run = special_tokens(lm, _inputs, all_punct, with_map, progress=report)
-    special, hm = run.special, run.head_map
-    if not with_gradients:
-        return special, hm, None
-    with progress("Gradient importance") as report:
-        return special, hm, gradient_importance(lm, _inputs, progress=report)
+    with progress(f"Running {model_name}") as report:
+        return special_tokens(lm, _inputs, all_punct, with_map, with_norms, progress=report)
 
 
-def options_sidebar(lm: LoadedModel, from_file: bool) -> tuple[dict, str | None]:
-    """The page's options (kept in the URL) and why gradient importance cannot be computed (None when it can)."""
-    values = bind([PUNCT, HEAD_MAP, GRADIENTS])
-    grad_reason = unavailable_reason(lm)
+@st.cache_data(max_entries=8, show_spinner=False)
+def compute_gradients(model_name: str, fingerprint: str, _inputs: list) -> GradientImportanceResult:
+    """Gradient importance of a corpus (a forward and backward pass per input), cached per model and corpus."""
+    with progress(f"Gradient importance, {model_name}") as report:
+        return gradient_importance(model_named(model_name), _inputs, progress=report)
+
+
+def parse(record: ResultFile) -> SpecialTokens:
+    """A `special` result file (shipped or uploaded) as the page's result."""
+    return special_tokens_from_json(record.result)
+
+
+def options_sidebar(lm: LoadedModel, from_file: bool) -> dict:
+    """The page's options (kept in the URL)."""
+    values = bind([PUNCT, HEAD_MAP, NORMS, GRADIENTS])
     with st.sidebar:
         st.subheader("Options")
         st.radio("Punctuation", list(PUNCT_OPTIONS), format_func=PUNCT_OPTIONS.get, key=PUNCT.key)
         st.checkbox("Head map (Jensen-Shannon distances)", key=HEAD_MAP.key)
-        if grad_reason is None:
+        st.checkbox("Weights vs norms (value norms, same pass)", key=NORMS.key)
+        if unavailable_reason(lm) is None:
             st.checkbox("Gradient importance (a second, slower pass)", key=GRADIENTS.key)
         else:
             st.caption("Gradient importance needs a model with a trained masked-LM head.")
         if from_file:
             st.caption("These options apply when computing; the loaded file's own are named above.")
-    return values, grad_reason
+    return values
 
 
-def shown_result(lm: LoadedModel) -> Shown | None:
-    """The statistics of an uploaded result file, else of the chosen corpus; None (with a message) when neither."""
-    loaded = loaded_result(KEY, "special", lambda record: special_from_json(record.result))
-    choice = corpus_picker(KEY) if loaded is None else None
-    values, grad_reason = options_sidebar(lm, loaded is not None)
-    if loaded is not None:
-        record, (special, hm) = loaded
-        reason = grad_reason or "result files hold no gradient importance; compute on the page to see it."
-        return Shown(special, hm, None, record.corpus.get("name", "?"), record.model, reason, True)
-    if choice is None:
-        return None
-    want_gradients = values["grad"] and grad_reason is None
+def grad_asked_key(model: str, fingerprint: str) -> str:
+    """Session key remembering that the visitor asked for gradient importance next to a shipped result."""
+    return f"_{KEY}_grad_asked:{model}:{fingerprint}"
+
+
+def model_result(lm: LoadedModel, choice: CorpusChoice, values: dict) -> Shown | None:
+    """One model's result on the chosen corpus: shipped when one matches, else computed (None after an error)."""
+    name, all_punct = lm.facts.name, values["punct"] == "all"
+    options = {"all_punct": all_punct, "head_map": bool(values["map"])} | ({"norms": True} if values["norms"] else {})
     try:
-        special, hm, grads = compute(
-            lm.facts.name, choice.fingerprint, values["punct"] == "all", values["map"], want_gradients, choice.inputs
+        run, source = shipped_or_computed(
+            "special",
+            name,
+            choice,
+            options,
+            lambda: compute(name, choice.fingerprint, all_punct, values["map"], values["norms"], choice.inputs),
+            parse,
         )
     except (CorpusError, InputError, ValueError) as exc:
-        st.error(f"The corpus could not be analysed: {exc}")
+        st.error(f"The corpus could not be analysed with {name}: {exc}")
         return None
-    return Shown(special, hm, grads, choice.label, lm.facts.name, grad_reason, False)
+    assert run is not None  # nothing is asked first
+    run = SpecialTokens(run.special, run.head_map if values["map"] else None, run.norms if values["norms"] else None)
+    reason = unavailable_reason(lm)
+    asked = source == COMPUTED_HERE or st.session_state.get(grad_asked_key(name, choice.fingerprint), False)
+    grads = None
+    if values["grad"] and reason is None and asked:
+        grads = compute_gradients(name, choice.fingerprint, choice.inputs)
+    return Shown(run, grads, choice.label, name, reason, source, fingerprint=choice.fingerprint)
 
 
-def _per_layer_table(special: SpecialTokenResult) -> pd.DataFrame:
-    table = pd.DataFrame(special.layer_rows())
-    table.insert(0, "layer", np.arange(1, len(table) + 1))
-    return table
+def shown_results(lm: LoadedModel) -> list[Shown]:
+    """The uploaded result file's statistics, else the chosen corpus's for the model (and the compared one)."""
+    loaded = loaded_result(KEY, "special", parse)
+    choice = corpus_picker(KEY) if loaded is None else None
+    values = options_sidebar(lm, loaded is not None)
+    other = compared_model()
+    if loaded is not None:
+        record, run = loaded
+        if other is not None:
+            st.info("A loaded result file is shown alone: remove it to compare two models on a corpus.")
+        reason = unavailable_reason(lm) or "result files hold no gradient importance; compute on the page to see it."
+        corpus = record.corpus.get("name", "?")
+        return [Shown(run, None, corpus, record.model, reason, record.provenance(), from_file=True)]
+    if choice is None:
+        return []
+    if other is not None and other.facts.name == lm.facts.name:
+        st.caption("The model to compare with is the model shown; no comparison.")
+        other = None
+    views = [model_result(m, choice, values) for m in (lm, other) if m is not None]
+    return [v for v in views if v is not None] if views and views[0] is not None else []
 
 
-def _per_head_table(special: SpecialTokenResult, hm: HeadMap | None) -> pd.DataFrame:
-    n_layers, n_heads = special.heads["cls"].shape
-    layer, head = np.divmod(np.arange(n_layers * n_heads), n_heads)
-    table = pd.DataFrame(
-        {"head": [head_label(l, h) for l, h in zip(layer, head)], "layer": layer + 1, "head_in_layer": head + 1}
-    )
-    for key in STAT_KEYS:
-        table[key] = special.heads[key].ravel()
-    if hm is not None:
-        table["behaviour"] = hm.labels
+def _per_head_table(view: Shown) -> pd.DataFrame:
+    """Per head, layer-head from 1, with the model named in each row."""
+    table = head_frame(view.model, {key: view.special.heads[key] for key in view.special.heads})
+    table.insert(1, "layer-head", [head_label(l - 1, h - 1) for l, h in zip(table["layer"], table["head"])])
+    if view.head_map is not None:
+        table["behaviour"] = view.head_map.labels
     return table
 
 
@@ -143,61 +199,108 @@ def _figure(fig, name: str) -> None:
     download_figure(fig, name, key=f"{KEY}_{name}_fig")
 
 
-def _heads_over_half(special: SpecialTokenResult, keys: list[str]) -> pd.DataFrame:
+def _heads_over_half(views: list[Shown], keys: list[str]) -> pd.DataFrame:
     rows = [
-        {"head": head_label(l, h), "attends to": NAMES[key], "share": round(v, 3)}
+        {"model": v.model, "head": head_label(l, h), "attends to": NAMES[key], "share": round(value, 3)}
+        for v in views
         for key in keys
-        for l, h, v in heads_above(special.heads[key], SHARE_THRESHOLD)
+        for l, h, value in heads_above(v.special.heads[key], SHARE_THRESHOLD)
     ]
-    return pd.DataFrame(rows, columns=["head", "attends to", "share"])
+    return pd.DataFrame(rows, columns=["model", "head", "attends to", "share"])
 
 
-def lines_beside_heatmaps(special: SpecialTokenResult, keys: list[str], titles: tuple[str, str, str], names: str):
-    """Layer lines with head dots (left) and per-head heatmaps (right) of some statistics; names: "left right"."""
-    stats = {k: special.heads[k] for k in keys}
+def difference_line(views: list[Shown], per_layer: list[dict], keys: list[str], names: dict[str, str]) -> None:
+    """With two models: where their per-layer values differ most (per_layer: one {key: [layers]} per view)."""
+    if len(views) < 2:
+        return
+    depths = {len(values[keys[0]]) for values in per_layer}
+    found = largest_difference(*(comparable(values, keys, names, len(depths) > 1) for values in per_layer))
+    if found is None:
+        st.caption("The two models have no layer at the same relative depth to compare.")
+        return
+    st.markdown(f"**{views[0].model} vs {views[1].model}**, {found.text()}.")
+
+
+def comparable(per_layer: dict, keys: list[str], names: dict[str, str], relative: bool) -> dict[str, dict]:
+    """by_layer's {name: {"layer 3": value}}; models of different depth meet at equal fractions of their depth."""
+    if not relative:
+        return by_layer(per_layer, keys, names)
+    return {
+        names[k]: {f"relative depth {(l + 1) / len(per_layer[k]):.2f}": float(v) for l, v in enumerate(per_layer[k])}
+        for k in keys
+    }
+
+
+def _per_model(views: list[Shown], keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    return {v.model: {k: v.special.heads[k] for k in keys} for v in views}
+
+
+def _side_by_side(views: list[Shown], draw) -> None:
+    """draw(view, suffix) for each view, in columns when there are two."""
+    if len(views) == 1:
+        draw(views[0], "")
+        return
+    for i, (column, view) in enumerate(zip(st.columns(len(views)), views)):
+        with column:
+            st.markdown(f"**{view.model}**")
+            draw(view, f"_{i + 1}")
+
+
+def lines_beside_heatmaps(views: list[Shown], keys: list[str], titles: tuple[str, str, str], names: str):
+    """Layer lines and per-head heatmaps of some statistics; one model side by side, two overlaid then paired."""
     line_title, y_title, heat_title = titles
-    left, right = st.columns(2)
-    with left:
-        _figure(layer_lines_with_head_dots(stats, NAMES, line_title, y_title), names.split()[0])
-    with right:
-        _figure(head_heatmaps(stats, NAMES, heat_title), names.split()[1])
+    line_name, heat_name = names.split()
+    cols = 3 if len(keys) == 3 else 2
+    if len(views) == 1:
+        stats = _per_model(views, keys)[views[0].model]
+        left, right = st.columns(2) if cols == 2 else (st.container(), st.container())
+        with left:
+            _figure(layer_lines_with_head_dots(stats, NAMES, line_title, y_title), line_name)
+        with right:
+            _figure(head_heatmaps(stats, NAMES, heat_title, cols=cols), heat_name)
+        return
+    _figure(layer_lines_by_model(_per_model(views, keys), NAMES, line_title, y_title), line_name)
+    difference_line(views, [v.special.layers for v in views], keys, NAMES)
+    _side_by_side(
+        views,
+        lambda v, sfx: _figure(
+            head_heatmaps(_per_model([v], keys)[v.model], NAMES, heat_title, cols=2), heat_name + sfx
+        ),
+    )
 
 
-def shares_tab(special: SpecialTokenResult) -> None:
+def shares_tab(views: list[Shown]) -> None:
     """Shares of attention to [CLS], [SEP], punctuation and the rest (Clark Fig. 2)."""
     st.markdown(
         "Mean share of attention each query row sends to [CLS], [SEP], punctuation and every other token "
         "(METHODS §2): lines are layer means, dots are heads (Clark Fig. 2)."
     )
     titles = ("Share of attention per layer", "share of attention", "Share of attention per head")
-    lines_beside_heatmaps(special, ["cls", "sep", "punct", "other"], titles, "shares_per_layer shares_per_head")
+    lines_beside_heatmaps(views, list(CLASS_KEYS), titles, "shares_per_layer shares_per_head")
 
 
-def sep_tab(special: SpecialTokenResult) -> None:
+def sep_tab(views: list[Shown]) -> None:
     """[SEP] as a no-op: attention to [SEP] from [SEP] rows and from the others."""
     st.markdown(
         "Clark et al. found that heads attending to [SEP] do not gather the segment there: the [SEP] rows "
         "send almost all their attention (>90% in BERT-base) to the [SEP]s themselves, as a no-op. "
         "`sep_to_sep` is the mean over [SEP] query rows of their mass to [SEP] keys; `rest_to_sep` the "
-        "same over all other rows. Each input's mean comes first, then the mean over inputs."
+        "same over all other rows. Each input's mean comes first, then the mean over inputs. "
+        "The *Weights vs norms* tab asks whether that attention moves anything."
     )
     titles = ("Attention to [SEP] from [SEP] rows and from the rest", "mass to [SEP]", "Attention to [SEP] per head")
-    lines_beside_heatmaps(special, ["sep_to_sep", "rest_to_sep"], titles, "sep_no_op sep_no_op_heads")
+    lines_beside_heatmaps(views, ["sep_to_sep", "rest_to_sep"], titles, "sep_no_op sep_no_op_heads")
 
 
-def offsets_tab(special: SpecialTokenResult) -> None:
+def offsets_tab(views: list[Shown]) -> None:
     """Attention to the previous token, the token itself and the next one, and the heads above the threshold."""
     st.markdown(
         "Share of attention to the previous token, the token itself and the next token "
         f"(METHODS §2). Heads above {SHARE_THRESHOLD} are named below."
     )
-    offsets = {k: special.heads[k] for k in ("prev", "self", "next")}
-    _figure(
-        layer_lines_with_head_dots(offsets, NAMES, "Attention to nearby tokens", "share of attention"),
-        "offsets_per_layer",
-    )
-    _figure(head_heatmaps(offsets, NAMES, "Attention to nearby tokens per head", cols=3), "offsets_per_head")
-    named = _heads_over_half(special, ["prev", "self", "next"])
+    titles = ("Attention to nearby tokens", "share of attention", "Attention to nearby tokens per head")
+    lines_beside_heatmaps(views, ["prev", "self", "next"], titles, "offsets_per_layer offsets_per_head")
+    named = _heads_over_half(views, ["prev", "self", "next"])
     if named.empty:
         st.info(f"No head gives more than {SHARE_THRESHOLD} of its attention to the previous, same or next token.")
     else:
@@ -205,22 +308,28 @@ def offsets_tab(special: SpecialTokenResult) -> None:
         download_table(named, "offset_heads", key=f"{KEY}_offset_heads_csv")
 
 
-def entropy_tab(special: SpecialTokenResult) -> None:
+def entropy_tab(views: list[Shown]) -> None:
     """Mean entropy of each head's rows and of the [CLS] row (Clark Fig. 4)."""
     st.markdown(
         "Mean entropy (nats) of each head's attention rows, and of the [CLS] row alone (METHODS §3, "
         "Clark Fig. 4). The dashed line is uniform attention, the mean of ln n over inputs: heads near it "
         "attend broadly, heads near 0 look at one token."
     )
-    _figure(entropy_figure(special.heads["entropy"], special.heads["cls_entropy"], special.uniform_entropy), "entropy")
+    difference_line(views, [v.special.layers for v in views], ["entropy", "cls_entropy"], NAMES)
+
+    def draw(v: Shown, sfx: str) -> None:
+        heads = v.special.heads
+        _figure(entropy_figure(heads["entropy"], heads["cls_entropy"], v.special.uniform_entropy), "entropy" + sfx)
+
+    _side_by_side(views, draw)
 
 
-def head_map_tab(hm: HeadMap | None, from_file: bool) -> None:
+def head_map_tab(views: list[Shown]) -> None:
     """The MDS map of the heads by Jensen-Shannon divergence, with the behaviour labels."""
-    if hm is None:
+    if views[0].head_map is None:
         st.info(
             "This result file has no head map: run the command with --head-map to include it."
-            if from_file
+            if views[0].from_file
             else "Switch on *Head map* in the sidebar to compute the Jensen-Shannon distances between all heads."
         )
         return
@@ -236,83 +345,185 @@ def head_map_tab(hm: HeadMap | None, from_file: bool) -> None:
         f"of uniform attention's mean ln n; otherwise *other*. The map uses classical MDS, which may "
         f"differ from the paper's MDS by a rotation or reflection."
     )
-    _figure(head_map_figure(hm.coords, hm.layer, hm.head, hm.labels), "head_map")
+    _side_by_side(views, draw_head_map)
+
+
+def draw_head_map(view: Shown, sfx: str) -> None:
+    """One model's head map and its JS-divergence table download."""
+    hm = view.head_map
+    assert hm is not None
+    _figure(head_map_figure(hm.coords, hm.layer, hm.head, hm.labels), "head_map" + sfx)
     names = [head_label(l, h) for l, h in zip(hm.layer, hm.head)]
     distances = pd.DataFrame(hm.divergence, index=names, columns=names)
-    download_table(distances.reset_index(names="head"), "js_divergence", key=f"{KEY}_js_csv")
+    download_table(distances.reset_index(names="head"), "js_divergence" + sfx, key=f"{KEY}_js_csv{sfx}")
 
 
-def gradient_tab(gradients: GradientImportanceResult | None, grad_reason: str | None) -> None:
+def gradient_tab(views: list[Shown]) -> None:
     """Gradient of the masked-LM loss with respect to attention, to [SEP] and to all keys (Clark Fig. 3)."""
-    if grad_reason is not None:
-        st.info(f"Gradient importance is not shown: {grad_reason}")
-        return
-    if gradients is None:
-        st.info("Switch on *Gradient importance* in the sidebar to compute it (a forward and backward pass per input).")
-        return
-    g = gradients.layers
     st.markdown(
         "Mean magnitude of the gradient of the masked-LM loss (15% of non-special tokens masked, fixed "
         "seed) with respect to each attention weight, over heads, rows and [SEP] keys, against all keys "
         "(METHODS §5, Clark Fig. 3). Each input's mean comes first, then the mean over inputs."
     )
-    _figure(gradient_figure(g["sep"], g["all"]), "gradient_importance")
-    grad_table = pd.DataFrame({"layer": np.arange(1, len(g["sep"]) + 1), "to_sep": g["sep"], "to_all": g["all"]})
-    download_table(grad_table, "gradient_importance", key=f"{KEY}_grad_csv")
+    _side_by_side(views, draw_gradients)
 
 
-def tables_tab(shown: Shown) -> None:
-    """Per-layer and per-head tables, and everything as JSON (0-based)."""
+def ask_gradients(view: Shown) -> None:
+    """Remember (button callback) that the visitor wants gradient importance beside a shipped result."""
+    st.session_state[grad_asked_key(view.model, view.fingerprint)] = True
+
+
+def draw_gradients(view: Shown, sfx: str) -> None:
+    """One model's gradient importance, or why it is missing (with a button when it only waits to be asked)."""
+    if view.grad_reason is not None:
+        st.info(f"Gradient importance is not shown: {view.grad_reason}")
+        return
+    g = view.gradients
+    if g is None and view.source != COMPUTED_HERE and st.session_state.get(GRADIENTS.key, True):
+        st.info("The statistics above are shipped precomputed; gradient importance is not in them.")
+        st.button("Compute gradient importance", key=f"{KEY}_grad_now{sfx}", on_click=ask_gradients, args=(view,))
+        return
+    if g is None:
+        st.info("Switch on *Gradient importance* in the sidebar to compute it (a forward and backward pass per input).")
+        return
+    _figure(gradient_figure(g.layers["sep"], g.layers["all"]), "gradient_importance" + sfx)
+    n_layers = len(g.layers["sep"])
+    grad_table = pd.DataFrame(
+        {"model": view.model, "layer": np.arange(1, n_layers + 1), "to_sep": g.layers["sep"], "to_all": g.layers["all"]}
+    )
+    download_table(grad_table, "gradient_importance" + sfx, key=f"{KEY}_grad_csv{sfx}")
+
+
+def weight_norm_table(views: list[Shown]) -> pd.DataFrame:
+    """Per layer and model: the weight share and norm share of each class, and each class's value norm."""
+    frames = []
+    for v in views:
+        assert v.norms is not None
+        weights = {f"weight_{k}": v.special.layers[k] for k in CLASS_KEYS}
+        norms = {f"norm_{k}": v.norms.layers[k] for k in CLASS_KEYS}
+        frames.append(
+            layer_frame(v.model, weights | norms | {k: v.norms.layers[k] for k in v.norms.layers if "value" in k})
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def weights_norms_caption(view: Shown) -> str:
+    """What the figure shows: the largest gap between [CLS]/[SEP]'s weight share and norm share."""
+    assert view.norms is not None
+    gap = largest_weight_norm_gap(view.special.layers, view.norms.layers)
+    if gap is None:
+        return "No layer has both a weight share and a norm share to compare."
+    if gap.norm_share < gap.weight_share / 2:
+        verdict = (
+            "its value vectors are small, so that attention moves little (a near no-op, as Kobayashi et al. found)"
+        )
+    elif gap.norm_share > gap.weight_share * 2:
+        verdict = "its value vectors are large, so that attention carries more than its weight says"
+    else:
+        verdict = "within a factor of two, so here weights and norms tell about the same story"
+    return (
+        f"{view.model}: the largest gap is {NAMES[gap.key]} in layer {gap.layer + 1}: "
+        f"{gap.weight_share:.2f} of the attention weights but {gap.norm_share:.2f} of the norms: {verdict}."
+    )
+
+
+def weights_norms_tab(views: list[Shown]) -> None:
+    """Share of weights and share of norms per class and layer (Kobayashi Fig. 2), and value norms by class."""
+    if any(v.norms is None for v in views):
+        st.info(
+            "This result file has no norms: run the command with --norms to include them."
+            if views[0].from_file
+            else "Switch on *Weights vs norms* in the sidebar: the value norms come from the same forward pass."
+        )
+        return
+    st.markdown(
+        "Is the attention to [CLS] and [SEP] a no-op? A weight says how much of a token a head takes; the norm "
+        "||α f(x)|| says how much that moves the output. Left: the share of attention *weights* to each class; "
+        "right: the share of *value-weighted norms* (METHODS §11, Kobayashi et al. 2020, Fig. 2). Below: the mean "
+        "value norm ||f(x)|| of each class's tokens."
+    )
+    for v in views:
+        st.markdown(f"**What it shows.** {weights_norms_caption(v)}")
+    shares = {v.model: ({k: v.special.heads[k] for k in CLASS_KEYS}, v.norms.heads) for v in views if v.norms}
+    if len(views) == 1:
+        weights, norms = shares[views[0].model]
+        _figure(weights_vs_norms_figure(weights, norms, "Share of weights and of norms per layer"), "weights_vs_norms")
+        _figure(value_norm_figure(views[0].norms.heads), "value_norms")  # type: ignore[union-attr]
+    else:
+        _figure(weights_vs_norms_by_model(shares, "Share of weights and of norms per layer"), "weights_vs_norms")
+        per_layer = [{f"norm {k}": v.norms.layers[k] for k in CLASS_KEYS} for v in views if v.norms]
+        difference_line(
+            views,
+            per_layer,
+            [f"norm {k}" for k in CLASS_KEYS],
+            {f"norm {k}": f"{NAMES[k]} norm share" for k in CLASS_KEYS},
+        )
+        _figure(value_norms_by_model({v.model: v.norms.heads for v in views if v.norms}), "value_norms")
+    table = weight_norm_table(views)
+    st.dataframe(table.round(4), hide_index=True)
+    download_table(table, "weights_vs_norms", key=f"{KEY}_weights_norms_csv")
+    cite_methods(11)
+
+
+def view_json(view: Shown) -> dict:
+    """One model's numbers as the JSON download holds them (0-based, as the command line)."""
+    out = {"model": view.model, "corpus": view.corpus, "source": view.source, **view.run.to_json()}
+    if view.gradients is not None:
+        out["gradient_importance"] = view.gradients.to_json()
+    return out
+
+
+def tables_tab(views: list[Shown]) -> None:
+    """Per-layer and per-head tables (a model column in each) and everything as JSON (0-based)."""
     st.markdown("Per layer (mean over heads); layers from 1.")
-    per_layer = _per_layer_table(shown.special)
+    per_layer = pd.concat([layer_frame(v.model, v.special.layers) for v in views], ignore_index=True)
     st.dataframe(per_layer.round(4), hide_index=True)
     download_table(per_layer, "special_tokens_per_layer", key=f"{KEY}_layers_csv")
     st.markdown("Per head (layer-head from 1).")
-    per_head = _per_head_table(shown.special, shown.head_map)
+    per_head = pd.concat([_per_head_table(v) for v in views], ignore_index=True)
     st.dataframe(per_head.round(4), hide_index=True)
     download_table(per_head, "special_tokens_per_head", key=f"{KEY}_heads_csv")
-    everything = {"model": shown.model, "corpus": shown.corpus, **shown.special.to_json()}
-    if shown.head_map is not None:
-        everything["head_map"] = shown.head_map.to_json()
-    if shown.gradients is not None:
-        everything["gradient_importance"] = shown.gradients.to_json()
+    everything = view_json(views[0]) if len(views) == 1 else {"models": [view_json(v) for v in views]}
     download_json(everything, "special_tokens", key=f"{KEY}_json")
     st.caption("The JSON counts layers and heads from 0, like the command line.")
 
 
-def summary(shown: Shown, lm: LoadedModel) -> None:
+def summary(views: list[Shown]) -> None:
     """Where the numbers come from, and how many inputs were truncated."""
-    special = shown.special
-    st.caption(
-        f"{special.n_inputs} inputs from {shown.corpus}; {shown.model}. "
-        f"Punctuation: {PUNCT_OPTIONS['all' if special.all_punct else 'clark']}."
-    )
-    if special.n_truncated:
-        longest = "the model's maximum length" if shown.from_file else f"{lm.facts.max_length} tokens"
-        st.warning(f"{special.n_truncated} inputs were longer than {longest} and were truncated.")
+    for view in views:
+        special = view.special
+        st.caption(
+            f"{special.n_inputs} inputs from {view.corpus}; {view.model}, {view.source}. "
+            f"Punctuation: {PUNCT_OPTIONS['all' if special.all_punct else 'clark']}."
+        )
+        if special.n_truncated:
+            st.warning(f"{view.model}: {special.n_truncated} inputs were longer than its maximum length and were cut.")
 
 
-TABS = ["Shares", "[SEP] as no-op", "Offset heads", "Entropy", "Head map", "Gradient importance", "Tables"]
+TABS = {
+    "Shares": shares_tab,
+    "[SEP] as no-op": sep_tab,
+    "Weights vs norms": weights_norms_tab,
+    "Offset heads": offsets_tab,
+    "Entropy": entropy_tab,
+    "Head map": head_map_tab,
+    "Gradient importance": gradient_tab,
+    "Tables": tables_tab,
+}
 
 st.title("Special tokens")
 st.caption(
     "Where attention goes over a whole corpus, after section 3 of Clark et al. (2019), *What Does BERT Look At?* "
-    "Every number follows METHODS.md sections 1-5. **Layers and heads are numbered from 1 on this page**, "
+    "Every number follows METHODS.md sections 1-5 and 11. **Layers and heads are numbered from 1 on this page**, "
     "written layer-head as in the paper (8-10 is layer 8, head 10); the JSON download and the command line "
     "`python -m attnlib special` count from 0."
 )
+cite_methods(1, 2, 3, 4, 5)
 lm = current_model()
-shown = shown_result(lm)
-if shown is None:
+views = shown_results(lm)
+if not views:
     st.stop()
-summary(shown, lm)
-tabs = st.tabs(TABS)
-for tab, render in zip(tabs, [shares_tab, sep_tab, offsets_tab, entropy_tab]):
+summary(views)
+for tab, render in zip(st.tabs(list(TABS)), TABS.values()):
     with tab:
-        render(shown.special)
-with tabs[4]:
-    head_map_tab(shown.head_map, shown.from_file)
-with tabs[5]:
-    gradient_tab(shown.gradients, shown.grad_reason)
-with tabs[6]:
-    tables_tab(shown)
+        render(views)

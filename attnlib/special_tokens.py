@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from .corpus import CorpusInput
 from .engine import Progress, accumulate
-from .head_distances import HeadDistances, HeadMap, head_map
+from .head_distances import HeadDistances, HeadMap, head_map, special_from_json
 from .model import LoadedModel
-from .norms import NormShareResult, NormShareStats
+from .norms import NormShareResult, NormShareStats, special_norms_from_json
 from .special import SpecialTokenResult, SpecialTokenStats
 
 
@@ -29,6 +31,36 @@ class SpecialTokens:
         if self.norms is not None:
             out |= self.norms.to_json()
         return out
+
+
+def special_tokens_from_json(result: dict) -> SpecialTokens:
+    """The SpecialTokens of a `special` JSON (head map and norms when it has them); ResultFileError when malformed."""
+    special, hm = special_from_json(result)
+    return SpecialTokens(special, hm, special_norms_from_json(result))
+
+
+@dataclass
+class WeightNormGap:
+    """Where a token class's share of the attention weights and its share of the norms differ most (layer 0-based)."""
+
+    key: str
+    layer: int
+    weight_share: float
+    norm_share: float
+
+
+def largest_weight_norm_gap(
+    weights: dict[str, np.ndarray], norms: dict[str, np.ndarray], keys: Sequence[str] = ("cls", "sep")
+) -> WeightNormGap | None:
+    """The largest |weight share - norm share| over the keys and layers ({key: [layers]} each; NaN skipped)."""
+    best: WeightNormGap | None = None
+    for key in keys:
+        for layer, (w, n) in enumerate(zip(weights[key], norms[key])):
+            if not (np.isfinite(w) and np.isfinite(n)):
+                continue
+            if best is None or abs(w - n) > abs(best.weight_share - best.norm_share):
+                best = WeightNormGap(key, layer, float(w), float(n))
+    return best
 
 
 def special_accumulators(lm: LoadedModel, all_punct: bool, with_map: bool, with_norms: bool = False) -> list:

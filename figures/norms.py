@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .positions import ATTENTION_COLOR, ATTRIBUTION_COLOR
-from .special_tokens import COLOURS, layer_lines_with_head_dots
+from .special_tokens import COLOURS, add_model_lines, layer_axis_title, layer_lines_by_model, layer_lines_with_head_dots
 
 CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
 MEASURE_NAMES = {
@@ -60,6 +60,31 @@ def value_norm_figure(per_head: dict[str, np.ndarray], title: str = "Value norm 
     """Mean ||f_h(x_j)|| per token class and layer, every head as a dot; per_head keys value_cls ... value_other."""
     renamed = {key: per_head[f"value_{key}"] for key in CLASS_NAMES}
     return layer_lines_with_head_dots(renamed, CLASS_NAMES, title, "||f(x)||", y_range=None)
+
+
+def weights_vs_norms_by_model(
+    per_model: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]], title: str = ""
+) -> go.Figure:
+    """Two models overlaid: {model: (weights, norms)}, each {class: [layers, heads]}; one colour per model."""
+    fig = make_subplots(
+        rows=1, cols=2, shared_yaxes=True, subplot_titles=["attention weights", "value-weighted norms ||αf(x)||"]
+    )
+    for part, col in ((0, 1), (1, 2)):
+        stats = {model: {key: shares[part][key] for key in CLASS_NAMES} for model, shares in per_model.items()}
+        add_model_lines(fig, stats, CLASS_NAMES, row=1, col=col, showlegend=col == 1)
+        axis_title = layer_axis_title(stats)
+    fig.update_xaxes(title_text=axis_title)
+    fig.update_yaxes(title_text="share", range=[0, 1], row=1, col=1)
+    fig.update_layout(title=title, height=460, margin=dict(l=10, r=10, t=70, b=40))
+    return fig
+
+
+def value_norms_by_model(
+    per_model: dict[str, dict[str, np.ndarray]], title: str = "Value norm ||f(x)|| by token class"
+) -> go.Figure:
+    """Two models' mean ||f_h(x_j)|| per token class and layer overlaid; per_model: {model: {value_cls: ...}}."""
+    renamed = {model: {key: heads[f"value_{key}"] for key in CLASS_NAMES} for model, heads in per_model.items()}
+    return layer_lines_by_model(renamed, CLASS_NAMES, title, "||f(x)||", y_range=None)
 
 
 def agreement_figure(pearson: dict[str, np.ndarray], spearman: dict[str, np.ndarray], title: str = "") -> go.Figure:

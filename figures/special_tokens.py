@@ -29,6 +29,10 @@ BEHAVIOUR_COLOURS = {
     "other": "#c7c7c7",
 }
 
+MODEL_COLOURS = ("#1f77b4", "#d62728")  # first model, compared model
+STAT_DASHES = ("solid", "dash", "dot", "dashdot")
+STAT_SYMBOLS = ("circle", "square", "diamond", "triangle-up")
+
 
 def head_label(layer: int, head: int) -> str:
     """'layer-head', 1-based, from 0-based indices (Clark's notation)."""
@@ -188,7 +192,9 @@ def entropy_figure(entropy: np.ndarray, cls_entropy: np.ndarray, uniform: float)
     return fig
 
 
-def head_map_figure(coords: np.ndarray, layers: np.ndarray, heads: np.ndarray, labels: Sequence[str]) -> go.Figure:
+def head_map_figure(
+    coords: np.ndarray, layers: np.ndarray, heads: np.ndarray, labels: Sequence[str] | np.ndarray
+) -> go.Figure:
     """The heads embedded in 2-D by their JS distances, coloured by behaviour (Clark Fig. 6)."""
     fig = go.Figure()
     label_array = np.asarray(labels)
@@ -242,4 +248,63 @@ def gradient_figure(sep: np.ndarray, all_keys: np.ndarray) -> go.Figure:
     fig.update_xaxes(title="layer", tickmode="linear", dtick=1)
     fig.update_yaxes(title="mean |dLoss / d attention|", rangemode="tozero")
     fig.update_layout(title="Gradient importance of attention", height=400, margin=dict(l=10, r=10, t=60, b=10))
+    return fig
+
+
+def layer_positions(n_layers: int, relative: bool) -> np.ndarray:
+    """x of each layer: 1..n, or the fraction of the depth (layer / n) when models of different depth share an axis."""
+    layers = np.arange(1, n_layers + 1)
+    return layers / n_layers if relative else layers
+
+
+def add_model_lines(
+    fig: go.Figure,
+    per_model: dict[str, dict[str, np.ndarray]],
+    names: dict[str, str],
+    row: int | None = None,
+    col: int | None = None,
+    showlegend: bool = True,
+) -> None:
+    """Per-layer means over heads ({model: {key: [layers, heads]}}): one colour per model, one dash per statistic."""
+    relative = len({v.shape[0] for stats in per_model.values() for v in stats.values()}) > 1
+    for m, (model, stats) in enumerate(per_model.items()):
+        for s, (key, values) in enumerate(stats.items()):
+            name = f"{names[key]} ({model})"
+            fig.add_trace(
+                go.Scatter(
+                    x=layer_positions(values.shape[0], relative),
+                    y=np.nanmean(values, axis=1),
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=showlegend,
+                    line=dict(color=MODEL_COLOURS[m % 2], width=3, dash=STAT_DASHES[s % 4]),
+                    marker=dict(symbol=STAT_SYMBOLS[s % 4], size=8),
+                    hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
+                ),
+                row=row,
+                col=col,
+            )
+
+
+def layer_axis_title(per_model: dict[str, dict[str, np.ndarray]]) -> str:
+    """'layer', or 'layer / number of layers' when the models differ in depth (see layer_positions)."""
+    depths = {v.shape[0] for stats in per_model.values() for v in stats.values()}
+    return "layer / number of layers" if len(depths) > 1 else "layer"
+
+
+def layer_lines_by_model(
+    per_model: dict[str, dict[str, np.ndarray]],
+    names: dict[str, str],
+    title: str,
+    y_title: str,
+    y_range: Sequence[float] | None = (0, 1),
+) -> go.Figure:
+    """Two (or more) models' per-layer means overlaid on one axis ({model: {key: [layers, heads]}})."""
+    fig = go.Figure()
+    add_model_lines(fig, per_model, names)
+    relative = layer_axis_title(per_model) != "layer"
+    fig.update_xaxes(title=layer_axis_title(per_model), **({} if relative else dict(tickmode="linear", dtick=1)))
+    fig.update_yaxes(title=y_title, range=y_range)
+    fig.update_layout(title=title, height=460, margin=dict(l=10, r=10, t=60, b=10), legend=dict(font=dict(size=11)))
     return fig

@@ -422,3 +422,196 @@ def test_page_options_pairs_all_punctuation_no_map():
     assert not at.exception, [e.value for e in at.exception]
     assert any("10 inputs" in c.value and "all punctuation" in c.value for c in at.caption)
     assert any("Switch on *Head map*" in i.value for i in at.info)
+
+
+# --- weights vs norms, shipped results, comparison (issues 14, 15, 17) -------------------------------------------
+
+
+def test_largest_weight_norm_gap_by_hand():
+    from attnlib.special_tokens import largest_weight_norm_gap
+
+    weights = {"cls": np.array([0.1, 0.6, 0.3]), "sep": np.array([0.2, 0.1, 0.7])}
+    norms = {"cls": np.array([0.1, 0.2, 0.3]), "sep": np.array([0.1, np.nan, 0.2])}
+    gap = largest_weight_norm_gap(weights, norms)  # |gaps|: cls 0, 0.4, 0; sep 0.1, NaN, 0.5
+    assert (gap.key, gap.layer) == ("sep", 2)
+    assert (gap.weight_share, gap.norm_share) == pytest.approx((0.7, 0.2))
+    assert largest_weight_norm_gap(weights, norms, keys=["cls"]).layer == 1
+    nothing = {"cls": np.array([np.nan]), "sep": np.array([np.nan])}
+    assert largest_weight_norm_gap(nothing, nothing) is None
+
+
+def test_special_tokens_from_json_round_trip(minilm):
+    from attnlib.results import json_ready
+    from attnlib.special_tokens import special_tokens, special_tokens_from_json
+
+    inputs = read_text_corpus(CLASSROOM_SINGLE)[:3]
+    run = special_tokens(minilm, inputs, all_punct=False, with_map=True, with_norms=True)
+    back = special_tokens_from_json(json.loads(json.dumps(json_ready(run.to_json()))))
+    assert back.head_map is not None and back.norms is not None
+    for key in STAT_KEYS:
+        np.testing.assert_allclose(back.special.heads[key], run.special.heads[key], rtol=1e-6)
+    for key, values in run.norms.heads.items():
+        np.testing.assert_allclose(back.norms.heads[key], values, rtol=1e-6)
+    assert special_tokens_from_json(run.special.to_json()).norms is None
+
+
+def page_at(**params):
+    """The app on the Special tokens page, with these URL parameters, after one run."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    at.switch_page("app_pages/special_tokens.py").run()
+    return at
+
+
+def table_with(at, column: str, without: str = "layer-head"):
+    """The one dataframe on the page that has this column (and not the other: per-head tables have it)."""
+    found = [d.value for d in at.dataframe if column in d.value.columns and without not in d.value.columns]
+    assert len(found) == 1, [list(d.value.columns) for d in at.dataframe]
+    return found[0]
+
+
+def check_weights_vs_norms(table, cli_out: dict, model: str) -> None:
+    """The page's weights-vs-norms table (4 decimals) against `special --norms` JSON, layer by layer."""
+    rows = table[table["model"] == model].reset_index(drop=True)
+    assert len(rows) == len(cli_out["layers"])
+    for layer, (shares, norms) in enumerate(zip(cli_out["layers"], cli_out["norm_layers"])):
+        for key in ("cls", "sep", "punct", "other"):
+            assert rows.loc[layer, f"weight_{key}"] == pytest.approx(shares[key], abs=6e-5)
+            assert rows.loc[layer, f"norm_{key}"] == pytest.approx(norms[key], abs=6e-5)
+            assert rows.loc[layer, f"value_{key}"] == pytest.approx(norms[f"value_{key}"], abs=6e-5, rel=1e-4)
+
+
+def expected_gap_text(cli_out: dict) -> str:
+    """The caption's numbers worked out from the CLI JSON with numpy, independently of the page."""
+    weights = np.array([[row[k] for k in ("cls", "sep")] for row in cli_out["layers"]])
+    norms = np.array([[row[k] for k in ("cls", "sep")] for row in cli_out["norm_layers"]])
+    layer, which = np.unravel_index(np.argmax(np.abs(weights - norms)), weights.shape)
+    name = ("[CLS]", "[SEP]")[which]
+    return f"{name} in layer {layer + 1}: {weights[layer, which]:.2f} of the attention weights but {norms[layer, which]:.2f}"
+
+
+@pytest.mark.slow
+def test_weights_vs_norms_tab_equals_the_cli(capsys, one_thread):
+    cli_out = run_cli(capsys, "--corpus", str(CLASSROOM_SINGLE), "--limit", "8", "--norms")
+    at = page_at(norms="1", limit="8", grad="0", map="0")
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    check_weights_vs_norms(table_with(at, "norm_cls"), cli_out, cli_out["model"])
+    shows = [m.value for m in at.markdown if "What it shows" in m.value]
+    assert len(shows) == 1 and expected_gap_text(cli_out) in shows[0]
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("Share of weights and of norms per layer" in t for t in titles)
+    assert any("Value norm" in t for t in titles)
+    assert any("computed here" in c.value for c in at.caption)
+
+
+@pytest.mark.slow
+def test_page_shows_a_shipped_result_without_running_the_model(capsys, tmp_path, monkeypatch, one_thread):
+    from attnlib.results import read_result_file
+
+    out = tmp_path / "special.json"
+    argv = ["--corpus", str(CLASSROOM_SINGLE), "--limit", "8", "--norms", "--head-map", "--out", str(out)]
+    cli_out = run_cli(capsys, *argv)
+    record = read_result_file(out.read_bytes())
+    asked = []
+
+    def shipped(command, model, sha1, n_inputs, options):
+        asked.append((command, model, n_inputs, options))
+        matches = all(record.options.get(k) == v for k, v in options.items())
+        return record if (command, model, n_inputs, matches) == ("special", record.model, 8, True) else None
+
+    def no_model_run(*args, **kwargs):
+        raise AssertionError("the model was run although a shipped result matches")
+
+    monkeypatch.setattr("ui.result_source.shipped_result", shipped)
+    monkeypatch.setattr("attnlib.special_tokens.special_tokens", no_model_run)
+    monkeypatch.setattr("attnlib.gradient_importance.gradient_importance", no_model_run)
+    at = page_at(norms="1", limit="8", punct="clark")
+    assert not at.exception, [e.value for e in at.exception]
+    assert ("special", record.model, 8, {"all_punct": False, "head_map": True, "norms": True}) in asked
+    assert any("precomputed, shipped with the app" in c.value for c in at.caption)
+    assert any(b.label == "Recompute" for b in at.button)
+    check_weights_vs_norms(table_with(at, "norm_cls"), cli_out, record.model)
+    per_layer = table_with(at, "sep_to_sep")
+    assert per_layer["cls"].tolist() == pytest.approx([row["cls"] for row in cli_out["layers"]], abs=6e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_page_compares_two_models(capsys, tiny_model_dir, one_thread):
+    first = run_cli(capsys, "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--norms")
+    second = run_cli(
+        capsys, "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--norms", "--model", str(tiny_model_dir)
+    )
+    at = page_at(norms="1", limit="6", grad="0", map="0", cmp=str(tiny_model_dir))
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    table = table_with(at, "norm_cls")
+    assert set(table["model"]) == {first["model"], second["model"]}
+    check_weights_vs_norms(table, first, first["model"])
+    check_weights_vs_norms(table, second, second["model"])
+    assert len([m for m in at.markdown if "What it shows" in m.value]) == 2
+    lines = [m.value for m in at.markdown if "largest difference:" in m.value]
+    assert len(lines) >= 4  # shares, [SEP], offsets, entropy, norms
+    assert all(f"{first['model']} vs {second['model']}" in line for line in lines)
+    per_layer = table_with(at, "sep_to_sep")
+    assert per_layer.groupby("model").size().to_dict() == {first["model"]: 6, second["model"]: 2}
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("number of layers" in t for t in titles)  # 6 and 2 layers share one axis scaled by depth
+
+
+@pytest.mark.slow
+def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thread):
+    from attnlib.precomputed import shipped_results
+    from attnlib.results import read_result_file
+    from attnlib.shipped import PRECOMPUTED
+
+    entry = next(e for e in shipped_results() if e.name == "special_classroom-single")
+    shipped = read_result_file((PRECOMPUTED / entry.file).read_bytes()).result
+
+    def no_model_run(*args, **kwargs):
+        raise AssertionError("the model was run although a shipped result matches")
+
+    monkeypatch.setattr("attnlib.special_tokens.special_tokens", no_model_run)
+    at = page_at()  # the defaults: classroom single sentences, Clark's punctuation, head map on, norms off
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("precomputed, shipped with the app" in c.value for c in at.caption)
+    per_layer = table_with(at, "sep_to_sep")
+    for key in ("cls", "sep", "entropy"):
+        assert per_layer[key].tolist() == pytest.approx([row[key] for row in shipped["layers"]], abs=6e-5)
+    assert len(at.get("plotly_chart")) >= 6  # the head map too
+    assert any("Switch on *Weights vs norms*" in i.value for i in at.info)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_gradients_beside_a_shipped_result_wait_for_a_click(capsys, tmp_path, monkeypatch, tiny_model_dir, one_thread):
+    from attnlib.results import read_result_file
+
+    out = tmp_path / "special.json"
+    argv = ["--corpus", str(CLASSROOM_SINGLE), "--limit", "4", "--head-map", "--model", str(tiny_model_dir)]
+    run_cli(capsys, *argv, "--out", str(out))
+    record = read_result_file(out.read_bytes())
+    monkeypatch.setattr(
+        "ui.result_source.shipped_result", lambda *a: record if (a[1], a[3]) == (record.model, 4) else None
+    )
+
+    def no_model_run(*args, **kwargs):
+        raise AssertionError("the statistics were computed although a shipped result matches")
+
+    monkeypatch.setattr("attnlib.special_tokens.special_tokens", no_model_run)
+    from ui.model_sidebar import OTHER
+
+    at = page_at(limit="4")
+    at.selectbox(key="model_choice").set_value(OTHER).run()
+    at.text_input(key="model_custom").set_value(str(tiny_model_dir)).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("Gradient importance" in c.proto.spec for c in at.get("plotly_chart")), [c.value for c in at.caption]
+    at.button(key="special_grad_now").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("precomputed, shipped with the app" in c.value for c in at.caption)
+    assert any("Gradient importance" in c.proto.spec for c in at.get("plotly_chart"))

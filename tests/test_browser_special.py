@@ -1,0 +1,71 @@
+"""Real-browser tests of the Special tokens page: the Weights vs norms tab, and two models compared."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+
+DONE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"
+
+
+def _open(page, url: str) -> None:
+    """Open the page and wait until its run has ended and the tabs are drawn."""
+    page.goto(url, wait_until="domcontentloaded")
+    page.get_by_role("tab", name="Weights vs norms", exact=True).wait_for(timeout=240_000)
+    page.wait_for_function(DONE, timeout=240_000)
+    page.wait_for_timeout(1500)
+
+
+def _show_tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name, exact=True).click()
+    page.locator(VISIBLE_PLOTS).first.wait_for(state="visible", timeout=60_000)
+    page.wait_for_timeout(1500)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_weights_vs_norms_tab_in_browser(streamlit_server, browser, screenshot_dir):
+    page = browser.new_page(viewport={"width": 1500, "height": 2200})
+    try:
+        _open(page, f"{streamlit_server}/special-tokens?norms=1&limit=8&grad=0&map=0")
+        _show_tab(page, "Weights vs norms")
+        page.screenshot(path=str(screenshot_dir / "special-weights-vs-norms.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        panel = page.locator("[role='tabpanel']:not([hidden])")
+        assert "What it shows." in panel.inner_text()
+        assert "of the attention weights but" in panel.inner_text()
+        assert panel.locator(".js-plotly-plot").count() == 2  # weights vs norms, value norms
+        assert "value-weighted norms" in panel.locator(".js-plotly-plot").first.inner_text()
+    except Exception:
+        page.screenshot(path=str(screenshot_dir / "special-browser-failure.png"))
+        raise
+    finally:
+        page.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_two_models_compared_in_browser(streamlit_server, browser, screenshot_dir, tiny_model_dir):
+    page = browser.new_page(viewport={"width": 1500, "height": 2200})
+    folder = str(tiny_model_dir)
+    try:
+        _open(page, f"{streamlit_server}/special-tokens?norms=1&limit=6&grad=0&map=0&cmp={quote(folder)}")
+        _show_tab(page, "Shares")
+        page.screenshot(path=str(screenshot_dir / "special-compare-shares.png"), full_page=True)
+        panel = page.locator("[role='tabpanel']:not([hidden])")
+        assert "largest difference:" in panel.inner_text()
+        assert panel.locator(".js-plotly-plot").count() == 3  # overlaid lines, a heatmap per model
+        legend = panel.locator(".js-plotly-plot").first.inner_text()
+        assert "(all-MiniLM-L6-v2)" in legend and f"({folder})" in legend
+        _show_tab(page, "Weights vs norms")
+        page.screenshot(path=str(screenshot_dir / "special-compare-weights-vs-norms.png"), full_page=True)
+        assert page.locator("[role='tabpanel']:not([hidden])").inner_text().count("What it shows.") == 2
+        assert page.locator("[data-testid='stException']").count() == 0
+    except Exception:
+        page.screenshot(path=str(screenshot_dir / "special-browser-failure.png"))
+        raise
+    finally:
+        page.close()
