@@ -100,6 +100,47 @@ def test_aggregation_by_hand():
     # G_out: H[k] = mean of M[i, i+k]: k=-2: 0.1; -1: (0.2+0.2)/2; 0: 0.6; 1: (0.3+0.2)/2; 2: 0.2.
     h = np.array([0.1, 0.2, 0.6, 0.25, 0.2])
     assert result.center_of_mass["attribution"][0] == pytest.approx((h * np.arange(-2, 3)).sum() / h.sum())
+    # Per-measure histograms: the same H as above, and the uniform map's flat 1/3.
+    np.testing.assert_array_equal(result.offsets, np.arange(-2, 3))
+    np.testing.assert_allclose(result.histograms["attribution"][0], h)
+    np.testing.assert_allclose(result.histograms["residual_ln"][0], np.full(5, 1 / 3))
+    back = aggregation_from_json(json.loads(json.dumps(result.to_dict())))
+    np.testing.assert_allclose(back.histograms["attention"], result.histograms["attention"])
+    np.testing.assert_array_equal(back.offsets, result.offsets)
+
+
+def test_histograms_of_inputs_of_different_lengths_merge_exactly():
+    """Two inputs (3 and 2 tokens) in one accumulator equal two accumulators merged; offsets widen to the longest."""
+    rng = np.random.default_rng(0)
+
+    def maps(n: int) -> tuple[np.ndarray, np.ndarray]:
+        m = rng.random((2, 5, n, n))
+        g = rng.random((2, n, n))
+        return m / m.sum(-1, keepdims=True), g / g.sum(-1, keepdims=True)
+
+    first, second = maps(2), maps(3)
+    whole, a, b = AggregationAccumulator(2), AggregationAccumulator(2), AggregationAccumulator(2)
+    whole.add_maps(*first)
+    whole.add_maps(*second)
+    a.add_maps(*first)
+    b.add_maps(*second)
+    merged = a.merge(b).result()
+    expected = whole.result()
+    np.testing.assert_array_equal(merged.offsets, np.arange(-2, 3))
+    for name in (*MEASURES, "attribution"):
+        np.testing.assert_allclose(merged.histograms[name], expected.histograms[name], rtol=1e-12)
+    # Offset +2 occurs only in the 3-token input, once (row 0 to key 2): its histogram value is that one entry.
+    np.testing.assert_allclose(expected.histograms["attribution"][:, -1], second[1][:, 0, 2])
+    np.testing.assert_allclose(expected.histograms["layer_norm"][:, -1], second[0][:, 1, 0, 2])
+
+
+def test_results_written_before_histograms_still_read():
+    acc = AggregationAccumulator(1)
+    acc.add_maps(np.full((1, 5, 2, 2), 0.5), np.full((1, 2, 2), 0.5))
+    data = acc.result().to_dict()
+    del data["histograms"]
+    back = aggregation_from_json(data)
+    assert back.histograms == {} and len(back.offsets) == 0
 
 
 @pytest.mark.slow
@@ -118,6 +159,7 @@ def test_halves_merge_and_batches_do_not_matter(tiny_model):
         np.testing.assert_allclose(a.spearman[m], c.spearman[m], rtol=1e-10)
         np.testing.assert_allclose(a.center_of_mass[m], b.center_of_mass[m], atol=1e-4)
     np.testing.assert_allclose(a.center_of_mass["attribution"], c.center_of_mass["attribution"], rtol=1e-10)
+    np.testing.assert_allclose(a.histograms["residual_ln_rollout"], c.histograms["residual_ln_rollout"], rtol=1e-10)
 
 
 def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp_path):
