@@ -1,4 +1,5 @@
-"""Live attention: head view, model view and neuron view of any sentence or pair, a head finder, and exports."""
+"""Live attention: head view, model view and neuron view of any sentence or pair (weights or value-weighted norms,
+one model or two side by side), a head finder, and exports."""
 
 from __future__ import annotations
 
@@ -16,15 +17,20 @@ from attnlib.corpus import CorpusInput, read_text_corpus
 from attnlib.engine import accumulate
 from attnlib.export import attention_table
 from attnlib.model import ModelFacts
+from attnlib.norms import row_normalised, value_norms_from_values, weighted_norms
 from attnlib.patterns import PATTERN_HELP, PATTERNS, PatternAccumulator, rank_heads
-from attnlib.runner import RunResult
+from attnlib.report import STAT_NAMES, by_layer, largest_difference
+from attnlib.runner import InputError, RunResult, run
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.special import input_statistics, punct_mask
 from attnlib.words import ROW_RULES, unit_labels, word_groups, word_level_attention
 from figures.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from figures.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from figures.model_view import LINES_MAX_TOKENS, model_view_html
-from figures.neuron_view import neuron_scores, neuron_view_html
+from figures.neuron_view import neuron_scores, neuron_view_html, value_norm_figure
+from ui.compare import compared_model
 from ui.live_inputs import cached_run, run_or_explain, text_inputs
+from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, publish, set_value
 from ui.progress import progress
@@ -32,6 +38,9 @@ from ui.progress import progress
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
 LEVELS = {"token": "Tokens", "word": "Words"}
 FILTER_PARAMS = {"all": "All", "aa": "A→A", "bb": "B→B", "ab": "A→B", "ba": "B→A"}
+SHOWS = {"weights": "Weights", "norms": "Norms"}
+QUANTITY = {"weights": "attention weight", "norms": "‖α f(x)‖ normalised over the row"}
+DIFFER_KEYS = ("cls", "sep", "punct", "prev", "self", "next")  # shares compared between two models on one input
 TOP_PICKS = 3
 
 VIEW = Option("live_view", "view", "head", list(VIEWS))
@@ -42,7 +51,8 @@ HEAD = Option("live_head", "head", 1, lo=1)
 HEADS = Option("live_heads", "heads", None)  # None: every head
 TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # 0: no token selected
 PAIR_FILTER = Option("live_filter", "filter", "All", FILTER_PARAMS)
-OPTIONS = [VIEW, LEVEL, RULE, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER]
+SHOW = Option("live_show", "show", "weights", list(SHOWS))
+OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER]
 
 
 @dataclass
@@ -55,7 +65,8 @@ class Shown:
     result: RunResult
     level: str
     rule: str
-    attn: np.ndarray  # [layers, heads, u, u]
+    show: str  # "weights" or "norms"
+    attn: np.ndarray  # [layers, heads, u, u]: attention weights, or norms normalised over each row
     labels: list[str]
     segments: np.ndarray  # [u]
     layer: int
@@ -65,15 +76,27 @@ class Shown:
     @property
     def stem(self) -> str:
         """The start of download file names."""
-        return f"{self.facts.name.replace('/', '_')}-L{self.layer + 1}"
+        norms = "-norms" if self.show == "norms" else ""
+        return f"{self.facts.name.replace('/', '_')}{norms}-L{self.layer + 1}"
 
     @property
     def level_title(self) -> str:
-        return LEVELS[self.level] + (f" (word rows: {self.rule})" if self.level == "word" else "")
+        words = f" (word rows: {self.rule})" if self.level == "word" else ""
+        return LEVELS[self.level] + words + (", norms ‖α f(x)‖ per row" if self.show == "norms" else "")
+
+    @property
+    def quantity(self) -> str:
+        """What the maps hold, for hints and tooltips."""
+        return QUANTITY[self.show]
+
+    @property
+    def value_key(self) -> str:
+        """The name of the maps' numbers in downloads."""
+        return "norm_share" if self.show == "norms" else "attention"
 
     def export(self, **extra) -> dict:
-        """The JSON download: where the attention comes from, 0-based indices, and the view's own fields."""
-        origin = {"model": self.facts.name, "text_a": self.text_a, "text_b": self.text_b or None}
+        """The JSON download: where the numbers come from, 0-based indices, and the view's own fields."""
+        origin = {"model": self.facts.name, "text_a": self.text_a, "text_b": self.text_b or None, "shows": self.show}
         return {**origin, "indices": "0-based", "layer": self.layer, "labels": self.labels, **extra}
 
 
@@ -106,20 +129,43 @@ def pretty_token(token: str) -> str:
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def word_level(model_name: str, text_a: str, text_b: str, rule: str) -> np.ndarray:
-    """Word-level attention [layers, heads, u, u] of a cached run (METHODS §6), once per text and row rule."""
+def value_norm(model_name: str, text_a: str, text_b: str) -> np.ndarray:
+    """||f_h(x_j)|| [layers, heads, n] of a sentence or pair (METHODS §11), from a run that captures value vectors."""
+    r = run(model_named(model_name), text_a, text_b.strip() or None, capture_norms=True)
+    if r.values is None or r.norm_weights is None:
+        raise ValueError("The run captured no value vectors.")
+    return value_norms_from_values(r.values, r.norm_weights.out_gram).astype(np.float32)
+
+
+@st.cache_data(max_entries=2, show_spinner=False)
+def norm_rows(model_name: str, text_a: str, text_b: str) -> np.ndarray:
+    """Each row of weighted_norm = A * value_norm (METHODS §11) normalised to sum 1: [layers, heads, n, n]."""
+    attentions = cached_run(model_name, text_a, text_b).attentions
+    return row_normalised(weighted_norms(attentions, value_norm(model_name, text_a, text_b))).astype(np.float32)
+
+
+def token_maps(model_name: str, text_a: str, text_b: str, show: str) -> np.ndarray:
+    """What the views draw at token level [layers, heads, n, n]: attention weights or row-normalised norms."""
+    return (
+        norm_rows(model_name, text_a, text_b) if show == "norms" else cached_run(model_name, text_a, text_b).attentions
+    )
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def word_level(model_name: str, text_a: str, text_b: str, rule: str, show: str = "weights") -> np.ndarray:
+    """Word-level maps [layers, heads, u, u] (METHODS §6) of the weights or norm rows, once per text and row rule."""
     r = cached_run(model_name, text_a, text_b)
-    return word_level_attention(r.attentions, r.word_ids, rule).astype(np.float32)
+    return word_level_attention(token_maps(model_name, text_a, text_b, show), r.word_ids, rule).astype(np.float32)
 
 
-def units(result: RunResult, level: str, model_name: str, text_a: str, text_b: str, rule: str):
-    """(attention [L, H, u, u], labels, segments) at token or word level."""
+def units(result: RunResult, level: str, model_name: str, texts: tuple[str, str], rule: str, show: str):
+    """(maps [L, H, u, u], labels, segments) at token or word level, of the weights or the norm rows."""
     if level == "token":
-        return result.attentions, [pretty_token(t) for t in result.tokens], result.segments
+        return token_maps(model_name, *texts, show), [pretty_token(t) for t in result.tokens], result.segments
     groups = word_groups(result.word_ids)
     labels = unit_labels([pretty_token(t) for t in result.tokens], result.words, result.word_ids)
     segments = np.array([result.segments[g[0]] for g in groups], np.int8)
-    return word_level(model_name, text_a, text_b, rule), labels, segments
+    return word_level(model_name, *texts, rule, show), labels, segments
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -140,25 +186,26 @@ def classroom_inputs() -> tuple[str, list[CorpusInput]]:
 
 
 def export_buttons(
-    name: str, csv_maker: Callable[[], pd.DataFrame], json_maker: Callable[[], dict], html: str, key: str
+    name: str, csv_maker: Callable[[], pd.DataFrame], json_maker: Callable[[], dict], views: list, key: str
 ):
-    """CSV and JSON of the current attention (made on click) and the figure as offline HTML."""
-    c1, c2, c3 = st.columns(3)
+    """CSV and JSON of the current maps (made on click) and each figure as offline HTML (views: [(Shown, html)])."""
+    c1, c2, *figure_columns = st.columns(2 + len(views))
     csv = lambda: csv_maker().to_csv(index=False).encode()  # noqa: E731
     c1.download_button("Download attention (CSV)", csv, f"{name}.csv", "text/csv", key=f"{key}_csv", on_click="ignore")
     as_json = lambda: json.dumps(json_maker()).encode()  # noqa: E731
     c2.download_button(
         "Download attention (JSON)", as_json, f"{name}.json", "application/json", key=f"{key}_json", on_click="ignore"
     )
-    c3.download_button(
-        "Download figure (HTML)",
-        html.encode(),
-        f"{name}.html",
-        "text/html",
-        key=f"{key}_html",
-        on_click="ignore",
-        help="A standalone page that opens offline (no CDN).",
-    )
+    for k, (column, (view, html)) in enumerate(zip(figure_columns, views)):
+        column.download_button(
+            "Download figure (HTML)" if k == 0 else f"Figure of {view.facts.name} (HTML)",
+            html.encode(),
+            f"{name}.html" if k == 0 else f"{view.stem}.html",
+            "text/html",
+            key=f"{key}_html" if k == 0 else f"{key}_html{k}",
+            on_click="ignore",
+            help="A standalone page that opens offline (no CDN).",
+        )
     st.caption(
         "PNG: the **Save PNG** button inside the figure. Downloads use 0-based indices; "
         "`layer_head` is the 1-based label shown on the page."
@@ -239,9 +286,24 @@ def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
     finder_tables(facts, scores, picks, text_a, text_b)
 
 
+def show_control(view: str, column) -> str:
+    """The weights / norms switch of the head and model views; the neuron view always shows weights."""
+    column.radio(
+        "Shows",
+        list(SHOWS),
+        format_func=SHOWS.get,
+        horizontal=True,
+        key=SHOW.key,
+        disabled=view == "neuron",
+        help="Weights: the attention α. Norms: ‖α f(x_j)‖ (METHODS §11), each query's row normalised to sum 1: "
+        "how much each token actually moves into the query. The neuron view shows weights, value norms beside it.",
+    )
+    return "weights" if view == "neuron" else st.session_state[SHOW.key]
+
+
 def level_controls(view: str, result: RunResult, facts: ModelFacts, texts: tuple[str, str], columns) -> tuple:
-    """Token or word level and the word row rule; returns (level, rule, attention, labels, segments)."""
-    c_level, c_rule = columns
+    """Token or word level, the word row rule and weights / norms; returns (level, rule, show, maps, labels, segments)."""
+    c_level, c_rule, c_show = columns
     c_level.radio(
         "Level",
         list(LEVELS),
@@ -260,8 +322,9 @@ def level_controls(view: str, result: RunResult, facts: ModelFacts, texts: tuple
         disabled=st.session_state[LEVEL.key] != "word" or view == "neuron",
         help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.",
     )
+    shows = show_control(view, c_show)
     level = "token" if view == "neuron" else st.session_state[LEVEL.key]
-    return level, rule, *units(result, level, facts.name, *texts, rule)
+    return level, rule, shows, *units(result, level, facts.name, texts, rule, shows)
 
 
 def head_controls(view: str, facts: ModelFacts, c_layer, c_head) -> tuple[int, int]:
@@ -309,68 +372,145 @@ def token_controls(view: str, labels: list[str], is_pair: bool) -> int | None:
 
 def controls(view: str, facts: ModelFacts, result: RunResult, text_a: str, text_b: str) -> Shown:
     """Every control of the three views, kept in the URL; what they choose."""
-    c_level, c_rule, c_layer, c_head = st.columns([1.2, 1, 2.2, 1.2])
-    level, rule, attn, labels, segments = level_controls(view, result, facts, (text_a, text_b), (c_level, c_rule))
+    c_level, c_rule, c_show, c_layer, c_head = st.columns([1.2, 1, 1.2, 2.2, 1.2])
+    level, rule, shows, attn, labels, segments = level_controls(
+        view, result, facts, (text_a, text_b), (c_level, c_rule, c_show)
+    )
     clamp_options(facts.n_layers, facts.n_heads, len(labels))
     layer, head = head_controls(view, facts, c_layer, c_head)
     selected = token_controls(view, labels, bool(text_b.strip()))
     publish(OPTIONS)
-    return Shown(facts, text_a, text_b, result, level, rule, attn, labels, segments, layer, head, selected)
+    return Shown(facts, text_a, text_b, result, level, rule, shows, attn, labels, segments, layer, head, selected)
 
 
-def head_view_section(s: Shown) -> None:
-    """The head view of the chosen heads of one layer, and its exports."""
+def compared_view(s: Shown, facts: ModelFacts) -> Shown | None:
+    """The same input, level and measure in a second model (its own tokens), the layer and head kept in its range."""
+    try:
+        r = cached_run(facts.name, s.text_a, s.text_b)
+    except InputError as exc:
+        st.warning(f"{facts.name}: {exc}")
+        return None
+    attn, labels, segments = units(r, s.level, facts.name, (s.text_a, s.text_b), s.rule, s.show)
+    selected = s.selected if s.selected is not None and s.selected < len(labels) else None
+    layer, head = min(s.layer, facts.n_layers - 1), min(s.head, facts.n_heads - 1)
+    return Shown(facts, s.text_a, s.text_b, r, s.level, s.rule, s.show, attn, labels, segments, layer, head, selected)
+
+
+def layer_shares(v: Shown) -> dict[str, dict[str, float]]:
+    """Token-level shares of the shown measure per layer (mean over heads), as largest_difference compares them."""
+    r = v.result
+    maps = token_maps(v.facts.name, v.text_a, v.text_b, v.show)
+    stats = input_statistics(maps, r.cls_mask, r.sep_mask, punct_mask(r.tokens, r.special_mask))
+    return by_layer({key: stats[key].mean(axis=1) for key in DIFFER_KEYS}, DIFFER_KEYS, STAT_NAMES)
+
+
+def side_by_side(views: list[Shown]) -> list:
+    """One column per model (the page itself for one model), each headed by its model and layer when two."""
+    if len(views) == 1:
+        return [st.container()]
+    columns = st.columns(len(views))
+    for column, v in zip(columns, views):
+        column.markdown(f"**{v.facts.name}** · layer {v.layer + 1} of {v.facts.n_layers}, {v.facts.n_heads} heads")
+    difference = largest_difference(layer_shares(views[0]), layer_shares(views[1]))
+    if difference is not None:
+        st.caption(
+            f"{views[0].facts.name} vs {views[1].facts.name} on this input ({SHOWS[views[0].show].lower()}, "
+            f"token level, mean over heads, layers by number): {difference.text()}"
+        )
+    return columns
+
+
+def long_table(views: list[Shown], tables: list[pd.DataFrame], value_key: str) -> pd.DataFrame:
+    """The views' tables in one, with a `model` column first when there are two models."""
+    if len(views) > 1:
+        tables = [t.assign(model=v.facts.name)[["model", *t.columns]] for v, t in zip(views, tables)]
+    table = pd.concat(tables, ignore_index=True)
+    return table.rename(columns={"weight": "norm_share"}) if value_key == "norm_share" else table
+
+
+def exports(views: list[Shown], parts: list[dict]) -> dict:
+    """The JSON download: one model's export, or {"models": [...]} with each model's."""
+    return parts[0] if len(views) == 1 else {"models": parts}
+
+
+def head_view_part(v: Shown, heads: list[int], pair_filter: str, two: bool):
+    """One model's head view (heads outside its range left out) drawn in the current column: (html, data)."""
+    own = [h for h in heads if h < v.facts.n_heads] or [min(max(heads), v.facts.n_heads - 1)]
+    title = (f"{v.facts.name} · " if two else "") + v.level_title
+    data = head_view_data(v.attn[v.layer], own, v.segments, pair_filter)
+    html = head_view_html(
+        v.attn[v.layer], v.labels, own, v.layer, v.segments, pair_filter, v.selected, title=title, quantity=v.quantity
+    )
+    show(html)
+    return html, data
+
+
+def head_view_section(s: Shown, second: ModelFacts | None) -> None:
+    """The head view of the chosen heads of one layer (of each model), and its exports."""
     heads = [h - 1 for h in st.session_state[HEADS.key]]
     pair_filter = st.session_state[PAIR_FILTER.key] if s.text_b.strip() else "All"
     if not heads:
         st.info("Choose at least one head.")
         return
-    html = head_view_html(
-        s.attn[s.layer], s.labels, heads, s.layer, s.segments, pair_filter, s.selected, title=s.level_title
-    )
-    show(html)
+    views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    drawn = []
+    for column, v in zip(side_by_side(views), views):
+        with column:
+            drawn.append(head_view_part(v, heads, pair_filter, len(views) > 1))
     words = f" Word level: rows merged by **{s.rule}**, columns summed (METHODS §6)." if s.level == "word" else ""
-    st.caption(f"Lines below {HEAD_MIN_WEIGHT} are not drawn." + words)
-    data = head_view_data(s.attn[s.layer], heads, s.segments, pair_filter)
+    norms = " Norms: ‖α f(x)‖ of each key, each row normalised to sum 1 (METHODS §11)." if s.show == "norms" else ""
+    st.caption(f"Lines below {HEAD_MIN_WEIGHT} are not drawn." + words + norms)
     export_buttons(
         f"{s.stem}-heads",
-        lambda: attention_table(data.maps, s.layer, heads, data.left, data.right, s.labels),
-        lambda: s.export(
-            level=s.level,
-            rule=s.rule,
-            pair_filter=pair_filter,
-            heads=heads,
-            query_index=data.left,
-            key_index=data.right,
-            attention=np.round(data.maps.astype(np.float64), 6).tolist(),
+        lambda: long_table(
+            views,
+            [attention_table(d.maps, v.layer, d.heads, d.left, d.right, v.labels) for v, (_, d) in zip(views, drawn)],
+            s.value_key,
         ),
-        html,
+        lambda: exports(views, [head_export(v, d, pair_filter) for v, (_, d) in zip(views, drawn)]),
+        [(v, html) for v, (html, _) in zip(views, drawn)],
         "live_head_export",
     )
 
 
-def model_view_section(s: Shown) -> None:
-    """Every head of every layer as thumbnails, the chosen one enlarged, and the chosen layer's exports."""
-    n_units = len(s.labels)
-    if n_units > LINES_MAX_TOKENS:
-        st.caption(f"More than {LINES_MAX_TOKENS} {s.level}s: thumbnails are heatmaps so they stay readable.")
-    html = model_view_html(s.attn, s.labels, (s.layer, s.head), title=s.level_title)
-    show(html)
-    every = list(range(n_units))
+def head_export(v: Shown, data, pair_filter: str) -> dict:
+    """One model's head view as JSON."""
+    maps = np.round(data.maps.astype(np.float64), 6).tolist()
+    fields = {"level": v.level, "rule": v.rule, "pair_filter": pair_filter, "heads": data.heads}
+    return v.export(**fields, query_index=data.left, key_index=data.right, **{v.value_key: maps})
+
+
+def model_view_section(s: Shown, second: ModelFacts | None) -> None:
+    """Every head of every layer as thumbnails (of each model), the chosen one enlarged, and the chosen layer's exports."""
+    views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    drawn = []
+    for column, v in zip(side_by_side(views), views):
+        with column:
+            if len(v.labels) > LINES_MAX_TOKENS:
+                st.caption(f"More than {LINES_MAX_TOKENS} {v.level}s: thumbnails are heatmaps so they stay readable.")
+            title = (f"{v.facts.name} · " if len(views) > 1 else "") + v.level_title
+            drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), title=title, quantity=v.quantity))
+            show(drawn[-1])
+
+    def table(v: Shown) -> pd.DataFrame:
+        every = list(range(len(v.labels)))
+        return attention_table(v.attn[v.layer], v.layer, list(range(v.facts.n_heads)), every, every, v.labels)
+
+    def export(v: Shown) -> dict:
+        return v.export(level=v.level, rule=v.rule, **{v.value_key: np.round(v.attn[v.layer], 6).tolist()})
+
     export_buttons(
         f"{s.stem}-all-heads",
-        lambda: attention_table(s.attn[s.layer], s.layer, list(range(s.facts.n_heads)), every, every, s.labels),
-        lambda: s.export(
-            level=s.level, rule=s.rule, attention=np.round(s.attn[s.layer].astype(np.float64), 6).tolist()
-        ),
-        html,
+        lambda: long_table(views, [table(v) for v in views], s.value_key),
+        lambda: exports(views, [export(v) for v in views]),
+        list(zip(views, drawn)),
         "live_model_export",
     )
     st.caption("The downloads hold the chosen layer (all heads); the enlarged head is the chosen layer and head.")
 
 
-def neuron_view_section(s: Shown) -> None:
-    """Query and key vectors of one head and query token, their softmax against the model's row, and exports."""
+def neuron_view_section(s: Shown, second: ModelFacts | None) -> None:
+    """Query and key vectors of one head and query token, their softmax against the model's row, the value norms."""
     r, layer, head = s.result, s.layer, s.head
     query = s.selected if s.selected is not None else 0
     q, k = r.queries[layer, head], r.keys[layer, head]
@@ -378,7 +518,35 @@ def neuron_view_section(s: Shown) -> None:
     row = r.attentions[layer, head, query]
     diff = float(np.abs(ns.softmax - row).max())
     html = neuron_view_html(q, k, s.labels, query, layer, head, row)
-    show(html)
+    norms = value_norm(s.facts.name, s.text_a, s.text_b)[layer, head]
+    left, right = st.columns([4, 1])
+    with left:
+        show(html)
+    right.plotly_chart(value_norm_figure(norms, s.labels, layer, head), key="live_value_norms")
+    right.caption("‖f(x_j)‖ = ‖v_j W_O‖ of each key token in this head (METHODS §11): how large a vector it moves.")
+    if second is not None:
+        st.caption("The neuron view shows the first model; the head and model views show both side by side.")
+    neuron_notes(diff)
+    table = {"key_index": np.arange(r.n), "key": s.labels, "score": ns.scores, "softmax": ns.softmax}
+    vectors = {"query": ns.query.tolist(), "keys": ns.keys.tolist(), "scores": ns.scores.tolist()}
+    export_buttons(
+        f"{s.stem}-H{head + 1}-neuron",
+        lambda: pd.DataFrame({**table, "model_attention": row, "value_norm": norms}),
+        lambda: s.export(
+            head=head,
+            query_index=query,
+            **vectors,
+            softmax=ns.softmax.tolist(),
+            model_attention=row.astype(np.float64).tolist(),
+            value_norm=norms.astype(np.float64).tolist(),
+        ),
+        [(s, html)],
+        "live_neuron_export",
+    )
+
+
+def neuron_notes(diff: float) -> None:
+    """Whether softmax(q·k/√d) of the captured vectors reproduces the model's attention row."""
     if diff > 1e-4:
         st.warning(
             f"For this model softmax(q·k/√d) differs from the returned attention by up to {diff:.2g}: "
@@ -389,21 +557,6 @@ def neuron_view_section(s: Shown) -> None:
             f"softmax(q·k/√d) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
             "The neuron view is always at token level."
         )
-    table = {"key_index": np.arange(r.n), "key": s.labels, "score": ns.scores, "softmax": ns.softmax}
-    vectors = {"query": ns.query.tolist(), "keys": ns.keys.tolist(), "scores": ns.scores.tolist()}
-    export_buttons(
-        f"{s.stem}-H{head + 1}-neuron",
-        lambda: pd.DataFrame({**table, "model_attention": row}),
-        lambda: s.export(
-            head=head,
-            query_index=query,
-            **vectors,
-            softmax=ns.softmax.tolist(),
-            model_attention=row.astype(np.float64).tolist(),
-        ),
-        html,
-        "live_neuron_export",
-    )
 
 
 SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": neuron_view_section}
@@ -425,4 +578,6 @@ if view == "finder":
     publish(OPTIONS)
     show_finder(facts, text_a, text_b)
 else:
-    SECTIONS[view](controls(view, facts, result, text_a, text_b))
+    compared = compared_model()
+    SECTIONS[view](controls(view, facts, result, text_a, text_b), compared.facts if compared else None)
+cite_methods(6, 11)

@@ -17,7 +17,7 @@ from attnlib.attribution import DEFAULT_PROBES, Attribution, attribute, exact_se
 from attnlib.model import LoadedModel
 from attnlib.norms import MEASURES
 from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, corpus_positions, positions_from_json
-from attnlib.precomputed import shipped_positions
+from attnlib.precomputed import shipped_example
 from attnlib.report import largest_difference
 from attnlib.runner import InputError, RunResult
 from figures.norms import (
@@ -77,17 +77,6 @@ def _aggregation_result(model_name: str, fingerprint: str, options: tuple, _inpu
 def _example_attribution(model_name: str, text_a: str, text_b: str) -> Attribution:
     """Exact Hidden Token Attribution of one sentence or pair."""
     return attribute(model_named(model_name), text_a, text_b.strip() or None, mode="exact")
-
-
-def _shipped_example(model_name: str, text_a: str, text_b: str) -> Attribution | None:
-    """The precomputed exact example when model and texts match it."""
-    data = shipped_positions()
-    ex = data.get("example")
-    if not ex or model_name != data.get("model") or (text_a, text_b.strip()) != (ex["text_a"], ex["text_b"]):
-        return None
-    return Attribution(
-        ex["tokens"], np.array(ex["input"], np.float32), np.array(ex["previous"], np.float32), "exact", None
-    )
 
 
 def options_sidebar(head_dim: int) -> PositionOptions:
@@ -467,7 +456,7 @@ def aggregation_section(models: list[LoadedModel], choice: CorpusChoice, options
 def example_attribution(lm: LoadedModel, run: RunResult, text_a: str, text_b: str) -> Attribution | None:
     """The shipped example, else exact attribution computed on request; None (with a message) until there is one."""
     f = lm.facts
-    shipped = _shipped_example(f.name, text_a, text_b)
+    shipped = shipped_example(f.name, text_a, text_b)
     if shipped is not None:
         return shipped
     seconds = exact_seconds(f, run.n)

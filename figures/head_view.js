@@ -1,7 +1,7 @@
 // Head view (figures/head_view.py): query tokens on the left, key tokens on the right, a line from each query to each
 // key with opacity = weight, one colour per head. Hover a left token to see only its lines; click to pin it.
 // Data D: title, layer and heads (1-based), colors, left/right labels and positions, lines (pack_sparse),
-// minWeight, selected (left row or -1) and selRows (exact weights of the selected row, [head][key]).
+// minWeight, quantity (what a line's opacity shows), selected (left row or -1) and selRows (exact weights of the selected row, [head][key]).
 
 const Lb = D.left, Rb = D.right, m = D.heads.length, S = unpack(D.lines), cv = document.getElementById('cv');
 
@@ -20,7 +20,7 @@ const hidden = new Set();  // heads (indices into D.heads) switched off in the l
 
 document.getElementById('ttl').textContent = (D.title ? D.title + ' — ' : '') + 'Layer ' + D.layer;
 document.getElementById('hint').textContent =
-  'Hover a token on the left to see only its lines, click it to pin (click again to unpin); ' +
+  'Line opacity = ' + D.quantity + '. Hover a token on the left to see only its lines, click it to pin (click again to unpin); ' +
   'click a head number to hide it. Lines below ' + D.minWeight + ' are not drawn. Positions and heads are numbered from 1.';
 
 // Legend: one coloured number per head, a click hides or shows that head.

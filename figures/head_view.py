@@ -67,8 +67,11 @@ def head_view_html(
     selected: int | None = None,
     min_weight: float = MIN_WEIGHT,
     title: str = "",
+    quantity: str = "weight",
 ) -> str:
-    """Self-contained HTML of the head view for one layer (0-based `layer`, `heads`, `selected` query position)."""
+    """Self-contained HTML of the head view for one layer (0-based `layer`, `heads`, `selected` query position).
+
+    `quantity` names what the maps hold in the hint and tooltips (attention weight, or a row-normalised norm)."""
     data = head_view_data(attn_layer, heads, segments, pair_filter)
     sel_row = data.left.index(selected) if selected is not None and selected in data.left else -1
     payload = {
@@ -82,6 +85,7 @@ def head_view_html(
         "rightPos": [j + 1 for j in data.right],
         "lines": pack_sparse(data.maps, min_weight),
         "minWeight": min_weight,
+        "quantity": quantity,
         "selected": sel_row,
         "selRows": round_list(data.maps[:, sel_row], 3) if sel_row >= 0 else None,
     }

@@ -2,7 +2,7 @@
 // Short inputs (D.mode 'lines'): each thumbnail is a small head view of one head. Long inputs ('heat'): thumbnails are
 // heatmaps cut from one atlas image of max-pooled maps, each scaled to its own maximum; the selected head (D.sel) also
 // comes at full resolution.
-// Data D: title, labels, L, H, n, colors, sel [layer, head] (0-based), mode, minWeight, linesMax, and either lines
+// Data D: title, labels, L, H, n, colors, sel [layer, head] (0-based), mode, minWeight, quantity, linesMax, and either lines
 // (pack_sparse of all L*H maps) or atlas, tileMax, side, block, full, fullMax (base64 PNGs and their maxima).
 
 const L = D.L, H = D.H, n = D.n, TW = 64, GAP = 6, ML = 58, MT = 18;  // thumbnail size, gap, left and top margins
@@ -15,7 +15,7 @@ let S = null, atlas = null, atlasVals = null, full = null, fullVals = null, show
 
 document.getElementById('ttl').textContent = (D.title || 'Model view') + ' — ' + L + ' layers × ' + H + ' heads';
 document.getElementById('hint').textContent = (D.mode === 'lines'
-  ? 'Each thumbnail: queries on the left, keys on the right, line opacity = weight (lines below ' + D.minWeight + ' omitted). '
+  ? 'Each thumbnail: queries on the left, keys on the right, line opacity = ' + D.quantity + ' (lines below ' + D.minWeight + ' omitted). '
   : 'More than ' + D.linesMax + ' positions: thumbnails are heatmaps (rows = queries, columns = keys), each pixel the maximum over ' +
     D.block + '×' + D.block + ' positions, each scaled to its own maximum. ')
   + 'Click a thumbnail to enlarge it. Layers and heads are numbered from 1.';
@@ -154,7 +154,7 @@ function enlargeHeat(img, vals, side, block, vmax, labelsOf) {
       return;
     }
     const v = vals[i * side + j] / 255 * vmax;
-    tip(e, 'from ' + names[i] + '\nto ' + names[j] + '\n' + (block > 1 ? 'max ' : '') + 'weight ≈ ' + v.toFixed(3));
+    tip(e, 'from ' + names[i] + '\nto ' + names[j] + '\n' + (block > 1 ? 'max ' : '') + D.quantity + ' ≈ ' + v.toFixed(3));
   };
   big.onmouseleave = e => tip(e, null);
 }
@@ -177,7 +177,7 @@ function enlarge() {
   }
   if (l === D.sel[0] && h === D.sel[1]) {
     note.textContent = 'Full resolution, scaled to this head\'s maximum (' + D.fullMax.toFixed(3) +
-      '). Rows = queries, columns = keys; hover for weights.';
+      '). Rows = queries, columns = keys; hover for values.';
     enlargeHeat(full, fullVals, n, 1, D.fullMax, i => D.labels[i] + ' (' + (i + 1) + ')');
     return;
   }

@@ -61,8 +61,11 @@ def model_view_html(
     lines_max_tokens: int = LINES_MAX_TOKENS,
     min_weight: float = MIN_WEIGHT,
     title: str = "",
+    quantity: str = "weight",
 ) -> str:
-    """Self-contained HTML of the model view of [layers, heads, n, n]; `selected` (0-based layer, head) starts enlarged."""
+    """Self-contained HTML of the model view of [layers, heads, n, n]; `selected` (0-based layer, head) starts enlarged.
+
+    `quantity` names what the maps hold in the hint and tooltips."""
     n_layers, n_heads, n, _ = attentions.shape
     layer, head = selected
     payload: dict = {
@@ -75,6 +78,7 @@ def model_view_html(
         "sel": [layer, head],
         "mode": "lines" if n <= lines_max_tokens else "heat",
         "minWeight": min_weight,
+        "quantity": quantity,
         "linesMax": lines_max_tokens,
     }
     if payload["mode"] == "lines":

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import plotly.graph_objects as go
 
 from .canvas_html import html_page, round_list, view_script
 
@@ -62,3 +63,25 @@ def neuron_view_html(
         "<div class='scroll' style='max-height:680px'><canvas id='cv'></canvas></div>"
     )
     return html_page(title or f"Neuron view {layer + 1}-{head + 1}", payload, body, view_script("neuron_view.js"))
+
+
+def value_norm_figure(value_norm: np.ndarray, labels: Sequence[str], layer: int, head: int) -> go.Figure:
+    """Bars of ||f_h(x_j)|| (METHODS §11) for each token j of one head ([n]; 0-based layer, head; 1-based labels)."""
+    names = [f"{j + 1}: {label}" for j, label in enumerate(labels)]
+    fig = go.Figure(
+        go.Bar(
+            x=np.asarray(value_norm, dtype=np.float64),
+            y=names,
+            orientation="h",
+            marker_color="#2ca02c",
+            hovertemplate="%{y}<br>value norm %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=10), type="category")
+    fig.update_xaxes(title_text="‖f(x)‖", rangemode="tozero")
+    fig.update_layout(
+        title=dict(text=f"Value norms, head {layer + 1}-{head + 1}", font=dict(size=13)),
+        height=120 + 18 * len(names),
+        margin=dict(l=10, r=10, t=40, b=40),
+    )
+    return fig

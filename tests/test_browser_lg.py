@@ -22,6 +22,9 @@ SECTIONS = (
     "Global aggregation",
 )
 
+COMPUTE = "Compute for 3 inputs"
+BUTTONS = f"[...document.querySelectorAll('button')].filter(b => b.innerText.trim() === '{COMPUTE}').length"
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
@@ -34,14 +37,15 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         page.goto(f"{streamlit_server}/local-global?{query}", wait_until="domcontentloaded")
-        for _ in range(4):  # positions and aggregation, for each model
-            button = page.get_by_role("button", name="Compute for 3 inputs").first
-            button.wait_for(timeout=180_000)
+        for _ in range(4):  # positions and aggregation, for each model: one button gone per click
+            page.get_by_role("button", name=COMPUTE).first.wait_for(timeout=180_000)
             page.wait_for_function(IDLE, timeout=180_000)
+            left = page.get_by_role("button", name=COMPUTE).count()
+            button = page.get_by_role("button", name=COMPUTE).first
             button.scroll_into_view_if_needed()
             button.click()
-            page.wait_for_timeout(500)
-            page.wait_for_function(IDLE, timeout=180_000)
+            page.wait_for_function(f"() => {BUTTONS} < {left}", timeout=180_000)
+        page.wait_for_function(IDLE, timeout=180_000)
         for i, heading in enumerate(SECTIONS):  # charts are drawn as they scroll into view
             page.get_by_role("heading", name=heading).first.scroll_into_view_if_needed(timeout=180_000)
             page.wait_for_timeout(1500)
@@ -51,7 +55,7 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
         page.screenshot(path=str(screenshot_dir / "local-global-compare-aggregation-histograms.png"))
         page.wait_for_function(AGREEMENT_DRAWN, timeout=60_000)
         assert page.locator("[data-testid='stException']").count() == 0
-        assert page.get_by_role("button", name="Compute for 3 inputs").count() == 0
+        assert page.get_by_role("button", name=COMPUTE).count() == 0
         names = [json.loads(n) for n in page.evaluate(TRACE_NAMES)]
         both = [n for n in names if any(first in str(x) for x in n) and any(second in str(x) for x in n)]
         assert len(both) >= 7, names  # overlays (positions, aggregation) and side-by-side heatmaps

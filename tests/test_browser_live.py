@@ -167,3 +167,59 @@ def test_512_tokens_stay_responsive(streamlit_server, browser, screenshot_dir):
         page.screenshot(path=str(screenshot_dir / "live-model-view-512.png"), full_page=True)
     finally:
         page.close()
+
+
+def frame_ink(page, index: int, canvas: str, timeout: int = 180_000):
+    """The index-th view iframe once its canvas has ink, and how much."""
+    page.locator("iframe").nth(index).wait_for(state="visible", timeout=timeout)
+    frame = page.locator("iframe").nth(index).element_handle().content_frame()
+    frame.wait_for_selector(canvas, timeout=timeout)
+    frame.wait_for_function(f"() => ({INK})('{canvas}') > 200", timeout=timeout)
+    return frame, frame.evaluate(f"() => ({INK})('{canvas}')")
+
+
+def test_norms_head_view_draws(streamlit_server, browser, screenshot_dir):
+    page = open_page(browser, f"{streamlit_server}/?view=head&show=norms&layer=3&token=6")
+    try:
+        frame, ink = frame_ink(page, 0, "#cv")
+        assert ink > 500
+        assert "norms" in frame.inner_text("#ttl") and "‖α f(x)‖" in frame.inner_text("#hint")
+        assert page.get_by_role("radio", name="Norms").is_checked()
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.screenshot(path=str(screenshot_dir / "live-head-view-norms.png"), full_page=True)
+    finally:
+        page.close()
+
+
+def test_value_norms_beside_the_neuron_view(streamlit_server, browser, screenshot_dir):
+    page = open_page(browser, f"{streamlit_server}/?view=neuron&layer=2&head=3")
+    try:
+        frame_ink(page, 0, "#cv")
+        chart = page.locator("[data-testid='stPlotlyChart']").first
+        chart.wait_for(state="visible", timeout=60_000)
+        page.wait_for_function("() => document.querySelectorAll('.barlayer .point').length >= 19", timeout=60_000)
+        assert page.locator(".barlayer .point").count() == 19  # one bar per token
+        assert "Value norms, head 2-3" in chart.inner_text()
+        neuron, bars = page.locator("iframe").first.bounding_box(), chart.bounding_box()
+        assert bars["x"] > neuron["x"] + neuron["width"] - 5  # beside the neuron view, on its right
+        page.screenshot(path=str(screenshot_dir / "live-neuron-value-norms.png"), full_page=True)
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_two_models_head_views_side_by_side(streamlit_server, browser, screenshot_dir, tiny_model_dir):
+    page = open_page(browser, f"{streamlit_server}/?view=head&layer=4&heads=2,7&cmp={quote(str(tiny_model_dir))}")
+    try:
+        page.locator("iframe").nth(1).wait_for(state="visible", timeout=180_000)
+        assert page.locator("iframe").count() == 2
+        (first, ink_a), (second, ink_b) = frame_ink(page, 0, "#cv"), frame_ink(page, 1, "#cv")
+        assert ink_a > 500 and ink_b > 500
+        assert "all-MiniLM-L6-v2" in first.inner_text("#ttl") and "Layer 4" in first.inner_text("#ttl")
+        assert str(tiny_model_dir.name) in second.inner_text("#ttl") and "Layer 2" in second.inner_text("#ttl")
+        a, b = (page.locator("iframe").nth(k).bounding_box() for k in (0, 1))
+        assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5  # side by side
+        assert page.get_by_text("largest difference").count() == 1
+        page.screenshot(path=str(screenshot_dir / "live-two-models.png"), full_page=True)
+    finally:
+        page.close()

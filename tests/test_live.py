@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
+from test_live_figures import independent_norms
 
+from attnlib.runner import run
 from attnlib.shipped import ROOT
+from attnlib.words import word_level_attention
 
 
 def open_live(**params: str) -> AppTest:
@@ -159,3 +164,118 @@ def test_downloads_are_offered_in_the_neuron_view():
     at = open_live(view="neuron")
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Download attention (CSV)", "Download attention (JSON)", "Download figure (HTML)"]
+
+
+# ---------- weights / norms (issue 14) and two models side by side (issue 17) ----------------------------------------
+
+TEXT_A, TEXT_B = "I went to the store.", "At the store, I bought fresh strawberries."
+
+
+def view_datas(at: AppTest) -> list[dict]:
+    """The JSON of every view iframe on the page, in order."""
+    out = []
+    for frame in at.get("iframe"):
+        match = re.search(r"<script type='application/json' id='data'>(.*?)</script>", frame.proto.srcdoc, re.S)
+        out.append(json.loads(match.group(1).replace("<\\/", "</")))
+    return out
+
+
+def plotly_values(values) -> np.ndarray:
+    """A Plotly JSON array (a list, or plotly 6's {dtype, bdata})."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), np.dtype(values["dtype"]))
+    return np.asarray(values, dtype=np.float64)
+
+
+@pytest.fixture(scope="module")
+def norms_reference(minilm):
+    return independent_norms(minilm, TEXT_A, TEXT_B)
+
+
+def test_norms_switch_draws_rows_of_value_weighted_norms_and_is_kept_in_the_url(norms_reference):
+    attn, _, rows = norms_reference
+    at = open_live(layer="3", token="6")
+    assert at.session_state["live_show"] == "weights"
+    np.testing.assert_allclose(view_data(at)["selRows"], attn[2, :, 5], atol=6e-4)  # 12 heads, row of "store"
+    at.radio(key="live_show").set_value("norms")
+    rerun(at)
+    data = view_data(at)
+    assert at.query_params["show"] == "norms" and "norms" in data["title"] and "‖α f(x)‖" in data["quantity"]
+    np.testing.assert_allclose(data["selRows"], rows[2, :, 5], atol=6e-4)
+    assert np.abs(rows[2, :, 5] - attn[2, :, 5]).max() > 0.05  # the norms view draws something else than weights
+    assert any("METHODS" in e.label and "§11" in e.label for e in at.expander)
+    again = open_live(**{k: at.query_params[k] for k in at.query_params})  # the link reopens the norms view
+    assert again.session_state["live_show"] == "norms"
+    np.testing.assert_allclose(view_data(again)["selRows"], rows[2, :, 5], atol=6e-4)
+
+
+def test_norms_at_word_level_aggregate_the_norm_rows_like_the_weights(minilm, norms_reference):
+    _, _, rows = norms_reference
+    at = open_live(show="norms", level="word", layer="5", token="16")
+    data = view_data(at)
+    words = word_level_attention(rows, run(minilm, TEXT_A, TEXT_B).word_ids, "mean")
+    assert data["left"][15] == "strawberries" and len(data["left"]) == 18
+    np.testing.assert_allclose(data["selRows"], words[4, :, 15], atol=6e-4)
+    np.testing.assert_allclose(np.sum(data["selRows"], axis=-1), 1.0, atol=3e-3)
+
+
+def test_model_view_switches_to_norms():
+    at = open_live(view="model", show="norms")
+    data = view_data(at)
+    assert "norms" in data["title"] and "‖α f(x)‖" in data["quantity"] and data["mode"] == "lines"
+    assert at.radio(key="live_show").value == "norms"
+
+
+def test_value_norms_are_drawn_beside_the_neuron_view(norms_reference):
+    _, vnorm, _ = norms_reference
+    at = open_live(view="neuron", layer="2", head="3")
+    assert at.radio(key="live_show").disabled
+    charts = at.get("plotly_chart")
+    assert len(charts) == 1
+    bar = json.loads(charts[0].proto.spec)["data"][0]
+    np.testing.assert_allclose(plotly_values(bar["x"]), vnorm[1, 2], rtol=1e-4, atol=1e-4)
+    assert bar["y"][:3] == ["1: [CLS]", "2: i", "3: went"]
+
+
+def differ_by_hand(lm_a, lm_b) -> str:
+    """The largest per-layer difference of the shares (mean over heads), worked out with numpy on both runs."""
+    shares = []
+    for lm in (lm_a, lm_b):
+        r = run(lm, TEXT_A, TEXT_B)
+        a, n = r.attentions.astype(np.float64), r.n
+        punct = np.isin(r.tokens, [".", ","])
+        per = {
+            "[CLS] share": a[..., r.cls_mask].sum(-1).mean(-1),
+            "[SEP] share": a[..., r.sep_mask].sum(-1).mean(-1),
+            "punctuation share": a[..., punct].sum(-1).mean(-1),
+            "previous-token share": np.diagonal(a, -1, -2, -1).sum(-1) / n,
+            "own-token share": np.diagonal(a, 0, -2, -1).sum(-1) / n,
+            "next-token share": np.diagonal(a, 1, -2, -1).sum(-1) / n,
+        }
+        shares.append({k: v.mean(axis=1) for k, v in per.items()})
+    depth = min(len(shares[0]["[CLS] share"]), len(shares[1]["[CLS] share"]))
+    k, l = max(
+        ((k, l) for k in shares[0] for l in range(depth)),
+        key=lambda p: abs(shares[0][p[0]][p[1]] - shares[1][p[0]][p[1]]),
+    )
+    return f"{k} in layer {l + 1}, {shares[0][k][l]:.2f} vs {shares[1][k][l]:.2f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_two_models_side_by_side_in_the_head_view(minilm, tiny_model_dir, tiny_model):
+    at = open_live(cmp=str(tiny_model_dir), layer="4", heads="2,7", token="3")
+    first, second = view_datas(at)
+    assert (first["layer"], first["heads"]) == (4, [2, 7])
+    assert (second["layer"], second["heads"]) == (2, [2])  # the tiny model has 2 layers and 4 heads
+    assert tiny_model.facts.name in second["title"] and minilm.facts.name in first["title"]
+    assert first["selected"] == second["selected"] == 2
+    lines = [c.value for c in at.caption if "largest difference" in c.value]
+    assert len(lines) == 1 and differ_by_hand(minilm, tiny_model) in lines[0]
+    assert [b.label for b in at.get("download_button")][-2:] == [
+        "Download figure (HTML)",
+        f"Figure of {tiny_model.facts.name} (HTML)",
+    ]
+    at.radio(key="live_view").set_value("model")
+    rerun(at)
+    assert [(d["L"], d["H"], d["sel"]) for d in view_datas(at)] == [(6, 12, [3, 0]), (2, 4, [1, 0])]

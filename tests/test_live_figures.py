@@ -202,3 +202,79 @@ def test_js_files_are_package_data():
     config = tomllib.loads((FIGURES.parent / "pyproject.toml").read_text(encoding="utf-8"))
     assert "*.js" in config["tool"]["setuptools"]["package-data"]["figures"]
     assert {p.name for p in FIGURES.glob("*.js")} == {"canvas_common.js", *VIEW_BUILDERS}
+
+
+# ---------- value-weighted norms (METHODS §11): an independent computation from the model's own modules ----------
+
+
+def independent_norms(lm, text_a: str, text_b: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(attentions, value norms [L, H, n], rows of ||A_ij f_h(x_j)|| normalised to sum 1) of a BERT/RoBERTa model,
+    from hooks on its value projections and the output projection's weight, norms taken of the full vectors."""
+    import torch
+
+    named = dict(lm.encoder.named_modules())
+    values = [m for name, m in named.items() if name.endswith("attention.self.value")]
+    dense = [m for name, m in named.items() if name.endswith("attention.output.dense")]
+    captured: dict[int, np.ndarray] = {}
+    hooks = [
+        m.register_forward_hook(lambda _m, _i, out, l=l: captured.__setitem__(l, out[0].double().numpy()))
+        for l, m in enumerate(values)
+    ]
+    try:
+        with torch.no_grad():
+            out = lm.encoder(**lm.tokenizer(text_a, text_b, return_tensors="pt"), output_attentions=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    attn = torch.stack(out.attentions)[:, 0].double().numpy()  # [L, H, n, n]
+    n_layers, n_heads, n, _ = attn.shape
+    d = captured[0].shape[-1] // n_heads
+    vnorm = np.zeros((n_layers, n_heads, n))
+    weighted = np.zeros_like(attn)
+    for l in range(n_layers):
+        w_out = dense[l].weight.detach().double().numpy()  # [hidden_out, hidden_in]: y = x @ W.T
+        for h in range(n_heads):
+            f = captured[l][:, h * d : (h + 1) * d] @ w_out[:, h * d : (h + 1) * d].T  # f_h(x_j): [n, hidden]
+            vnorm[l, h] = np.linalg.norm(f, axis=-1)
+            weighted[l, h] = np.linalg.norm(attn[l, h][:, :, None] * f[None], axis=-1)  # ||A_ij f_h(x_j)||
+    return attn, vnorm, weighted / weighted.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert", "roberta"], indirect=True)
+def test_norm_rows_of_the_library_match_the_independent_computation(tiny_model):
+    from attnlib.norms import row_normalised, value_norms_from_values, weighted_norms
+
+    text_a, text_b = "The cat sat on the mat.", "The dog slept."
+    r = run(tiny_model, text_a, text_b, capture_norms=True)
+    _, vnorm, rows = independent_norms(tiny_model, text_a, text_b)
+    value_norm = value_norms_from_values(r.values, r.norm_weights.out_gram)  # what the page draws from
+    np.testing.assert_allclose(value_norm, vnorm, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(row_normalised(weighted_norms(r.attentions, value_norm)), rows, atol=1e-5)
+    np.testing.assert_allclose(rows.sum(-1), 1.0)
+
+
+def test_norm_rows_by_hand():
+    from attnlib.norms import row_normalised, weighted_norms
+
+    attn = np.array([[[[0.5, 0.5], [0.25, 0.75]]]])  # [1, 1, 2, 2]
+    value_norm = np.array([[[1.0, 3.0]]])  # ||f(x_0)|| = 1, ||f(x_1)|| = 3
+    # row 0: 0.5 and 1.5 -> 0.25, 0.75; row 1: 0.25 and 2.25 -> 0.1, 0.9
+    np.testing.assert_allclose(row_normalised(weighted_norms(attn, value_norm))[0, 0], [[0.25, 0.75], [0.1, 0.9]])
+
+
+def test_head_and_model_views_name_what_they_draw():
+    maps = np.full((1, 2, 3, 3), 1 / 3, np.float32)
+    assert page_data(head_view_html(maps[0], ["a", "b", "c"], [0], layer=0))["quantity"] == "weight"
+    html = head_view_html(maps[0], ["a", "b", "c"], [0, 1], layer=0, quantity="norm share")
+    assert page_data(html)["quantity"] == "norm share"
+    assert page_data(model_view_html(maps, ["a", "b", "c"], quantity="norm share"))["quantity"] == "norm share"
+
+
+def test_value_norm_figure_has_one_bar_per_token_with_one_based_labels():
+    from figures.neuron_view import value_norm_figure
+
+    fig = value_norm_figure(np.array([2.0, 0.5, 1.25]), ["[CLS]", "cat", "[SEP]"], layer=2, head=0)
+    bar = fig.data[0]
+    np.testing.assert_array_equal(bar.x, [2.0, 0.5, 1.25])
+    assert list(bar.y) == ["1: [CLS]", "2: cat", "3: [SEP]"] and bar.orientation == "h"
+    assert "3-1" in fig.layout.title.text

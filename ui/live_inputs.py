@@ -5,11 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from attnlib.runner import InputError, RunResult, run
+from attnlib.shipped import TUTORIAL_A, TUTORIAL_B
 from ui.model_sidebar import model_named
 from ui.page_state import Option, bind
 
-DEFAULT_A = "I went to the store."
-DEFAULT_B = "At the store, I bought fresh strawberries."
+DEFAULT_A, DEFAULT_B = TUTORIAL_A, TUTORIAL_B
 
 
 def text_options() -> tuple[Option, Option]:

@@ -1,0 +1,260 @@
+"""Make every shipped result of the default model in data/precomputed/, so each corpus page opens at once.
+
+Run from anywhere: python scripts/precompute.py [--only PATTERN ...] [--check] [--list] [--readme]
+Each job runs `python -m attnlib <command> ... --out FILE` in this process (attnlib.cli.main), so the shipped files
+are genuine result files (floats rounded to 6 significant digits), then the same command on the first CHECK_INPUTS
+inputs into check/ (tests/test_precomputed.py and --check recompute that slice and compare). The index.json written
+last lists every file with its command, model, corpus (repository-relative path, SHA-1, inputs), options and
+arguments. A job whose command or options this attnlib does not have yet is skipped with a note.
+--check recomputes each job's slice and compares it with the shipped check file, and checks that every shipped file
+is still for the current corpus file and the command's current options; it writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attnlib import cli  # noqa: E402
+from attnlib.model import DEFAULT_MODEL  # noqa: E402
+from attnlib.precomputed import (  # noqa: E402
+    EXAMPLE_COMMAND,
+    TOLERANCES,
+    ShippedEntry,
+    example_options,
+    parse_command,
+    read_index,
+    result_differences,
+    round_floats,
+    stale_reasons,
+    text_pair_sha1,
+    write_index,
+)
+from attnlib.results import ResultFile, make_result_file, read_result_file, write_result_file  # noqa: E402
+from attnlib.shipped import (  # noqa: E402  # noqa: E402
+    CLASSROOM_PAIRS,
+    CLASSROOM_SINGLE,
+    EWT_DEV,
+    EWT_TEST,
+    PRECOMPUTED,
+    PUD_TEST,
+    TUTORIAL_A,
+    TUTORIAL_B,
+)
+
+CHECK_INPUTS = 5
+UD_LIMIT = 100  # the corpus pages' default limit for slow statistics on a treebank
+CHECK_DIR = "check"
+
+
+def rel(path: Path) -> str:
+    """Repository-relative path, as the result files record it (the script runs from the repository root)."""
+    return str(path.relative_to(ROOT))
+
+
+CLASSROOM = {"classroom-single": rel(CLASSROOM_SINGLE), "classroom-pairs": rel(CLASSROOM_PAIRS)}
+TREEBANKS = {"ewt-dev": rel(EWT_DEV), "ewt-test": rel(EWT_TEST), "pud-test": rel(PUD_TEST)}
+ALL_CORPORA = {**CLASSROOM, **TREEBANKS}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One shipped file: its name (the file is <name>.json) and the CLI arguments that make it (model and --out added)."""
+
+    name: str
+    argv: tuple[str, ...]
+
+
+# The table of jobs: one line each. Commands or options this attnlib lacks are skipped (norms, aggregation, probe are
+# being added by other branches).
+JOBS = [
+    *[
+        Job(f"special_{key}", ("special", "--corpus", path, "--head-map", "--norms"))
+        for key, path in ALL_CORPORA.items()
+    ],
+    *[Job(f"deps_{key}", ("deps", "--conllu", path)) for key, path in TREEBANKS.items()],
+    *[Job(f"positions_{key}", ("positions", "--corpus", path)) for key, path in CLASSROOM.items()],
+    *[
+        Job(f"positions-drop-special_{key}", ("positions", "--corpus", p, "--drop-special"))
+        for key, p in CLASSROOM.items()
+    ],
+    *[Job(f"positions_{key}", ("positions", "--corpus", p, "--limit", str(UD_LIMIT))) for key, p in TREEBANKS.items()],
+    *[Job(f"aggregation_{key}", ("aggregation", "--corpus", path)) for key, path in CLASSROOM.items()],
+    Job("probe_ewt", ("probe", "--train", TREEBANKS["ewt-dev"], "--test", TREEBANKS["ewt-test"])),
+    Job("example_live-default", (EXAMPLE_COMMAND, "--text", TUTORIAL_A, "--pair", TUTORIAL_B, "--mode", "exact")),
+]
+
+
+def with_limit(argv: list[str], limit: int) -> list[str]:
+    """The arguments with --limit set to `limit` (replaced when present)."""
+    if "--limit" in argv:
+        i = argv.index("--limit")
+        return [*argv[:i], "--limit", str(limit), *argv[i + 2 :]]
+    return [*argv, "--limit", str(limit)]
+
+
+def run_cli(argv: list[str]) -> dict:
+    """attnlib.cli.main on these arguments, its JSON output returned (a user error stops the script)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = cli.main(argv)
+    if status != 0:
+        raise SystemExit(f"python -m attnlib {' '.join(argv)} failed with status {status}")
+    return json.loads(out.getvalue())
+
+
+def example_record(argv: list[str], result: dict) -> ResultFile:
+    """The exact example as a result file: one input, identified by the SHA-1 of its corpus line."""
+    args = parse_command(argv)
+    assert args is not None  # the job list ran only runnable jobs
+    record = make_result_file(EXAMPLE_COMMAND, result["model"], "", 1, example_options(args), result)
+    record.corpus = {
+        "name": "the Live page's default pair",
+        "path": None,
+        "text_a": args.text,
+        "text_b": args.pair,
+        "sha1": text_pair_sha1(args.text, args.pair),
+        "n_inputs": 1,
+    }
+    return record
+
+
+def make(argv: list[str], path: Path) -> ResultFile:
+    """Run the command with --out into `path`, then round the file's floats; returns the record."""
+    if argv[0] == EXAMPLE_COMMAND:  # `hta` has no --out: its JSON is wrapped into a result file here
+        record = example_record(argv, run_cli(argv))
+    else:
+        run_cli([*argv, "--out", str(path)])
+        record = read_result_file(path.read_bytes())
+    record.result = round_floats(record.result)
+    record.state = round_floats(record.state)
+    write_result_file(path, record)
+    return record
+
+
+def run_job(job: Job, model: str, folder: Path) -> ShippedEntry:
+    """Make a job's file and its check file in `folder`; returns its index entry."""
+    argv = [*job.argv, "--model", model]
+    check_argv = [] if job.argv[0] == EXAMPLE_COMMAND else with_limit(argv, CHECK_INPUTS)
+    start = time.perf_counter()
+    record = make(argv, folder / f"{job.name}.json")
+    check_file = None
+    if check_argv:
+        (folder / CHECK_DIR).mkdir(exist_ok=True)
+        check_file = f"{CHECK_DIR}/{job.name}.json"
+        make(check_argv, folder / check_file)
+    return ShippedEntry(
+        name=job.name,
+        file=f"{job.name}.json",
+        command=record.command,
+        model=record.model,
+        corpus=record.corpus,
+        options=record.options,
+        argv=argv,
+        check_file=check_file,
+        check_argv=check_argv,
+        seconds=round(time.perf_counter() - start, 1),
+    )
+
+
+def check_job(entry: ShippedEntry, folder: Path) -> list[str]:
+    """What is wrong with a shipped file: stale corpus or options, or a slice that no longer computes the same."""
+    problems = stale_reasons(entry)
+    if problems:
+        return [f"{entry.name}: {p}" for p in problems]
+    with tempfile.TemporaryDirectory() as tmp:  # the example has no slice: it is recomputed whole
+        fresh = make(entry.check_argv or entry.argv, Path(tmp) / "fresh.json")
+    shipped = read_result_file((folder / (entry.check_file or entry.file)).read_bytes())
+    tolerance = TOLERANCES.get(entry.command, {})
+    return [f"{entry.name}: {p}" for p in result_differences(shipped.to_json(), fresh.to_json(), **tolerance)]
+
+
+def readme_table(entries: list[ShippedEntry]) -> str:
+    """The markdown table of shipped files for data/README.md."""
+    rows = ["| File | Command | Corpus | Inputs | Options | Size | Made in |", "|---|---|---|--:|---|--:|--:|"]
+    for e in sorted(entries, key=lambda e: e.name):
+        options = ", ".join(f"{k}={v}" for k, v in e.options.items() if v not in (None, False)) or "defaults"
+        size = (PRECOMPUTED / e.file).stat().st_size
+        corpus = e.corpus.get("path") or e.corpus.get("name")
+        rows.append(
+            f"| `{e.file}` | {e.command} | {corpus} | {e.corpus['n_inputs']} | {options} | {size / 1e3:.0f} kB "
+            f"| {e.seconds or 0:.0f} s |"
+        )
+    return "\n".join(rows)
+
+
+def update_readme(entries: list[ShippedEntry]) -> None:
+    """Replace the table between the shipped-table markers of data/README.md."""
+    readme = ROOT / "data" / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    start, end = "<!-- shipped-table: start -->\n", "<!-- shipped-table: end -->"
+    head, rest = text.split(start, 1)
+    readme.write_text(head + start + readme_table(entries) + "\n" + end + rest.split(end, 1)[1], encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", action="append", metavar="PATTERN", help="jobs whose name matches (fnmatch; repeat)")
+    parser.add_argument("--check", action="store_true", help="verify the shipped files instead of writing them")
+    parser.add_argument("--list", action="store_true", help="list the jobs and whether this attnlib can run them")
+    parser.add_argument("--readme", action="store_true", help="only rewrite data/README.md's table from the index")
+    args = parser.parse_args(argv)
+    if args.readme:
+        update_readme(read_index())
+        return 0
+    os.chdir(ROOT)  # result files record the corpus path as given: repository-relative
+    jobs = [j for j in JOBS if not args.only or any(fnmatch.fnmatch(j.name, p) for p in args.only)]
+    if not jobs:
+        parser.error(f"no job matches {args.only}; names: {', '.join(j.name for j in JOBS)}")
+    runnable = [j for j in jobs if parse_command(list(j.argv)) is not None]
+    for job in jobs:
+        if job not in runnable or args.list:
+            print(f"{job.name}: {'ok' if job in runnable else 'skipped (not in this attnlib)'}: {' '.join(job.argv)}")
+    if args.list:
+        return 0
+    if args.check:
+        entries = {e.name: e for e in read_index()}
+        problems = []
+        for i, job in enumerate(runnable, 1):
+            if job.name not in entries:
+                problems.append(f"{job.name}: not shipped")
+                continue
+            start = time.perf_counter()
+            found = check_job(entries[job.name], PRECOMPUTED)
+            print(
+                f"[{i}/{len(runnable)}] {job.name}: {'ok' if not found else 'FAILED'} ({time.perf_counter() - start:.1f} s)"
+            )
+            problems += found
+        print("\n".join(problems) or "every shipped file checked")
+        return 1 if problems else 0
+    PRECOMPUTED.mkdir(parents=True, exist_ok=True)
+    made: dict[str, ShippedEntry] = {}
+    total = time.perf_counter()
+    for i, job in enumerate(runnable, 1):
+        print(f"[{i}/{len(runnable)}] {job.name}: {' '.join(job.argv)}", end=" ... ", flush=True)
+        entry = run_job(job, DEFAULT_MODEL, PRECOMPUTED)
+        size = (PRECOMPUTED / entry.file).stat().st_size
+        print(f"{entry.corpus['n_inputs']} inputs, {entry.seconds:.1f} s, {size / 1e3:.0f} kB", flush=True)
+        made[job.name] = entry
+        # the index on disk, re-read each time (another run may have added to it), with this run's entries
+        entries = {e.name: e for e in read_index()} | made
+        write_index([e for e in entries.values() if (PRECOMPUTED / e.file).is_file()], PRECOMPUTED)
+    update_readme(read_index())
+    print(f"done in {time.perf_counter() - total:.0f} s; index: {rel(PRECOMPUTED)}/index.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Shipped precomputed results: the index, the lookup, freshness, and each file against a fresh computation."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlib import cli
+from attnlib.model import DEFAULT_MODEL
+from attnlib.precomputed import (
+    EXAMPLE_COMMAND,
+    INDEX,
+    TOLERANCES,
+    parse_command,
+    result_differences,
+    round_floats,
+    shipped_example,
+    shipped_result,
+    shipped_results,
+    stale_reasons,
+    text_pair_sha1,
+)
+from attnlib.results import RESULT_FORMAT, read_result_file
+from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, PRECOMPUTED, PUD_TEST, ROOT
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+ENTRIES = {e.name: e for e in shipped_results()}
+POSITION_DEFAULTS = {"mode": "estimate", "probes": 12, "drop_special": False, "identifiable_only": False}
+
+
+def sha1(path: Path) -> str:
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+def n_lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def n_sentences(path: Path) -> int:
+    """Sentences of a CoNLL-U file, counted independently of the reader: the `# text =` comments (one per sentence)."""
+    return sum(line.startswith("# text =") for line in path.read_text(encoding="utf-8").splitlines())
+
+
+# ------------------------------------------------------------------------------------------------- helpers by hand
+
+
+def test_round_floats_keeps_six_significant_digits():
+    data = {"a": [0.123456789, 123456.789, -0.000123456789, 0.0, 7, None, "x", True], "b": {"c": 1e-12 * 1.23456789}}
+    assert round_floats(data) == {
+        "a": [0.123457, 123457.0, -0.000123457, 0.0, 7, None, "x", True],
+        "b": {"c": 1.23457e-12},
+    }
+
+
+def test_result_differences_by_hand():
+    a = {"created": "yesterday", "result": {"x": [1.0, 2.0], "names": ["a"]}}
+    assert result_differences(a, {"created": "today", "result": {"x": [1.00001, 2.0], "names": ["a"]}}) == []
+    assert result_differences(a, {"created": "", "result": {"x": [1.01, 2.0], "names": ["a"]}}) == [
+        ".result.x[0]: 1.0 != 1.01"
+    ]
+    assert result_differences(a, {"created": "", "result": {"x": [1.0], "names": ["a"]}}) == [".result.x: 2 != 1 items"]
+    assert result_differences(a, {"created": "", "result": {"x": [1.0, 2.0], "names": ["b"]}}) == [
+        ".result.names[0]: 'a' != 'b'"
+    ]
+    assert result_differences({"x": 1}, {"y": 1}) == [": keys ['x', 'y'] differ"]
+    assert result_differences({"x": True}, {"x": 1}) == [".x: True != 1"]
+    assert result_differences({"x": 1.0}, {"x": 1.0005}, atol=1e-3) == []
+
+
+def test_text_pair_sha1_is_the_hash_of_the_corpus_line():
+    assert text_pair_sha1("A b.", "C d.") == hashlib.sha1(b"A b.\tC d.").hexdigest()
+    assert text_pair_sha1("A b.", None) == text_pair_sha1("A b.", "") == hashlib.sha1(b"A b.").hexdigest()
+
+
+def test_parse_command_refuses_unknown_commands_and_options():
+    assert parse_command(["special", "--corpus", "x.txt", "--head-map"]).head_map is True
+    assert parse_command(["no-such-command", "--corpus", "x.txt"]) is None
+    assert parse_command(["special", "--corpus", "x.txt", "--no-such-option"]) is None
+
+
+# --------------------------------------------------------------------------------------------- what ships, and how
+
+
+def test_every_corpus_page_need_ships():
+    corpora = {
+        "classroom-single": CLASSROOM_SINGLE,
+        "classroom-pairs": CLASSROOM_PAIRS,
+        "ewt-dev": EWT_DEV,
+        "ewt-test": EWT_TEST,
+        "pud-test": PUD_TEST,
+    }
+    for key, path in corpora.items():
+        e = ENTRIES[f"special_{key}"]
+        assert (e.command, e.model, e.corpus["sha1"], e.options["head_map"]) == (
+            "special",
+            DEFAULT_MODEL,
+            sha1(path),
+            True,
+        )
+        if key.startswith("classroom"):
+            assert e.corpus["n_inputs"] == n_lines(path)
+            for name, drop in ((f"positions_{key}", False), (f"positions-drop-special_{key}", True)):
+                p = ENTRIES[name]
+                assert p.corpus["n_inputs"] == n_lines(path)
+                assert p.options == {**POSITION_DEFAULTS, "drop_special": drop, "limit": None}
+        else:
+            assert e.corpus["n_inputs"] == n_sentences(path)
+            assert ENTRIES[f"deps_{key}"].corpus["n_inputs"] == n_sentences(path)
+            assert ENTRIES[f"deps_{key}"].options == {"limit": None, "min_count": 100}
+            assert ENTRIES[f"positions_{key}"].corpus["n_inputs"] == 100
+            assert ENTRIES[f"positions_{key}"].options == {**POSITION_DEFAULTS, "limit": 100}
+    example = ENTRIES["example_live-default"]
+    assert (example.command, example.options["mode"]) == (EXAMPLE_COMMAND, "exact")
+
+
+def test_index_lists_every_result_file_and_each_loads():
+    result_files = set()
+    for path in PRECOMPUTED.rglob("*.json"):
+        if path.name != INDEX and json.loads(path.read_text()).get("format") == RESULT_FORMAT:
+            result_files.add(str(path.relative_to(PRECOMPUTED)))
+    indexed = {e.file for e in ENTRIES.values()} | {e.check_file for e in ENTRIES.values() if e.check_file}
+    assert result_files == indexed
+    for e in ENTRIES.values():
+        record = read_result_file((PRECOMPUTED / e.file).read_bytes(), e.command)
+        assert (record.model, record.corpus, record.options) == (e.model, e.corpus, e.options)
+        if e.check_file:
+            check = read_result_file((PRECOMPUTED / e.check_file).read_bytes(), e.command)
+            assert check.corpus == {**e.corpus, "n_inputs": min(5, e.corpus["n_inputs"])}
+            assert check.options == {**e.options, "limit": 5}
+
+
+def test_no_absolute_paths_and_small_files():
+    total = 0
+    for path in PRECOMPUTED.rglob("*.json"):
+        text = path.read_text(encoding="utf-8")
+        total += len(text.encode())
+        for fragment in (str(ROOT), "/work/", "/home/", "/tmp/", "\\\\"):
+            assert fragment not in text, f"{path.name} holds {fragment}"
+    for e in ENTRIES.values():
+        assert e.corpus.get("path") is None or not Path(e.corpus["path"]).is_absolute()
+        assert all(not Path(a).is_absolute() for a in e.argv)
+    assert total < 10e6
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_shipped_file_is_for_the_current_corpus_and_options(name):
+    assert stale_reasons(ENTRIES[name]) == []
+
+
+def test_stale_reasons_notice_a_changed_corpus_size_or_option():
+    e = ENTRIES["deps_pud-test"]
+    assert stale_reasons(replace(e, corpus={**e.corpus, "sha1": "0" * 40})) == [
+        "data/ud/UD_English-PUD/en_pud-ud-test.conllu has changed"
+    ]
+    assert (
+        "inputs; the corpus and --limit now give 1000"
+        in stale_reasons(replace(e, corpus={**e.corpus, "n_inputs": 5}))[0]
+    )
+    assert "options are now" in stale_reasons(replace(e, options={**e.options, "min_count": 50}))[0]
+    assert "cannot run" in stale_reasons(replace(e, argv=[*e.argv, "--no-such-option"]))[0]
+    assert "not a file" in stale_reasons(replace(e, corpus={**e.corpus, "path": "/etc/hostname"}))[0]
+
+
+# ------------------------------------------------------------------------------------------------------ the lookup
+
+
+def test_shipped_result_finds_the_right_file():
+    found = shipped_result("special", DEFAULT_MODEL, sha1(EWT_DEV), n_sentences(EWT_DEV), {"head_map": True})
+    assert found is not None and found.command == "special" and found.corpus["sha1"] == sha1(EWT_DEV)
+    assert found.result["head_map"] is not None
+    digest, n = sha1(CLASSROOM_PAIRS), n_lines(CLASSROOM_PAIRS)
+    plain = shipped_result("positions", DEFAULT_MODEL, digest, n, POSITION_DEFAULTS)
+    dropped = shipped_result("positions", DEFAULT_MODEL, digest, n, {**POSITION_DEFAULTS, "drop_special": True})
+    assert plain is not None and dropped is not None
+    assert (plain.options["drop_special"], dropped.options["drop_special"]) == (False, True)
+    assert plain.result["histograms"] != dropped.result["histograms"]
+    assert (
+        shipped_result("positions", DEFAULT_MODEL, sha1(EWT_DEV), 100, {}).corpus["path"].endswith("ewt-ud-dev.conllu")
+    )
+    deps = shipped_result("deps", DEFAULT_MODEL, sha1(EWT_TEST), n_sentences(EWT_TEST), {"min_count": 100})
+    assert deps is not None and deps.state is not None
+
+
+def test_shipped_result_refuses_another_corpus_size_option_model_or_command():
+    digest, n = sha1(CLASSROOM_SINGLE), n_lines(CLASSROOM_SINGLE)
+    assert shipped_result("special", DEFAULT_MODEL, digest, n, {"head_map": True}) is not None
+    assert shipped_result("special", DEFAULT_MODEL, "0" * 40, n, {"head_map": True}) is None
+    assert shipped_result("special", DEFAULT_MODEL, digest, n - 1, {"head_map": True}) is None
+    assert shipped_result("special", DEFAULT_MODEL, digest, 5, {"head_map": True}) is None  # check slices never serve
+    assert shipped_result("special", DEFAULT_MODEL, digest, n, {"all_punct": True}) is None
+    assert shipped_result("special", DEFAULT_MODEL, digest, n, {"no_such_option": 1}) is None
+    assert shipped_result("special", "bert-base-uncased", digest, n, {"head_map": True}) is None
+    assert shipped_result("deps", DEFAULT_MODEL, digest, n, {}) is None
+    assert shipped_result("positions", DEFAULT_MODEL, digest, n, {**POSITION_DEFAULTS, "probes": 4}) is None
+
+
+def test_shipped_example_is_the_live_pages_default_pair():
+    from ui.live_inputs import DEFAULT_A, DEFAULT_B
+
+    example = shipped_example(DEFAULT_MODEL, DEFAULT_A, DEFAULT_B + "  ")
+    assert example is not None and example.mode == "exact" and example.probes is None
+    n = len(example.tokens)
+    assert example.tokens[0] == "[CLS]" and example.tokens.count("[SEP]") == 2
+    assert example.input.shape == example.previous.shape == (6, 12, n, n)
+    np.testing.assert_allclose(example.input.sum(-1), 1.0, atol=1e-4)  # rows sum to 1, up to the rounding
+    np.testing.assert_allclose(example.previous.sum(-1), 1.0, atol=1e-4)
+    assert shipped_example(DEFAULT_MODEL, DEFAULT_A, "") is None
+    assert shipped_example(DEFAULT_MODEL, "I went to the shop.", DEFAULT_B) is None
+    assert shipped_example("bert-base-uncased", DEFAULT_A, DEFAULT_B) is None
+
+
+# ------------------------------------------------------------------------------ against independent computations
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_shipped_slice_matches_a_fresh_computation(name, tmp_path, monkeypatch, capsys):
+    """The job's command on its first 5 inputs (the example: whole), run now, equals the shipped file of that slice."""
+    e = ENTRIES[name]
+    monkeypatch.chdir(ROOT)  # the arguments name the corpora relative to the repository
+    argv = e.check_argv or e.argv
+    if e.command == EXAMPLE_COMMAND:  # `hta` prints its result and has no --out
+        assert cli.main(argv) == 0
+        fresh = json.loads(capsys.readouterr().out)
+    else:
+        assert cli.main([*argv, "--out", str(tmp_path / "fresh.json")]) == 0
+        record = read_result_file((tmp_path / "fresh.json").read_bytes())
+        fresh = {"corpus": record.corpus, "options": record.options, "result": record.result, "state": record.state}
+    shipped = read_result_file((PRECOMPUTED / (e.check_file or e.file)).read_bytes())
+    expected = {"result": shipped.result}
+    if e.command != EXAMPLE_COMMAND:
+        expected |= {"corpus": shipped.corpus, "options": shipped.options, "state": shipped.state}
+    else:
+        fresh = {"result": fresh}
+    assert result_differences(expected, fresh, **TOLERANCES.get(e.command, {})) == []
