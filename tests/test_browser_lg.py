@@ -9,8 +9,9 @@ from urllib.parse import urlencode
 import pytest
 
 IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-TRACE_NAMES = (
-    "() => [...document.querySelectorAll('.js-plotly-plot')].map(p => JSON.stringify(p.data.map(t => t.name)))"
+TRACE_NAMES = (  # each figure's trace names and subplot titles
+    "() => [...document.querySelectorAll('.js-plotly-plot')]"
+    ".map(p => JSON.stringify([...p.data.map(t => t.name), ...(p.layout.annotations || []).map(a => a.text)]))"
 )
 
 AGREEMENT_DRAWN = f"() => ({TRACE_NAMES})().some(names => names.includes('Spearman'))"
@@ -23,7 +24,7 @@ SECTIONS = (
 )
 
 COMPUTE = "Compute for 3 inputs"
-BUTTONS = f"[...document.querySelectorAll('button')].filter(b => b.innerText.trim() === '{COMPUTE}').length"
+COMPUTED = "document.body.innerText.split('computed here').length - 1"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -37,14 +38,15 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         page.goto(f"{streamlit_server}/local-global?{query}", wait_until="domcontentloaded")
-        for _ in range(4):  # positions and aggregation, for each model: one button gone per click
-            page.get_by_role("button", name=COMPUTE).first.wait_for(timeout=180_000)
+        # Positions and aggregation for each model. A pressed button stays drawn in the run it starts, so the
+        # buttons are pressed from the last up, and each press waits for one more "computed here" line.
+        for done in range(4):
+            page.get_by_role("button", name=COMPUTE).nth(3 - done).wait_for(timeout=180_000)
             page.wait_for_function(IDLE, timeout=180_000)
-            left = page.get_by_role("button", name=COMPUTE).count()
-            button = page.get_by_role("button", name=COMPUTE).first
+            button = page.get_by_role("button", name=COMPUTE).nth(3 - done)
             button.scroll_into_view_if_needed()
             button.click()
-            page.wait_for_function(f"() => {BUTTONS} < {left}", timeout=180_000)
+            page.wait_for_function(f"() => {COMPUTED} > {done}", timeout=180_000)
         page.wait_for_function(IDLE, timeout=180_000)
         for i, heading in enumerate(SECTIONS):  # charts are drawn as they scroll into view
             page.get_by_role("heading", name=heading).first.scroll_into_view_if_needed(timeout=180_000)
@@ -55,10 +57,10 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
         page.screenshot(path=str(screenshot_dir / "local-global-compare-aggregation-histograms.png"))
         page.wait_for_function(AGREEMENT_DRAWN, timeout=60_000)
         assert page.locator("[data-testid='stException']").count() == 0
-        assert page.get_by_role("button", name=COMPUTE).count() == 0
+        assert page.evaluate(f"() => {COMPUTED}") == 4
         names = [json.loads(n) for n in page.evaluate(TRACE_NAMES)]
         both = [n for n in names if any(first in str(x) for x in n) and any(second in str(x) for x in n)]
-        assert len(both) >= 7, names  # overlays (positions, aggregation) and side-by-side heatmaps
+        assert len(both) >= 8, names  # 4 overlays (positions, aggregation) and 4 side-by-side heatmaps
         assert page.get_by_text("largest difference").count() == 2
     finally:
         page.screenshot(path=str(screenshot_dir / "local-global-compare-last.png"))
