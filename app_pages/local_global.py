@@ -6,25 +6,46 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from attnlib.aggregation import (
+    ATTRIBUTION,
+    AggregationOptions,
+    AggregationResult,
+    accumulate_aggregation,
+    aggregation_from_json,
+)
 from attnlib.attribution import DEFAULT_PROBES, Attribution, attribute, exact_seconds
 from attnlib.model import LoadedModel
+from attnlib.norms import MEASURES
 from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, corpus_positions, positions_from_json
-from attnlib.precomputed import shipped_example, shipped_result
+from attnlib.precomputed import shipped_example
+from attnlib.report import largest_difference
 from attnlib.runner import InputError, RunResult
+from figures.norms import (
+    MEASURE_NAMES,
+    agreement_comparison_figure,
+    agreement_figure,
+    center_of_mass_comparison_figure,
+    measure_center_of_mass_figure,
+)
 from figures.positions import (
     center_of_mass_chart,
+    compared_heatmaps,
+    compared_lines,
     correlation_heatmaps,
     example_rows_chart,
     median_correlation_chart,
     position_histograms,
 )
+from ui.compare import compared_model
 from ui.corpus_picker import CorpusChoice, corpus_picker
 from ui.downloads import download_figure, download_json, download_table
 from ui.live_inputs import run_or_explain, text_inputs
+from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind
 from ui.progress import progress
 from ui.result_file import loaded_result
+from ui.result_source import shipped_or_computed
 
 KEY = "local_global"
 MODE_LABELS = {"estimate": "estimate (random probes, fast)", "exact": "exact (forward mode, slow)"}
@@ -32,15 +53,26 @@ MODE = Option("lg_mode", "mode", "estimate", list(MODE_LABELS))
 PROBES = Option("lg_k", "probes", DEFAULT_PROBES, lo=1, hi=256)
 DROP = Option("lg_drop", "drop", False)
 IDENT = Option("lg_ident", "ident", False)
+AGG_MEASURE = Option("lg_agg_measure", "agg_measure", "attention", list(MEASURES))
 # 120 s caps the default model at 65 tokens, which add about 410 MB resident (bench_classroom --exact-memory 65):
 # with a server under 1 GB the exact example keeps it under 1.5 GB (issue 15); 600 s allowed 147 tokens, about 0.9 GB.
 EXACT_EXAMPLE_MAX_SECONDS = 120
+POSITION_OPTIONS = ("mode", "probes", "drop_special", "identifiable_only")  # what the positions command records
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _corpus_result(model_name: str, fingerprint: str, options: tuple, _inputs, _progress=None) -> dict:
-    """Position statistics of a corpus, once per (model, corpus, options)."""
-    return corpus_positions(model_named(model_name), _inputs, PositionOptions(*options), _progress).to_dict()
+def _corpus_result(model_name: str, fingerprint: str, options: tuple, _inputs) -> dict:
+    """Position statistics of a corpus, once per (model, corpus, options); the bar is made here so a hit replays it."""
+    with progress(f"Running attribution ({model_name})") as report:
+        return corpus_positions(model_named(model_name), _inputs, PositionOptions(*options), report).to_dict()
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _aggregation_result(model_name: str, fingerprint: str, options: tuple, _inputs) -> dict:
+    """Agreement of the measures with layer-output attribution over a corpus, once per (model, corpus, options)."""
+    with progress(f"Running the model and layer-output attribution ({model_name})") as report:
+        lm = model_named(model_name)
+        return accumulate_aggregation(lm, _inputs, AggregationOptions(*options), report).result().to_dict()
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -81,42 +113,41 @@ def options_sidebar(head_dim: int) -> PositionOptions:
     )
 
 
-def _shipped(model_name: str, choice: CorpusChoice, options: PositionOptions) -> PositionsResult | None:
-    """The shipped result for this model, corpus and options, if there is one."""
-    record = shipped_result("positions", model_name, choice.sha1, choice.n_inputs, vars(options))
-    return None if record is None else positions_from_json(record.result)
+Results = dict[str, PositionsResult]  # model name -> its result, first model first
 
 
-def _offer(choice: CorpusChoice, options: PositionOptions, shipped: bool) -> bool:
-    """Buttons that start a computation: recompute a shipped result, or compute one; whether one was pressed."""
-    if shipped:
-        return st.button(
-            "Recompute",
-            help="The result shown was precomputed by scripts/precompute.py; this computes it again here.",
-        )
-    per_input = "a few seconds" if options.mode == "estimate" else "a minute or more"
-    st.info(f"Each input needs its own attribution run ({per_input} per input on 2 CPU cores).")
-    return st.button(f"Compute for {choice.n_inputs} inputs", type="primary")
+def _per_input_cost(mode: str) -> str:
+    return "a few seconds" if mode == "estimate" else "a minute or more"
 
 
-def corpus_result(
+def positions_result(
     model_name: str, choice: CorpusChoice, options: PositionOptions
 ) -> tuple[PositionsResult | None, str]:
-    """The corpus result: shipped, already computed in this session, or computed on request."""
-    key = (model_name, choice.fingerprint, tuple(vars(options).values()))
-    done = st.session_state.setdefault("lg_done", set())
-    if key not in done:
-        shipped = _shipped(model_name, choice, options)
-        if not _offer(choice, options, shipped is not None):
-            return shipped, "precomputed (scripts/precompute.py)"
-    try:
-        with progress("Running attribution") as report:
-            result = _corpus_result(model_name, choice.fingerprint, key[2], choice.inputs, report)
-    except (InputError, ValueError) as exc:  # ValueError: a model whose attention HTA cannot follow
-        st.error(str(exc))
-        return None, ""
-    done.add(key)
-    return PositionsResult.from_dict(result), "computed here"
+    """The positions result of one model: shipped, computed earlier in this session, or computed on request."""
+
+    def compute() -> PositionsResult | None:
+        try:
+            values = tuple(vars(options).values())
+            return PositionsResult.from_dict(_corpus_result(model_name, choice.fingerprint, values, choice.inputs))
+        except (InputError, ValueError) as exc:  # ValueError: a model whose attention HTA cannot follow
+            st.error(f"{model_name}: {exc}")
+            return None
+
+    wanted = {name: getattr(options, name) for name in POSITION_OPTIONS}
+    ask = f"{model_name}: each input needs its own attribution run ({_per_input_cost(options.mode)} per input)."
+    parse = lambda record: positions_from_json(record.result)  # noqa: E731
+    result, source = shipped_or_computed("positions", model_name, choice, wanted, compute, parse, ask_first=ask)
+    return result, source
+
+
+def corpus_results(models: list[LoadedModel], choice: CorpusChoice, options: PositionOptions) -> tuple[Results, dict]:
+    """Each model's result (those there are) and where it came from."""
+    results, sources = {}, {}
+    for lm in models:
+        result, source = positions_result(lm.facts.name, choice, options)
+        if result is not None:
+            results[lm.facts.name], sources[lm.facts.name] = result, source
+    return results, sources
 
 
 def _summary_table(r: PositionsResult) -> pd.DataFrame:
@@ -133,20 +164,50 @@ def _summary_table(r: PositionsResult) -> pd.DataFrame:
     return table.round(4)
 
 
+def summary_table(results: Results) -> pd.DataFrame:
+    """The per-layer table of every model, a `model` column first."""
+    tables = [_summary_table(r).assign(model=name) for name, r in results.items()]
+    table = pd.concat(tables, ignore_index=True)
+    return table[["model", *(c for c in table.columns if c != "model")]]
+
+
+def _per_layer(values: np.ndarray) -> dict[str, float]:
+    return {f"layer {l + 1}": float(v) for l, v in enumerate(values)}
+
+
+def positions_comparable(r: PositionsResult) -> dict[str, dict[str, float]]:
+    """What the largest-difference line compares: centres of mass and median correlations per layer."""
+    stats = {
+        "attention centre of mass": r.attention_center_of_mass,
+        "input-contribution centre of mass": r.attribution_center_of_mass,
+    }
+    stats |= {f"median {name.replace('_', ' ')}": r.median_correlation(name) for name in CORRELATIONS}
+    return {name: _per_layer(values) for name, values in stats.items()}
+
+
+def difference_line(a: dict, b: dict, models: list[str]) -> None:
+    """The computed "where they differ most" line (first model's value first)."""
+    found = largest_difference(a, b)
+    if found is None:
+        st.caption("The two models have no layer in common to compare.")
+    else:
+        st.markdown(f"**{models[0]} vs {models[1]}**, {found.text()}.")
+
+
 def _chart(fig, name: str, key: str) -> None:
     """A figure and its HTML download."""
     st.plotly_chart(fig, key=key)
     download_figure(fig, name, key=f"{key}_dl")
 
 
-def corpus_notes(r: PositionsResult, source: str, label: str) -> None:
+def corpus_notes(r: PositionsResult, source: str, label: str, model: str = "") -> None:
     """Where the result comes from and which inputs it covers."""
     how = (
         f"estimate mode, k = {r.options.probes} random probes per token"
         if r.options.mode == "estimate"
         else "exact mode"
     )
-    st.caption(f"{r.n_inputs} inputs of {label}; attribution in {how}; {source}.")
+    st.caption(f"{model + ': ' if model else ''}{r.n_inputs} inputs of {label}; attribution in {how}; {source}.")
     if r.options.identifiable_only and r.n_skipped:
         st.caption(f"{r.n_skipped} inputs longer than {r.head_dim} tokens were left out.")
     elif r.n_longer:
@@ -156,18 +217,16 @@ def corpus_notes(r: PositionsResult, source: str, label: str) -> None:
             "(Brunner et al. 2020). Tick *Keep only inputs of at most "
             f"{r.head_dim} tokens* in the sidebar to do as Pascual et al. did."
         )
-    if r.options.drop_special:
-        st.caption("[CLS] and [SEP] are left out of the histograms and centres of mass (not of the correlations).")
 
 
-def centre_of_mass_section(r: PositionsResult) -> None:
-    """Centres of mass per layer, chart and table."""
+def centre_of_mass_section(results: Results) -> None:
+    """Centres of mass per layer, chart and table (one line per model and quantity when two are compared)."""
     st.subheader("Centre of mass per layer")
     st.caption(
         "Negative: the heads look back at earlier tokens; positive: ahead. Mean over the heads of each layer "
         "(Pascual et al. Fig. 4 and 5)."
     )
-    if not r.options.drop_special:
+    if not next(iter(results.values())).options.drop_special:
         st.caption(
             "Heads that park attention on [CLS] (or on the final [SEP]) pull the centre of mass far to the "
             "left (or right): a query at position i finds [CLS] at offset -i, the far offsets occur almost "
@@ -175,82 +234,225 @@ def centre_of_mass_section(r: PositionsResult) -> None:
             "often it occurs gives them full weight. Tick *Drop [CLS]/[SEP]* in the sidebar to see the "
             "pattern among the words."
         )
-    _chart(center_of_mass_chart(r.attention_center_of_mass, r.attribution_center_of_mass), "centre_of_mass", "lg_com")
-    table = _summary_table(r)
+    if len(results) == 1:
+        r = next(iter(results.values()))
+        fig = center_of_mass_chart(r.attention_center_of_mass, r.attribution_center_of_mass)
+    else:
+        titles = {"attention": "attention", "attribution": "input contribution (HTA)"}
+        lines = {
+            m: {"attention": r.attention_center_of_mass, "attribution": r.attribution_center_of_mass}
+            for m, r in results.items()
+        }
+        fig = compared_lines(lines, titles, "centre of mass (offset)", columns=2)
+    _chart(fig, "centre_of_mass", "lg_com")
+    table = summary_table(results)
     st.dataframe(table, hide_index=True)
     download_table(table, "local_global_per_layer", key="lg_table_dl")
 
 
-def histogram_section(r: PositionsResult) -> None:
-    """Relative-position histograms per layer and, for one layer, per head."""
-    st.subheader("Relative-position histograms")
-    st.caption(
-        "Local (attention) and global (input contribution) side by side, same axes. Each offset "
-        "(key minus query) is divided by how often it occurs (METHODS §8)."
-    )
-    n_layers, n_heads = r.attention_histograms.shape[:2]  # the result's own: a loaded file may be of another model
-    widest = max(int(r.offsets.max()) if len(r.offsets) else 1, 1)
+def histogram_options(results: Results) -> tuple[int, int]:
+    """The offset window and the layer of the per-head grid, kept in the URL."""
+    n_layers = max(r.attention_histograms.shape[0] for r in results.values())  # a loaded file may be of another model
+    widest = max(max(int(r.offsets.max()) if len(r.offsets) else 1, 1) for r in results.values())
     window, layer = (
         Option("lg_window", "window", min(10, widest), lo=1, hi=widest),
         Option("lg_layer", "layer", 1, lo=1, hi=n_layers),
     )
     values = bind([window, layer])
     st.slider("Offsets shown (±)", 1, widest, key=window.key)
-    means = (r.attention_histograms.mean(1), r.attribution_histograms.mean(1))
+    st.select_slider("Layer for the per-head grids", list(range(1, n_layers + 1)), key=layer.key)
+    return values["window"], values["layer"]
+
+
+def model_histograms(r: PositionsResult, window: int, layer: int, model: str, key: str) -> None:
+    """One model's histograms per layer (mean over heads) and per head of one layer."""
+    n_layers, n_heads = r.attention_histograms.shape[:2]
+    prefix = f"{model}: " if model else ""
     layers = [f"layer {l + 1}" for l in range(n_layers)]
-    fig = position_histograms(
-        r.offsets,
-        *means,
-        layers,
-        max_offset=values["window"],
-        columns=min(n_layers, 3),
-        title="Per layer (mean over heads)",
-    )
-    _chart(fig, "histograms_per_layer", "lg_hist_layers")
-    st.select_slider("Layer for the per-head grid", list(range(1, n_layers + 1)), key=layer.key)
-    l = values["layer"]
+    means = (r.attention_histograms.mean(1), r.attribution_histograms.mean(1))
+    title = f"{prefix}per layer (mean over heads)"
+    fig = position_histograms(r.offsets, *means, layers, max_offset=window, columns=min(n_layers, 3), title=title)
+    _chart(fig, "histograms_per_layer", f"{key}_layers")
+    l = min(layer, n_layers)
     heads = [f"{l}-{h + 1}" for h in range(n_heads)]
     maps = (r.attention_histograms[l - 1], r.attribution_histograms[l - 1])
-    fig = position_histograms(
-        r.offsets, *maps, heads, max_offset=values["window"], title=f"Layer {l}, every head (layer-head)"
+    title = f"{prefix}layer {l}, every head (layer-head)"
+    fig = position_histograms(r.offsets, *maps, heads, max_offset=window, title=title)
+    _chart(fig, f"histograms_layer_{l}", f"{key}_heads")
+
+
+def histogram_section(results: Results) -> None:
+    """Relative-position histograms per layer and, for one layer, per head; one set per model."""
+    st.subheader("Relative-position histograms")
+    st.caption(
+        "Local (attention) and global (input contribution) side by side, same axes. Each offset "
+        "(key minus query) is divided by how often it occurs (METHODS §8)."
     )
-    _chart(fig, f"histograms_layer_{l}", "lg_hist_heads")
+    if next(iter(results.values())).options.drop_special:
+        st.caption("[CLS] and [SEP] are left out of the histograms and centres of mass (not of the correlations).")
+    window, layer = histogram_options(results)
+    for i, (model, r) in enumerate(results.items()):
+        model_histograms(r, window, layer, model if len(results) > 1 else "", f"lg_hist{i}")
 
 
-def correlation_section(r: PositionsResult) -> None:
+def correlation_figures(results: Results) -> None:
+    """Per-head correlations (two heatmaps per model side by side when compared) and their medians per layer."""
+    local = "Attention vs previous-layer contribution (local, Pascual Fig. 1)"
+    glob = "Attention vs input contribution (global, Pascual Fig. 6)"
+    if len(results) == 1:
+        c = next(iter(results.values())).correlation
+        for side, title in (("previous", local), ("input", glob)):
+            fig = correlation_heatmaps(c[f"pearson_{side}"], c[f"spearman_{side}"], title)
+            _chart(fig, f"correlation_{side}", f"lg_corr_{side}")
+        medians = {name: next(iter(results.values())).median_correlation(name) for name in CORRELATIONS}
+        _chart(median_correlation_chart(medians, "Median over the heads of each layer"), "medians", "lg_corr_median")
+        return
+    for name in CORRELATIONS:
+        title = f"{name.split('_')[0].title()}: {local if name.endswith('previous') else glob}"
+        fig = compared_heatmaps({m: r.correlation[name] for m, r in results.items()}, title)
+        _chart(fig, f"correlation_{name}", f"lg_corr_{name}")
+    lines = {m: {name: r.median_correlation(name) for name in CORRELATIONS} for m, r in results.items()}
+    titles = {name: name.replace("_", " ") for name in CORRELATIONS}
+    fig = compared_lines(lines, titles, "median over heads", title="Median over the heads of each layer", columns=2)
+    _chart(fig, "correlation_medians", "lg_corr_median")
+
+
+def correlation_section(results: Results) -> None:
     """Attention against attribution: correlations per head and their medians per layer."""
     st.subheader("Attention against attribution")
     st.caption(
         "Per head, for every query row: the correlation between its attention row and its attribution row "
         "over the input tokens, averaged over rows and inputs (rows where either is constant are skipped)."
     )
-    c = r.correlation
-    local = "Attention vs previous-layer contribution (local, Pascual Fig. 1)"
-    _chart(
-        correlation_heatmaps(c["pearson_previous"], c["spearman_previous"], local),
-        "correlation_previous",
-        "lg_corr_prev",
-    )
-    glob = "Attention vs input contribution (global, Pascual Fig. 6)"
-    _chart(correlation_heatmaps(c["pearson_input"], c["spearman_input"], glob), "correlation_input", "lg_corr_input")
-    medians = {name: r.median_correlation(name) for name in CORRELATIONS}
-    _chart(
-        median_correlation_chart(medians, "Median over the heads of each layer"),
-        "correlation_medians",
-        "lg_corr_median",
-    )
-    download_json(r.to_dict(), "local_global", key="lg_json_dl")
+    correlation_figures(results)
+    data = next(iter(results.values())).to_dict() if len(results) == 1 else {m: r.to_dict() for m, r in results.items()}
+    download_json(data, "local_global", key="lg_json_dl")
 
 
-def corpus_section(r: PositionsResult, source: str, label: str) -> None:
-    """Centres of mass, histograms and correlations of the corpus."""
-    corpus_notes(r, source, label)
-    if r.n_inputs == 0:
+def corpus_section(results: Results, sources: dict[str, str], label: str) -> None:
+    """Centres of mass, histograms and correlations of the corpus, for one model or two side by side."""
+    for model, r in results.items():
+        corpus_notes(r, sources[model], label, model if len(results) > 1 else "")
+    results = {m: r for m, r in results.items() if r.n_inputs}
+    if not results:
         st.warning("No input is left to analyse.")
         return
-    centre_of_mass_section(r)
-    histogram_section(r)
-    correlation_section(r)
+    if len(results) == 2:
+        a, b = (positions_comparable(r) for r in results.values())
+        difference_line(a, b, list(results))
+    centre_of_mass_section(results)
+    histogram_section(results)
+    correlation_section(results)
+
+
+Aggregations = dict[str, AggregationResult]  # model name -> its result
+
+
+def aggregation_result(model_name: str, choice: CorpusChoice, options: PositionOptions) -> AggregationResult | None:
+    """One model's aggregation result: shipped, computed earlier in this session, or computed when asked."""
+    agg_options = AggregationOptions(mode=options.mode, probes=options.probes)
+
+    def compute() -> AggregationResult | None:
+        try:
+            values = tuple(vars(agg_options).values())
+            return AggregationResult.from_dict(
+                _aggregation_result(model_name, choice.fingerprint, values, choice.inputs)
+            )
+        except (InputError, ValueError) as exc:
+            st.error(f"{model_name}: {exc}")
+            return None
+
+    wanted = {"mode": agg_options.mode, "probes": agg_options.probes}
+    ask = (
+        f"{model_name}: layer-output attribution of every layer needs its own run per input "
+        f"({_per_input_cost(options.mode)} per input on 2 CPU cores)."
+    )
+    parse = lambda record: aggregation_from_json(record.result)  # noqa: E731
+    result, source = shipped_or_computed("aggregation", model_name, choice, wanted, compute, parse, ask_first=ask)
+    if result is not None:
+        st.caption(f"{model_name}: {result.n_inputs} inputs of {choice.label}; {source}.")
+    return result
+
+
+def aggregation_table(results: Aggregations) -> pd.DataFrame:
+    """Long table: model, layer (1-based), measure, Spearman, Pearson, centre of mass, and attribution's centre."""
+    rows = [
+        {
+            "model": model,
+            "layer": l + 1,
+            "measure": measure,
+            "spearman": r.spearman[measure][l],
+            "pearson": r.pearson[measure][l],
+            "centre of mass": r.center_of_mass[measure][l],
+            "attribution centre of mass": r.center_of_mass[ATTRIBUTION][l],
+        }
+        for model, r in results.items()
+        for measure in MEASURES
+        for l in range(len(r.center_of_mass[ATTRIBUTION]))
+    ]
+    return pd.DataFrame(rows).round(4)
+
+
+def aggregation_comparable(r: AggregationResult) -> dict[str, dict[str, float]]:
+    """Spearman agreement and centre of mass of each measure per layer, for the largest-difference line."""
+    stats = {f"{MEASURE_NAMES[m]} Spearman": r.spearman[m] for m in MEASURES}
+    stats |= {f"{MEASURE_NAMES[m]} centre of mass": r.center_of_mass[m] for m in (*MEASURES, ATTRIBUTION)}
+    return {name: _per_layer(values) for name, values in stats.items()}
+
+
+def aggregation_figures(results: Aggregations) -> None:
+    """Agreement lines and centres of mass: one model's measures together, or a panel per measure for two."""
+    if len(results) == 1:
+        r = next(iter(results.values()))
+        agreement = agreement_figure(r.pearson, r.spearman, "Agreement with layer-output attribution")
+        com = measure_center_of_mass_figure(r.center_of_mass, "Centre of mass per layer")
+    else:
+        a, b = (aggregation_comparable(r) for r in results.values())
+        difference_line(a, b, list(results))
+        pearson = {m: r.pearson for m, r in results.items()}
+        spearman = {m: r.spearman for m, r in results.items()}
+        agreement = agreement_comparison_figure(pearson, spearman, "Agreement with layer-output attribution")
+        com = center_of_mass_comparison_figure({m: r.center_of_mass for m, r in results.items()}, "Centre of mass")
+    _chart(agreement, "aggregation_agreement", "lg_agg_agreement")
+    _chart(com, "aggregation_centre_of_mass", "lg_agg_com")
+
+
+def aggregation_histograms(results: Aggregations, measure: str) -> None:
+    """Per layer: the chosen measure's relative-position histogram beside attribution's, one grid per model."""
+    window = int(st.session_state.get("lg_window", 10))
+    for i, (model, r) in enumerate(results.items()):
+        if not r.histograms:
+            st.caption(f"{model}: this result has no histograms (written before they were kept); recompute it.")
+            continue
+        layers = [f"layer {l + 1}" for l in range(len(r.histograms[ATTRIBUTION]))]
+        names = (MEASURE_NAMES[measure], MEASURE_NAMES[ATTRIBUTION])
+        title = f"{model + ': ' if len(results) > 1 else ''}{names[0]} and layer-output attribution per layer"
+        fig = position_histograms(
+            r.offsets, r.histograms[measure], r.histograms[ATTRIBUTION], layers, window, 3, title, names
+        )
+        _chart(fig, f"aggregation_histograms_{measure}", f"lg_agg_hist{i}")
+
+
+def aggregation_section(models: list[LoadedModel], choice: CorpusChoice, options: PositionOptions) -> None:
+    """Issue 14: each measure's agreement with layer-output attribution per layer, centres of mass, histograms."""
+    st.subheader("Global aggregation")
+    st.caption(
+        "Raw attention, the value-weighted norms N and N_ResLN, and their rollouts, each compared per layer with "
+        "layer-output attribution (how much each input token contributes to the layer's output vectors): "
+        "Spearman solid, Pearson dashed, mean over query rows and inputs (METHODS §13). Same mode and probes as above."
+    )
+    cite_methods(13)
+    results = {lm.facts.name: r for lm in models if (r := aggregation_result(lm.facts.name, choice, options))}
+    if not results:
+        return
+    aggregation_figures(results)
+    table = aggregation_table(results)
+    st.dataframe(table, hide_index=True)
+    download_table(table, "aggregation_per_layer", key="lg_agg_table_dl")
+    measure = bind([AGG_MEASURE])["agg_measure"]
+    st.selectbox("Measure for the histograms", list(MEASURES), format_func=MEASURE_NAMES.get, key=AGG_MEASURE.key)
+    aggregation_histograms(results, measure)
+    download_json({m: r.to_dict() for m, r in results.items()}, "aggregation", key="lg_agg_json_dl")
 
 
 def example_attribution(lm: LoadedModel, run: RunResult, text_a: str, text_b: str) -> Attribution | None:
@@ -326,7 +528,13 @@ def example_section(lm: LoadedModel) -> None:
         "input": attribution.input[l, h, j],
         "previous": attribution.previous[l, h, j],
     }
-    fig = example_rows_chart(run.tokens, *rows.values(), f"Head {l + 1}-{h + 1}, query {j}: {run.tokens[j]!r}")
+    fig = example_rows_chart(
+        run.tokens,
+        rows["attention"],
+        rows["input"],
+        rows["previous"],
+        f"Head {l + 1}-{h + 1}, query {j}: {run.tokens[j]!r}",
+    )
     _chart(fig, f"example_{l + 1}-{h + 1}_{j}", "lg_example")
     as_lists = {name: row.tolist() for name, row in rows.items()}
     download_json(
@@ -345,13 +553,18 @@ st.caption(
     "the library and its JSON count from 0. Definitions: METHODS §8 and §9."
 )
 lm = current_model()
+second = compared_model()
 options = options_sidebar(lm.facts.head_dim)
 loaded = loaded_result(KEY, "positions", lambda record: positions_from_json(record.result))
 if loaded is not None:
-    corpus_section(loaded[1], f"loaded from a result file ({loaded[0].model})", loaded[0].corpus.get("name", "?"))
+    source = f"loaded from a result file ({loaded[0].model})"
+    corpus_section({loaded[0].model: loaded[1]}, {loaded[0].model: source}, loaded[0].corpus.get("name", "?"))
 elif (choice := corpus_picker(KEY, default_limit=100)) is not None:
-    result, source = corpus_result(lm.facts.name, choice, options)
-    if result is not None:
-        corpus_section(result, source, choice.label)
+    models = [lm] if second is None else [lm, second]
+    results, sources = corpus_results(models, choice, options)
+    if results:
+        corpus_section(results, sources, choice.label)
+    st.divider()
+    aggregation_section(models, choice, options)
 st.divider()
 example_section(lm)

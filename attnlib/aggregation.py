@@ -42,6 +42,8 @@ class AggregationResult:
     spearman: dict[str, np.ndarray]  # MEASURES -> [layers]
     center_of_mass: dict[str, np.ndarray]  # MEASURES and "attribution" -> [layers]
     options: AggregationOptions
+    offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # [offsets], -max..max
+    histograms: dict[str, np.ndarray] = field(default_factory=dict)  # MEASURES and "attribution" -> [layers, offsets]
 
     def to_dict(self) -> dict:
         """The JSON of the `aggregation` command (0-based layers, NaN as None)."""
@@ -52,13 +54,14 @@ class AggregationResult:
                 "pearson": self.pearson,
                 "spearman": self.spearman,
                 "center_of_mass": self.center_of_mass,
+                "histograms": {"offsets": self.offsets, **self.histograms},
                 "options": asdict(self.options),
             }
         )
 
     @classmethod
     def from_dict(cls, d: dict) -> AggregationResult:
-        """Read back what to_dict wrote (None read as NaN)."""
+        """Read back what to_dict wrote (None read as NaN; results written before histograms have none)."""
 
         def arrays(part: dict, names: Sequence[str]) -> dict[str, np.ndarray]:
             return {name: np.array(part[name], dtype=float) for name in names}
@@ -69,6 +72,8 @@ class AggregationResult:
             spearman=arrays(d["spearman"], MEASURES),
             center_of_mass=arrays(d["center_of_mass"], (*MEASURES, ATTRIBUTION)),
             options=AggregationOptions(**d["options"]),
+            offsets=np.array(d.get("histograms", {}).get("offsets", []), dtype=int),
+            histograms=arrays(d["histograms"], (*MEASURES, ATTRIBUTION)) if "histograms" in d else {},
         )
 
 
@@ -115,12 +120,16 @@ class AggregationAccumulator:
         """Mean correlations over rows and inputs, and centres of mass (§8) per layer."""
         pearson, spearman = self.correlation.means()
         com = self.histogram.center_of_mass()
+        histograms = self.histogram.histograms()  # [layers, measures + 1, offsets]
+        names = (*MEASURES, ATTRIBUTION)
         return AggregationResult(
             n_inputs=self.n_inputs,
             pearson={m: pearson[:, k] for k, m in enumerate(MEASURES)},
             spearman={m: spearman[:, k] for k, m in enumerate(MEASURES)},
-            center_of_mass={m: com[:, k] for k, m in enumerate((*MEASURES, ATTRIBUTION))},
+            center_of_mass={m: com[:, k] for k, m in enumerate(names)},
             options=self.options,
+            offsets=self.histogram.offsets,
+            histograms={m: histograms[:, k] for k, m in enumerate(names)},
         )
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .positions import ATTENTION_COLOR, ATTRIBUTION_COLOR
+from .positions import ATTENTION_COLOR, ATTRIBUTION_COLOR, compared_lines
 from .special_tokens import COLOURS, add_model_lines, layer_axis_title, layer_lines_by_model, layer_lines_with_head_dots
 
 CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
@@ -140,3 +140,26 @@ def measure_center_of_mass_figure(center_of_mass: dict[str, np.ndarray], title: 
     )
     fig.update_xaxes(dtick=1)
     return fig
+
+
+def agreement_comparison_figure(
+    pearson: dict[str, dict[str, np.ndarray]], spearman: dict[str, dict[str, np.ndarray]], title: str = ""
+) -> go.Figure:
+    """Two models' agreement with their own layer-output attribution: a panel per measure, a colour per model.
+
+    pearson, spearman: model -> measure -> [layers]; Spearman solid, Pearson dashed."""
+    measures = next(iter(spearman.values()))
+    return compared_lines(
+        spearman,
+        {m: MEASURE_NAMES[m] for m in measures},
+        "correlation with attribution",
+        dashed=pearson,
+        styles=("Spearman", "Pearson"),
+        title=title,
+    )
+
+
+def center_of_mass_comparison_figure(center_of_mass: dict[str, dict[str, np.ndarray]], title: str = "") -> go.Figure:
+    """Two models' centres of mass per layer: a panel per measure and one for attribution, a colour per model."""
+    measures = next(iter(center_of_mass.values()))
+    return compared_lines(center_of_mass, {m: MEASURE_NAMES[m] for m in measures}, "centre of mass", title=title)

@@ -27,10 +27,11 @@ def position_histograms(
     max_offset: int = 10,
     columns: int = 4,
     title: str = "",
+    names: tuple[str, str] = ("attention", "input contribution (HTA)"),
 ) -> go.Figure:
     """A grid of histograms over relative position, attention and input contribution side by side in each panel.
 
-    attention, attribution: [panels, offsets]; all panels share the x and y axes.
+    attention, attribution: [panels, offsets]; all panels share the x and y axes; `names` labels the two series.
     """
     keep = _window(offsets, max_offset)
     x = offsets[keep]
@@ -47,10 +48,7 @@ def position_histograms(
     )
     for p in range(panels):
         r, c = divmod(p, columns)
-        for values, name, color in (
-            (attention, "attention", ATTENTION_COLOR),
-            (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR),
-        ):
+        for values, name, color in ((attention, names[0], ATTENTION_COLOR), (attribution, names[1], ATTRIBUTION_COLOR)):
             fig.add_trace(
                 go.Bar(
                     x=x,
@@ -66,7 +64,7 @@ def position_histograms(
     # A colour key in the title instead of a legend, which themes place over the top row's panel titles.
     key = "   ".join(
         f"<span style='color:{color}'>■</span> {name}"
-        for name, color in (("attention", ATTENTION_COLOR), ("input contribution (HTA)", ATTRIBUTION_COLOR))
+        for name, color in ((names[0], ATTENTION_COLOR), (names[1], ATTRIBUTION_COLOR))
     )
     fig.update_layout(
         title=f"{title}<br><sup>{key}</sup>" if title else key,
@@ -203,4 +201,94 @@ def example_rows_chart(
         yaxis_title="share of the row",
     )
     fig.update_xaxes(tickmode="array", tickvals=x, ticktext=list(tokens), tickangle=-60)
+    return fig
+
+
+MODEL_COLOURS = ("#1f77b4", "#d62728")  # first model, second model
+
+
+def layer_positions(n_layers: int, depths: Sequence[int]) -> np.ndarray:
+    """x of layers 1..n: the layer number, or its relative depth l / n when the models compared differ in depth."""
+    layers = np.arange(1, n_layers + 1)
+    return layers if len(set(depths)) <= 1 else layers / n_layers
+
+
+def compared_lines(
+    solid: dict[str, dict[str, np.ndarray]],
+    titles: dict[str, str],
+    y_title: str,
+    dashed: dict[str, dict[str, np.ndarray]] | None = None,
+    styles: tuple[str, str] = ("", ""),
+    title: str = "",
+    columns: int = 3,
+) -> go.Figure:
+    """A panel per statistic (titles: key -> panel title) with a line per model in its colour, same axes.
+
+    solid, dashed: model -> key -> [layers]; `styles` names the solid and dashed lines in the legend. When the models
+    differ in depth the x axis is the relative depth l / n_layers."""
+    models = list(solid)
+    depths = [len(next(iter(solid[m].values()))) for m in models]
+    rows = math.ceil(len(titles) / columns)
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=list(titles.values()), shared_yaxes="all")
+    for k, key in enumerate(titles):
+        r, c = divmod(k, columns)
+        for i, model in enumerate(models):
+            for part, dash, style in ((solid, "solid", styles[0]), (dashed, "dash", styles[1])):
+                if part is None or key not in part[model]:
+                    continue
+                values = part[model][key]
+                name = f"{model} {style}".strip()
+                fig.add_trace(
+                    go.Scatter(
+                        x=layer_positions(len(values), depths),
+                        y=values,
+                        name=name,
+                        legendgroup=name,
+                        showlegend=k == 0,
+                        mode="lines+markers",
+                        line=dict(color=MODEL_COLOURS[i % 2], dash=dash),
+                        hovertemplate=f"{name}<br>{titles[key]}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
+                    ),
+                    row=r + 1,
+                    col=c + 1,
+                )
+    x_title = "layer" if len(set(depths)) == 1 else "relative depth (layer / layers)"
+    fig.update_xaxes(title_text=x_title, row=rows)
+    fig.update_yaxes(title_text=y_title, col=1)
+    fig.update_layout(
+        title=title,
+        height=260 * rows + 120,
+        margin=dict(l=10, r=10, t=80, b=40),
+        legend=dict(orientation="h", y=-0.15, yanchor="top", x=0),
+    )
+    return fig
+
+
+def compared_heatmaps(by_model: dict[str, np.ndarray], title: str = "", zmin: float = -1, zmax: float = 1) -> go.Figure:
+    """Per-head maps ([layers, heads] each) of the models side by side; panel widths follow the number of layers."""
+    models = list(by_model)
+    depths = [by_model[m].shape[0] for m in models]
+    fig = make_subplots(rows=1, cols=len(models), subplot_titles=models, column_widths=depths, horizontal_spacing=0.08)
+    for i, model in enumerate(models):
+        values = by_model[model]
+        fig.add_trace(
+            go.Heatmap(
+                z=values.T,
+                x=list(range(1, values.shape[0] + 1)),
+                y=list(range(1, values.shape[1] + 1)),
+                zmin=zmin,
+                zmax=zmax,
+                colorscale="RdBu",
+                showscale=i == len(models) - 1,
+                texttemplate="%{z:.2f}",
+                textfont=dict(size=9),
+                hovertemplate=f"{model}<br>layer %{{x}}, head %{{y}}: %{{z:.3f}}<extra></extra>",
+            ),
+            row=1,
+            col=i + 1,
+        )
+    fig.update_xaxes(title_text="layer", dtick=1)
+    fig.update_yaxes(title_text="head", dtick=1, autorange="reversed")
+    n_heads = max(v.shape[1] for v in by_model.values())
+    fig.update_layout(title=title, height=120 + 26 * n_heads, margin=dict(l=10, r=10, t=70, b=40))
     return fig

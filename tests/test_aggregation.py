@@ -20,7 +20,7 @@ from attnlib.corpus import read_corpus
 from attnlib.norms import MEASURES
 from attnlib.results import read_result_file
 from attnlib.runner import encode, model_inputs
-from attnlib.shipped import CLASSROOM_SINGLE
+from attnlib.shipped import CLASSROOM_SINGLE, ROOT
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -100,6 +100,47 @@ def test_aggregation_by_hand():
     # G_out: H[k] = mean of M[i, i+k]: k=-2: 0.1; -1: (0.2+0.2)/2; 0: 0.6; 1: (0.3+0.2)/2; 2: 0.2.
     h = np.array([0.1, 0.2, 0.6, 0.25, 0.2])
     assert result.center_of_mass["attribution"][0] == pytest.approx((h * np.arange(-2, 3)).sum() / h.sum())
+    # Per-measure histograms: the same H as above, and the uniform map's flat 1/3.
+    np.testing.assert_array_equal(result.offsets, np.arange(-2, 3))
+    np.testing.assert_allclose(result.histograms["attribution"][0], h)
+    np.testing.assert_allclose(result.histograms["residual_ln"][0], np.full(5, 1 / 3))
+    back = aggregation_from_json(json.loads(json.dumps(result.to_dict())))
+    np.testing.assert_allclose(back.histograms["attention"], result.histograms["attention"])
+    np.testing.assert_array_equal(back.offsets, result.offsets)
+
+
+def test_histograms_of_inputs_of_different_lengths_merge_exactly():
+    """Two inputs (3 and 2 tokens) in one accumulator equal two accumulators merged; offsets widen to the longest."""
+    rng = np.random.default_rng(0)
+
+    def maps(n: int) -> tuple[np.ndarray, np.ndarray]:
+        m = rng.random((2, 5, n, n))
+        g = rng.random((2, n, n))
+        return m / m.sum(-1, keepdims=True), g / g.sum(-1, keepdims=True)
+
+    first, second = maps(2), maps(3)
+    whole, a, b = AggregationAccumulator(2), AggregationAccumulator(2), AggregationAccumulator(2)
+    whole.add_maps(*first)
+    whole.add_maps(*second)
+    a.add_maps(*first)
+    b.add_maps(*second)
+    merged = a.merge(b).result()
+    expected = whole.result()
+    np.testing.assert_array_equal(merged.offsets, np.arange(-2, 3))
+    for name in (*MEASURES, "attribution"):
+        np.testing.assert_allclose(merged.histograms[name], expected.histograms[name], rtol=1e-12)
+    # Offset +2 occurs only in the 3-token input, once (row 0 to key 2): its histogram value is that one entry.
+    np.testing.assert_allclose(expected.histograms["attribution"][:, -1], second[1][:, 0, 2])
+    np.testing.assert_allclose(expected.histograms["layer_norm"][:, -1], second[0][:, 1, 0, 2])
+
+
+def test_results_written_before_histograms_still_read():
+    acc = AggregationAccumulator(1)
+    acc.add_maps(np.full((1, 5, 2, 2), 0.5), np.full((1, 2, 2), 0.5))
+    data = acc.result().to_dict()
+    del data["histograms"]
+    back = aggregation_from_json(data)
+    assert back.histograms == {} and len(back.offsets) == 0
 
 
 @pytest.mark.slow
@@ -118,6 +159,7 @@ def test_halves_merge_and_batches_do_not_matter(tiny_model):
         np.testing.assert_allclose(a.spearman[m], c.spearman[m], rtol=1e-10)
         np.testing.assert_allclose(a.center_of_mass[m], b.center_of_mass[m], atol=1e-4)
     np.testing.assert_allclose(a.center_of_mass["attribution"], c.center_of_mass["attribution"], rtol=1e-10)
+    np.testing.assert_allclose(a.histograms["residual_ln_rollout"], c.histograms["residual_ln_rollout"], rtol=1e-10)
 
 
 def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp_path):
@@ -142,3 +184,70 @@ def test_hta_cli_prints_output(tiny_model_dir, tiny_model, capsys):
     data = json.loads(capsys.readouterr().out)
     expected = hidden_token_attribution(tiny_model, encode(tiny_model, "The cat sat."), mode="exact").output
     np.testing.assert_allclose(np.array(data["output"]), expected, atol=1e-6)
+
+
+def save_tiny_bert(folder, layers: int, seed: int):
+    """A tiny random BERT of `layers` layers saved to a folder (the comparison's second model)."""
+    from conftest import _bert_tokenizer, _tiny_config
+    from transformers import AutoModelForMaskedLM
+
+    tokenizer = _bert_tokenizer()
+    tokenizer.model_max_length = 64
+    config = _tiny_config("bert", len(tokenizer))
+    config.num_hidden_layers = layers
+    torch.manual_seed(seed)
+    AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def page_with(model: str, compare: str = "", limit: int = 3, probes: int = 2):
+    """The Local vs global page for a model (and a second one), on the first `limit` classroom inputs."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["model"] = model
+    if compare:
+        at.query_params["cmp"] = compare
+    at.run()
+    at.switch_page("app_pages/local_global.py").run()
+    at.number_input(key="local_global_limit").set_value(limit).run()
+    at.number_input(key="lg_k").set_value(probes).run()
+    return at
+
+
+def cli_aggregation(model: str, capsys, limit: int = 3, probes: int = 2) -> dict:
+    args = ["aggregation", "--corpus", str(CLASSROOM_SINGLE), "--limit", str(limit), "--probes", str(probes)]
+    assert main([*args, "--model", model, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def assert_table_equals_cli(table, model: str, data: dict) -> None:
+    """The page's long table (1-based layers) against the command's JSON (0-based lists)."""
+    rows = table[table["model"] == model]
+    for measure in MEASURES:
+        part = rows[rows["measure"] == measure].sort_values("layer")
+        assert list(part["layer"]) == list(range(1, len(data["pearson"][measure]) + 1))
+        for column, key in (("spearman", "spearman"), ("pearson", "pearson"), ("centre of mass", "center_of_mass")):
+            np.testing.assert_allclose(part[column], np.array(data[key][measure], float), atol=6e-5)
+        np.testing.assert_allclose(part["attribution centre of mass"], data["center_of_mass"]["attribution"], atol=6e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_page_aggregation_section_equals_the_cli(tiny_model_dir, capsys):
+    name = str(tiny_model_dir)
+    at = page_with(name)
+    assert any("layer-output attribution of every layer" in i.value for i in at.info)  # asks before it computes
+    at.button(key=f"compute:aggregation:{name}").click().run()
+    assert not at.exception, at.exception
+    tables = [d.value for d in at.dataframe if "measure" in d.value.columns]
+    assert len(tables) == 1 and set(tables[0]["model"]) == {name}
+    assert any("3 inputs of" in c.value and "computed here" in c.value for c in at.caption)
+    assert_table_equals_cli(tables[0], name, cli_aggregation(name, capsys))
+    assert any("METHODS.md §13" in e.label for e in at.expander)
+    hist_before = [c for c in at.get("plotly_chart") if "layer-output attribution per layer" in c.proto.spec]
+    at.selectbox(key="lg_agg_measure").set_value("residual_ln_rollout").run()
+    assert at.query_params["agg_measure"] == "residual_ln_rollout"
+    hist = [c for c in at.get("plotly_chart") if "layer-output attribution per layer" in c.proto.spec]
+    assert len(hist_before) == len(hist) == 1 and "GlobEnc" in hist[0].proto.spec

@@ -12,6 +12,7 @@ from scipy.stats import pearsonr, spearmanr
 from attnlib.attribution import Attribution
 from attnlib.cli import main
 from attnlib.corpus import read_corpus
+from attnlib.norms import MEASURES
 from attnlib.positions import (
     CorrelationSums,
     PositionAccumulator,
@@ -216,6 +217,7 @@ def test_page_opens_with_the_shipped_result():
     assert len(charts) >= 7  # centre of mass, two histogram grids, three correlation figures, the example
     assert any("precomputed" in c.value for c in at.caption)
     assert not at.error
+    assert "Global aggregation" in [h.value for h in at.subheader]
 
 
 def test_page_computes_a_small_corpus_on_request():
@@ -232,3 +234,44 @@ def test_page_computes_a_small_corpus_on_request():
     assert any("3 inputs of" in c.value and "computed here" in c.value for c in at.caption)
     assert len(at.get("plotly_chart")) >= 7
     assert at.query_params["probes"] == "2"
+
+
+def _numbers_of_difference(text: str) -> tuple[float, float]:
+    import re
+
+    found = re.search(r"largest difference: .* in layer \d+, (-?\d+\.\d+) vs (-?\d+\.\d+)", text)
+    assert found, text
+    return float(found.group(1)), float(found.group(2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path, capsys):
+    from test_aggregation import assert_table_equals_cli, cli_aggregation, page_with, save_tiny_bert
+
+    first, second = str(tiny_model_dir), str(save_tiny_bert(tmp_path / "three-layers", layers=3, seed=1))
+    at = page_with(first, second)
+    for command in ("positions", "aggregation"):
+        for name in (first, second):
+            at.button(key=f"compute:{command}:{name}").click().run()
+            assert not at.exception, at.exception
+    assert at.query_params["cmp"] == second
+    summary = next(d.value for d in at.dataframe if "attention centre of mass" in d.value.columns)
+    assert list(summary["model"]) == [first] * 2 + [second] * 3  # a row per layer of each model
+    aggregation = next(d.value for d in at.dataframe if "measure" in d.value.columns)
+    data = {name: cli_aggregation(name, capsys) for name in (first, second)}
+    for name in (first, second):
+        assert_table_equals_cli(aggregation, name, data[name])
+    # The aggregation line: the largest |difference| over the layers both have, of Spearman and centre of mass.
+    diffs = [
+        abs(np.array(data[first][key][m][:2], float) - np.array(data[second][key][m][:2], float)).max()
+        for key, names in (("spearman", MEASURES), ("center_of_mass", (*MEASURES, "attribution")))
+        for m in names
+    ]
+    lines = [m.value for m in at.markdown if "largest difference" in m.value]
+    assert len(lines) == 2  # positions, then aggregation
+    a, b = _numbers_of_difference(lines[1])
+    assert abs(a - b) == pytest.approx(max(diffs), abs=0.011)
+    specs = [json.dumps(json.loads(c.proto.spec)) for c in at.get("plotly_chart")]  # "/" unescaped
+    assert sum(first in s and second in s for s in specs) >= 7  # overlays and side-by-side heatmaps name both
+    assert any("relative depth" in s for s in specs)  # 2 and 3 layers: the line charts share a relative-depth axis

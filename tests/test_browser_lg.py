@@ -1,0 +1,67 @@
+"""Real browser: the Local vs global page in comparison mode (two tiny BERTs of 2 and 3 layers), Global aggregation
+section included; screenshots in test-output/screenshots/."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlencode
+
+import pytest
+
+IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+TRACE_NAMES = (  # each figure's trace names and subplot titles
+    "() => [...document.querySelectorAll('.js-plotly-plot')]"
+    ".map(p => JSON.stringify([...p.data.map(t => t.name), ...(p.layout.annotations || []).map(a => a.text)]))"
+)
+
+AGREEMENT_DRAWN = f"() => ({TRACE_NAMES})().some(names => names.includes('Spearman'))"
+
+SECTIONS = (
+    "Centre of mass per layer",
+    "Relative-position histograms",
+    "Attention against attribution",
+    "Global aggregation",
+)
+
+COMPUTE = "Compute for 3 inputs"
+COMPUTED = "document.body.innerText.split('computed here').length - 1"
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot_dir, tiny_model_dir, tmp_path):
+    from test_aggregation import save_tiny_bert
+
+    first, second = str(tiny_model_dir), str(save_tiny_bert(tmp_path / "three-layers", layers=3, seed=1))
+    query = urlencode({"model": first, "cmp": second, "limit": 3, "probes": 2})
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{streamlit_server}/local-global?{query}", wait_until="domcontentloaded")
+        # Positions and aggregation for each model. A pressed button stays drawn in the run it starts, so the
+        # buttons are pressed from the last up, and each press waits for one more "computed here" line.
+        for done in range(4):
+            page.get_by_role("button", name=COMPUTE).nth(3 - done).wait_for(timeout=180_000)
+            page.wait_for_function(IDLE, timeout=180_000)
+            button = page.get_by_role("button", name=COMPUTE).nth(3 - done)
+            button.scroll_into_view_if_needed()
+            button.click()
+            page.wait_for_function(f"() => {COMPUTED} > {done}", timeout=180_000)
+        page.wait_for_function(IDLE, timeout=180_000)
+        for i, heading in enumerate(SECTIONS):  # charts are drawn as they scroll into view
+            page.get_by_role("heading", name=heading).first.scroll_into_view_if_needed(timeout=180_000)
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(screenshot_dir / f"local-global-compare-{i}.png"))
+        page.get_by_text("Measure for the histograms").first.scroll_into_view_if_needed()
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(screenshot_dir / "local-global-compare-aggregation-histograms.png"))
+        page.wait_for_function(AGREEMENT_DRAWN, timeout=60_000)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.evaluate(f"() => {COMPUTED}") == 4
+        names = [json.loads(n) for n in page.evaluate(TRACE_NAMES)]
+        both = [n for n in names if any(first in str(x) for x in n) and any(second in str(x) for x in n)]
+        assert len(both) >= 8, names  # 4 overlays (positions, aggregation) and 4 side-by-side heatmaps
+        assert page.get_by_text("largest difference").count() == 2
+    finally:
+        page.screenshot(path=str(screenshot_dir / "local-global-compare-last.png"))
+        page.close()
