@@ -16,14 +16,14 @@ from attnlib.corpus import CorpusInput, Sentence, read_conllu, read_corpus
 from attnlib.deps import DIRECTIONS, DependencyCounts, dependency_counts_from_json, predict_heads, sentence_word_map
 from attnlib.engine import accumulate
 from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
-from attnlib.head_distances import special_from_json
 from attnlib.patterns import PatternAccumulator
 from attnlib.positions import CORRELATIONS, PositionsResult, corpus_positions, positions_from_json
 from attnlib.precomputed import shipped_result
 from attnlib.results import ResultFile
 from attnlib.runner import run
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, corpus_slug
-from attnlib.special import SpecialTokenResult, SpecialTokenStats
+from attnlib.special import SpecialTokenResult
+from attnlib.special_tokens import SpecialTokens, largest_weight_norm_gap, special_tokens, special_tokens_from_json
 from attnlib.tour import (
     FULL_MIN_COUNT,
     NO_OP_NAMES,
@@ -40,6 +40,7 @@ from attnlib.tour import (
     head_name,
     heads_notice,
     no_op_notice,
+    norms_notice,
     page_link,
     positions_notice,
     special_notice,
@@ -49,12 +50,15 @@ from attnlib.tour import (
 )
 from figures.deps import arc_diagram
 from figures.head_view import head_view_html
+from figures.norms import weights_vs_norms_figure
 from figures.positions import center_of_mass_chart, median_correlation_chart
 from figures.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
 from ui.live_inputs import DEFAULT_A, DEFAULT_B, cached_run
-from ui.model_sidebar import cached_model, current_model, local_models_allowed
+from ui.model_sidebar import current_model, model_named
+from ui.progress import progress
 
 KEY = "tour"
+NORM_CLASSES = ("cls", "sep", "punct", "other")
 PROJECTOR_FONT = 18
 PROJECTOR_HEIGHT = 540
 EXAMPLE_MAX_WORDS = 16  # step 5's example sentence must read on a projector
@@ -69,12 +73,6 @@ class Sourced:
 
     value: object
     source: str
-
-
-def _progress(text: str) -> tuple:
-    """A progress bar and the callback that moves it."""
-    bar = st.progress(0.0, text=text)
-    return bar, lambda done, total: bar.progress(done / max(total, 1), text=f"{text} {done} of {total} inputs")
 
 
 @st.cache_resource(show_spinner=False)  # shared, not copied on every call: EWT dev is 2001 sentences, never changed
@@ -95,30 +93,26 @@ def _slice_source(n: int, path: Path) -> str:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _special_on_slice(model_name: str) -> SpecialTokenResult:
-    lm = cached_model(model_name, local_models_allowed())
-    stats = SpecialTokenStats(lm.facts.n_layers, lm.facts.n_heads)
-    bar, report = _progress("Special tokens:")
-    accumulate(lm, _corpus(str(TOUR_CORPORA["special"]))[1][:SLICE], [stats], progress=report)
-    bar.empty()
-    return stats.result()
+def _special_on_slice(model_name: str) -> SpecialTokens:
+    inputs = _corpus(str(TOUR_CORPORA["special"]))[1][:SLICE]
+    with progress("Special tokens") as report:
+        return special_tokens(model_named(model_name), inputs, False, False, with_norms=True, progress=report)
 
 
 def special_result(model_name: str) -> Sourced:
     """`special` on the classroom pairs: shipped, else computed on a slice."""
     record = _shipped("special", model_name)
     if record is not None:
-        return Sourced(special_from_json(record.result)[0], record.provenance())
+        return Sourced(special_tokens_from_json(record.result), record.provenance())
     return Sourced(_special_on_slice(model_name), _slice_source(SLICE, TOUR_CORPORA["special"]))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def _deps_on_slice(model_name: str) -> DependencyCounts:
-    lm = cached_model(model_name, local_models_allowed())
+    lm = model_named(model_name)
     counts = DependencyCounts(lm.facts.n_layers, lm.facts.n_heads)
-    bar, report = _progress("Dependency heads:")
-    accumulate(lm, _corpus(str(TOUR_CORPORA["deps"]))[1][:SLICE], [counts], progress=report)
-    bar.empty()
+    with progress("Dependency heads") as report:
+        accumulate(lm, _corpus(str(TOUR_CORPORA["deps"]))[1][:SLICE], [counts], progress=report)
     return counts
 
 
@@ -133,11 +127,10 @@ def deps_result(model_name: str) -> Sourced:
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def _positions_on_slice(model_name: str) -> PositionsResult:
-    lm = cached_model(model_name, local_models_allowed())
-    bar, report = _progress("Attribution (estimate mode):")
-    inputs = _corpus(str(TOUR_CORPORA["positions"]))[1][:POSITIONS_SLICE]
-    result = corpus_positions(lm, inputs, POSITIONS_OPTIONS, report)
-    bar.empty()
+    lm = model_named(model_name)
+    with progress("Attribution (estimate mode)") as report:
+        inputs = _corpus(str(TOUR_CORPORA["positions"]))[1][:POSITIONS_SLICE]
+        result = corpus_positions(lm, inputs, POSITIONS_OPTIONS, report)
     return result
 
 
@@ -152,31 +145,29 @@ def positions_result(model_name: str) -> Sourced:
 @st.cache_data(max_entries=8, show_spinner=False)
 def pattern_scores(model_name: str) -> np.ndarray:
     """Head-finder scores [patterns, layers, heads] on the first sentences and pairs of the classroom set."""
-    lm = cached_model(model_name, local_models_allowed())
+    lm = model_named(model_name)
     acc = PatternAccumulator(lm.facts.n_layers, lm.facts.n_heads)
     inputs = _corpus(str(CLASSROOM_SINGLE))[1][: SLICE // 2] + _corpus(str(CLASSROOM_PAIRS))[1][: SLICE // 2]
-    bar, report = _progress("Head finder:")
-    accumulate(lm, inputs, [acc], progress=report)
-    bar.empty()
+    with progress("Head finder") as report:
+        accumulate(lm, inputs, [acc], progress=report)
     return acc.scores()
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def gradient_result(model_name: str) -> GradientImportanceResult | None:
     """Gradient importance on the special-token slice, or None when the model has no trained masked-LM head."""
-    lm = cached_model(model_name, local_models_allowed())
+    lm = model_named(model_name)
     if unavailable_reason(lm) is not None:
         return None
-    bar, report = _progress("Gradient importance:")
-    result = gradient_importance(lm, _corpus(str(TOUR_CORPORA["special"]))[1][:SLICE], progress=report)
-    bar.empty()
+    with progress("Gradient importance") as report:
+        result = gradient_importance(lm, _corpus(str(TOUR_CORPORA["special"]))[1][:SLICE], progress=report)
     return result
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def _example_maps(model_name: str, words: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Word-level maps [L, H, m+2, m+2] of one sentence and its mask of words with pieces."""
-    lm = cached_model(model_name, local_models_allowed())
+    lm = model_named(model_name)
     return sentence_word_map(run(lm, list(words), capture_qk=False), words)
 
 
@@ -231,7 +222,7 @@ def render_heads(model_name: str, shown: str) -> None:
 def render_special(model_name: str, shown: str) -> None:
     """Step 2: share of attention to [CLS], [SEP], punctuation and the rest, per layer."""
     got = special_result(model_name)
-    special: SpecialTokenResult = got.value  # type: ignore[assignment]
+    special: SpecialTokenResult = got.value.special  # type: ignore[attr-defined]
     shares = {k: special.heads[k] for k in SHARE_NAMES}
     _show(layer_lines_with_head_dots(shares, SHARE_NAMES, "Share of attention per layer", "share"), "shares")
     _notice(special_notice(special, shown), got.source, _corpus_link(STEPS[1], model_name, "special"))
@@ -247,7 +238,7 @@ class Panel:
 
 
 def _gradient_panel(model_name: str) -> tuple[Panel, GradientImportanceResult | None, str | None]:
-    reason = unavailable_reason(cached_model(model_name, local_models_allowed()))
+    reason = unavailable_reason(model_named(model_name))
     gradients = gradient_result(model_name) if reason is None else None
     if gradients is None:
         return Panel(message="No gradient importance for this model: the line below says why."), None, reason
@@ -255,14 +246,24 @@ def _gradient_panel(model_name: str) -> tuple[Panel, GradientImportanceResult | 
     return Panel(figure=gradient_figure(layers["sep"], layers["all"])), gradients, None
 
 
+def _norms_panel(result: SpecialTokens, shown: str) -> Panel:
+    """Weights against value-weighted norms per token class (Kobayashi et al. Fig. 2, METHODS §11)."""
+    if result.norms is None:
+        return Panel(message="This result has no norms: open Special tokens to compute them.")
+    weights = {key: result.special.heads[key] for key in NORM_CLASSES}
+    norms = {key: result.norms.heads[key] for key in NORM_CLASSES}
+    gap = largest_weight_norm_gap(result.special.layers, result.norms.layers)
+    return Panel(weights_vs_norms_figure(weights, norms, "Weights against norms"), notice=[norms_notice(gap, shown)])
+
+
 def render_no_op(model_name: str, shown: str) -> None:
     """Step 3: [SEP] attending to itself, gradient importance; further panels (e.g. norms) are appended to `panels`."""
     got = special_result(model_name)
-    special: SpecialTokenResult = got.value  # type: ignore[assignment]
+    special: SpecialTokenResult = got.value.special  # type: ignore[attr-defined]
     nop = {k: special.heads[k] for k in NO_OP_NAMES}
     sep_panel = Panel(layer_lines_with_head_dots(nop, NO_OP_NAMES, "Attention to [SEP]", "mass to [SEP]"))
     gradient_panel, gradients, reason = _gradient_panel(model_name)
-    panels = [sep_panel, gradient_panel]  # a norms panel (attnlib/norms.py) is one more entry here
+    panels = [sep_panel, gradient_panel, _norms_panel(got.value, shown)]  # type: ignore[arg-type]
     figures = [panel.figure for panel in panels if panel.figure is not None]
     for i, (column, figure) in enumerate(zip(st.columns(len(figures)), figures)):
         with column:
@@ -277,7 +278,7 @@ def render_no_op(model_name: str, shown: str) -> None:
 def render_entropy(model_name: str, shown: str) -> None:
     """Step 4: mean entropy per head and layer against uniform attention."""
     got = special_result(model_name)
-    special: SpecialTokenResult = got.value  # type: ignore[assignment]
+    special: SpecialTokenResult = got.value.special  # type: ignore[attr-defined]
     _show(entropy_figure(special.heads["entropy"], special.heads["cls_entropy"], special.uniform_entropy), "entropy")
     _notice(entropy_notice(special, shown), got.source, _corpus_link(STEPS[3], model_name, "special"))
 

@@ -16,6 +16,7 @@ from .patterns import PATTERNS, HeadPick, rank_heads
 from .positions import PositionOptions, PositionsResult
 from .shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
 from .special import SpecialTokenResult
+from .special_tokens import WeightNormGap
 
 NOTICED_PATTERNS = ("prev", "next", "broad")  # step 1: the head finder's patterns the tour names
 MOST = 0.5  # "most attention": more than half of it
@@ -29,7 +30,7 @@ FULL_MIN_COUNT = 100
 # Each command's corpus and options, as `python -m attnlib <command>` writes them into a result file.
 TOUR_CORPORA = {"special": CLASSROOM_PAIRS, "deps": EWT_DEV, "positions": CLASSROOM_SINGLE}
 SHIPPED_OPTIONS: dict[str, dict] = {
-    "special": {"all_punct": False, "batch_size": 32, "head_map": False, "limit": None},
+    "special": {"all_punct": False, "norms": True, "limit": None},
     "deps": {"limit": None, "min_count": FULL_MIN_COUNT},
     "positions": {
         "drop_special": False,
@@ -40,7 +41,16 @@ SHIPPED_OPTIONS: dict[str, dict] = {
     },
 }
 POSITIONS_OPTIONS = PositionOptions()  # estimate mode, k = 12, seed 0, as the command's defaults
-LINK_KEYS = ("model", "a", "b", "layer", "head", "view", "corpus")  # URL keys of the full pages (see page_link)
+LINK_KEYS = (
+    "model",
+    "a",
+    "b",
+    "layer",
+    "head",
+    "view",
+    "corpus",
+    "norms",
+)  # URL keys of the full pages (see page_link)
 
 
 @dataclass(frozen=True)
@@ -380,3 +390,21 @@ def positions_notice(result: PositionsResult, model: str, correlation: str = "pe
             f"attribution at {attr[far]:+.2f}."
         )
     return sentence
+
+
+def norms_notice(gap: WeightNormGap | None, model: str) -> str:
+    """Weights against value-weighted norms (METHODS §11): where [CLS]/[SEP] take much weight but move small vectors."""
+    if gap is None:
+        return f"In {model}, no layer has a [CLS] or [SEP] share to compare."
+    name = SPECIAL_NAMES[gap.key]
+    where = f"{name} in layer {gap.layer + 1}"
+    if gap.norm_share < gap.weight_share / 2:
+        return (
+            f"In {model}, {where} takes {pct(gap.weight_share)} of the attention weights but only "
+            f"{pct(gap.norm_share)} of what the heads actually move (the norms): large weights on small vectors, "
+            "close to a no-op."
+        )
+    return (
+        f"In {model}, weights and norms tell the same story: the largest gap is {where}, "
+        f"{pct(gap.weight_share)} of the weights against {pct(gap.norm_share)} of the norms."
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -58,7 +60,7 @@ def test_page_link_builds_every_url_in_one_place():
     assert page_link("", model="m", a="I went.", b=None, layer=2) == "./?model=m&a=I+went.&layer=2"
     with pytest.raises(ValueError, match="unknown URL keys"):
         page_link("special-tokens", modle="m")
-    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "view", "corpus"}
+    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "view", "corpus", "norms"}
 
 
 def test_steps_are_numbered_in_order_with_distinct_keys():
@@ -292,32 +294,49 @@ def _walk_tour(model: str | None) -> list[str]:
 def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str | None]:
     """The notice of each step, computed here from the library on the slices the tour documents."""
     from attnlib.corpus import read_conllu, read_corpus
-    from attnlib.deps import count_dependencies
+    from attnlib.deps import count_dependencies, dependency_counts_from_json
     from attnlib.engine import accumulate
     from attnlib.gradient_importance import gradient_importance, unavailable_reason
     from attnlib.patterns import PatternAccumulator
     from attnlib.positions import corpus_positions
+    from attnlib.precomputed import shipped_result
     from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
-    from attnlib.special import SpecialTokenStats
-    from attnlib.tour import POSITIONS_SLICE, SLICE, SLICE_MIN_COUNT
+    from attnlib.special_tokens import largest_weight_norm_gap, special_tokens
+    from attnlib.tour import (
+        FULL_MIN_COUNT,
+        POSITIONS_SLICE,
+        SHIPPED_OPTIONS,
+        SLICE,
+        SLICE_MIN_COUNT,
+        norms_notice,
+    )
 
     f = lm.facts
     patterns = PatternAccumulator(f.n_layers, f.n_heads)
     accumulate(lm, read_corpus(CLASSROOM_SINGLE)[:20] + read_corpus(CLASSROOM_PAIRS)[:20], [patterns])
-    pairs = read_corpus(CLASSROOM_PAIRS)[:SLICE]
-    stats = SpecialTokenStats(f.n_layers, f.n_heads)
-    accumulate(lm, pairs, [stats])
-    special = stats.result()
+    all_pairs = read_corpus(CLASSROOM_PAIRS)
+    pairs = all_pairs[:SLICE]
+    sha1 = hashlib.sha1(CLASSROOM_PAIRS.read_bytes()).hexdigest()
+    shipped = shipped_result("special", f.name, sha1, len(all_pairs), SHIPPED_OPTIONS["special"]) is not None
+    run = special_tokens(lm, all_pairs if shipped else pairs, False, False, with_norms=True)  # what the tour shows
+    special = run.special
+    norms = norms_notice(largest_weight_norm_gap(special.layers, run.norms.layers), shown)
     reason = unavailable_reason(lm)
     gradients = gradient_importance(lm, pairs) if reason is None else None
-    table = count_dependencies(lm, read_conllu(EWT_DEV)[:SLICE]).table(min_count=SLICE_MIN_COUNT)
+    treebank = read_conllu(EWT_DEV)
+    sha1 = hashlib.sha1(EWT_DEV.read_bytes()).hexdigest()
+    record = shipped_result("deps", f.name, sha1, len(treebank), SHIPPED_OPTIONS["deps"])
+    if record is not None:  # the tour shows the shipped counts (test_precomputed checks them against a fresh run)
+        table = dependency_counts_from_json(record.state).table(min_count=FULL_MIN_COUNT)
+    else:
+        table = count_dependencies(lm, treebank[:SLICE]).table(min_count=SLICE_MIN_COUNT)
     positions = None
     if with_positions:
         positions = positions_notice(corpus_positions(lm, read_corpus(CLASSROOM_SINGLE)[:POSITIONS_SLICE]), shown)
     return [
         heads_notice(patterns.scores(), shown).sentence,
         special_notice(special, shown),
-        no_op_notice(special, gradients, reason, shown),
+        no_op_notice(special, gradients, reason, shown, [norms]),
         entropy_notice(special, shown),
         syntax_notice(table, shown),
         positions,
@@ -344,3 +363,18 @@ def test_tour_walks_every_step_for_a_tiny_model(default_notices, tiny_model, tin
     shown = _walk_tour(str(tiny_model_dir))
     assert shown == _expected_notices(tiny_model, tiny_model_dir.name)
     assert all(a != b for a, b in zip(default_notices[0], shown)), "a notice does not depend on the model"
+
+
+def test_norms_notice_follows_the_gap():
+    from attnlib.special_tokens import WeightNormGap
+    from attnlib.tour import norms_notice
+
+    small_vectors = norms_notice(WeightNormGap("cls", 2, 0.60, 0.17), "M")
+    assert small_vectors == (
+        "In M, [CLS] in layer 3 takes 60% of the attention weights but only 17% of what the heads actually move "
+        "(the norms): large weights on small vectors, close to a no-op."
+    )
+    same_story = norms_notice(WeightNormGap("sep", 0, 0.10, 0.08), "M")
+    assert same_story.startswith("In M, weights and norms tell the same story") and "[SEP] in layer 1" in same_story
+    assert "10% of the weights against 8%" in same_story
+    assert norms_notice(None, "M") == "In M, no layer has a [CLS] or [SEP] share to compare."
