@@ -102,15 +102,25 @@ def block_scale(
 
 
 def _residual_ln(
-    attentions: torch.Tensor, by_key: torch.Tensor, layer_inputs: torch.Tensor, w_gamma, out_bias, eps
+    attentions: torch.Tensor,
+    by_key: torch.Tensor,
+    layer_inputs: torch.Tensor,
+    w_gamma,
+    out_bias,
+    eps,
+    scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """N_ResLN as float32 [layers, n, n] from torch attentions, f_h(x_j) by key [layers, n, heads, hidden] and x."""
-    layers, _, n, _ = attentions.shape
-    extended = torch.cat([by_key, layer_inputs[:, :, None]], dim=2)  # the residual x_j as one more head
-    centred = (extended - extended.mean(-1, keepdim=True)) * _tensor(w_gamma)[:, None, None, :]
+    """N_ResLN as float32 [layers, n, n] from torch attentions, f_h(x_j) by key [layers, n, heads, hidden] and x
+    (and s_i [layers, n] when the run captured it, else computed from the rest)."""
+    layers, heads, n, _ = attentions.shape
+    centred = torch.empty(layers, n, heads + 1, by_key.shape[-1])
+    centred[:, :, :heads] = by_key
+    centred[:, :, heads] = layer_inputs  # the residual x_j as one more head
+    centred.sub_(centred.mean(-1, keepdim=True)).mul_(_tensor(w_gamma)[:, None, None, :])
     eye = torch.eye(n, dtype=attentions.dtype).expand(layers, 1, n, n)  # its weight is [i = j]
     squared = _mixed_squared(torch.cat([attentions, eye], dim=1), _gram(centred))
-    scale = _block_scale(attentions, by_key, layer_inputs, out_bias, eps)
+    if scale is None:
+        scale = _block_scale(attentions, by_key, layer_inputs, out_bias, eps)
     return (_root(squared) / scale[:, :, None]).float()
 
 
@@ -248,7 +258,8 @@ def norm_maps(result: RunResult) -> NormMaps:
     gram = _gram(by_key)
     value_norm = _root(torch.diagonal(gram, dim1=-2, dim2=-1).transpose(1, 2))  # [layers, heads, n]
     layer_norm = _root(_mixed_squared(attn, gram)).float()
-    residual = _residual_ln(attn, by_key, x, w.gamma, w.out_bias, w.eps)
+    scale = None if result.block_scale is None else _tensor(result.block_scale)
+    residual = _residual_ln(attn, by_key, x, w.gamma, w.out_bias, w.eps, scale)
     both = _rollout(torch.stack([_attention_step(attn), _row_normalised(residual)], dim=1))  # [layers, 2, n, n]
     return NormMaps(
         tokens=list(result.tokens),
