@@ -82,7 +82,7 @@ def layer_norm_map(attentions: np.ndarray, vectors: np.ndarray) -> np.ndarray:
 
 
 def _block_scale(
-    attentions: torch.Tensor, by_key: torch.Tensor, layer_inputs: torch.Tensor, out_bias, eps
+    attentions: torch.Tensor, by_key: torch.Tensor, layer_inputs: torch.Tensor, out_bias: np.ndarray, eps: np.ndarray
 ) -> torch.Tensor:
     """s_i (float64 [layers, n]) from attentions [layers, heads, n, n] and f_h(x_j) by key [layers, n, heads, hidden]."""
     layers, heads, n, _ = attentions.shape
@@ -105,18 +105,18 @@ def _residual_ln(
     attentions: torch.Tensor,
     by_key: torch.Tensor,
     layer_inputs: torch.Tensor,
-    w_gamma,
-    out_bias,
-    eps,
+    gamma: np.ndarray,
+    out_bias: np.ndarray,
+    eps: np.ndarray,
     scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """N_ResLN as float32 [layers, n, n] from torch attentions, f_h(x_j) by key [layers, n, heads, hidden] and x
     (and s_i [layers, n] when the run captured it, else computed from the rest)."""
     layers, heads, n, _ = attentions.shape
-    centred = torch.empty(layers, n, heads + 1, by_key.shape[-1])
+    centred = torch.empty(layers, n, heads + 1, by_key.shape[-1], dtype=by_key.dtype)
     centred[:, :, :heads] = by_key
     centred[:, :, heads] = layer_inputs  # the residual x_j as one more head
-    centred.sub_(centred.mean(-1, keepdim=True)).mul_(_tensor(w_gamma)[:, None, None, :])
+    centred.sub_(centred.mean(-1, keepdim=True)).mul_(_tensor(gamma).to(by_key.dtype)[:, None, None, :])
     eye = torch.eye(n, dtype=attentions.dtype).expand(layers, 1, n, n)  # its weight is [i = j]
     squared = _mixed_squared(torch.cat([attentions, eye], dim=1), _gram(centred))
     if scale is None:
