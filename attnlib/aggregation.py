@@ -144,7 +144,9 @@ def accumulate_aggregation(
     acc = AggregationAccumulator(lm.facts.n_layers, options)
     pairs = ((item.text_a, item.text_b) for item in inputs)
     for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size, capture_norms=True), start=1):
-        attribution = hidden_token_attribution(lm, result, mode=options.mode, probes=options.probes, seed=options.seed)
+        attribution = hidden_token_attribution(
+            lm, result, mode=options.mode, probes=options.probes, seed=options.seed, with_output=True
+        )
         acc.add(result, attribution)
         if progress is not None:
             progress(done, len(inputs))

@@ -167,19 +167,27 @@ def _capture_calls(lm: LoadedModel, sites: Sequence[AttentionSite], batch: dict)
     return layer_calls, attention_calls
 
 
-def _all_heads_function(sites: Sequence[AttentionSite], layer_calls: Sequence[_Call]) -> Callable:
-    """e0 -> (o(l) of every layer, e(l+1) of every layer), each [layers, 1, n, hidden], running the layers themselves."""
+def _all_heads_function(
+    sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], last_attention: _Call, with_output: bool
+) -> Callable:
+    """e0 -> (o(l) of every layer, e(l+1) of every layer), each [layers, 1, n, hidden], running the layers themselves.
+
+    Without with_output the last layer runs only up to o and the layer outputs are an empty [0, 1, n, hidden]."""
 
     def heads_of_every_layer(e0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = e0
         outputs = []
+        run_layers = len(sites) if with_output else len(sites) - 1
         with _HeadTap(sites) as tap:
-            for site, call in zip(sites, layer_calls):
+            for site, call in zip(sites[:run_layers], layer_calls[:run_layers]):
                 args, kwargs = call.with_hidden(h)
                 out = site.layer(*args, **kwargs)
                 h = out[0] if isinstance(out, tuple) else out
                 outputs.append(h)
-        return torch.stack(tap.outputs), torch.stack(outputs)
+            if not with_output:
+                args, kwargs = last_attention.with_hidden(h)
+                sites[-1].attention(*args, **kwargs)
+        return torch.stack(tap.outputs), torch.stack(outputs) if with_output else e0.new_zeros(0, *e0.shape)
 
     return heads_of_every_layer
 
@@ -290,12 +298,14 @@ def _plain_input_norms(
     fn: Callable, e0: torch.Tensor, n_heads: int, directions: Iterator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sums over token i's directions v of ||d o(l,h)_j / d e0_i . v||^2 as [i, layers, j, heads], and of
-    ||d e(l+1)_j / d e0_i . v||^2 as [i, layers, j], through the model."""
+    ||d e(l+1)_j / d e0_i . v||^2 as [i, layers, j] (zeros where fn gives no layer outputs), through the model."""
     _, n, hidden = e0.shape
 
     def squared_norms(tangent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        heads, outputs = jvp(fn, (e0,), (tangent,))[1]  # [layers, 1, n, hidden] each
-        return heads.reshape(heads.shape[0], n, n_heads, -1).square().sum(-1), outputs[:, 0].square().sum(-1)
+        heads, outputs = jvp(fn, (e0,), (tangent,))[1]  # [layers, 1, n, hidden] each; outputs may be [0, 1, n, hidden]
+        squared_heads = heads.reshape(heads.shape[0], n, n_heads, -1).square().sum(-1)
+        squared_outputs = outputs[:, 0].square().sum(-1) if len(outputs) else torch.zeros_like(squared_heads[..., 0])
+        return squared_heads, squared_outputs
 
     batched = vmap(squared_norms)
     totals: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -400,9 +410,10 @@ def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWis
 
 
 def _linearised_input_norms(
-    layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise], directions: Iterator
+    layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise], directions: Iterator, with_output: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same sums as _plain_input_norms, with each layer's position-wise part applied as per-token matrices."""
+    """The same sums as _plain_input_norms, with each layer's position-wise part applied as per-token matrices
+    (without with_output the last layer stops at its heads and the layer-output sums stay zero)."""
     n_heads, n, d = layers[0].q.shape
     total = torch.zeros(n, len(layers), n, n_heads, device=layers[0].q.device)
     output_total = torch.zeros(n, len(layers), n, device=layers[0].q.device)
@@ -415,13 +426,16 @@ def _linearised_input_norms(
             else:
                 heads = _dense_tangent_heads(layer, inputs)
             total[:, l].index_add_(0, tokens, heads.square().sum(-1).transpose(0, 1))
+            if l + 1 == len(layers) and not with_output:
+                break
             residual = heads.reshape(n, c, n_heads * d) @ rest[l].projection_t
             if inputs is None:
                 residual[tokens, torch.arange(c, device=tokens.device)] += vectors
             else:
                 residual += inputs
             inputs = torch.bmm(residual, rest[l].jacobian_t)  # tangent of the layer output e(l+1) [n, c, hidden]
-            output_total[:, l].index_add_(0, tokens, inputs.square().sum(-1).transpose(0, 1))
+            if with_output:
+                output_total[:, l].index_add_(0, tokens, inputs.square().sum(-1).transpose(0, 1))
     return total, output_total
 
 
@@ -476,14 +490,19 @@ def _linearise(sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], chu
 
 
 def _agrees_with_model(
-    fn: Callable, e0: torch.Tensor, layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise], n_heads: int
+    fn: Callable,
+    e0: torch.Tensor,
+    layers: Sequence[_LayerAtInput],
+    rest: Sequence[_PositionWise],
+    n_heads: int,
+    with_output: bool,
 ) -> bool:
     """Whether the linearised layers give what the model's own layers give, on two random directions."""
     _, n, hidden = e0.shape
     generator = torch.Generator().manual_seed(DEFAULT_SEED)
     sample = [(torch.tensor([0, n - 1], device=e0.device), torch.randn(2, hidden, generator=generator).to(e0.device))]
     plain = _plain_input_norms(fn, e0, n_heads, iter(sample))
-    linearised = _linearised_input_norms(layers, rest, iter(sample))
+    linearised = _linearised_input_norms(layers, rest, iter(sample), with_output)
     return all(
         bool(torch.allclose(lin, ref, rtol=1e-3, atol=1e-5 * float(ref.abs().max())))
         for lin, ref in zip(linearised, plain)
@@ -509,9 +528,10 @@ def hidden_token_attribution(
     seed: int = DEFAULT_SEED,
     chunk_size: int | None = None,
     linearise: bool = True,
+    with_output: bool = False,
 ) -> Attribution:
     """Input and previous-layer contribution of every token to every head's output at every position (METHODS §9),
-    and input contribution to every layer's output (§13), from the same tangents.
+    and with_output, input contribution to every layer's output (§13, Attribution.output), from the same tangents.
 
     linearise=False pushes every direction through the model's own layers (slower, same numbers)."""
     if mode not in MODES:
@@ -535,7 +555,7 @@ def hidden_token_attribution(
 
     with _eval_mode(encoder), torch.no_grad():
         layer_calls, attention_calls = _capture_calls(lm, sites, batch)
-        everything = _all_heads_function(sites, layer_calls)
+        everything = _all_heads_function(sites, layer_calls, attention_calls[-1], with_output)
         e0 = layer_calls[0].hidden
         head_outputs, _ = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
         layers = [
@@ -545,8 +565,8 @@ def hidden_token_attribution(
         previous_sq = _previous_norms(layers, directions(through_rows))
         fits = linearise and _jacobians_fit(n, hidden, len(sites))
         rest = _linearise(sites, layer_calls, CHUNK_BUDGET) if fits else None
-        if rest is not None and _agrees_with_model(everything, e0, layers, rest, f.n_heads):
-            input_sq, output_sq = _linearised_input_norms(layers, rest, directions(through_layers))
+        if rest is not None and _agrees_with_model(everything, e0, layers, rest, f.n_heads, with_output):
+            input_sq, output_sq = _linearised_input_norms(layers, rest, directions(through_layers), with_output)
         else:
             input_sq, output_sq = _plain_input_norms(everything, e0, f.n_heads, directions(through_model))
     return Attribution(
@@ -555,7 +575,7 @@ def hidden_token_attribution(
         previous=_normalise(previous_sq),
         mode=mode,
         probes=probes if mode == "estimate" else None,
-        output=_normalise_outputs(output_sq),
+        output=_normalise_outputs(output_sq) if with_output else None,
     )
 
 
@@ -566,9 +586,11 @@ def attribute(
     mode: Mode = "exact",
     probes: int = DEFAULT_PROBES,
     seed: int = DEFAULT_SEED,
+    with_output: bool = False,
 ) -> Attribution:
     """Tokenize a sentence or pair and attribute it (see hidden_token_attribution)."""
-    return hidden_token_attribution(lm, encode(lm, text_a, text_b), mode=mode, probes=probes, seed=seed)
+    encoded = encode(lm, text_a, text_b)
+    return hidden_token_attribution(lm, encoded, mode=mode, probes=probes, seed=seed, with_output=with_output)
 
 
 # ------------------------------------------------------------------------------------------ cost of an exact run

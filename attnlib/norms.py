@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+import torch
 
 from .corpus import CorpusInput
 from .results import ResultFileError, numeric_array
@@ -22,9 +23,19 @@ VALUE_KEYS = tuple(f"value_{key}" for key in CLASS_KEYS)
 NORM_KEYS = CLASS_KEYS + VALUE_KEYS
 
 
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A numpy array as a torch tensor (shared memory when already contiguous)."""
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _head_vectors(values: torch.Tensor, out_weight: torch.Tensor) -> torch.Tensor:
+    """f_h(x_j) = v_j W_O^h, by key: values [layers, heads, n, d], out_weight [.., d, hidden] -> [layers, n, heads, hidden]."""
+    return torch.matmul(values, out_weight).transpose(1, 2).contiguous()
+
+
 def head_vectors(values: np.ndarray, out_weight: np.ndarray) -> np.ndarray:
     """f_h(x_j) = v_j W_O^h: values [layers, heads, n, d] @ out_weight [layers, heads, d, hidden] -> [.., n, hidden]."""
-    return np.matmul(values, out_weight)
+    return _head_vectors(_tensor(values), _tensor(out_weight)).transpose(1, 2).numpy()
 
 
 def value_norms(vectors: np.ndarray) -> np.ndarray:
@@ -34,7 +45,8 @@ def value_norms(vectors: np.ndarray) -> np.ndarray:
 
 def value_norms_from_values(values: np.ndarray, out_gram: np.ndarray) -> np.ndarray:
     """||v_j W_O^h||_2 without forming f_h(x_j): values [layers, heads, n, d], out_gram (NormWeights) -> [layers, heads, n]."""
-    return np.sqrt(np.clip((np.matmul(values, out_gram) * values).sum(-1), 0.0, None))
+    v = _tensor(values)
+    return torch.matmul(v, _tensor(out_gram)).mul_(v).sum(-1).clamp_(min=0.0).sqrt_().numpy()
 
 
 def weighted_norms(attentions: np.ndarray, value_norm: np.ndarray) -> np.ndarray:
@@ -42,13 +54,26 @@ def weighted_norms(attentions: np.ndarray, value_norm: np.ndarray) -> np.ndarray
     return attentions * value_norm[..., None, :]
 
 
+def _gram(by_key: torch.Tensor) -> torch.Tensor:
+    """<v_k, v_g> per key j, float32: vectors [layers, n, k, hidden] -> [layers, n, k, k]."""
+    return torch.matmul(by_key, by_key.transpose(-1, -2))
+
+
+def _mixed_squared(weights: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    """sum_{k,g} w[l,k,i,j] w[l,g,i,j] gram[l,j,k,g] in float64: weights [layers, k, n, n] -> [layers, i, j]."""
+    w = weights.permute(0, 3, 2, 1).double()  # [layers, j, i, k]
+    return (torch.matmul(w, gram.double()) * w).sum(-1).transpose(1, 2)
+
+
+def _root(squared: torch.Tensor) -> torch.Tensor:
+    """sqrt of squared norms, rounding errors below zero clipped."""
+    return squared.clamp(min=0.0).sqrt()
+
+
 def mixed_norms(weights: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     """||sum_k weights[l,k,i,j] vectors[l,k,j]||_2: weights [layers, k, n, n], vectors [layers, k, n, hidden] -> [layers, n, n]."""
-    by_key = np.ascontiguousarray(vectors.transpose(0, 2, 1, 3))  # [layers, j, k, hidden]
-    gram = np.matmul(by_key, by_key.transpose(0, 1, 3, 2)).astype(np.float64)  # <v_k, v_g> per key j: [l, j, k, k]
-    w = weights.transpose(0, 3, 2, 1).astype(np.float64)  # [layers, j, i, k]
-    squared = (np.matmul(w, gram) * w).sum(-1).transpose(0, 2, 1)  # [layers, i, j]
-    return np.sqrt(np.clip(squared, 0.0, None)).astype(np.float32)
+    gram = _gram(_tensor(vectors).transpose(1, 2))
+    return _root(_mixed_squared(_tensor(weights), gram)).float().numpy()
 
 
 def layer_norm_map(attentions: np.ndarray, vectors: np.ndarray) -> np.ndarray:
@@ -56,21 +81,47 @@ def layer_norm_map(attentions: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     return mixed_norms(attentions, vectors)
 
 
-def _with_residual(attentions: np.ndarray, vectors: np.ndarray, layer_inputs: np.ndarray):
-    """Weights [layers, heads + 1, n, n] and vectors [layers, heads + 1, n, hidden] with the residual as one more head.
-
-    The extra head has weight [i = j] and vector x_j, so sum_k w[k,i,j] vec[k,j] = z_ij of §12."""
-    layers, _, n, _ = attentions.shape
-    eye = np.broadcast_to(np.eye(n, dtype=attentions.dtype), (layers, 1, n, n))
-    return np.concatenate([attentions, eye], axis=1), np.concatenate([vectors, layer_inputs[:, None]], axis=1)
+def _block_scale(
+    attentions: torch.Tensor, by_key: torch.Tensor, layer_inputs: torch.Tensor, out_bias: np.ndarray, eps: np.ndarray
+) -> torch.Tensor:
+    """s_i (float64 [layers, n]) from attentions [layers, heads, n, n] and f_h(x_j) by key [layers, n, heads, hidden]."""
+    layers, heads, n, _ = attentions.shape
+    mixed = torch.matmul(
+        attentions.transpose(1, 2).reshape(layers, n, heads * n), by_key.transpose(1, 2).reshape(layers, heads * n, -1)
+    )
+    u = mixed + layer_inputs + _tensor(out_bias)[:, None, :]
+    return (u.double().var(-1, correction=0) + _tensor(eps).double()[:, None]).sqrt()
 
 
 def block_scale(
     attentions: np.ndarray, vectors: np.ndarray, layer_inputs: np.ndarray, out_bias: np.ndarray, eps: np.ndarray
 ) -> np.ndarray:
     """s_i = sqrt(var(u_i) + eps), u_i = sum_h (A_h F_h)_i + x_i + b_O, the LayerNorm's divisor per row: [layers, n]."""
-    u = np.matmul(attentions, vectors).sum(1) + layer_inputs + out_bias[:, None, :]
-    return np.sqrt(u.astype(np.float64).var(-1) + eps[:, None])
+    by_key = _tensor(vectors).transpose(1, 2)
+    return _block_scale(_tensor(attentions), by_key, _tensor(layer_inputs), out_bias, eps).numpy()
+
+
+def _residual_ln(
+    attentions: torch.Tensor,
+    by_key: torch.Tensor,
+    layer_inputs: torch.Tensor,
+    gamma: np.ndarray,
+    out_bias: np.ndarray,
+    eps: np.ndarray,
+    scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """N_ResLN as float32 [layers, n, n] from torch attentions, f_h(x_j) by key [layers, n, heads, hidden] and x
+    (and s_i [layers, n] when the run captured it, else computed from the rest)."""
+    layers, heads, n, _ = attentions.shape
+    centred = torch.empty(layers, n, heads + 1, by_key.shape[-1], dtype=by_key.dtype)
+    centred[:, :, :heads] = by_key
+    centred[:, :, heads] = layer_inputs  # the residual x_j as one more head
+    centred.sub_(centred.mean(-1, keepdim=True)).mul_(_tensor(gamma).to(by_key.dtype)[:, None, None, :])
+    eye = torch.eye(n, dtype=attentions.dtype).expand(layers, 1, n, n)  # its weight is [i = j]
+    squared = _mixed_squared(torch.cat([attentions, eye], dim=1), _gram(centred))
+    if scale is None:
+        scale = _block_scale(attentions, by_key, layer_inputs, out_bias, eps)
+    return (_root(squared) / scale[:, :, None]).float()
 
 
 def residual_ln_map(
@@ -84,11 +135,10 @@ def residual_ln_map(
     """GlobEnc's N_ResLN (§12): ||g_i(z_ij)||, g_i(z) = gamma (z - mean z) / s_i -> [layers, n, n].
 
     attentions [layers, heads, n, n], vectors f_h(x_j) [layers, heads, n, hidden], layer_inputs x [layers, n, hidden],
-    out_bias b_O, gamma [layers, hidden], eps [layers]."""
-    weights, extended = _with_residual(attentions, vectors, layer_inputs)
-    centred = (extended - extended.mean(-1, keepdims=True)) * gamma[:, None, None, :]
-    scale = block_scale(attentions, vectors, layer_inputs, out_bias, eps)
-    return (mixed_norms(weights, centred) / scale[:, :, None]).astype(np.float32)
+    out_bias b_O, gamma [layers, hidden], eps [layers]. The residual enters as one more head with weight [i = j] and
+    vector x_j, so sum_k w[k,i,j] vec[k,j] = z_ij of §12."""
+    by_key = _tensor(vectors).transpose(1, 2)
+    return _residual_ln(_tensor(attentions), by_key, _tensor(layer_inputs), gamma, out_bias, eps).numpy()
 
 
 @dataclass
@@ -133,24 +183,40 @@ def row_normalised(maps: np.ndarray) -> np.ndarray:
     return maps / np.where(sums > 0, sums, 1)
 
 
-def rollout(per_layer: np.ndarray) -> np.ndarray:
-    """P_0 = R_0, P_l = R_l @ P_(l-1) for row-stochastic R [layers, n, n] -> P [layers, n, n]."""
-    rolled = np.empty_like(per_layer)
+def _row_normalised(maps: torch.Tensor) -> torch.Tensor:
+    """row_normalised of a tensor."""
+    sums = maps.sum(-1, keepdim=True)
+    return maps / torch.where(sums > 0, sums, torch.ones_like(sums))
+
+
+def _rollout(per_layer: torch.Tensor) -> torch.Tensor:
+    """P_0 = R_0, P_l = R_l @ P_(l-1) for R [layers, ..., n, n] (any batch of maps rolled out together)."""
+    rolled = torch.empty_like(per_layer)
     rolled[0] = per_layer[0]
     for l in range(1, len(per_layer)):
-        rolled[l] = per_layer[l] @ rolled[l - 1]
+        torch.matmul(per_layer[l], rolled[l - 1], out=rolled[l])
     return rolled
+
+
+def rollout(per_layer: np.ndarray) -> np.ndarray:
+    """P_0 = R_0, P_l = R_l @ P_(l-1) for row-stochastic R [layers, n, n] -> P [layers, n, n]."""
+    return _rollout(_tensor(per_layer)).numpy()
+
+
+def _attention_step(attentions: torch.Tensor) -> torch.Tensor:
+    """R_l = 0.5 mean_h A[l,h] + 0.5 I: attentions [layers, heads, n, n] -> [layers, n, n]."""
+    n = attentions.shape[-1]
+    return 0.5 * attentions.mean(1) + 0.5 * torch.eye(n, dtype=attentions.dtype)
 
 
 def attention_rollout(attentions: np.ndarray) -> np.ndarray:
     """Abnar & Zuidema: R_l = 0.5 mean_h A[l,h] + 0.5 I, rolled out; attentions [layers, heads, n, n] -> [layers, n, n]."""
-    n = attentions.shape[-1]
-    return rollout(0.5 * attentions.mean(1) + 0.5 * np.eye(n, dtype=attentions.dtype))
+    return _rollout(_attention_step(_tensor(attentions))).numpy()
 
 
 def residual_ln_rollout(residual_ln: np.ndarray) -> np.ndarray:
     """GlobEnc: R_l = the row-normalised residual_ln[l], rolled out; [layers, n, n] -> [layers, n, n]."""
-    return rollout(row_normalised(residual_ln))
+    return _rollout(_row_normalised(_tensor(residual_ln))).numpy()
 
 
 @dataclass
@@ -184,20 +250,25 @@ def _captured(result: RunResult) -> tuple[np.ndarray, np.ndarray, NormWeights]:
 
 
 def norm_maps(result: RunResult) -> NormMaps:
-    """Every §11-13 map of one run made with capture_norms=True."""
+    """Every §11-13 map of one run made with capture_norms=True (computed in torch from the captured arrays)."""
     values, inputs, w = _captured(result)
-    attn = result.attentions
-    vectors = head_vectors(values, w.out_weight)
-    value_norm = value_norms(vectors)
-    residual = residual_ln_map(attn, vectors, inputs, w.out_bias, w.gamma, w.eps)
+    attn = _tensor(result.attentions)
+    by_key = _head_vectors(_tensor(values), _tensor(w.out_weight))  # [layers, n, heads, hidden]
+    x = _tensor(inputs)
+    gram = _gram(by_key)
+    value_norm = _root(torch.diagonal(gram, dim1=-2, dim2=-1).transpose(1, 2))  # [layers, heads, n]
+    layer_norm = _root(_mixed_squared(attn, gram)).float()
+    scale = None if result.block_scale is None else _tensor(result.block_scale)
+    residual = _residual_ln(attn, by_key, x, w.gamma, w.out_bias, w.eps, scale)
+    both = _rollout(torch.stack([_attention_step(attn), _row_normalised(residual)], dim=1))  # [layers, 2, n, n]
     return NormMaps(
         tokens=list(result.tokens),
-        value_norm=value_norm,
-        weighted_norm=weighted_norms(attn, value_norm),
-        layer_norm=layer_norm_map(attn, vectors),
-        residual_ln=residual,
-        attention_rollout=attention_rollout(attn),
-        residual_ln_rollout=residual_ln_rollout(residual),
+        value_norm=value_norm.numpy(),
+        weighted_norm=(attn * value_norm[..., None, :]).numpy(),
+        layer_norm=layer_norm.numpy(),
+        residual_ln=residual.numpy(),
+        attention_rollout=both[:, 0].numpy(),
+        residual_ln_rollout=both[:, 1].numpy(),
     )
 
 

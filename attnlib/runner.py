@@ -54,6 +54,7 @@ class RunResult(Encoded):
     keys: np.ndarray | None = None
     layer_inputs: np.ndarray | None = None  # [layers, n, hidden]: x, each layer's input (hidden_states[l])
     values: np.ndarray | None = None  # [layers, heads, n, head_dim]: v_j = x_j W_V^h + b_V^h
+    block_scale: np.ndarray | None = None  # [layers, n] float64: s_i = sqrt(var(u_i) + eps), u_i the first LN's input
     norm_weights: NormWeights | None = None  # the model's output projections and first LayerNorms
 
 
@@ -228,6 +229,9 @@ class _Captured:
     queries: list[torch.Tensor] = field(default_factory=list)  # per layer [batch, n, hidden]
     keys: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
+    block_inputs: list[torch.Tensor] = field(
+        default_factory=list
+    )  # per layer [batch, n, hidden]: u, the first LN's input
     hidden_states: tuple = ()  # the encoder's hidden_states: [batch, n, hidden] per layer input, and the last output
 
 
@@ -247,9 +251,14 @@ def _forward(lm: LoadedModel, batch: dict, capture_qk: bool, capture_norms: bool
         ]
     try:
         if capture_norms:
+            value_modules, _, layer_norms = norm_modules(lm.encoder)
             hooks += [
                 m.register_forward_hook(this_thread_only(lambda _m, _i, o: v_out.append(o.detach())))
-                for m in norm_modules(lm.encoder)[0]
+                for m in value_modules
+            ]
+            hooks += [
+                m.register_forward_pre_hook(this_thread_only(lambda _m, i: captured.block_inputs.append(i[0].detach())))
+                for m in layer_norms
             ]
         with torch.inference_mode():
             out = lm.encoder(**batch, output_attentions=True, output_hidden_states=capture_norms)
@@ -302,6 +311,8 @@ def run_encoded(
         values = torch.stack(captured.values, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
         b_, l_, n_, hidden = values.shape
         values_np = values.reshape(b_, l_, n_, h, hidden // h).permute(0, 1, 3, 2, 4).numpy()
+        u = torch.stack(captured.block_inputs, dim=1).double().cpu()  # [batch, layers, n_max, hidden]
+        scales = (u.var(-1, correction=0) + torch.from_numpy(weights.eps).double()[:, None]).sqrt().numpy()
     results = []
     for b, e in enumerate(encoded):
         r = RunResult(**vars(e), attentions=np.ascontiguousarray(stacked[b, :, :, : e.n, : e.n]))
@@ -311,6 +322,7 @@ def run_encoded(
         if capture_norms:
             r.layer_inputs = np.ascontiguousarray(inputs[b, :, : e.n])
             r.values = np.ascontiguousarray(values_np[b, :, :, : e.n])
+            r.block_scale = np.ascontiguousarray(scales[b, :, : e.n])
             r.norm_weights = weights
         results.append(r)
     return results

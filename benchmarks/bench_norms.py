@@ -2,7 +2,8 @@
 
 Run: python benchmarks/bench_norms.py [--limit N] [--attribution-limit M] [--repeats R]
 Targets (issue 14): forward + everything of `special --norms` <= 1.3x the forward pass alone, and + every rolled-out
-map <= 1.3x; `aggregation` estimate (k = 12) <= 1.1x `positions` estimate on the same corpus.
+map <= 1.3x; `aggregation` estimate (k = 12) <= 1.1x `positions` estimate on the same corpus. Also prints what
+G_out (with_output=True) adds to an estimate-mode attribution.
 Ratios are measured side by side in one run (configurations interleaved, best of the repeats).
 """
 
@@ -17,10 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlib.aggregation import AggregationOptions, accumulate_aggregation  # noqa: E402
+from attnlib.attribution import hidden_token_attribution  # noqa: E402
 from attnlib.engine import accumulate  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.norms import NormShareStats, norm_maps  # noqa: E402
 from attnlib.positions import PositionOptions, accumulate_positions  # noqa: E402
+from attnlib.runner import run_batches  # noqa: E402
 from attnlib.special import SpecialTokenStats  # noqa: E402
 from benchmarks import ewt_dev  # noqa: E402
 
@@ -59,8 +62,13 @@ def time_configs(lm, sentences, repeats: int, batch_size: int) -> dict[str, floa
 
 
 def time_attribution(lm, sentences, repeats: int, probes: int) -> dict[str, float]:
-    """Best wall time of `positions` and `aggregation` in estimate mode over the same sentences."""
+    """Best wall time of attribution with and without G_out, and of `positions` and `aggregation` in estimate mode."""
+    runs_ = list(run_batches(lm, ((s.text_a, s.text_b) for s in sentences)))
     runs = {
+        "attribution without G_out": lambda: [hidden_token_attribution(lm, r, "estimate", probes) for r in runs_],
+        "attribution with G_out": lambda: [
+            hidden_token_attribution(lm, r, "estimate", probes, with_output=True) for r in runs_
+        ],
         "positions estimate": lambda: accumulate_positions(lm, sentences, PositionOptions(probes=probes)).result(),
         "aggregation estimate": lambda: accumulate_aggregation(
             lm, sentences, AggregationOptions(probes=probes)
@@ -104,6 +112,8 @@ def main() -> None:
         print(f"{name:40s} {seconds:8.2f} {len(attributed) / seconds:8.2f}")
     ratio = timed["aggregation estimate"] / timed["positions estimate"]
     print(f"aggregation / positions: {ratio:.3f}x (target: at most 1.1x)")
+    cost = timed["attribution with G_out"] / timed["attribution without G_out"]
+    print(f"attribution with G_out / without: {cost:.3f}x (what G_out would add to positions and hta)")
 
 
 if __name__ == "__main__":

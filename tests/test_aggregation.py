@@ -53,27 +53,40 @@ def reverse_mode_outputs(lm, enc, layers: list[int] | None = None) -> np.ndarray
 
 def test_output_equals_reverse_mode(tiny_model):
     enc = encode(tiny_model, "The cat sat on the mat.", "It was warm.")
-    exact = hidden_token_attribution(tiny_model, enc, mode="exact", chunk_size=37)
+    exact = hidden_token_attribution(tiny_model, enc, mode="exact", chunk_size=37, with_output=True)
     reference = reverse_mode_outputs(tiny_model, enc)
     assert exact.output.shape == (tiny_model.facts.n_layers, enc.n, enc.n)
     np.testing.assert_allclose(exact.output, reference, atol=1e-5)
-    plain = hidden_token_attribution(tiny_model, enc, mode="exact", linearise=False)
+    plain = hidden_token_attribution(tiny_model, enc, mode="exact", linearise=False, with_output=True)
     np.testing.assert_allclose(plain.output, reference, atol=1e-5)
+
+
+@pytest.mark.parametrize("linearise", [True, False])
+def test_output_only_when_asked(tiny_model, linearise):
+    """Without with_output there is no G_out, and the per-head contributions are the same numbers."""
+    enc = encode(tiny_model, "The cat sat on the mat.", "It was warm.")
+    plain = hidden_token_attribution(tiny_model, enc, mode="estimate", probes=3, linearise=linearise)
+    both = hidden_token_attribution(tiny_model, enc, mode="estimate", probes=3, linearise=linearise, with_output=True)
+    assert plain.output is None and both.output is not None
+    np.testing.assert_allclose(plain.input, both.input, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(plain.previous, both.previous, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.slow
 def test_output_equals_reverse_mode_on_minilm(minilm):
     enc = encode(minilm, "Birds sing.")
     layers = [0, 5]  # two layers keep the reverse pass short
-    exact = hidden_token_attribution(minilm, enc, mode="exact").output[layers]
+    exact = hidden_token_attribution(minilm, enc, mode="exact", with_output=True).output[layers]
     np.testing.assert_allclose(exact, reverse_mode_outputs(minilm, enc, layers), atol=1e-5)
 
 
 def test_estimate_output_approaches_exact(tiny_model):
     enc = encode(tiny_model, "A small dog barked at the postman.")
-    exact = hidden_token_attribution(tiny_model, enc, mode="exact").output
+    exact = hidden_token_attribution(tiny_model, enc, mode="exact", with_output=True).output
     errors = [
-        np.abs(hidden_token_attribution(tiny_model, enc, mode="estimate", probes=k).output - exact).mean()
+        np.abs(
+            hidden_token_attribution(tiny_model, enc, mode="estimate", probes=k, with_output=True).output - exact
+        ).mean()
         for k in (2, 256)
     ]
     assert errors[1] < errors[0] / 4 and errors[1] < 0.01
@@ -182,7 +195,9 @@ def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp
 def test_hta_cli_prints_output(tiny_model_dir, tiny_model, capsys):
     assert main(["hta", "--text", "The cat sat.", "--model", str(tiny_model_dir), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    expected = hidden_token_attribution(tiny_model, encode(tiny_model, "The cat sat."), mode="exact").output
+    expected = hidden_token_attribution(
+        tiny_model, encode(tiny_model, "The cat sat."), mode="exact", with_output=True
+    ).output
     np.testing.assert_allclose(np.array(data["output"]), expected, atol=1e-6)
 
 

@@ -148,6 +148,18 @@ def test_decomposition_rebuilds_the_block_output_on_minilm(minilm, one_thread):
         assert (rolled >= 0).all()
 
 
+def test_captured_block_scale_equals_the_computed_one(tiny_model):
+    """s_i taken from the LayerNorm's own input equals s_i rebuilt from attentions, f_h(x_j), x and b_O."""
+    for r in run_encoded(tiny_model, [encode(tiny_model, s) for s in SENTENCES[:3]], capture_norms=True):
+        w = r.norm_weights
+        vectors = norms.head_vectors(r.values, w.out_weight)
+        rebuilt = norms.block_scale(r.attentions, vectors, r.layer_inputs, w.out_bias, w.eps)
+        assert r.block_scale.shape == (tiny_model.facts.n_layers, r.n)
+        np.testing.assert_allclose(r.block_scale, rebuilt, rtol=1e-5)
+        computed = norms.residual_ln_map(r.attentions, vectors, r.layer_inputs, w.out_bias, w.gamma, w.eps)
+        np.testing.assert_allclose(norms.norm_maps(r).residual_ln, computed, rtol=1e-4, atol=1e-6)
+
+
 def test_padding_never_enters(tiny_model):
     """Seven inputs in one padded batch give what each gives alone (maps and norm statistics)."""
     lm = tiny_model

@@ -38,7 +38,7 @@ def handle(args: argparse.Namespace) -> dict:
         print(
             f"exact attribution of {n} tokens: about {exact_seconds(lm.facts, n):.0f} s on 2 CPU cores", file=sys.stderr
         )
-    a = attribute(lm, args.text, args.pair, mode=args.mode, probes=args.probes)
+    a = attribute(lm, args.text, args.pair, mode=args.mode, probes=args.probes, with_output=True)
     return {
         "model": lm.facts.name,
         "mode": a.mode,
