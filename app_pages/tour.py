@@ -75,7 +75,7 @@ class Sourced:
     source: str
 
 
-@st.cache_resource(show_spinner=False)  # shared, not copied on every call: EWT dev is 2001 sentences, never changed
+@st.cache_resource(max_entries=8, show_spinner=False)  # shared, not copied on each call: EWT dev is 2001 sentences
 def _corpus(path: str) -> tuple[str, list[CorpusInput]]:
     """A shipped corpus (SHA-1 of its bytes, its inputs), read once per process."""
     digest = hashlib.sha1(Path(path).read_bytes()).hexdigest()

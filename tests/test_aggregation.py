@@ -51,6 +51,7 @@ def reverse_mode_outputs(lm, enc, layers: list[int] | None = None) -> np.ndarray
     return (norms / norms.sum(-1, keepdim=True)).numpy()
 
 
+@pytest.mark.slow
 def test_output_equals_reverse_mode(tiny_model):
     enc = encode(tiny_model, "The cat sat on the mat.", "It was warm.")
     exact = hidden_token_attribution(tiny_model, enc, mode="exact", chunk_size=37, with_output=True)
@@ -175,6 +176,7 @@ def test_halves_merge_and_batches_do_not_matter(tiny_model):
     np.testing.assert_allclose(a.histograms["residual_ln_rollout"], c.histograms["residual_ln_rollout"], rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp_path):
     out = tmp_path / "aggregation.json"
     args = ["aggregation", "--corpus", str(CLASSROOM_SINGLE), "--limit", "3", "--probes", "4"]

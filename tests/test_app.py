@@ -30,6 +30,7 @@ def test_default_page_is_live_with_tutorial_pair(app):
     assert app.query_params["a"] == "I went to the store."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGE_FILES)
 def test_every_page_opens(app, page):
     app.switch_page(page).run()
@@ -63,6 +64,7 @@ def test_url_restores_model_and_text():
     assert areas["Sentence A"] == "The dog barked." and areas["Sentence B (optional, makes a pair)"] == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("words, expect_button", [(8, True), (300, False)])
 def test_exact_example_states_its_time_and_refuses_long_inputs(words, expect_button):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
@@ -78,6 +80,7 @@ def test_exact_example_states_its_time_and_refuses_long_inputs(words, expect_but
         assert any("minutes on 2 CPU cores" in w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_corpus_choice_survives_a_visit_to_another_page():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
     at.switch_page("app_pages/special_tokens.py").run()
@@ -91,6 +94,7 @@ def test_corpus_choice_survives_a_visit_to_another_page():
     assert not at.warning, [w.value for w in at.warning]
 
 
+@pytest.mark.slow
 def test_deps_example_follows_a_new_relation_and_the_url():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
     at.switch_page("app_pages/dependency_heads.py")

@@ -42,6 +42,7 @@ def reverse_mode_reference(lm, enc, heads):
     return contributions(outputs, e0), contributions(outputs_prev, leaves)
 
 
+@pytest.mark.slow
 def test_exact_equals_reverse_mode_on_tiny_models(tiny_model):
     enc = encode(tiny_model, "The cat sat on the mat.", "It was warm.")
     exact = hidden_token_attribution(tiny_model, enc, mode="exact", chunk_size=37)
@@ -57,6 +58,7 @@ def test_exact_equals_reverse_mode_on_tiny_models(tiny_model):
     np.testing.assert_allclose(exact.input.sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_exact_equals_reverse_mode_on_packaged_model(minilm):
     enc = encode(minilm, "Birds sing.")
     exact = hidden_token_attribution(minilm, enc, mode="exact")

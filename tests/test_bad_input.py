@@ -297,6 +297,7 @@ def test_library_corpus_keeps_a_very_long_line(tmp_path):
     assert [len(str(i.text_a)) for i in inputs] == [len(VALID), len(LONG_TEXT) + 1, len("A dog barked.")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["special", "positions"])
 def test_cli_long_corpus_line_is_truncated_and_counted(tiny_model_dir, tmp_path, command, capsys):
     path = tmp_path / "long.txt"
@@ -387,6 +388,7 @@ def test_app_live_roberta(tiny_model_dir):
     assert not at.exception and at.session_state["model_name"] == str(tiny_model_dir)
 
 
+@pytest.mark.slow
 def test_app_typed_text_follows_the_visitor_across_pages(live_app):
     """Streamlit drops widget values and the URL on a page change; the typed sentence must survive both."""
     at = _type(live_app, "My own sentence about a purple owl.", "")
@@ -408,6 +410,7 @@ BAD_TYPED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
 def test_app_local_global_example_bad_text(live_app, text):
     at = live_app.switch_page("app_pages/local_global.py").run()
@@ -419,6 +422,7 @@ def test_app_local_global_example_bad_text(live_app, text):
     assert at.text_area(key="text_a").value == text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
 def test_app_deps_typed_text_bad(live_app, text):
     at = live_app.switch_page("app_pages/dependency_heads.py").run()
@@ -478,6 +482,7 @@ def test_app_sidebar_decoder_only(gpt2_dir):
     _assert_kept_default(at, str(gpt2_dir), "decoder-only .* needs? a BERT-family encoder")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 @pytest.mark.parametrize("how", ["env", "secrets"])
 def test_app_sidebar_local_folders_off(tiny_model_dir, monkeypatch, how):
@@ -494,6 +499,7 @@ def test_app_sidebar_local_folders_off(tiny_model_dir, monkeypatch, how):
     assert at.session_state["model_name"] == DEFAULT_MODEL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 @pytest.mark.parametrize("how", ["env", "secrets"])
 def test_app_sidebar_allow_list(tiny_model_dir, monkeypatch, how):
@@ -518,11 +524,11 @@ def test_app_sidebar_allow_list(tiny_model_dir, monkeypatch, how):
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_app_sidebar_allow_list_beats_cached_model(tiny_model_dir, monkeypatch):
     """A model loaded before the allow-list was set (still in the process cache) is refused all the same."""
-    from ui.model_sidebar import _try_load, cached_model
+    from ui.model_sidebar import cached_model, try_load
 
     cached_model(str(tiny_model_dir), True)
     monkeypatch.setenv("ATTNLIB_ALLOWED_MODELS", "roberta-base")
-    lm, error = _try_load(str(tiny_model_dir))
+    lm, error = try_load(str(tiny_model_dir))
     assert lm is None and "not one of the models this server allows" in error
     at = _sidebar(model=str(tiny_model_dir))
     assert not at.exception and at.session_state["model_name"] == DEFAULT_MODEL
@@ -591,6 +597,7 @@ def test_upload_limit_set_in_config():
     assert config["client"]["showErrorDetails"] == "none"  # visitors never see a traceback's details
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["conllu cycle", "not UTF-8 conllu", "blank conllu"])
 def test_app_corpus_pages_show_upload_errors(case):
     """The real pages (not just the picker) turn a bad upload into a message and stay usable."""
@@ -613,6 +620,7 @@ def test_app_corpus_pages_show_upload_errors(case):
         assert any(re.search(message, e.value) for e in at.error), (page, [e.value for e in at.error])
 
 
+@pytest.mark.slow
 def test_upload_is_kept_when_leaving_the_page():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
     at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
@@ -640,6 +648,7 @@ def _repo_sources():
             yield path
 
 
+@pytest.mark.slow
 def test_remote_code_never_trusted():
     enabled = re.compile(r"trust_remote_code\s*=\s*(True|1|\"|')")
     hits = [str(p.relative_to(ROOT)) for p in _repo_sources() if enabled.search(p.read_text(errors="replace"))]
@@ -661,6 +670,7 @@ class _Trap:
         return (_sprung, ())
 
 
+@pytest.mark.slow
 def test_uploads_are_never_unpickled():
     """Uploads (corpora, result files) are parsed as text or JSON: a pickle is refused and its code never runs."""
     import pickle

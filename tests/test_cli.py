@@ -22,6 +22,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_attention_json_equals_transformers():
     from transformers import AutoModel, AutoTokenizer
 
@@ -39,12 +40,14 @@ def test_attention_json_equals_transformers():
     np.testing.assert_allclose(np.array(data["attentions"]), ref, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_attention_pair_segments():
     data = json.loads(_cli("attention", "--text", "I went.", "--pair", "You stayed.", "--json").stdout)
     assert data["segments"] == [0, 0, 0, 0, 0, 1, 1, 1, 1]
     assert np.array(data["attentions"]).shape == (6, 12, 9, 9)
 
 
+@pytest.mark.slow
 def test_user_errors_exit_2_with_one_line():
     out = _cli("attention", "--text", "   ", "--json")
     assert out.returncode == 2 and out.stderr.strip() == "error: Sentence A is empty: type a sentence."

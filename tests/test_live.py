@@ -145,6 +145,7 @@ def test_bad_url_values_fall_back_to_defaults():
     assert view_data(at)["heads"] == [3]
 
 
+@pytest.mark.slow
 def test_head_finder_ranks_heads_and_opens_one_in_the_head_view():
     at = open_live(view="finder")
     buttons = [b for b in at.button if b.key and b.key.startswith("pick_")]

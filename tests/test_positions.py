@@ -220,6 +220,7 @@ def test_page_opens_with_the_shipped_result():
     assert "Global aggregation" in [h.value for h in at.subheader]
 
 
+@pytest.mark.slow
 def test_page_computes_a_small_corpus_on_request():
     from streamlit.testing.v1 import AppTest
 

@@ -343,6 +343,7 @@ BUILDERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUILDERS)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -408,6 +409,7 @@ def batch_one(tiny_model):
 @settings(
     max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
+@pytest.mark.slow
 @given(batch_size=st.integers(2, 40))
 def test_results_unchanged_by_batch_size(tiny_model, batch_one, batch_size):
     # floats only within the runner's batching tolerance (padding changes summation order)

@@ -325,6 +325,7 @@ def test_gradient_sums_merge():
     np.testing.assert_allclose(first.result().all[1, 2], np.abs(g[1, 2]).mean())
 
 
+@pytest.mark.slow
 def test_gradient_importance_does_not_depend_on_batching(tiny_model):
     inputs = read_text_corpus(CLASSROOM_PAIRS)[:3] + read_text_corpus(CLASSROOM_SINGLE)[:2]
     one = gradient_importance(tiny_model, inputs, batch_size=1)
@@ -377,6 +378,7 @@ def test_attention_gradient_matches_finite_differences(tiny_model_dir, tiny_mode
 # --- the page ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_page_runs_on_a_small_corpus():
     from streamlit.testing.v1 import AppTest
 
@@ -392,6 +394,7 @@ def test_page_runs_on_a_small_corpus():
     assert not at.exception and len(at.get("plotly_chart")) == len(charts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_page_shows_gradient_importance_for_a_model_with_an_mlm_head(tiny_model_dir):
     from streamlit.testing.v1 import AppTest
@@ -409,6 +412,7 @@ def test_page_shows_gradient_importance_for_a_model_with_an_mlm_head(tiny_model_
     assert any("Gradient importance" in spec for spec in titles)
 
 
+@pytest.mark.slow
 def test_page_options_pairs_all_punctuation_no_map():
     from streamlit.testing.v1 import AppTest
 
