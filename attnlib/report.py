@@ -242,7 +242,9 @@ class SharedAttribution:
         """The attribution of this run (the last one is kept: the engine hands every accumulator the same run)."""
         key = (mode, probes, seed)
         if self.last is None or self.last[0] is not result or self.last[1] != key:
-            self.last = (result, key, hidden_token_attribution(self.lm, result, mode, probes, seed))
+            # with the layer-output attribution: the aggregation part reads it, positions ignores it
+            attribution = hidden_token_attribution(self.lm, result, mode, probes, seed, with_output=True)
+            self.last = (result, key, attribution)
         return self.last[2]
 
 

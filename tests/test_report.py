@@ -388,9 +388,9 @@ def test_positions_and_aggregation_share_each_inputs_attribution(tiny_model, mon
     calls = []
     real = report.hidden_token_attribution
 
-    def counted(lm, result, *args):
+    def counted(lm, result, *args, **kwargs):
         calls.append(result.n)
-        return real(lm, result, *args)
+        return real(lm, result, *args, **kwargs)
 
     monkeypatch.setattr(report, "hidden_token_attribution", counted)
     inputs = [CorpusInput(line) for line in CLASSROOM_SINGLE.read_text().splitlines()[:3]]
