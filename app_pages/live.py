@@ -286,16 +286,29 @@ def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
     finder_tables(facts, scores, picks, text_a, text_b)
 
 
+def _choice(column, label: str, choices: dict, option: Option, view: str, help: str, on_change=None) -> None:
+    """A horizontal radio of the head and model views, greyed out in the neuron view."""
+    column.radio(
+        label,
+        list(choices),
+        format_func=choices.get,
+        horizontal=True,
+        key=option.key,
+        on_change=on_change,
+        disabled=view == "neuron",
+        help=help,
+    )
+
+
 def show_control(view: str, column) -> str:
     """The weights / norms switch of the head and model views; the neuron view always shows weights."""
-    column.radio(
+    _choice(
+        column,
         "Shows",
-        list(SHOWS),
-        format_func=SHOWS.get,
-        horizontal=True,
-        key=SHOW.key,
-        disabled=view == "neuron",
-        help="Weights: the attention α. Norms: ‖α f(x_j)‖ (METHODS §11), each query's row normalised to sum 1: "
+        SHOWS,
+        SHOW,
+        view,
+        "Weights: the attention α. Norms: ‖α f(x_j)‖ (METHODS §11), each query's row normalised to sum 1: "
         "how much each token actually moves into the query. The neuron view shows weights, value norms beside it.",
     )
     return "weights" if view == "neuron" else st.session_state[SHOW.key]
@@ -304,16 +317,15 @@ def show_control(view: str, column) -> str:
 def level_controls(view: str, result: RunResult, facts: ModelFacts, texts: tuple[str, str], columns) -> tuple:
     """Token or word level, the word row rule and weights / norms; returns (level, rule, show, maps, labels, segments)."""
     c_level, c_rule, c_show = columns
-    c_level.radio(
+    _choice(
+        c_level,
         "Level",
-        list(LEVELS),
-        format_func=LEVELS.get,
-        horizontal=True,
-        key=LEVEL.key,
-        on_change=_reset_token,
-        disabled=view == "neuron",
-        help="Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
+        LEVELS,
+        LEVEL,
+        view,
+        "Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
         "The neuron view is always at token level.",
+        on_change=_reset_token,
     )
     rule = c_rule.selectbox(
         "Word rows",

@@ -208,6 +208,8 @@ def corpus_notes(r: PositionsResult, source: str, label: str, model: str = "") -
         else "exact mode"
     )
     st.caption(f"{model + ': ' if model else ''}{r.n_inputs} inputs of {label}; attribution in {how}; {source}.")
+    if r.n_truncated:
+        st.warning(f"{r.n_truncated} inputs were longer than the model takes and were truncated to its maximum length.")
     if r.options.identifiable_only and r.n_skipped:
         st.caption(f"{r.n_skipped} inputs longer than {r.head_dim} tokens were left out.")
     elif r.n_longer:
@@ -552,6 +554,7 @@ st.caption(
     'Layers and heads are numbered from 1 on this page ("layer-head", as in Clark et al. 2019); '
     "the library and its JSON count from 0. Definitions: METHODS §8 and §9."
 )
+cite_methods(8, 9)
 lm = current_model()
 second = compared_model()
 options = options_sidebar(lm.facts.head_dim)

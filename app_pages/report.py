@@ -14,7 +14,7 @@ from attnlib.runner import InputError
 from attnlib.shipped import TREEBANKS
 from figures.report import render_report
 from ui.compare import COMPARE, compared_model
-from ui.corpus_picker import CorpusChoice, corpus_picker, read_choice
+from ui.corpus_picker import CorpusChoice, chosen_corpus, corpus_picker
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind
@@ -34,15 +34,7 @@ def treebank_choice(option: Option, label: str, limit: int) -> CorpusChoice | No
     choice = st.selectbox(label, list(TREEBANK_CHOICES), format_func=TREEBANK_CHOICES.get, key=option.key)
     if choice == NONE:
         return None
-    try:
-        read = read_choice(option.key, TREEBANK_CHOICES[choice], "conllu")
-    except CorpusError as exc:
-        st.error(str(exc))
-        return None
-    if read is None:
-        return None
-    name, sha1, sentences, _ = read
-    return CorpusChoice(name, sha1, f"{sha1}:{limit}", sentences[:limit], True)
+    return chosen_corpus(option.key, TREEBANK_CHOICES[choice], "conllu", limit)
 
 
 def inputs_sidebar() -> dict[str, CorpusChoice]:

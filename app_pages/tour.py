@@ -99,12 +99,17 @@ def _special_on_slice(model_name: str) -> SpecialTokens:
         return special_tokens(model_named(model_name), inputs, False, False, with_norms=True, progress=report)
 
 
-def special_result(model_name: str) -> Sourced:
-    """`special` on the classroom pairs: shipped, else computed on a slice."""
-    record = _shipped("special", model_name)
+def _shipped_else_slice(command: str, model_name: str, parse: Callable, on_slice: Callable, n: int) -> Sourced:
+    """A command's shipped result for this model (read by `parse`), else `on_slice` computed on the first n inputs."""
+    record = _shipped(command, model_name)
     if record is not None:
-        return Sourced(special_tokens_from_json(record.result), record.provenance())
-    return Sourced(_special_on_slice(model_name), _slice_source(SLICE, TOUR_CORPORA["special"]))
+        return Sourced(parse(record.result), record.provenance())
+    return Sourced(on_slice(model_name), _slice_source(n, TOUR_CORPORA[command]))
+
+
+def special_result(model_name: str) -> Sourced:
+    """`special` (with norms) on the classroom pairs: shipped, else computed on a slice."""
+    return _shipped_else_slice("special", model_name, special_tokens_from_json, _special_on_slice, SLICE)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -136,10 +141,7 @@ def _positions_on_slice(model_name: str) -> PositionsResult:
 
 def positions_result(model_name: str) -> Sourced:
     """`positions` in estimate mode on the classroom sentences: shipped, else computed on a slice."""
-    record = _shipped("positions", model_name)
-    if record is not None:
-        return Sourced(positions_from_json(record.result), record.provenance())
-    return Sourced(_positions_on_slice(model_name), _slice_source(POSITIONS_SLICE, TOUR_CORPORA["positions"]))
+    return _shipped_else_slice("positions", model_name, positions_from_json, _positions_on_slice, POSITIONS_SLICE)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

@@ -98,6 +98,22 @@ def read_choice(key: str, choice: str, kind: Kind) -> tuple[str, str, list[Corpu
     return name, hashlib.sha1(data).hexdigest(), parse_upload(data, name, is_conllu), is_conllu
 
 
+def chosen_corpus(key: str, choice: str, kind: Kind, limit: int) -> CorpusChoice | None:
+    """The first `limit` inputs of a chosen corpus, or None with the reason shown (a bad or missing upload)."""
+    try:
+        read = read_choice(key, choice, kind)
+    except CorpusError as exc:
+        st.error(str(exc))
+        return None
+    if read is None:
+        return None
+    label, sha1, inputs, is_conllu = read
+    if not inputs:
+        st.error("The corpus has no usable input.")
+        return None
+    return CorpusChoice(label, sha1, f"{sha1}:{limit}", inputs[:limit], is_conllu)
+
+
 def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> CorpusChoice | None:
     """Draw the corpus widgets (in the sidebar) and return the chosen inputs, or None with a message shown."""
     corpus, limit = corpus_options(key, kind, default_limit)
@@ -107,16 +123,7 @@ def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> Cor
         assert isinstance(corpus.choices, dict)
         choice = st.selectbox("Corpus", list(corpus.choices.values()), key=corpus.key, label_visibility="collapsed")
         n = int(st.number_input("Use at most this many inputs", 1, 100_000, step=50, key=limit.key))
-        try:
-            read = read_choice(key, choice, kind)
-        except CorpusError as exc:
-            st.error(str(exc))
-            return None
-        if read is None:
-            return None
-        label, sha1, inputs, is_conllu = read
-        if not inputs:
-            st.error("The corpus has no usable input.")
-            return None
-        st.caption(f"{min(n, len(inputs))} inputs from {label}")
-    return CorpusChoice(label, sha1, f"{sha1}:{n}", inputs[:n], is_conllu)
+        chosen = chosen_corpus(key, choice, kind, n)
+        if chosen is not None:
+            st.caption(f"{chosen.n_inputs} inputs from {chosen.label}")
+    return chosen
