@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from .attribution import DEFAULT_PROBES, MODES
 from .corpus import CorpusInput
 from .engines import ENGINES, CorpusRun, Fill, MakeAccumulators, engine_fill, run_accumulators
 from .model import DEFAULT_MODEL
@@ -131,3 +132,16 @@ def save_result(
             args.command, run.facts.name, corpus_path, n_inputs, command_options(args), result, run.describe(), state
         )
         write_result_file(args.out, record)
+
+
+def add_attribution_options(parser: argparse.ArgumentParser, default_mode: str = "estimate") -> None:
+    """--mode and --probes of the commands that run Hidden Token Attribution (METHODS §9)."""
+    parser.add_argument(
+        "--mode", choices=MODES, default=default_mode, help=f"exact or estimate (random probes; default {default_mode})"
+    )
+    parser.add_argument(
+        "--probes",
+        type=positive_int,
+        default=DEFAULT_PROBES,
+        help=f"probes per token in estimate mode (default {DEFAULT_PROBES})",
+    )

@@ -7,8 +7,14 @@ from collections.abc import Sequence
 from functools import partial
 
 from ..aggregation import AggregationAccumulator, AggregationOptions, accumulate_aggregation
-from ..attribution import DEFAULT_PROBES, MODES
-from ..cli_options import add_model_option, add_scale_options, positive_int, run_corpus, save_result
+from ..cli_options import (
+    add_attribution_options,
+    add_model_option,
+    add_scale_options,
+    positive_int,
+    run_corpus,
+    save_result,
+)
 from ..corpus import CorpusInput, read_corpus
 from ..engine import Progress
 from ..model import LoadedModel
@@ -21,13 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--corpus", required=True, help="text file (one input per line, TAB between A and B) or .conllu")
     p.add_argument("--limit", type=positive_int, default=None, help="use at most this many inputs")
-    p.add_argument("--mode", choices=MODES, default="estimate", help="attribution mode (default estimate)")
-    p.add_argument(
-        "--probes",
-        type=positive_int,
-        default=DEFAULT_PROBES,
-        help=f"probes per token in estimate mode (default {DEFAULT_PROBES})",
-    )
+    add_attribution_options(p)
     add_model_option(p)
     add_scale_options(p)
     p.set_defaults(handler=handle)

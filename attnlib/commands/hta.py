@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..attribution import DEFAULT_PROBES, MODES, attribute, exact_seconds
-from ..cli_options import add_model_option, positive_int
+from ..attribution import attribute, exact_seconds
+from ..cli_options import add_attribution_options, add_model_option
 from ..model import load_model
 from ..runner import encode
 
@@ -16,15 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hta", help="Hidden Token Attribution per head (input and previous-layer contribution)")
     p.add_argument("--text", required=True, help="sentence A")
     p.add_argument("--pair", default=None, help="sentence B (optional)")
-    p.add_argument(
-        "--mode", choices=MODES, default="exact", help="exact (forward-mode Jacobian) or estimate (random probes)"
-    )
-    p.add_argument(
-        "--probes",
-        type=positive_int,
-        default=DEFAULT_PROBES,
-        help=f"probes per token in estimate mode (default {DEFAULT_PROBES})",
-    )
+    add_attribution_options(p, "exact")
     add_model_option(p)
     p.set_defaults(handler=handle)
 

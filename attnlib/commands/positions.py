@@ -6,8 +6,14 @@ import argparse
 from collections.abc import Sequence
 from functools import partial
 
-from ..attribution import DEFAULT_PROBES, MODES
-from ..cli_options import add_corpus_options, add_model_option, add_scale_options, positive_int, run_corpus, save_result
+from ..cli_options import (
+    add_attribution_options,
+    add_corpus_options,
+    add_model_option,
+    add_scale_options,
+    run_corpus,
+    save_result,
+)
 from ..corpus import CorpusInput, read_corpus
 from ..engine import Progress
 from ..model import LoadedModel
@@ -18,13 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the `positions` command."""
     p = sub.add_parser("positions", help="relative-position histograms, centres of mass and attention/HTA correlation")
     add_corpus_options(p)
-    p.add_argument("--mode", choices=MODES, default="estimate", help="attribution mode (default estimate)")
-    p.add_argument(
-        "--probes",
-        type=positive_int,
-        default=DEFAULT_PROBES,
-        help=f"probes per token in estimate mode (default {DEFAULT_PROBES})",
-    )
+    add_attribution_options(p)
     p.add_argument("--drop-special", action="store_true", help="drop CLS/SEP as queries and keys of the histograms")
     p.add_argument(
         "--identifiable-only", action="store_true", help="keep only inputs no longer than the head dimension"
