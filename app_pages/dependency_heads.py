@@ -24,7 +24,7 @@ from attnlib.deps import (
 )
 from attnlib.model import LoadedModel
 from attnlib.parsing import parse_text, parser_name
-from attnlib.probe import PUNCT, ProbeResult, run_probe
+from attnlib.probe import PUNCT, ProbeResult, probe_from_json, run_probe
 from attnlib.report import largest_difference
 from attnlib.results import ResultFile
 from attnlib.runner import InputError, run
@@ -33,14 +33,14 @@ from attnlib.words import ROW_RULES
 from figures.deps import arc_diagram, head_accuracy_heatmaps
 from figures.heatmap import attention_heatmap
 from figures.probe import probe_sentence, relation_bars, weight_heatmaps
-from ui.compare import compared_model
+from ui.compare import Second, model_columns, second_source
 from ui.corpus_picker import SHIPPED, CorpusChoice, corpus_picker, kept_upload, parse_upload, read_path
 from ui.downloads import download_figure, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, forget
 from ui.progress import progress
-from ui.result_file import loaded_result
+from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
 
 SOURCES = {"gold": "Gold trees (CoNLL-U)", "silver": "Text parsed by spaCy (predicted trees)"}
@@ -259,52 +259,75 @@ def example_controls(options: list[Option], sentences: list[Sentence], n_layers:
     return values
 
 
-def example_viewer(lm, sentences: list[Sentence], table: DependencyTable, relation: str, rule: str) -> None:
-    """One sentence: gold arcs against the arcs a chosen head predicts, and that head's word-level attention."""
+def example_viewer(models: list[LoadedModel], sentences: list[Sentence], tables: dict, relation: str, rule: str):
+    """One sentence: gold arcs against the arcs a head predicts, and that head's word-level attention; with a second
+    model, the same sentence in it beside, at its own best head for the relation."""
     st.subheader("Example")
-    row = next(r for r in table.rows if r.relation == relation)
+    lm = models[0]
+    row = next(r for r in tables[lm.facts.name].rows if r.relation == relation)
     with_relation = [s for s in sentences if relation == ALL or relation in s.deprels][:MAX_EXAMPLES]
     if not with_relation:
         st.info("No sentence has this relation.")
         return
     options = example_options(row, lm, len(with_relation))
     values = example_controls(options, with_relation, lm.facts.n_layers, lm.facts.n_heads)
-    sentence, layer, head, direction = with_relation[values["sentence"]], values["layer"], values["head"], values["dir"]
-    word_map, present, truncated, cls, sep = _example(lm.facts.name, tuple(sentence.words), rule)
-    if truncated:
-        st.warning("This sentence is longer than the model takes; it was skipped in the table.")
-        return
-    head_map = word_map[layer - 1, head - 1]
-    predicted = predict_heads(head_map)[DIRECTIONS.index(direction)]
-    predicted[~present] = -1
-    focus = [relation == ALL or r == relation for r in sentence.deprels]
-    hits = sum(int(p == g) for p, g, f in zip(predicted, sentence.heads, focus) if f)
-    title = f"Head {layer}-{head}, {direction}: {hits} of {sum(focus)} '{relation}' arcs found"
+    sentence = with_relation[values["sentence"]]
     every_word = st.checkbox(
         "Draw the predicted arc of every word, not only of this relation's dependents", key=options[-1].key
     )
-    drawn = [True] * len(focus) if every_word else focus
-    arcs = arc_diagram(sentence.words, sentence.heads, sentence.deprels, predicted, drawn, title)
-    labels = [cls] + sentence.words + [sep]
-    heat = attention_heatmap(head_map, labels, labels, f"Word-level attention of head {layer}-{head}")
-    example_figures(arcs, heat, sum(len(w) + 2 for w in sentence.words) > 80)
-
-
-def example_figures(arcs, heat, long_sentence: bool) -> None:
-    """The arcs beside the head's attention (one above the other for a long sentence), and how to read them."""
-    left, right = (st.container(), st.container()) if long_sentence else st.columns([3, 2])
-    with left:
-        st.plotly_chart(arcs, key="deps_arcs")
-        download_figure(arcs, "dependency_arcs", key="deps_arcs_download")
-    with right:
-        st.plotly_chart(heat, key="deps_example_heatmap")
-        download_figure(heat, "dependency_head_attention", key="deps_example_heatmap_download")
+    heads = {lm.facts.name: (values["layer"], values["head"], values["dir"])}
+    for other in models[1:]:
+        rows = tables[other.facts.name].rows if other.facts.name in tables else []
+        best = next((r for r in rows if r.relation == relation), None)
+        if best is None:
+            st.caption(f"{other.facts.name} has no best head for '{relation}' (too few dependents).")
+        else:
+            heads[other.facts.name] = (best.layer + 1, best.head + 1, best.direction)
+    headers = [f"**{m}** · head {l}-{h} {d}" for m, (l, h, d) in heads.items()]
+    if len(heads) > 1:
+        st.caption(f"The second model is shown at its own best head for '{relation}' (its Table 1 row).")
+    long_sentence = len(heads) > 1 or sum(len(w) + 2 for w in sentence.words) > 80
+    for k, (column, (model, head)) in enumerate(zip(model_columns(headers), heads.items())):
+        with column:
+            figures = example_figures(model, sentence, relation, rule, head, every_word)
+            if figures is not None:
+                draw_example(*figures, long_sentence, "" if k == 0 else f"_{k + 1}")
     st.caption(
         "Gold arcs above the words (head → dependent), the chosen head's predictions below: green where the "
         "predicted head is the gold one, red where it is not. dep->head: each word predicts the word its row "
         "gives most attention to; head<-dep: the word whose row gives it most attention (its column's maximum). "
         "CLS/SEP and the diagonal are left out; ties go to the leftmost word."
     )
+
+
+def example_figures(model: str, sentence: Sentence, relation: str, rule: str, head: tuple, every_word: bool):
+    """(arc diagram, word-level heatmap) of one model's head (layer, head 1-based, direction) on the sentence."""
+    layer, head_number, direction = head
+    word_map, present, truncated, cls, sep = _example(model, tuple(sentence.words), rule)
+    if truncated:
+        st.warning(f"This sentence is longer than {model} takes; it was skipped in its table.")
+        return None
+    head_map = word_map[layer - 1, head_number - 1]
+    predicted = predict_heads(head_map)[DIRECTIONS.index(direction)]
+    predicted[~present] = -1
+    focus = [relation == ALL or r == relation for r in sentence.deprels]
+    hits = sum(int(p == g) for p, g, f in zip(predicted, sentence.heads, focus) if f)
+    title = f"Head {layer}-{head_number}, {direction}: {hits} of {sum(focus)} '{relation}' arcs found"
+    drawn = [True] * len(focus) if every_word else focus
+    arcs = arc_diagram(sentence.words, sentence.heads, sentence.deprels, predicted, drawn, title)
+    labels = [cls] + sentence.words + [sep]
+    return arcs, attention_heatmap(head_map, labels, labels, f"Word-level attention of head {layer}-{head_number}")
+
+
+def draw_example(arcs, heat, stacked: bool, suffix: str) -> None:
+    """The arcs beside the head's attention (one above the other when stacked: a long sentence, or two models)."""
+    left, right = (st.container(), st.container()) if stacked else st.columns([3, 2])
+    with left:
+        st.plotly_chart(arcs, key=f"deps_arcs{suffix}")
+        download_figure(arcs, f"dependency_arcs{suffix}", key=f"deps_arcs_download{suffix}")
+    with right:
+        st.plotly_chart(heat, key=f"deps_example_heatmap{suffix}")
+        download_figure(heat, f"dependency_head_attention{suffix}", key=f"deps_example_heatmap_download{suffix}")
 
 
 def chosen_corpus(is_silver: bool) -> tuple[str, str, list[Sentence], CorpusChoice | None] | None:
@@ -334,41 +357,56 @@ def model_counts(model_name: str, corpus, rule: str) -> tuple[DependencyCounts |
     )
 
 
-def counts_of(lm: LoadedModel, loaded, corpus, is_silver: bool, rule: str):
-    """(counts, corpus label, model name, sentences or None) of a loaded result file or of the chosen corpus."""
-    if loaded is not None:
-        record, counts = loaded
-        return counts, record.corpus.get("name", "?"), record.model, None
-    label, _, sentences, _ = corpus
-    if is_silver:
+def parse_deps(record: ResultFile) -> DependencyCounts:
+    """A `deps` result file's counts (its `state`), from which the page makes every table."""
+    return dependency_counts_from_json(record.state or {})
+
+
+def corpus_counts(model_name: str, corpus, rule: str) -> DependencyCounts | None:
+    """One model's counts on the chosen corpus, where they came from said; None after an error."""
+    try:
+        counts, source = model_counts(model_name, corpus, rule)
+    except (CorpusError, InputError, TypeError) as exc:
+        st.error(f"{model_name}: {exc}")
+        return None
+    if counts is not None:
+        st.caption(f"Table 1 of {model_name} on {corpus[0]}: {source}.")
+    return counts
+
+
+def described(corpus) -> dict | None:
+    """The chosen corpus as result files describe it (a parsed text by the digest of its text and limit)."""
+    if corpus is None:
+        return None
+    label, fingerprint, sentences, choice = corpus
+    return (
+        choice.described() if choice is not None else {"name": label, "sha1": fingerprint, "n_inputs": len(sentences)}
+    )
+
+
+def compared_counts(lm: LoadedModel, loaded, second: Second, corpus, rule: str) -> dict[str, DependencyCounts]:
+    """The first model's counts (its loaded file, else on the corpus) and the second's (its file, else the compared
+    model's on the corpus), by model name; empty when the first has none."""
+    if loaded is None and corpus is None:
+        return {}
+    if loaded is None and corpus[3] is None:
         st.info(
             f"Predicted parses: these trees come from the spaCy parser {parser_name()}, not from annotators; "
             "the scores measure agreement with the parser."
         )
-    try:
-        counts, source = model_counts(lm.facts.name, corpus, rule)
-    except (CorpusError, InputError, TypeError) as exc:
-        st.error(str(exc))
-        return None
-    if counts is None:
-        return None
-    st.caption(f"Table 1 of {lm.facts.name} on {label}: {source}.")
-    return counts, label, lm.facts.name, sentences
-
-
-def second_table(second: LoadedModel | None, corpus, rule: str, min_count: int, held_out: bool):
-    """(name, table) of the model to compare with on the same corpus and options, or None."""
-    if second is None or corpus is None:
-        return None
-    try:
-        counts, source = model_counts(second.facts.name, corpus, rule)
-    except (CorpusError, InputError, TypeError) as exc:
-        st.error(f"{second.facts.name}: {exc}")
-        return None
-    if counts is None:
-        return None
-    st.caption(f"Table 1 of {second.facts.name}: {source}.")
-    return second.facts.name, counts.table(min_count=min_count, held_out=held_out)
+    first = loaded.value if loaded is not None else corpus_counts(lm.facts.name, corpus, rule)
+    if first is None:
+        return {}
+    found = {lm.facts.name if loaded is None else loaded.model: first}
+    if second.file is not None:
+        found[second.file.model] = second.file.value
+    elif second.model is not None and corpus is not None:
+        other = corpus_counts(second.model.facts.name, corpus, rule)
+        found |= {second.model.facts.name: other} if other is not None else {}
+    rules = {model: counts.rule for model, counts in found.items()}
+    if len(set(rules.values())) > 1:
+        st.warning("Word rows are merged differently: " + ", ".join(f"{m}: {r}" for m, r in rules.items()) + ".")
+    return found
 
 
 def compared_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
@@ -438,27 +476,34 @@ def table_section(tables: dict[str, DependencyTable], label: str, min_count: int
         _show_paper_table(is_silver)
 
 
-def relation_section(counts: DependencyCounts, table: DependencyTable, held_out: bool) -> str:
-    """Every head's accuracy on one chosen relation (kept in the URL); returns the relation."""
+def relation_section(counts: dict[str, DependencyCounts], tables: dict[str, DependencyTable], held_out: bool) -> str:
+    """Every head's accuracy on one chosen relation (kept in the URL), each model's side by side; returns the relation."""
     st.subheader("Every head on one relation")
-    relations = [r.relation for r in table.rows]
+    relations = [r.relation for r in next(iter(tables.values())).rows]
     relation = Option("deps_relation", "relation", relations[1] if len(relations) > 1 else relations[0], relations)
     bind([relation])
     forget_example = [Option(key, param, 0) for param, key in EXAMPLE.items()]
     chosen = st.selectbox("Relation", relations, key=relation.key, on_change=forget, args=(forget_example,))
-    row = next(r for r in table.rows if r.relation == chosen)
-    grid = counts.accuracy_grid(chosen, half=1 if held_out else None)
-    heatmap = head_accuracy_heatmaps(grid, chosen, (row.layer, row.head, DIRECTIONS.index(row.direction)))
-    st.plotly_chart(heatmap, key="deps_heatmap")
+    for k, (column, model) in enumerate(zip(model_columns([f"**{m}**" for m in tables]), tables)):
+        row = next((r for r in tables[model].rows if r.relation == chosen), None)
+        with column:
+            if row is None:
+                st.caption(f"{model} has no row for '{chosen}' (too few dependents).")
+                continue
+            grid = counts[model].accuracy_grid(chosen, half=1 if held_out else None)
+            heatmap = head_accuracy_heatmaps(grid, chosen, (row.layer, row.head, DIRECTIONS.index(row.direction)))
+            suffix = "" if k == 0 else f"_{k + 1}"
+            st.plotly_chart(heatmap, key=f"deps_heatmap{suffix}")
+            name = f"dependency_heads_{chosen.replace(':', '_')}{suffix}"
+            download_figure(heatmap, name, key=f"deps_heatmap_download{suffix}")
     if held_out:
         st.caption("Accuracies on half B; the red square marks the head chosen on half A.")
-    download_figure(heatmap, f"dependency_heads_{chosen.replace(':', '_')}", key="deps_heatmap_download")
     return chosen
 
 
-def sources_sidebar() -> tuple[tuple[ResultFile, DependencyCounts] | None, bool]:
+def sources_sidebar() -> tuple[FromFile[DependencyCounts] | None, bool]:
     """A loaded result file (or None) and whether the trees are spaCy's; the choice of trees kept in the URL."""
-    loaded = loaded_result("deps", "deps", lambda record: dependency_counts_from_json(record.state or {}))
+    loaded = loaded_result("deps", "deps", parse_deps, section="Table 1")
     bind([SOURCE])
     st.sidebar.radio("Trees", list(SOURCES), key=SOURCE.key, format_func=SOURCES.get)
     return loaded, st.session_state[SOURCE.key] == "silver" and loaded is None
@@ -626,62 +671,110 @@ def probe_comparison(results: dict[str, tuple[ProbeResult, ProbeResult | None]])
         st.markdown(f"**{' vs '.join(results)}**: {difference.text()}")
 
 
-def probe_figures(result: ProbeResult, model: str) -> None:
-    """UAS per relation, the learned weights, and one test sentence drawn."""
-    bars = relation_bars(result.uas_by_relation, min_count=20 if result.n_words >= 2000 else 1)
-    st.plotly_chart(bars, key="probe_relations")
-    download_figure(bars, "probe_uas_per_relation", key="probe_relations_download")
+def probe_figures(results: dict[str, ProbeResult]) -> None:
+    """UAS per relation, the learned weights, and one test sentence drawn; two models side by side."""
+    headers = [f"**{model}**" for model in results]
+    for k, (column, (model, result)) in enumerate(zip(model_columns(headers), results.items())):
+        with column:
+            probe_weights(result, model, "" if k == 0 else f"_{k + 1}")
     with st.expander("UAS per relation, every relation (table)"):
         percent = {c: PERCENT for c in ("probe UAS %", "best head %", "best offset %")}
-        st.dataframe(relation_frame({model: result}), hide_index=True, column_config=percent)
+        st.dataframe(relation_frame(results), hide_index=True, column_config=percent)
+    first = next(iter(results.values()))
+    sentence = probe_sentence_choice(first)
+    for k, (column, (model, result)) in enumerate(zip(model_columns(headers), results.items())):
+        with column:
+            probe_example(result, sentence if k == 0 else first.sentences[sentence].sent_id, model, k)
+
+
+def probe_weights(result: ProbeResult, model: str, suffix: str) -> None:
+    """One model's UAS per relation and learned weights."""
+    bars = relation_bars(result.uas_by_relation, min_count=20 if result.n_words >= 2000 else 1)
+    st.plotly_chart(bars, key=f"probe_relations{suffix}")
+    download_figure(bars, f"probe_uas_per_relation{suffix}", key=f"probe_relations_download{suffix}")
     weights = weight_heatmaps(result.weight_grid(), f"Learned weight of every head ({model})")
-    st.plotly_chart(weights, key="probe_weights")
-    download_figure(weights, "probe_weights", key="probe_weights_download")
+    st.plotly_chart(weights, key=f"probe_weights{suffix}")
+    download_figure(weights, f"probe_weights{suffix}", key=f"probe_weights_download{suffix}")
     top = ", ".join(f"{layer + 1}-{head + 1} {d} ({w:+.2f})" for layer, head, d, w in result.largest_weights(5))
     st.caption(f"Largest weights: {top}. Blue: the head's vote counts for the candidate; red: against.")
-    probe_example(result)
 
 
-def probe_example(result: ProbeResult) -> None:
-    """One test sentence: gold arcs above, the probe's below, errors red."""
+def probe_sentence_choice(result: ProbeResult) -> int:
+    """The test sentence drawn (kept in the URL), an index into the first model's test sentences."""
     sentences = result.sentences
     option = Option("probe_sentence", "probe_sentence", 0, lo=0, hi=max(len(sentences) - 1, 0))
     bind([option])
-    index = st.selectbox(
+    return st.selectbox(
         "Test sentence",
         range(len(sentences)),
         key=option.key,
         format_func=lambda i: f"{i + 1}. " + " ".join(sentences[i].words)[:110],
     )
-    s = sentences[index]
-    scored = [r != PUNCT for r in s.deprels]
-    hits = sum(int(p == g) for p, g, k in zip(s.predicted, s.heads, scored) if k)
-    fig = probe_sentence(s.words, s.heads, s.deprels, s.predicted, f"{s.sent_id}: {hits} of {sum(scored)} heads right")
-    st.plotly_chart(fig, key="probe_sentence_chart")
-    download_figure(fig, "probe_sentence", key="probe_sentence_download")
 
 
-def probe_section(lm: LoadedModel, second: LoadedModel | None) -> None:
-    """Issue 16: Clark's attention probe trained on one treebank and scored on another, for one or two models."""
+def probe_example(result: ProbeResult, sentence: int | str, model: str, k: int) -> None:
+    """One test sentence (by index, or by id in a second model's result): gold arcs above, the probe's below."""
+    found = (
+        result.sentences[sentence]
+        if isinstance(sentence, int)
+        else next((s for s in result.sentences if s.sent_id == sentence), None)
+    )
+    if found is None:
+        st.caption(f"Sentence {sentence} is not among {model}'s test sentences.")
+        return
+    scored = [r != PUNCT for r in found.deprels]
+    hits = sum(int(p == g) for p, g, keep in zip(found.predicted, found.heads, scored) if keep)
+    title = f"{found.sent_id}: {hits} of {sum(scored)} heads right"
+    fig = probe_sentence(found.words, found.heads, found.deprels, found.predicted, title)
+    suffix = "" if k == 0 else f"_{k + 1}"
+    st.plotly_chart(fig, key=f"probe_sentence_chart{suffix}")
+    download_figure(fig, f"probe_sentence{suffix}", key=f"probe_sentence_download{suffix}")
+
+
+def parse_probe(record: ResultFile) -> ProbeResult:
+    """A `probe` result file of the attention-only probe (the one the page compares)."""
+    return probe_from_json(record.result, variant="attention")
+
+
+def first_probe(lm: LoadedModel, loaded: FromFile[ProbeResult] | None, chosen) -> tuple | None:
+    """The first model's (attention-only, words) probes: its loaded file's, else trained (or shipped) on the chosen
+    treebanks; None until there is one."""
+    if loaded is not None:
+        return loaded.value, None
+    if chosen is None:
+        return None
+    result = probe_result(lm, *chosen)
+    return None if result is None else (result, words_probe(lm, *chosen[:2]))
+
+
+def probe_section(lm: LoadedModel) -> None:
+    """Issue 16: Clark's attention probe trained on one treebank and scored on another, for one or two models; each
+    from a result file or trained here."""
     st.header("All heads together")
     st.markdown(PROBE_HOW)
     cite_methods(14)
-    chosen = probe_corpora()
-    if chosen is None:
+    loaded = loaded_result("probe", "probe", parse_probe, section="probe")
+    chosen = probe_corpora() if loaded is None else None
+    first_name = lm.facts.name if loaded is None else loaded.model
+    test, options = (None, {}) if chosen is None else (chosen[1].described(), chosen[2])
+    second = second_source(
+        "probe", "probe", parse_probe, first_name, loaded, test, options, ("epochs", "seed"), "probe"
+    )
+    first = first_probe(lm, loaded, chosen)
+    if first is None:
         return
-    train, test, options = chosen
-    result = probe_result(lm, train, test, options)
-    if result is None:
-        return
-    words = words_probe(lm, train, test)
-    results = {lm.facts.name: (result, words)}
+    result, words = first
+    results = {first_name: first}
     probe_metrics(result, words)
-    other = None if second is None else probe_result(second, train, test, options)
-    if second is not None and other is not None:
-        results[second.facts.name] = (other, None)
+    if second.file is not None:
+        results[second.file.model] = (second.file.value, None)
+    elif second.model is not None and chosen is not None:
+        other = probe_result(second.model, *chosen)
+        results |= {second.model.facts.name: (other, None)} if other is not None else {}
+    if len(results) > 1:
         probe_comparison(results)
     probe_downloads(results)
-    probe_figures(result, lm.facts.name)
+    probe_figures({model: attention for model, (attention, _) in results.items()})
 
 
 def probe_downloads(results: dict[str, tuple[ProbeResult, ProbeResult | None]]) -> None:
@@ -700,27 +793,36 @@ def probe_downloads(results: dict[str, tuple[ProbeResult, ProbeResult | None]]) 
         download_json(everything, "probe_result", key="probe_json_download")
 
 
-def table_one(lm: LoadedModel, second: LoadedModel | None) -> None:
+def table_one(lm: LoadedModel) -> None:
     """Issues 7, 15, 17: the best head per relation for one or two models, every head on one relation, an example."""
     loaded, is_silver = sources_sidebar()
     corpus = None if loaded is not None else chosen_corpus(is_silver)
     min_count, rule, held_out = table_options()
-    found = counts_of(lm, loaded, corpus, is_silver, rule) if loaded is not None or corpus is not None else None
-    if found is None:
+    first_name = lm.facts.name if loaded is None else loaded.model
+    second = second_source("deps", "deps", parse_deps, first_name, loaded, described(corpus), {}, section="Table 1")
+    counts = compared_counts(lm, loaded, second, corpus, rule)
+    if not counts:
         return
-    counts, label, model_name, sentences = found
-    table = counts.table(min_count=min_count, held_out=held_out)
+    tables = {model: c.table(min_count=min_count, held_out=held_out) for model, c in counts.items()}
+    table = tables[first_name]
     table_notes(table, lm, loaded is not None, held_out)
     if not table.rows:
         st.warning("No sentence could be analysed.")
         return
-    other = second_table(second, corpus, rule, min_count, held_out)
-    table_section({model_name: table} | dict([other] if other else []), label, min_count, is_silver)
-    relation = relation_section(counts, table, held_out)
+    for model in [m for m, t in tables.items() if not t.rows]:
+        st.warning(f"{model}: no sentence could be analysed; it is left out.")
+        del tables[model]
+    label = corpus[0] if corpus is not None else loaded.corpus  # type: ignore[union-attr]
+    table_section(tables, label, min_count, is_silver)
+    relation = relation_section(counts, tables, held_out)
+    sentences = None if corpus is None else corpus[2]
     if sentences is None:
         st.info("The example sentence needs the corpus itself: remove the result file to choose one in the sidebar.")
-    else:
-        example_viewer(lm, sentences, table, relation, rule)
+        return
+    models = [lm] + ([second.model] if second.model is not None and second.model.facts.name in tables else [])
+    if second.file is not None:
+        st.caption("The example shows the first model only: the second model's result comes from a file.")
+    example_viewer(models, sentences, tables, relation, rule)
 
 
 st.title("Dependency heads")
@@ -732,6 +834,6 @@ st.caption(
 with st.expander("How the numbers are computed"):
     st.markdown(HOW)
 cite_methods(6, 7)
-lm, second = current_model(), compared_model()
-table_one(lm, second)
-probe_section(lm, second)
+lm = current_model()
+table_one(lm)
+probe_section(lm)

@@ -19,6 +19,7 @@ from attnlib.norms import MEASURES
 from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, corpus_positions, positions_from_json
 from attnlib.precomputed import shipped_example
 from attnlib.report import largest_difference
+from attnlib.results import ResultFile
 from attnlib.runner import InputError, RunResult
 from figures.norms import (
     MEASURE_NAMES,
@@ -36,7 +37,7 @@ from figures.positions import (
     median_correlation_chart,
     position_histograms,
 )
-from ui.compare import compared_model
+from ui.compare import second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
 from ui.downloads import download_figure, download_json, download_table
 from ui.live_inputs import run_or_explain, text_inputs
@@ -133,21 +134,43 @@ def positions_result(
             st.error(f"{model_name}: {exc}")
             return None
 
-    wanted = {name: getattr(options, name) for name in POSITION_OPTIONS}
     ask = f"{model_name}: each input needs its own attribution run ({_per_input_cost(options.mode)} per input)."
-    parse = lambda record: positions_from_json(record.result)  # noqa: E731
-    result, source = shipped_or_computed("positions", model_name, choice, wanted, compute, parse, ask_first=ask)
-    return result, source
+    wanted = position_options(options)
+    return shipped_or_computed("positions", model_name, choice, wanted, compute, parse_positions, ask_first=ask)
 
 
-def corpus_results(models: list[LoadedModel], choice: CorpusChoice, options: PositionOptions) -> tuple[Results, dict]:
-    """Each model's result (those there are) and where it came from."""
-    results, sources = {}, {}
-    for lm in models:
-        result, source = positions_result(lm.facts.name, choice, options)
-        if result is not None:
-            results[lm.facts.name], sources[lm.facts.name] = result, source
-    return results, sources
+def parse_positions(record: ResultFile) -> PositionsResult:
+    """A `positions` result file's statistics."""
+    return positions_from_json(record.result)
+
+
+def position_options(options: PositionOptions) -> dict:
+    """The page's options as the `positions` command records them."""
+    return {name: getattr(options, name) for name in POSITION_OPTIONS}
+
+
+def positions_part(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> None:
+    """The corpus statistics of the first model (its loaded file, else on the corpus) and of the second (its result
+    file, else the compared model's on the same corpus)."""
+    first_name = lm.facts.name if loaded is None else loaded.model
+    corpus = None if choice is None else choice.described()
+    wanted = position_options(options)
+    second = second_source(
+        KEY, "positions", parse_positions, first_name, loaded, corpus, wanted, POSITION_OPTIONS, "positions"
+    )
+    results: Results = {}
+    sources, labels = {}, {}
+    for model, found in ((lm, loaded), (second.model, second.file)):
+        if found is not None:
+            results[found.model], sources[found.model] = found.value, f"loaded from {found.name}"
+            labels[found.model] = found.corpus
+        elif model is not None and choice is not None:
+            result, source = positions_result(model.facts.name, choice, options)
+            if result is not None:
+                name = model.facts.name
+                results[name], sources[name], labels[name] = result, source, choice.label
+    if results:
+        corpus_section(results, sources, labels)
 
 
 def _summary_table(r: PositionsResult) -> pd.DataFrame:
@@ -331,10 +354,10 @@ def correlation_section(results: Results) -> None:
     download_json(data, "local_global", key="lg_json_dl")
 
 
-def corpus_section(results: Results, sources: dict[str, str], label: str) -> None:
+def corpus_section(results: Results, sources: dict[str, str], labels: dict[str, str]) -> None:
     """Centres of mass, histograms and correlations of the corpus, for one model or two side by side."""
     for model, r in results.items():
-        corpus_notes(r, sources[model], label, model if len(results) > 1 else "")
+        corpus_notes(r, sources[model], labels[model], model if len(results) > 1 else "")
     results = {m: r for m, r in results.items() if r.n_inputs}
     if not results:
         st.warning("No input is left to analyse.")
@@ -435,7 +458,40 @@ def aggregation_histograms(results: Aggregations, measure: str) -> None:
         _chart(fig, f"aggregation_histograms_{measure}", f"lg_agg_hist{i}")
 
 
-def aggregation_section(models: list[LoadedModel], choice: CorpusChoice, options: PositionOptions) -> None:
+def parse_aggregation(record: ResultFile) -> AggregationResult:
+    """An `aggregation` result file's statistics."""
+    return aggregation_from_json(record.result)
+
+
+def aggregation_results(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> Aggregations:
+    """The first model's aggregation (its loaded file, else on the corpus) and the second's (its result file, else the
+    compared model's on the same corpus)."""
+    first_name = lm.facts.name if loaded is None else loaded.model
+    corpus = None if choice is None else choice.described()
+    wanted = {"mode": options.mode, "probes": options.probes}
+    second = second_source(
+        "aggregation",
+        "aggregation",
+        parse_aggregation,
+        first_name,
+        loaded,
+        corpus,
+        wanted,
+        tuple(wanted),
+        "aggregation",
+    )
+    results: Aggregations = {}
+    for model, found in ((lm, loaded), (second.model, second.file)):
+        if found is not None:
+            results[found.model] = found.value
+            st.caption(f"{found.model}: {found.value.n_inputs} inputs of {found.corpus}; loaded from {found.name}.")
+        elif model is not None and choice is not None:
+            result = aggregation_result(model.facts.name, choice, options)
+            results |= {model.facts.name: result} if result is not None else {}
+    return results
+
+
+def aggregation_section(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> None:
     """Issue 14: each measure's agreement with layer-output attribution per layer, centres of mass, histograms."""
     st.subheader("Global aggregation")
     st.caption(
@@ -444,8 +500,13 @@ def aggregation_section(models: list[LoadedModel], choice: CorpusChoice, options
         "Spearman solid, Pearson dashed, mean over query rows and inputs (METHODS §13). Same mode and probes as above."
     )
     cite_methods(13)
-    results = {lm.facts.name: r for lm in models if (r := aggregation_result(lm.facts.name, choice, options))}
+    results = aggregation_results(lm, choice, options, loaded)
     if not results:
+        if choice is None and loaded is None:
+            st.info(
+                "Nothing to show here yet: choose a corpus in the sidebar (a loaded result file of the section above "
+                "switches the corpus off), or load an aggregation result file."
+            )
         return
     aggregation_figures(results)
     table = aggregation_table(results)
@@ -556,18 +617,13 @@ st.caption(
 )
 cite_methods(8, 9)
 lm = current_model()
-second = compared_model()
 options = options_sidebar(lm.facts.head_dim)
-loaded = loaded_result(KEY, "positions", lambda record: positions_from_json(record.result))
-if loaded is not None:
-    source = f"loaded from a result file ({loaded[0].model})"
-    corpus_section({loaded[0].model: loaded[1]}, {loaded[0].model: source}, loaded[0].corpus.get("name", "?"))
-elif (choice := corpus_picker(KEY, default_limit=100)) is not None:
-    models = [lm] if second is None else [lm, second]
-    results, sources = corpus_results(models, choice, options)
-    if results:
-        corpus_section(results, sources, choice.label)
-    st.divider()
-    aggregation_section(models, choice, options)
+positions_file = loaded_result(KEY, "positions", parse_positions, section="positions")
+aggregation_file = loaded_result("aggregation", "aggregation", parse_aggregation, section="aggregation")
+from_files = positions_file is not None or aggregation_file is not None
+choice = None if from_files else corpus_picker(KEY, default_limit=100)
+positions_part(lm, choice, options, positions_file)
+st.divider()
+aggregation_section(lm, choice, options, aggregation_file)
 st.divider()
 example_section(lm)

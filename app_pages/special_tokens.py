@@ -33,14 +33,14 @@ from figures.special_tokens import (
     layer_lines_by_model,
     layer_lines_with_head_dots,
 )
-from ui.compare import compared_model
+from ui.compare import model_columns, second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
 from ui.downloads import download_figure, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind
 from ui.progress import progress
-from ui.result_file import loaded_result
+from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
 
 KEY = "special"
@@ -137,16 +137,22 @@ def grad_asked_key(model: str, fingerprint: str) -> str:
     return f"_{KEY}_grad_asked:{model}:{fingerprint}"
 
 
+def special_options(values: dict) -> dict:
+    """The page's options as the `special` command records them."""
+    return {"all_punct": values["punct"] == "all", "head_map": bool(values["map"])} | (
+        {"norms": True} if values["norms"] else {}
+    )
+
+
 def model_result(lm: LoadedModel, choice: CorpusChoice, values: dict) -> Shown | None:
     """One model's result on the chosen corpus: shipped when one matches, else computed (None after an error)."""
     name, all_punct = lm.facts.name, values["punct"] == "all"
-    options = {"all_punct": all_punct, "head_map": bool(values["map"])} | ({"norms": True} if values["norms"] else {})
     try:
         run, source = shipped_or_computed(
             "special",
             name,
             choice,
-            options,
+            special_options(values),
             lambda: compute(name, choice.fingerprint, all_punct, values["map"], values["norms"], choice.inputs),
             parse,
         )
@@ -163,26 +169,29 @@ def model_result(lm: LoadedModel, choice: CorpusChoice, values: dict) -> Shown |
     return Shown(run, grads, choice.label, name, reason, source, fingerprint=choice.fingerprint)
 
 
+def file_view(found: FromFile[SpecialTokens]) -> Shown:
+    """A result file's statistics as the page shows them (no gradient importance: files do not hold it)."""
+    reason = "result files hold no gradient importance; compute on the page to see it."
+    source = f"from {found.name}, {found.record.provenance()}"
+    return Shown(found.value, None, found.corpus, found.model, reason, source, from_file=True)
+
+
 def shown_results(lm: LoadedModel) -> list[Shown]:
-    """The uploaded result file's statistics, else the chosen corpus's for the model (and the compared one)."""
+    """The first model's result (its loaded file, else the chosen corpus's) and the second's (its result file, else
+    the compared model's on the same corpus)."""
     loaded = loaded_result(KEY, "special", parse)
     choice = corpus_picker(KEY) if loaded is None else None
     values = options_sidebar(lm, loaded is not None)
-    other = compared_model()
-    if loaded is not None:
-        record, run = loaded
-        if other is not None:
-            st.info("A loaded result file is shown alone: remove it to compare two models on a corpus.")
-        reason = unavailable_reason(lm) or "result files hold no gradient importance; compute on the page to see it."
-        corpus = record.corpus.get("name", "?")
-        return [Shown(run, None, corpus, record.model, reason, record.provenance(), from_file=True)]
-    if choice is None:
+    first_name = lm.facts.name if loaded is None else loaded.model
+    corpus = None if choice is None else choice.described()
+    second = second_source(KEY, "special", parse, first_name, loaded, corpus, special_options(values), ("all_punct",))
+    first = file_view(loaded) if loaded else (model_result(lm, choice, values) if choice else None)
+    if first is None:
         return []
-    if other is not None and other.facts.name == lm.facts.name:
-        st.caption("The model to compare with is the model shown; no comparison.")
-        other = None
-    views = [model_result(m, choice, values) for m in (lm, other) if m is not None]
-    return [v for v in views if v is not None] if views and views[0] is not None else []
+    if second.file is not None:
+        return [first, file_view(second.file)]
+    other = model_result(second.model, choice, values) if second.model and choice else None
+    return [first] + ([other] if other else [])
 
 
 def _per_head_table(view: Shown) -> pd.DataFrame:
@@ -237,13 +246,9 @@ def _per_model(views: list[Shown], keys: list[str]) -> dict[str, dict[str, np.nd
 
 def _side_by_side(views: list[Shown], draw) -> None:
     """draw(view, suffix) for each view, in columns when there are two."""
-    if len(views) == 1:
-        draw(views[0], "")
-        return
-    for i, (column, view) in enumerate(zip(st.columns(len(views)), views)):
+    for i, (column, view) in enumerate(zip(model_columns([f"**{v.model}**" for v in views]), views)):
         with column:
-            st.markdown(f"**{view.model}**")
-            draw(view, f"_{i + 1}")
+            draw(view, "" if len(views) == 1 else f"_{i + 1}")
 
 
 def lines_beside_heatmaps(views: list[Shown], keys: list[str], titles: tuple[str, str, str], names: str):
@@ -326,12 +331,9 @@ def entropy_tab(views: list[Shown]) -> None:
 
 def head_map_tab(views: list[Shown]) -> None:
     """The MDS map of the heads by Jensen-Shannon divergence, with the behaviour labels."""
-    if views[0].head_map is None:
-        st.info(
-            "This result file has no head map: run the command with --head-map to include it."
-            if views[0].from_file
-            else "Switch on *Head map* in the sidebar to compute the Jensen-Shannon distances between all heads."
-        )
+    if all(v.head_map is None for v in views):
+        for view in [v for v in views if v.from_file] or views[:1]:
+            no_head_map(view)
         return
     st.markdown(
         "Each head is a point; heads that attend alike are close. The distance between two heads is the "
@@ -348,10 +350,21 @@ def head_map_tab(views: list[Shown]) -> None:
     _side_by_side(views, draw_head_map)
 
 
+def no_head_map(view: Shown) -> None:
+    """Why a model has no head map, and how to get one."""
+    st.info(
+        f"{view.model}: the result file has no head map; run the command with --head-map to include it."
+        if view.from_file
+        else "Switch on *Head map* in the sidebar to compute the Jensen-Shannon distances between all heads."
+    )
+
+
 def draw_head_map(view: Shown, sfx: str) -> None:
     """One model's head map and its JS-divergence table download."""
     hm = view.head_map
-    assert hm is not None
+    if hm is None:
+        no_head_map(view)
+        return
     _figure(head_map_figure(hm.coords, hm.layer, hm.head, hm.labels), "head_map" + sfx)
     names = [head_label(l, h) for l, h in zip(hm.layer, hm.head)]
     distances = pd.DataFrame(hm.divergence, index=names, columns=names)
@@ -429,10 +442,13 @@ def weights_norms_caption(view: Shown) -> str:
 
 def weights_norms_tab(views: list[Shown]) -> None:
     """Share of weights and share of norms per class and layer (Kobayashi Fig. 2), and value norms by class."""
-    if any(v.norms is None for v in views):
+    missing = [v for v in views if v.norms is None]
+    if missing:
+        files = [v.model for v in missing if v.from_file]
         st.info(
-            "This result file has no norms: run the command with --norms to include them."
-            if views[0].from_file
+            f"{' and '.join(files)}: {'these result files have' if len(files) > 1 else 'the result file has'} no "
+            "norms; run the command with --norms to include them."
+            if files
             else "Switch on *Weights vs norms* in the sidebar: the value norms come from the same forward pass."
         )
         return

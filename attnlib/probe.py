@@ -13,6 +13,7 @@ from .corpus import CorpusError, CorpusInput, Sentence
 from .deps import DIRECTIONS, OFFSETS, DependencyCounts
 from .engine import Progress, accumulate
 from .model import LoadedModel
+from .results import ResultFileError
 from .runner import RunResult
 
 Variant = Literal["attention", "words"]
@@ -429,3 +430,14 @@ def run_probe(
     if progress is not None:
         progress(total, total)
     return score_probe(probe, train_maps, test_maps, variant, epochs)
+
+
+def probe_from_json(result: dict, variant: str | None = None) -> ProbeResult:
+    """The ProbeResult of a `probe` result file; ResultFileError when malformed or (with `variant`) of another variant."""
+    try:
+        found = ProbeResult.from_json(result)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultFileError(f"the `probe` result is incomplete or malformed ({exc!r}).") from exc
+    if variant is not None and found.variant != variant:
+        raise ResultFileError(f"this is the {found.variant} probe; here the page shows the {variant} probe.")
+    return found

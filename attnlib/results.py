@@ -162,3 +162,24 @@ def read_result_file(data: bytes | str, command: str | None = None, max_bytes: i
         run=record["run"],
         state=state,
     )
+
+
+def comparison_caveats(first_corpus: dict, first_options: dict, second: ResultFile, keys: tuple[str, ...]) -> list[str]:
+    """Why a second model's result file may not compare with the first result: another corpus (content or number of
+    inputs), or other values of the options named in `keys` (corpora as result files describe them)."""
+    caveats = []
+    name_a, name_b = first_corpus.get("name", "?"), second.corpus.get("name", "?")
+    sha_a, sha_b = first_corpus.get("sha1"), second.corpus.get("sha1")
+    if sha_a and sha_b and sha_a != sha_b:
+        caveats.append(f"the first result is of {name_a}, the second of another corpus, {name_b}")
+    elif first_corpus.get("n_inputs") != second.corpus.get("n_inputs"):
+        caveats.append(
+            f"the first result covers {first_corpus.get('n_inputs', '?')} inputs of {name_a}, "
+            f"the second {second.corpus.get('n_inputs', '?')} of {name_b}"
+        )
+    caveats += [
+        f"{key} is {first_options[key]} for the first, {second.options[key]} for the second"
+        for key in keys
+        if key in first_options and key in second.options and first_options[key] != second.options[key]
+    ]
+    return caveats

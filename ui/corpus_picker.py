@@ -33,6 +33,10 @@ class CorpusChoice:
         """How many inputs are used (after the limit)."""
         return len(self.inputs)
 
+    def described(self) -> dict:
+        """The corpus as a result file describes it: name, SHA-1 of the content, number of inputs used."""
+        return {"name": self.label, "sha1": self.sha1, "n_inputs": self.n_inputs}
+
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def parse_upload(data: bytes, name: str, conllu: bool) -> list[CorpusInput]:
