@@ -28,7 +28,7 @@ from figures.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from figures.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from figures.model_view import LINES_MAX_TOKENS, model_view_html
 from figures.neuron_view import neuron_scores, neuron_view_html, value_norm_figure
-from ui.compare import compared_model
+from ui.compare import compared_model, model_columns
 from ui.live_inputs import cached_run, run_or_explain, text_inputs
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
@@ -418,11 +418,11 @@ def layer_shares(v: Shown) -> dict[str, dict[str, float]]:
 
 def side_by_side(views: list[Shown]) -> list:
     """One column per model (the page itself for one model), each headed by its model and layer when two."""
+    columns = model_columns(
+        [f"**{v.facts.name}** · layer {v.layer + 1} of {v.facts.n_layers}, {v.facts.n_heads} heads" for v in views]
+    )
     if len(views) == 1:
-        return [st.container()]
-    columns = st.columns(len(views))
-    for column, v in zip(columns, views):
-        column.markdown(f"**{v.facts.name}** · layer {v.layer + 1} of {v.facts.n_layers}, {v.facts.n_heads} heads")
+        return columns
     difference = largest_difference(layer_shares(views[0]), layer_shares(views[1]))
     if difference is not None:
         st.caption(
@@ -522,39 +522,51 @@ def model_view_section(s: Shown, second: ModelFacts | None) -> None:
 
 
 def neuron_view_section(s: Shown, second: ModelFacts | None) -> None:
-    """Query and key vectors of one head and query token, their softmax against the model's row, the value norms."""
-    r, layer, head = s.result, s.layer, s.head
-    query = s.selected if s.selected is not None else 0
+    """Query and key vectors of one head and query token, their softmax against the model's row, the value norms; of
+    each model, side by side."""
+    views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    drawn = []
+    for k, (column, v) in enumerate(zip(side_by_side(views), views)):
+        with column:
+            drawn.append(neuron_part(v, len(views) > 1, "live_value_norms" if k == 0 else f"live_value_norms{k}"))
+    st.caption("‖f(x_j)‖ = ‖v_j W_O‖ of each key token in this head (METHODS §11): how large a vector it moves.")
+    export_buttons(
+        f"{s.stem}-H{s.head + 1}-neuron",
+        lambda: long_table(views, [pd.DataFrame(table) for _, table, _ in drawn], "attention"),
+        lambda: exports(views, [v.export(**fields) for v, (_, _, fields) in zip(views, drawn)]),
+        [(v, html) for v, (html, _, _) in zip(views, drawn)],
+        "live_neuron_export",
+    )
+
+
+def neuron_part(v: Shown, two: bool, chart_key: str) -> tuple[str, dict, dict]:
+    """One model's neuron view and its value norms (beside it; below it when two models share the width), and
+    whether softmax(q·k/√d) reproduces its row; returns (html, CSV columns, JSON fields)."""
+    r, layer, head = v.result, v.layer, v.head
+    query = v.selected if v.selected is not None else 0
     q, k = r.queries[layer, head], r.keys[layer, head]
     ns = neuron_scores(q, k, query)
     row = r.attentions[layer, head, query]
-    diff = float(np.abs(ns.softmax - row).max())
-    html = neuron_view_html(q, k, s.labels, query, layer, head, row)
-    norms = value_norm(s.facts.name, s.text_a, s.text_b)[layer, head]
-    left, right = st.columns([4, 1])
+    title = f"{v.facts.name} · Neuron view" if two else ""
+    html = neuron_view_html(q, k, v.labels, query, layer, head, row, title=title)
+    norms = value_norm(v.facts.name, v.text_a, v.text_b)[layer, head]
+    left, right = (st.container(), st.container()) if two else st.columns([4, 1])
     with left:
         show(html)
-    right.plotly_chart(value_norm_figure(norms, s.labels, layer, head), key="live_value_norms")
-    right.caption("‖f(x_j)‖ = ‖v_j W_O‖ of each key token in this head (METHODS §11): how large a vector it moves.")
-    if second is not None:
-        st.caption("The neuron view shows the first model; the head and model views show both side by side.")
-    neuron_notes(diff)
-    table = {"key_index": np.arange(r.n), "key": s.labels, "score": ns.scores, "softmax": ns.softmax}
-    vectors = {"query": ns.query.tolist(), "keys": ns.keys.tolist(), "scores": ns.scores.tolist()}
-    export_buttons(
-        f"{s.stem}-H{head + 1}-neuron",
-        lambda: pd.DataFrame({**table, "model_attention": row, "value_norm": norms}),
-        lambda: s.export(
-            head=head,
-            query_index=query,
-            **vectors,
-            softmax=ns.softmax.tolist(),
-            model_attention=row.astype(np.float64).tolist(),
-            value_norm=norms.astype(np.float64).tolist(),
-        ),
-        [(s, html)],
-        "live_neuron_export",
-    )
+    right.plotly_chart(value_norm_figure(norms, v.labels, layer, head), key=chart_key)
+    neuron_notes(float(np.abs(ns.softmax - row).max()))
+    table = {"key_index": np.arange(r.n), "key": v.labels, "score": ns.scores, "softmax": ns.softmax}
+    fields = {
+        "head": head,
+        "query_index": query,
+        "query": ns.query.tolist(),
+        "keys": ns.keys.tolist(),
+        "scores": ns.scores.tolist(),
+        "softmax": ns.softmax.tolist(),
+        "model_attention": row.astype(np.float64).tolist(),
+        "value_norm": norms.astype(np.float64).tolist(),
+    }
+    return html, table | {"model_attention": row, "value_norm": norms}, fields
 
 
 def neuron_notes(diff: float) -> None:
