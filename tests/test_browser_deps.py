@@ -45,12 +45,50 @@ def test_probe_section_compares_two_models(streamlit_server, browser, screenshot
         section.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "deps-probe-section.png"))
         charts = page.locator(".js-plotly-plot")
-        assert charts.filter(has_text="Accuracy per relation").count() == 1
-        assert charts.filter(has_text="heads right").count() == 1  # the test sentence's arc diagram
+        assert charts.filter(has_text="Accuracy per relation").count() == 2  # one per model, side by side
+        assert charts.filter(has_text="Learned weight of every head").count() == 2
+        sentences = charts.filter(has_text="heads right")  # the test sentence's arc diagram in each model
+        assert sentences.count() == 2
+        a, b = sentences.nth(0).bounding_box(), sentences.nth(1).bounding_box()
+        assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5
     except Exception:
         page.get_by_role("button").last.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "deps-probe-failure-end.png"))
         page.screenshot(path=str(screenshot_dir / "deps-probe-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_example_sentence_in_both_models(streamlit_server, browser, screenshot_dir, tiny_model_dir):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        url = f"{streamlit_server}/dependency-heads?limit=10&min=1&sentence=1&cmp={quote(str(tiny_model_dir))}"
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Example").first.wait_for(timeout=180_000)
+        page.wait_for_function(IDLE, timeout=180_000)
+        arcs = page.locator(".js-plotly-plot").filter(has_text="arcs found")
+        arcs.nth(1).wait_for(timeout=60_000)
+        page.wait_for_timeout(1500)
+        assert arcs.count() == 2
+        words = [arcs.nth(k).locator(".textpoint").all_inner_texts() for k in (0, 1)]
+        assert len(words[0]) > 3 and words[0] == words[1]  # the same sentence drawn in both models
+        a, b = arcs.nth(0).bounding_box(), arcs.nth(1).bounding_box()
+        assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5  # side by side
+        assert page.get_by_text("all-MiniLM-L6-v2 · head", exact=False).count() == 1
+        assert page.get_by_text(f"{tiny_model_dir} · head", exact=False).count() == 1
+        heat = page.locator(".js-plotly-plot").filter(has_text="Word-level attention of head")
+        assert heat.count() == 2
+        relation = page.locator(".js-plotly-plot").filter(has_text="Accuracy of every head on")
+        assert relation.count() == 2  # every head on the relation, per model
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.get_by_role("heading", name="Example").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_dir / "deps-example-two-models.png"))
+    except Exception:
+        page.screenshot(path=str(screenshot_dir / "deps-example-failure.png"), full_page=True)
         raise
     finally:
         page.close()

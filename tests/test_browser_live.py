@@ -223,3 +223,27 @@ def test_two_models_head_views_side_by_side(streamlit_server, browser, screensho
         page.screenshot(path=str(screenshot_dir / "live-two-models.png"), full_page=True)
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_two_models_neuron_views_side_by_side(streamlit_server, browser, screenshot_dir, tiny_model_dir):
+    url = f"{streamlit_server}/?view=neuron&layer=4&head=9&token=3&cmp={quote(str(tiny_model_dir))}"
+    page = open_page(browser, url)
+    try:
+        page.locator("iframe").nth(1).wait_for(state="visible", timeout=180_000)
+        assert page.locator("iframe").count() == 2
+        (first, ink_a), (second, ink_b) = frame_ink(page, 0, "#cv"), frame_ink(page, 1, "#cv")
+        assert ink_a > 500 and ink_b > 500
+        assert "all-MiniLM-L6-v2" in first.inner_text("#ttl") and "layer 4, head 9" in first.inner_text("#ttl")
+        assert str(tiny_model_dir.name) in second.inner_text("#ttl") and "layer 2, head 4" in second.inner_text("#ttl")
+        a, b = (page.locator("iframe").nth(k).bounding_box() for k in (0, 1))
+        assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5  # side by side
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length == 2", timeout=60_000)
+        charts = page.locator("[data-testid='stPlotlyChart']")
+        assert "Value norms, head 4-9" in charts.nth(0).inner_text()
+        assert "Value norms, head 2-4" in charts.nth(1).inner_text()
+        assert charts.nth(1).bounding_box()["x"] >= a["x"] + a["width"] - 5  # under the second model's view
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.screenshot(path=str(screenshot_dir / "live-two-models-neuron.png"), full_page=True)
+    finally:
+        page.close()

@@ -6,6 +6,9 @@ from urllib.parse import quote
 
 import pytest
 
+from attnlib import cli
+from attnlib.shipped import CLASSROOM_SINGLE
+
 DONE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"
 
@@ -66,6 +69,42 @@ def test_two_models_compared_in_browser(streamlit_server, browser, screenshot_di
         assert page.locator("[data-testid='stException']").count() == 0
     except Exception:
         page.screenshot(path=str(screenshot_dir / "special-browser-failure.png"))
+        raise
+    finally:
+        page.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_second_model_from_a_result_file_in_browser(
+    streamlit_server, browser, screenshot_dir, tiny_model_dir, tmp_path
+):
+    out, folder = tmp_path / "tiny-special.json", str(tiny_model_dir)
+    argv = ["special", "--corpus", str(CLASSROOM_SINGLE), "--norms", "--model", folder, "--out", str(out)]
+    assert cli.main(argv) == 0
+    page = browser.new_page(viewport={"width": 1500, "height": 2200})
+    try:
+        _open(page, f"{streamlit_server}/special-tokens?grad=0")  # the default model's shipped result
+        sidebar = page.locator("[data-testid='stSidebar']")
+        field = sidebar.get_by_label("Compare with").bounding_box()
+        uploader = sidebar.locator("[data-testid='stExpander']").filter(has_text="the second model's result file")
+        corpus = sidebar.get_by_role("heading", name="Corpus").bounding_box()
+        assert field["y"] < uploader.bounding_box()["y"] < corpus["y"]  # under "Compare with"
+        uploader.get_by_text("the second model's result file").click()
+        uploader.locator("input[type='file']").set_input_files(str(out))
+        page.get_by_text("Second model:").first.wait_for(timeout=120_000)
+        page.wait_for_function(DONE, timeout=240_000)
+        _show_tab(page, "Shares")
+        panel = page.locator("[role='tabpanel']:not([hidden])")
+        assert "largest difference:" in panel.inner_text()
+        legend = panel.locator(".js-plotly-plot").first.inner_text()
+        assert "(all-MiniLM-L6-v2)" in legend and f"({folder})" in legend
+        assert panel.locator(".js-plotly-plot").count() == 3  # overlaid lines, a heatmap per model
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.screenshot(path=str(screenshot_dir / "special-compare-result-file.png"), full_page=True)
+    except Exception:
+        page.screenshot(path=str(screenshot_dir / "special-result-file-failure.png"), full_page=True)
         raise
     finally:
         page.close()
