@@ -14,7 +14,7 @@ from attnlib import cli
 from attnlib.results import read_result_file
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)]
+TINY_BERT = pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 
 
 def cli_file(tmp_path, name: str, *argv: str) -> tuple[bytes, dict]:
@@ -46,9 +46,43 @@ def difference_lines(at) -> list[str]:
     return [m.value for m in at.markdown if "largest difference" in m.value]
 
 
+# --- the checks, without the app ---------------------------------------------------------------------------------
+
+
+def test_caveats_name_another_corpus_another_size_and_other_options():
+    from attnlib.results import ResultFile, comparison_caveats
+
+    corpus = {"name": "a.txt", "sha1": "1" * 40, "n_inputs": 5}
+    second = ResultFile("positions", "m", dict(corpus), {"mode": "exact", "probes": 12, "seed": 1}, "0", "", {})
+    assert comparison_caveats(corpus, {"mode": "exact", "probes": 12}, second, ("mode", "probes")) == []
+    assert comparison_caveats(corpus, {"mode": "estimate", "seed": 2}, second, ("mode", "probes")) == [
+        "mode is estimate for the first, exact for the second"  # seed is not compared, probes not given
+    ]
+    second.corpus["n_inputs"] = 4
+    assert comparison_caveats(corpus, {}, second, ()) == [
+        "the first result covers 5 inputs of a.txt, the second 4 of a.txt"
+    ]
+    second.corpus |= {"sha1": "2" * 40, "name": "b.txt"}
+    assert comparison_caveats(corpus, {}, second, ()) == [
+        "the first result is of a.txt, the second of another corpus, b.txt"
+    ]
+
+
+def test_probe_files_of_another_variant_or_malformed_are_result_file_errors():
+    from attnlib.probe import probe_from_json
+    from attnlib.results import ResultFileError
+
+    with pytest.raises(ResultFileError, match="incomplete or malformed"):
+        probe_from_json({"uas": 0.5})
+    with pytest.raises(ResultFileError, match="incomplete or malformed"):
+        probe_from_json([1, 2])  # type: ignore[arg-type]
+
+
 # --- Special tokens -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@TINY_BERT
 def test_special_second_model_from_its_result_file_beside_the_shipped_first(tmp_path, tiny_model_dir, one_thread):
     data, second = cli_file(
         tmp_path, "tiny", "special", "--corpus", str(CLASSROOM_SINGLE), "--norms", "--model", str(tiny_model_dir)
@@ -72,6 +106,8 @@ def test_special_second_model_from_its_result_file_beside_the_shipped_first(tmp_
     assert any(f"{second_model}: the result file has no head map" in i.value for i in at.info)  # no --head-map
 
 
+@pytest.mark.slow
+@TINY_BERT
 def test_special_two_result_files_without_a_corpus(tmp_path, tiny_model_dir, one_thread):
     argv = ["special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "5", "--head-map"]
     first_data, first = cli_file(tmp_path, "minilm", *argv)
@@ -94,6 +130,8 @@ def test_special_two_result_files_without_a_corpus(tmp_path, tiny_model_dir, one
     assert len(maps) == 2  # one head map per file, side by side
 
 
+@pytest.mark.slow
+@TINY_BERT
 def test_special_bad_compare_files_are_errors(tmp_path, tiny_model_dir):
     data, _ = cli_file(tmp_path, "tiny", "special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "3")
     record = json.loads(data)
@@ -114,6 +152,8 @@ def test_special_bad_compare_files_are_errors(tmp_path, tiny_model_dir):
 # --- Dependency heads -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@TINY_BERT
 def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_model_dir, minilm, one_thread):
     from attnlib.corpus import read_conllu
     from attnlib.deps import count_dependencies, dependency_counts_from_json
@@ -144,6 +184,8 @@ def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_
     assert len(arcs) == 1 and any("second model's result comes from a file" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
+@TINY_BERT
 def test_deps_example_sentence_in_both_models(tiny_model_dir, tiny_model, one_thread):
     at = app("dependency_heads", limit="10", min="1", cmp=str(tiny_model_dir), sentence="2")
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -163,6 +205,8 @@ def test_deps_example_sentence_in_both_models(tiny_model_dir, tiny_model, one_th
 # --- the probe ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@TINY_BERT
 def test_probe_of_two_result_files(tmp_path, tiny_model_dir, one_thread):
     argv = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "4"]
     first_data, first = cli_file(tmp_path, "minilm-probe", *argv)
@@ -189,10 +233,19 @@ def test_probe_of_two_result_files(tmp_path, tiny_model_dir, one_thread):
     sent_id = first["sentences"][0]["sent_id"]
     assert len(sentences) == 2 and all(t.startswith(f"{sent_id}:") for t in sentences)
 
+    record = json.loads(second_data)
+    record["result"]["variant"] = "words"  # the attention + words probe is not what the comparison shows
+    at = upload(at, "probe_compare_file", "words.json", json.dumps(record).encode())
+    assert any("words.json cannot be shown" in e.value and "the words probe" in e.value for e in at.error)
+    assert not any("method" in d.value.columns for d in at.dataframe)  # the first model alone: no comparison table
+    assert {m.label: m.value for m in at.metric}["UAS, attention-only probe"] == f"{100 * first['uas']:.1f}%"
+
 
 # --- Local vs global ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@TINY_BERT
 def test_positions_and_aggregation_of_two_result_files(tmp_path, tiny_model_dir, capsys):
     from test_aggregation import assert_table_equals_cli, save_tiny_bert
 
@@ -231,6 +284,8 @@ def test_positions_and_aggregation_of_two_result_files(tmp_path, tiny_model_dir,
 # --- Live: the neuron view of both models ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@TINY_BERT
 def test_neuron_view_of_both_models(tiny_model_dir, tiny_model, minilm):
     from test_live import open_live, view_datas
 
