@@ -477,25 +477,27 @@ def table_section(tables: dict[str, DependencyTable], label: str, min_count: int
 
 
 def relation_section(counts: dict[str, DependencyCounts], tables: dict[str, DependencyTable], held_out: bool) -> str:
-    """Every head's accuracy on one chosen relation (kept in the URL), each model's side by side; returns the relation."""
+    """Every head's accuracy on one chosen relation (kept in the URL), of each model; returns the relation."""
     st.subheader("Every head on one relation")
     relations = [r.relation for r in next(iter(tables.values())).rows]
     relation = Option("deps_relation", "relation", relations[1] if len(relations) > 1 else relations[0], relations)
     bind([relation])
     forget_example = [Option(key, param, 0) for param, key in EXAMPLE.items()]
     chosen = st.selectbox("Relation", relations, key=relation.key, on_change=forget, args=(forget_example,))
-    for k, (column, model) in enumerate(zip(model_columns([f"**{m}**" for m in tables]), tables)):
+    for k, model in enumerate(tables):  # one below the other: each figure has two panels already
         row = next((r for r in tables[model].rows if r.relation == chosen), None)
-        with column:
-            if row is None:
-                st.caption(f"{model} has no row for '{chosen}' (too few dependents).")
-                continue
-            grid = counts[model].accuracy_grid(chosen, half=1 if held_out else None)
-            heatmap = head_accuracy_heatmaps(grid, chosen, (row.layer, row.head, DIRECTIONS.index(row.direction)))
-            suffix = "" if k == 0 else f"_{k + 1}"
-            st.plotly_chart(heatmap, key=f"deps_heatmap{suffix}")
-            name = f"dependency_heads_{chosen.replace(':', '_')}{suffix}"
-            download_figure(heatmap, name, key=f"deps_heatmap_download{suffix}")
+        if len(tables) > 1:
+            st.markdown(f"**{model}**")
+        if row is None:
+            st.caption(f"{model} has no row for '{chosen}' (too few dependents).")
+            continue
+        grid = counts[model].accuracy_grid(chosen, half=1 if held_out else None)
+        heatmap = head_accuracy_heatmaps(grid, chosen, (row.layer, row.head, DIRECTIONS.index(row.direction)))
+        suffix = "" if k == 0 else f"_{k + 1}"
+        st.plotly_chart(heatmap, key=f"deps_heatmap{suffix}")
+        download_figure(
+            heatmap, f"dependency_heads_{chosen.replace(':', '_')}{suffix}", key=f"deps_heatmap_download{suffix}"
+        )
     if held_out:
         st.caption("Accuracies on half B; the red square marks the head chosen on half A.")
     return chosen
@@ -672,11 +674,13 @@ def probe_comparison(results: dict[str, tuple[ProbeResult, ProbeResult | None]])
 
 
 def probe_figures(results: dict[str, ProbeResult]) -> None:
-    """UAS per relation, the learned weights, and one test sentence drawn; two models side by side."""
+    """UAS per relation and one test sentence drawn (two models side by side), and the learned weights."""
     headers = [f"**{model}**" for model in results]
-    for k, (column, (model, result)) in enumerate(zip(model_columns(headers), results.items())):
+    for k, (column, result) in enumerate(zip(model_columns(headers), results.values())):
         with column:
-            probe_weights(result, model, "" if k == 0 else f"_{k + 1}")
+            probe_bars(result, "" if k == 0 else f"_{k + 1}")
+    for k, (model, result) in enumerate(results.items()):  # one below the other: each has two panels already
+        probe_weights(result, model, "" if k == 0 else f"_{k + 1}")
     with st.expander("UAS per relation, every relation (table)"):
         percent = {c: PERCENT for c in ("probe UAS %", "best head %", "best offset %")}
         st.dataframe(relation_frame(results), hide_index=True, column_config=percent)
@@ -687,11 +691,15 @@ def probe_figures(results: dict[str, ProbeResult]) -> None:
             probe_example(result, sentence if k == 0 else first.sentences[sentence].sent_id, model, k)
 
 
-def probe_weights(result: ProbeResult, model: str, suffix: str) -> None:
-    """One model's UAS per relation and learned weights."""
+def probe_bars(result: ProbeResult, suffix: str) -> None:
+    """One model's UAS per relation: the probe, the best head and the best offset."""
     bars = relation_bars(result.uas_by_relation, min_count=20 if result.n_words >= 2000 else 1)
     st.plotly_chart(bars, key=f"probe_relations{suffix}")
     download_figure(bars, f"probe_uas_per_relation{suffix}", key=f"probe_relations_download{suffix}")
+
+
+def probe_weights(result: ProbeResult, model: str, suffix: str) -> None:
+    """One model's learned weights and the largest of them."""
     weights = weight_heatmaps(result.weight_grid(), f"Learned weight of every head ({model})")
     st.plotly_chart(weights, key=f"probe_weights{suffix}")
     download_figure(weights, f"probe_weights{suffix}", key=f"probe_weights_download{suffix}")

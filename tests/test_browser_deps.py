@@ -51,6 +51,8 @@ def test_probe_section_compares_two_models(streamlit_server, browser, screenshot
         assert sentences.count() == 2
         a, b = sentences.nth(0).bounding_box(), sentences.nth(1).bounding_box()
         assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5
+        charts.filter(has_text="Learned weight of every head").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_dir / "deps-probe-weights-compared.png"))
     except Exception:
         page.get_by_role("button").last.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "deps-probe-failure-end.png"))

@@ -87,7 +87,7 @@ def test_second_model_from_a_result_file_in_browser(
     try:
         _open(page, f"{streamlit_server}/special-tokens?grad=0")  # the default model's shipped result
         sidebar = page.locator("[data-testid='stSidebar']")
-        field = sidebar.get_by_label("Compare with").bounding_box()
+        field = sidebar.get_by_role("textbox", name="Compare with").bounding_box()
         uploader = sidebar.locator("[data-testid='stExpander']").filter(has_text="the second model's result file")
         corpus = sidebar.get_by_role("heading", name="Corpus").bounding_box()
         assert field["y"] < uploader.bounding_box()["y"] < corpus["y"]  # under "Compare with"
