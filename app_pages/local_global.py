@@ -42,7 +42,7 @@ from ui.downloads import download_figure, download_json, download_table
 from ui.live_inputs import run_or_explain, text_inputs
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind
+from ui.page_state import Option, bind, lazy_tabs
 from ui.progress import progress
 from ui.result_file import loaded_result
 from ui.result_source import shipped_or_computed
@@ -58,6 +58,14 @@ AGG_MEASURE = Option("lg_agg_measure", "agg_measure", "attention", list(MEASURES
 # with a server under 1 GB the exact example keeps it under 1.5 GB (issue 15); 600 s allowed 147 tokens, about 0.9 GB.
 EXACT_EXAMPLE_MAX_SECONDS = 120
 POSITION_OPTIONS = ("mode", "probes", "drop_special", "identifiable_only")  # what the positions command records
+TABS = {
+    "com": "Centre of mass",
+    "histograms": "Relative positions",
+    "correlation": "Attention vs attribution",
+    "aggregation": "Global aggregation",
+    "example": "One example",
+}
+TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -331,20 +339,17 @@ def correlation_section(results: Results) -> None:
     download_json(data, "local_global", key="lg_json_dl")
 
 
-def corpus_section(results: Results, sources: dict[str, str], label: str) -> None:
-    """Centres of mass, histograms and correlations of the corpus, for one model or two side by side."""
+def corpus_summary(results: Results, sources: dict[str, str], label: str) -> Results:
+    """Where each result comes from and, for two models, where they differ most; the results that have inputs."""
     for model, r in results.items():
         corpus_notes(r, sources[model], label, model if len(results) > 1 else "")
     results = {m: r for m, r in results.items() if r.n_inputs}
     if not results:
         st.warning("No input is left to analyse.")
-        return
     if len(results) == 2:
         a, b = (positions_comparable(r) for r in results.values())
         difference_line(a, b, list(results))
-    centre_of_mass_section(results)
-    histogram_section(results)
-    correlation_section(results)
+    return results
 
 
 Aggregations = dict[str, AggregationResult]  # model name -> its result
@@ -555,19 +560,32 @@ st.caption(
     "the library and its JSON count from 0. Definitions: METHODS §8 and §9."
 )
 cite_methods(8, 9)
+CORPUS_SECTIONS = {
+    TABS["com"]: centre_of_mass_section,
+    TABS["histograms"]: histogram_section,
+    TABS["correlation"]: correlation_section,
+}
 lm = current_model()
 second = compared_model()
 options = options_sidebar(lm.facts.head_dim)
 loaded = loaded_result(KEY, "positions", lambda record: positions_from_json(record.result))
+choice = None if loaded is not None else corpus_picker(KEY, default_limit=100)
+models = [lm] if second is None else [lm, second]
+results: Results = {}
 if loaded is not None:
     source = f"loaded from a result file ({loaded[0].model})"
-    corpus_section({loaded[0].model: loaded[1]}, {loaded[0].model: source}, loaded[0].corpus.get("name", "?"))
-elif (choice := corpus_picker(KEY, default_limit=100)) is not None:
-    models = [lm] if second is None else [lm, second]
-    results, sources = corpus_results(models, choice, options)
-    if results:
-        corpus_section(results, sources, choice.label)
-    st.divider()
-    aggregation_section(models, choice, options)
-st.divider()
-example_section(lm)
+    results = corpus_summary({loaded[0].model: loaded[1]}, {loaded[0].model: source}, loaded[0].corpus.get("name", "?"))
+elif choice is not None:
+    computed, sources = corpus_results(models, choice, options)
+    results = corpus_summary(computed, sources, choice.label) if computed else {}
+label, tab = lazy_tabs(TAB, list(TABS.values()))
+with tab:
+    if label == TABS["example"]:
+        example_section(lm)
+    elif label == TABS["aggregation"]:
+        if choice is not None:
+            aggregation_section(models, choice, options)
+        else:
+            st.info("Global aggregation runs on a corpus: remove the result file to choose one in the sidebar.")
+    elif results:
+        CORPUS_SECTIONS[label](results)
