@@ -37,13 +37,13 @@ from figures.positions import (
     median_correlation_chart,
     position_histograms,
 )
-from ui.compare import second_source
+from ui.compare import Second, second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
 from ui.downloads import download_figure, download_json, download_table
 from ui.live_inputs import run_or_explain, text_inputs
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind
+from ui.page_state import Option, bind, lazy_tabs
 from ui.progress import progress
 from ui.result_file import loaded_result
 from ui.result_source import shipped_or_computed
@@ -59,6 +59,14 @@ AGG_MEASURE = Option("lg_agg_measure", "agg_measure", "attention", list(MEASURES
 # with a server under 1 GB the exact example keeps it under 1.5 GB (issue 15); 600 s allowed 147 tokens, about 0.9 GB.
 EXACT_EXAMPLE_MAX_SECONDS = 120
 POSITION_OPTIONS = ("mode", "probes", "drop_special", "identifiable_only")  # what the positions command records
+TABS = {
+    "com": "Centre of mass",
+    "histograms": "Relative positions",
+    "correlation": "Attention vs attribution",
+    "aggregation": "Global aggregation",
+    "example": "One example",
+}
+TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -149,9 +157,9 @@ def position_options(options: PositionOptions) -> dict:
     return {name: getattr(options, name) for name in POSITION_OPTIONS}
 
 
-def positions_part(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> None:
+def positions_part(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> Results:
     """The corpus statistics of the first model (its loaded file, else on the corpus) and of the second (its result
-    file, else the compared model's on the same corpus)."""
+    file, else the compared model's on the same corpus), summarised; the results that have inputs."""
     first_name = lm.facts.name if loaded is None else loaded.model
     corpus = None if choice is None else choice.described()
     wanted = position_options(options)
@@ -169,8 +177,7 @@ def positions_part(lm: LoadedModel, choice: CorpusChoice | None, options: Positi
             if result is not None:
                 name = model.facts.name
                 results[name], sources[name], labels[name] = result, source, choice.label
-    if results:
-        corpus_section(results, sources, labels)
+    return corpus_summary(results, sources, labels) if results else {}
 
 
 def _summary_table(r: PositionsResult) -> pd.DataFrame:
@@ -354,20 +361,17 @@ def correlation_section(results: Results) -> None:
     download_json(data, "local_global", key="lg_json_dl")
 
 
-def corpus_section(results: Results, sources: dict[str, str], labels: dict[str, str]) -> None:
-    """Centres of mass, histograms and correlations of the corpus, for one model or two side by side."""
+def corpus_summary(results: Results, sources: dict[str, str], labels: dict[str, str]) -> Results:
+    """Where each result comes from and, for two models, where they differ most; the results that have inputs."""
     for model, r in results.items():
         corpus_notes(r, sources[model], labels[model], model if len(results) > 1 else "")
     results = {m: r for m, r in results.items() if r.n_inputs}
     if not results:
         st.warning("No input is left to analyse.")
-        return
     if len(results) == 2:
         a, b = (positions_comparable(r) for r in results.values())
         difference_line(a, b, list(results))
-    centre_of_mass_section(results)
-    histogram_section(results)
-    correlation_section(results)
+    return results
 
 
 Aggregations = dict[str, AggregationResult]  # model name -> its result
@@ -463,13 +467,13 @@ def parse_aggregation(record: ResultFile) -> AggregationResult:
     return aggregation_from_json(record.result)
 
 
-def aggregation_results(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> Aggregations:
-    """The first model's aggregation (its loaded file, else on the corpus) and the second's (its result file, else the
-    compared model's on the same corpus)."""
+def aggregation_second(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> Second:
+    """The second model's aggregation: its result file, else the compared model (drawn on every run, whichever tab is
+    open, so an uploaded file stays)."""
     first_name = lm.facts.name if loaded is None else loaded.model
     corpus = None if choice is None else choice.described()
     wanted = {"mode": options.mode, "probes": options.probes}
-    second = second_source(
+    return second_source(
         "aggregation",
         "aggregation",
         parse_aggregation,
@@ -480,6 +484,13 @@ def aggregation_results(lm: LoadedModel, choice: CorpusChoice | None, options: P
         tuple(wanted),
         "aggregation",
     )
+
+
+def aggregation_results(
+    lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded, second: Second
+) -> Aggregations:
+    """The first model's aggregation (its loaded file, else on the corpus) and the second's (its result file, else the
+    compared model's on the same corpus)."""
     results: Aggregations = {}
     for model, found in ((lm, loaded), (second.model, second.file)):
         if found is not None:
@@ -491,20 +502,22 @@ def aggregation_results(lm: LoadedModel, choice: CorpusChoice | None, options: P
     return results
 
 
-def aggregation_section(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> None:
+def aggregation_section(
+    lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded, second: Second
+) -> None:
     """Issue 14: each measure's agreement with layer-output attribution per layer, centres of mass, histograms."""
     st.subheader("Global aggregation")
     st.caption(
         "Raw attention, the value-weighted norms N and N_ResLN, and their rollouts, each compared per layer with "
         "layer-output attribution (how much each input token contributes to the layer's output vectors): "
-        "Spearman solid, Pearson dashed, mean over query rows and inputs (METHODS §13). Same mode and probes as above."
+        "Spearman solid, Pearson dashed, mean over query rows and inputs (METHODS §13). Same mode and probes as the other tabs."
     )
     cite_methods(13)
-    results = aggregation_results(lm, choice, options, loaded)
+    results = aggregation_results(lm, choice, options, loaded, second)
     if not results:
         if choice is None and loaded is None:
             st.info(
-                "Nothing to show here yet: choose a corpus in the sidebar (a loaded result file of the section above "
+                "Nothing to show here yet: choose a corpus in the sidebar (a loaded positions result file "
                 "switches the corpus off), or load an aggregation result file."
             )
         return
@@ -616,14 +629,24 @@ st.caption(
     "the library and its JSON count from 0. Definitions: METHODS §8 and §9."
 )
 cite_methods(8, 9)
+CORPUS_SECTIONS = {
+    TABS["com"]: centre_of_mass_section,
+    TABS["histograms"]: histogram_section,
+    TABS["correlation"]: correlation_section,
+}
 lm = current_model()
 options = options_sidebar(lm.facts.head_dim)
 positions_file = loaded_result(KEY, "positions", parse_positions, section="positions")
 aggregation_file = loaded_result("aggregation", "aggregation", parse_aggregation, section="aggregation")
 from_files = positions_file is not None or aggregation_file is not None
 choice = None if from_files else corpus_picker(KEY, default_limit=100)
-positions_part(lm, choice, options, positions_file)
-st.divider()
-aggregation_section(lm, choice, options, aggregation_file)
-st.divider()
-example_section(lm)
+results = positions_part(lm, choice, options, positions_file)
+second_aggregation = aggregation_second(lm, choice, options, aggregation_file)
+label, tab = lazy_tabs(TAB, list(TABS.values()))
+with tab:
+    if label == TABS["example"]:
+        example_section(lm)
+    elif label == TABS["aggregation"]:
+        aggregation_section(lm, choice, options, aggregation_file, second_aggregation)
+    elif results:
+        CORPUS_SECTIONS[label](results)

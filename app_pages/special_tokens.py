@@ -38,7 +38,7 @@ from ui.corpus_picker import CorpusChoice, corpus_picker
 from ui.downloads import download_figure, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind
+from ui.page_state import Option, bind, lazy_tabs
 from ui.progress import progress
 from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
@@ -526,6 +526,13 @@ TABS = {
     "Gradient importance": gradient_tab,
     "Tables": tables_tab,
 }
+TAB = Option(
+    "special_tab",
+    "tab",
+    "Shares",
+    dict(zip(("shares", "sep", "norms", "offsets", "entropy", "map", "gradient", "tables"), TABS)),
+    omit_default=True,
+)
 
 st.title("Special tokens")
 st.caption(
@@ -540,6 +547,6 @@ views = shown_results(lm)
 if not views:
     st.stop()
 summary(views)
-for tab, render in zip(st.tabs(list(TABS)), TABS.values()):
-    with tab:
-        render(views)
+label, tab = lazy_tabs(TAB, list(TABS))
+with tab:
+    TABS[label](views)

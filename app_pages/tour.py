@@ -340,7 +340,7 @@ def render_positions(model_name: str, shown: str) -> None:
 
 
 def _corpus_link(step: Step, model_name: str, command: str) -> str:
-    return page_link(step.page, model=model_name, corpus=corpus_slug(TOUR_CORPORA[command]))
+    return page_link(step.page, model=model_name, corpus=corpus_slug(TOUR_CORPORA[command]), tab=step.tab)
 
 
 RENDER: dict[str, Callable[[str, str], None]] = {

@@ -50,6 +50,7 @@ LINK_KEYS = (
     "view",
     "corpus",
     "norms",
+    "tab",
 )  # URL keys of the full pages (see page_link)
 
 
@@ -62,6 +63,7 @@ class Step:
     title: str
     explanation: str
     page: str  # url_path of the full page ("" is the Live page at /)
+    tab: str | None = None  # the tab of that page it opens (its URL text)
 
 
 STEPS: tuple[Step, ...] = (
@@ -83,6 +85,7 @@ STEPS: tuple[Step, ...] = (
         "start, [SEP] at the end of each sentence, and the punctuation marks '.' and ','. The lines show, per "
         "layer, the share of attention each kind receives (Clark Fig. 2).",
         "special-tokens",
+        "shares",
     ),
     Step(
         3,
@@ -93,6 +96,7 @@ STEPS: tuple[Step, ...] = (
         "the model's output (small gradients). Attention weights alone do not say how much a token moves the "
         "output: that also depends on the size of the vector it sends.",
         "special-tokens",
+        "norms",
     ),
     Step(
         4,
@@ -102,6 +106,7 @@ STEPS: tuple[Step, ...] = (
         "looks at all n tokens equally. Clark et al. found broad heads in the lowest layers of BERT (Fig. 4). "
         "The dashed line is uniform attention.",
         "special-tokens",
+        "entropy",
     ),
     Step(
         5,

@@ -247,3 +247,19 @@ def random_input(rng: np.random.Generator, layers: int = 2, heads: int = 3, pair
     cls[0] = True
     x = rng.random((layers, heads, n, n)) ** 3
     return fake_result(x / x.sum(-1, keepdims=True), tokens, cls, sep)
+
+
+def open_tab(at, key: str, label: str):
+    """Open one of a page's tabs (only the open tab is drawn) and rerun; the AppTest."""
+    at.session_state[key] = label
+    return at.run()
+
+
+def across_tabs(at, key: str, labels, get) -> list:
+    """get(at) with each tab opened in turn, concatenated; no tab may raise."""
+    found = []
+    for label in labels:
+        open_tab(at, key, label)
+        assert not at.exception, (label, [e.value for e in at.exception])
+        found += get(at)
+    return found

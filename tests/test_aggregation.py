@@ -218,12 +218,13 @@ def save_tiny_bert(folder, layers: int, seed: int):
     return folder
 
 
-def page_with(model: str, compare: str = "", limit: int = 3, probes: int = 2):
+def page_with(model: str, compare: str = "", limit: int = 3, probes: int = 2, tab: str = "aggregation"):
     """The Local vs global page for a model (and a second one), on the first `limit` classroom inputs."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.query_params["model"] = model
+    at.query_params["tab"] = tab
     if compare:
         at.query_params["cmp"] = compare
     at.run()

@@ -67,7 +67,9 @@ def test_url_restores_model_and_text():
 @pytest.mark.slow
 @pytest.mark.parametrize("words, expect_button", [(8, True), (300, False)])
 def test_exact_example_states_its_time_and_refuses_long_inputs(words, expect_button):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["tab"] = "example"
+    at.run()
     at.switch_page("app_pages/local_global.py").run()
     at.text_area[0].input(" ".join(["river"] * words)).run()
     assert not at.exception, at.exception

@@ -392,6 +392,7 @@ def test_app_live_roberta(tiny_model_dir):
 def test_app_typed_text_follows_the_visitor_across_pages(live_app):
     """Streamlit drops widget values and the URL on a page change; the typed sentence must survive both."""
     at = _type(live_app, "My own sentence about a purple owl.", "")
+    at.session_state["lg_tab"] = "One example"  # the Local vs global tab with the sentence inputs
     for page in ("app_pages/local_global.py", "app_pages/dependency_heads.py", "app_pages/live.py"):
         at.switch_page(page).run()
         assert not at.exception, (page, at.exception)
@@ -413,6 +414,7 @@ BAD_TYPED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
 def test_app_local_global_example_bad_text(live_app, text):
+    live_app.session_state["lg_tab"] = "One example"
     at = live_app.switch_page("app_pages/local_global.py").run()
     assert not at.exception, at.exception
     at = _type(at, text)

@@ -8,7 +8,8 @@ import re
 
 import numpy as np
 import pytest
-from test_special import check_weights_vs_norms, table_with
+from conftest import across_tabs, open_tab
+from test_special import SPECIAL_TABS, check_weights_vs_norms, table_with
 
 from attnlib import cli
 from attnlib.results import read_result_file
@@ -95,15 +96,17 @@ def test_special_second_model_from_its_result_file_beside_the_shipped_first(tmp_
     assert not at.warning, [w.value for w in at.warning]  # same corpus, same inputs, same punctuation
     assert any(f"Second model: **{second_model}**, from **tiny.json**" in i.value for i in at.info)
     assert any("precomputed, shipped with the app" in c.value for c in at.caption)
-    per_layer = table_with(at, "sep_to_sep")
+    lines = across_tabs(at, "special_tab", SPECIAL_TABS, difference_lines)
+    assert len(lines) >= 4 and all(f"{first_model} vs {second_model}" in line for line in lines)
+    per_layer = table_with(at, "sep_to_sep")  # the last tab, Tables, is open
     assert per_layer.groupby("model").size().to_dict() == {first_model: 6, second_model: 2}
     rows = per_layer[per_layer["model"] == second_model]
     for key in ("cls", "sep", "entropy"):
         assert rows[key].tolist() == pytest.approx([row[key] for row in second["layers"]], abs=6e-5)
-    check_weights_vs_norms(table_with(at, "norm_cls"), second, second_model)  # the norms tab has the file's numbers
-    lines = difference_lines(at)
-    assert len(lines) >= 4 and all(f"{first_model} vs {second_model}" in line for line in lines)
-    assert any(f"{second_model}: the result file has no head map" in i.value for i in at.info)  # no --head-map
+    norms_tab = open_tab(at, "special_tab", "Weights vs norms")
+    check_weights_vs_norms(table_with(norms_tab, "norm_cls"), second, second_model)  # the file's numbers
+    infos = [i.value for i in open_tab(at, "special_tab", "Head map").info]
+    assert any(f"{second_model}: the result file has no head map" in i for i in infos)  # no --head-map
 
 
 @pytest.mark.slow
@@ -121,12 +124,12 @@ def test_special_two_result_files_without_a_corpus(tmp_path, tiny_model_dir, one
     assert any("from **tiny.json**" in i.value for i in at.info)
     warning = " ".join(w.value for w in at.warning)  # the files cover 5 and 4 inputs
     assert "may not compare like for like" in warning and "covers 5 inputs" in warning and "4 of" in warning
-    per_layer = table_with(at, "sep_to_sep")
+    assert all(f"{first['model']} vs {tiny_model_dir}" in line for line in difference_lines(at))
+    per_layer = table_with(open_tab(at, "special_tab", "Tables"), "sep_to_sep")
     for model, out in ((first["model"], first), (str(tiny_model_dir), second)):
         rows = per_layer[per_layer["model"] == model]
         assert rows["cls"].tolist() == pytest.approx([row["cls"] for row in out["layers"]], abs=6e-5)
-    assert all(f"{first['model']} vs {tiny_model_dir}" in line for line in difference_lines(at))
-    maps = [c for c in at.get("plotly_chart") if "head_map" in str(c.key)]
+    maps = [c for c in open_tab(at, "special_tab", "Head map").get("plotly_chart") if "head_map" in str(c.key)]
     assert len(maps) == 2  # one head map per file, side by side
 
 
@@ -135,7 +138,7 @@ def test_special_two_result_files_without_a_corpus(tmp_path, tiny_model_dir, one
 def test_special_bad_compare_files_are_errors(tmp_path, tiny_model_dir):
     data, _ = cli_file(tmp_path, "tiny", "special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "3")
     record = json.loads(data)
-    at = app("special_tokens", grad="0")
+    at = app("special_tokens", grad="0", tab="tables")
     cases = [
         ("positions.json", json.dumps({**record, "command": "positions"}).encode(), "holds the result of `positions`"),
         ("broken.json", b'{"format": "attnlib-result", "format_ver', "not a JSON file"),
@@ -267,10 +270,11 @@ def test_positions_and_aggregation_of_two_result_files(tmp_path, tiny_model_dir,
         rows = summary[summary["model"] == model]
         expected = files["positions", model][1]["attention_center_of_mass"]
         np.testing.assert_allclose(rows["attention centre of mass"], expected, atol=6e-5)
+    open_tab(at, "lg_tab", "Global aggregation")
     aggregation = next(d.value for d in at.dataframe if "measure" in d.value.columns)
     for model in (first_model, second_model):
         assert_table_equals_cli(aggregation, model, files["aggregation", model][1])
-    lines = difference_lines(at)
+    lines = difference_lines(at)  # positions above the tabs, then aggregation in its tab
     assert len(lines) == 2 and all(f"{first_model} vs {second_model}" in line for line in lines)
     assert (
         sum(

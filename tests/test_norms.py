@@ -169,7 +169,14 @@ def test_padding_never_enters(tiny_model):
     for b, a in zip(batched, alone):
         assert b.values.shape == a.values.shape and b.layer_inputs.shape[1] == a.n
         mb, ma = norms.norm_maps(b), norms.norm_maps(a)
-        for name in ("value_norm", "weighted_norm", "layer_norm", "residual_ln", "residual_ln_rollout"):
+        for name in (
+            "value_norm",
+            "weighted_norm",
+            "layer_norm",
+            "residual_ln",
+            "attention_rollout",
+            "residual_ln_rollout",
+        ):
             np.testing.assert_allclose(getattr(mb, name), getattr(ma, name), rtol=1e-4, atol=1e-5)
     f = lm.facts
     whole, single = norms.NormShareStats(f.n_layers, f.n_heads), norms.NormShareStats(f.n_layers, f.n_heads)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import across_tabs, open_tab
 from scipy.stats import pearsonr, spearmanr
 
 from attnlib.attribution import Attribution
@@ -25,6 +26,14 @@ from attnlib.positions import (
     row_correlations,
 )
 from attnlib.shipped import ROOT
+
+TABS = {
+    "com": "Centre of mass",
+    "histograms": "Relative positions",
+    "correlation": "Attention vs attribution",
+    "aggregation": "Global aggregation",
+    "example": "One example",
+}  # app_pages/local_global.py (a page runs when imported, so its labels are written out here)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -213,11 +222,12 @@ def test_page_opens_with_the_shipped_result():
     at.switch_page("app_pages/local_global.py").run()
     assert not at.exception, at.exception
     assert at.title[0].value == "Local versus global"
-    charts = at.get("plotly_chart")
-    assert len(charts) >= 7  # centre of mass, two histogram grids, three correlation figures, the example
+    assert len(at.get("plotly_chart")) == 1  # only the open tab, Centre of mass, is drawn
     assert any("precomputed" in c.value for c in at.caption)
     assert not at.error
-    assert "Global aggregation" in [h.value for h in at.subheader]
+    charts = across_tabs(at, "lg_tab", TABS.values(), lambda at: list(at.get("plotly_chart")))
+    assert len(charts) >= 9  # centre of mass, two histogram grids, three correlation figures, aggregation, example
+    assert "Global aggregation" in [h.value for h in open_tab(at, "lg_tab", TABS["aggregation"]).subheader]
 
 
 @pytest.mark.slow
@@ -233,7 +243,10 @@ def test_page_computes_a_small_corpus_on_request():
     compute[0].click().run()
     assert not at.exception, at.exception
     assert any("3 inputs of" in c.value and "computed here" in c.value for c in at.caption)
-    assert len(at.get("plotly_chart")) >= 7
+    charts = across_tabs(
+        at, "lg_tab", [TABS["com"], TABS["histograms"], TABS["correlation"]], lambda at: list(at.get("plotly_chart"))
+    )
+    assert len(charts) >= 6
     assert at.query_params["probes"] == "2"
 
 
@@ -251,15 +264,25 @@ def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path, c
     from test_aggregation import assert_table_equals_cli, cli_aggregation, page_with, save_tiny_bert
 
     first, second = str(tiny_model_dir), str(save_tiny_bert(tmp_path / "three-layers", layers=3, seed=1))
-    at = page_with(first, second)
+    at = page_with(first, second, tab="aggregation")
     for command in ("positions", "aggregation"):
         for name in (first, second):
             at.button(key=f"compute:{command}:{name}").click().run()
             assert not at.exception, at.exception
     assert at.query_params["cmp"] == second
-    summary = next(d.value for d in at.dataframe if "attention centre of mass" in d.value.columns)
-    assert list(summary["model"]) == [first] * 2 + [second] * 3  # a row per layer of each model
     aggregation = next(d.value for d in at.dataframe if "measure" in d.value.columns)
+    aggregation_lines = [m.value for m in at.markdown if "largest difference" in m.value]
+    specs = [json.dumps(json.loads(c.proto.spec)) for c in at.get("plotly_chart")]  # "/" unescaped
+    specs += across_tabs(
+        at,
+        "lg_tab",
+        [TABS["com"], TABS["correlation"]],
+        lambda at: [json.dumps(json.loads(c.proto.spec)) for c in at.get("plotly_chart")],
+    )
+    summary = next(
+        d.value for d in open_tab(at, "lg_tab", TABS["com"]).dataframe if "attention centre of mass" in d.value.columns
+    )
+    assert list(summary["model"]) == [first] * 2 + [second] * 3  # a row per layer of each model
     data = {name: cli_aggregation(name, capsys) for name in (first, second)}
     for name in (first, second):
         assert_table_equals_cli(aggregation, name, data[name])
@@ -269,10 +292,8 @@ def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path, c
         for key, names in (("spearman", MEASURES), ("center_of_mass", (*MEASURES, "attribution")))
         for m in names
     ]
-    lines = [m.value for m in at.markdown if "largest difference" in m.value]
-    assert len(lines) == 2  # positions, then aggregation
-    a, b = _numbers_of_difference(lines[1])
+    assert len(aggregation_lines) == 2  # positions (above the tabs), then aggregation
+    a, b = _numbers_of_difference(aggregation_lines[1])
     assert abs(a - b) == pytest.approx(max(diffs), abs=0.011)
-    specs = [json.dumps(json.loads(c.proto.spec)) for c in at.get("plotly_chart")]  # "/" unescaped
     assert sum(first in s and second in s for s in specs) >= 7  # overlays and side-by-side heatmaps name both
     assert any("relative depth" in s for s in specs)  # 2 and 3 layers: the line charts share a relative-depth axis

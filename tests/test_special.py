@@ -387,11 +387,12 @@ def test_page_runs_on_a_small_corpus():
     at.number_input(key="special_limit").set_value(20).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    charts = at.get("plotly_chart")
-    assert len(charts) >= 5
+    assert len(at.get("plotly_chart")) == 2  # only the open tab (Shares) is drawn
     assert any("20 inputs" in c.value for c in at.caption)
-    at.run()  # a cache hit replays the cached run, progress bar included
-    assert not at.exception and len(at.get("plotly_chart")) == len(charts)
+    charts = across_tabs(at, lambda at: list(at.get("plotly_chart")))
+    assert len(charts) >= 7
+    open_tab(at, "Shares").run()  # a cache hit replays the cached run, progress bar included
+    assert not at.exception and len(at.get("plotly_chart")) == 2
 
 
 @pytest.mark.slow
@@ -406,6 +407,7 @@ def test_page_shows_gradient_importance_for_a_model_with_an_mlm_head(tiny_model_
     at.selectbox(key="model_choice").set_value(OTHER).run()
     at.text_input(key="model_custom").set_value(str(tiny_model_dir)).run()
     at.number_input(key="special_limit").set_value(6).run()
+    open_tab(at, "Gradient importance")
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     titles = [c.proto.spec for c in at.get("plotly_chart")]
@@ -419,6 +421,7 @@ def test_page_options_pairs_all_punctuation_no_map():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.query_params["punct"] = "all"
     at.query_params["map"] = "0"
+    at.query_params["tab"] = "map"
     at.run()
     at.switch_page("app_pages/special_tokens.py").run()
     at.selectbox(key="special_corpus").set_value("Classroom set: sentence pairs").run()
@@ -459,6 +462,18 @@ def test_special_tokens_from_json_round_trip(minilm):
     assert special_tokens_from_json(run.special.to_json()).norms is None
 
 
+SPECIAL_TABS = (
+    "Shares",
+    "[SEP] as no-op",
+    "Weights vs norms",
+    "Offset heads",
+    "Entropy",
+    "Head map",
+    "Gradient importance",
+    "Tables",
+)  # app_pages/special_tokens.py (a page runs when imported, so its labels are written out here)
+
+
 def page_at(**params):
     """The app on the Special tokens page, with these URL parameters, after one run."""
     from streamlit.testing.v1 import AppTest
@@ -469,6 +484,20 @@ def page_at(**params):
     at.run()
     at.switch_page("app_pages/special_tokens.py").run()
     return at
+
+
+def open_tab(at, name: str):
+    """Open one of the page's tabs (only the open tab is drawn) and rerun."""
+    from conftest import open_tab
+
+    return open_tab(at, "special_tab", name)
+
+
+def across_tabs(at, get) -> list:
+    """get(at) with every tab of the page opened in turn, concatenated."""
+    from conftest import across_tabs
+
+    return across_tabs(at, "special_tab", SPECIAL_TABS, get)
 
 
 def table_with(at, column: str, without: str = "layer-head"):
@@ -501,7 +530,7 @@ def expected_gap_text(cli_out: dict) -> str:
 @pytest.mark.slow
 def test_weights_vs_norms_tab_equals_the_cli(capsys, one_thread):
     cli_out = run_cli(capsys, "--corpus", str(CLASSROOM_SINGLE), "--limit", "8", "--norms")
-    at = page_at(norms="1", limit="8", grad="0", map="0")
+    at = page_at(norms="1", limit="8", grad="0", map="0", tab="norms")
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     check_weights_vs_norms(table_with(at, "norm_cls"), cli_out, cli_out["model"])
@@ -539,8 +568,8 @@ def test_page_shows_a_shipped_result_without_running_the_model(capsys, tmp_path,
     assert ("special", record.model, 8, {"all_punct": False, "head_map": True, "norms": True}) in asked
     assert any("precomputed, shipped with the app" in c.value for c in at.caption)
     assert any(b.label == "Recompute" for b in at.button)
-    check_weights_vs_norms(table_with(at, "norm_cls"), cli_out, record.model)
-    per_layer = table_with(at, "sep_to_sep")
+    check_weights_vs_norms(table_with(open_tab(at, "Weights vs norms"), "norm_cls"), cli_out, record.model)
+    per_layer = table_with(open_tab(at, "Tables"), "sep_to_sep")
     assert per_layer["cls"].tolist() == pytest.approx([row["cls"] for row in cli_out["layers"]], abs=6e-5)
 
 
@@ -551,7 +580,7 @@ def test_page_compares_two_models(capsys, tiny_model_dir, one_thread):
     second = run_cli(
         capsys, "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--norms", "--model", str(tiny_model_dir)
     )
-    at = page_at(norms="1", limit="6", grad="0", map="0", cmp=str(tiny_model_dir))
+    at = page_at(norms="1", limit="6", grad="0", map="0", cmp=str(tiny_model_dir), tab="norms")
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     table = table_with(at, "norm_cls")
@@ -559,12 +588,12 @@ def test_page_compares_two_models(capsys, tiny_model_dir, one_thread):
     check_weights_vs_norms(table, first, first["model"])
     check_weights_vs_norms(table, second, second["model"])
     assert len([m for m in at.markdown if "What it shows" in m.value]) == 2
-    lines = [m.value for m in at.markdown if "largest difference:" in m.value]
+    lines = across_tabs(at, lambda at: [m.value for m in at.markdown if "largest difference:" in m.value])
     assert len(lines) >= 4  # shares, [SEP], offsets, entropy, norms
     assert all(f"{first['model']} vs {second['model']}" in line for line in lines)
-    per_layer = table_with(at, "sep_to_sep")
+    per_layer = table_with(at, "sep_to_sep")  # the last tab, Tables, is open
     assert per_layer.groupby("model").size().to_dict() == {first["model"]: 6, second["model"]: 2}
-    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    titles = [c.proto.spec for c in open_tab(at, "Shares").get("plotly_chart")]
     assert any("number of layers" in t for t in titles)  # 6 and 2 layers share one axis scaled by depth
 
 
@@ -584,11 +613,12 @@ def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thr
     at = page_at()  # the defaults: classroom single sentences, Clark's punctuation, head map and norms on
     assert not at.exception, [e.value for e in at.exception]
     assert any("precomputed, shipped with the app" in c.value for c in at.caption)
-    per_layer = table_with(at, "sep_to_sep")
+    charts = across_tabs(at, lambda at: list(at.get("plotly_chart")))
+    per_layer = table_with(at, "sep_to_sep")  # the last tab, Tables, is open
     for key in ("cls", "sep", "entropy"):
         assert per_layer[key].tolist() == pytest.approx([row[key] for row in shipped["layers"]], abs=6e-5)
-    assert len(at.get("plotly_chart")) >= 6  # the head map too
-    assert any("weights_vs_norms" in str(c.key) for c in at.get("plotly_chart"))  # the shipped file has the norms
+    assert len(charts) >= 8  # the head map too
+    assert any("weights_vs_norms" in str(c.key) for c in charts)  # the shipped file has the norms
 
 
 @pytest.mark.slow
@@ -610,7 +640,7 @@ def test_gradients_beside_a_shipped_result_wait_for_a_click(capsys, tmp_path, mo
     monkeypatch.setattr("attnlib.special_tokens.special_tokens", no_model_run)
     from ui.model_sidebar import OTHER
 
-    at = page_at(limit="4")
+    at = page_at(limit="4", tab="gradient")
     at.selectbox(key="model_choice").set_value(OTHER).run()
     at.text_input(key="model_custom").set_value(str(tiny_model_dir)).run()
     assert not at.exception, [e.value for e in at.exception]

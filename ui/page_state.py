@@ -143,3 +143,12 @@ def forget(options: Iterable[Option]) -> None:
         st.session_state.pop(_kept(option), None)
         if option.param in st.query_params:
             del st.query_params[option.param]
+
+
+def lazy_tabs(option: Option, labels: Sequence[str]) -> tuple[str, Any]:
+    """Tabs of which only the open one is drawn: (its label, its container). Streamlit reruns the page on a switch;
+    the open tab is an option like any other (option.choices maps URL text to label), so it is kept and linked."""
+    bind([option])
+    tabs = st.tabs(list(labels), key=option.key, on_change="rerun")
+    label = st.session_state[option.key]
+    return label, tabs[list(labels).index(label)]
