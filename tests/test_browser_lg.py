@@ -16,11 +16,11 @@ TRACE_NAMES = (  # each figure's trace names and subplot titles
 
 AGREEMENT_DRAWN = f"() => ({TRACE_NAMES})().some(names => names.includes('Spearman'))"
 
-SECTIONS = (
-    "Centre of mass per layer",
-    "Relative-position histograms",
-    "Attention against attribution",
-    "Global aggregation",
+TABS = (  # the page's tabs (only the open one is drawn) and each tab's heading
+    ("Global aggregation", "Global aggregation"),
+    ("Centre of mass", "Centre of mass per layer"),
+    ("Relative positions", "Relative-position histograms"),
+    ("Attention vs attribution", "Attention against attribution"),
 )
 
 COMPUTE = "Compute for 3 inputs"
@@ -34,7 +34,7 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
     from test_aggregation import save_tiny_bert
 
     first, second = str(tiny_model_dir), str(save_tiny_bert(tmp_path / "three-layers", layers=3, seed=1))
-    query = urlencode({"model": first, "cmp": second, "limit": 3, "probes": 2})
+    query = urlencode({"model": first, "cmp": second, "limit": 3, "probes": 2, "tab": "aggregation"})
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         page.goto(f"{streamlit_server}/local-global?{query}", wait_until="domcontentloaded")
@@ -48,20 +48,25 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
             button.click()
             page.wait_for_function(f"() => {COMPUTED} > {done}", timeout=180_000)
         page.wait_for_function(IDLE, timeout=180_000)
-        for i, heading in enumerate(SECTIONS):  # charts are drawn as they scroll into view
-            page.get_by_role("heading", name=heading).first.scroll_into_view_if_needed(timeout=180_000)
-            page.wait_for_timeout(1500)
-            page.screenshot(path=str(screenshot_dir / f"local-global-compare-{i}.png"))
         page.get_by_text("Measure for the histograms").first.scroll_into_view_if_needed()
         page.wait_for_timeout(1500)
         page.screenshot(path=str(screenshot_dir / "local-global-compare-aggregation-histograms.png"))
         page.wait_for_function(AGREEMENT_DRAWN, timeout=60_000)
-        assert page.locator("[data-testid='stException']").count() == 0
         assert page.evaluate(f"() => {COMPUTED}") == 4
-        names = [json.loads(n) for n in page.evaluate(TRACE_NAMES)]
+        differences = page.get_by_text("largest difference").count()
+        names = []
+        for i, (tab, heading) in enumerate(TABS):
+            if i:
+                page.get_by_role("tab", name=tab, exact=True).click()
+            page.get_by_role("heading", name=heading).first.scroll_into_view_if_needed(timeout=180_000)
+            page.wait_for_function(IDLE, timeout=180_000)
+            page.wait_for_timeout(1500)  # charts are drawn as they scroll into view
+            page.screenshot(path=str(screenshot_dir / f"local-global-compare-{i}.png"))
+            assert page.locator("[data-testid='stException']").count() == 0
+            names += [json.loads(n) for n in page.evaluate(TRACE_NAMES)]
         both = [n for n in names if any(first in str(x) for x in n) and any(second in str(x) for x in n)]
         assert len(both) >= 8, names  # 4 overlays (positions, aggregation) and 4 side-by-side heatmaps
-        assert page.get_by_text("largest difference").count() == 2
+        assert differences == 2  # positions above the tabs, aggregation in its tab
     finally:
         page.screenshot(path=str(screenshot_dir / "local-global-compare-last.png"))
         page.close()

@@ -51,7 +51,7 @@ def test_live_page_shows_default_pair_chart(streamlit_server, browser, screensho
 def test_exact_example_computes_on_request(streamlit_server, browser, screenshot_dir):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        page.goto(f"{streamlit_server}/local-global?a=Birds+sing+at+dawn.", wait_until="domcontentloaded")
+        page.goto(f"{streamlit_server}/local-global?tab=example&a=Birds+sing+at+dawn.", wait_until="domcontentloaded")
         page.get_by_text("takes about").first.wait_for(timeout=180_000)
         page.wait_for_function(IDLE, timeout=120_000)  # until the run ends, the page above keeps growing
         button = page.get_by_role("button", name="Compute exact attribution")
