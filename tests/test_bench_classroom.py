@@ -15,8 +15,10 @@ from benchmarks.bench_classroom import (
     PLOT,
     STABLE_MS,
     TABLE,
+    PageCase,
     PageTimes,
     Visit,
+    page_and_query,
     summary,
     table,
     tree_high_water_mb,
@@ -33,18 +35,28 @@ def test_every_page_and_every_tour_step_is_measured():
     assert by_name["tour-5"] == TABLE and by_name["dependency-heads"] == TABLE and by_name["special-tokens"] == PLOT
 
 
-def test_summary_is_one_visitor_then_max_and_median_of_the_many():
-    times = PageTimes("p", Visit(1.5), [Visit(4.0), Visit(2.0), Visit(None, "not finished"), Visit(9.0)])
-    assert summary(times) == (1.5, 9.0, 4.0)  # the unfinished visitor is left out of max and median
-    assert summary(PageTimes("q", Visit(None, "x"), [])) == (None, None, None)
+def test_each_of_the_crowd_waits_for_the_server_under_load_plus_its_own_browser():
+    times = PageTimes("p", Visit(2.5), Visit(0.5), [Visit(4.0), Visit(2.0), Visit(None, "not finished"), Visit(9.0)])
+    assert times.browser_share() == 2.0  # 2.5 s end to end, 0.5 s of it the server's run
+    assert times.many_estimate() == [6.0, 4.0, 11.0]  # the unfinished session is left out
+    assert summary(times) == (2.5, 9.0, 11.0, None)
+    assert summary(PageTimes("q", Visit(None, "x"), Visit(1.0), [Visit(3.0)])) == (None, 3.0, None, None)
 
 
 def test_table_stars_missed_targets_and_says_never():
-    rows = [PageTimes("fast", Visit(1.0), [Visit(2.0)] * 8), PageTimes("slow", Visit(None, "x"), [Visit(12.0)])]
-    lines = table(rows, 8).splitlines()
-    assert "8 visitors max s" in lines[0]
-    assert lines[1].split() == ["fast", "1.00", "2.00", "2.00"]
-    assert lines[2].split() == ["slow", "never", f"{12.0:.2f}*", f"{12.0:.2f}*"]
+    fast = PageTimes("fast", Visit(1.0), Visit(0.25), [Visit(2.0)] * 8)
+    slow = PageTimes("slow", Visit(None, "x"), Visit(0.5), [Visit(12.0)])
+    lines = table([fast, slow], 8).splitlines()
+    assert "server, 8 at once max s" in lines[0] and "each of 8 max s" in lines[0] and "browsers" not in lines[0]
+    assert lines[1].split() == ["fast", "1.00", "0.25", "2.00", "2.75"]
+    assert lines[2].split() == ["slow", "never", "0.50", f"{12.0:.2f}*", "never"]
+    crowd = PageTimes("crowd", Visit(1.0), Visit(0.5), [Visit(1.0)], [Visit(11.0)])
+    assert table([crowd], 8).splitlines()[1].split()[-1] == f"{11.0:.2f}*"
+
+
+def test_pages_are_asked_for_as_a_browser_names_them():
+    assert page_and_query(PageCase("t", "/tour?step=3", PLOT)) == ("tour", "step=3")
+    assert page_and_query(PageCase("l", "/", PLOT)) == ("", "")
 
 
 def test_watch_script_embeds_the_selector_as_a_javascript_string():
