@@ -22,7 +22,7 @@ from .cli import build_parser
 from .cli_options import command_options
 from .corpus import read_conllu, read_corpus
 from .results import ResultFile, read_result_file
-from .shipped import PRECOMPUTED, ROOT
+from .shipped import PRECOMPUTED, ROOT, file_sha1
 
 INDEX = "index.json"
 INDEX_FORMAT = "attnlib-precomputed-index"
@@ -202,7 +202,7 @@ def stale_reasons(entry: ShippedEntry, root: Path = ROOT) -> list[str]:
         path = root / entry.corpus["path"]
         if Path(entry.corpus["path"]).is_absolute() or not path.is_file():
             return [*problems, f"the corpus {entry.corpus['path']} is not a file of the repository"]
-        digest = hashlib.sha1(path.read_bytes()).hexdigest()
+        digest = file_sha1(path)
         if digest != entry.corpus.get("sha1"):
             problems.append(f"{entry.corpus['path']} has changed")
         n = _corpus_size(path, digest)

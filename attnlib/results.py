@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
+from .shipped import file_sha1
 
 RESULT_FORMAT = "attnlib-result"
 RESULT_FORMAT_VERSION = 1
@@ -102,7 +102,7 @@ def make_result_file(
         "name": path.name,
         "path": str(path),
         "n_inputs": n_inputs,
-        "sha1": hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else None,
+        "sha1": file_sha1(path) if path.is_file() else None,
     }
     created = datetime.now(UTC).isoformat(timespec="seconds")
     return ResultFile(command, model, corpus, options, __version__, created, result, run or {}, state)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,3 +50,14 @@ def methods_section(number: int) -> str:
 def corpus_slug(path: Path) -> str:
     """The URL name of a shipped corpus file."""
     return next(slug for slug, p in CORPUS_SLUGS.items() if p == path)
+
+
+@lru_cache(maxsize=64)
+def _sha1_of_version(path: str, mtime_ns: int, size: int) -> str:
+    return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+
+
+def file_sha1(path: Path) -> str:
+    """SHA-1 of a file's bytes, read once per version of the file (pages ask for the shipped corpora on every run)."""
+    stat = path.stat()
+    return _sha1_of_version(str(path.resolve()), stat.st_mtime_ns, stat.st_size)

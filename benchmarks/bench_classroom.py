@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -237,7 +238,8 @@ def server_visits(url: str, case: PageCase, visitors: int, timeout_s: float) -> 
     async def together() -> list[Visit]:
         return list(await asyncio.gather(*(server_visit(ws_url, case, timeout_s) for _ in range(visitors))))
 
-    return asyncio.run(together())
+    with ThreadPoolExecutor(1) as thread:  # Playwright's sync API keeps an event loop running in this thread
+        return thread.submit(asyncio.run, together()).result()
 
 
 def measure(

@@ -263,3 +263,12 @@ def across_tabs(at, key: str, labels, get) -> list:
         assert not at.exception, (label, [e.value for e in at.exception])
         found += get(at)
     return found
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shipped_results():
+    """The app parses each shipped result once per process; tests that swap `shipped_result` must not see another
+    test's parse."""
+    from ui.result_source import _shipped
+
+    _shipped.clear()

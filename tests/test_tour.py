@@ -60,7 +60,10 @@ def test_page_link_builds_every_url_in_one_place():
     assert page_link("", model="m", a="I went.", b=None, layer=2) == "./?model=m&a=I+went.&layer=2"
     with pytest.raises(ValueError, match="unknown URL keys"):
         page_link("special-tokens", modle="m")
-    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "view", "corpus", "norms"}
+    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "view", "corpus", "norms", "tab"}
+    assert page_link("special-tokens", model="m", tab="norms") == "special-tokens?model=m&tab=norms"
+    # the Special tokens tab each step opens (its URL text: shares, norms, entropy are tabs of that page)
+    assert [s.tab for s in STEPS] == [None, "shares", "norms", "entropy", None, None]
 
 
 def test_steps_are_numbered_in_order_with_distinct_keys():

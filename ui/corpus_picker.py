@@ -9,7 +9,7 @@ from typing import Literal
 import streamlit as st
 
 from attnlib.corpus import CorpusError, CorpusInput, parse_conllu, parse_text_corpus, read_corpus
-from attnlib.shipped import CLASSROOM, TREEBANKS, corpus_slug
+from attnlib.shipped import CLASSROOM, TREEBANKS, corpus_slug, file_sha1
 from ui.page_state import Option, bind
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
@@ -48,9 +48,10 @@ def parse_upload(data: bytes, name: str, conllu: bool) -> list[CorpusInput]:
     return [*parse_conllu(text, name)] if conllu else parse_text_corpus(text, name)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=16, show_spinner=False)
 def read_path(path: str) -> list[CorpusInput]:
-    """Read a corpus file on disk once."""
+    """Read a corpus file on disk once; every session shares the list (cache_data would unpickle a copy per run, about
+    0.1 s for a treebank), so callers must not change it."""
     return read_corpus(path)
 
 
@@ -91,7 +92,7 @@ def read_choice(key: str, choice: str, kind: Kind) -> tuple[str, str, list[Corpu
     """(label, SHA-1, inputs, is CoNLL-U) of the chosen corpus; None while no file is uploaded."""
     if choice in CLASSROOM or choice in TREEBANKS:
         path = CLASSROOM.get(choice) or TREEBANKS[choice]
-        return choice, hashlib.sha1(path.read_bytes()).hexdigest(), read_path(str(path)), path.suffix == ".conllu"
+        return choice, file_sha1(path), read_path(str(path)), path.suffix == ".conllu"
     text_help = "Text: one input per line, a TAB between sentence A and B. CoNLL-U: Universal Dependencies format."
     types = ["conllu"] if kind == "conllu" else ["txt", "tsv", "conllu"]
     uploaded = kept_upload(key, choice, types, text_help)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -21,11 +22,11 @@ def download_table(df: pd.DataFrame, name: str, key: str) -> None:
     st.download_button("Download CSV", lambda: df.to_csv(index=False).encode(), f"{name}.csv", "text/csv", key=key)
 
 
-def download_json(obj: dict, name: str, key: str) -> None:
-    """JSON download of a result (strict JSON: numpy converted, NaN written as null)."""
+def download_json(obj: dict | Callable[[], dict], name: str, key: str) -> None:
+    """JSON download of a result (strict JSON: numpy converted, NaN written as null); a callable is built on click."""
     st.download_button(
         "Download JSON",
-        lambda: json.dumps(json_ready(obj), allow_nan=False).encode(),
+        lambda: json.dumps(json_ready(obj() if callable(obj) else obj), allow_nan=False).encode(),
         f"{name}.json",
         "application/json",
         key=key,

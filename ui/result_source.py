@@ -14,6 +14,14 @@ from ui.corpus_picker import CorpusChoice
 T = TypeVar("T")
 
 
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _shipped(key: tuple, sha1: str, n_inputs: int, _parse: Callable[[ResultFile], T]) -> tuple[T, str] | None:
+    """A shipped result parsed once per server and shared by every visitor (read only), with where it comes from."""
+    command, model_name, _, options = key
+    record = shipped_result(command, model_name, sha1, n_inputs, dict(options))
+    return None if record is None else (_parse(record), f"precomputed, shipped with the app ({record.provenance()})")
+
+
 def shipped_or_computed(
     command: str,
     model_name: str,
@@ -29,15 +37,15 @@ def shipped_or_computed(
     done = st.session_state.setdefault("_results_computed_here", set())
     button = f"{command}:{model_name}"
     if key not in done:
-        record = shipped_result(command, model_name, choice.sha1, choice.n_inputs, options)
-        if record is not None:
+        shipped = _shipped(key, choice.sha1, choice.n_inputs, parse)
+        if shipped is not None:
             again = st.button(
                 "Recompute",
                 key=f"recompute:{button}",
                 help="The result shown ships with the app (scripts/precompute.py); this computes it again here.",
             )
             if not again:
-                return parse(record), f"precomputed, shipped with the app ({record.provenance()})"
+                return shipped
         elif ask_first is not None:
             st.info(ask_first)
             if not st.button(f"Compute for {choice.n_inputs} inputs", type="primary", key=f"compute:{button}"):
