@@ -38,7 +38,7 @@ from ui.corpus_picker import SHIPPED, CorpusChoice, corpus_picker, kept_upload, 
 from ui.downloads import download_figure, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind, forget
+from ui.page_state import Option, bind, forget, lazy_tabs
 from ui.progress import progress
 from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
@@ -833,6 +833,9 @@ def table_one(lm: LoadedModel) -> None:
     example_viewer(models, sentences, tables, relation, rule)
 
 
+TABS = {"table": "Best head per relation", "probe": "All heads together"}
+TAB = Option("deps_tab", "tab", TABS["table"], TABS, omit_default=True)
+
 st.title("Dependency heads")
 st.caption(
     "Which single attention head finds which syntactic relation, against the best fixed-offset baseline "
@@ -843,5 +846,9 @@ with st.expander("How the numbers are computed"):
     st.markdown(HOW)
 cite_methods(6, 7)
 lm = current_model()
-table_one(lm)
-probe_section(lm)
+label, tab = lazy_tabs(TAB, list(TABS.values()))
+with tab:
+    if label == TABS["table"]:
+        table_one(lm)
+    else:
+        probe_section(lm)

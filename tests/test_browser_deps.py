@@ -29,9 +29,11 @@ def test_probe_section_compares_two_models(streamlit_server, browser, screenshot
     try:
         url = f"{streamlit_server}/dependency-heads?limit=10&min=1&probe_limit=6&cmp={quote(str(tiny_model_dir))}"
         page.goto(url, wait_until="domcontentloaded")
+        page.get_by_text("largest difference: best-head accuracy in").first.wait_for(timeout=180_000)
+        page.wait_for_function(IDLE, timeout=180_000)
+        page.get_by_role("tab", name="All heads together", exact=True).click()  # only the open tab is drawn
         page.get_by_role("heading", name="All heads together").first.wait_for(timeout=180_000)
         page.wait_for_function(IDLE, timeout=180_000)
-        page.get_by_text("largest difference: best-head accuracy in").first.wait_for(timeout=60_000)
         _click(page, "Compute for 6 inputs")  # the default model's probe
         page.get_by_text("UAS, attention-only probe").first.wait_for(timeout=180_000)
         _click(page, "Compute for 6 inputs", last=True)  # the second model's

@@ -214,7 +214,7 @@ def test_probe_of_two_result_files(tmp_path, tiny_model_dir, one_thread):
     argv = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "4"]
     first_data, first = cli_file(tmp_path, "minilm-probe", *argv)
     second_data, second = cli_file(tmp_path, "tiny-probe", *argv, "--model", str(tiny_model_dir))
-    at = app("dependency_heads", limit="10", min="1")
+    at = app("dependency_heads", limit="10", min="1", tab="probe")
     at = upload(at, "probe_result_file", "minilm-probe.json", first_data)
     at = upload(at, "probe_compare_file", "tiny-probe.json", second_data)
     assert not at.error, [e.value for e in at.error]
@@ -307,3 +307,29 @@ def test_neuron_view_of_both_models(tiny_model_dir, tiny_model, minilm):
         f"Figure of {tiny_model.facts.name} (HTML)",
     ]
     assert not any("shows the first model" in c.value for c in at.caption)
+
+
+# --- a loaded file stays for the session -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@TINY_BERT
+def test_a_loaded_result_file_survives_another_tab_and_page_until_removed(tmp_path, tiny_model_dir):
+    argv = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "4", "--model", str(tiny_model_dir)]
+    data, out = cli_file(tmp_path, "tiny-probe", *argv)
+    at = app("dependency_heads", limit="10", min="1", tab="probe")
+    at = upload(at, "probe_result_file", "tiny-probe.json", data)
+    shown = f"{100 * out['uas']:.1f}%"
+    assert {m.label: m.value for m in at.metric}["UAS, attention-only probe"] == shown
+    open_tab(at, "deps_tab", "Best head per relation")  # the probe's uploader is not drawn: Streamlit drops its file
+    at.switch_page("app_pages/live.py").run()
+    at.switch_page("app_pages/dependency_heads.py").run()
+    open_tab(at, "deps_tab", "All heads together")
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Using **tiny-probe.json**, loaded earlier" in c.value for c in at.caption)
+    assert {m.label: m.value for m in at.metric}["UAS, attention-only probe"] == shown
+    at.run()  # a further run keeps it (the uploader is empty, which is not a removal)
+    assert {m.label: m.value for m in at.metric}["UAS, attention-only probe"] == shown
+    at.button(key="probe_result_file_remove").click().run()
+    assert not any("tiny-probe.json" in c.value for c in at.caption)
+    assert not any(m.label == "UAS, attention-only probe" and m.value == shown for m in at.metric)

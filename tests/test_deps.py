@@ -412,6 +412,8 @@ def test_page_compares_two_models_table_and_probe(minilm, tiny_model_dir, tiny_m
     expected = largest_difference(*accuracy)
     assert expected is not None and any(expected.text() in m.value for m in at.markdown)
 
+    at.session_state["deps_tab"] = "All heads together"
+    at.run()
     at.button(key=f"compute:probe:{first}").click().run()  # each model's probe is trained on request
     at.button(key=f"compute:probe:{second}").click().run()
     assert not at.exception, [e.value for e in at.exception]

@@ -405,7 +405,7 @@ def _probe_page(model: str | None = None, compare: str | None = None, limit: int
     from attnlib.shipped import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    params = {"limit": "10", "min": "1", "probe_limit": str(limit)}
+    params = {"limit": "10", "min": "1", "probe_limit": str(limit), "tab": "probe"}
     params |= {"model": model} if model else {}
     params |= {"cmp": compare} if compare else {}
     for key, value in params.items():

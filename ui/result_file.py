@@ -33,7 +33,11 @@ class FromFile(Generic[T]):
 def uploaded_result(label: str, key: str, command: str, parse: Callable[[ResultFile], T]) -> FromFile[T] | None:
     """An uploader (in the current container) for a `python -m attnlib <command> --out FILE` result, parsed.
 
-    A file over the size limit, of another command, or malformed is shown as an error and None is returned."""
+    The file is kept for the session: a run that does not draw the uploader (another page or tab) forgets its widget,
+    so the next run that draws it again uses the kept file until the visitor removes it. A file over the size limit,
+    of another command, or malformed is shown as an error and None is returned."""
+    kept, had = f"_kept_{key}", f"_had_{key}"
+    had_file = key in st.session_state and st.session_state.get(had, False)  # the widget held a file on the last run
     upload = st.file_uploader(
         label,
         type=["json"],
@@ -41,22 +45,32 @@ def uploaded_result(label: str, key: str, command: str, parse: Callable[[ResultF
         help="Results computed elsewhere (a GPU machine, a Ray cluster) open here without running the model. "
         "The file is read as JSON only.",
     )
-    if upload is None:
+    st.session_state[had] = upload is not None
+    if upload is not None:
+        if upload.size > MAX_RESULT_BYTES:
+            st.error(f"{upload.name} is {upload.size / 1e6:.1f} MB; the limit is {MAX_RESULT_BYTES / 1e6:.0f} MB.")
+            return None
+        st.session_state[kept] = (upload.name, upload.getvalue())
+    elif had_file or kept not in st.session_state:  # removed by the visitor, or never given
+        st.session_state.pop(kept, None)
         return None
-    if upload.size > MAX_RESULT_BYTES:
-        st.error(f"{upload.name} is {upload.size / 1e6:.1f} MB; the limit is {MAX_RESULT_BYTES / 1e6:.0f} MB.")
+    elif st.button("Remove", key=f"{key}_remove"):
+        st.session_state.pop(kept)
         return None
+    else:
+        st.caption(f"Using **{st.session_state[kept][0]}**, loaded earlier; upload another file to replace it.")
+    name, data = st.session_state[kept]
     try:
-        record = read_result_file(upload.getvalue(), command)
+        record = read_result_file(data, command)
     except ResultFileError as exc:
-        st.error(f"{upload.name}: {exc}")
+        st.error(f"{name}: {exc}")
         return None
     try:
         value = parse(record)
     except ResultFileError as exc:
-        st.error(f"{upload.name} cannot be shown: {exc}")
+        st.error(f"{name} cannot be shown: {exc}")
         return None
-    return FromFile(upload.name, record, value, record.model)
+    return FromFile(name, record, value, record.model)
 
 
 def loaded_result(key: str, command: str, parse: Callable[[ResultFile], T], section: str = "") -> FromFile[T] | None:
