@@ -228,8 +228,8 @@ async def server_visit(ws_url: str, case: PageCase, timeout_s: float) -> Visit:
             kind = message.WhichOneof("type")
             if kind == "delta" and message.delta.new_element.WhichOneof("type") == "exception":
                 problem = f"exception: {message.delta.new_element.exception.message}"
-            if kind == "script_finished":
-                return Visit(time.perf_counter() - start, problem)
+            if kind == "script_finished" and message.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                return Visit(time.perf_counter() - start, problem)  # a run cut short by a rerun is not the end
 
 
 def server_visits(url: str, case: PageCase, visitors: int, timeout_s: float) -> list[Visit]:
