@@ -39,6 +39,7 @@ from ui.downloads import download_figure, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, forget, lazy_tabs
+from ui.page_tabs import DEPENDENCY_HEADS
 from ui.progress import progress
 from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
@@ -833,7 +834,7 @@ def table_one(lm: LoadedModel) -> None:
     example_viewer(models, sentences, tables, relation, rule)
 
 
-TABS = {"table": "Best head per relation", "probe": "All heads together"}
+TABS = DEPENDENCY_HEADS
 TAB = Option("deps_tab", "tab", TABS["table"], TABS, omit_default=True)
 
 st.title("Dependency heads")

@@ -44,6 +44,7 @@ from ui.live_inputs import run_or_explain, text_inputs
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, lazy_tabs
+from ui.page_tabs import LOCAL_GLOBAL
 from ui.progress import progress
 from ui.result_file import loaded_result
 from ui.result_source import shipped_or_computed
@@ -59,13 +60,7 @@ AGG_MEASURE = Option("lg_agg_measure", "agg_measure", "attention", list(MEASURES
 # with a server under 1 GB the exact example keeps it under 1.5 GB (issue 15); 600 s allowed 147 tokens, about 0.9 GB.
 EXACT_EXAMPLE_MAX_SECONDS = 120
 POSITION_OPTIONS = ("mode", "probes", "drop_special", "identifiable_only")  # what the positions command records
-TABS = {
-    "com": "Centre of mass",
-    "histograms": "Relative positions",
-    "correlation": "Attention vs attribution",
-    "aggregation": "Global aggregation",
-    "example": "One example",
-}
+TABS = LOCAL_GLOBAL
 TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
 
 

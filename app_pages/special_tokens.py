@@ -39,6 +39,7 @@ from ui.downloads import download_figure, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, lazy_tabs
+from ui.page_tabs import SPECIAL_TOKENS
 from ui.progress import progress
 from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
@@ -516,23 +517,9 @@ def summary(views: list[Shown]) -> None:
             st.warning(f"{view.model}: {special.n_truncated} inputs were longer than its maximum length and were cut.")
 
 
-TABS = {
-    "Shares": shares_tab,
-    "[SEP] as no-op": sep_tab,
-    "Weights vs norms": weights_norms_tab,
-    "Offset heads": offsets_tab,
-    "Entropy": entropy_tab,
-    "Head map": head_map_tab,
-    "Gradient importance": gradient_tab,
-    "Tables": tables_tab,
-}
-TAB = Option(
-    "special_tab",
-    "tab",
-    "Shares",
-    dict(zip(("shares", "sep", "norms", "offsets", "entropy", "map", "gradient", "tables"), TABS)),
-    omit_default=True,
-)
+RENDERERS = [shares_tab, sep_tab, weights_norms_tab, offsets_tab, entropy_tab, head_map_tab, gradient_tab, tables_tab]
+TABS = dict(zip(SPECIAL_TOKENS.values(), RENDERERS))
+TAB = Option("special_tab", "tab", "Shares", SPECIAL_TOKENS, omit_default=True)
 
 st.title("Special tokens")
 st.caption(

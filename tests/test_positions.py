@@ -26,14 +26,9 @@ from attnlib.positions import (
     row_correlations,
 )
 from attnlib.shipped import ROOT
+from ui.page_tabs import LOCAL_GLOBAL
 
-TABS = {
-    "com": "Centre of mass",
-    "histograms": "Relative positions",
-    "correlation": "Attention vs attribution",
-    "aggregation": "Global aggregation",
-    "example": "One example",
-}  # app_pages/local_global.py (a page runs when imported, so its labels are written out here)
+TABS = LOCAL_GLOBAL
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -38,6 +38,7 @@ from attnlib.special import (
     row_entropy,
     rows_to_mask,
 )
+from ui.page_tabs import SPECIAL_TOKENS
 
 # One head over [CLS] hi . [SEP]; every row sums to 1.
 A = np.array(
@@ -462,16 +463,7 @@ def test_special_tokens_from_json_round_trip(minilm):
     assert special_tokens_from_json(run.special.to_json()).norms is None
 
 
-SPECIAL_TABS = (
-    "Shares",
-    "[SEP] as no-op",
-    "Weights vs norms",
-    "Offset heads",
-    "Entropy",
-    "Head map",
-    "Gradient importance",
-    "Tables",
-)  # app_pages/special_tokens.py (a page runs when imported, so its labels are written out here)
+SPECIAL_TABS = tuple(SPECIAL_TOKENS.values())
 
 
 def page_at(**params):

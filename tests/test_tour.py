@@ -26,6 +26,7 @@ from attnlib.tour import (
     step_number,
     syntax_notice,
 )
+from ui.page_tabs import SPECIAL_TOKENS
 
 M = "model-x"
 
@@ -62,8 +63,8 @@ def test_page_link_builds_every_url_in_one_place():
         page_link("special-tokens", modle="m")
     assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "view", "corpus", "norms", "tab"}
     assert page_link("special-tokens", model="m", tab="norms") == "special-tokens?model=m&tab=norms"
-    # the Special tokens tab each step opens (its URL text: shares, norms, entropy are tabs of that page)
-    assert [s.tab for s in STEPS] == [None, "shares", "norms", "entropy", None, None]
+    assert [s.tab for s in STEPS] == [None, "shares", "norms", "entropy", None, None]  # the tab each step opens
+    assert {s.tab for s in STEPS if s.tab} <= set(SPECIAL_TOKENS)  # URL texts of the Special tokens tabs
 
 
 def test_steps_are_numbered_in_order_with_distinct_keys():
