@@ -517,8 +517,17 @@ def summary(views: list[Shown]) -> None:
             st.warning(f"{view.model}: {special.n_truncated} inputs were longer than its maximum length and were cut.")
 
 
-RENDERERS = [shares_tab, sep_tab, weights_norms_tab, offsets_tab, entropy_tab, head_map_tab, gradient_tab, tables_tab]
-TABS = dict(zip(SPECIAL_TOKENS.values(), RENDERERS))
+RENDERERS = {
+    "shares": shares_tab,
+    "sep": sep_tab,
+    "norms": weights_norms_tab,
+    "offsets": offsets_tab,
+    "entropy": entropy_tab,
+    "map": head_map_tab,
+    "gradient": gradient_tab,
+    "tables": tables_tab,
+}  # by URL text, as in ui.page_tabs
+TABS = {SPECIAL_TOKENS[key]: render for key, render in RENDERERS.items()}
 TAB = Option("special_tab", "tab", "Shares", SPECIAL_TOKENS, omit_default=True)
 
 st.title("Special tokens")

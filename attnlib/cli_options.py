@@ -58,6 +58,12 @@ def add_model_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
 
 
+def add_text_options(parser: argparse.ArgumentParser) -> None:
+    """--text (sentence A) and --pair (sentence B), shared by the commands of one input."""
+    parser.add_argument("--text", required=True, help="sentence A")
+    parser.add_argument("--pair", default=None, help="sentence B (optional)")
+
+
 def add_corpus_options(
     parser: argparse.ArgumentParser, source: str = "--corpus", help: str = CORPUS_HELP, unit: str = "inputs"
 ) -> None:

@@ -107,6 +107,25 @@ def _arc_trace(arcs: list[tuple[float, float, float]], color: str, name: str, wi
     )
 
 
+def _root_arrow(fig: go.Figure, x: float, y: float, tail_y: float, color: str, font: dict) -> None:
+    """An arrow labelled "root" from (x, tail_y) to the word at (x, y): a word whose head is ROOT."""
+    fig.add_annotation(
+        x=x,
+        y=y,
+        ax=x,
+        ay=tail_y,
+        xref="x",
+        yref="y",
+        axref="x",
+        ayref="y",
+        text="root",
+        showarrow=True,
+        arrowhead=2,
+        arrowcolor=color,
+        font=font,
+    )
+
+
 def arc_diagram(
     words: Sequence[str],
     gold_heads: Sequence[int],
@@ -158,40 +177,12 @@ def arc_diagram(
     low = -step * (max(predicted_levels, default=0) + (1.2 if predicts_root else 0.6))
     for i, h in enumerate(gold_heads):
         if h == 0:
-            fig.add_annotation(
-                x=x[i],
-                y=0.25,
-                ax=x[i],
-                ay=top - 0.2,
-                xref="x",
-                yref="y",
-                axref="x",
-                ayref="y",
-                text="root",
-                showarrow=True,
-                arrowhead=2,
-                arrowcolor=GOLD_OTHER,
-                font=dict(size=10),
-            )
+            _root_arrow(fig, x[i], 0.25, top - 0.2, GOLD_OTHER, dict(size=10))
     if predicts_root:
         for i, p in enumerate(predicted_heads):
             if focus[i] and p == 0:
                 color = HIT if gold_heads[i] == 0 else MISS
-                fig.add_annotation(
-                    x=x[i],
-                    y=-0.25,
-                    ax=x[i],
-                    ay=low + 0.2,
-                    xref="x",
-                    yref="y",
-                    axref="x",
-                    ayref="y",
-                    text="root",
-                    showarrow=True,
-                    arrowhead=2,
-                    arrowcolor=color,
-                    font=dict(size=10, color=color),
-                )
+                _root_arrow(fig, x[i], -0.25, low + 0.2, color, dict(size=10, color=color))
     fig.add_trace(
         go.Scatter(
             x=list(x),

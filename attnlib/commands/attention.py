@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_options import add_model_option
+from ..cli_options import add_model_option, add_text_options
 from ..model import load_model
 from ..runner import run
 
@@ -12,8 +12,7 @@ from ..runner import run
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `attention` command."""
     p = sub.add_parser("attention", help="attention maps of one sentence or pair")
-    p.add_argument("--text", required=True, help="sentence A")
-    p.add_argument("--pair", default=None, help="sentence B (optional)")
+    add_text_options(p)
     add_model_option(p)
     p.set_defaults(handler=handle)
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..attribution import attribute, exact_seconds
-from ..cli_options import add_attribution_options, add_model_option
+from ..cli_options import add_attribution_options, add_model_option, add_text_options
 from ..model import load_model
 from ..runner import encode
 
@@ -14,8 +14,7 @@ from ..runner import encode
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `hta` command."""
     p = sub.add_parser("hta", help="Hidden Token Attribution per head (input and previous-layer contribution)")
-    p.add_argument("--text", required=True, help="sentence A")
-    p.add_argument("--pair", default=None, help="sentence B (optional)")
+    add_text_options(p)
     add_attribution_options(p, "exact")
     add_model_option(p)
     p.set_defaults(handler=handle)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_options import add_model_option
+from ..cli_options import add_model_option, add_text_options
 from ..model import load_model
 from ..norms import norm_maps
 from ..runner import run
@@ -13,8 +13,7 @@ from ..runner import run
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `norms` command."""
     p = sub.add_parser("norms", help="value-weighted norms, residual+LayerNorm norms and rollouts of one input")
-    p.add_argument("--text", required=True, help="sentence A")
-    p.add_argument("--pair", default=None, help="sentence B (optional)")
+    add_text_options(p)
     add_model_option(p)
     p.set_defaults(handler=handle)
 
