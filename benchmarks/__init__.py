@@ -10,3 +10,18 @@ def ewt_dev(limit: int | None = None) -> list:
     from attnlib.corpus import read_conllu
 
     return read_conllu(EWT_DEV)[:limit]
+
+
+def default_model_on_ewt_dev(limit: int | None, batch_size: int, repeats: int) -> tuple:
+    """(the default model, the first `limit` EWT dev sentences), after printing what a run measures on."""
+    import torch
+
+    from attnlib.model import DEFAULT_MODEL, load_model
+
+    lm = load_model(DEFAULT_MODEL)
+    sentences = ewt_dev(limit)
+    print(
+        f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {batch_size}, "
+        f"{torch.get_num_threads()} torch threads, best of {repeats} interleaved runs\n"
+    )
+    return lm, sentences

@@ -16,8 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnlib.deps import DependencyCounts  # noqa: E402
 from attnlib.engine import accumulate  # noqa: E402
-from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
-from benchmarks import ewt_dev  # noqa: E402
+from benchmarks import default_model_on_ewt_dev  # noqa: E402
 
 CONFIGS = ("forward pass alone", "+ dependency table (mean rows)", "+ dependency table (max rows)")
 
@@ -56,14 +55,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
-    import torch
-
-    lm = load_model(DEFAULT_MODEL)
-    sentences = ewt_dev(args.limit)
-    print(
-        f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
-        f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n"
-    )
+    lm, sentences = default_model_on_ewt_dev(args.limit, args.batch_size, args.repeats)
     run_config(lm, sentences[:64], CONFIGS[1], args.batch_size)  # warm-up
     best: dict[str, tuple[float, float]] = {}
     for _ in range(args.repeats):

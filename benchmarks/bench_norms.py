@@ -20,12 +20,11 @@ sys.path.insert(0, str(ROOT))
 from attnlib.aggregation import AggregationOptions, accumulate_aggregation  # noqa: E402
 from attnlib.attribution import hidden_token_attribution  # noqa: E402
 from attnlib.engine import accumulate  # noqa: E402
-from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.norms import NormShareStats, norm_maps  # noqa: E402
 from attnlib.positions import PositionOptions, accumulate_positions  # noqa: E402
 from attnlib.runner import run_batches  # noqa: E402
 from attnlib.special import SpecialTokenStats  # noqa: E402
-from benchmarks import ewt_dev  # noqa: E402
+from benchmarks import default_model_on_ewt_dev  # noqa: E402
 
 CONFIGS = ("forward only", "+ special --norms", "+ special --norms + rolled-out maps")
 
@@ -91,14 +90,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--probes", type=int, default=12)
     args = parser.parse_args()
-    import torch
-
-    lm = load_model(DEFAULT_MODEL)
-    sentences = ewt_dev(args.limit)
-    print(
-        f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
-        f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n"
-    )
+    lm, sentences = default_model_on_ewt_dev(args.limit, args.batch_size, args.repeats)
     best = time_configs(lm, sentences, args.repeats, args.batch_size)
     base = best[CONFIGS[0]]
     print(f"{'configuration':40s} {'seconds':>8s} {'sent/s':>8s} {'vs forward':>11s}")

@@ -22,7 +22,7 @@ from attnlib.engine import accumulate  # noqa: E402
 from attnlib.head_distances import HeadDistances  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.special import SpecialTokenStats  # noqa: E402
-from benchmarks import ewt_dev  # noqa: E402
+from benchmarks import default_model_on_ewt_dev, ewt_dev  # noqa: E402
 
 CONFIGS = ("forward only", "+ special-token stats", "+ special stats + JS head distances")
 
@@ -120,14 +120,7 @@ def main() -> None:
     if args.memory_child is not None:
         memory_child(args.memory_child, args.batch_size)
         return
-    import torch
-
-    lm = load_model(DEFAULT_MODEL)
-    sentences = ewt_dev(args.limit)
-    print(
-        f"{DEFAULT_MODEL} on {len(sentences)} EWT dev sentences, batch size {args.batch_size}, "
-        f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs\n"
-    )
+    lm, sentences = default_model_on_ewt_dev(args.limit, args.batch_size, args.repeats)
     best = time_configs(lm, sentences, args.repeats, args.batch_size)
     base = best[CONFIGS[0]]["wall"]
     print(
