@@ -17,7 +17,7 @@ from attnlib.corpus import CorpusInput, read_text_corpus
 from attnlib.engine import accumulate
 from attnlib.export import attention_table
 from attnlib.model import ModelFacts
-from attnlib.norms import row_normalised, value_norms_from_values, weighted_norms
+from attnlib.norms import row_normalised, weighted_norms
 from attnlib.patterns import PATTERN_HELP, PATTERNS, PatternAccumulator, rank_heads
 from attnlib.report import STAT_NAMES, by_layer, largest_difference
 from attnlib.runner import InputError, RunResult, run
@@ -132,9 +132,9 @@ def pretty_token(token: str) -> str:
 def value_norm(model_name: str, text_a: str, text_b: str) -> np.ndarray:
     """||f_h(x_j)|| [layers, heads, n] of a sentence or pair (METHODS §11), from a run that captures value vectors."""
     r = run(model_named(model_name), text_a, text_b.strip() or None, capture_norms=True)
-    if r.values is None or r.norm_weights is None:
+    if r.value_norm is None:
         raise ValueError("The run captured no value vectors.")
-    return value_norms_from_values(r.values, r.norm_weights.out_gram).astype(np.float32)
+    return r.value_norm
 
 
 @st.cache_data(max_entries=2, show_spinner=False)

@@ -143,7 +143,7 @@ def accumulate_aggregation(
     """Run every input (attention and value vectors in batches, then its attribution) into one accumulator."""
     acc = AggregationAccumulator(lm.facts.n_layers, options)
     pairs = ((item.text_a, item.text_b) for item in inputs)
-    for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size, capture_norms=True), start=1):
+    for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size, norm_maps=True), start=1):
         attribution = hidden_token_attribution(
             lm, result, mode=options.mode, probes=options.probes, seed=options.seed, with_output=True
         )

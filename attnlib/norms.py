@@ -14,8 +14,10 @@ import numpy as np
 import torch
 
 from .corpus import CorpusInput
+from .norm_batch import NormMaps, NormWeights, padded_norm_maps, rollout_tensor, row_normalised_tensor
+from .norm_batch import row_normalised as row_normalised  # part of this module's API
 from .results import ResultFileError, numeric_array
-from .runner import NormWeights, RunResult
+from .runner import RunResult
 from .special import CLASS_KEYS, class_masks, punct_mask
 
 MEASURES = ("attention", "layer_norm", "residual_ln", "attention_rollout", "residual_ln_rollout")
@@ -177,30 +179,9 @@ def layer_norm_parts(
     return LayerNormParts(g(z), g(np.broadcast_to(out_bias, u.shape)), beta.astype(np.float64), scale)
 
 
-def row_normalised(maps: np.ndarray) -> np.ndarray:
-    """M[i, j] / sum_t M[i, t] for non-negative maps [..., n, n] (an all-zero row stays zero)."""
-    sums = maps.sum(-1, keepdims=True)
-    return maps / np.where(sums > 0, sums, 1)
-
-
-def _row_normalised(maps: torch.Tensor) -> torch.Tensor:
-    """row_normalised of a tensor."""
-    sums = maps.sum(-1, keepdim=True)
-    return maps / torch.where(sums > 0, sums, torch.ones_like(sums))
-
-
-def _rollout(per_layer: torch.Tensor) -> torch.Tensor:
-    """P_0 = R_0, P_l = R_l @ P_(l-1) for R [layers, ..., n, n] (any batch of maps rolled out together)."""
-    rolled = torch.empty_like(per_layer)
-    rolled[0] = per_layer[0]
-    for l in range(1, len(per_layer)):
-        torch.matmul(per_layer[l], rolled[l - 1], out=rolled[l])
-    return rolled
-
-
 def rollout(per_layer: np.ndarray) -> np.ndarray:
     """P_0 = R_0, P_l = R_l @ P_(l-1) for row-stochastic R [layers, n, n] -> P [layers, n, n]."""
-    return _rollout(_tensor(per_layer)).numpy()
+    return rollout_tensor(_tensor(per_layer)).numpy()
 
 
 def _attention_step(attentions: torch.Tensor) -> torch.Tensor:
@@ -211,35 +192,12 @@ def _attention_step(attentions: torch.Tensor) -> torch.Tensor:
 
 def attention_rollout(attentions: np.ndarray) -> np.ndarray:
     """Abnar & Zuidema: R_l = 0.5 mean_h A[l,h] + 0.5 I, rolled out; attentions [layers, heads, n, n] -> [layers, n, n]."""
-    return _rollout(_attention_step(_tensor(attentions))).numpy()
+    return rollout_tensor(_attention_step(_tensor(attentions))).numpy()
 
 
 def residual_ln_rollout(residual_ln: np.ndarray) -> np.ndarray:
     """GlobEnc: R_l = the row-normalised residual_ln[l], rolled out; [layers, n, n] -> [layers, n, n]."""
-    return _rollout(_row_normalised(_tensor(residual_ln))).numpy()
-
-
-@dataclass
-class NormMaps:
-    """Every §11-13 map of one input (0-based layers and heads; layer-level maps are not row-normalised)."""
-
-    tokens: list[str]
-    value_norm: np.ndarray  # [layers, heads, n]
-    weighted_norm: np.ndarray  # [layers, heads, query, key]
-    layer_norm: np.ndarray  # [layers, query, key]
-    residual_ln: np.ndarray  # [layers, query, key]
-    attention_rollout: np.ndarray  # [layers, query, key], rows sum to 1
-    residual_ln_rollout: np.ndarray  # [layers, query, key], rows sum to 1
-
-    def measures(self, attentions: np.ndarray) -> dict[str, np.ndarray]:
-        """The maps compared with layer-output attribution (§13), each [layers, n, n]: MEASURES in order."""
-        return {
-            "attention": attentions.mean(1),
-            "layer_norm": row_normalised(self.layer_norm),
-            "residual_ln": row_normalised(self.residual_ln),
-            "attention_rollout": self.attention_rollout,
-            "residual_ln_rollout": self.residual_ln_rollout,
-        }
+    return rollout_tensor(row_normalised_tensor(_tensor(residual_ln))).numpy()
 
 
 def _captured(result: RunResult) -> tuple[np.ndarray, np.ndarray, NormWeights]:
@@ -250,26 +208,25 @@ def _captured(result: RunResult) -> tuple[np.ndarray, np.ndarray, NormWeights]:
 
 
 def norm_maps(result: RunResult) -> NormMaps:
-    """Every §11-13 map of one run made with capture_norms=True (computed in torch from the captured arrays)."""
+    """Every §11-13 map of one run made with capture_norms=True: the batch's when run with norm_maps=True, else
+    computed now as a batch of one."""
+    if result.maps is not None:
+        return result.maps
     values, inputs, w = _captured(result)
-    attn = _tensor(result.attentions)
-    by_key = _head_vectors(_tensor(values), _tensor(w.out_weight))  # [layers, n, heads, hidden]
-    x = _tensor(inputs)
-    gram = _gram(by_key)
-    value_norm = _root(torch.diagonal(gram, dim1=-2, dim2=-1).transpose(1, 2))  # [layers, heads, n]
-    layer_norm = _root(_mixed_squared(attn, gram)).float()
-    scale = None if result.block_scale is None else _tensor(result.block_scale)
-    residual = _residual_ln(attn, by_key, x, w.gamma, w.out_bias, w.eps, scale)
-    both = _rollout(torch.stack([_attention_step(attn), _row_normalised(residual)], dim=1))  # [layers, 2, n, n]
-    return NormMaps(
-        tokens=list(result.tokens),
-        value_norm=value_norm.numpy(),
-        weighted_norm=(attn * value_norm[..., None, :]).numpy(),
-        layer_norm=layer_norm.numpy(),
-        residual_ln=residual.numpy(),
-        attention_rollout=both[:, 0].numpy(),
-        residual_ln_rollout=both[:, 1].numpy(),
+    layers, _, n, _ = values.shape
+    if result.block_scale is None:
+        by_key = _tensor(values).matmul(_tensor(w.out_weight)).transpose(1, 2)
+        scale = _block_scale(_tensor(result.attentions), by_key, _tensor(inputs), w.out_bias, w.eps).float()
+    else:
+        scale = _tensor(result.block_scale).float()
+    padded = padded_norm_maps(
+        list(_tensor(result.attentions)[:, None]),
+        list(_tensor(values).permute(0, 2, 1, 3).reshape(layers, 1, n, -1)),
+        list(_tensor(inputs)[:, None]),
+        scale[None],
+        w,
     )
+    return padded.input_maps(0, list(result.tokens))
 
 
 def norm_class_statistics(
@@ -330,7 +287,7 @@ class NormShareStats:
     def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
         """Add one input run with capture_norms=True (no padding in it)."""
         values, _, w = _captured(result)
-        value_norm = value_norms_from_values(values, w.out_gram)
+        value_norm = value_norms_from_values(values, w.out_gram) if result.value_norm is None else result.value_norm
         classes = class_masks(
             result.cls_mask, result.sep_mask, punct_mask(result.tokens, result.special_mask, self.all_punct)
         )

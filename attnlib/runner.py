@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 import torch
 
 from .model import LoadedModel
+from .norm_batch import NormMaps, NormWeights, padded_norm_maps
 
 TextOrWords = str | Sequence[str]
 QUERY_NAMES = ("query", "q_lin", "q_proj", "query_proj")
@@ -54,24 +55,10 @@ class RunResult(Encoded):
     keys: np.ndarray | None = None
     layer_inputs: np.ndarray | None = None  # [layers, n, hidden]: x, each layer's input (hidden_states[l])
     values: np.ndarray | None = None  # [layers, heads, n, head_dim]: v_j = x_j W_V^h + b_V^h
-    block_scale: np.ndarray | None = None  # [layers, n] float64: s_i = sqrt(var(u_i) + eps), u_i the first LN's input
+    value_norm: np.ndarray | None = None  # [layers, heads, n]: ||v_j W_O^h||, §11's value norms
+    block_scale: np.ndarray | None = None  # [layers, n]: s_i = sqrt(var(u_i) + eps), u_i the first LN's input
     norm_weights: NormWeights | None = None  # the model's output projections and first LayerNorms
-
-
-@dataclass
-class NormWeights:
-    """Per layer, the weights that turn head values into the attention block's output (METHODS §11-12), float32."""
-
-    out_weight: np.ndarray  # [layers, heads, head_dim, hidden]: W_O^h, the rows of W_O that multiply head h
-    out_bias: np.ndarray  # [layers, hidden]: b_O
-    gamma: np.ndarray  # [layers, hidden]: the first LayerNorm's weight
-    beta: np.ndarray  # [layers, hidden]
-    eps: np.ndarray  # [layers]
-
-    @cached_property
-    def out_gram(self) -> np.ndarray:
-        """W_O^h (W_O^h)^T [layers, heads, head_dim, head_dim]: ||v W_O^h||^2 = v W_O^h (W_O^h)^T v^T."""
-        return np.matmul(self.out_weight, self.out_weight.transpose(0, 1, 3, 2))
+    maps: NormMaps | None = None  # every §11-13 map, when the run was asked for them (norm_maps=True)
 
 
 def _check_text(text: TextOrWords | None, label: str) -> None:
@@ -170,10 +157,20 @@ def _suffix_modules(encoder: torch.nn.Module, suffixes: Sequence[str], kind: typ
     ]
 
 
-def norm_modules(
-    encoder: torch.nn.Module,
-) -> tuple[list[torch.nn.Module], list[torch.nn.Module], list[torch.nn.Module]]:
-    """Per layer: the value projection, the attention output projection and the LayerNorm after attention."""
+NormModules = tuple[list[torch.nn.Module], list[torch.nn.Module], list[torch.nn.Module]]
+_NORM_MODULES: weakref.WeakKeyDictionary[torch.nn.Module, NormModules] = weakref.WeakKeyDictionary()
+
+
+def norm_modules(encoder: torch.nn.Module) -> NormModules:
+    """Per layer: the value projection, the attention output projection and the LayerNorm after attention (found
+    once per model)."""
+    if encoder not in _NORM_MODULES:
+        _NORM_MODULES[encoder] = _find_norm_modules(encoder)
+    return _NORM_MODULES[encoder]
+
+
+def _find_norm_modules(encoder: torch.nn.Module) -> NormModules:
+    """norm_modules, found by name."""
     values = [
         m
         for name, m in encoder.named_modules()
@@ -189,8 +186,19 @@ def norm_modules(
     return values, dense, norms
 
 
+_NORM_WEIGHTS: weakref.WeakKeyDictionary[torch.nn.Module, NormWeights] = weakref.WeakKeyDictionary()
+
+
 def norm_weights(encoder: torch.nn.Module, n_heads: int) -> NormWeights:
-    """The output projections (split per head) and LayerNorm parameters of every layer, as float32 numpy arrays."""
+    """The output projections (split per head) and LayerNorm parameters of every layer, as float32 numpy arrays
+    (read once per model: the weights do not change)."""
+    if encoder not in _NORM_WEIGHTS:
+        _NORM_WEIGHTS[encoder] = _read_norm_weights(encoder, n_heads)
+    return _NORM_WEIGHTS[encoder]
+
+
+def _read_norm_weights(encoder: torch.nn.Module, n_heads: int) -> NormWeights:
+    """norm_weights, read from the modules."""
     _, dense, norms = norm_modules(encoder)
 
     def numpy(t: torch.Tensor | None, like: torch.Tensor, fill: float) -> np.ndarray:
@@ -297,11 +305,17 @@ def _heads_split(x: torch.Tensor, n_heads: int) -> np.ndarray:
 
 
 def run_encoded(
-    lm: LoadedModel, encoded: Sequence[Encoded], capture_qk: bool = False, capture_norms: bool = False
+    lm: LoadedModel,
+    encoded: Sequence[Encoded],
+    capture_qk: bool = False,
+    capture_norms: bool = False,
+    norm_maps: bool = False,
 ) -> list[RunResult]:
     """Run a padded batch and cut each input's maps (and captures) back to its own length.
 
-    capture_norms adds each layer's input, value vectors and the model's NormWeights (METHODS §11-12)."""
+    capture_norms adds each layer's input, value vectors and the model's NormWeights (METHODS §11-12); norm_maps
+    (which implies it) also every §11-13 map, computed for the whole batch at once."""
+    capture_norms = capture_norms or norm_maps
     attentions, captured = _forward(lm, model_inputs(lm, encoded), capture_qk, capture_norms)
     stacked = torch.stack(attentions, dim=1).float().cpu().numpy()  # [batch, layers, heads, n_max, n_max]
     h = lm.facts.n_heads
@@ -310,9 +324,19 @@ def run_encoded(
         inputs = torch.stack(captured.hidden_states[:-1], dim=1).float().cpu().numpy()  # [batch, layers, n_max, hidden]
         values = torch.stack(captured.values, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
         b_, l_, n_, hidden = values.shape
-        values_np = values.reshape(b_, l_, n_, h, hidden // h).permute(0, 1, 3, 2, 4).numpy()
-        u = torch.stack(captured.block_inputs, dim=1).double().cpu()  # [batch, layers, n_max, hidden]
-        scales = (u.var(-1, correction=0) + torch.from_numpy(weights.eps).double()[:, None]).sqrt().numpy()
+        by_head = values.reshape(b_, l_, n_, h, hidden // h).permute(0, 1, 3, 2, 4)  # [batch, layers, heads, n_max, d]
+        out_gram = torch.from_numpy(weights.out_gram)
+        value_norms = torch.matmul(by_head, out_gram).mul_(by_head).sum(-1).clamp_(min=0).sqrt_().numpy()
+        values_np = by_head.numpy()
+        variances = [
+            (u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in captured.block_inputs
+        ]  # torch's var: 5x slower
+        scales = torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
+    if norm_maps:
+        attn, vals, xs = (
+            [t.float().cpu() for t in ts] for ts in (attentions, captured.values, captured.hidden_states[:-1])
+        )
+        padded = padded_norm_maps(attn, vals, xs, scales, weights)
     results = []
     for b, e in enumerate(encoded):
         r = RunResult(**vars(e), attentions=np.ascontiguousarray(stacked[b, :, :, : e.n, : e.n]))
@@ -322,8 +346,11 @@ def run_encoded(
         if capture_norms:
             r.layer_inputs = np.ascontiguousarray(inputs[b, :, : e.n])
             r.values = np.ascontiguousarray(values_np[b, :, :, : e.n])
-            r.block_scale = np.ascontiguousarray(scales[b, :, : e.n])
+            r.value_norm = np.ascontiguousarray(value_norms[b, :, :, : e.n])
+            r.block_scale = np.ascontiguousarray(scales[b, :, : e.n].numpy())
             r.norm_weights = weights
+        if norm_maps:
+            r.maps = padded.input_maps(b, list(e.tokens))
         results.append(r)
     return results
 
@@ -358,26 +385,30 @@ def run_batches(
     batch_size: int = 32,
     window: int = 512,
     capture_norms: bool = False,
+    norm_maps: bool = False,
 ) -> Iterator[RunResult]:
-    """Run many inputs in padded batches of similar length, yielding results in input order."""
+    """Run many inputs in padded batches of similar length, yielding results in input order (run_encoded's
+    capture_norms and norm_maps for each)."""
     buffer: list[Encoded] = []
     for text_a, text_b in inputs:
         buffer.append(encode(lm, text_a, text_b))
         if len(buffer) == window:
-            yield from _run_window(lm, buffer, batch_size, capture_norms)
+            yield from _run_window(lm, buffer, batch_size, capture_norms, norm_maps)
             buffer = []
     if buffer:
-        yield from _run_window(lm, buffer, batch_size, capture_norms)
+        yield from _run_window(lm, buffer, batch_size, capture_norms, norm_maps)
 
 
 def _run_window(
-    lm: LoadedModel, encoded: list[Encoded], batch_size: int, capture_norms: bool = False
+    lm: LoadedModel, encoded: list[Encoded], batch_size: int, capture_norms: bool = False, norm_maps: bool = False
 ) -> Iterator[RunResult]:
     """Sort a window of inputs by length so batches carry little padding, then restore the order."""
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].n)
     out: list[RunResult | None] = [None] * len(encoded)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        for i, r in zip(idx, run_encoded(lm, [encoded[i] for i in idx], capture_norms=capture_norms)):
+        for i, r in zip(
+            idx, run_encoded(lm, [encoded[i] for i in idx], capture_norms=capture_norms, norm_maps=norm_maps)
+        ):
             out[i] = r
     yield from out  # type: ignore[misc]

@@ -32,7 +32,7 @@ CONFIGS = ("forward only", "+ special --norms", "+ special --norms + rolled-out 
 class EveryMap:
     """Computes every §11-13 map of each input (value and weighted norms, N, N_ResLN, both rollouts)."""
 
-    needs_norms = True
+    needs_norms = needs_norm_maps = True
 
     def add(self, result, item) -> None:
         norm_maps(result)

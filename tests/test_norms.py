@@ -112,6 +112,7 @@ def test_norms_from_the_models_weights(tiny_model):
     w = r.norm_weights
     from_values = norms.value_norms_from_values(r.values, w.out_gram)
     np.testing.assert_allclose(from_values, np.linalg.norm(vectors, axis=-1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(r.value_norm, np.linalg.norm(vectors, axis=-1), rtol=1e-4, atol=1e-5)
     for l in range(lm.facts.n_layers):
         parts = norms.layer_norm_parts(
             r.attentions[l], vectors[l], r.layer_inputs[l], w.out_bias[l], w.gamma[l], w.beta[l], float(w.eps[l])
@@ -161,23 +162,31 @@ def test_captured_block_scale_equals_the_computed_one(tiny_model):
 
 
 def test_padding_never_enters(tiny_model):
-    """Seven inputs in one padded batch give what each gives alone (maps and norm statistics)."""
+    """Seven inputs in one padded batch give what each gives alone (maps and norm statistics); the batch's maps
+    equal the per-input functions of norms.py."""
     lm = tiny_model
     encoded = [encode(lm, s) for s in SENTENCES]
-    batched = run_encoded(lm, encoded, capture_norms=True)
+    batched = run_encoded(lm, encoded, norm_maps=True)
     alone = [run_encoded(lm, [e], capture_norms=True)[0] for e in encoded]
     for b, a in zip(batched, alone):
         assert b.values.shape == a.values.shape and b.layer_inputs.shape[1] == a.n
+        assert b.maps is not None and a.maps is None
         mb, ma = norms.norm_maps(b), norms.norm_maps(a)
-        for name in (
-            "value_norm",
-            "weighted_norm",
-            "layer_norm",
-            "residual_ln",
-            "attention_rollout",
-            "residual_ln_rollout",
-        ):
+        w = a.norm_weights
+        vectors = norms.head_vectors(a.values, w.out_weight)
+        residual = norms.residual_ln_map(a.attentions, vectors, a.layer_inputs, w.out_bias, w.gamma, w.eps)
+        reference = {
+            "value_norm": norms.value_norms(vectors),
+            "weighted_norm": norms.weighted_norms(a.attentions, norms.value_norms(vectors)),
+            "layer_norm": norms.layer_norm_map(a.attentions, vectors),
+            "residual_ln": residual,
+            "attention_rollout": norms.attention_rollout(a.attentions),
+            "residual_ln_rollout": norms.residual_ln_rollout(residual),
+        }
+        np.testing.assert_allclose(b.value_norm, reference["value_norm"], rtol=1e-4, atol=1e-5)
+        for name, expected in reference.items():
             np.testing.assert_allclose(getattr(mb, name), getattr(ma, name), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(getattr(mb, name), expected, rtol=1e-4, atol=1e-5)
     f = lm.facts
     whole, single = norms.NormShareStats(f.n_layers, f.n_heads), norms.NormShareStats(f.n_layers, f.n_heads)
     for b, a in zip(batched, alone):
