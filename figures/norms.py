@@ -6,8 +6,15 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .layers import MARGIN, layer_axis_title, layer_line, per_layer_layout
 from .positions import ATTENTION_COLOR, ATTRIBUTION_COLOR, compared_lines
-from .special_tokens import COLOURS, add_model_lines, layer_axis_title, layer_lines_by_model, layer_lines_with_head_dots
+from .special_tokens import (
+    COLOURS,
+    add_model_lines,
+    layer_lines_by_model,
+    layer_lines_with_head_dots,
+    models_differ_in_depth,
+)
 
 CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
 MEASURE_NAMES = {
@@ -35,24 +42,12 @@ def weights_vs_norms_figure(weights: dict[str, np.ndarray], norms: dict[str, np.
     )
     for col, per_head in enumerate((weights, norms), start=1):
         for key, name in CLASS_NAMES.items():
-            values = np.nanmean(per_head[key], axis=1)
-            fig.add_trace(
-                go.Scatter(
-                    x=np.arange(1, len(values) + 1),
-                    y=values,
-                    name=name,
-                    legendgroup=key,
-                    showlegend=col == 1,
-                    mode="lines+markers",
-                    line=dict(color=COLOURS[key], width=3, dash="solid" if col == 1 else "dash"),
-                    hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
-                ),
-                row=1,
-                col=col,
-            )
+            line = dict(color=COLOURS[key], width=3, dash="solid" if col == 1 else "dash")
+            trace = layer_line(np.nanmean(per_head[key], axis=1), name, legendgroup=key, showlegend=col == 1, line=line)
+            fig.add_trace(trace, row=1, col=col)
     fig.update_xaxes(title_text="layer", dtick=1)
     fig.update_yaxes(title_text="share", range=[0, 1], row=1, col=1)
-    fig.update_layout(title=title, height=420, margin=dict(l=10, r=10, t=70, b=40))
+    fig.update_layout(title=title, height=420, margin=dict(MARGIN, t=70))
     return fig
 
 
@@ -72,10 +67,9 @@ def weights_vs_norms_by_model(
     for part, col in ((0, 1), (1, 2)):
         stats = {model: {key: shares[part][key] for key in CLASS_NAMES} for model, shares in per_model.items()}
         add_model_lines(fig, stats, CLASS_NAMES, row=1, col=col, showlegend=col == 1)
-        axis_title = layer_axis_title(stats)
-    fig.update_xaxes(title_text=axis_title)
+    fig.update_xaxes(title_text=layer_axis_title(models_differ_in_depth(stats)))
     fig.update_yaxes(title_text="share", range=[0, 1], row=1, col=1)
-    fig.update_layout(title=title, height=460, margin=dict(l=10, r=10, t=70, b=40))
+    fig.update_layout(title=title, height=460, margin=dict(MARGIN, t=70))
     return fig
 
 
@@ -92,54 +86,19 @@ def agreement_figure(pearson: dict[str, np.ndarray], spearman: dict[str, np.ndar
     fig = go.Figure()
     for label, values_by_measure, dash in (("Spearman", spearman, "solid"), ("Pearson", pearson, "dash")):
         for measure, values in values_by_measure.items():
-            name = f"{MEASURE_NAMES[measure]} ({label})"
-            fig.add_trace(
-                go.Scatter(
-                    x=np.arange(1, len(values) + 1),
-                    y=values,
-                    name=name,
-                    legendgroup=measure,
-                    mode="lines+markers",
-                    line=dict(color=MEASURE_COLOURS[measure], dash=dash),
-                    hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
-                )
-            )
-    fig.update_layout(
-        title=title,
-        xaxis_title="layer",
-        yaxis_title="correlation with layer-output attribution",
-        yaxis_range=[-0.2, 1.05],
-        height=420,
-        margin=dict(l=10, r=10, t=60, b=40),
-    )
-    fig.update_xaxes(dtick=1)
-    return fig
+            line = dict(color=MEASURE_COLOURS[measure], dash=dash)
+            fig.add_trace(layer_line(values, f"{MEASURE_NAMES[measure]} ({label})", legendgroup=measure, line=line))
+    return per_layer_layout(fig, title, "correlation with layer-output attribution", 420, y_range=[-0.2, 1.05])
 
 
 def measure_center_of_mass_figure(center_of_mass: dict[str, np.ndarray], title: str = "") -> go.Figure:
     """Centre of mass per layer of each measure, next to layer-output attribution's (thicker line)."""
     fig = go.Figure()
     for measure, values in center_of_mass.items():
-        fig.add_trace(
-            go.Scatter(
-                x=np.arange(1, len(values) + 1),
-                y=values,
-                name=MEASURE_NAMES[measure],
-                mode="lines+markers",
-                line=dict(color=MEASURE_COLOURS[measure], width=4 if measure == "attribution" else 2),
-                hovertemplate=f"{MEASURE_NAMES[measure]}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
-            )
-        )
+        line = dict(color=MEASURE_COLOURS[measure], width=4 if measure == "attribution" else 2)
+        fig.add_trace(layer_line(values, MEASURE_NAMES[measure], line=line))
     fig.add_hline(y=0, line_dash="dot", line_color="gray")
-    fig.update_layout(
-        title=title,
-        xaxis_title="layer",
-        yaxis_title="centre of mass (offset)",
-        height=400,
-        margin=dict(l=10, r=10, t=60, b=40),
-    )
-    fig.update_xaxes(dtick=1)
-    return fig
+    return per_layer_layout(fig, title, "centre of mass (offset)", 400)
 
 
 def agreement_comparison_figure(

@@ -9,6 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .layers import MODEL_COLOURS, differ_in_depth, layer_axis_title, layer_line, layer_positions, per_layer_layout
+
 ATTENTION_COLOR = "#1f77b4"
 ATTRIBUTION_COLOR = "#ff7f0e"
 PREVIOUS_COLOR = "#2ca02c"
@@ -80,32 +82,14 @@ def position_histograms(
 
 def center_of_mass_chart(attention: np.ndarray, attribution: np.ndarray, title: str = "") -> go.Figure:
     """Centre of mass per layer (mean over heads) for attention and for input contribution (Pascual Fig. 4, 5)."""
-    layers = np.arange(1, len(attention) + 1)
     fig = go.Figure()
     for values, name, color in (
         (attention, "attention", ATTENTION_COLOR),
         (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR),
     ):
-        fig.add_trace(
-            go.Scatter(
-                x=layers,
-                y=values,
-                name=name,
-                mode="lines+markers",
-                marker_color=color,
-                hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
-            )
-        )
+        fig.add_trace(layer_line(values, name, marker_color=color))
     fig.add_hline(y=0, line_dash="dot", line_color="gray")
-    fig.update_layout(
-        title=title,
-        xaxis_title="layer",
-        yaxis_title="centre of mass (offset)",
-        height=380,
-        margin=dict(l=10, r=10, t=60, b=40),
-    )
-    fig.update_xaxes(tickmode="array", tickvals=list(layers))
-    return fig
+    return per_layer_layout(fig, title, "centre of mass (offset)", 380)
 
 
 def correlation_heatmaps(pearson: np.ndarray, spearman: np.ndarray, title: str = "") -> go.Figure:
@@ -140,29 +124,10 @@ def median_correlation_chart(medians: dict[str, np.ndarray], title: str = "") ->
     """Per-layer median over heads of each correlation (one line each)."""
     fig = go.Figure()
     for name, values in medians.items():
-        layers = np.arange(1, len(values) + 1)
         dash = "dash" if name.startswith("spearman") else "solid"
         color = PREVIOUS_COLOR if name.endswith("previous") else ATTRIBUTION_COLOR
-        fig.add_trace(
-            go.Scatter(
-                x=layers,
-                y=values,
-                name=name.replace("_", " "),
-                mode="lines+markers",
-                line=dict(dash=dash, color=color),
-                hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
-            )
-        )
-    fig.update_layout(
-        title=title,
-        xaxis_title="layer",
-        yaxis_title="median over heads",
-        yaxis_range=[-0.1, 1.05],
-        height=360,
-        margin=dict(l=10, r=10, t=60, b=40),
-    )
-    fig.update_xaxes(dtick=1)
-    return fig
+        fig.add_trace(layer_line(values, name.replace("_", " "), hover=name, line=dict(dash=dash, color=color)))
+    return per_layer_layout(fig, title, "median over heads", 360, y_range=[-0.1, 1.05])
 
 
 def example_rows_chart(
@@ -204,15 +169,6 @@ def example_rows_chart(
     return fig
 
 
-MODEL_COLOURS = ("#1f77b4", "#d62728")  # first model, second model
-
-
-def layer_positions(n_layers: int, depths: Sequence[int]) -> np.ndarray:
-    """x of layers 1..n: the layer number, or its relative depth l / n when the models compared differ in depth."""
-    layers = np.arange(1, n_layers + 1)
-    return layers if len(set(depths)) <= 1 else layers / n_layers
-
-
 def compared_lines(
     solid: dict[str, dict[str, np.ndarray]],
     titles: dict[str, str],
@@ -227,7 +183,7 @@ def compared_lines(
     solid, dashed: model -> key -> [layers]; `styles` names the solid and dashed lines in the legend. When the models
     differ in depth the x axis is the relative depth l / n_layers."""
     models = list(solid)
-    depths = [len(next(iter(solid[m].values()))) for m in models]
+    relative = differ_in_depth(len(next(iter(solid[m].values()))) for m in models)
     rows = math.ceil(len(titles) / columns)
     fig = make_subplots(rows=rows, cols=columns, subplot_titles=list(titles.values()), shared_yaxes="all")
     for k, key in enumerate(titles):
@@ -238,22 +194,17 @@ def compared_lines(
                     continue
                 values = part[model][key]
                 name = f"{model} {style}".strip()
-                fig.add_trace(
-                    go.Scatter(
-                        x=layer_positions(len(values), depths),
-                        y=values,
-                        name=name,
-                        legendgroup=name,
-                        showlegend=k == 0,
-                        mode="lines+markers",
-                        line=dict(color=MODEL_COLOURS[i % 2], dash=dash),
-                        hovertemplate=f"{name}<br>{titles[key]}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
-                    ),
-                    row=r + 1,
-                    col=c + 1,
+                trace = layer_line(
+                    values,
+                    name,
+                    hover=f"{name}<br>{titles[key]}",
+                    x=layer_positions(len(values), relative),
+                    legendgroup=name,
+                    showlegend=k == 0,
+                    line=dict(color=MODEL_COLOURS[i % 2], dash=dash),
                 )
-    x_title = "layer" if len(set(depths)) == 1 else "relative depth (layer / layers)"
-    fig.update_xaxes(title_text=x_title, row=rows)
+                fig.add_trace(trace, row=r + 1, col=c + 1)
+    fig.update_xaxes(title_text=layer_axis_title(relative), row=rows)
     fig.update_yaxes(title_text=y_title, col=1)
     fig.update_layout(
         title=title,

@@ -18,6 +18,7 @@ from attnlib.positions import CORRELATIONS
 from attnlib.report import METHODS_PATH, NORM_NAMES, STAT_NAMES, PartResult, Report, methods_anchor
 
 from .deps import head_accuracy_heatmaps
+from .layers import MODEL_COLOURS, layer_line
 from .norms import (
     MEASURE_NAMES,
     agreement_figure,
@@ -30,7 +31,6 @@ from .probe import relation_bars as probe_relation_bars
 from .probe import weight_heatmaps
 from .special_tokens import entropy_figure, head_map_figure, layer_lines_with_head_dots
 
-MODEL_COLOURS = ("#1f77b4", "#d62728")  # one colour per model when two are compared
 SHARES = ("cls", "sep", "punct", "other")
 NEARBY = ("prev", "self", "next")
 TO_SEP = ("sep_to_sep", "rest_to_sep")
@@ -64,21 +64,15 @@ def model_lines(
     for m, (model, values) in enumerate(per_model.items()):
         colour = MODEL_COLOURS[m % len(MODEL_COLOURS)]
         for i, key in enumerate(keys):
-            y = np.asarray(values[key], dtype=float)
-            fig.add_trace(
-                go.Scatter(
-                    x=np.arange(1, len(y) + 1),
-                    y=y,
-                    mode="lines+markers",
-                    name=model,
-                    legendgroup=model,
-                    showlegend=i == 0,
-                    line=dict(color=colour, width=2),
-                    hovertemplate=f"{model}<br>{names[key]}, layer %{{x}}: %{{y:.3f}}<extra></extra>",
-                ),
-                row=i // cols + 1,
-                col=i % cols + 1,
+            trace = layer_line(
+                np.asarray(values[key], dtype=float),
+                model,
+                hover=f"{model}<br>{names[key]}",
+                legendgroup=model,
+                showlegend=i == 0,
+                line=dict(color=colour, width=2),
             )
+            fig.add_trace(trace, row=i // cols + 1, col=i % cols + 1)
     fig.update_xaxes(title="layer", tickmode="linear", dtick=1)
     fig.update_yaxes(title=y_title, col=1)
     fig.update_layout(title=title, height=260 * rows + 80, margin=dict(l=10, r=10, t=80, b=10))

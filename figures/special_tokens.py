@@ -8,6 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .layers import MODEL_COLOURS, differ_in_depth, layer_axis_title, layer_line, layer_positions, per_layer_layout
+
 COLOURS = {
     "cls": "#d62728",
     "sep": "#1f77b4",
@@ -29,7 +31,6 @@ BEHAVIOUR_COLOURS = {
     "other": "#c7c7c7",
 }
 
-MODEL_COLOURS = ("#1f77b4", "#d62728")  # first model, compared model
 STAT_DASHES = ("solid", "dash", "dot", "dashdot")
 STAT_SYMBOLS = ("circle", "square", "diamond", "triangle-up")
 
@@ -70,16 +71,9 @@ def layer_lines_with_head_dots(
                 hovertemplate=f"{names[key]}<br>head %{{customdata}}: %{{y:.3f}}<extra></extra>",
             )
         )
+        mean = np.nanmean(values, axis=1)
         fig.add_trace(
-            go.Scatter(
-                x=layers,
-                y=np.nanmean(values, axis=1),
-                mode="lines+markers",
-                name=names[key],
-                legendgroup=key,
-                line=dict(color=colour, width=3),
-                hovertemplate=f"{names[key]}<br>layer %{{x}} mean: %{{y:.3f}}<extra></extra>",
-            )
+            layer_line(mean, names[key], hover=f"{names[key]} mean", legendgroup=key, line=dict(color=colour, width=3))
         )
     fig.update_xaxes(title="layer", tickmode="linear", dtick=1)
     fig.update_yaxes(title=y_title, range=y_range)
@@ -155,19 +149,10 @@ def entropy_figure(entropy: np.ndarray, cls_entropy: np.ndarray, uniform: float)
             row=1,
             col=col,
         )
-        fig.add_trace(
-            go.Scatter(
-                x=layers,
-                y=values.mean(axis=1),
-                mode="lines+markers",
-                showlegend=col == 1,
-                name="mean over heads",
-                line=dict(color="black", width=2),
-                hovertemplate="layer %{x} mean: %{y:.3f}<extra></extra>",
-            ),
-            row=1,
-            col=col,
+        mean_line = layer_line(
+            values.mean(axis=1), "mean over heads", showlegend=col == 1, line=dict(color="black", width=2)
         )
+        fig.add_trace(mean_line, row=1, col=col)
         fig.add_trace(
             go.Scatter(
                 x=[0.6, n_layers + 0.4],
@@ -224,37 +209,14 @@ def head_map_figure(
 
 def gradient_figure(sep: np.ndarray, all_keys: np.ndarray) -> go.Figure:
     """Mean |dLoss/dA| per layer for attention to [SEP] and to all tokens (Clark Fig. 3)."""
-    layers = np.arange(1, len(sep) + 1)
     fig = go.Figure(
         [
-            go.Scatter(
-                x=layers,
-                y=sep,
-                mode="lines+markers",
-                name="to [SEP]",
-                line=dict(color=COLOURS["sep"], width=3),
-                hovertemplate="layer %{x}: %{y:.3g}<extra>to [SEP]</extra>",
-            ),
-            go.Scatter(
-                x=layers,
-                y=all_keys,
-                mode="lines+markers",
-                name="to all tokens",
-                line=dict(color="black", width=3, dash="dot"),
-                hovertemplate="layer %{x}: %{y:.3g}<extra>to all tokens</extra>",
-            ),
+            layer_line(sep, "to [SEP]", value_format=".3g", line=dict(color=COLOURS["sep"], width=3)),
+            layer_line(all_keys, "to all tokens", value_format=".3g", line=dict(color="black", width=3, dash="dot")),
         ]
     )
-    fig.update_xaxes(title="layer", tickmode="linear", dtick=1)
-    fig.update_yaxes(title="mean |dLoss / d attention|", rangemode="tozero")
-    fig.update_layout(title="Gradient importance of attention", height=400, margin=dict(l=10, r=10, t=60, b=10))
-    return fig
-
-
-def layer_positions(n_layers: int, relative: bool) -> np.ndarray:
-    """x of each layer: 1..n, or the fraction of the depth (layer / n) when models of different depth share an axis."""
-    layers = np.arange(1, n_layers + 1)
-    return layers / n_layers if relative else layers
+    fig.update_yaxes(rangemode="tozero")
+    return per_layer_layout(fig, "Gradient importance of attention", "mean |dLoss / d attention|", 400)
 
 
 def add_model_lines(
@@ -266,31 +228,25 @@ def add_model_lines(
     showlegend: bool = True,
 ) -> None:
     """Per-layer means over heads ({model: {key: [layers, heads]}}): one colour per model, one dash per statistic."""
-    relative = len({v.shape[0] for stats in per_model.values() for v in stats.values()}) > 1
+    relative = models_differ_in_depth(per_model)
     for m, (model, stats) in enumerate(per_model.items()):
         for s, (key, values) in enumerate(stats.items()):
             name = f"{names[key]} ({model})"
-            fig.add_trace(
-                go.Scatter(
-                    x=layer_positions(values.shape[0], relative),
-                    y=np.nanmean(values, axis=1),
-                    mode="lines+markers",
-                    name=name,
-                    legendgroup=name,
-                    showlegend=showlegend,
-                    line=dict(color=MODEL_COLOURS[m % 2], width=3, dash=STAT_DASHES[s % 4]),
-                    marker=dict(symbol=STAT_SYMBOLS[s % 4], size=8),
-                    hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>",
-                ),
-                row=row,
-                col=col,
+            trace = layer_line(
+                np.nanmean(values, axis=1),
+                name,
+                x=layer_positions(values.shape[0], relative),
+                legendgroup=name,
+                showlegend=showlegend,
+                line=dict(color=MODEL_COLOURS[m % 2], width=3, dash=STAT_DASHES[s % 4]),
+                marker=dict(symbol=STAT_SYMBOLS[s % 4], size=8),
             )
+            fig.add_trace(trace, row=row, col=col)
 
 
-def layer_axis_title(per_model: dict[str, dict[str, np.ndarray]]) -> str:
-    """'layer', or 'layer / number of layers' when the models differ in depth (see layer_positions)."""
-    depths = {v.shape[0] for stats in per_model.values() for v in stats.values()}
-    return "layer / number of layers" if len(depths) > 1 else "layer"
+def models_differ_in_depth(per_model: dict[str, dict[str, np.ndarray]]) -> bool:
+    """Whether the models' statistics ({model: {key: [layers, ...]}}) need a relative-depth axis."""
+    return differ_in_depth(v.shape[0] for stats in per_model.values() for v in stats.values())
 
 
 def layer_lines_by_model(
@@ -303,8 +259,8 @@ def layer_lines_by_model(
     """Two (or more) models' per-layer means overlaid on one axis ({model: {key: [layers, heads]}})."""
     fig = go.Figure()
     add_model_lines(fig, per_model, names)
-    relative = layer_axis_title(per_model) != "layer"
-    fig.update_xaxes(title=layer_axis_title(per_model), **({} if relative else dict(tickmode="linear", dtick=1)))
+    relative = models_differ_in_depth(per_model)
+    fig.update_xaxes(title=layer_axis_title(relative), **({} if relative else dict(tickmode="linear", dtick=1)))
     fig.update_yaxes(title=y_title, range=y_range)
     fig.update_layout(title=title, height=460, margin=dict(l=10, r=10, t=60, b=10), legend=dict(font=dict(size=11)))
     return fig
