@@ -23,16 +23,15 @@ from attnlib.deps import (
 )
 from attnlib.model import LoadedModel
 from attnlib.parsing import parse_text, parser_name
-from attnlib.report import largest_difference
 from attnlib.results import ResultFile
 from attnlib.runner import InputError, run
 from attnlib.shipped import CLASSROOM
 from attnlib.words import ROW_RULES
 from figures.deps import arc_diagram, head_accuracy_heatmaps
 from figures.heatmap import attention_heatmap
-from ui.compare import Second, model_columns, second_source
+from ui.compare import Second, difference_line, model_columns, second_source
 from ui.corpus_picker import SHIPPED, CorpusChoice, corpus_picker, kept_upload
-from ui.downloads import download_figure, download_table
+from ui.downloads import chart, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, forget, lazy_tabs
@@ -321,11 +320,9 @@ def draw_example(arcs, heat, stacked: bool, suffix: str) -> None:
     """The arcs beside the head's attention (one above the other when stacked: a long sentence, or two models)."""
     left, right = (st.container(), st.container()) if stacked else st.columns([3, 2])
     with left:
-        st.plotly_chart(arcs, key=f"deps_arcs{suffix}")
-        download_figure(arcs, f"dependency_arcs{suffix}", key=f"deps_arcs_download{suffix}")
+        chart(arcs, f"dependency_arcs{suffix}", f"deps_arcs{suffix}")
     with right:
-        st.plotly_chart(heat, key=f"deps_example_heatmap{suffix}")
-        download_figure(heat, f"dependency_head_attention{suffix}", key=f"deps_example_heatmap_download{suffix}")
+        chart(heat, f"dependency_head_attention{suffix}", f"deps_example_heatmap{suffix}")
 
 
 def chosen_corpus(is_silver: bool) -> tuple[str, str, list[Sentence], CorpusChoice | None] | None:
@@ -427,9 +424,7 @@ def compared_tables(tables: dict[str, DependencyTable]) -> None:
     columns = {f"{m}: {c}": config for m in tables for c, config in COLUMNS.items()}
     st.dataframe(compared_frame(tables), hide_index=True, column_config=columns)
     accuracy = [{"best-head accuracy": {r.relation: r.accuracy for r in t.rows}} for t in tables.values()]
-    difference = largest_difference(*accuracy)
-    if difference is not None:
-        st.markdown(f"**{' vs '.join(tables)}**: {difference.text()}")
+    difference_line(list(tables), accuracy[0], accuracy[1])
     download_table(long_frame(tables), "dependency_heads_compared", key="deps_table_download")
 
 
@@ -492,10 +487,7 @@ def relation_section(counts: dict[str, DependencyCounts], tables: dict[str, Depe
         grid = counts[model].accuracy_grid(chosen, half=1 if held_out else None)
         heatmap = head_accuracy_heatmaps(grid, chosen, (row.layer, row.head, DIRECTIONS.index(row.direction)))
         suffix = "" if k == 0 else f"_{k + 1}"
-        st.plotly_chart(heatmap, key=f"deps_heatmap{suffix}")
-        download_figure(
-            heatmap, f"dependency_heads_{chosen.replace(':', '_')}{suffix}", key=f"deps_heatmap_download{suffix}"
-        )
+        chart(heatmap, f"dependency_heads_{chosen.replace(':', '_')}{suffix}", f"deps_heatmap{suffix}")
     if held_out:
         st.caption("Accuracies on half B; the red square marks the head chosen on half A.")
     return chosen

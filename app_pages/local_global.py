@@ -6,41 +6,31 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlib.aggregation import (
-    ATTRIBUTION,
-    AggregationOptions,
-    AggregationResult,
-    accumulate_aggregation,
-    aggregation_from_json,
-)
-from attnlib.attribution import DEFAULT_PROBES, Attribution, attribute, exact_seconds
+from attnlib.attribution import DEFAULT_PROBES
 from attnlib.model import LoadedModel
-from attnlib.norms import MEASURES
 from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, corpus_positions, positions_from_json
-from attnlib.precomputed import shipped_example
-from attnlib.report import largest_difference
+from attnlib.report import layer_values
 from attnlib.results import ResultFile
-from attnlib.runner import InputError, RunResult
-from figures.norms import (
-    MEASURE_NAMES,
-    agreement_comparison_figure,
-    agreement_figure,
-    center_of_mass_comparison_figure,
-    measure_center_of_mass_figure,
-)
+from attnlib.runner import InputError
 from figures.positions import (
     center_of_mass_chart,
     compared_heatmaps,
     compared_lines,
     correlation_heatmaps,
-    example_rows_chart,
     median_correlation_chart,
     position_histograms,
 )
-from ui.compare import Second, second_source
+from ui.aggregation_tab import (
+    NO_COMMON_LAYER,
+    aggregation_second,
+    aggregation_section,
+    parse_aggregation,
+    per_input_cost,
+)
+from ui.attribution_example import example_section
+from ui.compare import difference_line, second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
-from ui.downloads import download_figure, download_json, download_table
-from ui.live_inputs import run_or_explain, text_inputs
+from ui.downloads import chart, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, lazy_tabs
@@ -55,10 +45,6 @@ MODE = Option("lg_mode", "mode", "estimate", list(MODE_LABELS))
 PROBES = Option("lg_k", "probes", DEFAULT_PROBES, lo=1, hi=256)
 DROP = Option("lg_drop", "drop", False)
 IDENT = Option("lg_ident", "ident", False)
-AGG_MEASURE = Option("lg_agg_measure", "agg_measure", "attention", list(MEASURES))
-# 120 s caps the default model at 65 tokens, which add about 410 MB resident (bench_classroom --exact-memory 65):
-# with a server under 1 GB the exact example keeps it under 1.5 GB (issue 15); 600 s allowed 147 tokens, about 0.9 GB.
-EXACT_EXAMPLE_MAX_SECONDS = 120
 POSITION_OPTIONS = ("mode", "probes", "drop_special", "identifiable_only")  # what the positions command records
 TABS = LOCAL_GLOBAL
 TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
@@ -69,20 +55,6 @@ def _corpus_result(model_name: str, fingerprint: str, options: tuple, _inputs) -
     """Position statistics of a corpus, once per (model, corpus, options); the bar is made here so a hit replays it."""
     with progress(f"Running attribution ({model_name})") as report:
         return corpus_positions(model_named(model_name), _inputs, PositionOptions(*options), report).to_dict()
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _aggregation_result(model_name: str, fingerprint: str, options: tuple, _inputs) -> dict:
-    """Agreement of the measures with layer-output attribution over a corpus, once per (model, corpus, options)."""
-    with progress(f"Running the model and layer-output attribution ({model_name})") as report:
-        lm = model_named(model_name)
-        return accumulate_aggregation(lm, _inputs, AggregationOptions(*options), report).result().to_dict()
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def _example_attribution(model_name: str, text_a: str, text_b: str) -> Attribution:
-    """Exact Hidden Token Attribution of one sentence or pair."""
-    return attribute(model_named(model_name), text_a, text_b.strip() or None, mode="exact")
 
 
 def options_sidebar(head_dim: int) -> PositionOptions:
@@ -120,10 +92,6 @@ def options_sidebar(head_dim: int) -> PositionOptions:
 Results = dict[str, PositionsResult]  # model name -> its result, first model first
 
 
-def _per_input_cost(mode: str) -> str:
-    return "a few seconds" if mode == "estimate" else "a minute or more"
-
-
 def positions_result(
     model_name: str, choice: CorpusChoice, options: PositionOptions
 ) -> tuple[PositionsResult | None, str]:
@@ -137,7 +105,7 @@ def positions_result(
             st.error(f"{model_name}: {exc}")
             return None
 
-    ask = f"{model_name}: each input needs its own attribution run ({_per_input_cost(options.mode)} per input)."
+    ask = f"{model_name}: each input needs its own attribution run ({per_input_cost(options.mode)} per input)."
     wanted = position_options(options)
     return shipped_or_computed("positions", model_name, choice, wanted, compute, parse_positions, ask_first=ask)
 
@@ -196,10 +164,6 @@ def summary_table(results: Results) -> pd.DataFrame:
     return table[["model", *(c for c in table.columns if c != "model")]]
 
 
-def _per_layer(values: np.ndarray) -> dict[str, float]:
-    return {f"layer {l + 1}": float(v) for l, v in enumerate(values)}
-
-
 def positions_comparable(r: PositionsResult) -> dict[str, dict[str, float]]:
     """What the largest-difference line compares: centres of mass and median correlations per layer."""
     stats = {
@@ -207,22 +171,7 @@ def positions_comparable(r: PositionsResult) -> dict[str, dict[str, float]]:
         "input-contribution centre of mass": r.attribution_center_of_mass,
     }
     stats |= {f"median {name.replace('_', ' ')}": r.median_correlation(name) for name in CORRELATIONS}
-    return {name: _per_layer(values) for name, values in stats.items()}
-
-
-def difference_line(a: dict, b: dict, models: list[str]) -> None:
-    """The computed "where they differ most" line (first model's value first)."""
-    found = largest_difference(a, b)
-    if found is None:
-        st.caption("The two models have no layer in common to compare.")
-    else:
-        st.markdown(f"**{models[0]} vs {models[1]}**, {found.text()}.")
-
-
-def _chart(fig, name: str, key: str) -> None:
-    """A figure and its HTML download."""
-    st.plotly_chart(fig, key=key)
-    download_figure(fig, name, key=f"{key}_dl")
+    return {name: layer_values(values) for name, values in stats.items()}
 
 
 def corpus_notes(r: PositionsResult, source: str, label: str, model: str = "") -> None:
@@ -271,7 +220,7 @@ def centre_of_mass_section(results: Results) -> None:
             for m, r in results.items()
         }
         fig = compared_lines(lines, titles, "centre of mass (offset)", columns=2)
-    _chart(fig, "centre_of_mass", "lg_com")
+    chart(fig, "centre_of_mass", "lg_com")
     table = summary_table(results)
     st.dataframe(table, hide_index=True)
     download_table(table, "local_global_per_layer", key="lg_table_dl")
@@ -299,13 +248,13 @@ def model_histograms(r: PositionsResult, window: int, layer: int, model: str, ke
     means = (r.attention_histograms.mean(1), r.attribution_histograms.mean(1))
     title = f"{prefix}per layer (mean over heads)"
     fig = position_histograms(r.offsets, *means, layers, max_offset=window, columns=min(n_layers, 3), title=title)
-    _chart(fig, "histograms_per_layer", f"{key}_layers")
+    chart(fig, "histograms_per_layer", f"{key}_layers")
     l = min(layer, n_layers)
     heads = [f"{l}-{h + 1}" for h in range(n_heads)]
     maps = (r.attention_histograms[l - 1], r.attribution_histograms[l - 1])
     title = f"{prefix}layer {l}, every head (layer-head)"
     fig = position_histograms(r.offsets, *maps, heads, max_offset=window, title=title)
-    _chart(fig, f"histograms_layer_{l}", f"{key}_heads")
+    chart(fig, f"histograms_layer_{l}", f"{key}_heads")
 
 
 def histogram_section(results: Results) -> None:
@@ -330,18 +279,18 @@ def correlation_figures(results: Results) -> None:
         c = next(iter(results.values())).correlation
         for side, title in (("previous", local), ("input", glob)):
             fig = correlation_heatmaps(c[f"pearson_{side}"], c[f"spearman_{side}"], title)
-            _chart(fig, f"correlation_{side}", f"lg_corr_{side}")
+            chart(fig, f"correlation_{side}", f"lg_corr_{side}")
         medians = {name: next(iter(results.values())).median_correlation(name) for name in CORRELATIONS}
-        _chart(median_correlation_chart(medians, "Median over the heads of each layer"), "medians", "lg_corr_median")
+        chart(median_correlation_chart(medians, "Median over the heads of each layer"), "medians", "lg_corr_median")
         return
     for name in CORRELATIONS:
         title = f"{name.split('_')[0].title()}: {local if name.endswith('previous') else glob}"
         fig = compared_heatmaps({m: r.correlation[name] for m, r in results.items()}, title)
-        _chart(fig, f"correlation_{name}", f"lg_corr_{name}")
+        chart(fig, f"correlation_{name}", f"lg_corr_{name}")
     lines = {m: {name: r.median_correlation(name) for name in CORRELATIONS} for m, r in results.items()}
     titles = {name: name.replace("_", " ") for name in CORRELATIONS}
     fig = compared_lines(lines, titles, "median over heads", title="Median over the heads of each layer", columns=2)
-    _chart(fig, "correlation_medians", "lg_corr_median")
+    chart(fig, "correlation_medians", "lg_corr_median")
 
 
 def correlation_section(results: Results) -> None:
@@ -365,252 +314,8 @@ def corpus_summary(results: Results, sources: dict[str, str], labels: dict[str, 
         st.warning("No input is left to analyse.")
     if len(results) == 2:
         a, b = (positions_comparable(r) for r in results.values())
-        difference_line(a, b, list(results))
+        difference_line(list(results), a, b, NO_COMMON_LAYER)
     return results
-
-
-Aggregations = dict[str, AggregationResult]  # model name -> its result
-
-
-def aggregation_result(model_name: str, choice: CorpusChoice, options: PositionOptions) -> AggregationResult | None:
-    """One model's aggregation result: shipped, computed earlier in this session, or computed when asked."""
-    agg_options = AggregationOptions(mode=options.mode, probes=options.probes)
-
-    def compute() -> AggregationResult | None:
-        try:
-            values = tuple(vars(agg_options).values())
-            return AggregationResult.from_dict(
-                _aggregation_result(model_name, choice.fingerprint, values, choice.inputs)
-            )
-        except (InputError, ValueError) as exc:
-            st.error(f"{model_name}: {exc}")
-            return None
-
-    wanted = {"mode": agg_options.mode, "probes": agg_options.probes}
-    ask = (
-        f"{model_name}: layer-output attribution of every layer needs its own run per input "
-        f"({_per_input_cost(options.mode)} per input on 2 CPU cores)."
-    )
-    parse = lambda record: aggregation_from_json(record.result)  # noqa: E731
-    result, source = shipped_or_computed("aggregation", model_name, choice, wanted, compute, parse, ask_first=ask)
-    if result is not None:
-        st.caption(f"{model_name}: {result.n_inputs} inputs of {choice.label}; {source}.")
-    return result
-
-
-def aggregation_table(results: Aggregations) -> pd.DataFrame:
-    """Long table: model, layer (1-based), measure, Spearman, Pearson, centre of mass, and attribution's centre."""
-    rows = [
-        {
-            "model": model,
-            "layer": l + 1,
-            "measure": measure,
-            "spearman": r.spearman[measure][l],
-            "pearson": r.pearson[measure][l],
-            "centre of mass": r.center_of_mass[measure][l],
-            "attribution centre of mass": r.center_of_mass[ATTRIBUTION][l],
-        }
-        for model, r in results.items()
-        for measure in MEASURES
-        for l in range(len(r.center_of_mass[ATTRIBUTION]))
-    ]
-    return pd.DataFrame(rows).round(4)
-
-
-def aggregation_comparable(r: AggregationResult) -> dict[str, dict[str, float]]:
-    """Spearman agreement and centre of mass of each measure per layer, for the largest-difference line."""
-    stats = {f"{MEASURE_NAMES[m]} Spearman": r.spearman[m] for m in MEASURES}
-    stats |= {f"{MEASURE_NAMES[m]} centre of mass": r.center_of_mass[m] for m in (*MEASURES, ATTRIBUTION)}
-    return {name: _per_layer(values) for name, values in stats.items()}
-
-
-def aggregation_figures(results: Aggregations) -> None:
-    """Agreement lines and centres of mass: one model's measures together, or a panel per measure for two."""
-    if len(results) == 1:
-        r = next(iter(results.values()))
-        agreement = agreement_figure(r.pearson, r.spearman, "Agreement with layer-output attribution")
-        com = measure_center_of_mass_figure(r.center_of_mass, "Centre of mass per layer")
-    else:
-        a, b = (aggregation_comparable(r) for r in results.values())
-        difference_line(a, b, list(results))
-        pearson = {m: r.pearson for m, r in results.items()}
-        spearman = {m: r.spearman for m, r in results.items()}
-        agreement = agreement_comparison_figure(pearson, spearman, "Agreement with layer-output attribution")
-        com = center_of_mass_comparison_figure({m: r.center_of_mass for m, r in results.items()}, "Centre of mass")
-    _chart(agreement, "aggregation_agreement", "lg_agg_agreement")
-    _chart(com, "aggregation_centre_of_mass", "lg_agg_com")
-
-
-def aggregation_histograms(results: Aggregations, measure: str) -> None:
-    """Per layer: the chosen measure's relative-position histogram beside attribution's, one grid per model."""
-    window = int(st.session_state.get("lg_window", 10))
-    for i, (model, r) in enumerate(results.items()):
-        if not r.histograms:
-            st.caption(f"{model}: this result has no histograms (written before they were kept); recompute it.")
-            continue
-        layers = [f"layer {l + 1}" for l in range(len(r.histograms[ATTRIBUTION]))]
-        names = (MEASURE_NAMES[measure], MEASURE_NAMES[ATTRIBUTION])
-        title = f"{model + ': ' if len(results) > 1 else ''}{names[0]} and layer-output attribution per layer"
-        fig = position_histograms(
-            r.offsets, r.histograms[measure], r.histograms[ATTRIBUTION], layers, window, 3, title, names
-        )
-        _chart(fig, f"aggregation_histograms_{measure}", f"lg_agg_hist{i}")
-
-
-def parse_aggregation(record: ResultFile) -> AggregationResult:
-    """An `aggregation` result file's statistics."""
-    return aggregation_from_json(record.result)
-
-
-def aggregation_second(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> Second:
-    """The second model's aggregation: its result file, else the compared model (drawn on every run, whichever tab is
-    open, so an uploaded file stays)."""
-    first_name = lm.facts.name if loaded is None else loaded.model
-    corpus = None if choice is None else choice.described()
-    wanted = {"mode": options.mode, "probes": options.probes}
-    return second_source(
-        "aggregation",
-        "aggregation",
-        parse_aggregation,
-        first_name,
-        loaded,
-        corpus,
-        wanted,
-        tuple(wanted),
-        "aggregation",
-    )
-
-
-def aggregation_results(
-    lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded, second: Second
-) -> Aggregations:
-    """The first model's aggregation (its loaded file, else on the corpus) and the second's (its result file, else the
-    compared model's on the same corpus)."""
-    results: Aggregations = {}
-    for model, found in ((lm, loaded), (second.model, second.file)):
-        if found is not None:
-            results[found.model] = found.value
-            st.caption(f"{found.model}: {found.value.n_inputs} inputs of {found.corpus}; loaded from {found.name}.")
-        elif model is not None and choice is not None:
-            result = aggregation_result(model.facts.name, choice, options)
-            results |= {model.facts.name: result} if result is not None else {}
-    return results
-
-
-def aggregation_section(
-    lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded, second: Second
-) -> None:
-    """Issue 14: each measure's agreement with layer-output attribution per layer, centres of mass, histograms."""
-    st.subheader("Global aggregation")
-    st.caption(
-        "Raw attention, the value-weighted norms N and N_ResLN, and their rollouts, each compared per layer with "
-        "layer-output attribution (how much each input token contributes to the layer's output vectors): "
-        "Spearman solid, Pearson dashed, mean over query rows and inputs (METHODS §13). Same mode and probes as the other tabs."
-    )
-    cite_methods(13)
-    results = aggregation_results(lm, choice, options, loaded, second)
-    if not results:
-        if choice is None and loaded is None:
-            st.info(
-                "Nothing to show here yet: choose a corpus in the sidebar (a loaded positions result file "
-                "switches the corpus off), or load an aggregation result file."
-            )
-        return
-    aggregation_figures(results)
-    table = aggregation_table(results)
-    st.dataframe(table, hide_index=True)
-    download_table(table, "aggregation_per_layer", key="lg_agg_table_dl")
-    measure = bind([AGG_MEASURE])["agg_measure"]
-    st.selectbox("Measure for the histograms", list(MEASURES), format_func=MEASURE_NAMES.get, key=AGG_MEASURE.key)
-    aggregation_histograms(results, measure)
-    download_json({m: r.to_dict() for m, r in results.items()}, "aggregation", key="lg_agg_json_dl")
-
-
-def example_attribution(lm: LoadedModel, run: RunResult, text_a: str, text_b: str) -> Attribution | None:
-    """The shipped example, else exact attribution computed on request; None (with a message) until there is one."""
-    f = lm.facts
-    shipped = shipped_example(f.name, text_a, text_b)
-    if shipped is not None:
-        return shipped
-    seconds = exact_seconds(f, run.n)
-    if seconds > EXACT_EXAMPLE_MAX_SECONDS:
-        st.warning(
-            f"Exact attribution of {run.n} tokens with {f.name} would take about {seconds / 60:.0f} minutes "
-            f"on 2 CPU cores; this page stops at {EXACT_EXAMPLE_MAX_SECONDS // 60}. Shorten the text, or run "
-            "`python -m attnlib hta --mode exact` from the command line."
-        )
-        return None
-    done = st.session_state.setdefault("lg_examples", set())
-    prompt = st.empty()  # the offer disappears once the attribution is there
-    if (f.name, text_a, text_b) not in done:
-        with prompt.container():
-            st.info(
-                f"Exact attribution of these {run.n} tokens takes about {max(seconds, 1):.0f} s on 2 CPU "
-                "cores (it grows with the square of the length)."
-            )
-            if not st.button("Compute exact attribution", key="lg_example_go"):
-                return None
-    try:
-        with st.spinner("Computing exact Hidden Token Attribution…"):
-            attribution = _example_attribution(f.name, text_a, text_b)
-    except (InputError, ValueError) as exc:
-        st.error(str(exc))
-        return None
-    done.add((f.name, text_a, text_b))
-    prompt.empty()
-    return attribution
-
-
-def example_head(lm: LoadedModel, run: RunResult) -> tuple[int, int, int]:
-    """The example's layer, head and query token (0-based), chosen in three widgets kept in the URL."""
-    f = lm.facts
-    layer = Option("lg_ex_layer", "ex_layer", 1, lo=1, hi=f.n_layers)
-    head = Option("lg_ex_head", "ex_head", 1, lo=1, hi=f.n_heads)
-    query = Option("lg_ex_query", "ex_query", 0, lo=0, hi=run.n - 1)
-    values = bind([layer, head, query])
-    c1, c2, c3 = st.columns(3)
-    c1.number_input("Layer", 1, f.n_layers, key=layer.key)
-    c2.number_input("Head", 1, f.n_heads, key=head.key)
-    c3.selectbox("Query token", list(range(run.n)), format_func=lambda i: f"{i}: {run.tokens[i]}", key=query.key)
-    return values["ex_layer"] - 1, values["ex_head"] - 1, values["ex_query"]
-
-
-def example_section(lm: LoadedModel) -> None:
-    """One sentence or pair: a head's attention row beside its attribution rows, exact mode."""
-    f = lm.facts
-    st.subheader("One example, exact mode")
-    st.caption(
-        "For one head and one query token: the attention row, and how much each input token contributes to "
-        "that head's output there (input contribution) or to it from the layer's own input (previous-layer)."
-    )
-    text_a, text_b = text_inputs()
-    run = run_or_explain(f.name, text_a, text_b)
-    attribution = None if run is None else example_attribution(lm, run, text_a, text_b)
-    if run is None or attribution is None:
-        return
-    if run.n > f.head_dim:
-        st.caption(
-            f"This input has {run.n} tokens, more than the head dimension ({f.head_dim}): its attention rows "
-            "are not identifiable (Brunner et al. 2020)."
-        )
-    l, h, j = example_head(lm, run)
-    rows = {
-        "attention": run.attentions[l, h, j],
-        "input": attribution.input[l, h, j],
-        "previous": attribution.previous[l, h, j],
-    }
-    fig = example_rows_chart(
-        run.tokens,
-        rows["attention"],
-        rows["input"],
-        rows["previous"],
-        f"Head {l + 1}-{h + 1}, query {j}: {run.tokens[j]!r}",
-    )
-    _chart(fig, f"example_{l + 1}-{h + 1}_{j}", "lg_example")
-    as_lists = {name: row.tolist() for name, row in rows.items()}
-    download_json(
-        {"tokens": attribution.tokens, "layer": l, "head": h, "query": j, **as_lists}, "example", key="lg_example_json"
-    )
 
 
 st.title("Local versus global")

@@ -13,7 +13,7 @@ from attnlib.gradient_importance import GradientImportanceResult, gradient_impor
 from attnlib.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD, HeadMap
 from attnlib.model import LoadedModel
 from attnlib.norms import NormShareResult
-from attnlib.report import by_layer, head_frame, largest_difference, layer_frame
+from attnlib.report import by_layer, head_frame, layer_frame
 from attnlib.results import ResultFile
 from attnlib.runner import InputError
 from attnlib.special import CLASS_KEYS, SpecialTokenResult, heads_above
@@ -33,9 +33,9 @@ from figures.special_tokens import (
     layer_lines_by_model,
     layer_lines_with_head_dots,
 )
-from ui.compare import model_columns, second_source
+from ui.compare import difference_line, model_columns, second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
-from ui.downloads import download_figure, download_json, download_table
+from ui.downloads import chart, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, lazy_tabs
@@ -205,8 +205,7 @@ def _per_head_table(view: Shown) -> pd.DataFrame:
 
 
 def _figure(fig, name: str) -> None:
-    st.plotly_chart(fig, key=f"{KEY}_{name}_chart")
-    download_figure(fig, name, key=f"{KEY}_{name}_fig")
+    chart(fig, name, f"{KEY}_{name}_chart")
 
 
 def _heads_over_half(views: list[Shown], keys: list[str]) -> pd.DataFrame:
@@ -219,16 +218,14 @@ def _heads_over_half(views: list[Shown], keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "head", "attends to", "share"])
 
 
-def difference_line(views: list[Shown], per_layer: list[dict], keys: list[str], names: dict[str, str]) -> None:
+def models_difference(views: list[Shown], per_layer: list[dict], keys: list[str], names: dict[str, str]) -> None:
     """With two models: where their per-layer values differ most (per_layer: one {key: [layers]} per view)."""
     if len(views) < 2:
         return
     depths = {len(values[keys[0]]) for values in per_layer}
-    found = largest_difference(*(comparable(values, keys, names, len(depths) > 1) for values in per_layer))
-    if found is None:
-        st.caption("The two models have no layer at the same relative depth to compare.")
-        return
-    st.markdown(f"**{views[0].model} vs {views[1].model}**, {found.text()}.")
+    a, b = (comparable(values, keys, names, len(depths) > 1) for values in per_layer)
+    none = "The two models have no layer at the same relative depth to compare."
+    difference_line([v.model for v in views], a, b, none)
 
 
 def comparable(per_layer: dict, keys: list[str], names: dict[str, str], relative: bool) -> dict[str, dict]:
@@ -266,7 +263,7 @@ def lines_beside_heatmaps(views: list[Shown], keys: list[str], titles: tuple[str
             _figure(head_heatmaps(stats, NAMES, heat_title, cols=cols), heat_name)
         return
     _figure(layer_lines_by_model(_per_model(views, keys), NAMES, line_title, y_title), line_name)
-    difference_line(views, [v.special.layers for v in views], keys, NAMES)
+    models_difference(views, [v.special.layers for v in views], keys, NAMES)
     _side_by_side(
         views,
         lambda v, sfx: _figure(
@@ -321,7 +318,7 @@ def entropy_tab(views: list[Shown]) -> None:
         "Clark Fig. 4). The dashed line is uniform attention, the mean of ln n over inputs: heads near it "
         "attend broadly, heads near 0 look at one token."
     )
-    difference_line(views, [v.special.layers for v in views], ["entropy", "cls_entropy"], NAMES)
+    models_difference(views, [v.special.layers for v in views], ["entropy", "cls_entropy"], NAMES)
 
     def draw(v: Shown, sfx: str) -> None:
         heads = v.special.heads
@@ -469,7 +466,7 @@ def weights_norms_tab(views: list[Shown]) -> None:
     else:
         _figure(weights_vs_norms_by_model(shares, "Share of weights and of norms per layer"), "weights_vs_norms")
         per_layer = [{f"norm {k}": v.norms.layers[k] for k in CLASS_KEYS} for v in views if v.norms]
-        difference_line(
+        models_difference(
             views,
             per_layer,
             [f"norm {k}" for k in CLASS_KEYS],

@@ -137,9 +137,14 @@ def head_frame(model: str, per_head: dict[str, np.ndarray]) -> pd.DataFrame:
     return pd.DataFrame({"model": model, "layer": layer + 1, "head": head + 1, **columns})
 
 
+def layer_values(values: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """{"layer 1": value, ...} of one statistic per layer ([layers]), numbered from 1."""
+    return {f"layer {l + 1}": float(v) for l, v in enumerate(values)}
+
+
 def by_layer(per_layer: dict[str, np.ndarray], keys: Sequence[str], names: dict[str, str]) -> dict[str, dict]:
     """{name: {"layer 1": value, ...}} for the keys given ([layers] arrays), the shape largest_difference compares."""
-    return {names[k]: {f"layer {l + 1}": float(v) for l, v in enumerate(per_layer[k])} for k in keys}
+    return {names[k]: layer_values(per_layer[k]) for k in keys}
 
 
 def _special_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:

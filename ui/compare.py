@@ -3,13 +3,14 @@ model's result file of a page's command, uploaded under that field."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import streamlit as st
 
 from attnlib.model import LoadedModel
+from attnlib.report import largest_difference
 from attnlib.results import ResultFile, comparison_caveats
 from ui.model_sidebar import try_load
 from ui.page_state import Option, bind
@@ -125,3 +126,13 @@ def model_columns(headers: list[str]) -> list:
     for column, header in zip(columns, headers):
         column.markdown(header)
     return columns
+
+
+def difference_line(models: Sequence[str], a: dict, b: dict, none: str = "") -> None:
+    """Where two models' statistics ({statistic: {place: value}}, largest_difference's shape) differ most, first
+    model's value first; `none`, if given, is said when they have no place in common."""
+    found = largest_difference(a, b)
+    if found is not None:
+        st.markdown(f"**{models[0]} vs {models[1]}**: {found.text()}")
+    elif none:
+        st.caption(none)

@@ -43,3 +43,9 @@ def download_figure(fig: go.Figure, name: str, key: str) -> None:
         key=key,
         help="A standalone page that opens offline. For a PNG, use the camera icon above the figure.",
     )
+
+
+def chart(fig: go.Figure, name: str, key: str) -> None:
+    """A figure and, under it, its HTML download (`name`.html)."""
+    st.plotly_chart(fig, key=key)
+    download_figure(fig, name, key=f"{key}_dl")

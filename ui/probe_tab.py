@@ -12,13 +12,12 @@ import streamlit as st
 from attnlib.corpus import CorpusError
 from attnlib.model import LoadedModel
 from attnlib.probe import PUNCT, ProbeResult, probe_from_json, run_probe
-from attnlib.report import largest_difference
 from attnlib.results import ResultFile
 from attnlib.shipped import ROOT, TREEBANKS, file_sha1
 from figures.probe import probe_sentence, relation_bars, weight_heatmaps
-from ui.compare import model_columns, second_source
+from ui.compare import difference_line, model_columns, second_source
 from ui.corpus_picker import SHIPPED, CorpusChoice, kept_upload, parse_upload, read_path
-from ui.downloads import download_figure, download_json, download_table
+from ui.downloads import chart, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import model_named
 from ui.page_state import Option, bind
@@ -182,9 +181,7 @@ def probe_comparison(results: dict[str, tuple[ProbeResult, ProbeResult | None]])
     st.dataframe(wide, hide_index=True, column_config={f"{m}: UAS %": PERCENT for m in results})
     (a, _), (b, _) = results.values()
     uas = [{"UAS": {"all words": r.uas} | {k: v["uas"] for k, v in r.uas_by_relation.items()}} for r in (a, b)]
-    difference = largest_difference(*uas)
-    if difference is not None:
-        st.markdown(f"**{' vs '.join(results)}**: {difference.text()}")
+    difference_line(list(results), uas[0], uas[1])
 
 
 def probe_figures(results: dict[str, ProbeResult]) -> None:
@@ -208,15 +205,13 @@ def probe_figures(results: dict[str, ProbeResult]) -> None:
 def probe_bars(result: ProbeResult, suffix: str) -> None:
     """One model's UAS per relation: the probe, the best head and the best offset."""
     bars = relation_bars(result.uas_by_relation, min_count=20 if result.n_words >= 2000 else 1)
-    st.plotly_chart(bars, key=f"probe_relations{suffix}")
-    download_figure(bars, f"probe_uas_per_relation{suffix}", key=f"probe_relations_download{suffix}")
+    chart(bars, f"probe_uas_per_relation{suffix}", f"probe_relations{suffix}")
 
 
 def probe_weights(result: ProbeResult, model: str, suffix: str) -> None:
     """One model's learned weights and the largest of them."""
     weights = weight_heatmaps(result.weight_grid(), f"Learned weight of every head ({model})")
-    st.plotly_chart(weights, key=f"probe_weights{suffix}")
-    download_figure(weights, f"probe_weights{suffix}", key=f"probe_weights_download{suffix}")
+    chart(weights, f"probe_weights{suffix}", f"probe_weights{suffix}")
     top = ", ".join(f"{layer + 1}-{head + 1} {d} ({w:+.2f})" for layer, head, d, w in result.largest_weights(5))
     st.caption(f"Largest weights: {top}. Blue: the head's vote counts for the candidate; red: against.")
 
@@ -249,8 +244,7 @@ def probe_example(result: ProbeResult, sentence: int | str, model: str, k: int) 
     title = f"{found.sent_id}: {hits} of {sum(scored)} heads right"
     fig = probe_sentence(found.words, found.heads, found.deprels, found.predicted, title)
     suffix = "" if k == 0 else f"_{k + 1}"
-    st.plotly_chart(fig, key=f"probe_sentence_chart{suffix}")
-    download_figure(fig, f"probe_sentence{suffix}", key=f"probe_sentence_download{suffix}")
+    chart(fig, f"probe_sentence{suffix}", f"probe_sentence_chart{suffix}")
 
 
 def parse_probe(record: ResultFile) -> ProbeResult:
