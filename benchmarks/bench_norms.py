@@ -2,7 +2,7 @@
 
 Run: python benchmarks/bench_norms.py [--limit N] [--attribution-limit M] [--repeats R]
 Targets (issue 14): forward + everything of `special --norms` <= 1.3x the forward pass alone, and + every rolled-out
-map <= 1.3x; `aggregation` estimate (k = 12) <= 1.1x `positions` estimate on the same corpus. Also prints what
+map <= 1.3x (it also times, alone, the matrix products every exact map needs: what the maps cannot go below); `aggregation` estimate (k = 12) <= 1.1x `positions` estimate on the same corpus. Also prints what
 G_out (with_output=True) adds to an estimate-mode attribution.
 Ratios are measured side by side in one run (configurations interleaved, best of the repeats).
 """
@@ -60,6 +60,34 @@ def time_configs(lm, sentences, repeats: int, batch_size: int) -> dict[str, floa
     return best
 
 
+def time_map_products(lm, sentences, repeats: int, batch_size: int) -> float:
+    """Best wall time of only the matrix products every exact §12 map needs, on the engine's batch shapes: f_h(x_j) =
+    v W_O^h, the gram of the heads' vectors and that of the centred vectors with the residual (random values: the
+    cost depends on shapes only). What the maps cannot go below with these products on this CPU."""
+    import torch
+
+    from attnlib.engines import plan_batches
+    from attnlib.runner import encode
+
+    f = lm.facts
+    heads, hidden, layers = f.n_heads, f.hidden_size, f.n_layers
+    out_weight = torch.randn(layers, heads, hidden // heads, hidden)
+    lengths = [encode(lm, s.text_a, s.text_b).n for s in sentences]
+    shapes = [(len(b), max(lengths[i] for i in b)) for b in plan_batches(lm, sentences, batch_size)]
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for size, n in shapes:
+            values = torch.randn(heads, size * n, hidden // heads)
+            vectors = torch.empty(size * n, heads + 1, hidden)
+            for l in range(layers):
+                vectors[:, :heads] = torch.matmul(values, out_weight[l]).transpose(0, 1)
+                torch.matmul(vectors[:, :heads], vectors[:, :heads].transpose(1, 2))
+                torch.einsum("khd,kgd->khg", vectors, vectors)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def time_attribution(lm, sentences, repeats: int, probes: int) -> dict[str, float]:
     """Best wall time of attribution with and without G_out, and of `positions` and `aggregation` in estimate mode."""
     runs_ = list(run_batches(lm, ((s.text_a, s.text_b) for s in sentences)))
@@ -96,6 +124,8 @@ def main() -> None:
     print(f"{'configuration':40s} {'seconds':>8s} {'sent/s':>8s} {'vs forward':>11s}")
     for config in CONFIGS:
         print(f"{config:40s} {best[config]:8.2f} {len(sentences) / best[config]:8.1f} {best[config] / base:10.3f}x")
+    products = time_map_products(lm, sentences, args.repeats, args.batch_size)
+    print(f"{'(only the products every exact map needs)':40s} {products:8.2f} {'':8s} {products / base:10.3f}x extra")
     print("target: each at most 1.3x the forward pass\n")
     attributed = sentences[: args.attribution_limit or len(sentences)]
     timed = time_attribution(lm, attributed, args.repeats, args.probes)
