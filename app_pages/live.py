@@ -3,25 +3,19 @@ one model or two side by side), a head finder, and exports."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlencode
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlib.corpus import CorpusInput, read_text_corpus
-from attnlib.engine import accumulate
 from attnlib.export import attention_table
 from attnlib.model import ModelFacts
 from attnlib.norms import row_normalised, weighted_norms
-from attnlib.patterns import PATTERN_HELP, PATTERNS, PatternAccumulator, rank_heads
 from attnlib.report import STAT_NAMES, by_layer, largest_difference
 from attnlib.runner import InputError, RunResult, run
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
 from attnlib.special import input_statistics, punct_mask
 from attnlib.words import ROW_RULES, unit_labels, word_groups, word_level_attention
 from figures.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
@@ -29,11 +23,11 @@ from figures.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from figures.model_view import LINES_MAX_TOKENS, model_view_html
 from figures.neuron_view import neuron_scores, neuron_view_html, value_norm_figure
 from ui.compare import compared_model, model_columns
+from ui.head_finder import show_finder
 from ui.live_inputs import cached_run, run_or_explain, text_inputs
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, publish, set_value
-from ui.progress import progress
 
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
 LEVELS = {"token": "Tokens", "word": "Words"}
@@ -41,7 +35,6 @@ FILTER_PARAMS = {"all": "All", "aa": "A→A", "bb": "B→B", "ab": "A→B", "ba"
 SHOWS = {"weights": "Weights", "norms": "Norms"}
 QUANTITY = {"weights": "attention weight", "norms": "‖α f(x)‖ normalised over the row"}
 DIFFER_KEYS = ("cls", "sep", "punct", "prev", "self", "next")  # shares compared between two models on one input
-TOP_PICKS = 3
 
 VIEW = Option("live_view", "view", "head", list(VIEWS))
 LEVEL = Option("live_level", "level", "token", list(LEVELS))
@@ -168,23 +161,6 @@ def units(result: RunResult, level: str, model_name: str, texts: tuple[str, str]
     return word_level(model_name, *texts, rule, show), labels, segments
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def head_finder(model_name: str, fingerprint: str, _inputs: list[CorpusInput]) -> PatternAccumulator:
-    """Pattern scores of every head over the classroom set, once per model."""
-    lm = model_named(model_name)
-    acc = PatternAccumulator(lm.facts.n_layers, lm.facts.n_heads)
-    with progress("Head finder: running the classroom set") as report:
-        accumulate(lm, _inputs, [acc], progress=report)
-    return acc
-
-
-def classroom_inputs() -> tuple[str, list[CorpusInput]]:
-    """The classroom set (single sentences, then pairs) and a fingerprint of its content."""
-    paths = (CLASSROOM_SINGLE, CLASSROOM_PAIRS)
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:16]
-    return digest, [item for path in paths for item in read_text_corpus(path)]
-
-
 def export_buttons(
     name: str, csv_maker: Callable[[], pd.DataFrame], json_maker: Callable[[], dict], views: list, key: str
 ):
@@ -215,75 +191,6 @@ def export_buttons(
 def show(html: str) -> None:
     """Embed a self-contained view; the iframe takes the height of its content (the views scroll inside)."""
     st.iframe(html, height="content")
-
-
-def finder_buttons(acc: PatternAccumulator, picks: list) -> None:
-    """One row per pattern: its best heads, each a button that opens it in the head view."""
-    for name, title in PATTERNS.items():
-        row = [p for p in picks if p.pattern == name]
-        cols = st.columns([2.2] + [1] * TOP_PICKS)
-        scored_on = acc.counts[list(PATTERNS).index(name)]
-        cols[0].markdown(f"**{title}**", help=f"{PATTERN_HELP[name]}. Scored on {scored_on} inputs.")
-        if not row:
-            cols[1].caption("no input to score this on")
-        for col, p in zip(cols[1:], row):
-            col.button(
-                f"{p.label} · {p.score:.3f}",
-                key=f"pick_{name}_{p.rank}",
-                on_click=_open_head,
-                args=(p.layer, p.head),
-                help=f"Open head {p.label} in the head view",
-            )
-
-
-def finder_link(facts: ModelFacts, text_a: str, text_b: str, layer: int, head: int) -> str:
-    """A link (query string) that opens one head (0-based) in the head view of this model and text."""
-    params = {"view": "head", "layer": layer + 1, "head": head + 1, "heads": head + 1, "model": facts.name, "a": text_a}
-    return "?" + urlencode({**params, **({"b": text_b} if text_b.strip() else {})})
-
-
-def finder_tables(facts: ModelFacts, scores: np.ndarray, picks: list, text_a: str, text_b: str) -> None:
-    """The best heads as a table of links, and every head's scores as a CSV download."""
-    table = pd.DataFrame(
-        [
-            {
-                "pattern": PATTERNS[p.pattern],
-                "rank": p.rank,
-                "layer_head": p.label,
-                "score": round(p.score, 4),
-                "open": finder_link(facts, text_a, text_b, p.layer, p.head),
-            }
-            for p in picks
-        ]
-    )
-    link = st.column_config.LinkColumn("link", display_text="open")
-    st.dataframe(table, hide_index=True, column_config={"open": link})
-    layer, head = np.divmod(np.arange(facts.n_layers * facts.n_heads), facts.n_heads)
-    every = pd.DataFrame(
-        [
-            {"pattern": name, "layer": l, "head": h, "layer_head": f"{l + 1}-{h + 1}", "score": float(scores[k, l, h])}
-            for k, name in enumerate(PATTERNS)
-            for l, h in zip(layer, head)
-        ]
-    )
-    name = f"head-finder-{facts.name.replace('/', '_')}.csv"
-    csv = every.to_csv(index=False).encode()
-    st.download_button("Download every head's scores (CSV)", csv, name, "text/csv", key="finder_csv", on_click="ignore")
-
-
-def show_finder(facts: ModelFacts, text_a: str, text_b: str) -> None:
-    """The head finder: the best heads for each pattern over the classroom set, each a button into the head view."""
-    fingerprint, inputs = classroom_inputs()
-    acc = head_finder(facts.name, fingerprint, inputs)
-    scores = acc.scores()
-    st.subheader(f"Head finder: {facts.name}")
-    st.caption(
-        f"Scores over the classroom set ({len(inputs)} inputs: single sentences and pairs), mean over inputs. "
-        "Click a head to open it in the head view. Heads are numbered from 1 (layer-head)."
-    )
-    picks = rank_heads(scores, top=TOP_PICKS)
-    finder_buttons(acc, picks)
-    finder_tables(facts, scores, picks, text_a, text_b)
 
 
 def _choice(column, label: str, choices: dict, option: Option, view: str, help: str, on_change=None) -> None:
@@ -600,7 +507,7 @@ view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key
 if view == "finder":
     clamp_options(facts.n_layers, facts.n_heads, result.n)
     publish(OPTIONS)
-    show_finder(facts, text_a, text_b)
+    show_finder(facts, text_a, text_b, on_pick=_open_head)
 else:
     compared = compared_model()
     SECTIONS[view](controls(view, facts, result, text_a, text_b), compared.facts if compared else None)
