@@ -112,19 +112,19 @@ def padded_norm_maps(
     # the weight of each vector in z_ij, by key: [batch, j, i, heads + 1]; the residual x_j is one more head, weight [i = j]
     mix = torch.zeros(batch, n, n, heads + 1)
     mix[..., heads] = torch.eye(n)
-    vectors = torch.empty(batch * n, heads + 1, hidden)  # by key: f_h(x_j) for each head, then x_j
+    # f_h(x_j) for each head, then x_j: written head-major by the matmul, read by key through a view
+    vectors = torch.empty(heads + 1, batch * n, hidden)
+    by_key = vectors.transpose(0, 1)  # [batch * n, heads + 1, hidden]
     for l in range(layers):
         v = values[l].float().reshape(batch * n, heads, -1).transpose(0, 1)  # [heads, batch * n, head_dim]
-        vectors[:, :heads] = torch.matmul(v, out_weight[l]).transpose(0, 1)
-        vectors[:, heads] = layer_inputs[l].float().reshape(batch * n, hidden)
-        gram = torch.matmul(vectors[:, :heads], vectors[:, :heads].transpose(1, 2)).view(batch, n, heads, heads)
+        torch.matmul(v, out_weight[l], out=vectors[:heads])
+        vectors[heads] = layer_inputs[l].float().reshape(batch * n, hidden)
+        gram = torch.matmul(by_key[:, :heads], by_key[:, :heads].transpose(1, 2)).view(batch, n, heads, heads)
         value_norm[:, l] = torch.diagonal(gram, dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2)
         mix[..., :heads] = attentions[l].float().permute(0, 3, 2, 1)
         layer_norm[:, l] = _mixed_squared(mix[..., :heads], gram).clamp_(min=0).sqrt_().transpose(1, 2)
         vectors.sub_(vectors.mean(-1, keepdim=True)).mul_(gamma[l])  # g_i without its 1 / s_i: gamma (z - mean z)
-        centred = torch.einsum("khd,kgd->khg", vectors, vectors).view(
-            batch, n, heads + 1, heads + 1
-        )  # matmul: 2x slower
+        centred = torch.matmul(by_key, by_key.transpose(1, 2)).view(batch, n, heads + 1, heads + 1)
         residual_ln[:, l] = _mixed_squared(mix, centred).clamp_(min=0).sqrt_().transpose(1, 2) / scale[:, l, :, None]
     stacked = torch.stack([a.float() for a in attentions], dim=1)  # [batch, layers, heads, n, n]
     steps = torch.stack([0.5 * stacked.mean(2) + 0.5 * torch.eye(n), row_normalised_tensor(residual_ln)], dim=2)
