@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -204,6 +208,23 @@ def screenshot_dir():
     folder = ROOT / "test-output" / "screenshots"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"  # a browser page's run has ended
+
+
+@contextmanager
+def browser_page(browser, failure: Path | None = None, width: int = 1400, height: int = 1000) -> Iterator:
+    """A new Chromium page, closed afterwards; when the body fails, a full-page screenshot at `failure` first."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    try:
+        yield page
+    except Exception:
+        if failure is not None:
+            page.screenshot(path=str(failure), full_page=True)
+        raise
+    finally:
+        page.close()
 
 
 def pytest_collection_modifyitems(items):

@@ -5,8 +5,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-
-IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+from conftest import IDLE, browser_page
 
 
 def _click(page, name: str, last: bool = False) -> None:
@@ -25,8 +24,7 @@ def _click(page, name: str, last: bool = False) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_probe_section_compares_two_models(streamlit_server, browser, screenshot_dir, tiny_model_dir):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
+    with browser_page(browser, screenshot_dir / "deps-probe-failure.png") as page:
         url = f"{streamlit_server}/dependency-heads?limit=10&min=1&probe_limit=6&cmp={quote(str(tiny_model_dir))}"
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_text("largest difference: best-head accuracy in").first.wait_for(timeout=180_000)
@@ -55,21 +53,13 @@ def test_probe_section_compares_two_models(streamlit_server, browser, screenshot
         assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5
         charts.filter(has_text="Learned weight of every head").first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "deps-probe-weights-compared.png"))
-    except Exception:
-        page.get_by_role("button").last.scroll_into_view_if_needed()
-        page.screenshot(path=str(screenshot_dir / "deps-probe-failure-end.png"))
-        page.screenshot(path=str(screenshot_dir / "deps-probe-failure.png"), full_page=True)
-        raise
-    finally:
-        page.close()
 
 
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_example_sentence_in_both_models(streamlit_server, browser, screenshot_dir, tiny_model_dir):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
+    with browser_page(browser, screenshot_dir / "deps-example-failure.png") as page:
         url = f"{streamlit_server}/dependency-heads?limit=10&min=1&sentence=1&cmp={quote(str(tiny_model_dir))}"
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_role("heading", name="Example").first.wait_for(timeout=180_000)
@@ -91,8 +81,3 @@ def test_example_sentence_in_both_models(streamlit_server, browser, screenshot_d
         assert page.locator("[data-testid='stException']").count() == 0
         page.get_by_role("heading", name="Example").first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "deps-example-two-models.png"))
-    except Exception:
-        page.screenshot(path=str(screenshot_dir / "deps-example-failure.png"), full_page=True)
-        raise
-    finally:
-        page.close()

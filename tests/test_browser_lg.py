@@ -7,8 +7,8 @@ import json
 from urllib.parse import urlencode
 
 import pytest
+from conftest import IDLE
 
-IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 TRACE_NAMES = (  # each figure's trace names and subplot titles
     "() => [...document.querySelectorAll('.js-plotly-plot')]"
     ".map(p => JSON.stringify([...p.data.map(t => t.name), ...(p.layout.annotations || []).map(a => a.text)]))"

@@ -6,6 +6,7 @@ import time
 from urllib.parse import quote
 
 import pytest
+from conftest import IDLE
 
 VIEW_LABELS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
 CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}
@@ -18,14 +19,21 @@ INK = """sel => { const c = document.querySelector(sel); if (!c || !c.width) ret
 def wait_idle(page, timeout: int = 180_000) -> None:
     """Wait until Streamlit has finished the current run."""
     page.wait_for_timeout(300)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
+    page.wait_for_function(IDLE, timeout=timeout)
     page.wait_for_timeout(500)
 
 
 def view_frame(page, canvas: str, timeout: int = 180_000):
     """The view's iframe once its canvas has been drawn."""
-    page.locator("iframe").first.wait_for(state="visible", timeout=timeout)
-    frame = page.locator("iframe").first.element_handle().content_frame()
+    deadline = time.monotonic() + timeout / 1000
+    frame = None
+    while frame is None:  # a rerun may swap the iframe between finding it and reading its frame
+        assert time.monotonic() < deadline, "the view's iframe never got a frame"
+        page.locator("iframe").first.wait_for(state="visible", timeout=timeout)
+        handle = page.locator("iframe").first.element_handle()
+        frame = None if handle is None else handle.content_frame()
+        if frame is None:
+            page.wait_for_timeout(200)
     frame.wait_for_selector(canvas, timeout=timeout)
     frame.wait_for_function(f"() => ({INK})('{canvas}') > 200", timeout=timeout)
     return frame

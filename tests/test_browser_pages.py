@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import IDLE, browser_page
 
 PAGES = [
     ("", "Live attention"),
@@ -12,14 +13,12 @@ PAGES = [
 ]
 HEADINGS = {"Local vs global": "Local versus global"}  # page titles that differ from their navigation label
 # The main content of a page: a chart, a table, a component, or (for pages not built yet) the notice saying what they will show.
-IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 MAIN_CONTENT = ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stTable'], iframe, [data-testid='stAlert']"
 
 
 @pytest.mark.parametrize("path,title", PAGES)
 def test_page_renders_in_browser(streamlit_server, browser, screenshot_dir, path, title):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
+    with browser_page(browser, screenshot_dir / "page-failure.png") as page:
         page.goto(f"{streamlit_server}/{path}", wait_until="domcontentloaded")
         page.get_by_role("heading", name=HEADINGS.get(title, title)).first.wait_for(timeout=90_000)
         page.locator(MAIN_CONTENT).first.wait_for(state="visible", timeout=120_000)
@@ -33,24 +32,18 @@ def test_page_renders_in_browser(streamlit_server, browser, screenshot_dir, path
         page.get_by_text("Model", exact=True).first.wait_for(timeout=30_000)
         nav = page.locator("[data-testid='stSidebarNav']").inner_text()
         assert all(name in nav for _, name in PAGES), "the app's own navigation (app.py) is not in charge"
-    finally:
-        page.close()
 
 
 def test_live_page_shows_default_pair_chart(streamlit_server, browser, screenshot_dir):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
+    with browser_page(browser, screenshot_dir / "page-failure.png") as page:
         page.goto(f"{streamlit_server}/", wait_until="domcontentloaded")
         page.locator(".js-plotly-plot, iframe").first.wait_for(state="visible", timeout=120_000)
         assert "strawberries" in page.content() or page.frames[-1] is not None
         assert "I went to the store." in page.locator("textarea").first.input_value()
-    finally:
-        page.close()
 
 
 def test_exact_example_computes_on_request(streamlit_server, browser, screenshot_dir):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
+    with browser_page(browser, screenshot_dir / "page-failure.png") as page:
         page.goto(f"{streamlit_server}/local-global?tab=example&a=Birds+sing+at+dawn.", wait_until="domcontentloaded")
         page.get_by_text("takes about").first.wait_for(timeout=180_000)
         page.wait_for_function(IDLE, timeout=120_000)  # until the run ends, the page above keeps growing
@@ -62,5 +55,3 @@ def test_exact_example_computes_on_request(streamlit_server, browser, screenshot
         page.screenshot(path=str(screenshot_dir / "local-global-exact-example.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
         assert page.get_by_text("Compute exact attribution").count() == 0
-    finally:
-        page.close()

@@ -5,11 +5,11 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
+from conftest import IDLE, browser_page
 
 from attnlib import cli
 from attnlib.shipped import CLASSROOM_SINGLE
 
-DONE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"
 
 
@@ -17,7 +17,7 @@ def _open(page, url: str) -> None:
     """Open the page and wait until its run has ended and the tabs are drawn."""
     page.goto(url, wait_until="domcontentloaded")
     page.get_by_role("tab", name="Weights vs norms", exact=True).wait_for(timeout=240_000)
-    page.wait_for_function(DONE, timeout=240_000)
+    page.wait_for_function(IDLE, timeout=240_000)
     page.wait_for_timeout(1500)
 
 
@@ -30,8 +30,7 @@ def _show_tab(page, name: str) -> None:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_weights_vs_norms_tab_in_browser(streamlit_server, browser, screenshot_dir):
-    page = browser.new_page(viewport={"width": 1500, "height": 2200})
-    try:
+    with browser_page(browser, screenshot_dir / "special-browser-failure.png", 1500, 2200) as page:
         _open(page, f"{streamlit_server}/special-tokens?norms=1&limit=8&grad=0&map=0")
         _show_tab(page, "Weights vs norms")
         page.screenshot(path=str(screenshot_dir / "special-weights-vs-norms.png"), full_page=True)
@@ -41,20 +40,14 @@ def test_weights_vs_norms_tab_in_browser(streamlit_server, browser, screenshot_d
         assert "of the attention weights but" in panel.inner_text()
         assert panel.locator(".js-plotly-plot").count() == 2  # weights vs norms, value norms
         assert "value-weighted norms" in panel.locator(".js-plotly-plot").first.inner_text()
-    except Exception:
-        page.screenshot(path=str(screenshot_dir / "special-browser-failure.png"))
-        raise
-    finally:
-        page.close()
 
 
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_two_models_compared_in_browser(streamlit_server, browser, screenshot_dir, tiny_model_dir):
-    page = browser.new_page(viewport={"width": 1500, "height": 2200})
     folder = str(tiny_model_dir)
-    try:
+    with browser_page(browser, screenshot_dir / "special-browser-failure.png", 1500, 2200) as page:
         _open(page, f"{streamlit_server}/special-tokens?norms=1&limit=6&grad=0&map=0&cmp={quote(folder)}")
         _show_tab(page, "Shares")
         page.screenshot(path=str(screenshot_dir / "special-compare-shares.png"), full_page=True)
@@ -67,11 +60,6 @@ def test_two_models_compared_in_browser(streamlit_server, browser, screenshot_di
         page.screenshot(path=str(screenshot_dir / "special-compare-weights-vs-norms.png"), full_page=True)
         assert page.locator("[role='tabpanel']:not([hidden])").inner_text().count("What it shows.") == 2
         assert page.locator("[data-testid='stException']").count() == 0
-    except Exception:
-        page.screenshot(path=str(screenshot_dir / "special-browser-failure.png"))
-        raise
-    finally:
-        page.close()
 
 
 @pytest.mark.browser
@@ -83,8 +71,7 @@ def test_second_model_from_a_result_file_in_browser(
     out, folder = tmp_path / "tiny-special.json", str(tiny_model_dir)
     argv = ["special", "--corpus", str(CLASSROOM_SINGLE), "--norms", "--model", folder, "--out", str(out)]
     assert cli.main(argv) == 0
-    page = browser.new_page(viewport={"width": 1500, "height": 2200})
-    try:
+    with browser_page(browser, screenshot_dir / "special-result-file-failure.png", 1500, 2200) as page:
         _open(page, f"{streamlit_server}/special-tokens?grad=0")  # the default model's shipped result
         sidebar = page.locator("[data-testid='stSidebar']")
         field = sidebar.get_by_role("textbox", name="Compare with").bounding_box()
@@ -94,7 +81,7 @@ def test_second_model_from_a_result_file_in_browser(
         uploader.get_by_text("the second model's result file").click()
         uploader.locator("input[type='file']").set_input_files(str(out))
         page.get_by_text("Second model:").first.wait_for(timeout=120_000)
-        page.wait_for_function(DONE, timeout=240_000)
+        page.wait_for_function(IDLE, timeout=240_000)
         _show_tab(page, "Shares")
         panel = page.locator("[role='tabpanel']:not([hidden])")
         assert "largest difference:" in panel.inner_text()
@@ -103,8 +90,3 @@ def test_second_model_from_a_result_file_in_browser(
         assert panel.locator(".js-plotly-plot").count() == 3  # overlaid lines, a heatmap per model
         assert page.locator("[data-testid='stException']").count() == 0
         page.screenshot(path=str(screenshot_dir / "special-compare-result-file.png"), full_page=True)
-    except Exception:
-        page.screenshot(path=str(screenshot_dir / "special-result-file-failure.png"), full_page=True)
-        raise
-    finally:
-        page.close()

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from conftest import IDLE
 
-IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 HEADINGS = {"Local vs global": "Local versus global"}
 # the first figure's content: Plotly's data, or the self-contained view's page
 FIGURE = """() => { const p = document.querySelector('.js-plotly-plot');

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from conftest import IDLE
 
 from attnlib.tour import STEPS
-
-DONE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 
 
 def _wait_for_step(page, number: int) -> None:
     """The step's heading and its notice are shown and the app has stopped running."""
     page.get_by_role("heading", name=f"{number}. {STEPS[number - 1].title}").first.wait_for(timeout=180_000)
     page.get_by_text("What to notice.").first.wait_for(timeout=180_000)
-    page.wait_for_function(DONE, timeout=180_000)
+    page.wait_for_function(IDLE, timeout=180_000)
     page.wait_for_timeout(1500)
 
 

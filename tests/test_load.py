@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import psutil
+from conftest import IDLE
 
 from attnlib.model import DEFAULT_MODEL
 from attnlib.shipped import ROOT
@@ -21,7 +22,6 @@ from ui.model_sidebar import LOAD_LOG_LINE
 SESSIONS = 8
 PAGES = ["Special tokens", "Dependency heads", "Local vs global", "Live attention"]
 MAIN_CONTENT = ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stTable'], iframe, [data-testid='stAlert']"
-NO_STATUS = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 ANIMALS = ["cat", "dog", "fox", "owl", "bee", "cow", "hen", "elk"]
 
 
@@ -73,7 +73,7 @@ class RssSampler(threading.Thread):
 
 def _wait_idle(page, timeout: float = 240_000) -> None:
     page.locator(MAIN_CONTENT).first.wait_for(state="visible", timeout=timeout)
-    page.wait_for_function(NO_STATUS, timeout=timeout)
+    page.wait_for_function(IDLE, timeout=timeout)
 
 
 def _assert_no_exception(page, where: str) -> None:
