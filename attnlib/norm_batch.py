@@ -7,7 +7,6 @@ map (and of their rollouts) only mix real keys, and each input's maps are its to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -96,16 +95,15 @@ def _mixed_squared(weights: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
 
 
 def padded_norm_maps(
-    attentions: Sequence[torch.Tensor],
-    values: Sequence[torch.Tensor],
-    layer_inputs: Sequence[torch.Tensor],
-    scale: torch.Tensor,
+    attentions: torch.Tensor,  # [batch, layers, heads, n, n]
+    values: torch.Tensor,  # [batch, layers, n, hidden]: v = x W_V + b_V, heads side by side
+    layer_inputs: torch.Tensor,  # [batch, layers, n, hidden]: x
+    scale: torch.Tensor,  # [batch, layers, n]: the LayerNorm divisors s_i
     w: NormWeights,
 ) -> PaddedNormMaps:
-    """Every map of a padded batch from per-layer tensors: attentions [batch, heads, n, n], values v (x W_V + b_V)
-    [batch, n, hidden], layer inputs x [batch, n, hidden], and the LayerNorm divisors s_i [batch, layers, n]."""
-    batch, heads, n, _ = attentions[0].shape
-    layers, hidden = len(attentions), layer_inputs[0].shape[-1]
+    """Every map of a padded batch (float32 tensors, as run_encoded stacks them)."""
+    batch, layers, heads, n, _ = attentions.shape
+    hidden = layer_inputs.shape[-1]
     out_weight, gamma = torch.from_numpy(w.out_weight), torch.from_numpy(w.gamma)
     value_norm = torch.empty(batch, layers, heads, n)
     layer_norm, residual_ln = torch.empty(batch, layers, n, n), torch.empty(batch, layers, n, n)
@@ -116,21 +114,19 @@ def padded_norm_maps(
     vectors = torch.empty(heads + 1, batch * n, hidden)
     by_key = vectors.transpose(0, 1)  # [batch * n, heads + 1, hidden]
     for l in range(layers):
-        v = values[l].float().reshape(batch * n, heads, -1).transpose(0, 1)  # [heads, batch * n, head_dim]
+        v = values[:, l].reshape(batch * n, heads, -1).transpose(0, 1)  # [heads, batch * n, head_dim]
         torch.matmul(v, out_weight[l], out=vectors[:heads])
-        vectors[heads] = layer_inputs[l].float().reshape(batch * n, hidden)
+        vectors[heads] = layer_inputs[:, l].reshape(batch * n, hidden)
         gram = torch.matmul(by_key[:, :heads], by_key[:, :heads].transpose(1, 2)).view(batch, n, heads, heads)
         value_norm[:, l] = torch.diagonal(gram, dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2)
-        mix[..., :heads] = attentions[l].float().permute(0, 3, 2, 1)
+        mix[..., :heads] = attentions[:, l].permute(0, 3, 2, 1)
         layer_norm[:, l] = _mixed_squared(mix[..., :heads], gram).clamp_(min=0).sqrt_().transpose(1, 2)
         vectors.sub_(vectors.mean(-1, keepdim=True)).mul_(gamma[l])  # g_i without its 1 / s_i: gamma (z - mean z)
         centred = torch.matmul(by_key, by_key.transpose(1, 2)).view(batch, n, heads + 1, heads + 1)
         residual_ln[:, l] = _mixed_squared(mix, centred).clamp_(min=0).sqrt_().transpose(1, 2) / scale[:, l, :, None]
-    stacked = torch.stack([a.float() for a in attentions], dim=1)  # [batch, layers, heads, n, n]
-    steps = torch.stack([0.5 * stacked.mean(2) + 0.5 * torch.eye(n), row_normalised_tensor(residual_ln)], dim=2)
-    return PaddedNormMaps(
-        stacked, value_norm, layer_norm, residual_ln, rollout_tensor(steps.transpose(0, 1)).transpose(0, 1)
-    )
+    steps = torch.stack([0.5 * attentions.mean(2) + 0.5 * torch.eye(n), row_normalised_tensor(residual_ln)], dim=2)
+    rollouts = rollout_tensor(steps.transpose(0, 1)).transpose(0, 1)
+    return PaddedNormMaps(attentions, value_norm, layer_norm, residual_ln, rollouts)
 
 
 def row_normalised_tensor(maps: torch.Tensor) -> torch.Tensor:

@@ -200,11 +200,17 @@ def residual_ln_rollout(residual_ln: np.ndarray) -> np.ndarray:
     return rollout_tensor(row_normalised_tensor(_tensor(residual_ln))).numpy()
 
 
-def _captured(result: RunResult) -> tuple[np.ndarray, np.ndarray, NormWeights]:
-    """(values, layer inputs, weights) of a result, or a clear error when it was run without capture_norms."""
-    if result.values is None or result.layer_inputs is None or result.norm_weights is None:
+def _captured(result: RunResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, NormWeights]:
+    """(values, layer inputs, LayerNorm divisors, weights) of a result, or a clear error when it was run without
+    capture_norms."""
+    if (
+        result.values is None
+        or result.layer_inputs is None
+        or result.block_scale is None
+        or result.norm_weights is None
+    ):
         raise ValueError("This run has no value vectors: run it with capture_norms=True.")
-    return result.values, result.layer_inputs, result.norm_weights
+    return result.values, result.layer_inputs, result.block_scale, result.norm_weights
 
 
 def norm_maps(result: RunResult) -> NormMaps:
@@ -212,18 +218,13 @@ def norm_maps(result: RunResult) -> NormMaps:
     computed now as a batch of one."""
     if result.maps is not None:
         return result.maps
-    values, inputs, w = _captured(result)
+    values, inputs, scale, w = _captured(result)
     layers, _, n, _ = values.shape
-    if result.block_scale is None:
-        by_key = _tensor(values).matmul(_tensor(w.out_weight)).transpose(1, 2)
-        scale = _block_scale(_tensor(result.attentions), by_key, _tensor(inputs), w.out_bias, w.eps).float()
-    else:
-        scale = _tensor(result.block_scale).float()
     padded = padded_norm_maps(
-        list(_tensor(result.attentions)[:, None]),
-        list(_tensor(values).permute(0, 2, 1, 3).reshape(layers, 1, n, -1)),
-        list(_tensor(inputs)[:, None]),
-        scale[None],
+        _tensor(result.attentions)[None],
+        _tensor(values).permute(0, 2, 1, 3).reshape(1, layers, n, -1),  # heads joined again, as the model has them
+        _tensor(inputs)[None],
+        _tensor(scale)[None],
         w,
     )
     return padded.input_maps(0, list(result.tokens))
@@ -286,7 +287,7 @@ class NormShareStats:
 
     def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
         """Add one input run with capture_norms=True (no padding in it)."""
-        values, _, w = _captured(result)
+        values, _, _, w = _captured(result)
         value_norm = value_norms_from_values(values, w.out_gram) if result.value_norm is None else result.value_norm
         classes = class_masks(
             result.cls_mask, result.sep_mask, punct_mask(result.tokens, result.special_mask, self.all_punct)

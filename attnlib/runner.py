@@ -317,26 +317,24 @@ def run_encoded(
     (which implies it) also every §11-13 map, computed for the whole batch at once."""
     capture_norms = capture_norms or norm_maps
     attentions, captured = _forward(lm, model_inputs(lm, encoded), capture_qk, capture_norms)
-    stacked = torch.stack(attentions, dim=1).float().cpu().numpy()  # [batch, layers, heads, n_max, n_max]
+    stacked_maps = torch.stack(attentions, dim=1).float().cpu()  # [batch, layers, heads, n_max, n_max]
+    stacked = stacked_maps.numpy()
     h = lm.facts.n_heads
     if capture_norms:
         weights = norm_weights(lm.encoder, h)
-        inputs = torch.stack(captured.hidden_states[:-1], dim=1).float().cpu().numpy()  # [batch, layers, n_max, hidden]
+        stacked_inputs = torch.stack(captured.hidden_states[:-1], dim=1).float().cpu()  # [batch, layers, n_max, hidden]
+        inputs = stacked_inputs.numpy()
         values = torch.stack(captured.values, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
         b_, l_, n_, hidden = values.shape
         by_head = values.reshape(b_, l_, n_, h, hidden // h).permute(0, 1, 3, 2, 4)  # [batch, layers, heads, n_max, d]
         out_gram = torch.from_numpy(weights.out_gram)
         value_norms = torch.matmul(by_head, out_gram).mul_(by_head).sum(-1).clamp_(min=0).sqrt_().numpy()
         values_np = by_head.numpy()
-        variances = [
-            (u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in captured.block_inputs
-        ]  # torch's var: 5x slower
+        # s_i = sqrt(var(u_i) + eps) of the LayerNorm's input u, centred by hand: torch's var is 5x slower here
+        variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in captured.block_inputs]
         scales = torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
     if norm_maps:
-        attn, vals, xs = (
-            [t.float().cpu() for t in ts] for ts in (attentions, captured.values, captured.hidden_states[:-1])
-        )
-        padded = padded_norm_maps(attn, vals, xs, scales, weights)
+        padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales, weights)
     results = []
     for b, e in enumerate(encoded):
         r = RunResult(**vars(e), attentions=np.ascontiguousarray(stacked[b, :, :, : e.n, : e.n]))
