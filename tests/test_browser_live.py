@@ -23,17 +23,22 @@ def wait_idle(page, timeout: int = 180_000) -> None:
     page.wait_for_timeout(500)
 
 
+def iframe_frame(page, index: int = 0, timeout: int = 180_000):
+    """The index-th iframe's frame; read again when a rerun swaps the iframe between finding it and reading it."""
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        assert time.monotonic() < deadline, "the view's iframe never got a frame"
+        page.locator("iframe").nth(index).wait_for(state="visible", timeout=timeout)
+        handle = page.locator("iframe").nth(index).element_handle()
+        frame = None if handle is None else handle.content_frame()
+        if frame is not None:
+            return frame
+        page.wait_for_timeout(200)
+
+
 def view_frame(page, canvas: str, timeout: int = 180_000):
     """The view's iframe once its canvas has been drawn."""
-    deadline = time.monotonic() + timeout / 1000
-    frame = None
-    while frame is None:  # a rerun may swap the iframe between finding it and reading its frame
-        assert time.monotonic() < deadline, "the view's iframe never got a frame"
-        page.locator("iframe").first.wait_for(state="visible", timeout=timeout)
-        handle = page.locator("iframe").first.element_handle()
-        frame = None if handle is None else handle.content_frame()
-        if frame is None:
-            page.wait_for_timeout(200)
+    frame = iframe_frame(page, 0, timeout)
     frame.wait_for_selector(canvas, timeout=timeout)
     frame.wait_for_function(f"() => ({INK})('{canvas}') > 200", timeout=timeout)
     return frame
@@ -179,11 +184,21 @@ def test_512_tokens_stay_responsive(streamlit_server, browser, screenshot_dir):
 
 def frame_ink(page, index: int, canvas: str, timeout: int = 180_000):
     """The index-th view iframe once its canvas has ink, and how much."""
-    page.locator("iframe").nth(index).wait_for(state="visible", timeout=timeout)
-    frame = page.locator("iframe").nth(index).element_handle().content_frame()
+    frame = iframe_frame(page, index, timeout)
     frame.wait_for_selector(canvas, timeout=timeout)
     frame.wait_for_function(f"() => ({INK})('{canvas}') > 200", timeout=timeout)
     return frame, frame.evaluate(f"() => ({INK})('{canvas}')")
+
+
+def two_views_side_by_side(page):
+    """Both models' view frames, once both are drawn and stand side by side, and the first one's box."""
+    page.locator("iframe").nth(1).wait_for(state="visible", timeout=180_000)
+    assert page.locator("iframe").count() == 2
+    (first, ink_a), (second, ink_b) = frame_ink(page, 0, "#cv"), frame_ink(page, 1, "#cv")
+    assert ink_a > 500 and ink_b > 500
+    a, b = (page.locator("iframe").nth(k).bounding_box() for k in (0, 1))
+    assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5  # side by side
+    return first, second, a
 
 
 def test_norms_head_view_draws(streamlit_server, browser, screenshot_dir):
@@ -219,14 +234,9 @@ def test_value_norms_beside_the_neuron_view(streamlit_server, browser, screensho
 def test_two_models_head_views_side_by_side(streamlit_server, browser, screenshot_dir, tiny_model_dir):
     page = open_page(browser, f"{streamlit_server}/?view=head&layer=4&heads=2,7&cmp={quote(str(tiny_model_dir))}")
     try:
-        page.locator("iframe").nth(1).wait_for(state="visible", timeout=180_000)
-        assert page.locator("iframe").count() == 2
-        (first, ink_a), (second, ink_b) = frame_ink(page, 0, "#cv"), frame_ink(page, 1, "#cv")
-        assert ink_a > 500 and ink_b > 500
+        first, second, _ = two_views_side_by_side(page)
         assert "all-MiniLM-L6-v2" in first.inner_text("#ttl") and "Layer 4" in first.inner_text("#ttl")
         assert str(tiny_model_dir.name) in second.inner_text("#ttl") and "Layer 2" in second.inner_text("#ttl")
-        a, b = (page.locator("iframe").nth(k).bounding_box() for k in (0, 1))
-        assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5  # side by side
         assert page.get_by_text("largest difference").count() == 1
         page.screenshot(path=str(screenshot_dir / "live-two-models.png"), full_page=True)
     finally:
@@ -238,14 +248,9 @@ def test_two_models_neuron_views_side_by_side(streamlit_server, browser, screens
     url = f"{streamlit_server}/?view=neuron&layer=4&head=9&token=3&cmp={quote(str(tiny_model_dir))}"
     page = open_page(browser, url)
     try:
-        page.locator("iframe").nth(1).wait_for(state="visible", timeout=180_000)
-        assert page.locator("iframe").count() == 2
-        (first, ink_a), (second, ink_b) = frame_ink(page, 0, "#cv"), frame_ink(page, 1, "#cv")
-        assert ink_a > 500 and ink_b > 500
+        first, second, a = two_views_side_by_side(page)
         assert "all-MiniLM-L6-v2" in first.inner_text("#ttl") and "layer 4, head 9" in first.inner_text("#ttl")
         assert str(tiny_model_dir.name) in second.inner_text("#ttl") and "layer 2, head 4" in second.inner_text("#ttl")
-        a, b = (page.locator("iframe").nth(k).bounding_box() for k in (0, 1))
-        assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5  # side by side
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length == 2", timeout=60_000)
         charts = page.locator("[data-testid='stPlotlyChart']")
         assert "Value norms, head 4-9" in charts.nth(0).inner_text()
