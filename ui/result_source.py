@@ -16,7 +16,9 @@ T = TypeVar("T")
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def _shipped(key: tuple, sha1: str, n_inputs: int, _parse: Callable[[ResultFile], T]) -> tuple[T, str] | None:
-    """A shipped result parsed once per server and shared by every visitor (read only), with where it comes from."""
+    """A shipped result parsed once per server and shared by every visitor (read only), with where it comes from.
+
+    The cache keys on the command, not on `_parse`: each command's files are parsed by one page function."""
     command, model_name, _, options = key
     record = shipped_result(command, model_name, sha1, n_inputs, dict(options))
     return None if record is None else (_parse(record), f"precomputed, shipped with the app ({record.provenance()})")
