@@ -18,6 +18,7 @@ from attnlib.results import ResultFile
 from attnlib.runner import InputError
 from attnlib.special import CLASS_KEYS, SpecialTokenResult, heads_above
 from attnlib.special_tokens import (
+    NORM_GAP_FACTOR,
     SpecialTokens,
     largest_weight_norm_gap,
     special_tokens,
@@ -51,6 +52,11 @@ HEAD_MAP = Option(f"{KEY}_map", "map", True)
 NORMS = Option(f"{KEY}_norms", "norms", True)
 GRADIENTS = Option(f"{KEY}_grad", "grad", True)
 COMPUTED_HERE = "computed here"
+GAP_VERDICTS = {
+    "smaller": "its value vectors are small, so that attention moves little (a near no-op, as Kobayashi et al. found)",
+    "larger": "its value vectors are large, so that attention carries more than its weight says",
+    "similar": f"within a factor of {NORM_GAP_FACTOR:.0f}, so here weights and norms tell about the same story",
+}  # by WeightNormGap.verdict
 NAMES = {
     "cls": "[CLS]",
     "sep": "[SEP]",
@@ -424,17 +430,10 @@ def weights_norms_caption(view: Shown) -> str:
     gap = largest_weight_norm_gap(view.special.layers, view.norms.layers)
     if gap is None:
         return "No layer has both a weight share and a norm share to compare."
-    if gap.norm_share < gap.weight_share / 2:
-        verdict = (
-            "its value vectors are small, so that attention moves little (a near no-op, as Kobayashi et al. found)"
-        )
-    elif gap.norm_share > gap.weight_share * 2:
-        verdict = "its value vectors are large, so that attention carries more than its weight says"
-    else:
-        verdict = "within a factor of two, so here weights and norms tell about the same story"
     return (
         f"{view.model}: the largest gap is {NAMES[gap.key]} in layer {gap.layer + 1}: "
-        f"{gap.weight_share:.2f} of the attention weights but {gap.norm_share:.2f} of the norms: {verdict}."
+        f"{gap.weight_share:.2f} of the attention weights but {gap.norm_share:.2f} of the norms: "
+        f"{GAP_VERDICTS[gap.verdict]}."
     )
 
 

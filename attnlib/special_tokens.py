@@ -39,6 +39,9 @@ def special_tokens_from_json(result: dict) -> SpecialTokens:
     return SpecialTokens(special, hm, special_norms_from_json(result))
 
 
+NORM_GAP_FACTOR = 2.0  # a norm share within this factor of the weight share tells the same story
+
+
 @dataclass
 class WeightNormGap:
     """Where a token class's share of the attention weights and its share of the norms differ most (layer 0-based)."""
@@ -47,6 +50,13 @@ class WeightNormGap:
     layer: int
     weight_share: float
     norm_share: float
+
+    @property
+    def verdict(self) -> str:
+        """ "smaller" when the norm share is under half the weight share, "larger" when over twice it, else "similar"."""
+        if self.norm_share < self.weight_share / NORM_GAP_FACTOR:
+            return "smaller"
+        return "larger" if self.norm_share > self.weight_share * NORM_GAP_FACTOR else "similar"
 
 
 def largest_weight_norm_gap(

@@ -403,11 +403,17 @@ def norms_notice(gap: WeightNormGap | None, model: str) -> str:
         return f"In {model}, no layer has a [CLS] or [SEP] share to compare."
     name = SPECIAL_NAMES[gap.key]
     where = f"{name} in layer {gap.layer + 1}"
-    if gap.norm_share < gap.weight_share / 2:
+    if gap.verdict == "smaller":
         return (
             f"In {model}, {where} takes {pct(gap.weight_share)} of the attention weights but only "
             f"{pct(gap.norm_share)} of what the heads actually move (the norms): large weights on small vectors, "
             "close to a no-op."
+        )
+    if gap.verdict == "larger":
+        return (
+            f"In {model}, {where} takes {pct(gap.weight_share)} of the attention weights but "
+            f"{pct(gap.norm_share)} of what the heads actually move (the norms): its vectors are large, so it "
+            "carries more than its weight says."
         )
     return (
         f"In {model}, weights and norms tell the same story: the largest gap is {where}, "

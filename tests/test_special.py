@@ -448,6 +448,18 @@ def test_largest_weight_norm_gap_by_hand():
     assert largest_weight_norm_gap(nothing, nothing) is None
 
 
+def test_weight_norm_gap_verdict_by_hand():
+    from attnlib.special_tokens import WeightNormGap
+
+    def verdict(weight_share: float, norm_share: float) -> str:
+        return WeightNormGap("cls", 0, weight_share, norm_share).verdict
+
+    assert verdict(0.60, 0.17) == "smaller"  # 0.17 < 0.60 / 2
+    assert verdict(0.60, 0.31) == "similar"  # within a factor of 2 either way
+    assert verdict(0.10, 0.19) == "similar"
+    assert verdict(0.10, 0.21) == "larger"  # 0.21 > 0.10 * 2
+
+
 def test_special_tokens_from_json_round_trip(minilm):
     from attnlib.results import json_ready
     from attnlib.special_tokens import special_tokens, special_tokens_from_json

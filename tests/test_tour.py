@@ -381,4 +381,10 @@ def test_norms_notice_follows_the_gap():
     same_story = norms_notice(WeightNormGap("sep", 0, 0.10, 0.08), "M")
     assert same_story.startswith("In M, weights and norms tell the same story") and "[SEP] in layer 1" in same_story
     assert "10% of the weights against 8%" in same_story
+    large_vectors = norms_notice(WeightNormGap("sep", 4, 0.05, 0.30), "M")
+    assert (
+        "same story" not in large_vectors
+        and "[SEP] in layer 5 takes 5% of the attention weights but 30%" in large_vectors
+    )
+    assert "carries more than its weight says" in large_vectors
     assert norms_notice(None, "M") == "In M, no layer has a [CLS] or [SEP] share to compare."
