@@ -7,7 +7,7 @@ import json
 from urllib.parse import urlencode
 
 import pytest
-from conftest import IDLE
+from conftest import IDLE, browser_page
 
 TRACE_NAMES = (  # each figure's trace names and subplot titles
     "() => [...document.querySelectorAll('.js-plotly-plot')]"
@@ -35,8 +35,7 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
 
     first, second = str(tiny_model_dir), str(save_tiny_bert(tmp_path / "three-layers", layers=3, seed=1))
     query = urlencode({"model": first, "cmp": second, "limit": 3, "probes": 2, "tab": "aggregation"})
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
+    with browser_page(browser, screenshot_dir / "failed-local-global-compare.png") as page:
         page.goto(f"{streamlit_server}/local-global?{query}", wait_until="domcontentloaded")
         # Positions and aggregation for each model. A pressed button stays drawn in the run it starts, so the
         # buttons are pressed from the last up, and each press waits for one more "computed here" line.
@@ -67,6 +66,3 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
         both = [n for n in names if any(first in str(x) for x in n) and any(second in str(x) for x in n)]
         assert len(both) >= 8, names  # 4 overlays (positions, aggregation) and 4 side-by-side heatmaps
         assert differences == 2  # positions above the tabs, aggregation in its tab
-    finally:
-        page.screenshot(path=str(screenshot_dir / "local-global-compare-last.png"))
-        page.close()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import IDLE
+from conftest import IDLE, browser_page
 
 VIEW_LABELS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
 CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}
@@ -44,12 +47,14 @@ def view_frame(page, canvas: str, timeout: int = 180_000):
     return frame
 
 
-def open_page(browser, url: str):
-    page = browser.new_page(viewport={"width": 1400, "height": 1800})
-    page.goto(url, wait_until="domcontentloaded")
-    page.get_by_role("heading", name="Live attention").first.wait_for(timeout=180_000)
-    wait_idle(page)
-    return page
+@contextmanager
+def open_page(browser, url: str, failure: Path | None = None) -> Iterator:
+    """The Live page at url once its run has ended, closed afterwards (a screenshot at `failure` if the body fails)."""
+    with browser_page(browser, failure, height=1800) as page:
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Live attention").first.wait_for(timeout=180_000)
+        wait_idle(page)
+        yield page
 
 
 def widget_values(page) -> dict:
@@ -64,19 +69,19 @@ def widget_values(page) -> dict:
 
 @pytest.mark.parametrize("view", list(VIEW_LABELS))
 def test_each_view_draws(streamlit_server, browser, screenshot_dir, view):
-    page = open_page(browser, f"{streamlit_server}/?view={view}&layer=3&head=2&token=6")
-    try:
+    with open_page(
+        browser,
+        f"{streamlit_server}/?view={view}&layer=3&head=2&token=6",
+        screenshot_dir / f"failed-live-{view}-view.png",
+    ) as page:
         frame = view_frame(page, CANVAS[view])
         assert frame.evaluate(f"() => ({INK})('{CANVAS[view]}')") > 500
         assert page.locator("[data-testid='stException']").count() == 0
         page.screenshot(path=str(screenshot_dir / f"live-{view}-view.png"), full_page=True)
-    finally:
-        page.close()
 
 
 def test_head_finder_renders(streamlit_server, browser, screenshot_dir):
-    page = open_page(browser, f"{streamlit_server}/?view=finder")
-    try:
+    with open_page(browser, f"{streamlit_server}/?view=finder", screenshot_dir / "failed-live-head-finder.png") as page:
         page.get_by_text("same word in the other sentence").first.wait_for(timeout=180_000)
         # the finder's buttons arrive a few at a time after its first text; wait for a full table, then count
         page.wait_for_function(
@@ -84,13 +89,10 @@ def test_head_finder_renders(streamlit_server, browser, screenshot_dir):
         )
         assert page.locator("[data-testid='stButton']").count() >= 24
         page.screenshot(path=str(screenshot_dir / "live-head-finder.png"), full_page=True)
-    finally:
-        page.close()
 
 
 def test_copied_url_reopens_the_same_view(streamlit_server, browser, screenshot_dir):
-    page = open_page(browser, streamlit_server)
-    try:
+    with open_page(browser, streamlit_server, screenshot_dir / "failed-live-copied-url.png") as page:
         page.get_by_text("Model view", exact=True).click()
         wait_idle(page)
         slider = page.get_by_role("slider", name="Layer")
@@ -106,16 +108,11 @@ def test_copied_url_reopens_the_same_view(streamlit_server, browser, screenshot_
         assert chosen == {"view": "Model view", "layer": "3", "head": "7"}
         copied = page.url
         assert "view=model" in copied and "layer=3" in copied and "head=7" in copied
-    finally:
-        page.close()
-    again = open_page(browser, copied)
-    try:
+    with open_page(browser, copied, screenshot_dir / "failed-live-reopened-url.png") as again:
         frame = view_frame(again, "#grid")
         assert widget_values(again) == chosen
         assert "Layer 3, head 7" in frame.inner_text("#bigcap")
         again.screenshot(path=str(screenshot_dir / "live-reopened-url.png"), full_page=True)
-    finally:
-        again.close()
 
 
 def download(page, click, path):
@@ -127,8 +124,7 @@ def download(page, click, path):
 
 
 def test_exports_png_csv_and_offline_html(streamlit_server, browser, tmp_path):
-    page = open_page(browser, f"{streamlit_server}/?view=head&layer=2")
-    try:
+    with open_page(browser, f"{streamlit_server}/?view=head&layer=2", tmp_path / "failed-live-exports.png") as page:
         frame = view_frame(page, "#cv")
         png = download(page, lambda: frame.click("#png"), tmp_path / "view.png")
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
@@ -141,29 +137,25 @@ def test_exports_png_csv_and_offline_html(streamlit_server, browser, tmp_path):
         html = download(
             page, lambda: page.get_by_role("button", name="Download figure (HTML)").click(), tmp_path / "v.html"
         )
-    finally:
-        page.close()
-    offline = browser.new_page()
     requests: list[str] = []
-    offline.route(
-        "**/*",
-        lambda route: (
-            requests.append(route.request.url),
-            route.continue_() if route.request.url.startswith(("file:", "data:", "blob:")) else route.abort(),
-        ),
-    )
-    try:
+    with browser_page(browser) as offline:
+        offline.route(
+            "**/*",
+            lambda route: (
+                requests.append(route.request.url),
+                route.continue_() if route.request.url.startswith(("file:", "data:", "blob:")) else route.abort(),
+            ),
+        )
         offline.goto(html.as_uri())
         offline.wait_for_function(f"() => ({INK})('#cv') > 200", timeout=30_000)
-        assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), requests
-    finally:
-        offline.close()
+    assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), requests
 
 
 def test_512_tokens_stay_responsive(streamlit_server, browser, screenshot_dir):
     text = " ".join(["The old gardener watered the tomatoes every morning before the market opened."] * 40)
-    page = open_page(browser, f"{streamlit_server}/?view=head&a={quote(text)}")
-    try:
+    with open_page(
+        browser, f"{streamlit_server}/?view=head&a={quote(text)}", screenshot_dir / "failed-live-512.png"
+    ) as page:
         page.get_by_text("truncated").first.wait_for(timeout=60_000)  # the page says the input was cut to 512 tokens
         frame = view_frame(page, "#cv")
         box = frame.locator("#cv").bounding_box()
@@ -178,8 +170,6 @@ def test_512_tokens_stay_responsive(streamlit_server, browser, screenshot_dir):
         frame = view_frame(page, "#grid")
         assert "heatmaps" in frame.inner_text("#hint")
         page.screenshot(path=str(screenshot_dir / "live-model-view-512.png"), full_page=True)
-    finally:
-        page.close()
 
 
 def frame_ink(page, index: int, canvas: str, timeout: int = 180_000):
@@ -202,21 +192,21 @@ def two_views_side_by_side(page):
 
 
 def test_norms_head_view_draws(streamlit_server, browser, screenshot_dir):
-    page = open_page(browser, f"{streamlit_server}/?view=head&show=norms&layer=3&token=6")
-    try:
+    with open_page(
+        browser, f"{streamlit_server}/?view=head&show=norms&layer=3&token=6", screenshot_dir / "failed-live-norms.png"
+    ) as page:
         frame, ink = frame_ink(page, 0, "#cv")
         assert ink > 500
         assert "norms" in frame.inner_text("#ttl") and "‖α f(x)‖" in frame.inner_text("#hint")
         assert page.get_by_role("radio", name="Norms").is_checked()
         assert page.locator("[data-testid='stException']").count() == 0
         page.screenshot(path=str(screenshot_dir / "live-head-view-norms.png"), full_page=True)
-    finally:
-        page.close()
 
 
 def test_value_norms_beside_the_neuron_view(streamlit_server, browser, screenshot_dir):
-    page = open_page(browser, f"{streamlit_server}/?view=neuron&layer=2&head=3")
-    try:
+    with open_page(
+        browser, f"{streamlit_server}/?view=neuron&layer=2&head=3", screenshot_dir / "failed-live-value-norms.png"
+    ) as page:
         frame_ink(page, 0, "#cv")
         chart = page.locator("[data-testid='stPlotlyChart']").first
         chart.wait_for(state="visible", timeout=60_000)
@@ -226,28 +216,26 @@ def test_value_norms_beside_the_neuron_view(streamlit_server, browser, screensho
         neuron, bars = page.locator("iframe").first.bounding_box(), chart.bounding_box()
         assert bars["x"] > neuron["x"] + neuron["width"] - 5  # beside the neuron view, on its right
         page.screenshot(path=str(screenshot_dir / "live-neuron-value-norms.png"), full_page=True)
-    finally:
-        page.close()
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_two_models_head_views_side_by_side(streamlit_server, browser, screenshot_dir, tiny_model_dir):
-    page = open_page(browser, f"{streamlit_server}/?view=head&layer=4&heads=2,7&cmp={quote(str(tiny_model_dir))}")
-    try:
+    with open_page(
+        browser,
+        f"{streamlit_server}/?view=head&layer=4&heads=2,7&cmp={quote(str(tiny_model_dir))}",
+        screenshot_dir / "failed-live-two-models.png",
+    ) as page:
         first, second, _ = two_views_side_by_side(page)
         assert "all-MiniLM-L6-v2" in first.inner_text("#ttl") and "Layer 4" in first.inner_text("#ttl")
         assert str(tiny_model_dir.name) in second.inner_text("#ttl") and "Layer 2" in second.inner_text("#ttl")
         assert page.get_by_text("largest difference").count() == 1
         page.screenshot(path=str(screenshot_dir / "live-two-models.png"), full_page=True)
-    finally:
-        page.close()
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_two_models_neuron_views_side_by_side(streamlit_server, browser, screenshot_dir, tiny_model_dir):
     url = f"{streamlit_server}/?view=neuron&layer=4&head=9&token=3&cmp={quote(str(tiny_model_dir))}"
-    page = open_page(browser, url)
-    try:
+    with open_page(browser, url, screenshot_dir / "failed-live-two-neuron.png") as page:
         first, second, a = two_views_side_by_side(page)
         assert "all-MiniLM-L6-v2" in first.inner_text("#ttl") and "layer 4, head 9" in first.inner_text("#ttl")
         assert str(tiny_model_dir.name) in second.inner_text("#ttl") and "layer 2, head 4" in second.inner_text("#ttl")
@@ -258,5 +246,3 @@ def test_two_models_neuron_views_side_by_side(streamlit_server, browser, screens
         assert charts.nth(1).bounding_box()["x"] >= a["x"] + a["width"] - 5  # under the second model's view
         assert page.locator("[data-testid='stException']").count() == 0
         page.screenshot(path=str(screenshot_dir / "live-two-models-neuron.png"), full_page=True)
-    finally:
-        page.close()

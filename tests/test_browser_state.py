@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from conftest import IDLE
+from conftest import IDLE, browser_page
 
 HEADINGS = {"Local vs global": "Local versus global"}
 # the first figure's content: Plotly's data, or the self-contained view's page
@@ -77,8 +77,8 @@ def go(page, nav: str) -> None:
 @pytest.mark.browser
 @pytest.mark.parametrize("case", CASES, ids=[c.nav for c in CASES])
 def test_option_survives_other_page_and_url_reproduces_figure(streamlit_server, browser, screenshot_dir, case):
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
-    try:
+    name = case.path or "live"
+    with browser_page(browser, screenshot_dir / f"failed-state-{name}.png", height=1200) as page:
         page.goto(f"{streamlit_server}/{case.path}{case.start}", wait_until="domcontentloaded")
         settle(page, case.nav)
         assert not is_on(page, case.option)
@@ -93,17 +93,12 @@ def test_option_survives_other_page_and_url_reproduces_figure(streamlit_server, 
         assert page.evaluate(FIGURE) == figure
         assert case.param in page.url
         assert page.locator("[data-testid='stException']").count() == 0
-        page.screenshot(path=str(screenshot_dir / f"state-{case.path or 'live'}-back.png"), full_page=True)
-    finally:
-        page.close()
-    context = browser.new_context(viewport={"width": 1400, "height": 1200})
-    try:
-        fresh = context.new_page()
+        page.screenshot(path=str(screenshot_dir / f"state-{name}-back.png"), full_page=True)
+    # browser_page opens its own context: a new session with nothing of the first one
+    with browser_page(browser, screenshot_dir / f"failed-state-{name}-url.png", height=1200) as fresh:
         fresh.goto(copied, wait_until="domcontentloaded")
         settle(fresh, case.nav)
         assert is_on(fresh, case.option)
         assert fresh.evaluate(FIGURE) == figure, "the copied URL shows another figure"
         assert fresh.locator("[data-testid='stException']").count() == 0
-        fresh.screenshot(path=str(screenshot_dir / f"state-{case.path or 'live'}-url.png"), full_page=True)
-    finally:
-        context.close()
+        fresh.screenshot(path=str(screenshot_dir / f"state-{name}-url.png"), full_page=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import IDLE
+from conftest import IDLE, browser_page
 
 from attnlib.tour import STEPS
 
@@ -19,8 +19,7 @@ def _wait_for_step(page, number: int) -> None:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_tour_opens_step_3_and_moves(streamlit_server, browser, screenshot_dir):
-    page = browser.new_page(viewport={"width": 1600, "height": 1000})
-    try:
+    with browser_page(browser, screenshot_dir / "failed-tour-moves.png", width=1600) as page:
         page.goto(f"{streamlit_server}/tour?step=3", wait_until="domcontentloaded")
         _wait_for_step(page, 3)
         assert "step=3" in page.url
@@ -37,16 +36,13 @@ def test_tour_opens_step_3_and_moves(streamlit_server, browser, screenshot_dir):
         assert page.locator("[data-testid='stException']").count() == 0
         link = page.get_by_role("link", name="Open the full page in this state")
         assert "special-tokens?model=" in link.get_attribute("href")
-    finally:
-        page.close()
 
 
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.parametrize("number", [s.number for s in STEPS])
 def test_tour_step_renders(streamlit_server, browser, screenshot_dir, number):
-    page = browser.new_page(viewport={"width": 1600, "height": 1000})
-    try:
+    with browser_page(browser, screenshot_dir / f"failed-tour-step-{number}.png", width=1600) as page:
         page.goto(f"{streamlit_server}/tour?step={number}", wait_until="domcontentloaded")
         _wait_for_step(page, number)
         page.locator(".js-plotly-plot, iframe").first.wait_for(state="visible", timeout=120_000)
@@ -54,5 +50,3 @@ def test_tour_step_renders(streamlit_server, browser, screenshot_dir, number):
         page.screenshot(path=str(screenshot_dir / f"tour-step-{number}.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
         assert page.locator(".js-plotly-plot, iframe").count() > 0
-    finally:
-        page.close()

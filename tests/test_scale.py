@@ -346,14 +346,17 @@ def _special_page():
     return at
 
 
+def open_result_file(at, uploader: str, data: bytes) -> None:
+    """Choose a result file in a page's uploader; the page shows it with no exception and no error."""
+    at.file_uploader(key=uploader).set_value(("result.json", data, "application/json")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
 @pytest.mark.slow
 def test_special_page_loads_a_result_file(special_file):
     at = _special_page()
-    at.file_uploader(key="special_result_file").set_value(
-        ("special.json", special_file.read_bytes(), "application/json")
-    ).run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
+    open_result_file(at, "special_result_file", special_file.read_bytes())
     assert any(
         "computed by `python -m attnlib special` on classroom_single.txt (6 inputs) with all-MiniLM-L6-v2" in i.value
         and "head_map=True" in i.value
@@ -375,9 +378,7 @@ def test_dependency_page_loads_a_result_file(tmp_path):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.session_state["deps_limit"] = 2  # the page computes once before the file is chosen
     at.switch_page("app_pages/dependency_heads.py").run()
-    at.file_uploader(key="deps_result_file").set_value(("deps.json", path.read_bytes(), "application/json")).run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
+    open_result_file(at, "deps_result_file", path.read_bytes())
     assert any("computed by `python -m attnlib deps` on en_ewt-ud-dev.conllu (30 inputs)" in i.value for i in at.info)
     assert [m.value for m in at.metric][:1] == ["30"]
     at.number_input(key="deps_min_count").set_value(1).run()
@@ -426,11 +427,7 @@ def test_local_global_page_loads_a_result_file(tmp_path, tiny_model_dir):
     )
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.switch_page("app_pages/local_global.py").run()
-    at.file_uploader(key="local_global_result_file").set_value(
-        ("positions.json", path.read_bytes(), "application/json")
-    ).run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
+    open_result_file(at, "local_global_result_file", path.read_bytes())
     assert any(
         "computed by `python -m attnlib positions` on classroom_single.txt (2 inputs)" in i.value
         and "probes=2" in i.value
