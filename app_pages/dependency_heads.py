@@ -4,33 +4,28 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
 from attnlib.corpus import CorpusError, Sentence
 from attnlib.deps import (
-    ALL,
     CLARK_TABLE1,
     DIRECTIONS,
     DependencyCounts,
-    DependencyRow,
     DependencyTable,
     count_dependencies,
     dependency_counts_from_json,
-    predict_heads,
-    sentence_word_map,
 )
 from attnlib.model import LoadedModel
 from attnlib.parsing import parse_text, parser_name
 from attnlib.results import ResultFile
-from attnlib.runner import InputError, run
+from attnlib.runner import InputError
 from attnlib.shipped import CLASSROOM
 from attnlib.words import ROW_RULES
-from figures.deps import arc_diagram, head_accuracy_heatmaps
-from figures.heatmap import attention_heatmap
-from ui.compare import Second, difference_line, model_columns, second_source
+from figures.deps import head_accuracy_heatmaps
+from ui.compare import Second, difference_line, second_source
 from ui.corpus_picker import SHIPPED, CorpusChoice, corpus_picker, kept_upload
+from ui.dependency_example import EXAMPLE, example_viewer
 from ui.downloads import chart, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
@@ -51,7 +46,6 @@ RULE_NAMES = {
 }
 BERT_BASE = {"bert-base-uncased", "google-bert/bert-base-uncased"}
 DEFAULT_TEXT = "The gardener watered the tomatoes every morning.\nMaria's brother plays the trumpet in a jazz band."
-MAX_EXAMPLES = 500
 HOW = """
 - **Words.** Each word of the tree is tokenized on its own. The attention *to* a word is the sum of its pieces'
   columns; the attention *from* a word merges its pieces' rows (the mean, as in the paper, or the first piece, or the
@@ -75,9 +69,6 @@ TYPED_TEXT = Option("deps_text", "text", DEFAULT_TEXT)
 MIN_COUNT = Option("deps_min_count", "min", 100, lo=1, hi=1_000_000)
 RULE = Option("deps_rule", "rule", "mean", list(ROW_RULES))
 SPLIT = Option("deps_split", "split", "same", list(SPLITS))
-DIRECTION_PARAMS = {"dep": DIRECTIONS[0], "head": DIRECTIONS[1]}
-# the example's options that a new relation resets to its best head: URL key -> widget key
-EXAMPLE = {"sentence": "deps_example", "layer": "deps_layer", "head": "deps_head", "dir": "deps_dir"}
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -91,17 +82,6 @@ def _counts(model_name: str, fingerprint: str, rule: str, _sentences: list[Sente
     """Every head's dependency predictions over the corpus, counted once per (model, corpus, row rule)."""
     with progress("Running the model over the sentences", "sentences") as report:
         return count_dependencies(model_named(model_name), _sentences, rule, progress=report)  # type: ignore[arg-type]
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def _example(model_name: str, words: tuple[str, ...], rule: str) -> tuple[np.ndarray, np.ndarray, bool, str, str]:
-    """Word-level maps [L, H, m+2, m+2] of one sentence, its mask of words with pieces, truncation, and CLS/SEP names."""
-    lm = model_named(model_name)
-    result = run(lm, list(words), capture_qk=False)
-    if result.truncated:
-        return np.zeros((0,)), np.zeros((0,), bool), True, lm.facts.cls_token, lm.facts.sep_token
-    word_map, present = sentence_word_map(result, words, rule)  # type: ignore[arg-type]
-    return word_map, present, False, lm.facts.cls_token, lm.facts.sep_token
 
 
 def _silver_text() -> tuple[str, str] | None:
@@ -225,104 +205,6 @@ def _show_paper_table(is_silver: bool) -> None:
         "aux:pass for auxpass, compound:prt for prt; UD has no prep/pobj (a preposition is `case` on its noun)."
     )
     st.caption(labels + " The paper's corpus (WSJ) differs from ours, so the numbers are a reference, not a target.")
-
-
-def example_options(row: DependencyRow, lm: LoadedModel, n_sentences: int) -> list[Option]:
-    """The example's sentence, layer, head, direction and arcs drawn; the layer, head and direction of the best head."""
-    f = lm.facts
-    return [
-        Option(EXAMPLE["sentence"], "sentence", 0, lo=0, hi=n_sentences - 1),
-        Option(EXAMPLE["layer"], "layer", row.layer + 1, lo=1, hi=f.n_layers),
-        Option(EXAMPLE["head"], "head", row.head + 1, lo=1, hi=f.n_heads),
-        Option(EXAMPLE["dir"], "dir", row.direction, DIRECTION_PARAMS),
-        Option("deps_every_word", "arcs", False),
-    ]
-
-
-def example_controls(options: list[Option], sentences: list[Sentence], n_layers: int, n_heads: int) -> dict:
-    """The example's widgets; their values by URL key."""
-    values = bind(options)
-    sentence, layer, head, direction, _ = (option.key for option in options)
-    c1, c2, c3, c4 = st.columns([3, 1, 1, 2])
-    c1.selectbox(
-        "Sentence",
-        range(len(sentences)),
-        key=sentence,
-        format_func=lambda i: f"{i + 1}. " + " ".join(sentences[i].words)[:110],
-    )
-    c2.number_input("Layer", 1, n_layers, key=layer)
-    c3.number_input("Head", 1, n_heads, key=head)
-    c4.radio("Direction", DIRECTIONS, key=direction, horizontal=True)
-    return values
-
-
-def example_viewer(models: list[LoadedModel], sentences: list[Sentence], tables: dict, relation: str, rule: str):
-    """One sentence: gold arcs against the arcs a head predicts, and that head's word-level attention; with a second
-    model, the same sentence in it beside, at its own best head for the relation."""
-    st.subheader("Example")
-    lm = models[0]
-    row = next(r for r in tables[lm.facts.name].rows if r.relation == relation)
-    with_relation = [s for s in sentences if relation == ALL or relation in s.deprels][:MAX_EXAMPLES]
-    if not with_relation:
-        st.info("No sentence has this relation.")
-        return
-    options = example_options(row, lm, len(with_relation))
-    values = example_controls(options, with_relation, lm.facts.n_layers, lm.facts.n_heads)
-    sentence = with_relation[values["sentence"]]
-    every_word = st.checkbox(
-        "Draw the predicted arc of every word, not only of this relation's dependents", key=options[-1].key
-    )
-    heads = {lm.facts.name: (values["layer"], values["head"], values["dir"])}
-    for other in models[1:]:
-        rows = tables[other.facts.name].rows if other.facts.name in tables else []
-        best = next((r for r in rows if r.relation == relation), None)
-        if best is None:
-            st.caption(f"{other.facts.name} has no best head for '{relation}' (too few dependents).")
-        else:
-            heads[other.facts.name] = (best.layer + 1, best.head + 1, best.direction)
-    headers = [f"**{m}** · head {l}-{h} {d}" for m, (l, h, d) in heads.items()]
-    if len(heads) > 1:
-        st.caption(f"The second model is shown at its own best head for '{relation}' (its Table 1 row).")
-    long_sentence = len(heads) > 1 or sum(len(w) + 2 for w in sentence.words) > 80
-    for k, (column, (model, head)) in enumerate(zip(model_columns(headers), heads.items())):
-        with column:
-            figures = example_figures(model, sentence, relation, rule, head, every_word)
-            if figures is not None:
-                draw_example(*figures, long_sentence, "" if k == 0 else f"_{k + 1}")
-    st.caption(
-        "Gold arcs above the words (head → dependent), the chosen head's predictions below: green where the "
-        "predicted head is the gold one, red where it is not. dep->head: each word predicts the word its row "
-        "gives most attention to; head<-dep: the word whose row gives it most attention (its column's maximum). "
-        "CLS/SEP and the diagonal are left out; ties go to the leftmost word."
-    )
-
-
-def example_figures(model: str, sentence: Sentence, relation: str, rule: str, head: tuple, every_word: bool):
-    """(arc diagram, word-level heatmap) of one model's head (layer, head 1-based, direction) on the sentence."""
-    layer, head_number, direction = head
-    word_map, present, truncated, cls, sep = _example(model, tuple(sentence.words), rule)
-    if truncated:
-        st.warning(f"This sentence is longer than {model} takes; it was skipped in its table.")
-        return None
-    head_map = word_map[layer - 1, head_number - 1]
-    predicted = predict_heads(head_map)[DIRECTIONS.index(direction)]
-    predicted[~present] = -1
-    focus = [relation == ALL or r == relation for r in sentence.deprels]
-    hits = sum(int(p == g) for p, g, f in zip(predicted, sentence.heads, focus) if f)
-    title = f"Head {layer}-{head_number}, {direction}: {hits} of {sum(focus)} '{relation}' arcs found"
-    drawn = [True] * len(focus) if every_word else focus
-    arcs = arc_diagram(sentence.words, sentence.heads, sentence.deprels, predicted, drawn, title)
-    labels = [cls] + sentence.words + [sep]
-    return arcs, attention_heatmap(head_map, labels, labels, f"Word-level attention of head {layer}-{head_number}")
-
-
-def draw_example(arcs, heat, stacked: bool, suffix: str) -> None:
-    """The arcs beside the head's attention (one above the other when stacked: a long sentence, or two models)."""
-    left, right = (st.container(), st.container()) if stacked else st.columns([3, 2])
-    with left:
-        chart(arcs, f"dependency_arcs{suffix}", f"deps_arcs{suffix}")
-    with right:
-        chart(heat, f"dependency_head_attention{suffix}", f"deps_example_heatmap{suffix}")
 
 
 def chosen_corpus(is_silver: bool) -> tuple[str, str, list[Sentence], CorpusChoice | None] | None:

@@ -13,14 +13,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from attnlib.corpus import CorpusInput, Sentence, read_conllu, read_corpus
-from attnlib.deps import DIRECTIONS, DependencyCounts, dependency_counts_from_json, predict_heads, sentence_word_map
+from attnlib.deps import DIRECTIONS, DependencyCounts, dependency_counts_from_json, head_on_sentence
 from attnlib.engine import accumulate
 from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
 from attnlib.patterns import PatternAccumulator
 from attnlib.positions import CORRELATIONS, PositionsResult, corpus_positions, positions_from_json
 from attnlib.precomputed import shipped_result
 from attnlib.results import ResultFile
-from attnlib.runner import run
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, corpus_slug
 from attnlib.special import SpecialTokenResult
 from attnlib.special_tokens import SpecialTokens, largest_weight_norm_gap, special_tokens, special_tokens_from_json
@@ -53,6 +52,7 @@ from figures.head_view import head_view_html
 from figures.norms import weights_vs_norms_figure
 from figures.positions import center_of_mass_chart, median_correlation_chart
 from figures.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
+from ui.dependency_example import example_maps
 from ui.live_inputs import DEFAULT_A, DEFAULT_B, cached_run
 from ui.model_sidebar import current_model, model_named
 from ui.progress import progress
@@ -164,13 +164,6 @@ def gradient_result(model_name: str) -> GradientImportanceResult | None:
     with progress("Gradient importance") as report:
         result = gradient_importance(lm, _corpus(str(TOUR_CORPORA["special"]))[1][:SLICE], progress=report)
     return result
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _example_maps(model_name: str, words: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Word-level maps [L, H, m+2, m+2] of one sentence and its mask of words with pieces."""
-    lm = model_named(model_name)
-    return sentence_word_map(run(lm, list(words), capture_qk=False), words)
 
 
 # ---------- drawing -------------------------------------------------------------------------------------------------
@@ -291,12 +284,12 @@ def _syntax_example(model_name: str, sentences: list[Sentence], relation: str, l
     if not short:
         return
     sentence = max(short, key=lambda s: s.deprels.count(relation))  # the first of those with the most arcs
-    word_map, present = _example_maps(model_name, tuple(sentence.words))
-    predicted = predict_heads(word_map[layer, head])[d]
-    predicted[~present] = -1
-    focus = [r == relation for r in sentence.deprels]
+    maps = example_maps(model_name, tuple(sentence.words))
+    if maps is None:
+        return
+    found = head_on_sentence(maps.word_map, maps.present, sentence, relation, layer, head, DIRECTIONS[d])
     title = f"Head {head_name(layer, head)} on '{relation}' ({DIRECTIONS[d]})"
-    _show(arc_diagram(sentence.words, sentence.heads, sentence.deprels, predicted, focus, title), "arcs")
+    _show(arc_diagram(sentence.words, sentence.heads, sentence.deprels, found.predicted, found.focus, title), "arcs")
 
 
 def render_syntax(model_name: str, shown: str) -> None:

@@ -117,6 +117,37 @@ def sentence_word_map(result: RunResult, words: Sequence[str], rule: RowRule = "
 
 
 @dataclass(frozen=True)
+class HeadOnSentence:
+    """One head's predicted heads on one sentence, against the gold arcs of one relation (or ALL)."""
+
+    predicted: np.ndarray  # [m] 1-based predicted heads; -1 for a word without wordpieces
+    focus: list[bool]  # [m] the relation's dependents
+    hits: int  # dependents of the relation whose predicted head is their gold head
+
+    @property
+    def n_arcs(self) -> int:
+        """How many of the sentence's arcs have the relation."""
+        return sum(self.focus)
+
+
+def head_on_sentence(
+    word_map: np.ndarray,  # [L, H, m+2, m+2], as sentence_word_map gives
+    present: np.ndarray,  # bool [m]
+    sentence: Sentence,
+    relation: str,
+    layer: int,
+    head: int,
+    direction: str,
+) -> HeadOnSentence:
+    """What head (layer, head, 0-based) predicts for each word in one DIRECTIONS direction, and its hits on the relation."""
+    predicted = predict_heads(word_map[layer, head])[DIRECTIONS.index(direction)]
+    predicted[~present] = -1
+    focus = [relation == ALL or r == relation for r in sentence.deprels]
+    hits = sum(int(p == g) for p, g, f in zip(predicted, sentence.heads, focus) if f)
+    return HeadOnSentence(predicted, focus, hits)
+
+
+@dataclass(frozen=True)
 class DependencyRow:
     """One row of the table: a relation's best head (0-based layer and head) against its best fixed offset."""
 

@@ -130,7 +130,7 @@ def arc_diagram(
     words: Sequence[str],
     gold_heads: Sequence[int],
     gold_labels: Sequence[str],
-    predicted_heads: Sequence[int],
+    predicted_heads: Sequence[int] | np.ndarray,
     focus: Sequence[bool],
     title: str = "",
     predicts_root: bool = False,

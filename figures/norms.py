@@ -39,9 +39,7 @@ WEIGHTS_NORMS_TITLES = ["attention weights", "norms ||αf(x)||"]  # short: the t
 
 def weights_vs_norms_figure(weights: dict[str, np.ndarray], norms: dict[str, np.ndarray], title: str = "") -> go.Figure:
     """Share per layer (mean over heads of [layers, heads]) of each token class: weights left, norms right (Kobayashi Fig. 2)."""
-    fig = make_subplots(
-        rows=1, cols=2, shared_yaxes=True, subplot_titles=WEIGHTS_NORMS_TITLES, horizontal_spacing=0.1
-    )
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=WEIGHTS_NORMS_TITLES, horizontal_spacing=0.1)
     for col, per_head in enumerate((weights, norms), start=1):
         for key, name in CLASS_NAMES.items():
             line = dict(color=COLOURS[key], width=3, dash="solid" if col == 1 else "dash")
@@ -63,9 +61,7 @@ def weights_vs_norms_by_model(
     per_model: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]], title: str = ""
 ) -> go.Figure:
     """Two models overlaid: {model: (weights, norms)}, each {class: [layers, heads]}; one colour per model."""
-    fig = make_subplots(
-        rows=1, cols=2, shared_yaxes=True, subplot_titles=WEIGHTS_NORMS_TITLES, horizontal_spacing=0.1
-    )
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=WEIGHTS_NORMS_TITLES, horizontal_spacing=0.1)
     for part, col in ((0, 1), (1, 2)):
         stats = {model: {key: shares[part][key] for key in CLASS_NAMES} for model, shares in per_model.items()}
         add_model_lines(fig, stats, CLASS_NAMES, row=1, col=col, showlegend=col == 1)

@@ -133,6 +133,28 @@ def test_predict_heads_tie_and_root_are_never_right():
     assert predict_heads(w).tolist() == [[1, 1], [1, 1]]  # every row and column ties at 0: lowest index, word 1
 
 
+def test_head_on_sentence_by_hand():
+    from attnlib.deps import ALL, head_on_sentence
+
+    # "The cat slept": The -det-> cat, cat -nsubj-> slept (root). One layer, two heads; word units 1..3.
+    sentence = Sentence(text_a=["The", "cat", "slept"], heads=[2, 3, 0], deprels=["det", "nsubj", "root"])
+    maps = np.zeros((1, 2, 5, 5))
+    maps[0, 0, 1, 2] = maps[0, 0, 2, 3] = maps[0, 0, 3, 1] = 1.0  # head 0: The->cat, cat->slept, slept->The
+    maps[0, 1, 1, 3] = maps[0, 1, 2, 1] = maps[0, 1, 3, 2] = 1.0  # head 1: The->slept, cat->The, slept->cat
+    present = np.ones(3, dtype=bool)
+    det = head_on_sentence(maps, present, sentence, "det", 0, 0, "dep->head")
+    assert (
+        det.predicted.tolist() == [2, 3, 1] and det.focus == [True, False, False] and (det.hits, det.n_arcs) == (1, 1)
+    )
+    every = head_on_sentence(maps, present, sentence, ALL, 0, 0, "dep->head")
+    assert (every.hits, every.n_arcs) == (2, 3)  # the root's head (0) is never predicted
+    # head<-dep: each word predicts the word whose row gives it most attention (the column maximum)
+    column = head_on_sentence(maps, present, sentence, "nsubj", 0, 1, "head<-dep")
+    assert column.predicted.tolist() == [2, 3, 1] and (column.hits, column.n_arcs) == (1, 1)
+    missing = head_on_sentence(maps, np.array([True, False, True]), sentence, ALL, 0, 0, "dep->head")
+    assert missing.predicted.tolist() == [2, -1, 1] and missing.hits == 1  # a word without pieces is never right
+
+
 def test_table_by_hand():
     table = _counts((R1, S1), (R2, S2)).table(min_count=1)
     rows = {r.relation: r for r in table.rows}
