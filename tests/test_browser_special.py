@@ -39,7 +39,8 @@ def test_weights_vs_norms_tab_in_browser(streamlit_server, browser, screenshot_d
         assert "What it shows." in panel.inner_text()
         assert "of the attention weights but" in panel.inner_text()
         assert panel.locator(".js-plotly-plot").count() == 2  # weights vs norms, value norms
-        assert "value-weighted norms" in panel.locator(".js-plotly-plot").first.inner_text()
+        drawn = panel.locator(".js-plotly-plot").first.inner_text()
+        assert "attention weights" in drawn and "norms ||αf(x)||" in drawn  # the two panels' titles
 
 
 @pytest.mark.browser
