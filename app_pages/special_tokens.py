@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from attnlib.corpus import CorpusError
 from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
-from attnlib.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD, HeadMap
+from attnlib.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
 from attnlib.model import LoadedModel
-from attnlib.norms import NormShareResult
-from attnlib.report import by_layer, head_frame, layer_frame
+from attnlib.report import head_frame, layer_frame
 from attnlib.results import ResultFile
 from attnlib.runner import InputError
-from attnlib.special import CLASS_KEYS, SpecialTokenResult, heads_above
+from attnlib.special import CLASS_KEYS, heads_above
 from attnlib.special_tokens import (
-    NORM_GAP_FACTOR,
     SpecialTokens,
-    largest_weight_norm_gap,
     special_tokens,
     special_tokens_from_json,
 )
-from figures.norms import value_norm_figure, value_norms_by_model, weights_vs_norms_by_model, weights_vs_norms_figure
 from figures.special_tokens import (
     entropy_figure,
     gradient_figure,
@@ -34,9 +28,9 @@ from figures.special_tokens import (
     layer_lines_by_model,
     layer_lines_with_head_dots,
 )
-from ui.compare import difference_line, model_columns, second_source
+from ui.compare import second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
-from ui.downloads import chart, download_json, download_table
+from ui.downloads import download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import Option, bind, lazy_tabs
@@ -44,58 +38,15 @@ from ui.page_tabs import SPECIAL_TOKENS
 from ui.progress import progress
 from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
+from ui.special_views import KEY, NAMES, Shown, models_difference, per_model, show_figure, side_by_side
+from ui.weights_norms_tab import weights_norms_tab
 
-KEY = "special"
 PUNCT_OPTIONS = {"clark": '"." and "," (Clark et al.)', "all": "all punctuation"}
 PUNCT = Option(f"{KEY}_punct", "punct", "clark", list(PUNCT_OPTIONS))
 HEAD_MAP = Option(f"{KEY}_map", "map", True)
 NORMS = Option(f"{KEY}_norms", "norms", True)
 GRADIENTS = Option(f"{KEY}_grad", "grad", True)
 COMPUTED_HERE = "computed here"
-GAP_VERDICTS = {
-    "smaller": "its value vectors are small, so that attention moves little (a near no-op, as Kobayashi et al. found)",
-    "larger": "its value vectors are large, so that attention carries more than its weight says",
-    "similar": f"within a factor of {NORM_GAP_FACTOR:.0f}, so here weights and norms tell about the same story",
-}  # by WeightNormGap.verdict
-NAMES = {
-    "cls": "[CLS]",
-    "sep": "[SEP]",
-    "punct": "punctuation",
-    "other": "other tokens",
-    "prev": "previous token",
-    "self": "the token itself",
-    "next": "next token",
-    "sep_to_sep": "[SEP] rows to [SEP]",
-    "rest_to_sep": "other rows to [SEP]",
-    "entropy": "entropy",
-    "cls_entropy": "[CLS]-row entropy",
-}
-
-
-@dataclass
-class Shown:
-    """One model's result as the page shows it: the statistics, where they come from, and gradient importance."""
-
-    run: SpecialTokens
-    gradients: GradientImportanceResult | None
-    corpus: str
-    model: str
-    grad_reason: str | None  # why gradient importance cannot be computed for this model (None when it can)
-    source: str  # "computed here", "precomputed, shipped ..." or the loaded file's provenance
-    from_file: bool = False
-    fingerprint: str = ""
-
-    @property
-    def special(self) -> SpecialTokenResult:
-        return self.run.special
-
-    @property
-    def head_map(self) -> HeadMap | None:
-        return self.run.head_map
-
-    @property
-    def norms(self) -> NormShareResult | None:
-        return self.run.norms
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -210,10 +161,6 @@ def _per_head_table(view: Shown) -> pd.DataFrame:
     return table
 
 
-def _figure(fig, name: str) -> None:
-    chart(fig, name, f"{KEY}_{name}_chart")
-
-
 def _heads_over_half(views: list[Shown], keys: list[str]) -> pd.DataFrame:
     rows = [
         {"model": v.model, "head": head_label(l, h), "attends to": NAMES[key], "share": round(value, 3)}
@@ -224,56 +171,25 @@ def _heads_over_half(views: list[Shown], keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "head", "attends to", "share"])
 
 
-def models_difference(views: list[Shown], per_layer: list[dict], keys: list[str], names: dict[str, str]) -> None:
-    """With two models: where their per-layer values differ most (per_layer: one {key: [layers]} per view)."""
-    if len(views) < 2:
-        return
-    depths = {len(values[keys[0]]) for values in per_layer}
-    a, b = (comparable(values, keys, names, len(depths) > 1) for values in per_layer)
-    none = "The two models have no layer at the same relative depth to compare."
-    difference_line([v.model for v in views], a, b, none)
-
-
-def comparable(per_layer: dict, keys: list[str], names: dict[str, str], relative: bool) -> dict[str, dict]:
-    """by_layer's {name: {"layer 3": value}}; models of different depth meet at equal fractions of their depth."""
-    if not relative:
-        return by_layer(per_layer, keys, names)
-    return {
-        names[k]: {f"relative depth {(l + 1) / len(per_layer[k]):.2f}": float(v) for l, v in enumerate(per_layer[k])}
-        for k in keys
-    }
-
-
-def _per_model(views: list[Shown], keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    return {v.model: {k: v.special.heads[k] for k in keys} for v in views}
-
-
-def _side_by_side(views: list[Shown], draw) -> None:
-    """draw(view, suffix) for each view, in columns when there are two."""
-    for i, (column, view) in enumerate(zip(model_columns([f"**{v.model}**" for v in views]), views)):
-        with column:
-            draw(view, "" if len(views) == 1 else f"_{i + 1}")
-
-
 def lines_beside_heatmaps(views: list[Shown], keys: list[str], titles: tuple[str, str, str], names: str):
     """Layer lines and per-head heatmaps of some statistics; one model side by side, two overlaid then paired."""
     line_title, y_title, heat_title = titles
     line_name, heat_name = names.split()
     cols = 3 if len(keys) == 3 else 2
     if len(views) == 1:
-        stats = _per_model(views, keys)[views[0].model]
+        stats = per_model(views, keys)[views[0].model]
         left, right = st.columns(2) if cols == 2 else (st.container(), st.container())
         with left:
-            _figure(layer_lines_with_head_dots(stats, NAMES, line_title, y_title), line_name)
+            show_figure(layer_lines_with_head_dots(stats, NAMES, line_title, y_title), line_name)
         with right:
-            _figure(head_heatmaps(stats, NAMES, heat_title, cols=cols), heat_name)
+            show_figure(head_heatmaps(stats, NAMES, heat_title, cols=cols), heat_name)
         return
-    _figure(layer_lines_by_model(_per_model(views, keys), NAMES, line_title, y_title), line_name)
+    show_figure(layer_lines_by_model(per_model(views, keys), NAMES, line_title, y_title), line_name)
     models_difference(views, [v.special.layers for v in views], keys, NAMES)
-    _side_by_side(
+    side_by_side(
         views,
-        lambda v, sfx: _figure(
-            head_heatmaps(_per_model([v], keys)[v.model], NAMES, heat_title, cols=2), heat_name + sfx
+        lambda v, sfx: show_figure(
+            head_heatmaps(per_model([v], keys)[v.model], NAMES, heat_title, cols=2), heat_name + sfx
         ),
     )
 
@@ -328,9 +244,9 @@ def entropy_tab(views: list[Shown]) -> None:
 
     def draw(v: Shown, sfx: str) -> None:
         heads = v.special.heads
-        _figure(entropy_figure(heads["entropy"], heads["cls_entropy"], v.special.uniform_entropy), "entropy" + sfx)
+        show_figure(entropy_figure(heads["entropy"], heads["cls_entropy"], v.special.uniform_entropy), "entropy" + sfx)
 
-    _side_by_side(views, draw)
+    side_by_side(views, draw)
 
 
 def head_map_tab(views: list[Shown]) -> None:
@@ -351,7 +267,7 @@ def head_map_tab(views: list[Shown]) -> None:
         f"of uniform attention's mean ln n; otherwise *other*. The map uses classical MDS, which may "
         f"differ from the paper's MDS by a rotation or reflection."
     )
-    _side_by_side(views, draw_head_map)
+    side_by_side(views, draw_head_map)
 
 
 def no_head_map(view: Shown) -> None:
@@ -369,7 +285,7 @@ def draw_head_map(view: Shown, sfx: str) -> None:
     if hm is None:
         no_head_map(view)
         return
-    _figure(head_map_figure(hm.coords, hm.layer, hm.head, hm.labels), "head_map" + sfx)
+    show_figure(head_map_figure(hm.coords, hm.layer, hm.head, hm.labels), "head_map" + sfx)
     names = [head_label(l, h) for l, h in zip(hm.layer, hm.head)]
     distances = pd.DataFrame(hm.divergence, index=names, columns=names)
     download_table(distances.reset_index(names="head"), "js_divergence" + sfx, key=f"{KEY}_js_csv{sfx}")
@@ -382,7 +298,7 @@ def gradient_tab(views: list[Shown]) -> None:
         "seed) with respect to each attention weight, over heads, rows and [SEP] keys, against all keys "
         "(METHODS §5, Clark Fig. 3). Each input's mean comes first, then the mean over inputs."
     )
-    _side_by_side(views, draw_gradients)
+    side_by_side(views, draw_gradients)
 
 
 def ask_gradients(view: Shown) -> None:
@@ -403,79 +319,12 @@ def draw_gradients(view: Shown, sfx: str) -> None:
     if g is None:
         st.info("Switch on *Gradient importance* in the sidebar to compute it (a forward and backward pass per input).")
         return
-    _figure(gradient_figure(g.layers["sep"], g.layers["all"]), "gradient_importance" + sfx)
+    show_figure(gradient_figure(g.layers["sep"], g.layers["all"]), "gradient_importance" + sfx)
     n_layers = len(g.layers["sep"])
     grad_table = pd.DataFrame(
         {"model": view.model, "layer": np.arange(1, n_layers + 1), "to_sep": g.layers["sep"], "to_all": g.layers["all"]}
     )
     download_table(grad_table, "gradient_importance" + sfx, key=f"{KEY}_grad_csv{sfx}")
-
-
-def weight_norm_table(views: list[Shown]) -> pd.DataFrame:
-    """Per layer and model: the weight share and norm share of each class, and each class's value norm."""
-    frames = []
-    for v in views:
-        assert v.norms is not None
-        weights = {f"weight_{k}": v.special.layers[k] for k in CLASS_KEYS}
-        norms = {f"norm_{k}": v.norms.layers[k] for k in CLASS_KEYS}
-        frames.append(
-            layer_frame(v.model, weights | norms | {k: v.norms.layers[k] for k in v.norms.layers if "value" in k})
-        )
-    return pd.concat(frames, ignore_index=True)
-
-
-def weights_norms_caption(view: Shown) -> str:
-    """What the figure shows: the largest gap between [CLS]/[SEP]'s weight share and norm share."""
-    assert view.norms is not None
-    gap = largest_weight_norm_gap(view.special.layers, view.norms.layers)
-    if gap is None:
-        return "No layer has both a weight share and a norm share to compare."
-    return (
-        f"{view.model}: the largest gap is {NAMES[gap.key]} in layer {gap.layer + 1}: "
-        f"{gap.weight_share:.2f} of the attention weights but {gap.norm_share:.2f} of the norms: "
-        f"{GAP_VERDICTS[gap.verdict]}."
-    )
-
-
-def weights_norms_tab(views: list[Shown]) -> None:
-    """Share of weights and share of norms per class and layer (Kobayashi Fig. 2), and value norms by class."""
-    missing = [v for v in views if v.norms is None]
-    if missing:
-        files = [v.model for v in missing if v.from_file]
-        st.info(
-            f"{' and '.join(files)}: {'these result files have' if len(files) > 1 else 'the result file has'} no "
-            "norms; run the command with --norms to include them."
-            if files
-            else "Switch on *Weights vs norms* in the sidebar: the value norms come from the same forward pass."
-        )
-        return
-    st.markdown(
-        "Is the attention to [CLS] and [SEP] a no-op? A weight says how much of a token a head takes; the norm "
-        "||α f(x)|| says how much that moves the output. Left: the share of attention *weights* to each class; "
-        "right: the share of *value-weighted norms* (METHODS §11, Kobayashi et al. 2020, Fig. 2). Below: the mean "
-        "value norm ||f(x)|| of each class's tokens."
-    )
-    for v in views:
-        st.markdown(f"**What it shows.** {weights_norms_caption(v)}")
-    shares = {v.model: ({k: v.special.heads[k] for k in CLASS_KEYS}, v.norms.heads) for v in views if v.norms}
-    if len(views) == 1:
-        weights, norms = shares[views[0].model]
-        _figure(weights_vs_norms_figure(weights, norms, "Share of weights and of norms per layer"), "weights_vs_norms")
-        _figure(value_norm_figure(views[0].norms.heads), "value_norms")  # type: ignore[union-attr]
-    else:
-        _figure(weights_vs_norms_by_model(shares, "Share of weights and of norms per layer"), "weights_vs_norms")
-        per_layer = [{f"norm {k}": v.norms.layers[k] for k in CLASS_KEYS} for v in views if v.norms]
-        models_difference(
-            views,
-            per_layer,
-            [f"norm {k}" for k in CLASS_KEYS],
-            {f"norm {k}": f"{NAMES[k]} norm share" for k in CLASS_KEYS},
-        )
-        _figure(value_norms_by_model({v.model: v.norms.heads for v in views if v.norms}), "value_norms")
-    table = weight_norm_table(views)
-    st.dataframe(table.round(4), hide_index=True)
-    download_table(table, "weights_vs_norms", key=f"{KEY}_weights_norms_csv")
-    cite_methods(11)
 
 
 def view_json(view: Shown) -> dict:
