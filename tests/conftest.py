@@ -238,20 +238,32 @@ def pytest_collection_modifyitems(items):
 # ---------- helpers other test modules import (`from conftest import ...`) ------------------------------------
 
 
-def fake_result(attn: np.ndarray, tokens: list[str], cls: np.ndarray, sep: np.ndarray) -> RunResult:
-    """A RunResult carrying given attention and tokens (special = CLS or SEP)."""
+def fake_result(
+    attn: np.ndarray,  # [layers, heads, n, n]
+    tokens: list[str],
+    cls: np.ndarray | None = None,
+    sep: np.ndarray | None = None,
+    *,
+    segments: list[int] | None = None,
+    word_ids: list[int | None] | None = None,
+    words: list[str] | None = None,
+) -> RunResult:
+    """A RunResult built by hand: [CLS] and [SEP] found by name unless their masks are given; no words unless given."""
     n = len(tokens)
+    cls = np.array([t == "[CLS]" for t in tokens]) if cls is None else cls
+    sep = np.array([t == "[SEP]" for t in tokens]) if sep is None else sep
     return RunResult(
         input_ids=list(range(n)),
         token_type_ids=None,
         tokens=tokens,
-        segments=np.zeros(n, np.int8),
-        word_ids=[None] * n,
-        words=[],
+        segments=np.zeros(n, np.int8) if segments is None else np.array(segments, np.int8),
+        word_ids=[None] * n if word_ids is None else word_ids,
+        words=[] if words is None else words,
         cls_mask=cls,
         sep_mask=sep,
         special_mask=cls | sep,
-        attentions=attn.astype(np.float32),
+        n_tokens_full=n,
+        attentions=np.array(attn, np.float32),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import fake_result
 
 from attnlib.corpus import CorpusInput, read_text_corpus
 from attnlib.engine import accumulate
@@ -16,21 +17,7 @@ P = {name: i for i, name in enumerate(PATTERNS)}
 
 def make_result(tokens, word_ids, words, segments, attentions) -> RunResult:
     """A RunResult built by hand: [CLS]/[SEP] by name, attention [layers, heads, n, n]."""
-    n = len(tokens)
-    cls = np.array([t == "[CLS]" for t in tokens])
-    sep = np.array([t == "[SEP]" for t in tokens])
-    return RunResult(
-        input_ids=list(range(n)),
-        token_type_ids=None,
-        tokens=tokens,
-        segments=np.array(segments, np.int8),
-        word_ids=word_ids,
-        words=words,
-        cls_mask=cls,
-        sep_mask=sep,
-        special_mask=cls | sep,
-        attentions=np.asarray(attentions, np.float32),
-    )
+    return fake_result(attentions, tokens, segments=segments, word_ids=word_ids, words=words)
 
 
 # [CLS] the cat saw the cat [SEP] : words 0..4, "the" and "cat" each occur twice

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import fake_result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -76,23 +77,9 @@ def fake_run(
         segments.append(segment)
         word_ids.append(None)
     n = len(tokens)
-    cls_mask = np.array([t == "[CLS]" for t in tokens])
-    sep_mask = np.array([t == "[SEP]" for t in tokens])
     rng = np.random.default_rng(seed)
-    return RunResult(
-        input_ids=list(range(n)),
-        token_type_ids=None,
-        tokens=tokens,
-        segments=np.array(segments, np.int8),
-        word_ids=word_ids,
-        words=words,
-        cls_mask=cls_mask,
-        sep_mask=sep_mask,
-        special_mask=cls_mask | sep_mask,
-        truncated=False,
-        n_tokens_full=n,
-        attentions=stochastic(rng, (layers, heads, n, n), concentration),
-    )
+    attentions = stochastic(rng, (layers, heads, n, n), concentration)
+    return fake_result(attentions, tokens, segments=segments, word_ids=word_ids, words=words)
 
 
 concentrations = st.sampled_from([0.02, 0.3, 1.0, 10.0])
