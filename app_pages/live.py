@@ -13,20 +13,19 @@ import streamlit as st
 
 from attnlib.export import attention_table
 from attnlib.model import ModelFacts
-from attnlib.norms import row_normalised, weighted_norms
 from attnlib.report import STAT_NAMES, by_layer, largest_difference
-from attnlib.runner import InputError, RunResult, run
+from attnlib.runner import InputError, RunResult
 from attnlib.special import input_statistics, punct_mask
-from attnlib.words import ROW_RULES, unit_labels, word_groups, word_level_attention
+from attnlib.words import ROW_RULES
 from figures.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from figures.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from figures.model_view import LINES_MAX_TOKENS, model_view_html
 from figures.neuron_view import neuron_scores, neuron_view_html, value_norm_figure
 from ui.compare import compared_model, model_columns
 from ui.head_finder import show_finder
-from ui.live_inputs import cached_run, run_or_explain, text_inputs
+from ui.live_inputs import cached_run, run_or_explain, text_inputs, token_maps, units, value_norm
 from ui.methods import cite_methods
-from ui.model_sidebar import current_model, model_named
+from ui.model_sidebar import current_model
 from ui.page_state import Option, bind, publish, set_value
 
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
@@ -114,51 +113,6 @@ def _open_head(layer: int, head: int) -> None:
 def _reset_token() -> None:
     """A new level numbers the positions differently: forget the selected one."""
     st.session_state[TOKEN.key] = 0
-
-
-def pretty_token(token: str) -> str:
-    """A token as readers expect it: byte-level BPE's space marks removed."""
-    return token.replace("Ġ", " ").replace("▁", " ").strip() or token
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def value_norm(model_name: str, text_a: str, text_b: str) -> np.ndarray:
-    """||f_h(x_j)|| [layers, heads, n] of a sentence or pair (METHODS §11), from a run that captures value vectors."""
-    r = run(model_named(model_name), text_a, text_b.strip() or None, capture_norms=True)
-    if r.value_norm is None:
-        raise ValueError("The run captured no value vectors.")
-    return r.value_norm
-
-
-@st.cache_data(max_entries=2, show_spinner=False)
-def norm_rows(model_name: str, text_a: str, text_b: str) -> np.ndarray:
-    """Each row of weighted_norm = A * value_norm (METHODS §11) normalised to sum 1: [layers, heads, n, n]."""
-    attentions = cached_run(model_name, text_a, text_b).attentions
-    return row_normalised(weighted_norms(attentions, value_norm(model_name, text_a, text_b))).astype(np.float32)
-
-
-def token_maps(model_name: str, text_a: str, text_b: str, show: str) -> np.ndarray:
-    """What the views draw at token level [layers, heads, n, n]: attention weights or row-normalised norms."""
-    return (
-        norm_rows(model_name, text_a, text_b) if show == "norms" else cached_run(model_name, text_a, text_b).attentions
-    )
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def word_level(model_name: str, text_a: str, text_b: str, rule: str, show: str = "weights") -> np.ndarray:
-    """Word-level maps [layers, heads, u, u] (METHODS §6) of the weights or norm rows, once per text and row rule."""
-    r = cached_run(model_name, text_a, text_b)
-    return word_level_attention(token_maps(model_name, text_a, text_b, show), r.word_ids, rule).astype(np.float32)
-
-
-def units(result: RunResult, level: str, model_name: str, texts: tuple[str, str], rule: str, show: str):
-    """(maps [L, H, u, u], labels, segments) at token or word level, of the weights or the norm rows."""
-    if level == "token":
-        return token_maps(model_name, *texts, show), [pretty_token(t) for t in result.tokens], result.segments
-    groups = word_groups(result.word_ids)
-    labels = unit_labels([pretty_token(t) for t in result.tokens], result.words, result.word_ids)
-    segments = np.array([result.segments[g[0]] for g in groups], np.int8)
-    return word_level(model_name, *texts, rule, show), labels, segments
 
 
 def export_buttons(
