@@ -327,14 +327,16 @@ def run_encoded(
         values = torch.stack(captured.values, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
         b_, l_, n_, hidden = values.shape
         by_head = values.reshape(b_, l_, n_, h, hidden // h).permute(0, 1, 3, 2, 4)  # [batch, layers, heads, n_max, d]
-        out_gram = torch.from_numpy(weights.out_gram)
-        value_norms = torch.matmul(by_head, out_gram).mul_(by_head).sum(-1).clamp_(min=0).sqrt_().numpy()
         values_np = by_head.numpy()
         # s_i = sqrt(var(u_i) + eps) of the LayerNorm's input u, centred by hand: torch's var is 5x slower here
         variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in captured.block_inputs]
         scales = torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
-    if norm_maps:
-        padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales, weights)
+        if norm_maps:
+            padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales, weights)
+            value_norms = padded.value_norm.numpy()  # the maps' head Gram diagonals: not computed a second time
+        else:
+            out_gram = torch.from_numpy(weights.out_gram)
+            value_norms = torch.matmul(by_head, out_gram).mul_(by_head).sum(-1).clamp_(min=0).sqrt_().numpy()
     results = []
     for b, e in enumerate(encoded):
         r = RunResult(**vars(e), attentions=np.ascontiguousarray(stacked[b, :, :, : e.n, : e.n]))
