@@ -27,6 +27,7 @@ from ui.live_inputs import cached_run, run_or_explain, text_inputs, token_maps, 
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model
 from ui.page_state import Option, bind, publish, set_value
+from ui.plotly_figure import plotly_figure
 
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
 LEVELS = {"token": "Tokens", "word": "Words"}
@@ -414,7 +415,8 @@ def neuron_part(v: Shown, two: bool, chart_key: str) -> tuple[str, dict, dict]:
     left, right = (st.container(), st.container()) if two else st.columns([4, 1])
     with left:
         show(html)
-    right.plotly_chart(value_norm_figure(norms, v.labels, layer, head), key=chart_key)
+    with right:
+        plotly_figure(value_norm_figure(norms, v.labels, layer, head), key=chart_key)
     neuron_notes(float(np.abs(ns.softmax - row).max()))
     table = {"key_index": np.arange(r.n), "key": v.labels, "score": ns.scores, "softmax": ns.softmax}
     fields = {

@@ -55,6 +55,7 @@ from figures.special_tokens import entropy_figure, gradient_figure, layer_lines_
 from ui.dependency_example import example_maps
 from ui.live_inputs import DEFAULT_A, DEFAULT_B, cached_run
 from ui.model_sidebar import current_model, model_named
+from ui.plotly_figure import plotly_figure
 from ui.progress import progress
 
 KEY = "tour"
@@ -182,7 +183,7 @@ def _show(fig: go.Figure, name: str) -> None:
     fig.update_yaxes(tickfont_size=big, title_font_size=big)
     fig.update_annotations(font_size=big)
     fig.update_traces(textfont_size=big, selector=dict(mode="text"))
-    st.plotly_chart(fig, key=f"{KEY}_{name}")
+    plotly_figure(fig, key=f"{KEY}_{name}")
 
 
 def _notice(sentence: str, source: str, link: str) -> None:

@@ -41,6 +41,7 @@ TARGET_EIGHT_S = 10.0
 TARGET_RSS_MB = 1024.0
 STABLE_MS = 500  # the finished state must hold this long (Streamlit may show its status widget a moment late)
 PLOT, TABLE, HEAD_VIEW = ".js-plotly-plot", "[data-testid='stDataFrame']", "iframe"
+FIGURES = "[data-testid='stMain'] .stBidiComponent"  # the page's figures (ui/plotly_figure), drawn or not
 
 
 @dataclass(frozen=True)
@@ -61,17 +62,22 @@ PAGES: tuple[PageCase, ...] = (
     PageCase("local-global", "/local-global", PLOT),
 )
 
-# Injected into every new page: poll until the main element is laid out and no status widget shows, and keep the
-# moment that state began once it has held STABLE_MS; `window.__benchFinished` is then ms since navigation start.
+# Injected into every new page: poll until the main element is laid out, every figure on the first screen is drawn
+# (ui/plotly_figure.js marks a drawn plot; it draws the figures below the screen as they come near) and no status
+# widget shows, and keep the moment that state began once it has held STABLE_MS; `window.__benchFinished` is then ms
+# since navigation start.
 FINISH_WATCH = """
 (() => {
-  const main = %s, stableMs = %d;
+  const main = %s, stableMs = %d, figures = %s;
+  const onScreen = (el) => { const r = el.getBoundingClientRect(); return r.top < innerHeight && r.bottom >= 0; };
+  const pending = () => [...document.querySelectorAll(figures)].some(
+    (el) => onScreen(el) && el.querySelector('.js-plotly-plot[data-drawn]') === null);
   let since = null;
   const tick = () => {
     const el = document.querySelector(main);
     const shown = el !== null && el.getBoundingClientRect().height > 0;
     const running = document.querySelector('[data-testid="stStatusWidget"]') !== null;
-    if (shown && !running) {
+    if (shown && !running && !pending()) {
       if (since === null) since = performance.now();
       if (performance.now() - since >= stableMs) { window.__benchFinished = since; return; }
     } else {
@@ -86,7 +92,7 @@ FINISH_WATCH = """
 
 def watch_script(main: str) -> str:
     """FINISH_WATCH for one page's main-element selector."""
-    return FINISH_WATCH % (json.dumps(main), STABLE_MS)
+    return FINISH_WATCH % (json.dumps(main), STABLE_MS, json.dumps(FIGURES))
 
 
 FINISHED = "() => window.__benchFinished !== undefined"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -211,6 +213,10 @@ def screenshot_dir():
 
 
 IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"  # a browser page's run has ended
+FIGURE = ".attn-figure"  # a figure in a browser page (ui/plotly_figure.js); its plot is `.js-plotly-plot[data-drawn]`
+# Every figure of the page drawn (those below the first screen are drawn a moment after the rest; ui/plotly_figure.js).
+FIGURES_DRAWN = """() => [...document.querySelectorAll("[data-testid='stMain'] .stBidiComponent")]
+  .every((el) => el.querySelector('.js-plotly-plot[data-drawn]') !== null)"""
 
 
 @contextmanager
@@ -280,6 +286,22 @@ def random_input(rng: np.random.Generator, layers: int = 2, heads: int = 3, pair
     cls[0] = True
     x = rng.random((layers, heads, n, n)) ** 3
     return fake_result(x / x.sum(-1, keepdims=True), tokens, cls, sep)
+
+
+@dataclass(frozen=True)
+class ShownFigure:
+    """A figure as the app sent it to the page (ui/plotly_figure): its key and its Plotly JSON."""
+
+    key: str
+    spec: str
+
+
+def figures(node) -> list[ShownFigure]:
+    """Every figure under an AppTest node (the app, a tab, a column), in page order."""
+    from ui.plotly_figure import COMPONENT
+
+    shown = [c for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
+    return [ShownFigure(str(c.key), json.loads(c.proto.json)["figure"]) for c in shown]
 
 
 def open_tab(at, key: str, label: str):

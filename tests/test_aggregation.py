@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import figures
 
 from attnlib.aggregation import (
     AggregationAccumulator,
@@ -265,8 +266,8 @@ def test_page_aggregation_section_equals_the_cli(tiny_model_dir, capsys):
     assert any("3 inputs of" in c.value and "computed here" in c.value for c in at.caption)
     assert_table_equals_cli(tables[0], name, cli_aggregation(name, capsys))
     assert any("METHODS.md §13" in e.label for e in at.expander)
-    hist_before = [c for c in at.get("plotly_chart") if "layer-output attribution per layer" in c.proto.spec]
+    hist_before = [c for c in figures(at) if "layer-output attribution per layer" in c.spec]
     at.selectbox(key="lg_agg_measure").set_value("residual_ln_rollout").run()
     assert at.query_params["agg_measure"] == "residual_ln_rollout"
-    hist = [c for c in at.get("plotly_chart") if "layer-output attribution per layer" in c.proto.spec]
-    assert len(hist_before) == len(hist) == 1 and "GlobEnc" in hist[0].proto.spec
+    hist = [c for c in figures(at) if "layer-output attribution per layer" in c.spec]
+    assert len(hist_before) == len(hist) == 1 and "GlobEnc" in hist[0].spec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import psutil
 import pytest
 
 from benchmarks.bench_classroom import (
+    FIGURES,
     PAGES,
     PLOT,
     STABLE_MS,
@@ -59,9 +61,12 @@ def test_pages_are_asked_for_as_a_browser_names_them():
     assert page_and_query(PageCase("l", "/", PLOT)) == ("", "")
 
 
-def test_watch_script_embeds_the_selector_as_a_javascript_string():
+def test_watch_script_embeds_the_selectors_as_javascript_strings():
     script = watch_script("[data-testid='stDataFrame']")
-    assert f"const main = \"[data-testid='stDataFrame']\", stableMs = {STABLE_MS};" in script
+    selectors = (
+        f"const main = \"[data-testid='stDataFrame']\", stableMs = {STABLE_MS}, figures = {json.dumps(FIGURES)};"
+    )
+    assert selectors in script
     assert "%s" not in script and "%d" not in script
 
 

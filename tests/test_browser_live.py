@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import IDLE, browser_page
+from conftest import FIGURE, IDLE, browser_page
 
 VIEW_LABELS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
 CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}
@@ -208,7 +208,7 @@ def test_value_norms_beside_the_neuron_view(streamlit_server, browser, screensho
         browser, f"{streamlit_server}/?view=neuron&layer=2&head=3", screenshot_dir / "failed-live-value-norms.png"
     ) as page:
         frame_ink(page, 0, "#cv")
-        chart = page.locator("[data-testid='stPlotlyChart']").first
+        chart = page.locator(FIGURE).first
         chart.wait_for(state="visible", timeout=60_000)
         page.wait_for_function("() => document.querySelectorAll('.barlayer .point').length >= 19", timeout=60_000)
         assert page.locator(".barlayer .point").count() == 19  # one bar per token
@@ -240,7 +240,7 @@ def test_two_models_neuron_views_side_by_side(streamlit_server, browser, screens
         assert "all-MiniLM-L6-v2" in first.inner_text("#ttl") and "layer 4, head 9" in first.inner_text("#ttl")
         assert str(tiny_model_dir.name) in second.inner_text("#ttl") and "layer 2, head 4" in second.inner_text("#ttl")
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length == 2", timeout=60_000)
-        charts = page.locator("[data-testid='stPlotlyChart']")
+        charts = page.locator(FIGURE)
         assert "Value norms, head 4-9" in charts.nth(0).inner_text()
         assert "Value norms, head 2-4" in charts.nth(1).inner_text()
         assert charts.nth(1).bounding_box()["x"] >= a["x"] + a["width"] - 5  # under the second model's view

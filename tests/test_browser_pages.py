@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import IDLE, browser_page
+from conftest import FIGURES_DRAWN, IDLE, browser_page
 
 PAGES = [
     ("", "Live attention"),
@@ -23,7 +23,8 @@ def test_page_renders_in_browser(streamlit_server, browser, screenshot_dir, path
         page.get_by_role("heading", name=HEADINGS.get(title, title)).first.wait_for(timeout=90_000)
         page.locator(MAIN_CONTENT).first.wait_for(state="visible", timeout=120_000)
         page.wait_for_function(IDLE, timeout=120_000)
-        page.wait_for_timeout(1500)
+        page.wait_for_function(FIGURES_DRAWN, timeout=60_000)
+        page.wait_for_timeout(1000)
         page.screenshot(path=str(screenshot_dir / f"page-{path or 'live'}.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0, "an exception box is shown"
         assert page.get_by_text("Page not found").count() == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from conftest import IDLE, browser_page
+from conftest import FIGURES_DRAWN, IDLE, browser_page
 
 HEADINGS = {"Local vs global": "Local versus global"}
 # the first figure's content: Plotly's data, or the self-contained view's page
@@ -48,12 +48,13 @@ CASES = [
 
 
 def settle(page, nav: str) -> None:
-    """Wait for the page's heading, its first figure and the end of its run."""
+    """Wait for the page's heading, its first figure, the end of its run and every figure drawn."""
     page.get_by_role("heading", name=HEADINGS.get(nav, nav)).first.wait_for(timeout=180_000)
     page.wait_for_timeout(300)
     page.wait_for_function(IDLE, timeout=240_000)
     page.locator(".js-plotly-plot, iframe").first.wait_for(state="visible", timeout=240_000)
     page.wait_for_function(IDLE, timeout=240_000)
+    page.wait_for_function(FIGURES_DRAWN, timeout=60_000)
     page.wait_for_timeout(800)
 
 

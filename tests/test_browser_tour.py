@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import IDLE, browser_page
+from conftest import FIGURES_DRAWN, IDLE, browser_page
 
 from attnlib.tour import STEPS
 
@@ -13,7 +13,8 @@ def _wait_for_step(page, number: int) -> None:
     page.get_by_role("heading", name=f"{number}. {STEPS[number - 1].title}").first.wait_for(timeout=180_000)
     page.get_by_text("What to notice.").first.wait_for(timeout=180_000)
     page.wait_for_function(IDLE, timeout=180_000)
-    page.wait_for_timeout(1500)
+    page.wait_for_function(FIGURES_DRAWN, timeout=60_000)
+    page.wait_for_timeout(1000)
 
 
 @pytest.mark.browser

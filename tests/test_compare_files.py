@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import across_tabs, open_tab
+from conftest import across_tabs, figures, open_tab
 from test_special import SPECIAL_TABS, check_weights_vs_norms, table_with
 
 from attnlib import cli
@@ -129,7 +129,7 @@ def test_special_two_result_files_without_a_corpus(tmp_path, tiny_model_dir, one
     for model, out in ((first["model"], first), (str(tiny_model_dir), second)):
         rows = per_layer[per_layer["model"] == model]
         assert rows["cls"].tolist() == pytest.approx([row["cls"] for row in out["layers"]], abs=6e-5)
-    maps = [c for c in open_tab(at, "special_tab", "Head map").get("plotly_chart") if "head_map" in str(c.key)]
+    maps = [c for c in figures(open_tab(at, "special_tab", "Head map")) if "head_map" in c.key]
     assert len(maps) == 2  # one head map per file, side by side
 
 
@@ -181,9 +181,9 @@ def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_
         assert frame[f"{model}: best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in rows]
         np.testing.assert_allclose(frame[f"{model}: accuracy %"], [100 * r.accuracy for r in rows])
     assert any(f"**all-MiniLM-L6-v2 vs {second_model}**" in line for line in difference_lines(at))
-    heatmaps = [c for c in at.get("plotly_chart") if str(c.key).startswith("deps_heatmap")]
+    heatmaps = [c for c in figures(at) if c.key.startswith("deps_heatmap")]
     assert len(heatmaps) == 2  # every head on one relation, of each model
-    arcs = [c for c in at.get("plotly_chart") if str(c.key).startswith("deps_arcs")]
+    arcs = [c for c in figures(at) if c.key.startswith("deps_arcs")]
     assert len(arcs) == 1 and any("second model's result comes from a file" in c.value for c in at.caption)
 
 
@@ -192,7 +192,7 @@ def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_
 def test_deps_example_sentence_in_both_models(tiny_model_dir, tiny_model, one_thread):
     at = app("dependency_heads", limit="10", min="1", cmp=str(tiny_model_dir), sentence="2")
     assert not at.exception and not at.error, [e.value for e in at.error]
-    arcs = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if str(c.key).startswith("deps_arcs")]
+    arcs = [json.loads(c.spec) for c in figures(at) if c.key.startswith("deps_arcs")]
     assert len(arcs) == 2
     titles = [spec["layout"]["title"]["text"] for spec in arcs]
     assert all("arcs found" in t for t in titles)
@@ -226,12 +226,10 @@ def test_probe_of_two_result_files(tmp_path, tiny_model_dir, one_thread):
         assert uas.loc["attention-only probe", f"{model}: UAS %"] == pytest.approx(100 * out["uas"])
         assert uas.loc["best fixed offset", f"{model}: UAS %"] == pytest.approx(100 * out["baseline_accuracy"])
     assert sum("largest difference: UAS in" in line for line in difference_lines(at)) == 1
-    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    specs = [c.spec for c in figures(at)]
     assert sum("Learned weight of every head" in s for s in specs) == 2
     sentences = [
-        json.loads(c.proto.spec)["layout"]["title"]["text"]
-        for c in at.get("plotly_chart")
-        if str(c.key).startswith("probe_sentence_chart")
+        json.loads(c.spec)["layout"]["title"]["text"] for c in figures(at) if c.key.startswith("probe_sentence_chart")
     ]
     sent_id = first["sentences"][0]["sent_id"]
     assert len(sentences) == 2 and all(t.startswith(f"{sent_id}:") for t in sentences)
@@ -300,8 +298,8 @@ def test_neuron_view_of_both_models(tiny_model_dir, tiny_model, minilm):
     assert minilm.facts.name in first["title"] and tiny_model.facts.name in second["title"]
     assert first["d"] == minilm.facts.head_dim and second["d"] == tiny_model.facts.head_dim
     assert second["diff"] < 1e-5
-    charts = at.get("plotly_chart")
-    assert len(charts) == 2 and all("Value norms" in c.proto.spec for c in charts)
+    charts = figures(at)
+    assert len(charts) == 2 and all("Value norms" in c.spec for c in charts)
     assert [b.label for b in at.get("download_button")][-2:] == [
         "Download figure (HTML)",
         f"Figure of {tiny_model.facts.name} (HTML)",

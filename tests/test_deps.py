@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import figures
 
 from attnlib import deps
 from attnlib.corpus import Sentence
@@ -388,9 +389,9 @@ def test_page_gold_table_heatmap_and_example(minilm):
     np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
     paper = at.dataframe[1].value  # the reference table, in an expander for models other than bert-base-uncased
     assert {"obj", "nmod:poss"} <= set(paper["closest UD label"]) and paper["relation (paper)"].iloc[0] == "all"
-    table_charts = [c for c in at.get("plotly_chart") if c.key.startswith("deps_")]  # the probe section draws its own
+    table_charts = [c for c in figures(at) if c.key.startswith("deps_")]  # the probe section draws its own
     assert len(table_charts) == 3  # heatmap, arc diagram, the example's attention
-    assert any("found" in str(c.proto) for c in at.get("plotly_chart"))
+    assert any("found" in c.spec for c in figures(at))
     at.radio(key="deps_split").set_value("halves").run()
     assert not at.exception
     assert any("half A" in c.value for c in at.caption)

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import figures
 from streamlit.testing.v1 import AppTest
 from test_live_figures import independent_norms
 
@@ -231,9 +232,9 @@ def test_value_norms_are_drawn_beside_the_neuron_view(norms_reference):
     _, vnorm, _ = norms_reference
     at = open_live(view="neuron", layer="2", head="3")
     assert at.radio(key="live_show").disabled
-    charts = at.get("plotly_chart")
+    charts = figures(at)
     assert len(charts) == 1
-    bar = json.loads(charts[0].proto.spec)["data"][0]
+    bar = json.loads(charts[0].spec)["data"][0]
     np.testing.assert_allclose(plotly_values(bar["x"]), vnorm[1, 2], rtol=1e-4, atol=1e-4)
     assert bar["y"][:3] == ["1: [CLS]", "2: i", "3: went"]
 

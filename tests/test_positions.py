@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import across_tabs, open_tab
+from conftest import across_tabs, figures, open_tab
 from scipy.stats import pearsonr, spearmanr
 
 from attnlib.attribution import Attribution
@@ -217,10 +217,10 @@ def test_page_opens_with_the_shipped_result():
     at.switch_page("app_pages/local_global.py").run()
     assert not at.exception, at.exception
     assert at.title[0].value == "Local versus global"
-    assert len(at.get("plotly_chart")) == 1  # only the open tab, Centre of mass, is drawn
+    assert len(figures(at)) == 1  # only the open tab, Centre of mass, is drawn
     assert any("precomputed" in c.value for c in at.caption)
     assert not at.error
-    charts = across_tabs(at, "lg_tab", TABS.values(), lambda at: list(at.get("plotly_chart")))
+    charts = across_tabs(at, "lg_tab", TABS.values(), figures)
     assert len(charts) >= 9  # centre of mass, two histogram grids, three correlation figures, aggregation, example
     assert "Global aggregation" in [h.value for h in open_tab(at, "lg_tab", TABS["aggregation"]).subheader]
 
@@ -238,9 +238,7 @@ def test_page_computes_a_small_corpus_on_request():
     compute[0].click().run()
     assert not at.exception, at.exception
     assert any("3 inputs of" in c.value and "computed here" in c.value for c in at.caption)
-    charts = across_tabs(
-        at, "lg_tab", [TABS["com"], TABS["histograms"], TABS["correlation"]], lambda at: list(at.get("plotly_chart"))
-    )
+    charts = across_tabs(at, "lg_tab", [TABS["com"], TABS["histograms"], TABS["correlation"]], figures)
     assert len(charts) >= 6
     assert at.query_params["probes"] == "2"
 
@@ -267,12 +265,12 @@ def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path, c
     assert at.query_params["cmp"] == second
     aggregation = next(d.value for d in at.dataframe if "measure" in d.value.columns)
     aggregation_lines = [m.value for m in at.markdown if "largest difference" in m.value]
-    specs = [json.dumps(json.loads(c.proto.spec)) for c in at.get("plotly_chart")]  # "/" unescaped
+    specs = [json.dumps(json.loads(c.spec)) for c in figures(at)]  # "/" unescaped
     specs += across_tabs(
         at,
         "lg_tab",
         [TABS["com"], TABS["correlation"]],
-        lambda at: [json.dumps(json.loads(c.proto.spec)) for c in at.get("plotly_chart")],
+        lambda at: [json.dumps(json.loads(c.spec)) for c in figures(at)],
     )
     summary = next(
         d.value for d in open_tab(at, "lg_tab", TABS["com"]).dataframe if "attention centre of mass" in d.value.columns

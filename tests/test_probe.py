@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import figures
 
 from attnlib.corpus import Sentence, read_conllu
 from attnlib.deps import best_offset_baseline, predict_heads, sentence_word_map
@@ -447,7 +448,7 @@ def test_page_probe_uas_equals_the_cli(tiny_model_dir, capsys, one_thread):
     relations = next(d.value for d in at.dataframe if "probe UAS %" in d.value.columns)
     assert relations["relation"].tolist() == list(out["uas_by_relation"])
     np.testing.assert_allclose(relations["probe UAS %"], [100 * v["uas"] for v in out["uas_by_relation"].values()])
-    titles = " ".join(c.proto.spec for c in at.get("plotly_chart"))
+    titles = " ".join(c.spec for c in figures(at))
     assert "Learned weight of every head" in titles and f"{out['sentences'][0]['sent_id']}:" in titles
     assert any("computed here" in c.value for c in at.caption)
 

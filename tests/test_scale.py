@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import open_tab
+from conftest import figures, open_tab
 
 from attnlib import cli, runner
 from attnlib.corpus import read_conllu
@@ -363,7 +363,7 @@ def test_special_page_loads_a_result_file(special_file):
         for i in at.info
     )
     assert any("6 inputs from classroom_single.txt" in c.value for c in at.caption)
-    assert any("Map of the heads" in c.proto.spec for c in open_tab(at, "special_tab", "Head map").get("plotly_chart"))
+    assert any("Map of the heads" in c.spec for c in figures(open_tab(at, "special_tab", "Head map")))
 
 
 @pytest.mark.slow
@@ -436,5 +436,5 @@ def test_local_global_page_loads_a_result_file(tmp_path, tiny_model_dir):
     assert any("2 inputs of classroom_single.txt" in c.value and "k = 2 random probes" in c.value for c in at.caption)
     assert any("Centre of mass" in s.value for s in at.subheader)
     open_tab(at, "lg_tab", "Relative positions")
-    grid = next(c.proto.spec for c in at.get("plotly_chart") if "layer 1, every head" in c.proto.spec.lower())
+    grid = next(c.spec for c in figures(at) if "layer 1, every head" in c.spec.lower())
     assert '"1-4"' in grid and '"1-5"' not in grid  # four heads, as in the file, not the sidebar model's twelve

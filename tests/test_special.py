@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import fake_result, random_input
+from conftest import fake_result, figures, random_input
 
 from attnlib import cli
 from attnlib.corpus import CorpusInput, read_text_corpus
@@ -388,12 +388,12 @@ def test_page_runs_on_a_small_corpus():
     at.number_input(key="special_limit").set_value(20).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    assert len(at.get("plotly_chart")) == 2  # only the open tab (Shares) is drawn
+    assert len(figures(at)) == 2  # only the open tab (Shares) is drawn
     assert any("20 inputs" in c.value for c in at.caption)
-    charts = across_tabs(at, lambda at: list(at.get("plotly_chart")))
+    charts = across_tabs(at, figures)
     assert len(charts) >= 7
     open_tab(at, "Shares").run()  # a cache hit replays the cached run, progress bar included
-    assert not at.exception and len(at.get("plotly_chart")) == 2
+    assert not at.exception and len(figures(at)) == 2
 
 
 @pytest.mark.slow
@@ -411,7 +411,7 @@ def test_page_shows_gradient_importance_for_a_model_with_an_mlm_head(tiny_model_
     open_tab(at, "Gradient importance")
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    titles = [c.spec for c in figures(at)]
     assert any("Gradient importance" in spec for spec in titles)
 
 
@@ -540,7 +540,7 @@ def test_weights_vs_norms_tab_equals_the_cli(capsys, one_thread):
     check_weights_vs_norms(table_with(at, "norm_cls"), cli_out, cli_out["model"])
     shows = [m.value for m in at.markdown if "What it shows" in m.value]
     assert len(shows) == 1 and expected_gap_text(cli_out) in shows[0]
-    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    titles = [c.spec for c in figures(at)]
     assert any("Share of weights and of norms per layer" in t for t in titles)
     assert any("Value norm" in t for t in titles)
     assert any("computed here" in c.value for c in at.caption)
@@ -597,7 +597,7 @@ def test_page_compares_two_models(capsys, tiny_model_dir, one_thread):
     assert all(f"{first['model']} vs {second['model']}" in line for line in lines)
     per_layer = table_with(at, "sep_to_sep")  # the last tab, Tables, is open
     assert per_layer.groupby("model").size().to_dict() == {first["model"]: 6, second["model"]: 2}
-    titles = [c.proto.spec for c in open_tab(at, "Shares").get("plotly_chart")]
+    titles = [c.spec for c in figures(open_tab(at, "Shares"))]
     assert any("number of layers" in t for t in titles)  # 6 and 2 layers share one axis scaled by depth
 
 
@@ -617,12 +617,12 @@ def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thr
     at = page_at()  # the defaults: classroom single sentences, Clark's punctuation, head map and norms on
     assert not at.exception, [e.value for e in at.exception]
     assert any("precomputed, shipped with the app" in c.value for c in at.caption)
-    charts = across_tabs(at, lambda at: list(at.get("plotly_chart")))
+    charts = across_tabs(at, figures)
     per_layer = table_with(at, "sep_to_sep")  # the last tab, Tables, is open
     for key in ("cls", "sep", "entropy"):
         assert per_layer[key].tolist() == pytest.approx([row[key] for row in shipped["layers"]], abs=6e-5)
     assert len(charts) >= 8  # the head map too
-    assert any("weights_vs_norms" in str(c.key) for c in charts)  # the shipped file has the norms
+    assert any("weights_vs_norms" in c.key for c in charts)  # the shipped file has the norms
 
 
 @pytest.mark.slow
@@ -648,8 +648,8 @@ def test_gradients_beside_a_shipped_result_wait_for_a_click(capsys, tmp_path, mo
     at.selectbox(key="model_choice").set_value(OTHER).run()
     at.text_input(key="model_custom").set_value(str(tiny_model_dir)).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not any("Gradient importance" in c.proto.spec for c in at.get("plotly_chart")), [c.value for c in at.caption]
+    assert not any("Gradient importance" in c.spec for c in figures(at)), [c.value for c in at.caption]
     at.button(key="special_grad_now").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("precomputed, shipped with the app" in c.value for c in at.caption)
-    assert any("Gradient importance" in c.proto.spec for c in at.get("plotly_chart"))
+    assert any("Gradient importance" in c.spec for c in figures(at))

@@ -10,11 +10,12 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from attnlib.results import json_ready
+from ui.plotly_figure import app_look, plotly_figure
 
 
 def figure_html(fig: go.Figure) -> str:
-    """A standalone HTML page with plotly.js inlined (no CDN)."""
-    return fig.to_html(include_plotlyjs=True, full_html=True)
+    """A standalone HTML page with plotly.js inlined (no CDN), the figure as the app draws it."""
+    return app_look(fig).to_html(include_plotlyjs=True, full_html=True)
 
 
 def download_table(df: pd.DataFrame, name: str, key: str) -> None:
@@ -47,5 +48,5 @@ def download_figure(fig: go.Figure, name: str, key: str) -> None:
 
 def chart(fig: go.Figure, name: str, key: str) -> None:
     """A figure and, under it, its HTML download (`name`.html)."""
-    st.plotly_chart(fig, key=key)
+    plotly_figure(fig, key=key)
     download_figure(fig, name, key=f"{key}_dl")

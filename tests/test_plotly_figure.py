@@ -1,0 +1,68 @@
+"""ui/plotly_figure: the figure sent to the page, and the bundle it is drawn with (no browser; see
+test_browser_figures for drawing)."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import plotly.graph_objects as go
+from conftest import figures
+from plotly.offline import get_plotlyjs
+from streamlit.testing.v1 import AppTest
+
+from attnlib.shipped import ROOT
+from ui.plotly_figure import APP_FONT
+
+SCRIPT = Path(ROOT, "ui", "plotly_figure.js").read_text()
+
+
+def _version(js_head: str) -> str:
+    return re.search(r"plotly\.js (?:\([^)]*\) )?v(\d+\.\d+\.\d+)", js_head).group(1)
+
+
+def test_the_bundle_is_served_and_matches_the_plotly_package():
+    bundle_path = re.search(r'const BUNDLE = "app/(static/[^"]+)"', SCRIPT).group(1)
+    bundle = Path(ROOT, bundle_path)
+    assert bundle.is_file() and Path(ROOT, "static", "plotly.js-LICENSE.txt").is_file()
+    assert _version(bundle.read_text()[:300]) == _version(get_plotlyjs()[:300])  # figures written for that plotly.js
+    config = tomllib.loads(Path(ROOT, ".streamlit", "config.toml").read_text())
+    assert config["server"]["enableStaticServing"] is True
+
+
+def _app() -> None:
+    """The script AppTest runs: draw one figure, then say whether the caller's figure was left as it was."""
+    import plotly.graph_objects as go
+    import streamlit as st
+
+    from ui.plotly_figure import plotly_figure
+
+    fig = go.Figure(go.Scatter(x=[1, 2, 3], y=[0.5, 0.25, 0.125], name="share"))
+    fig.update_layout(title="Share", height=300, font_size=20)
+    before = fig.to_json()
+    plotly_figure(fig, key="one")
+    st.write("untouched" if fig.to_json() == before else "changed")
+
+
+def test_the_figure_is_sent_with_the_apps_look_and_the_callers_figure_is_left_alone():
+    at = AppTest.from_function(_app).run()
+    assert not at.exception
+    [shown] = figures(at)
+    spec = json.loads(shown.spec)
+    assert shown.key == "one" and spec["data"][0]["y"] == [0.5, 0.25, 0.125]
+    assert spec["layout"]["font"] == {**APP_FONT, "size": 20}  # the app's font, the figure's own size kept
+    assert spec["layout"]["template"]["layout"]["plot_bgcolor"] == "white"  # plotly_white, not plotly's blue-grey
+    assert spec["layout"]["height"] == 300 and spec["layout"]["title"]["text"] == "Share"
+    assert [m.value for m in at.markdown] == ["untouched"]
+
+
+def test_the_html_download_has_the_apps_look_and_all_of_plotly_js():
+    from ui.downloads import figure_html
+
+    fig = go.Figure(go.Bar(x=["a", "b"], y=[1, 2]))
+    page = figure_html(fig)
+    assert _version(page[page.index("plotly.js") - 20 :][:300]) == _version(get_plotlyjs()[:300])  # opens offline
+    assert '"plot_bgcolor":"white"' in page and APP_FONT["color"] in page
+    assert fig.layout.font.color is None  # the figure itself is not changed
