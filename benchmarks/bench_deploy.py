@@ -52,8 +52,9 @@ def free_port() -> int:
 class Server:
     """`streamlit run app.py` on loopback, its start time, and a sampler of its resident memory (with children)."""
 
-    def __init__(self, log: Path, prefix: Sequence[str] = ()) -> None:
-        """`prefix` goes before the command, e.g. ("taskset", "-c", "0") to pin the server to one CPU."""
+    def __init__(self, log: Path, prefix: Sequence[str] = (), script: str = "app.py") -> None:
+        """`prefix` goes before the command, e.g. ("taskset", "-c", "0") to pin the server to one CPU; `script` is
+        the app (run from the repository root, whose .streamlit/config.toml applies)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log, "wb")  # noqa: SIM115 - open for the server's whole life
@@ -66,7 +67,7 @@ class Server:
                 "-m",
                 "streamlit",
                 "run",
-                "app.py",
+                script,
                 "--server.headless",
                 "true",
                 "--server.fileWatcherType",

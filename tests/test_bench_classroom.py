@@ -20,6 +20,7 @@ from benchmarks.bench_classroom import (
     PageCase,
     PageTimes,
     Visit,
+    median_visit,
     page_and_query,
     summary,
     table,
@@ -31,7 +32,7 @@ from benchmarks.bench_classroom import (
 def test_every_page_and_every_tour_step_is_measured():
     paths = [c.path for c in PAGES]
     assert paths[:6] == [f"/tour?step={n}" for n in range(1, 7)]
-    assert set(paths[6:]) == {"/", "/special-tokens", "/dependency-heads", "/local-global"}
+    assert set(paths[6:]) == {"/", "/special-tokens", "/dependency-heads", "/local-global", "/report"}
     assert len({c.name for c in PAGES}) == len(PAGES)
     by_name = {c.name: c.main for c in PAGES}
     assert by_name["tour-5"] == TABLE and by_name["dependency-heads"] == TABLE and by_name["special-tokens"] == PLOT
@@ -92,3 +93,10 @@ def test_high_water_counts_the_children():
     finally:
         child.kill()
         child.wait()
+
+
+def test_one_visitor_is_the_median_of_the_visits_and_a_failed_visit_fails_the_page():
+    assert median_visit([Visit(3.5), Visit(2.5), Visit(2.75)]) == Visit(2.75)
+    assert median_visit([Visit(3.0), Visit(2.0)]) == Visit(2.5)
+    broken = Visit(4.0, "exception box")
+    assert median_visit([Visit(2.0), broken, Visit(None, "not finished: TimeoutError")]) == broken

@@ -7,6 +7,7 @@ const BUNDLE = "app/static/plotly-cartesian-4.1.1.min.js";
 const NEAR = "400px";
 const LATER_MS = 1500;
 const DEFAULT_HEIGHT = 450; // plotly's, for a figure that sets none
+const whenIdle = window.requestIdleCallback ?? ((then) => setTimeout(then, 0)); // not every Safari has it
 
 // Plotly's toolbar with a full-screen button added (for a projector); the PNG button stays.
 const FULL_SCREEN = {
@@ -56,7 +57,7 @@ class FigurePlace {
     this.wrapper.style.minHeight = `${this.height}px`;
     delete this.plot.dataset.drawn;
     if (this.near) this.#draw();
-    else setTimeout(() => requestIdleCallback(() => this.figure && this.#draw()), LATER_MS);
+    else setTimeout(() => whenIdle(() => this.figure && this.#draw()), LATER_MS);
   }
 
   #seen(near) {
