@@ -57,3 +57,27 @@ def test_hover_and_full_screen(streamlit_server, browser, screenshot_dir):
         page.evaluate("document.exitFullscreen()")
         page.wait_for_function(f"() => ({SIZE})()[1] === {before[1]}", timeout=10_000)
         assert page.evaluate(SIZE) == before
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_downloaded_figure_draws_offline(browser, tmp_path):
+    import plotly.graph_objects as go
+
+    from ui.plotly_figure import figure_page
+
+    saved = tmp_path / "figure.html"
+    saved.write_text(figure_page(go.Figure(go.Bar(x=["[CLS]", "[SEP]", "other"], y=[0.5, 0.1, 0.4]))))
+    requests: list[str] = []
+    with browser_page(browser) as offline:
+        offline.route(
+            "**/*",
+            lambda route: (
+                requests.append(route.request.url),
+                route.continue_() if route.request.url.startswith("file:") else route.abort(),
+            ),
+        )
+        offline.goto(saved.as_uri())
+        offline.locator(".js-plotly-plot .barlayer .point").first.wait_for(timeout=30_000)
+        assert offline.locator(".js-plotly-plot .barlayer .point").count() == 3
+    assert requests == [saved.as_uri()]  # nothing but the page itself

@@ -14,9 +14,7 @@ from plotly.offline import get_plotlyjs
 from streamlit.testing.v1 import AppTest
 
 from attnlib.shipped import ROOT
-from ui.plotly_figure import APP_FONT
-
-SCRIPT = Path(ROOT, "ui", "plotly_figure.js").read_text()
+from ui.plotly_figure import APP_FONT, BUNDLE, figure_page
 
 
 def _version(js_head: str) -> str:
@@ -24,10 +22,9 @@ def _version(js_head: str) -> str:
 
 
 def test_the_bundle_is_served_and_matches_the_plotly_package():
-    bundle_path = re.search(r'const BUNDLE = "app/(static/[^"]+)"', SCRIPT).group(1)
-    bundle = Path(ROOT, bundle_path)
-    assert bundle.is_file() and Path(ROOT, "static", "plotly.js-LICENSE.txt").is_file()
-    assert _version(bundle.read_text()[:300]) == _version(get_plotlyjs()[:300])  # figures written for that plotly.js
+    assert BUNDLE.parent == Path(ROOT, "static")  # the folder enableStaticServing serves
+    assert BUNDLE.is_file() and Path(ROOT, "static", "plotly.js-LICENSE.txt").is_file()
+    assert _version(BUNDLE.read_text()[:300]) == _version(get_plotlyjs()[:300])  # figures written for that plotly.js
     config = tomllib.loads(Path(ROOT, ".streamlit", "config.toml").read_text())
     assert config["server"]["enableStaticServing"] is True
 
@@ -58,11 +55,10 @@ def test_the_figure_is_sent_with_the_apps_look_and_the_callers_figure_is_left_al
     assert [m.value for m in at.markdown] == ["untouched"]
 
 
-def test_the_html_download_has_the_apps_look_and_all_of_plotly_js():
-    from ui.downloads import figure_html
-
+def test_the_html_download_inlines_the_bundle_and_has_the_apps_look():
     fig = go.Figure(go.Bar(x=["a", "b"], y=[1, 2]))
-    page = figure_html(fig)
-    assert _version(page[page.index("plotly.js") - 20 :][:300]) == _version(get_plotlyjs()[:300])  # opens offline
+    page = figure_page(fig)
+    assert BUNDLE.read_text() in page and "<script src" not in page  # opens offline
+    assert len(page) < len(BUNDLE.read_text()) + 50_000 < len(get_plotlyjs())
     assert '"plot_bgcolor":"white"' in page and APP_FONT["color"] in page
     assert fig.layout.font.color is None  # the figure itself is not changed

@@ -1,4 +1,4 @@
-"""Download buttons for tables and figures (HTML embeds plotly.js, so it opens offline)."""
+"""Download buttons for tables and figures (a figure's HTML embeds plotly.js, so it opens offline)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from attnlib.results import json_ready
-from ui.plotly_figure import app_look, plotly_figure
-
-
-def figure_html(fig: go.Figure) -> str:
-    """A standalone HTML page with plotly.js inlined (no CDN), the figure as the app draws it."""
-    return app_look(fig).to_html(include_plotlyjs=True, full_html=True)
+from ui.plotly_figure import figure_page, plotly_figure
 
 
 def download_table(df: pd.DataFrame, name: str, key: str) -> None:
@@ -38,7 +33,7 @@ def download_figure(fig: go.Figure, name: str, key: str) -> None:
     """HTML download of a figure, built only on click; PNG comes from the camera icon of the figure's toolbar."""
     st.download_button(
         "Download figure (HTML)",
-        lambda: figure_html(fig).encode(),
+        lambda: figure_page(fig).encode(),
         f"{name}.html",
         "text/html",
         key=key,

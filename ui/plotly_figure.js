@@ -1,9 +1,8 @@
 // One Plotly figure drawn in the app's own page (no iframe) by plotly.js's cartesian bundle, which holds every trace
-// the figures use (scatter, bar, heatmap). The bundle lies in static/ and is loaded once per visit: 1.5 MB, 0.5 MB as
-// served, where st.plotly_chart loads the whole of plotly.js (4.7 MB, served uncompressed). A figure on the screen or
-// within NEAR of it is drawn at once; one further down when it comes near, or when the page has been idle a while
-// (LATER_MS, then an idle moment), so that the figures a visitor sees first are not kept waiting by the others.
-const BUNDLE = "app/static/plotly-cartesian-4.1.1.min.js";
+// the figures use (scatter, bar, heatmap). The bundle (data.bundle, in static/) is loaded once per visit: 1.5 MB,
+// 0.5 MB as served, where st.plotly_chart loads the whole of plotly.js (4.7 MB, served uncompressed). A figure on the
+// screen or within NEAR of it is drawn at once; one further down when it comes near, or when the page has been idle a
+// while (LATER_MS, then an idle moment), so that the figures a visitor sees first are not kept waiting by the others.
 const NEAR = "400px";
 const LATER_MS = 1500;
 const DEFAULT_HEIGHT = 450; // plotly's, for a figure that sets none
@@ -18,14 +17,14 @@ const FULL_SCREEN = {
 };
 const CONFIG = { displaylogo: false, modeBarButtonsToAdd: [FULL_SCREEN] };
 
-function loadPlotly() {
+function loadPlotly(bundle) {
   window.attnPlotly ??= new Promise((resolve, reject) => {
     const script = document.createElement("script");
-    script.src = new URL(BUNDLE, document.baseURI).href;
+    script.src = new URL(bundle, document.baseURI).href;
     script.onload = () => resolve(window.Plotly);
     script.onerror = () => {
       window.attnPlotly = undefined; // the next figure tries again
-      reject(new Error(`could not load ${BUNDLE}`));
+      reject(new Error(`could not load ${bundle}`));
     };
     document.head.appendChild(script);
   });
@@ -51,8 +50,9 @@ class FigurePlace {
     this.wrapper.addEventListener("fullscreenchange", () => this.#fitSize());
   }
 
-  show(figure) {
+  show(figure, bundle) {
     this.figure = figure;
+    this.bundle = bundle;
     this.height = figure.layout.height ?? DEFAULT_HEIGHT;
     this.wrapper.style.minHeight = `${this.height}px`;
     delete this.plot.dataset.drawn;
@@ -69,7 +69,7 @@ class FigurePlace {
     const figure = this.figure;
     this.figure = null;
     try {
-      const Plotly = await loadPlotly();
+      const Plotly = await loadPlotly(this.bundle);
       await Plotly.react(this.plot, figure.data, figure.layout, CONFIG);
     } catch (error) {
       this.plot.textContent = `The figure could not be drawn (${error.message}). Reload the page to try again.`;
@@ -94,9 +94,9 @@ class FigurePlace {
 }
 
 export default function ({ data, parentElement }) {
-  loadPlotly().catch(() => {}); // start loading at once; a failure shows where the figure would be
+  loadPlotly(data.bundle).catch(() => {}); // start loading at once; a failure shows where the figure would be
   parentElement.attnFigure ??= new FigurePlace(parentElement);
   const place = parentElement.attnFigure;
-  place.show(JSON.parse(data.figure));
+  place.show(JSON.parse(data.figure), data.bundle);
   return () => place.unmount();
 }
