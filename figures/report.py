@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from attnlib.deps import ALL, DIRECTIONS
 from attnlib.norms import MEASURES
 from attnlib.positions import CORRELATIONS
 from attnlib.report import METHODS_PATH, NORM_NAMES, STAT_NAMES, PartResult, Report, methods_anchor
+from figures.plotly_js import plotly_js
 
 from .deps import head_accuracy_heatmaps
 from .layers import MODEL_COLOURS, layer_line
@@ -381,7 +381,7 @@ def render_report(report: Report) -> str:
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{CSS}</style>"
-        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+        f"<script type='text/javascript'>{plotly_js()}</script></head><body>"
         f"<h1>{html.escape(title)}</h1>{_key_values(provenance)}<p>{layers_note}</p>"
         f"<h2>Time each part took</h2>{_table_html(pd.DataFrame(timing_rows))}"
         f"<ul>{contents}</ul>{sections}</body></html>\n"

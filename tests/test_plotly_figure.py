@@ -13,8 +13,9 @@ from conftest import figures
 from plotly.offline import get_plotlyjs
 from streamlit.testing.v1 import AppTest
 
+from attnlib.shipped import PLOTLY_BUNDLE as BUNDLE
 from attnlib.shipped import ROOT
-from ui.plotly_figure import APP_FONT, BUNDLE, figure_page
+from ui.plotly_figure import APP_FONT, figure_page
 
 
 def _version(js_head: str) -> str:

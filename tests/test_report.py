@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import _bert_tokenizer, _tiny_config
-from plotly.offline import get_plotlyjs
 from streamlit.testing.v1 import AppTest
 
 from attnlib.cli import build_parser, main
@@ -32,6 +31,7 @@ from attnlib.report import (
 )
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS
+from figures.plotly_js import plotly_js
 from figures.report import render_report
 
 N_INPUTS = 6  # of each file
@@ -215,7 +215,7 @@ def test_page_is_self_contained(report_page):
     assert not re.search(r"<script[^>]*\ssrc\s*=", page, re.I)
     assert not re.search(r"<link[^>]*\shref\s*=", page, re.I)
     assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page, re.I)
-    assert page.count(get_plotlyjs()[:300]) == 1  # plotly.js inlined once for the whole file
+    assert page.count(plotly_js()[:300]) == 1  # plotly.js inlined once for the whole file
     figures = page.count("Plotly.newPlot(")
     assert figures == 18  # special 7 (with the head map and norms), positions 5, aggregation 2, deps 2, probe 2
     assert page.count('class="plotly-graph-div"') == figures
@@ -242,7 +242,7 @@ def test_model_compared_with_itself_differs_nowhere(tiny_model_dir, files, one_t
             assert frame.drop(columns="model").equals(second.tables[title].drop(columns="model"))
     page = render_report(report)
     assert page.count("largest difference:") == 5
-    assert page.count(get_plotlyjs()[:300]) == 1
+    assert page.count(plotly_js()[:300]) == 1
 
 
 def test_largest_difference_by_hand():
@@ -364,7 +364,7 @@ def test_page_builds_a_self_contained_report_of_both_models(tiny_model_dir, deep
     assert not re.search(r"<script[^>]*\ssrc\s*=", page, re.I)
     assert not re.search(r"<link[^>]*\shref\s*=", page, re.I)
     assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page, re.I)
-    assert page.count(get_plotlyjs()[:300]) == 1
+    assert page.count(plotly_js()[:300]) == 1
     title = f"Attention report: {tiny_model_dir} vs {deeper_bert_dir}"
     assert f"<title>{title}</title>" in page
     for part in ("special", "positions", "aggregation", "deps", "probe"):

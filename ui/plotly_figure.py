@@ -3,15 +3,16 @@ st.plotly_chart, whose full plotly.js costs a new visitor about a second (README
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 
 import plotly.graph_objects as go
 import streamlit as st
 
+from attnlib.shipped import PLOTLY_BUNDLE
+from figures.plotly_js import plotly_js
+
 COMPONENT = "attn_figure"
-BUNDLE = Path(__file__).resolve().parents[1] / "static" / "plotly-cartesian-4.1.1.min.js"  # scatter, bar, heatmap
-BUNDLE_URL = f"app/static/{BUNDLE.name}"  # relative to the page: enableStaticServing serves static/ there
+BUNDLE_URL = f"app/static/{PLOTLY_BUNDLE.name}"  # relative to the page: enableStaticServing serves static/ there
 APP_FONT = {"family": '"Source Sans", sans-serif', "color": "#31333F"}  # the app's own text
 APP_LOOK = {"template": "plotly_white", "font": APP_FONT}
 CONFIG = {"displaylogo": False}
@@ -31,14 +32,9 @@ def plotly_figure(fig: go.Figure, key: str) -> None:
     _draw(data={"figure": app_look(fig).to_json(), "bundle": BUNDLE_URL}, key=key)
 
 
-@cache
-def _bundle_text() -> str:
-    return BUNDLE.read_text()
-
-
 def figure_page(fig: go.Figure) -> str:
     """`fig` as the app draws it, on a standalone HTML page with the bundle inlined (opens offline; 1.5 MB of script
     where plotly's own `to_html` inlines 4.8 MB)."""
     div = app_look(fig).to_html(full_html=False, include_plotlyjs=False, config=CONFIG)
-    head = f'<meta charset="utf-8"><script type="text/javascript">{_bundle_text()}</script>'
+    head = f'<meta charset="utf-8"><script type="text/javascript">{plotly_js()}</script>'
     return f"<!DOCTYPE html>\n<html><head>{head}</head><body>{div}</body></html>\n"
