@@ -233,6 +233,23 @@ def browser_page(browser, failure: Path | None = None, width: int = 1400, height
         page.close()
 
 
+@contextmanager
+def offline_page(browser) -> Iterator[tuple]:
+    """A browser page that refuses every request but local ones (file:, data:, blob:); (the page, URLs asked for)."""
+    asked: list[str] = []
+
+    def only_local(route) -> None:
+        asked.append(route.request.url)
+        if route.request.url.startswith(("file:", "data:", "blob:")):
+            route.continue_()
+        else:
+            route.abort()
+
+    with browser_page(browser) as page:
+        page.route("**/*", only_local)
+        yield page, asked
+
+
 def pytest_collection_modifyitems(items):
     """Every test that drives Chromium is a browser test, and a slow one (it starts with a Streamlit server)."""
     for item in items:

@@ -4,7 +4,7 @@ Streamlit's full plotly.js; the first screen first, the rest without scrolling; 
 from __future__ import annotations
 
 import pytest
-from conftest import FIGURE, FIGURES_DRAWN, IDLE, browser_page
+from conftest import FIGURE, FIGURES_DRAWN, IDLE, browser_page, offline_page
 
 BUNDLE = "/app/static/plotly-cartesian-4.1.1.min.js"
 # Each figure of the page: [top of its place on the page, ms after navigation when it was drawn or null].
@@ -68,16 +68,8 @@ def test_a_downloaded_figure_draws_offline(browser, tmp_path):
 
     saved = tmp_path / "figure.html"
     saved.write_text(figure_page(go.Figure(go.Bar(x=["[CLS]", "[SEP]", "other"], y=[0.5, 0.1, 0.4]))))
-    requests: list[str] = []
-    with browser_page(browser) as offline:
-        offline.route(
-            "**/*",
-            lambda route: (
-                requests.append(route.request.url),
-                route.continue_() if route.request.url.startswith("file:") else route.abort(),
-            ),
-        )
+    with offline_page(browser) as (offline, asked):
         offline.goto(saved.as_uri())
         offline.locator(".js-plotly-plot .barlayer .point").first.wait_for(timeout=30_000)
         assert offline.locator(".js-plotly-plot .barlayer .point").count() == 3
-    assert requests == [saved.as_uri()]  # nothing but the page itself
+    assert asked == [saved.as_uri()]  # nothing but the page itself

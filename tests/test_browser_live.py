@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import FIGURE, IDLE, browser_page
+from conftest import FIGURE, IDLE, browser_page, offline_page
 
 VIEW_LABELS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
 CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}
@@ -137,18 +137,10 @@ def test_exports_png_csv_and_offline_html(streamlit_server, browser, tmp_path):
         html = download(
             page, lambda: page.get_by_role("button", name="Download figure (HTML)").click(), tmp_path / "v.html"
         )
-    requests: list[str] = []
-    with browser_page(browser) as offline:
-        offline.route(
-            "**/*",
-            lambda route: (
-                requests.append(route.request.url),
-                route.continue_() if route.request.url.startswith(("file:", "data:", "blob:")) else route.abort(),
-            ),
-        )
+    with offline_page(browser) as (offline, asked):
         offline.goto(html.as_uri())
         offline.wait_for_function(f"() => ({INK})('#cv') > 200", timeout=30_000)
-    assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), requests
+    assert all(u.startswith(("file:", "data:", "blob:")) for u in asked), asked
 
 
 def test_512_tokens_stay_responsive(streamlit_server, browser, screenshot_dir):
