@@ -15,7 +15,6 @@ from attnlib.deps import ALL, DIRECTIONS
 from attnlib.norms import MEASURES
 from attnlib.positions import CORRELATIONS
 from attnlib.report import METHODS_PATH, NORM_NAMES, STAT_NAMES, PartResult, Report, methods_anchor
-from figures.plotly_js import plotly_js
 
 from .deps import head_accuracy_heatmaps
 from .layers import MODEL_COLOURS, layer_line
@@ -26,6 +25,7 @@ from .norms import (
     value_norm_figure,
     weights_vs_norms_figure,
 )
+from .plotly_js import plotly_js
 from .positions import center_of_mass_chart, correlation_heatmaps, median_correlation_chart, position_histograms
 from .probe import relation_bars as probe_relation_bars
 from .probe import weight_heatmaps
