@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 from conftest import IDLE
+from playwright.sync_api import expect
 
 from attnlib.model import DEFAULT_MODEL
 from attnlib.shipped import ROOT
@@ -91,8 +92,8 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
     try:
         for page in pages:  # every session connects before any finishes
             page.goto(f"{streamlit_server}/", wait_until="domcontentloaded")
-        for page in pages:
-            page.locator("textarea").first.wait_for(state="visible", timeout=120_000)
+        for page in pages:  # Streamlit mounts a text area empty and gives it its value a moment later
+            expect(page.locator("textarea").first).not_to_have_value("", timeout=120_000)
         for i, page in enumerate(pages):  # all eight reruns are queued before we wait for any
             area = page.locator("textarea").first
             area.fill(_sentence(i))
@@ -105,7 +106,7 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
             )
             _wait_idle(page)
             _assert_no_exception(page, f"session {i + 1}, live page")
-            assert page.locator("textarea").first.input_value() == _sentence(i)
+            expect(page.locator("textarea").first).to_have_value(_sentence(i), timeout=30_000)
         for i, page in enumerate(pages):  # each session switches to another page, all at once
             page.locator("[data-testid='stSidebarNav']").get_by_text(PAGES[i % len(PAGES)], exact=True).click()
         for i, page in enumerate(pages):
@@ -119,7 +120,8 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
             page.get_by_role("heading", name="Live attention").first.wait_for(timeout=120_000)
             _wait_idle(page)
             _assert_no_exception(page, f"session {i + 1}, back on the live page")
-            assert page.locator("textarea").first.input_value() == _sentence(i), "the typed sentence was lost"
+            area = page.locator("textarea").first
+            expect(area, "the typed sentence was lost").to_have_value(_sentence(i), timeout=30_000)
         pages[0].screenshot(path=str(screenshot_dir / "load-session-1.png"), full_page=True)
     finally:
         for c in contexts:
