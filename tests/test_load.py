@@ -186,6 +186,15 @@ def test_live_run_cache_is_small():
     assert entries * 85 <= 500, f"cached_run may hold {entries} x 85 MB"
 
 
+def test_server_leaves_collection_to_python():
+    """Streamlit's default full collection after every run holds the GIL for about 0.4 s with torch loaded, stalling
+    every visitor's page (bench_classroom); the config turns it off (Python's own collector still runs)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["runner"]["postScriptGC"] is False
+
+
 # ---------- one model shared by many threads -----------------------------------------------------------------------
 
 
