@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import FIGURE, IDLE, browser_page, offline_page
+from conftest import FIGURE, FIGURES_DRAWN, IDLE, browser_page, offline_page
 
 VIEW_LABELS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
 CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}
@@ -204,6 +204,7 @@ def test_value_norms_beside_the_neuron_view(streamlit_server, browser, screensho
         chart.wait_for(state="visible", timeout=60_000)
         page.wait_for_function("() => document.querySelectorAll('.barlayer .point').length >= 19", timeout=60_000)
         assert page.locator(".barlayer .point").count() == 19  # one bar per token
+        page.wait_for_function(FIGURES_DRAWN, timeout=60_000)  # its title too
         assert "Value norms, head 2-3" in chart.inner_text()
         neuron, bars = page.locator("iframe").first.bounding_box(), chart.bounding_box()
         assert bars["x"] > neuron["x"] + neuron["width"] - 5  # beside the neuron view, on its right
@@ -231,7 +232,9 @@ def test_two_models_neuron_views_side_by_side(streamlit_server, browser, screens
         first, second, a = two_views_side_by_side(page)
         assert "all-MiniLM-L6-v2" in first.inner_text("#ttl") and "layer 4, head 9" in first.inner_text("#ttl")
         assert str(tiny_model_dir.name) in second.inner_text("#ttl") and "layer 2, head 4" in second.inner_text("#ttl")
-        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length == 2", timeout=60_000)
+        page.wait_for_function(
+            "() => document.querySelectorAll('.js-plotly-plot[data-drawn]').length == 2", timeout=60_000
+        )
         charts = page.locator(FIGURE)
         assert "Value norms, head 4-9" in charts.nth(0).inner_text()
         assert "Value norms, head 2-4" in charts.nth(1).inner_text()

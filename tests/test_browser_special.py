@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from conftest import IDLE, browser_page
+from conftest import FIGURES_DRAWN, IDLE, browser_page
 
 from attnlib import cli
 from attnlib.shipped import CLASSROOM_SINGLE
@@ -24,7 +24,8 @@ def _open(page, url: str) -> None:
 def _show_tab(page, name: str) -> None:
     page.get_by_role("tab", name=name, exact=True).click()
     page.locator(VISIBLE_PLOTS).first.wait_for(state="visible", timeout=60_000)
-    page.wait_for_timeout(1500)
+    page.wait_for_function(IDLE, timeout=120_000)
+    page.wait_for_function(FIGURES_DRAWN, timeout=60_000)
 
 
 @pytest.mark.browser
