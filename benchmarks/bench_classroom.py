@@ -271,8 +271,8 @@ def measure(
     pin_browser: bool = False,
     repeat: int = 3,
 ) -> list[PageTimes]:
-    """Warm the model with one uncounted visit; each page for one browser visitor (the median of `repeat` visits) and
-    the server alone; then the server with `visitors` sessions at once (and, with browser_crowd, that many browsers
+    """Warm the model with one uncounted visit; each page for one browser visitor and for the server alone (each the
+    median of `repeat` visits); then the server with `visitors` sessions at once (and, with browser_crowd, that many browsers
     here)."""
     from playwright.sync_api import sync_playwright
 
@@ -286,7 +286,7 @@ def measure(
             for case in cases:
                 ones = [visit_together(browser, url, case, 1, timeout_s)[0] for _ in range(repeat)]
                 row = PageTimes(case.name, median_visit(ones))
-                row.server_one = server_visits(url, case, 1, timeout_s)[0]
+                row.server_one = median_visit([server_visits(url, case, 1, timeout_s)[0] for _ in range(repeat)])
                 rows.append(row)
                 log(f"{case.name}: 1 visitor {[v.seconds for v in ones]}, the server alone {row.server_one}")
             for row, case in zip(rows, cases):
