@@ -25,6 +25,7 @@ from attnlib.words import ROW_RULES
 from figures.deps import head_accuracy_heatmaps
 from ui.compare import Second, difference_line, second_source
 from ui.corpus_picker import SHIPPED, CorpusChoice, corpus_picker, kept_upload
+from ui.data_table import data_table
 from ui.dependency_example import EXAMPLE, example_viewer
 from ui.downloads import chart, download_table
 from ui.methods import cite_methods
@@ -188,16 +189,14 @@ def _paper_frame() -> pd.DataFrame:
     )
 
 
-COLUMNS = {
-    "accuracy %": PERCENT,
-    "baseline accuracy %": PERCENT,
-    "margin (points)": st.column_config.NumberColumn(format="%+.1f"),
-}
+COLUMNS = {"accuracy %": PERCENT, "baseline accuracy %": PERCENT, "margin (points)": "%+.1f"}  # printf formats
 
 
 def _show_paper_table(is_silver: bool) -> None:
     st.markdown("**Clark et al. (2019), Table 1**: BERT-base uncased, WSJ dev, Stanford Dependencies")
-    st.dataframe(_paper_frame(), hide_index=True, column_config=COLUMNS)
+    paper = _paper_frame()
+    data_table(paper, key="deps_paper_table", formats=COLUMNS)
+    download_table(paper, "clark_2019_table_1", key="deps_paper_table_download")
     labels = (
         "spaCy's labels are ClearNLP's, close to the paper's Stanford labels (dobj, pobj, poss, prep)."
         if is_silver
@@ -304,7 +303,7 @@ def long_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
 def compared_tables(tables: dict[str, DependencyTable]) -> None:
     """Both models' Table 1 side by side, where their best-head accuracies differ most, and the long download."""
     columns = {f"{m}: {c}": config for m in tables for c, config in COLUMNS.items()}
-    st.dataframe(compared_frame(tables), hide_index=True, column_config=columns)
+    data_table(compared_frame(tables), key="deps_compared_table", formats=columns)
     accuracy = [{"best-head accuracy": {r.relation: r.accuracy for r in t.rows}} for t in tables.values()]
     difference_line(list(tables), accuracy[0], accuracy[1])
     download_table(long_frame(tables), "dependency_heads_compared", key="deps_table_download")
@@ -345,7 +344,7 @@ def table_section(tables: dict[str, DependencyTable], label: str, min_count: int
             compared_tables(tables)
         else:
             frame = _table_frame(table)
-            st.dataframe(frame, hide_index=True, column_config=COLUMNS)
+            data_table(frame, key="deps_table", formats=COLUMNS)
             download_table(frame, "dependency_heads", key="deps_table_download")
     with paper or st.expander("Reference: Clark et al. (2019) Table 1 for BERT-base uncased"):
         _show_paper_table(is_silver)

@@ -30,6 +30,7 @@ from ui.aggregation_tab import (
 from ui.attribution_example import example_section
 from ui.compare import difference_line, second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
+from ui.data_table import data_table
 from ui.downloads import chart, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
@@ -222,7 +223,7 @@ def centre_of_mass_section(results: Results) -> None:
         fig = compared_lines(lines, titles, "centre of mass (offset)", columns=2)
     chart(fig, "centre_of_mass", "lg_com")
     table = summary_table(results)
-    st.dataframe(table, hide_index=True)
+    data_table(table, key="lg_table")
     download_table(table, "local_global_per_layer", key="lg_table_dl")
 
 

@@ -30,6 +30,7 @@ from figures.special_tokens import (
 )
 from ui.compare import second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
+from ui.data_table import data_table
 from ui.downloads import download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
@@ -229,7 +230,7 @@ def offsets_tab(views: list[Shown]) -> None:
     if named.empty:
         st.info(f"No head gives more than {SHARE_THRESHOLD} of its attention to the previous, same or next token.")
     else:
-        st.dataframe(named, hide_index=True)
+        data_table(named, key=f"{KEY}_offset_heads")
         download_table(named, "offset_heads", key=f"{KEY}_offset_heads_csv")
 
 
@@ -339,11 +340,11 @@ def tables_tab(views: list[Shown]) -> None:
     """Per-layer and per-head tables (a model column in each) and everything as JSON (0-based)."""
     st.markdown("Per layer (mean over heads); layers from 1.")
     per_layer = pd.concat([layer_frame(v.model, v.special.layers) for v in views], ignore_index=True)
-    st.dataframe(per_layer.round(4), hide_index=True)
+    data_table(per_layer, key=f"{KEY}_layers")
     download_table(per_layer, "special_tokens_per_layer", key=f"{KEY}_layers_csv")
     st.markdown("Per head (layer-head from 1).")
     per_head = pd.concat([_per_head_table(v) for v in views], ignore_index=True)
-    st.dataframe(per_head.round(4), hide_index=True)
+    data_table(per_head, key=f"{KEY}_heads")
     download_table(per_head, "special_tokens_per_head", key=f"{KEY}_heads_csv")
     everything = view_json(views[0]) if len(views) == 1 else {"models": [view_json(v) for v in views]}
     download_json(everything, "special_tokens", key=f"{KEY}_json")

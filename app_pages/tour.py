@@ -52,6 +52,7 @@ from figures.head_view import head_view_html
 from figures.norms import weights_vs_norms_figure
 from figures.positions import center_of_mass_chart, median_correlation_chart
 from figures.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
+from ui.data_table import data_table
 from ui.dependency_example import example_maps
 from ui.live_inputs import DEFAULT_A, DEFAULT_B, cached_run
 from ui.model_sidebar import current_model, model_named
@@ -312,7 +313,7 @@ def render_syntax(model_name: str, shown: str) -> None:
         sentences = _corpus(str(TOUR_CORPORA["deps"]))[1][:SLICE]
         d = DIRECTIONS.index(top.direction)
         _syntax_example(model_name, sentences, top.relation, top.layer, top.head, d)  # type: ignore[arg-type]
-    st.dataframe(frame, hide_index=True)
+    data_table(frame, key="tour_syntax_table")
     _notice(syntax_notice(table, shown), got.source, _corpus_link(STEPS[4], model_name, "deps"))
 
 

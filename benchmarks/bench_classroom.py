@@ -42,8 +42,9 @@ TARGET_ONE_S = 3.0
 TARGET_EIGHT_S = 10.0
 TARGET_RSS_MB = 1024.0
 STABLE_MS = 500  # the finished state must hold this long (Streamlit may show its status widget a moment late)
-PLOT, TABLE, HEAD_VIEW, BUTTON = ".js-plotly-plot", "[data-testid='stDataFrame']", "iframe", "[data-testid='stButton']"
-FIGURES = "[data-testid='stMain'] .stBidiComponent"  # the page's figures (ui/plotly_figure), drawn or not
+PLOT, TABLE, HEAD_VIEW, BUTTON = ".js-plotly-plot", ".attn-table", "iframe", "[data-testid='stButton']"
+FIGURES = "[data-testid='stMain'] .stBidiComponent"  # the page's figures and tables (ui/plotly_figure, ui/data_table)
+DRAWN = ".js-plotly-plot[data-drawn], .attn-table table"  # in one of them once it is drawn
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,10 @@ PAGES: tuple[PageCase, ...] = (
 # since navigation start.
 FINISH_WATCH = """
 (() => {
-  const main = %s, stableMs = %d, figures = %s;
+  const main = %s, stableMs = %d, figures = %s, drawn = %s;
   const onScreen = (el) => { const r = el.getBoundingClientRect(); return r.top < innerHeight && r.bottom >= 0; };
   const pending = () => [...document.querySelectorAll(figures)].some(
-    (el) => onScreen(el) && el.querySelector('.js-plotly-plot[data-drawn]') === null);
+    (el) => onScreen(el) && el.querySelector(drawn) === null);
   let since = null;
   const tick = () => {
     const el = document.querySelector(main);
@@ -95,7 +96,7 @@ FINISH_WATCH = """
 
 def watch_script(main: str) -> str:
     """FINISH_WATCH for one page's main-element selector."""
-    return FINISH_WATCH % (json.dumps(main), STABLE_MS, json.dumps(FIGURES))
+    return FINISH_WATCH % (json.dumps(main), STABLE_MS, json.dumps(FIGURES), json.dumps(DRAWN))
 
 
 FINISHED = "() => window.__benchFinished !== undefined"

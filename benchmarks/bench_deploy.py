@@ -33,7 +33,7 @@ BROWSER_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-MAIN_CONTENT = ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stTable'], iframe, [data-testid='stAlert']"
+MAIN_CONTENT = ".js-plotly-plot, .attn-table, [data-testid='stTable'], iframe, [data-testid='stAlert']"
 NO_STATUS = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 PAGES = ["Special tokens", "Dependency heads", "Local vs global"]  # after the Live page
 EXAMPLE = "The committee approved the new budget after a long debate."  # about 12 tokens, not the shipped example

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -214,9 +215,9 @@ def screenshot_dir():
 
 IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"  # a browser page's run has ended
 FIGURE = ".attn-figure"  # a figure in a browser page (ui/plotly_figure.js); its plot is `.js-plotly-plot[data-drawn]`
-# Every figure of the page drawn (those below the first screen are drawn a moment after the rest; ui/plotly_figure.js).
+# Every figure and table of the page drawn (figures below the first screen a moment after the rest; ui/plotly_figure.js).
 FIGURES_DRAWN = """() => [...document.querySelectorAll("[data-testid='stMain'] .stBidiComponent")]
-  .every((el) => el.querySelector('.js-plotly-plot[data-drawn]') !== null)"""
+  .every((el) => el.querySelector('.js-plotly-plot[data-drawn], .attn-table table') !== null)"""
 
 
 @contextmanager
@@ -319,6 +320,14 @@ def figures(node) -> list[ShownFigure]:
 
     shown = [c for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
     return [ShownFigure(str(c.key), json.loads(c.proto.json)["figure"]) for c in shown]
+
+
+def tables(node) -> list[pd.DataFrame]:
+    """Every table under an AppTest node (ui/data_table), in page order, as the DataFrame its cells were sent from."""
+    from ui.data_table import COMPONENT
+
+    shown = [json.loads(c.proto.json) for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
+    return [pd.DataFrame(t["rows"], columns=t["columns"]) for t in shown]
 
 
 def open_tab(at, key: str, label: str):

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import figures
+from conftest import figures, tables
 
 from attnlib.aggregation import (
     AggregationAccumulator,
@@ -261,10 +261,10 @@ def test_page_aggregation_section_equals_the_cli(tiny_model_dir, capsys):
     assert any("layer-output attribution of every layer" in i.value for i in at.info)  # asks before it computes
     at.button(key=f"compute:aggregation:{name}").click().run()
     assert not at.exception, at.exception
-    tables = [d.value for d in at.dataframe if "measure" in d.value.columns]
-    assert len(tables) == 1 and set(tables[0]["model"]) == {name}
+    shown = [d for d in tables(at) if "measure" in d.columns]
+    assert len(shown) == 1 and set(shown[0]["model"]) == {name}
     assert any("3 inputs of" in c.value and "computed here" in c.value for c in at.caption)
-    assert_table_equals_cli(tables[0], name, cli_aggregation(name, capsys))
+    assert_table_equals_cli(shown[0], name, cli_aggregation(name, capsys))
     assert any("METHODS.md §13" in e.label for e in at.expander)
     hist_before = [c for c in figures(at) if "layer-output attribution per layer" in c.spec]
     at.selectbox(key="lg_agg_measure").set_value("residual_ln_rollout").run()

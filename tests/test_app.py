@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import tables
 from streamlit.testing.v1 import AppTest
 
 from attnlib.shipped import ROOT
@@ -104,7 +105,7 @@ def test_deps_example_follows_a_new_relation_and_the_url():
     at.session_state["deps_min_count"] = 5
     at.run()
     assert not at.exception, at.exception
-    frame = at.dataframe[0].value.set_index("relation")
+    frame = tables(at)[0].set_index("relation")
     at.number_input(key="deps_layer").set_value(6).run()
     assert at.query_params["layer"] == "6" and at.query_params["limit"] == "15" and at.query_params["min"] == "5"
     shown = at.selectbox(key="deps_relation").value

@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from benchmarks.bench_classroom import (
+    DRAWN,
     FIGURES,
     PAGES,
     PLOT,
@@ -63,10 +64,8 @@ def test_pages_are_asked_for_as_a_browser_names_them():
 
 
 def test_watch_script_embeds_the_selectors_as_javascript_strings():
-    script = watch_script("[data-testid='stDataFrame']")
-    selectors = (
-        f"const main = \"[data-testid='stDataFrame']\", stableMs = {STABLE_MS}, figures = {json.dumps(FIGURES)};"
-    )
+    script = watch_script(".attn-table")
+    selectors = f'const main = ".attn-table", stableMs = {STABLE_MS}, figures = {json.dumps(FIGURES)}, drawn = {json.dumps(DRAWN)};'
     assert selectors in script
     assert "%s" not in script and "%d" not in script
 

@@ -16,7 +16,7 @@ PAGES = [
 ]
 HEADINGS = {"Local vs global": "Local versus global"}  # page titles that differ from their navigation label
 # The main content of a page: a chart, a table, a component, or (for pages not built yet) the notice saying what they will show.
-MAIN_CONTENT = ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stTable'], iframe, [data-testid='stAlert']"
+MAIN_CONTENT = ".js-plotly-plot, .attn-table, [data-testid='stTable'], iframe, [data-testid='stAlert']"
 
 
 @pytest.mark.parametrize("path,title", PAGES)

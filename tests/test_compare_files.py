@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import across_tabs, figures, open_tab
+from conftest import across_tabs, figures, open_tab, tables
 from test_special import SPECIAL_TABS, check_weights_vs_norms, table_with
 
 from attnlib import cli
@@ -169,13 +169,13 @@ def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_
     at = upload(at, "deps_compare_file", "tiny-deps.json", data)
     assert not at.error, [e.value for e in at.error]
     assert not at.warning, [w.value for w in at.warning]
-    tables = {
+    expected = {
         "all-MiniLM-L6-v2": count_dependencies(minilm, read_conllu(EWT_DEV)[:10]).table(min_count=1),
         second_model: dependency_counts_from_json(read_result_file(data).state or {}).table(min_count=1),
     }
-    frame = at.dataframe[0].value
-    assert frame["relation"].tolist() == [r.relation for r in tables["all-MiniLM-L6-v2"].rows]
-    for model, table in tables.items():
+    frame = tables(at)[0]
+    assert frame["relation"].tolist() == [r.relation for r in expected["all-MiniLM-L6-v2"].rows]
+    for model, table in expected.items():
         by_relation = {r.relation: r for r in table.rows}
         rows = [by_relation[r] for r in frame["relation"]]
         assert frame[f"{model}: best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in rows]
@@ -219,7 +219,7 @@ def test_probe_of_two_result_files(tmp_path, tiny_model_dir, one_thread):
     at = upload(at, "probe_compare_file", "tiny-probe.json", second_data)
     assert not at.error, [e.value for e in at.error]
     assert {m.label: m.value for m in at.metric}["UAS, attention-only probe"] == f"{100 * first['uas']:.1f}%"
-    uas = next(d.value for d in at.dataframe if "method" in d.value.columns).set_index("method")
+    uas = next(d for d in tables(at) if "method" in d.columns).set_index("method")
     names = ("all-MiniLM-L6-v2", str(tiny_model_dir))
     assert list(uas.columns) == [f"{m}: {c}" for m in names for c in ("UAS %", "head or offset")]
     for model, out in zip(names, (first, second)):
@@ -238,7 +238,7 @@ def test_probe_of_two_result_files(tmp_path, tiny_model_dir, one_thread):
     record["result"]["variant"] = "words"  # the attention + words probe is not what the comparison shows
     at = upload(at, "probe_compare_file", "words.json", json.dumps(record).encode())
     assert any("words.json cannot be shown" in e.value and "the words probe" in e.value for e in at.error)
-    assert not any("method" in d.value.columns for d in at.dataframe)  # the first model alone: no comparison table
+    assert not any("method" in d.columns for d in tables(at))  # the first model alone: no comparison table
     assert {m.label: m.value for m in at.metric}["UAS, attention-only probe"] == f"{100 * first['uas']:.1f}%"
 
 
@@ -262,14 +262,14 @@ def test_positions_and_aggregation_of_two_result_files(tmp_path, tiny_model_dir,
         at = upload(at, f"{key}_compare_file", f"{command}-second.json", files[command, second_model][0])
     assert not at.error, [e.value for e in at.error]
     assert not at.warning, [w.value for w in at.warning]
-    summary = next(d.value for d in at.dataframe if "attention centre of mass" in d.value.columns)
+    summary = next(d for d in tables(at) if "attention centre of mass" in d.columns)
     assert list(summary["model"]) == [first_model] * 2 + [second_model] * 3
     for model in (first_model, second_model):
         rows = summary[summary["model"] == model]
         expected = files["positions", model][1]["attention_center_of_mass"]
         np.testing.assert_allclose(rows["attention centre of mass"], expected, atol=6e-5)
     open_tab(at, "lg_tab", "Global aggregation")
-    aggregation = next(d.value for d in at.dataframe if "measure" in d.value.columns)
+    aggregation = next(d for d in tables(at) if "measure" in d.columns)
     for model in (first_model, second_model):
         assert_table_equals_cli(aggregation, model, files["aggregation", model][1])
     lines = difference_lines(at)  # positions above the tabs, then aggregation in its tab

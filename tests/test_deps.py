@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import figures
+from conftest import figures, tables
 
 from attnlib import deps
 from attnlib.corpus import Sentence
@@ -382,12 +382,12 @@ def test_page_gold_table_heatmap_and_example(minilm):
     at = _deps_page("gold", deps_limit=15)
     assert not at.exception, at.exception
     assert [m.value for m in at.metric][:3] == ["15", str(sum(len(s.words) for s in read_conllu(EWT_DEV)[:15])), "0"]
-    frame = at.dataframe[0].value
+    frame = tables(at)[0]
     expected = count_dependencies(minilm, read_conllu(EWT_DEV)[:15]).table(min_count=5)
     assert frame["relation"].tolist() == [r.relation for r in expected.rows]
     assert frame["best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in expected.rows]
     np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
-    paper = at.dataframe[1].value  # the reference table, in an expander for models other than bert-base-uncased
+    paper = tables(at)[1]  # the reference table, in an expander for models other than bert-base-uncased
     assert {"obj", "nmod:poss"} <= set(paper["closest UD label"]) and paper["relation (paper)"].iloc[0] == "all"
     table_charts = [c for c in figures(at) if c.key.startswith("deps_")]  # the probe section draws its own
     assert len(table_charts) == 3  # heatmap, arc diagram, the example's attention
@@ -402,7 +402,7 @@ def test_page_silver_classroom_marks_predicted_parses():
     assert not at.exception, at.exception
     assert any("Predicted parses" in i.value for i in at.info)
     assert at.metric[0].value == "12"
-    assert at.dataframe[0].value["relation"].iloc[0] == "all"
+    assert tables(at)[0]["relation"].iloc[0] == "all"
 
 
 @pytest.mark.slow
@@ -421,26 +421,26 @@ def test_page_compares_two_models_table_and_probe(minilm, tiny_model_dir, tiny_m
     assert not at.exception, [e.value for e in at.exception]
     first, second = minilm.facts.name, str(tiny_model_dir)
     sentences = read_conllu(EWT_DEV)[:10]
-    tables = {
+    expected = {
         m: count_dependencies(lm, sentences).table(min_count=1) for m, lm in [(first, minilm), (second, tiny_model)]
     }
-    frame = at.dataframe[0].value
-    assert frame["relation"].tolist() == [r.relation for r in tables[first].rows]
-    for model, table in tables.items():
+    frame = tables(at)[0]
+    assert frame["relation"].tolist() == [r.relation for r in expected[first].rows]
+    for model, table in expected.items():
         by_relation = {r.relation: r for r in table.rows}
         rows = [by_relation[r] for r in frame["relation"]]
         assert frame[f"{model}: best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in rows]
         np.testing.assert_allclose(frame[f"{model}: accuracy %"], [100 * r.accuracy for r in rows])
-    accuracy = [{"best-head accuracy": {r.relation: r.accuracy for r in t.rows}} for t in tables.values()]
-    expected = largest_difference(*accuracy)
-    assert expected is not None and any(expected.text() in m.value for m in at.markdown)
+    accuracy = [{"best-head accuracy": {r.relation: r.accuracy for r in t.rows}} for t in expected.values()]
+    largest = largest_difference(*accuracy)
+    assert largest is not None and any(largest.text() in m.value for m in at.markdown)
 
     at.session_state["deps_tab"] = "All heads together"
     at.run()
     at.button(key=f"compute:probe:{first}").click().run()  # each model's probe is trained on request
     at.button(key=f"compute:probe:{second}").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    uas = next(d.value for d in at.dataframe if "method" in d.value.columns).set_index("method")
+    uas = next(d for d in tables(at) if "method" in d.columns).set_index("method")
     assert list(uas.columns) == [f"{m}: {c}" for m in (first, second) for c in ("UAS %", "head or offset")]
     shown = {m.label: m.value for m in at.metric}["UAS, attention-only probe"]
     assert shown == f"{uas.loc['attention-only probe', f'{first}: UAS %']:.1f}%"
@@ -468,7 +468,7 @@ def test_page_opens_the_shipped_table_at_once_and_says_so(monkeypatch):
     record = shipped_result("deps", DEFAULT_MODEL, hashlib.sha1(EWT_DEV.read_bytes()).hexdigest(), 2001, {})
     assert record is not None
     expected = dependency_counts_from_json(record.state or {}).table(min_count=100)
-    frame = at.dataframe[0].value
+    frame = tables(at)[0]
     assert frame["relation"].tolist() == [r.relation for r in expected.rows]
     np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
     assert at.metric[0].value == "2001"

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import figures
+from conftest import figures, tables
 from streamlit.testing.v1 import AppTest
 from test_live_figures import independent_norms
 
@@ -151,7 +151,7 @@ def test_head_finder_ranks_heads_and_opens_one_in_the_head_view():
     at = open_live(view="finder")
     buttons = [b for b in at.button if b.key and b.key.startswith("pick_")]
     assert len(buttons) == 8 * 3
-    assert at.dataframe[0].value.shape[0] == 24
+    assert tables(at)[0].shape[0] == 24
     prev_best = next(b for b in buttons if b.key == "pick_prev_1")
     label = prev_best.label.split(" ")[0]  # "layer-head", 1-based
     prev_best.click()

@@ -22,7 +22,7 @@ from ui.model_sidebar import LOAD_LOG_LINE
 
 SESSIONS = 8
 PAGES = ["Special tokens", "Dependency heads", "Local vs global", "Live attention"]
-MAIN_CONTENT = ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stTable'], iframe, [data-testid='stAlert']"
+MAIN_CONTENT = ".js-plotly-plot, .attn-table, [data-testid='stTable'], iframe, [data-testid='stAlert']"
 ANIMALS = ["cat", "dog", "fox", "owl", "bee", "cow", "hen", "elk"]
 
 

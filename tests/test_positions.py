@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import across_tabs, figures, open_tab
+from conftest import across_tabs, figures, open_tab, tables
 from scipy.stats import pearsonr, spearmanr
 
 from attnlib.attribution import Attribution
@@ -263,7 +263,7 @@ def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path, c
             at.button(key=f"compute:{command}:{name}").click().run()
             assert not at.exception, at.exception
     assert at.query_params["cmp"] == second
-    aggregation = next(d.value for d in at.dataframe if "measure" in d.value.columns)
+    aggregation = next(d for d in tables(at) if "measure" in d.columns)
     aggregation_lines = [m.value for m in at.markdown if "largest difference" in m.value]
     specs = [json.dumps(json.loads(c.spec)) for c in figures(at)]  # "/" unescaped
     specs += across_tabs(
@@ -272,9 +272,7 @@ def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path, c
         [TABS["com"], TABS["correlation"]],
         lambda at: [json.dumps(json.loads(c.spec)) for c in figures(at)],
     )
-    summary = next(
-        d.value for d in open_tab(at, "lg_tab", TABS["com"]).dataframe if "attention centre of mass" in d.value.columns
-    )
+    summary = next(d for d in tables(open_tab(at, "lg_tab", TABS["com"])) if "attention centre of mass" in d.columns)
     assert list(summary["model"]) == [first] * 2 + [second] * 3  # a row per layer of each model
     data = {name: cli_aggregation(name, capsys) for name in (first, second)}
     for name in (first, second):

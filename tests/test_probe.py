@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import figures
+from conftest import figures, tables
 
 from attnlib.corpus import Sentence, read_conllu
 from attnlib.deps import best_offset_baseline, predict_heads, sentence_word_map
@@ -445,7 +445,7 @@ def test_page_probe_uas_equals_the_cli(tiny_model_dir, capsys, one_thread):
     )
     assert metrics[f"Best fixed offset ({out['baseline_offset']:+d})"] == f"{100 * out['baseline_accuracy']:.1f}%"
     assert metrics["UAS, attention + words"] == "—"
-    relations = next(d.value for d in at.dataframe if "probe UAS %" in d.value.columns)
+    relations = next(d for d in tables(at) if "probe UAS %" in d.columns)
     assert relations["relation"].tolist() == list(out["uas_by_relation"])
     np.testing.assert_allclose(relations["probe UAS %"], [100 * v["uas"] for v in out["uas_by_relation"].values()])
     titles = " ".join(c.spec for c in figures(at))

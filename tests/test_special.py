@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import fake_result, figures, random_input
+from conftest import fake_result, figures, random_input, tables
 
 from attnlib import cli
 from attnlib.corpus import CorpusInput, read_text_corpus
@@ -506,8 +506,8 @@ def across_tabs(at, get) -> list:
 
 def table_with(at, column: str, without: str = "layer-head"):
     """The one dataframe on the page that has this column (and not the other: per-head tables have it)."""
-    found = [d.value for d in at.dataframe if column in d.value.columns and without not in d.value.columns]
-    assert len(found) == 1, [list(d.value.columns) for d in at.dataframe]
+    found = [d for d in tables(at) if column in d.columns and without not in d.columns]
+    assert len(found) == 1, [list(d.columns) for d in tables(at)]
     return found[0]
 
 

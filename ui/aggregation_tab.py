@@ -29,6 +29,7 @@ from figures.norms import (
 from figures.positions import position_histograms
 from ui.compare import Second, difference_line, second_source
 from ui.corpus_picker import CorpusChoice
+from ui.data_table import data_table
 from ui.downloads import chart, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import model_named
@@ -202,7 +203,7 @@ def aggregation_section(
         return
     aggregation_figures(results)
     table = aggregation_table(results)
-    st.dataframe(table, hide_index=True)
+    data_table(table, key="lg_agg_table")
     download_table(table, "aggregation_per_layer", key="lg_agg_table_dl")
     measure = bind([AGG_MEASURE])["agg_measure"]
     st.selectbox("Measure for the histograms", list(MEASURES), format_func=MEASURE_NAMES.get, key=AGG_MEASURE.key)

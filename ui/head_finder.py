@@ -16,6 +16,7 @@ from attnlib.engine import accumulate
 from attnlib.model import ModelFacts
 from attnlib.patterns import PATTERN_HELP, PATTERNS, PatternAccumulator, rank_heads
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from ui.data_table import data_table
 from ui.model_sidebar import model_named
 from ui.progress import progress
 
@@ -78,8 +79,7 @@ def finder_tables(facts: ModelFacts, scores: np.ndarray, picks: list, text_a: st
             for p in picks
         ]
     )
-    link = st.column_config.LinkColumn("link", display_text="open")
-    st.dataframe(table, hide_index=True, column_config={"open": link})
+    data_table(table.rename(columns={"open": "link"}), key="finder_table", links={"link": "open"})
     layer, head = np.divmod(np.arange(facts.n_layers * facts.n_heads), facts.n_heads)
     every = pd.DataFrame(
         [

@@ -17,6 +17,7 @@ from attnlib.shipped import ROOT, TREEBANKS, file_sha1
 from figures.probe import probe_sentence, relation_bars, weight_heatmaps
 from ui.compare import difference_line, model_columns, second_source
 from ui.corpus_picker import SHIPPED, CorpusChoice, kept_upload, parse_upload, read_path
+from ui.data_table import data_table
 from ui.downloads import chart, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import model_named
@@ -25,7 +26,7 @@ from ui.progress import progress
 from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
 
-PERCENT = st.column_config.NumberColumn(format="%.1f")
+PERCENT = "%.1f"  # how a percentage column is shown (ui.data_table)
 PROBE_CORPORA = {k: v for k, v in SHIPPED.items() if v in TREEBANKS} | {"upload": "Upload a CoNLL-U file"}
 PROBE_TRAIN = Option("probe_train", "train", PROBE_CORPORA["ewt-dev"], PROBE_CORPORA)
 PROBE_TEST = Option("probe_test", "test", PROBE_CORPORA["ewt-test"], PROBE_CORPORA)
@@ -178,7 +179,7 @@ def probe_comparison(results: dict[str, tuple[ProbeResult, ProbeResult | None]])
         part = frame[frame["model"] == model].set_index("method")
         wide[f"{model}: UAS %"] = part["UAS %"].reindex(METHODS).to_numpy()
         wide[f"{model}: head or offset"] = part["which"].reindex(METHODS).to_numpy()
-    st.dataframe(wide, hide_index=True, column_config={f"{m}: UAS %": PERCENT for m in results})
+    data_table(wide, key="probe_compared_table", formats={f"{m}: UAS %": PERCENT for m in results})
     (a, _), (b, _) = results.values()
     uas = [{"UAS": {"all words": r.uas} | {k: v["uas"] for k, v in r.uas_by_relation.items()}} for r in (a, b)]
     difference_line(list(results), uas[0], uas[1])
@@ -194,7 +195,7 @@ def probe_figures(results: dict[str, ProbeResult]) -> None:
         probe_weights(result, model, "" if k == 0 else f"_{k + 1}")
     with st.expander("UAS per relation, every relation (table)"):
         percent = {c: PERCENT for c in ("probe UAS %", "best head %", "best offset %")}
-        st.dataframe(relation_frame(results), hide_index=True, column_config=percent)
+        data_table(relation_frame(results), key="probe_relations_table", formats=percent)
     first = next(iter(results.values()))
     sentence = probe_sentence_choice(first)
     for k, (column, (model, result)) in enumerate(zip(model_columns(headers), results.items())):

@@ -10,6 +10,7 @@ from attnlib.report import layer_frame
 from attnlib.special import CLASS_KEYS
 from attnlib.special_tokens import NORM_GAP_FACTOR, largest_weight_norm_gap
 from figures.norms import value_norm_figure, value_norms_by_model, weights_vs_norms_by_model, weights_vs_norms_figure
+from ui.data_table import data_table
 from ui.downloads import download_table
 from ui.methods import cite_methods
 from ui.special_views import KEY, NAMES, Shown, models_difference, show_figure
@@ -85,6 +86,6 @@ def weights_norms_tab(views: list[Shown]) -> None:
         )
         show_figure(value_norms_by_model({v.model: v.norms.heads for v in views if v.norms}), "value_norms")
     table = weight_norm_table(views)
-    st.dataframe(table.round(4), hide_index=True)
+    data_table(table, key=f"{KEY}_weights_norms_table")
     download_table(table, "weights_vs_norms", key=f"{KEY}_weights_norms_csv")
     cite_methods(11)
