@@ -88,6 +88,10 @@ def test_head_finder_renders(streamlit_server, browser, screenshot_dir):
             "() => document.querySelectorAll(\"[data-testid='stButton']\").length >= 24", timeout=60_000
         )
         assert page.locator("[data-testid='stButton']").count() >= 24
+        link = page.locator(".attn-table a").first  # the table's link column: the head view of that head, in a new tab
+        link.wait_for(timeout=60_000)
+        assert link.inner_text() == "open" and link.get_attribute("target") == "_blank"
+        assert "view=head" in link.get_attribute("href")
         page.screenshot(path=str(screenshot_dir / "live-head-finder.png"), full_page=True)
 
 

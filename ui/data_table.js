@@ -66,7 +66,8 @@ class SortableTable {
           const anchor = document.createElement("a");
           anchor.href = this.data.rows[i][c];
           anchor.textContent = link;
-          anchor.target = "_self";
+          anchor.target = "_blank"; // as st.dataframe's link columns did: the table's page stays open
+          anchor.rel = "noopener";
           cell.appendChild(anchor);
         } else {
           cell.textContent = text[i][c];
