@@ -1,8 +1,8 @@
 // One Plotly figure drawn in the app's own page (no iframe) by plotly.js's cartesian bundle, which holds every trace
 // the figures use (scatter, bar, heatmap). The bundle (data.bundle, in static/) is loaded once per visit: 1.5 MB,
 // 0.5 MB as served, where st.plotly_chart loads the whole of plotly.js (4.7 MB, served uncompressed). A figure on the
-// screen or within NEAR of it is drawn at once; one further down when it comes near, or when the page has been idle a
-// while (LATER_MS, then an idle moment), so that the figures a visitor sees first are not kept waiting by the others.
+// screen or within NEAR of it is drawn at once; one further down when it comes near, or LATER_MS after the bundle has
+// loaded, in an idle moment, so that the figures a visitor sees first are not kept waiting by the others.
 const NEAR = "400px";
 const LATER_MS = 1500;
 const DEFAULT_HEIGHT = 450; // plotly's, for a figure that sets none
@@ -57,7 +57,8 @@ class FigurePlace {
     this.wrapper.style.minHeight = `${this.height}px`;
     delete this.plot.dataset.drawn;
     if (this.near) this.#draw();
-    else setTimeout(() => whenIdle(() => this.figure && this.#draw()), LATER_MS);
+    // Counted from the bundle's arrival, so that on a slow start the figures on the screen still come first.
+    else loadPlotly(bundle).then(() => setTimeout(() => whenIdle(() => this.figure && this.#draw()), LATER_MS), () => {});
   }
 
   #seen(near) {
