@@ -7,7 +7,7 @@ import json
 from urllib.parse import urlencode
 
 import pytest
-from conftest import IDLE, browser_page
+from conftest import FIGURES_DRAWN, IDLE, browser_page
 
 TRACE_NAMES = (  # each figure's trace names and subplot titles
     "() => [...document.querySelectorAll('.js-plotly-plot')]"
@@ -48,7 +48,7 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
             page.wait_for_function(f"() => {COMPUTED} > {done}", timeout=180_000)
         page.wait_for_function(IDLE, timeout=180_000)
         page.get_by_text("Measure for the histograms").first.scroll_into_view_if_needed()
-        page.wait_for_timeout(1500)
+        page.wait_for_function(FIGURES_DRAWN, timeout=60_000)
         page.screenshot(path=str(screenshot_dir / "local-global-compare-aggregation-histograms.png"))
         page.wait_for_function(AGREEMENT_DRAWN, timeout=60_000)
         assert page.evaluate(f"() => {COMPUTED}") == 4
@@ -59,7 +59,7 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
                 page.get_by_role("tab", name=tab, exact=True).click()
             page.get_by_role("heading", name=heading).first.scroll_into_view_if_needed(timeout=180_000)
             page.wait_for_function(IDLE, timeout=180_000)
-            page.wait_for_timeout(1500)  # charts are drawn as they scroll into view
+            page.wait_for_function(FIGURES_DRAWN, timeout=60_000)  # those below the screen a moment later
             page.screenshot(path=str(screenshot_dir / f"local-global-compare-{i}.png"))
             assert page.locator("[data-testid='stException']").count() == 0
             names += [json.loads(n) for n in page.evaluate(TRACE_NAMES)]
