@@ -15,8 +15,9 @@ EWT_DEV = UD_DIR / "UD_English-EWT" / "en_ewt-ud-dev.conllu"
 EWT_TEST = UD_DIR / "UD_English-EWT" / "en_ewt-ud-test.conllu"
 PUD_TEST = UD_DIR / "UD_English-PUD" / "en_pud-ud-test.conllu"
 PRECOMPUTED = DATA / "precomputed"
-# plotly.js's cartesian bundle (scatter, bar, heatmap: every trace the figures use), served to the app from static/
-PLOTLY_BUNDLE = ROOT / "static" / "plotly-cartesian-4.1.1.min.js"
+# plotly.js with the traces the figures use (scatter, bar, heatmap), served to the app from static/; built by
+# scripts/plotly_bundle
+PLOTLY_BUNDLE = ROOT / "static" / "plotly-scatter-bar-heatmap-4.1.1.min.js"
 TUTORIAL_A = "I went to the store."  # the bertviz tutorial's pair: the Live page's default input
 TUTORIAL_B = "At the store, I bought fresh strawberries."
 

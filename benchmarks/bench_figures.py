@@ -1,5 +1,5 @@
 """Figures for a new visitor: st.plotly_chart (Streamlit's own plotly.js, 4.7 MB) against ui.plotly_figure
-(plotly.js's cartesian bundle from static/), side by side in one run.
+(the app's plotly.js bundle from static/), side by side in one run.
 
 Two one-page apps draw the same three figures side by side (a layer line chart with a dot per head, a 2x2 grid of
 per-head heatmaps, a pair of accuracy heatmaps: the app's own figure functions on seeded random numbers), each served

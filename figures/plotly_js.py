@@ -1,4 +1,4 @@
-"""plotly.js for pages that open offline (a figure's download, the report): the cartesian bundle the app serves."""
+"""plotly.js for pages that open offline (a figure's download, the report): the bundle the app serves."""
 
 from __future__ import annotations
 
@@ -9,5 +9,5 @@ from attnlib.shipped import PLOTLY_BUNDLE
 
 @cache
 def plotly_js() -> str:
-    """The bundle's source, read once (1.5 MB, where the `plotly` package's full plotly.js is 4.8 MB)."""
+    """The bundle's source, read once (1.2 MB, where the `plotly` package's full plotly.js is 4.8 MB)."""
     return PLOTLY_BUNDLE.read_text()

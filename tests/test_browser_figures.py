@@ -1,4 +1,4 @@
-"""Real-browser test of the figures (ui/plotly_figure): drawn by plotly.js's cartesian bundle from static/, never by
+"""Real-browser test of the figures (ui/plotly_figure): drawn by the app's plotly.js bundle from static/, never by
 Streamlit's full plotly.js; the first screen first, the rest without scrolling; hover and full screen work."""
 
 from __future__ import annotations
@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from conftest import FIGURE, FIGURES_DRAWN, IDLE, browser_page, offline_page
 
-BUNDLE = "/app/static/plotly-cartesian-4.1.1.min.js"
+from attnlib.shipped import PLOTLY_BUNDLE
+
+BUNDLE = f"/app/static/{PLOTLY_BUNDLE.name}"
 # Each figure of the page: [top of its place on the page, ms after navigation when it was drawn or null].
 PLACES = """() => [...document.querySelectorAll('.attn-figure')].map((el) => {
   const drawn = el.querySelector('.js-plotly-plot[data-drawn]');
@@ -17,7 +19,7 @@ SIZE = "() => { const r = document.querySelector('.attn-figure .main-svg').getBo
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_first_screen_drawn_first_the_rest_later_by_the_cartesian_bundle(streamlit_server, browser, screenshot_dir):
+def test_first_screen_drawn_first_the_rest_later_by_the_apps_bundle(streamlit_server, browser, screenshot_dir):
     responses = []
     with browser_page(browser, screenshot_dir / "failed-figures-order.png", height=1400) as page:
         page.on("response", lambda r: responses.append((r.url, r.status, r.headers.get("content-type", ""))))

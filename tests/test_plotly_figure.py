@@ -79,3 +79,19 @@ def test_the_html_download_inlines_the_bundle_and_has_the_apps_look():
     assert len(page) < len(BUNDLE.read_text()) + 50_000 < len(get_plotlyjs())
     assert '"plot_bgcolor":"white"' in page and APP_FONT["color"] in page
     assert fig.layout.font.color is None  # the figure itself is not changed
+
+
+def test_the_bundle_holds_every_trace_the_figures_draw():
+    """The bundle is plotly.js with a few traces (scripts/plotly_bundle): a figure of another kind would not draw."""
+    in_bundle = set(re.findall(r'moduleType:"trace",name:"(\w+)"', BUNDLE.read_text()))
+    sources = [
+        *Path(ROOT, "figures").glob("*.py"),
+        *Path(ROOT, "ui").glob("*.py"),
+        *Path(ROOT, "app_pages").glob("*.py"),
+    ]
+    drawn = {name.lower() for path in sources for name in re.findall(r"\bgo\.(\w+)\(", path.read_text())} - {"figure"}
+    assert drawn == {"scatter", "bar", "heatmap"}  # go.Scatter, go.Bar, go.Heatmap
+    assert drawn <= in_bundle
+    entry = Path(ROOT, "scripts", "plotly_bundle", "entry.js").read_text()
+    registered = set(re.findall(r"require\('plotly\.js/lib/(\w+)'\)", entry)) - {"core"}
+    assert in_bundle == {"scatter"} | registered  # core holds scatter; nothing but what entry.js registers

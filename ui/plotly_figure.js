@@ -1,6 +1,6 @@
-// One Plotly figure drawn in the app's own page (no iframe) by plotly.js's cartesian bundle, which holds every trace
-// the figures use (scatter, bar, heatmap). The bundle (data.bundle, in static/) is loaded once per visit: 1.5 MB,
-// 0.5 MB as served, where st.plotly_chart loads the whole of plotly.js (4.7 MB, served uncompressed). A figure on the
+// One Plotly figure drawn in the app's own page (no iframe) by a plotly.js bundle of the traces the figures use
+// (scatter, bar, heatmap; scripts/plotly_bundle). The bundle (data.bundle, in static/) is loaded once per visit:
+// 1.2 MB, 0.4 MB as served, where st.plotly_chart loads the whole of plotly.js (4.7 MB, served uncompressed). A figure on the
 // screen or within NEAR of it is drawn at once; one further down when it comes near, or LATER_MS after the bundle has
 // loaded, in an idle moment, so that the figures a visitor sees first are not kept waiting by the others.
 const NEAR = "400px";

@@ -1,4 +1,4 @@
-"""Plotly figures drawn in the page by plotly.js's cartesian bundle (static/, see plotly_figure.js) instead of
+"""Plotly figures drawn in the page by the app's plotly.js bundle (static/, see plotly_figure.js) instead of
 st.plotly_chart, whose full plotly.js costs a new visitor about a second (README, Classroom)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def plotly_figure(fig: go.Figure, key: str) -> None:
 
 
 def figure_page(fig: go.Figure) -> str:
-    """`fig` as the app draws it, on a standalone HTML page with the bundle inlined (opens offline; 1.5 MB of script
+    """`fig` as the app draws it, on a standalone HTML page with the bundle inlined (opens offline; 1.2 MB of script
     where plotly's own `to_html` inlines 4.8 MB)."""
     div = pio.to_html(app_look(fig), full_html=False, include_plotlyjs=False, config=CONFIG, validate=False)
     head = f'<meta charset="utf-8"><script type="text/javascript">{plotly_js()}</script>'
