@@ -61,6 +61,29 @@ def test_hover_and_full_screen(streamlit_server, browser, screenshot_dir):
         assert page.evaluate(SIZE) == before
 
 
+# Each drawn plot: [the margins it was sent with, the margins plotly laid it out with].
+MARGINS = """() => [...document.querySelectorAll('.js-plotly-plot[data-drawn]')].map((plot) => {
+  const sent = plot.layout.margin, laid = plot._fullLayout._size;
+  return [[sent.l, sent.r, sent.t, sent.b], [laid.l, laid.r, laid.t, laid.b]];
+})"""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["/special-tokens", "/tour?step=3"])
+def test_first_screen_figures_are_laid_out_once(path, streamlit_server, browser, screenshot_dir):
+    """figures/margins.py sends margins that already hold the legends, colour bars and axis labels: plotly's
+    automargin widens nothing, so it does not draw a figure a second time (the app's font, the Tour's larger one)."""
+    with browser_page(browser, screenshot_dir / "failed-figures-margins.png") as page:
+        page.goto(streamlit_server + path, wait_until="domcontentloaded")
+        page.wait_for_function(f"() => ({MARGINS})().length === 2", timeout=180_000)
+        page.wait_for_function(IDLE, timeout=180_000)
+        laid_out = page.evaluate(MARGINS)
+    assert len(laid_out) == 2  # the two figures of the first screen
+    for sent, laid in laid_out:
+        assert laid == sent and sent[0] > 30 and sent[1] > 30  # room for the y labels and the legend or colour bar
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_downloaded_figure_draws_offline(browser, tmp_path):

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from attnlib.shipped import PLOTLY_BUNDLE as BUNDLE
 from attnlib.shipped import ROOT
+from figures.margins import fitted_margins
 from ui.plotly_figure import APP_FONT, app_look, figure_page
 
 
@@ -58,7 +59,7 @@ def test_the_figure_is_sent_with_the_apps_look_and_the_callers_figure_is_left_al
 
 def test_the_apps_look_is_plotlys_own_update_without_its_cost():
     """app_look builds the dict itself; plotly's update_layout on a copy gives the same figure (subplots, a heatmap,
-    a font of the figure's own)."""
+    a font of the figure's own, the fitted margins)."""
     import numpy as np
     import plotly.io as pio
     from plotly.subplots import make_subplots
@@ -67,7 +68,9 @@ def test_the_apps_look_is_plotlys_own_update_without_its_cost():
     fig.add_trace(go.Heatmap(z=np.arange(6.0).reshape(2, 3), colorscale="Blues"), row=1, col=1)
     fig.add_trace(go.Scatter(x=[1, 2], y=[3, 4], name="line"), row=1, col=2)
     fig.update_layout(font_size=18, template="plotly_dark")
-    by_plotly = go.Figure(fig).update_layout(template="plotly_white", font=APP_FONT).to_json()
+    margin = fitted_margins(fig.to_plotly_json())  # figures/margins.py, tested there
+    assert margin["l"] > 40 and margin["r"] > 40  # the y labels; the colour bar (plotly's default margins are 80)
+    by_plotly = go.Figure(fig).update_layout(template="plotly_white", font=APP_FONT, margin=margin).to_json()
     assert json.loads(pio.to_json(app_look(fig), validate=False)) == json.loads(by_plotly)
     assert fig.layout.font.family is None and fig.layout.template.layout.paper_bgcolor != "white"  # caller's intact
 

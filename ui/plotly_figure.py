@@ -12,6 +12,7 @@ import plotly.io as pio
 import streamlit as st
 
 from attnlib.shipped import PLOTLY_BUNDLE
+from figures.margins import fitted_margins
 from figures.plotly_js import plotly_js
 
 COMPONENT = "attn_figure"
@@ -36,9 +37,10 @@ def app_look(fig: go.Figure) -> dict[str, Any]:
     against 2 ms, on every run of a page)."""
     spec = fig.to_plotly_json()
     layout = spec["layout"]
+    margin = fitted_margins(spec)  # so that plotly lays the figure out once (figures/margins.py)
     return {
         "data": spec["data"],
-        "layout": {**layout, "template": _template(), "font": {**layout.get("font", {}), **APP_FONT}},
+        "layout": {**layout, "template": _template(), "font": {**layout.get("font", {}), **APP_FONT}, "margin": margin},
     }
 
 
