@@ -102,15 +102,16 @@ def axis_labels(axis: dict, traces: Sequence[dict], coord: str) -> list[str] | N
     numbers = [float(v) for v in values if isinstance(v, int | float | np.number) and np.isfinite(v)]
     if axis.get("type") == "category" or len(numbers) < len(values):
         return [str(v) for v in values]
-    if axis.get("range") is not None:
-        low, high = (float(v) for v in axis["range"])
+    fixed = axis.get("range")
+    if fixed is not None and None not in fixed:
+        low, high = (float(v) for v in fixed)
     elif numbers:
         low, high = min(numbers), max(numbers)
         if any(t.get("type") == "bar" for t in traces):
             low, high = min(low, 0.0), max(high, 0.0)
     else:
         return []
-    if all(float(v).is_integer() for v in numbers) and axis.get("range") is None and high - low <= 30:
+    if all(float(v).is_integer() for v in numbers) and fixed is None and high - low <= 30:
         return [f"{int(v)}".replace("-", "\u2212") for v in (low, high)]  # the ends are the widest integers
     return number_labels(min(low, high), max(low, high))
 
@@ -144,8 +145,8 @@ def legend_right(data: Sequence[dict], layout: dict) -> float | None:
     if shown is False or (shown is None and len([n for n in names if n]) < 2):
         return None
     size = _font_size(layout, "legend")
-    title = text_width(((legend.get("title") or {}).get("text")) or "", size)
-    return max([text_width(n, size) for n in names] + [title - LEGEND_BESIDE / 2]) + LEGEND_BESIDE + PAPER_GAP
+    title = text_width(((legend.get("title") or {}).get("text")) or "", size) - LEGEND_BESIDE / 2  # no symbol beside
+    return max([text_width(n, size) for n in names] + [title]) + LEGEND_BESIDE + PAPER_GAP
 
 
 def colorbar_right(data: Sequence[dict], layout: dict) -> float | None:
@@ -241,11 +242,13 @@ def bottom_margin(data: Sequence[dict], layout: dict) -> float | None:
 
 
 def label_overhang(data: Sequence[dict], layout: dict) -> float | None:
-    """How far the last tick label of an x axis reaches past the plot's right edge (it is centred on its tick)."""
+    """How far the last tick label of an x axis at the right edge reaches past it (a label is centred on its tick)."""
     size = _font_size(layout)
     halves = []
     for name, axis in layout.items():
-        if name.startswith("xaxis") and isinstance(axis, dict) and axis.get("visible") is not False:
+        if not (name.startswith("xaxis") and isinstance(axis, dict)) or axis.get("visible") is False:
+            continue
+        if float((axis.get("domain") or [0.0, 1.0])[1]) >= 0.99:
             labels = axis_labels(axis, _on_axis(data, name, "x"), "x")
             halves.append(max([text_width(label, size) for label in labels or []] + [0]) / 2 + 3)
     return max(halves) if halves else None

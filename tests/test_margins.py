@@ -75,3 +75,14 @@ def test_margins_only_widen_and_a_bare_figure_keeps_its_own():
     wide = titled.update_layout(margin=dict(l=200, b=200))
     assert fitted_margins(wide.to_plotly_json())["l"] == 200 and fitted_margins(wide.to_plotly_json())["b"] == 200
     assert wide.layout.margin.l == 200  # the caller's figure is left alone
+
+
+def test_axis_labels_follow_the_range_the_data_or_the_categories():
+    from figures.margins import axis_labels
+
+    assert axis_labels({"range": [0, 1]}, [{"y": [5.0, 7.0]}], "y") == number_labels(0, 1)  # the range wins
+    assert axis_labels({"range": [None, 1]}, [{"y": [0.0, 0.5]}], "y") == number_labels(0, 0.5)  # half a range: data
+    assert axis_labels({}, [{"y": [-3, 12]}], "y") == ["\u22123", "12"]  # integers: the ends
+    assert axis_labels({}, [{"x": ["[CLS]", "the"]}], "x") == ["[CLS]", "the"]
+    assert axis_labels({"showticklabels": False}, [{"y": [1, 2]}], "y") == []
+    assert axis_labels({"tickangle": -60}, [{"x": ["a"]}], "x") is None  # turned labels: not estimated
