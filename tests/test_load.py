@@ -195,6 +195,15 @@ def test_server_leaves_collection_to_python():
     assert config["runner"]["postScriptGC"] is False
 
 
+def test_server_does_not_watch_its_files():
+    """Streamlit's file watcher (watchdog) slowed every visit by 1-2.5 s here, following the files the server opens;
+    the config turns it off, so `streamlit run app.py` serves as the benchmark's server does."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["fileWatcherType"] == "none"
+
+
 # ---------- one model shared by many threads -----------------------------------------------------------------------
 
 
