@@ -75,19 +75,32 @@ def as_array(value: Any) -> np.ndarray:
         flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]).newbyteorder("<"))
         shape = value.get("shape")
         return flat.reshape([int(n) for n in str(shape).split(",")]) if shape is not None else flat
-    return np.asarray(value, dtype=object)
+    try:
+        return np.asarray(value)
+    except ValueError:  # ragged lists
+        return np.asarray(value, dtype=object)
 
 
-def _values(trace: dict, coord: str) -> list:
+def _values(trace: dict, coord: str) -> np.ndarray:
     """A trace's values along x or y (a heatmap's own coordinates, else its points), flattened."""
     values = trace.get(coord)
     if values is None:
         z = trace.get("z")
         if trace.get("type") == "heatmap" and z is not None:
             shape = as_array(z).shape
-            return list(range(shape[1] if coord == "x" else shape[0]))
-        return []
-    return list(as_array(values).ravel())
+            return np.arange(shape[1] if coord == "x" else shape[0])
+        return np.array([])
+    return as_array(values).ravel()
+
+
+def _as_numbers(values: np.ndarray) -> np.ndarray | None:
+    """Values as floats (missing ones NaN), or None when some are text (a category axis)."""
+    if values.dtype.kind in "iufb":
+        return values.astype(float)
+    try:
+        return values.astype(float)  # None and numbers held as objects
+    except (TypeError, ValueError):
+        return None
 
 
 def axis_labels(axis: dict, traces: Sequence[dict], coord: str) -> list[str] | None:
@@ -98,20 +111,22 @@ def axis_labels(axis: dict, traces: Sequence[dict], coord: str) -> list[str] | N
         return None
     if axis.get("ticktext") is not None:
         return [str(t) for t in axis["ticktext"]]
-    values = [v for t in traces for v in _values(t, coord) if v is not None]
-    numbers = [float(v) for v in values if isinstance(v, int | float | np.number) and np.isfinite(v)]
-    if axis.get("type") == "category" or len(numbers) < len(values):
-        return [str(v) for v in values]
+    arrays = [a for a in (_values(t, coord) for t in traces) if a.size]
+    converted = [_as_numbers(a) for a in arrays]
+    if axis.get("type") == "category" or any(c is None for c in converted):
+        return list(dict.fromkeys(str(v) for a in arrays for v in a if v is not None))  # each category once
+    every = np.concatenate([c for c in converted if c is not None]) if converted else np.array([])
+    numbers = every[np.isfinite(every)]
     fixed = axis.get("range")
     if fixed is not None and None not in fixed:
         low, high = (float(v) for v in fixed)
-    elif numbers:
-        low, high = min(numbers), max(numbers)
+    elif numbers.size:
+        low, high = float(numbers.min()), float(numbers.max())
         if any(t.get("type") == "bar" for t in traces):
             low, high = min(low, 0.0), max(high, 0.0)
     else:
         return []
-    if all(float(v).is_integer() for v in numbers) and fixed is None and high - low <= 30:
+    if fixed is None and high - low <= 30 and bool(np.all(numbers == np.round(numbers))):
         return [f"{int(v)}".replace("-", "\u2212") for v in (low, high)]  # the ends are the widest integers
     return number_labels(min(low, high), max(low, high))
 
@@ -224,12 +239,13 @@ def legend_below(layout: dict, bottom: float) -> float | None:
     return max(bottom, (-y * height + LEGEND_ROW + 2 * _font_size(layout, "legend")) / (1 - y))
 
 
-def bottom_margin(data: Sequence[dict], layout: dict) -> float | None:
-    """What the x axes at the bottom need: a line of tick labels written across, then the title and its standoff."""
+def bottom_margin(layout: dict, x_labels: dict[str, list[str] | None]) -> float | None:
+    """What the x axes at the bottom need: a line of tick labels written across, then the title and its standoff
+    (x_labels: each x axis's tick labels, by layout key)."""
     size = _font_size(layout)
     needs = []
     for name, axis in _axes(layout, "x"):
-        labels = axis_labels(axis, _on_axis(data, name, "x"), "x")
+        labels = x_labels[name]
         if labels is None or sum(text_width(label, size) for label in labels) > ACROSS_AT_MOST:
             return None  # turned by plotly, or unknown
         line = size if labels else 0.0
@@ -241,15 +257,13 @@ def bottom_margin(data: Sequence[dict], layout: dict) -> float | None:
     return below if below is not None else (need or None)
 
 
-def label_overhang(data: Sequence[dict], layout: dict) -> float | None:
+def label_overhang(layout: dict, x_labels: dict[str, list[str] | None]) -> float | None:
     """How far the last tick label of an x axis at the right edge reaches past it (a label is centred on its tick)."""
     size = _font_size(layout)
     halves = []
-    for name, axis in layout.items():
-        if not (name.startswith("xaxis") and isinstance(axis, dict)) or axis.get("visible") is False:
-            continue
-        if float((axis.get("domain") or [0.0, 1.0])[1]) >= 0.99:
-            labels = axis_labels(axis, _on_axis(data, name, "x"), "x")
+    for name, labels in x_labels.items():
+        axis = layout[name]
+        if axis.get("visible") is not False and float((axis.get("domain") or [0.0, 1.0])[1]) >= 0.99:
             halves.append(max([text_width(label, size) for label in labels or []] + [0]) / 2 + 3)
     return max(halves) if halves else None
 
@@ -258,9 +272,14 @@ def fitted_margins(spec: dict) -> dict:
     """The figure's margins (plotly JSON: data, layout), each side widened to the estimate where one is made."""
     data, layout = spec.get("data") or [], spec.get("layout") or {}
     margin = {**PLOTLY_MARGIN, **(layout.get("margin") or {})}
-    rights = (legend_right(data, layout), colorbar_right(data, layout), label_overhang(data, layout))
+    x_labels = {
+        name: axis_labels(axis, _on_axis(data, name, "x"), "x")
+        for name, axis in layout.items()
+        if name.startswith("xaxis") and isinstance(axis, dict)
+    }
+    rights = (legend_right(data, layout), colorbar_right(data, layout), label_overhang(layout, x_labels))
     right = max([w for w in rights if w is not None], default=None)
-    for side, need in (("l", left_margin(data, layout)), ("r", right), ("b", bottom_margin(data, layout))):
+    for side, need in (("l", left_margin(data, layout)), ("r", right), ("b", bottom_margin(layout, x_labels))):
         if need is not None:
             margin[side] = max(math.ceil(need), int(margin.get(side, 0)))
     return margin
