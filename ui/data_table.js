@@ -31,7 +31,8 @@ class SortableTable {
       const x = value(a);
       const y = value(b);
       if (x === null || y === null) return (x === null) - (y === null); // empty cells last either way
-      const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y), undefined, { numeric: true });
+      const numbers = typeof x === "number" && typeof y === "number";
+      const order = numbers ? x - y : String(x).localeCompare(String(y), undefined, { numeric: true });
       return descending ? -order : order;
     };
     this.order = this.data.rows.map((_, i) => i).sort((a, b) => compare(a, b) || a - b);

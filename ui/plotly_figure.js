@@ -1,8 +1,8 @@
 // One Plotly figure drawn in the app's own page (no iframe) by a plotly.js bundle of the traces the figures use
 // (scatter, bar, heatmap; scripts/plotly_bundle). The bundle (data.bundle, in static/) is loaded once per visit:
-// 1.2 MB, 0.4 MB as served, where st.plotly_chart loads the whole of plotly.js (4.7 MB, served uncompressed). A figure on the
-// screen or within NEAR of it is drawn at once; one further down when it comes near, or LATER_MS after the bundle has
-// loaded, in an idle moment, so that the figures a visitor sees first are not kept waiting by the others.
+// 1.2 MB, 0.4 MB as served, where st.plotly_chart loads the whole of plotly.js (4.7 MB, served uncompressed). A
+// figure on the screen or within NEAR of it is drawn at once; one further down when it comes near, or LATER_MS
+// after the bundle has loaded, in an idle moment, so that the figures a visitor sees first are not kept waiting.
 const NEAR = "400px";
 const LATER_MS = 1500;
 const DEFAULT_HEIGHT = 450; // plotly's, for a figure that sets none
@@ -58,7 +58,10 @@ class FigurePlace {
     delete this.plot.dataset.drawn;
     if (this.near) this.#draw();
     // Counted from the bundle's arrival, so that on a slow start the figures on the screen still come first.
-    else loadPlotly(bundle).then(() => setTimeout(() => whenIdle(() => this.figure && this.#draw()), LATER_MS), () => {});
+    else {
+      const later = () => setTimeout(() => whenIdle(() => this.figure && this.#draw()), LATER_MS);
+      loadPlotly(bundle).then(later, () => {});
+    }
   }
 
   #seen(near) {
