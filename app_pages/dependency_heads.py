@@ -21,8 +21,8 @@ from attnlib.parsing import parse_text, parser_name
 from attnlib.results import ResultFile
 from attnlib.runner import InputError
 from attnlib.shipped import CLASSROOM
+from attnlib.views.deps import head_accuracy_heatmaps
 from attnlib.words import ROW_RULES
-from figures.deps import head_accuracy_heatmaps
 from ui.compare import Second, difference_line, second_source
 from ui.corpus_picker import SHIPPED, CorpusChoice, corpus_picker, kept_upload
 from ui.data_table import data_table

@@ -16,11 +16,11 @@ from attnlib.model import ModelFacts
 from attnlib.report import STAT_NAMES, by_layer, largest_difference
 from attnlib.runner import InputError, RunResult
 from attnlib.special import input_statistics, punct_mask
+from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
+from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
+from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
+from attnlib.views.neuron_view import neuron_scores, neuron_view_html, value_norm_figure
 from attnlib.words import ROW_RULES
-from figures.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
-from figures.head_view import PAIR_FILTERS, head_view_data, head_view_html
-from figures.model_view import LINES_MAX_TOKENS, model_view_html
-from figures.neuron_view import neuron_scores, neuron_view_html, value_norm_figure
 from ui.compare import compared_model, model_columns
 from ui.head_finder import show_finder
 from ui.live_inputs import cached_run, run_or_explain, text_inputs, token_maps, units, value_norm

@@ -12,7 +12,7 @@ from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, co
 from attnlib.report import layer_values
 from attnlib.results import ResultFile
 from attnlib.runner import InputError
-from figures.positions import (
+from attnlib.views.positions import (
     center_of_mass_chart,
     compared_heatmaps,
     compared_lines,

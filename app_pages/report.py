@@ -12,7 +12,7 @@ from attnlib.model import DEFAULT_MODEL
 from attnlib.report import REPORT_PARTS, ReportOptions, report_of_inputs
 from attnlib.runner import InputError
 from attnlib.shipped import TREEBANKS
-from figures.report import render_report
+from attnlib.views.report import render_report
 from ui.compare import COMPARE, compared_model
 from ui.corpus_picker import CorpusChoice, chosen_corpus, corpus_picker
 from ui.methods import cite_methods

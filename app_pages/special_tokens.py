@@ -19,7 +19,7 @@ from attnlib.special_tokens import (
     special_tokens,
     special_tokens_from_json,
 )
-from figures.special_tokens import (
+from attnlib.views.special_tokens import (
     entropy_figure,
     gradient_figure,
     head_heatmaps,

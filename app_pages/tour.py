@@ -47,11 +47,11 @@ from attnlib.tour import (
     syntax_notice,
     syntax_rows,
 )
-from figures.deps import arc_diagram
-from figures.head_view import head_view_html
-from figures.norms import weights_vs_norms_figure
-from figures.positions import center_of_mass_chart, median_correlation_chart
-from figures.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
+from attnlib.views.deps import arc_diagram
+from attnlib.views.head_view import head_view_html
+from attnlib.views.norms import weights_vs_norms_figure
+from attnlib.views.positions import center_of_mass_chart, median_correlation_chart
+from attnlib.views.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
 from ui.data_table import data_table
 from ui.dependency_example import example_maps
 from ui.live_inputs import DEFAULT_A, DEFAULT_B, cached_run

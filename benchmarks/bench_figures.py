@@ -21,9 +21,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attnlib.tour import SHARE_NAMES
+from attnlib.views.deps import head_accuracy_heatmaps
+from attnlib.views.special_tokens import head_heatmaps, layer_lines_with_head_dots
 from benchmarks.bench_deploy import BROWSER_ARGS, CHROMIUM, ROOT, Server
-from figures.deps import head_accuracy_heatmaps
-from figures.special_tokens import head_heatmaps, layer_lines_with_head_dots
 
 N_FIGURES = 3
 DRAW = {

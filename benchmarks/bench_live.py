@@ -20,9 +20,9 @@ import torch  # noqa: E402
 
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.runner import encode, model_inputs, run  # noqa: E402
-from figures.head_view import head_view_html  # noqa: E402
-from figures.model_view import model_view_html  # noqa: E402
-from figures.neuron_view import neuron_view_html  # noqa: E402
+from attnlib.views.head_view import head_view_html  # noqa: E402
+from attnlib.views.model_view import model_view_html  # noqa: E402
+from attnlib.views.neuron_view import neuron_view_html  # noqa: E402
 
 CLASSROOM = ROOT / "data" / "classroom_single.txt"
 

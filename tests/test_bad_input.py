@@ -695,7 +695,7 @@ def test_uploads_are_never_unpickled():
     # and nothing that serves visitors calls a deserialiser that can run code; attnlib/engines.py pickles only the
     # payloads it makes itself for its Ray workers
     risky = re.compile(r"\b(pickle|cPickle|dill|joblib)\.loads?\b|\btorch\.load\(|allow_pickle=True")
-    folders = ("attnlib", "ui", "app_pages", "figures")
+    folders = ("attnlib", "ui", "app_pages")
     hits = [
         str(p.relative_to(ROOT))
         for p in _repo_sources()

@@ -72,7 +72,7 @@ MARGINS = """() => [...document.querySelectorAll('.js-plotly-plot[data-drawn]')]
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["/special-tokens", "/tour?step=3"])
 def test_first_screen_figures_are_laid_out_once(path, streamlit_server, browser, screenshot_dir):
-    """figures/margins.py sends margins that already hold the legends, colour bars and axis labels: plotly's
+    """attnlib/views/margins.py sends margins that already hold the legends, colour bars and axis labels: plotly's
     automargin widens nothing, so it does not draw a figure a second time (the app's font, the Tour's larger one)."""
     with browser_page(browser, screenshot_dir / "failed-figures-margins.png") as page:
         page.goto(streamlit_server + path, wait_until="domcontentloaded")

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from attnlib.runner import run
-from figures.canvas_html import pack_sparse, quantize
-from figures.head_view import filter_positions, head_view_data, head_view_html
-from figures.model_view import model_view_html, pooled_maps, scaled_to_max, thumbnail_atlas
-from figures.neuron_view import neuron_scores, neuron_view_html
+from attnlib.views.canvas_html import pack_sparse, quantize
+from attnlib.views.head_view import filter_positions, head_view_data, head_view_html
+from attnlib.views.model_view import model_view_html, pooled_maps, scaled_to_max, thumbnail_atlas
+from attnlib.views.neuron_view import neuron_scores, neuron_view_html
 
 
 def unpack(packed: dict) -> dict[tuple[int, int, int], int]:
@@ -176,7 +176,7 @@ def test_neuron_view_matches_attention_for_tiny_models(tiny_model):
     assert_neuron_view_is_honest(tiny_model, "The cat sat on the mat.", "The dog slept.")
 
 
-FIGURES = Path(__file__).resolve().parents[1] / "figures"
+FIGURES = Path(__file__).resolve().parents[1] / "attnlib" / "views"
 VIEW_BUILDERS = {
     "head_view.js": lambda: head_view_html(np.full((2, 3, 3), 1 / 3, np.float32), ["a", "b", "c"], [0, 1], layer=0),
     "model_view.js": lambda: model_view_html(np.full((1, 2, 3, 3), 1 / 3, np.float32), ["a", "b", "c"]),
@@ -199,8 +199,8 @@ def test_view_html_inlines_its_js_files_and_loads_no_script(script):
 
 
 def test_js_files_are_package_data():
-    config = tomllib.loads((FIGURES.parent / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "*.js" in config["tool"]["setuptools"]["package-data"]["figures"]
+    config = tomllib.loads((FIGURES.parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "*.js" in config["tool"]["setuptools"]["package-data"]["attnlib.views"]
     assert {p.name for p in FIGURES.glob("*.js")} == {"canvas_common.js", *VIEW_BUILDERS}
 
 
@@ -271,7 +271,7 @@ def test_head_and_model_views_name_what_they_draw():
 
 
 def test_value_norm_figure_has_one_bar_per_token_with_one_based_labels():
-    from figures.neuron_view import value_norm_figure
+    from attnlib.views.neuron_view import value_norm_figure
 
     fig = value_norm_figure(np.array([2.0, 0.5, 1.25]), ["[CLS]", "cat", "[SEP]"], layer=2, head=0)
     bar = fig.data[0]

@@ -1,4 +1,4 @@
-"""figures/margins: margins estimated from a figure's text, worked out by hand from the font's widths (the browser
+"""attnlib/views/margins: margins estimated from a figure's text, worked out by hand from the font's widths (the browser
 test in test_browser_figures checks plotly then widens nothing)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from figures.margins import (
+from attnlib.views.margins import (
     COLORBAR_BESIDE_LABELS,
     LEGEND_BESIDE,
     PAPER_GAP,
@@ -78,7 +78,7 @@ def test_margins_only_widen_and_a_bare_figure_keeps_its_own():
 
 
 def test_axis_labels_follow_the_range_the_data_or_the_categories():
-    from figures.margins import axis_labels
+    from attnlib.views.margins import axis_labels
 
     assert axis_labels({"range": [0, 1]}, [{"y": [5.0, 7.0]}], "y") == number_labels(0, 1)  # the range wins
     assert axis_labels({"range": [None, 1]}, [{"y": [0.0, 0.5]}], "y") == number_labels(0, 0.5)  # half a range: data

@@ -266,7 +266,7 @@ def test_special_norms_cli_and_result_file(tiny_model_dir, tiny_model, capsys, t
 
 
 def test_figures_plot_the_layer_means():
-    from figures.norms import (
+    from attnlib.views.norms import (
         agreement_figure,
         measure_center_of_mass_figure,
         value_norm_figure,

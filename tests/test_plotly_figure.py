@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from attnlib.shipped import PLOTLY_BUNDLE as BUNDLE
 from attnlib.shipped import ROOT
-from figures.margins import fitted_margins
+from attnlib.views.margins import fitted_margins
 from ui.plotly_figure import APP_FONT, app_look, figure_page
 
 
@@ -68,7 +68,7 @@ def test_the_apps_look_is_plotlys_own_update_without_its_cost():
     fig.add_trace(go.Heatmap(z=np.arange(6.0).reshape(2, 3), colorscale="Blues"), row=1, col=1)
     fig.add_trace(go.Scatter(x=[1, 2], y=[3, 4], name="line"), row=1, col=2)
     fig.update_layout(font_size=18, template="plotly_dark")
-    margin = fitted_margins(fig.to_plotly_json())  # figures/margins.py, tested there
+    margin = fitted_margins(fig.to_plotly_json())  # attnlib/views/margins.py, tested there
     assert margin["l"] > 40 and margin["r"] > 40  # the y labels; the colour bar (plotly's default margins are 80)
     by_plotly = go.Figure(fig).update_layout(template="plotly_white", font=APP_FONT, margin=margin).to_json()
     assert json.loads(pio.to_json(app_look(fig), validate=False)) == json.loads(by_plotly)
@@ -88,7 +88,7 @@ def test_the_bundle_holds_every_trace_the_figures_draw():
     """The bundle is plotly.js with a few traces (scripts/plotly_bundle): a figure of another kind would not draw."""
     in_bundle = set(re.findall(r'moduleType:"trace",name:"(\w+)"', BUNDLE.read_text()))
     sources = [
-        *Path(ROOT, "figures").glob("*.py"),
+        *Path(ROOT, "attnlib", "views").glob("*.py"),
         *Path(ROOT, "ui").glob("*.py"),
         *Path(ROOT, "app_pages").glob("*.py"),
     ]

@@ -368,8 +368,8 @@ def test_cli_refuses_zero_epochs_and_limit(bad, capsys):
 
 
 def test_figures_show_the_weights_relations_and_a_sentence():
-    from figures.deps import HIT, MISS
-    from figures.probe import probe_sentence, relation_bars, weight_heatmaps
+    from attnlib.views.deps import HIT, MISS
+    from attnlib.views.probe import probe_sentence, relation_bars, weight_heatmaps
 
     train, _, _ = _tree_corpus(6, seed=10)
     test, _, _ = _tree_corpus(3, seed=11, punct_every=3)

@@ -31,8 +31,8 @@ from attnlib.report import (
 )
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS
-from figures.plotly_js import plotly_js
-from figures.report import render_report
+from attnlib.views.plotly_js import plotly_js
+from attnlib.views.report import render_report
 
 N_INPUTS = 6  # of each file
 MIN_COUNT = 5

@@ -19,14 +19,14 @@ from attnlib.positions import PositionOptions
 from attnlib.report import layer_values
 from attnlib.results import ResultFile
 from attnlib.runner import InputError
-from figures.norms import (
+from attnlib.views.norms import (
     MEASURE_NAMES,
     agreement_comparison_figure,
     agreement_figure,
     center_of_mass_comparison_figure,
     measure_center_of_mass_figure,
 )
-from figures.positions import position_histograms
+from attnlib.views.positions import position_histograms
 from ui.compare import Second, difference_line, second_source
 from ui.corpus_picker import CorpusChoice
 from ui.data_table import data_table

@@ -9,7 +9,7 @@ from attnlib.attribution import Attribution, attribute, exact_seconds
 from attnlib.model import LoadedModel
 from attnlib.precomputed import shipped_example
 from attnlib.runner import InputError, RunResult
-from figures.positions import example_rows_chart
+from attnlib.views.positions import example_rows_chart
 from ui.downloads import chart, download_json
 from ui.live_inputs import run_or_explain, text_inputs
 from ui.model_sidebar import model_named

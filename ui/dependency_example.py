@@ -13,8 +13,8 @@ from attnlib.corpus import Sentence
 from attnlib.deps import ALL, DIRECTIONS, DependencyRow, head_on_sentence, sentence_word_map
 from attnlib.model import LoadedModel
 from attnlib.runner import run
-from figures.deps import arc_diagram
-from figures.heatmap import attention_heatmap
+from attnlib.views.deps import arc_diagram
+from attnlib.views.heatmap import attention_heatmap
 from ui.compare import model_columns
 from ui.downloads import chart
 from ui.model_sidebar import model_named

@@ -12,8 +12,8 @@ import plotly.io as pio
 import streamlit as st
 
 from attnlib.shipped import PLOTLY_BUNDLE
-from figures.margins import fitted_margins
-from figures.plotly_js import plotly_js
+from attnlib.views.margins import fitted_margins
+from attnlib.views.plotly_js import plotly_js
 
 COMPONENT = "attn_figure"
 BUNDLE_URL = f"app/static/{PLOTLY_BUNDLE.name}"  # relative to the page: enableStaticServing serves static/ there
@@ -37,7 +37,7 @@ def app_look(fig: go.Figure) -> dict[str, Any]:
     against 2 ms, on every run of a page)."""
     spec = fig.to_plotly_json()
     layout = spec["layout"]
-    margin = fitted_margins(spec)  # so that plotly lays the figure out once (figures/margins.py)
+    margin = fitted_margins(spec)  # so that plotly lays the figure out once (attnlib/views/margins.py)
     return {
         "data": spec["data"],
         "layout": {**layout, "template": _template(), "font": {**layout.get("font", {}), **APP_FONT}, "margin": margin},

@@ -14,7 +14,7 @@ from attnlib.model import LoadedModel
 from attnlib.probe import PUNCT, ProbeResult, probe_from_json, run_probe
 from attnlib.results import ResultFile
 from attnlib.shipped import ROOT, TREEBANKS, file_sha1
-from figures.probe import probe_sentence, relation_bars, weight_heatmaps
+from attnlib.views.probe import probe_sentence, relation_bars, weight_heatmaps
 from ui.compare import difference_line, model_columns, second_source
 from ui.corpus_picker import SHIPPED, CorpusChoice, kept_upload, parse_upload, read_path
 from ui.data_table import data_table

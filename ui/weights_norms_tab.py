@@ -9,7 +9,12 @@ import streamlit as st
 from attnlib.report import layer_frame
 from attnlib.special import CLASS_KEYS
 from attnlib.special_tokens import NORM_GAP_FACTOR, largest_weight_norm_gap
-from figures.norms import value_norm_figure, value_norms_by_model, weights_vs_norms_by_model, weights_vs_norms_figure
+from attnlib.views.norms import (
+    value_norm_figure,
+    value_norms_by_model,
+    weights_vs_norms_by_model,
+    weights_vs_norms_figure,
+)
 from ui.data_table import data_table
 from ui.downloads import download_table
 from ui.methods import cite_methods

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from figures.report import render_report  # the CLI and the app sit above both layers
+from attnlib.views.report import render_report  # the CLI and the app sit above both layers
 
 from ..attribution import DEFAULT_PROBES
 from ..cli_options import add_model_option, positive_int

@@ -11,11 +11,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from attnlib.deps import ALL, DIRECTIONS
-from attnlib.norms import MEASURES
-from attnlib.positions import CORRELATIONS
-from attnlib.report import METHODS_PATH, NORM_NAMES, STAT_NAMES, PartResult, Report, methods_anchor
-
+from ..deps import ALL, DIRECTIONS
+from ..norms import MEASURES
+from ..positions import CORRELATIONS
+from ..report import METHODS_PATH, NORM_NAMES, STAT_NAMES, PartResult, Report, methods_anchor
 from .deps import head_accuracy_heatmaps
 from .layers import MODEL_COLOURS, layer_line
 from .norms import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from attnlib.shipped import PLOTLY_BUNDLE
+from ..shipped import PLOTLY_BUNDLE
 
 
 @cache
