@@ -7,20 +7,15 @@ import hashlib
 import pandas as pd
 import streamlit as st
 
+from attnlib.analysis import run_analysis
 from attnlib.corpus import CorpusError, Sentence
-from attnlib.deps import (
-    CLARK_TABLE1,
-    DIRECTIONS,
-    DependencyCounts,
-    DependencyTable,
-    count_dependencies,
-    dependency_counts_from_json,
-)
+from attnlib.deps import DEPS, DIRECTIONS, PAPER_MODELS, DependencyCounts, DependencyTable, DepsOptions
 from attnlib.model import LoadedModel
 from attnlib.parsing import parse_text, parser_name
 from attnlib.results import ResultFile
 from attnlib.runner import InputError
 from attnlib.shipped import CLASSROOM
+from attnlib.tables import clark_table1
 from attnlib.views.deps import head_accuracy_heatmaps
 from attnlib.words import ROW_RULES
 from ui.compare import Second, difference_line, second_source
@@ -30,7 +25,7 @@ from ui.dependency_example import EXAMPLE, example_viewer
 from ui.downloads import chart, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind, forget, lazy_tabs
+from ui.page_state import Option, bind, bind_options, field_option, forget, lazy_tabs
 from ui.page_tabs import DEPENDENCY_HEADS
 from ui.probe_tab import PERCENT, probe_section
 from ui.progress import progress
@@ -45,7 +40,6 @@ RULE_NAMES = {
     "first": "row of its first piece",
     "max": "maximum over its pieces' rows, renormalised",
 }
-BERT_BASE = {"bert-base-uncased", "google-bert/bert-base-uncased"}
 DEFAULT_TEXT = "The gardener watered the tomatoes every morning.\nMaria's brother plays the trumpet in a jazz band."
 HOW = """
 - **Words.** Each word of the tree is tokenized on its own. The attention *to* a word is the sum of its pieces'
@@ -67,8 +61,8 @@ SOURCE = Option("deps_source", "trees", "gold", list(SOURCES))
 TEXT_CHOICE = Option("deps_text_choice", "corpus", next(iter(TEXTS.values())), TEXTS)
 TEXT_LIMIT = Option("deps_text_limit", "limit", 200, lo=1, hi=100_000)
 TYPED_TEXT = Option("deps_text", "text", DEFAULT_TEXT)
-MIN_COUNT = Option("deps_min_count", "min", 100, lo=1, hi=1_000_000)
-RULE = Option("deps_rule", "rule", "mean", list(ROW_RULES))
+MIN_COUNT = field_option(DepsOptions(), "min_count", "deps_min_count", "min", lo=1, hi=1_000_000)
+RULE = field_option(DepsOptions(), "rule", "deps_rule", "rule", choices=list(ROW_RULES))
 SPLIT = Option("deps_split", "split", "same", list(SPLITS))
 
 
@@ -79,10 +73,11 @@ def _parsed(digest: str, limit: int, name: str, _text: str) -> list[Sentence]:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _counts(model_name: str, fingerprint: str, rule: str, _sentences: list[Sentence]) -> DependencyCounts:
+def _counts(model_name: str, fingerprint: str, options: DepsOptions, _sentences: list[Sentence]) -> DependencyCounts:
     """Every head's dependency predictions over the corpus, counted once per (model, corpus, row rule)."""
     with progress("Running the model over the sentences", "sentences") as report:
-        return count_dependencies(model_named(model_name), _sentences, rule, progress=report)  # type: ignore[arg-type]
+        lm = model_named(model_name)
+        return run_analysis(DEPS, lm, options, inputs={"conllu": _sentences}, progress=report).result.counts
 
 
 def _silver_text() -> tuple[str, str] | None:
@@ -125,9 +120,11 @@ def silver_corpus() -> tuple[str, str, list[Sentence]] | None:
     return label, f"spacy:{digest}:{limit}", sentences
 
 
-def table_options() -> tuple[int, str, bool]:
-    """Minimum count, word-level row rule and selection mode, from the sidebar (kept in the URL)."""
-    values = bind([MIN_COUNT, RULE, SPLIT])
+def table_options() -> tuple[DepsOptions, bool]:
+    """The analysis's options (minimum count, word-level row rule) and whether the best heads are chosen on the other
+    half, from the sidebar (kept in the URL)."""
+    options = bind_options(DepsOptions(), {"min_count": MIN_COUNT, "rule": RULE})
+    held_out = bind([SPLIT])["split"] == "halves"
     with st.sidebar:
         st.subheader("Table")
         st.number_input(
@@ -148,7 +145,7 @@ def table_options() -> tuple[int, str, bool]:
             "attention TO a word is always the sum of its pieces' columns.",
         )
         st.radio("Best head chosen on", list(SPLITS), key=SPLIT.key, format_func=SPLITS.get)
-    return int(values["min"]), values["rule"], values["split"] == "halves"
+    return options, held_out
 
 
 def _table_frame(table: DependencyTable) -> pd.DataFrame:
@@ -173,19 +170,17 @@ def _table_frame(table: DependencyTable) -> pd.DataFrame:
 
 
 def _paper_frame() -> pd.DataFrame:
-    """Clark et al. Table 1 with the closest UD label."""
+    """Clark et al. Table 1 with the closest UD label, as the page shows it."""
+    paper = clark_table1()
     return pd.DataFrame(
-        [
-            {
-                "relation (paper)": rel,
-                "closest UD label": ud or "— (UD: case on the noun)",
-                "best head": lh,
-                "accuracy %": acc,
-                "baseline offset": f"{off:+d}",
-                "baseline accuracy %": base,
-            }
-            for rel, ud, lh, acc, base, off in CLARK_TABLE1
-        ]
+        {
+            "relation (paper)": paper["paper relation"],
+            "closest UD label": paper["relation"].fillna("— (UD: case on the noun)"),
+            "best head": paper["paper head"],
+            "accuracy %": paper["paper accuracy %"],
+            "baseline offset": [f"{off:+d}" for off in paper["paper baseline offset"]],
+            "baseline accuracy %": paper["paper baseline accuracy %"],
+        }
     )
 
 
@@ -219,29 +214,28 @@ def chosen_corpus(is_silver: bool) -> tuple[str, str, list[Sentence], CorpusChoi
         return None
 
 
-def model_counts(model_name: str, corpus, rule: str) -> tuple[DependencyCounts | None, str]:
-    """One model's counts on the corpus and where they came from: shipped (gold trees, mean rows), cached, or now."""
+def model_counts(model_name: str, corpus, options: DepsOptions) -> tuple[DependencyCounts | None, str]:
+    """One model's counts on the corpus and where they came from: shipped (gold trees), cached, or now."""
     _, fingerprint, sentences, choice = corpus
+    counted = DEPS.computed(options)  # the table's minimum count only chooses what is shown of the counts
 
     def compute() -> DependencyCounts:
-        return _counts(model_name, fingerprint, rule, sentences)
+        return _counts(model_name, fingerprint, counted, sentences)
 
-    if choice is None or rule != "mean":  # the deps command writes mean-row counts of gold trees only
+    if choice is None:  # spaCy's parses ship nowhere
         return compute(), "computed here"
-    return shipped_or_computed(
-        "deps", model_name, choice, {"limit": None}, compute, lambda r: dependency_counts_from_json(r.state or {})
-    )
+    return shipped_or_computed("deps", model_name, choice, counted, compute, parse_deps)
 
 
 def parse_deps(record: ResultFile) -> DependencyCounts:
     """A `deps` result file's counts (its `state`), from which the page makes every table."""
-    return dependency_counts_from_json(record.state or {})
+    return DEPS.from_record(record).counts
 
 
-def corpus_counts(model_name: str, corpus, rule: str) -> DependencyCounts | None:
+def corpus_counts(model_name: str, corpus, options: DepsOptions) -> DependencyCounts | None:
     """One model's counts on the chosen corpus, where they came from said; None after an error."""
     try:
-        counts, source = model_counts(model_name, corpus, rule)
+        counts, source = model_counts(model_name, corpus, options)
     except (CorpusError, InputError, TypeError) as exc:
         st.error(f"{model_name}: {exc}")
         return None
@@ -260,7 +254,9 @@ def described(corpus) -> dict | None:
     )
 
 
-def compared_counts(lm: LoadedModel, loaded, second: Second, corpus, rule: str) -> dict[str, DependencyCounts]:
+def compared_counts(
+    lm: LoadedModel, loaded, second: Second, corpus, options: DepsOptions
+) -> dict[str, DependencyCounts]:
     """The first model's counts (its loaded file, else on the corpus) and the second's (its file, else the compared
     model's on the corpus), by model name; empty when the first has none."""
     if loaded is None and corpus is None:
@@ -270,14 +266,14 @@ def compared_counts(lm: LoadedModel, loaded, second: Second, corpus, rule: str) 
             f"Predicted parses: these trees come from the spaCy parser {parser_name()}, not from annotators; "
             "the scores measure agreement with the parser."
         )
-    first = loaded.value if loaded is not None else corpus_counts(lm.facts.name, corpus, rule)
+    first = loaded.value if loaded is not None else corpus_counts(lm.facts.name, corpus, options)
     if first is None:
         return {}
     found = {lm.facts.name if loaded is None else loaded.model: first}
     if second.file is not None:
         found[second.file.model] = second.file.value
     elif second.model is not None and corpus is not None:
-        other = corpus_counts(second.model.facts.name, corpus, rule)
+        other = corpus_counts(second.model.facts.name, corpus, options)
         found |= {second.model.facts.name: other} if other is not None else {}
     rules = {model: counts.rule for model, counts in found.items()}
     if len(set(rules.values())) > 1:
@@ -335,7 +331,7 @@ def table_section(tables: dict[str, DependencyTable], label: str, min_count: int
         "Click a column header to sort. Relations are the DEPREL labels as written, by frequency, without root "
         f"and punct, with at least {min_count} dependents in the whole corpus; 'all' pools every word."
     )
-    bert_base = model_name in BERT_BASE and len(tables) == 1
+    bert_base = model_name in PAPER_MODELS and len(tables) == 1
     ours, paper = st.columns([3, 2]) if bert_base else (st.container(), None)
     with ours:
         if paper is not None:
@@ -386,10 +382,11 @@ def table_one(lm: LoadedModel) -> None:
     """Issues 7, 15, 17: the best head per relation for one or two models, every head on one relation, an example."""
     loaded, is_silver = sources_sidebar()
     corpus = None if loaded is not None else chosen_corpus(is_silver)
-    min_count, rule, held_out = table_options()
+    options, held_out = table_options()
+    min_count, rule = options.min_count, options.rule
     first_name = lm.facts.name if loaded is None else loaded.model
-    second = second_source("deps", "deps", parse_deps, first_name, loaded, described(corpus), {}, section="Table 1")
-    counts = compared_counts(lm, loaded, second, corpus, rule)
+    second = second_source("deps", "deps", parse_deps, first_name, loaded, described(corpus), options, "Table 1")
+    counts = compared_counts(lm, loaded, second, corpus, options)
     if not counts:
         return
     tables = {model: c.table(min_count=min_count, held_out=held_out) for model, c in counts.items()}

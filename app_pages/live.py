@@ -11,11 +11,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from attnlib.comparison import largest_difference
 from attnlib.export import attention_table
+from attnlib.labels import STAT_NAMES
 from attnlib.model import ModelFacts
-from attnlib.report import STAT_NAMES, by_layer, largest_difference
 from attnlib.runner import InputError, RunResult
 from attnlib.special import input_statistics, punct_mask
+from attnlib.tables import by_layer
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
@@ -49,7 +51,7 @@ OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER]
 
 
 @dataclass
-class Shown:
+class LiveView:
     """What the views draw: the run, its units (tokens or words) and the chosen layer, head and token (0-based)."""
 
     facts: ModelFacts
@@ -119,7 +121,7 @@ def _reset_token() -> None:
 def export_buttons(
     name: str, csv_maker: Callable[[], pd.DataFrame], json_maker: Callable[[], dict], views: list, key: str
 ):
-    """CSV and JSON of the current maps (made on click) and each figure as offline HTML (views: [(Shown, html)])."""
+    """CSV and JSON of the current maps (made on click) and each figure as offline HTML (views: [(LiveView, html)])."""
     c1, c2, *figure_columns = st.columns(2 + len(views))
     csv = lambda: csv_maker().to_csv(index=False).encode()  # noqa: E731
     c1.download_button("Download attention (CSV)", csv, f"{name}.csv", "text/csv", key=f"{key}_csv", on_click="ignore")
@@ -244,7 +246,7 @@ def token_controls(view: str, labels: list[str], is_pair: bool) -> int | None:
     return int(token) - 1 if token else None
 
 
-def controls(view: str, facts: ModelFacts, result: RunResult, text_a: str, text_b: str) -> Shown:
+def controls(view: str, facts: ModelFacts, result: RunResult, text_a: str, text_b: str) -> LiveView:
     """Every control of the three views, kept in the URL; what they choose."""
     c_level, c_rule, c_show, c_layer, c_head = st.columns([1.2, 1, 1.2, 2.2, 1.2])
     level, rule, shows, attn, labels, segments = level_controls(
@@ -254,10 +256,10 @@ def controls(view: str, facts: ModelFacts, result: RunResult, text_a: str, text_
     layer, head = head_controls(view, facts, c_layer, c_head)
     selected = token_controls(view, labels, bool(text_b.strip()))
     publish(OPTIONS)
-    return Shown(facts, text_a, text_b, result, level, rule, shows, attn, labels, segments, layer, head, selected)
+    return LiveView(facts, text_a, text_b, result, level, rule, shows, attn, labels, segments, layer, head, selected)
 
 
-def compared_view(s: Shown, facts: ModelFacts) -> Shown | None:
+def compared_view(s: LiveView, facts: ModelFacts) -> LiveView | None:
     """The same input, level and measure in a second model (its own tokens), the layer and head kept in its range."""
     try:
         r = cached_run(facts.name, s.text_a, s.text_b)
@@ -267,10 +269,12 @@ def compared_view(s: Shown, facts: ModelFacts) -> Shown | None:
     attn, labels, segments = units(r, s.level, facts.name, (s.text_a, s.text_b), s.rule, s.show)
     selected = s.selected if s.selected is not None and s.selected < len(labels) else None
     layer, head = min(s.layer, facts.n_layers - 1), min(s.head, facts.n_heads - 1)
-    return Shown(facts, s.text_a, s.text_b, r, s.level, s.rule, s.show, attn, labels, segments, layer, head, selected)
+    return LiveView(
+        facts, s.text_a, s.text_b, r, s.level, s.rule, s.show, attn, labels, segments, layer, head, selected
+    )
 
 
-def layer_shares(v: Shown) -> dict[str, dict[str, float]]:
+def layer_shares(v: LiveView) -> dict[str, dict[str, float]]:
     """Token-level shares of the shown measure per layer (mean over heads), as largest_difference compares them."""
     r = v.result
     maps = token_maps(v.facts.name, v.text_a, v.text_b, v.show)
@@ -278,7 +282,7 @@ def layer_shares(v: Shown) -> dict[str, dict[str, float]]:
     return by_layer({key: stats[key].mean(axis=1) for key in DIFFER_KEYS}, DIFFER_KEYS, STAT_NAMES)
 
 
-def side_by_side(views: list[Shown]) -> list:
+def side_by_side(views: list[LiveView]) -> list:
     """One column per model (the page itself for one model), each headed by its model and layer when two."""
     columns = model_columns(
         [f"**{v.facts.name}** · layer {v.layer + 1} of {v.facts.n_layers}, {v.facts.n_heads} heads" for v in views]
@@ -294,7 +298,7 @@ def side_by_side(views: list[Shown]) -> list:
     return columns
 
 
-def long_table(views: list[Shown], tables: list[pd.DataFrame], value_key: str) -> pd.DataFrame:
+def long_table(views: list[LiveView], tables: list[pd.DataFrame], value_key: str) -> pd.DataFrame:
     """The views' tables in one, with a `model` column first when there are two models."""
     if len(views) > 1:
         tables = [t.assign(model=v.facts.name)[["model", *t.columns]] for v, t in zip(views, tables)]
@@ -302,12 +306,12 @@ def long_table(views: list[Shown], tables: list[pd.DataFrame], value_key: str) -
     return table.rename(columns={"weight": "norm_share"}) if value_key == "norm_share" else table
 
 
-def exports(views: list[Shown], parts: list[dict]) -> dict:
+def exports(views: list[LiveView], parts: list[dict]) -> dict:
     """The JSON download: one model's export, or {"models": [...]} with each model's."""
     return parts[0] if len(views) == 1 else {"models": parts}
 
 
-def head_view_part(v: Shown, heads: list[int], pair_filter: str, two: bool):
+def head_view_part(v: LiveView, heads: list[int], pair_filter: str, two: bool):
     """One model's head view (heads outside its range left out) drawn in the current column: (html, data)."""
     own = [h for h in heads if h < v.facts.n_heads] or [min(max(heads), v.facts.n_heads - 1)]
     title = (f"{v.facts.name} · " if two else "") + v.level_title
@@ -319,7 +323,7 @@ def head_view_part(v: Shown, heads: list[int], pair_filter: str, two: bool):
     return html, data
 
 
-def head_view_section(s: Shown, second: ModelFacts | None) -> None:
+def head_view_section(s: LiveView, second: ModelFacts | None) -> None:
     """The head view of the chosen heads of one layer (of each model), and its exports."""
     heads = [h - 1 for h in st.session_state[HEADS.key]]
     pair_filter = st.session_state[PAIR_FILTER.key] if s.text_b.strip() else "All"
@@ -347,14 +351,14 @@ def head_view_section(s: Shown, second: ModelFacts | None) -> None:
     )
 
 
-def head_export(v: Shown, data, pair_filter: str) -> dict:
+def head_export(v: LiveView, data, pair_filter: str) -> dict:
     """One model's head view as JSON."""
     maps = np.round(data.maps.astype(np.float64), 6).tolist()
     fields = {"level": v.level, "rule": v.rule, "pair_filter": pair_filter, "heads": data.heads}
     return v.export(**fields, query_index=data.left, key_index=data.right, **{v.value_key: maps})
 
 
-def model_view_section(s: Shown, second: ModelFacts | None) -> None:
+def model_view_section(s: LiveView, second: ModelFacts | None) -> None:
     """Every head of every layer as thumbnails (of each model), the chosen one enlarged, and the chosen layer's exports."""
     views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
     drawn = []
@@ -366,11 +370,11 @@ def model_view_section(s: Shown, second: ModelFacts | None) -> None:
             drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), title=title, quantity=v.quantity))
             show(drawn[-1])
 
-    def table(v: Shown) -> pd.DataFrame:
+    def table(v: LiveView) -> pd.DataFrame:
         every = list(range(len(v.labels)))
         return attention_table(v.attn[v.layer], v.layer, list(range(v.facts.n_heads)), every, every, v.labels)
 
-    def export(v: Shown) -> dict:
+    def export(v: LiveView) -> dict:
         return v.export(level=v.level, rule=v.rule, **{v.value_key: np.round(v.attn[v.layer], 6).tolist()})
 
     export_buttons(
@@ -383,7 +387,7 @@ def model_view_section(s: Shown, second: ModelFacts | None) -> None:
     st.caption("The downloads hold the chosen layer (all heads); the enlarged head is the chosen layer and head.")
 
 
-def neuron_view_section(s: Shown, second: ModelFacts | None) -> None:
+def neuron_view_section(s: LiveView, second: ModelFacts | None) -> None:
     """Query and key vectors of one head and query token, their softmax against the model's row, the value norms; of
     each model, side by side."""
     views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
@@ -401,7 +405,7 @@ def neuron_view_section(s: Shown, second: ModelFacts | None) -> None:
     )
 
 
-def neuron_part(v: Shown, two: bool, chart_key: str) -> tuple[str, dict, dict]:
+def neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict]:
     """One model's neuron view and its value norms (beside it; below it when two models share the width), and
     whether softmax(q·k/√d) reproduces its row; returns (html, CSV columns, JSON fields)."""
     r, layer, head = v.result, v.layer, v.head

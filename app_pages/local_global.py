@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlib.attribution import DEFAULT_PROBES
+from attnlib.analysis import run_analysis
 from attnlib.model import LoadedModel
-from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult, corpus_positions, positions_from_json
-from attnlib.report import layer_values
+from attnlib.positions import CORRELATIONS, POSITIONS, PositionOptions, PositionsResult
 from attnlib.results import ResultFile
 from attnlib.runner import InputError
+from attnlib.tables import layer_values
 from attnlib.views.positions import (
     center_of_mass_chart,
     compared_heatmaps,
@@ -34,7 +36,7 @@ from ui.data_table import data_table
 from ui.downloads import chart, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind, lazy_tabs
+from ui.page_state import Option, bind, bind_options, field_option, lazy_tabs
 from ui.page_tabs import LOCAL_GLOBAL
 from ui.progress import progress
 from ui.result_file import loaded_result
@@ -42,52 +44,52 @@ from ui.result_source import shipped_or_computed
 
 KEY = "local_global"
 MODE_LABELS = {"estimate": "estimate (random probes, fast)", "exact": "exact (forward mode, slow)"}
-MODE = Option("lg_mode", "mode", "estimate", list(MODE_LABELS))
-PROBES = Option("lg_k", "probes", DEFAULT_PROBES, lo=1, hi=256)
-DROP = Option("lg_drop", "drop", False)
-IDENT = Option("lg_ident", "ident", False)
-POSITION_OPTIONS = ("mode", "probes", "drop_special", "identifiable_only")  # what the positions command records
+DEFAULTS = PositionOptions()
+FIELDS = {
+    "mode": field_option(DEFAULTS, "mode", "lg_mode", "mode", choices=list(MODE_LABELS)),
+    "probes": field_option(DEFAULTS, "probes", "lg_k", "probes", lo=1, hi=256),
+    "drop_special": field_option(DEFAULTS, "drop_special", "lg_drop", "drop"),
+    "identifiable_only": field_option(DEFAULTS, "identifiable_only", "lg_ident", "ident"),
+}
 TABS = LOCAL_GLOBAL
 TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _corpus_result(model_name: str, fingerprint: str, options: tuple, _inputs) -> dict:
+def _corpus_result(model_name: str, fingerprint: str, options: PositionOptions, _inputs) -> dict:
     """Position statistics of a corpus, once per (model, corpus, options); the bar is made here so a hit replays it."""
     with progress(f"Running attribution ({model_name})") as report:
-        return corpus_positions(model_named(model_name), _inputs, PositionOptions(*options), report).to_dict()
+        lm = model_named(model_name)
+        return run_analysis(POSITIONS, lm, options, inputs={"corpus": _inputs}, progress=report).result.to_json()
 
 
 def options_sidebar(head_dim: int) -> PositionOptions:
     """Attribution and filtering options, kept in the URL."""
-    values = bind([MODE, PROBES, DROP, IDENT])
+    options = bind_options(DEFAULTS, FIELDS)
     with st.sidebar:
         st.subheader("Attribution")
         st.radio(
             "Mode for the corpus",
             list(MODE_LABELS),
             format_func=MODE_LABELS.get,
-            key=MODE.key,
+            key=FIELDS["mode"].key,
             help="Estimate: k random probes per token (METHODS §9). Exact: one forward-mode derivative per "
             "input coordinate (hidden size per token instead of k); with the default model and k = 12 "
             "about 20 times slower.",
         )
-        st.number_input("Probes per token (k)", 1, 256, key=PROBES.key, disabled=values["mode"] == "exact")
+        st.number_input("Probes per token (k)", 1, 256, key=FIELDS["probes"].key, disabled=options.mode == "exact")
         st.checkbox(
             "Drop [CLS]/[SEP] from the histograms",
-            key=DROP.key,
+            key=FIELDS["drop_special"].key,
             help="Leaves special tokens out as queries and as keys of the histograms and centres of mass.",
         )
         st.checkbox(
             f"Keep only inputs of at most {head_dim} tokens",
-            key=IDENT.key,
+            key=FIELDS["identifiable_only"].key,
             help="The head dimension: longer inputs have non-identifiable attention (Brunner et al. 2020). "
             "Pascual et al. kept only such inputs.",
         )
-    probes = int(values["probes"]) if values["mode"] == "estimate" else DEFAULT_PROBES  # k means nothing in exact
-    return PositionOptions(
-        mode=values["mode"], probes=probes, drop_special=values["drop"], identifiable_only=values["ident"]
-    )
+    return options if options.mode == "estimate" else replace(options, probes=DEFAULTS.probes)  # no k in exact
 
 
 Results = dict[str, PositionsResult]  # model name -> its result, first model first
@@ -100,25 +102,18 @@ def positions_result(
 
     def compute() -> PositionsResult | None:
         try:
-            values = tuple(vars(options).values())
-            return PositionsResult.from_dict(_corpus_result(model_name, choice.fingerprint, values, choice.inputs))
+            return PositionsResult.from_json(_corpus_result(model_name, choice.fingerprint, options, choice.inputs))
         except (InputError, ValueError) as exc:  # ValueError: a model whose attention HTA cannot follow
             st.error(f"{model_name}: {exc}")
             return None
 
     ask = f"{model_name}: each input needs its own attribution run ({per_input_cost(options.mode)} per input)."
-    wanted = position_options(options)
-    return shipped_or_computed("positions", model_name, choice, wanted, compute, parse_positions, ask_first=ask)
+    return shipped_or_computed("positions", model_name, choice, options, compute, ask_first=ask)
 
 
 def parse_positions(record: ResultFile) -> PositionsResult:
     """A `positions` result file's statistics."""
-    return positions_from_json(record.result)
-
-
-def position_options(options: PositionOptions) -> dict:
-    """The page's options as the `positions` command records them."""
-    return {name: getattr(options, name) for name in POSITION_OPTIONS}
+    return POSITIONS.from_record(record)
 
 
 def positions_part(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> Results:
@@ -126,10 +121,7 @@ def positions_part(lm: LoadedModel, choice: CorpusChoice | None, options: Positi
     file, else the compared model's on the same corpus), summarised; the results that have inputs."""
     first_name = lm.facts.name if loaded is None else loaded.model
     corpus = None if choice is None else choice.described()
-    wanted = position_options(options)
-    second = second_source(
-        KEY, "positions", parse_positions, first_name, loaded, corpus, wanted, POSITION_OPTIONS, "positions"
-    )
+    second = second_source(KEY, "positions", parse_positions, first_name, loaded, corpus, options, "positions")
     results: Results = {}
     sources, labels = {}, {}
     for model, found in ((lm, loaded), (second.model, second.file)):
@@ -302,7 +294,7 @@ def correlation_section(results: Results) -> None:
         "over the input tokens, averaged over rows and inputs (rows where either is constant are skipped)."
     )
     correlation_figures(results)
-    data = next(iter(results.values())).to_dict() if len(results) == 1 else {m: r.to_dict() for m, r in results.items()}
+    data = next(iter(results.values())).to_json() if len(results) == 1 else {m: r.to_json() for m, r in results.items()}
     download_json(data, "local_global", key="lg_json_dl")
 
 

@@ -6,19 +6,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from attnlib.analysis import run_analysis
 from attnlib.corpus import CorpusError
 from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
 from attnlib.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
 from attnlib.model import LoadedModel
-from attnlib.report import head_frame, layer_frame
-from attnlib.results import ResultFile
 from attnlib.runner import InputError
 from attnlib.special import CLASS_KEYS, heads_above
-from attnlib.special_tokens import (
-    SpecialTokens,
-    special_tokens,
-    special_tokens_from_json,
-)
+from attnlib.special_tokens import SPECIAL, SpecialOptions, SpecialTokens
+from attnlib.tables import head_frame, layer_frame
 from attnlib.views.special_tokens import (
     entropy_figure,
     gradient_figure,
@@ -34,32 +30,33 @@ from ui.data_table import data_table
 from ui.downloads import download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind, lazy_tabs
+from ui.page_state import Option, bind, bind_options, field_option, lazy_tabs
 from ui.page_tabs import SPECIAL_TOKENS
 from ui.progress import progress
 from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
-from ui.special_views import KEY, NAMES, Shown, models_difference, per_model, show_figure, side_by_side
+from ui.special_views import KEY, NAMES, ShownResult, models_difference, per_model, show_figure, side_by_side
 from ui.weights_norms_tab import weights_norms_tab
 
-PUNCT_OPTIONS = {"clark": '"." and "," (Clark et al.)', "all": "all punctuation"}
-PUNCT = Option(f"{KEY}_punct", "punct", "clark", list(PUNCT_OPTIONS))
-HEAD_MAP = Option(f"{KEY}_map", "map", True)
-NORMS = Option(f"{KEY}_norms", "norms", True)
+PUNCT_LABELS = {False: '"." and "," (Clark et al.)', True: "all punctuation"}
+SHOWN_FIRST = SpecialOptions(head_map=True, norms=True)  # the page draws the head map and the norms unless unticked
+FIELDS = {
+    "all_punct": field_option(SHOWN_FIRST, "all_punct", f"{KEY}_punct", "punct", choices={"clark": False, "all": True}),
+    "head_map": field_option(SHOWN_FIRST, "head_map", f"{KEY}_map", "map"),
+    "norms": field_option(SHOWN_FIRST, "norms", f"{KEY}_norms", "norms"),
+}
 GRADIENTS = Option(f"{KEY}_grad", "grad", True)
 COMPUTED_HERE = "computed here"
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def compute(
-    model_name: str, fingerprint: str, all_punct: bool, with_map: bool, with_norms: bool, _inputs: list
-) -> SpecialTokens:
+def compute(model_name: str, fingerprint: str, options: SpecialOptions, _inputs: list) -> SpecialTokens:
     """Run the corpus once with every accumulator asked for (cached per model, corpus and options).
 
     Returns library dataclasses only: the cache pickles its values, and a class defined in a page cannot be pickled."""
     lm = model_named(model_name)
     with progress(f"Running {model_name}") as report:
-        return special_tokens(lm, _inputs, all_punct, with_map, with_norms, progress=report)
+        return run_analysis(SPECIAL, lm, options, inputs={"corpus": _inputs}, progress=report).result
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -69,26 +66,22 @@ def compute_gradients(model_name: str, fingerprint: str, _inputs: list) -> Gradi
         return gradient_importance(model_named(model_name), _inputs, progress=report)
 
 
-def parse(record: ResultFile) -> SpecialTokens:
-    """A `special` result file (shipped or uploaded) as the page's result."""
-    return special_tokens_from_json(record.result)
-
-
-def options_sidebar(lm: LoadedModel, from_file: bool) -> dict:
-    """The page's options (kept in the URL)."""
-    values = bind([PUNCT, HEAD_MAP, NORMS, GRADIENTS])
+def options_sidebar(lm: LoadedModel, from_file: bool) -> tuple[SpecialOptions, bool]:
+    """The page's options (kept in the URL): the analysis's, and whether to add gradient importance."""
+    options = bind_options(SHOWN_FIRST, FIELDS)
+    gradients = bool(bind([GRADIENTS])["grad"])
     with st.sidebar:
         st.subheader("Options")
-        st.radio("Punctuation", list(PUNCT_OPTIONS), format_func=PUNCT_OPTIONS.get, key=PUNCT.key)
-        st.checkbox("Head map (Jensen-Shannon distances)", key=HEAD_MAP.key)
-        st.checkbox("Weights vs norms (value norms, same pass)", key=NORMS.key)
+        st.radio("Punctuation", list(PUNCT_LABELS), format_func=PUNCT_LABELS.get, key=FIELDS["all_punct"].key)
+        st.checkbox("Head map (Jensen-Shannon distances)", key=FIELDS["head_map"].key)
+        st.checkbox("Weights vs norms (value norms, same pass)", key=FIELDS["norms"].key)
         if unavailable_reason(lm) is None:
             st.checkbox("Gradient importance (a second, slower pass)", key=GRADIENTS.key)
         else:
             st.caption("Gradient importance needs a model with a trained masked-LM head.")
         if from_file:
             st.caption("These options apply when computing; the loaded file's own are named above.")
-    return values
+    return options, gradients
 
 
 def grad_asked_key(model: str, fingerprint: str) -> str:
@@ -96,64 +89,51 @@ def grad_asked_key(model: str, fingerprint: str) -> str:
     return f"_{KEY}_grad_asked:{model}:{fingerprint}"
 
 
-def special_options(values: dict) -> dict:
-    """The page's options as the `special` command records them."""
-    return {"all_punct": values["punct"] == "all", "head_map": bool(values["map"])} | (
-        {"norms": True} if values["norms"] else {}
-    )
-
-
-def model_result(lm: LoadedModel, choice: CorpusChoice, values: dict) -> Shown | None:
+def model_result(lm: LoadedModel, choice: CorpusChoice, options: SpecialOptions, gradients: bool) -> ShownResult | None:
     """One model's result on the chosen corpus: shipped when one matches, else computed (None after an error)."""
-    name, all_punct = lm.facts.name, values["punct"] == "all"
+    name = lm.facts.name
     try:
         run, source = shipped_or_computed(
-            "special",
-            name,
-            choice,
-            special_options(values),
-            lambda: compute(name, choice.fingerprint, all_punct, values["map"], values["norms"], choice.inputs),
-            parse,
+            "special", name, choice, options, lambda: compute(name, choice.fingerprint, options, choice.inputs)
         )
     except (CorpusError, InputError, ValueError) as exc:
         st.error(f"The corpus could not be analysed with {name}: {exc}")
         return None
     assert run is not None  # nothing is asked first
-    run = SpecialTokens(run.special, run.head_map if values["map"] else None, run.norms if values["norms"] else None)
     reason = unavailable_reason(lm)
     asked = source == COMPUTED_HERE or st.session_state.get(grad_asked_key(name, choice.fingerprint), False)
     grads = None
-    if values["grad"] and reason is None and asked:
+    if gradients and reason is None and asked:
         grads = compute_gradients(name, choice.fingerprint, choice.inputs)
-    return Shown(run, grads, choice.label, name, reason, source, fingerprint=choice.fingerprint)
+    return ShownResult(run, grads, choice.label, name, reason, source, fingerprint=choice.fingerprint)
 
 
-def file_view(found: FromFile[SpecialTokens]) -> Shown:
+def file_view(found: FromFile[SpecialTokens]) -> ShownResult:
     """A result file's statistics as the page shows them (no gradient importance: files do not hold it)."""
     reason = "result files hold no gradient importance; compute on the page to see it."
     source = f"from {found.name}, {found.record.provenance()}"
-    return Shown(found.value, None, found.corpus, found.model, reason, source, from_file=True)
+    return ShownResult(found.value, None, found.corpus, found.model, reason, source, from_file=True)
 
 
-def shown_results(lm: LoadedModel) -> list[Shown]:
+def shown_results(lm: LoadedModel) -> list[ShownResult]:
     """The first model's result (its loaded file, else the chosen corpus's) and the second's (its result file, else
     the compared model's on the same corpus)."""
-    loaded = loaded_result(KEY, "special", parse)
+    loaded = loaded_result(KEY, "special", SPECIAL.from_record)
     choice = corpus_picker(KEY) if loaded is None else None
-    values = options_sidebar(lm, loaded is not None)
+    options, gradients = options_sidebar(lm, loaded is not None)
     first_name = lm.facts.name if loaded is None else loaded.model
     corpus = None if choice is None else choice.described()
-    second = second_source(KEY, "special", parse, first_name, loaded, corpus, special_options(values), ("all_punct",))
-    first = file_view(loaded) if loaded else (model_result(lm, choice, values) if choice else None)
+    second = second_source(KEY, "special", SPECIAL.from_record, first_name, loaded, corpus, options)
+    first = file_view(loaded) if loaded else (model_result(lm, choice, options, gradients) if choice else None)
     if first is None:
         return []
     if second.file is not None:
         return [first, file_view(second.file)]
-    other = model_result(second.model, choice, values) if second.model and choice else None
+    other = model_result(second.model, choice, options, gradients) if second.model and choice else None
     return [first] + ([other] if other else [])
 
 
-def _per_head_table(view: Shown) -> pd.DataFrame:
+def _per_head_table(view: ShownResult) -> pd.DataFrame:
     """Per head, layer-head from 1, with the model named in each row."""
     table = head_frame(view.model, {key: view.special.heads[key] for key in view.special.heads})
     table.insert(1, "layer-head", [head_label(l - 1, h - 1) for l, h in zip(table["layer"], table["head"])])
@@ -162,7 +142,7 @@ def _per_head_table(view: Shown) -> pd.DataFrame:
     return table
 
 
-def _heads_over_half(views: list[Shown], keys: list[str]) -> pd.DataFrame:
+def _heads_over_half(views: list[ShownResult], keys: list[str]) -> pd.DataFrame:
     rows = [
         {"model": v.model, "head": head_label(l, h), "attends to": NAMES[key], "share": round(value, 3)}
         for v in views
@@ -172,7 +152,7 @@ def _heads_over_half(views: list[Shown], keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "head", "attends to", "share"])
 
 
-def lines_beside_heatmaps(views: list[Shown], keys: list[str], titles: tuple[str, str, str], names: str):
+def lines_beside_heatmaps(views: list[ShownResult], keys: list[str], titles: tuple[str, str, str], names: str):
     """Layer lines and per-head heatmaps of some statistics; one model side by side, two overlaid then paired."""
     line_title, y_title, heat_title = titles
     line_name, heat_name = names.split()
@@ -195,7 +175,7 @@ def lines_beside_heatmaps(views: list[Shown], keys: list[str], titles: tuple[str
     )
 
 
-def shares_tab(views: list[Shown]) -> None:
+def shares_tab(views: list[ShownResult]) -> None:
     """Shares of attention to [CLS], [SEP], punctuation and the rest (Clark Fig. 2)."""
     st.markdown(
         "Mean share of attention each query row sends to [CLS], [SEP], punctuation and every other token "
@@ -205,7 +185,7 @@ def shares_tab(views: list[Shown]) -> None:
     lines_beside_heatmaps(views, list(CLASS_KEYS), titles, "shares_per_layer shares_per_head")
 
 
-def sep_tab(views: list[Shown]) -> None:
+def sep_tab(views: list[ShownResult]) -> None:
     """[SEP] as a no-op: attention to [SEP] from [SEP] rows and from the others."""
     st.markdown(
         "Clark et al. found that heads attending to [SEP] do not gather the segment there: the [SEP] rows "
@@ -218,7 +198,7 @@ def sep_tab(views: list[Shown]) -> None:
     lines_beside_heatmaps(views, ["sep_to_sep", "rest_to_sep"], titles, "sep_no_op sep_no_op_heads")
 
 
-def offsets_tab(views: list[Shown]) -> None:
+def offsets_tab(views: list[ShownResult]) -> None:
     """Attention to the previous token, the token itself and the next one, and the heads above the threshold."""
     st.markdown(
         "Share of attention to the previous token, the token itself and the next token "
@@ -234,7 +214,7 @@ def offsets_tab(views: list[Shown]) -> None:
         download_table(named, "offset_heads", key=f"{KEY}_offset_heads_csv")
 
 
-def entropy_tab(views: list[Shown]) -> None:
+def entropy_tab(views: list[ShownResult]) -> None:
     """Mean entropy of each head's rows and of the [CLS] row (Clark Fig. 4)."""
     st.markdown(
         "Mean entropy (nats) of each head's attention rows, and of the [CLS] row alone (METHODS §3, "
@@ -243,14 +223,14 @@ def entropy_tab(views: list[Shown]) -> None:
     )
     models_difference(views, [v.special.layers for v in views], ["entropy", "cls_entropy"], NAMES)
 
-    def draw(v: Shown, sfx: str) -> None:
+    def draw(v: ShownResult, sfx: str) -> None:
         heads = v.special.heads
         show_figure(entropy_figure(heads["entropy"], heads["cls_entropy"], v.special.uniform_entropy), "entropy" + sfx)
 
     side_by_side(views, draw)
 
 
-def head_map_tab(views: list[Shown]) -> None:
+def head_map_tab(views: list[ShownResult]) -> None:
     """The MDS map of the heads by Jensen-Shannon divergence, with the behaviour labels."""
     if all(v.head_map is None for v in views):
         for view in [v for v in views if v.from_file] or views[:1]:
@@ -271,7 +251,7 @@ def head_map_tab(views: list[Shown]) -> None:
     side_by_side(views, draw_head_map)
 
 
-def no_head_map(view: Shown) -> None:
+def no_head_map(view: ShownResult) -> None:
     """Why a model has no head map, and how to get one."""
     st.info(
         f"{view.model}: the result file has no head map; run the command with --head-map to include it."
@@ -280,7 +260,7 @@ def no_head_map(view: Shown) -> None:
     )
 
 
-def draw_head_map(view: Shown, sfx: str) -> None:
+def draw_head_map(view: ShownResult, sfx: str) -> None:
     """One model's head map and its JS-divergence table download."""
     hm = view.head_map
     if hm is None:
@@ -292,7 +272,7 @@ def draw_head_map(view: Shown, sfx: str) -> None:
     download_table(distances.reset_index(names="head"), "js_divergence" + sfx, key=f"{KEY}_js_csv{sfx}")
 
 
-def gradient_tab(views: list[Shown]) -> None:
+def gradient_tab(views: list[ShownResult]) -> None:
     """Gradient of the masked-LM loss with respect to attention, to [SEP] and to all keys (Clark Fig. 3)."""
     st.markdown(
         "Mean magnitude of the gradient of the masked-LM loss (15% of non-special tokens masked, fixed "
@@ -302,12 +282,12 @@ def gradient_tab(views: list[Shown]) -> None:
     side_by_side(views, draw_gradients)
 
 
-def ask_gradients(view: Shown) -> None:
+def ask_gradients(view: ShownResult) -> None:
     """Remember (button callback) that the visitor wants gradient importance beside a shipped result."""
     st.session_state[grad_asked_key(view.model, view.fingerprint)] = True
 
 
-def draw_gradients(view: Shown, sfx: str) -> None:
+def draw_gradients(view: ShownResult, sfx: str) -> None:
     """One model's gradient importance, or why it is missing (with a button when it only waits to be asked)."""
     if view.grad_reason is not None:
         st.info(f"Gradient importance is not shown: {view.grad_reason}")
@@ -328,7 +308,7 @@ def draw_gradients(view: Shown, sfx: str) -> None:
     download_table(grad_table, "gradient_importance" + sfx, key=f"{KEY}_grad_csv{sfx}")
 
 
-def view_json(view: Shown) -> dict:
+def view_json(view: ShownResult) -> dict:
     """One model's numbers as the JSON download holds them (0-based, as the command line)."""
     out = {"model": view.model, "corpus": view.corpus, "source": view.source, **view.run.to_json()}
     if view.gradients is not None:
@@ -336,7 +316,7 @@ def view_json(view: Shown) -> dict:
     return out
 
 
-def tables_tab(views: list[Shown]) -> None:
+def tables_tab(views: list[ShownResult]) -> None:
     """Per-layer and per-head tables (a model column in each) and everything as JSON (0-based)."""
     st.markdown("Per layer (mean over heads); layers from 1.")
     per_layer = pd.concat([layer_frame(v.model, v.special.layers) for v in views], ignore_index=True)
@@ -351,13 +331,13 @@ def tables_tab(views: list[Shown]) -> None:
     st.caption("The JSON counts layers and heads from 0, like the command line.")
 
 
-def summary(views: list[Shown]) -> None:
+def summary(views: list[ShownResult]) -> None:
     """Where the numbers come from, and how many inputs were truncated."""
     for view in views:
         special = view.special
         st.caption(
             f"{special.n_inputs} inputs from {view.corpus}; {view.model}, {view.source}. "
-            f"Punctuation: {PUNCT_OPTIONS['all' if special.all_punct else 'clark']}."
+            f"Punctuation: {PUNCT_LABELS[special.all_punct]}."
         )
         if special.n_truncated:
             st.warning(f"{view.model}: {special.n_truncated} inputs were longer than its maximum length and were cut.")

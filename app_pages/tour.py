@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,28 +11,26 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from attnlib.corpus import CorpusInput, Sentence, read_conllu, read_corpus
-from attnlib.deps import DIRECTIONS, DependencyCounts, dependency_counts_from_json, head_on_sentence
+from attnlib.analyses import analysis_named
+from attnlib.analysis import run_analysis
+from attnlib.corpus import Sentence
+from attnlib.deps import DIRECTIONS, head_on_sentence
 from attnlib.engine import accumulate
 from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
 from attnlib.patterns import PatternAccumulator
-from attnlib.positions import CORRELATIONS, PositionsResult, corpus_positions, positions_from_json
-from attnlib.precomputed import shipped_result
-from attnlib.results import ResultFile
+from attnlib.positions import CORRELATIONS, PositionsResult
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, corpus_slug
 from attnlib.special import SpecialTokenResult
-from attnlib.special_tokens import SpecialTokens, largest_weight_norm_gap, special_tokens, special_tokens_from_json
+from attnlib.special_tokens import SpecialTokens, largest_weight_norm_gap
 from attnlib.tour import (
-    FULL_MIN_COUNT,
     NO_OP_NAMES,
-    POSITIONS_OPTIONS,
     POSITIONS_SLICE,
     SHARE_NAMES,
-    SHIPPED_OPTIONS,
     SLICE,
     SLICE_MIN_COUNT,
     STEPS,
     TOUR_CORPORA,
+    TOUR_OPTIONS,
     Step,
     entropy_notice,
     head_name,
@@ -52,18 +49,21 @@ from attnlib.views.head_view import head_view_html
 from attnlib.views.norms import weights_vs_norms_figure
 from attnlib.views.positions import center_of_mass_chart, median_correlation_chart
 from attnlib.views.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
+from ui.corpus_picker import shipped_corpus
 from ui.data_table import data_table
 from ui.dependency_example import example_maps
 from ui.live_inputs import DEFAULT_A, DEFAULT_B, cached_run
 from ui.model_sidebar import current_model, model_named
 from ui.plotly_figure import plotly_figure
 from ui.progress import progress
+from ui.result_source import shipped
 
 KEY = "tour"
 NORM_CLASSES = ("cls", "sep", "punct", "other")
 PROJECTOR_FONT = 18
 PROJECTOR_HEIGHT = 540
 EXAMPLE_MAX_WORDS = 16  # step 5's example sentence must read on a projector
+TITLES = {"special": "Special tokens", "deps": "Dependency heads", "positions": "Attribution (estimate mode)"}
 
 
 # ---------- results: shipped for the model, else computed once on a slice --------------------------------------------
@@ -75,19 +75,7 @@ class Sourced:
 
     value: object
     source: str
-
-
-@st.cache_resource(max_entries=8, show_spinner=False)  # shared, not copied on each call: EWT dev is 2001 sentences
-def _corpus(path: str) -> tuple[str, list[CorpusInput]]:
-    """A shipped corpus (SHA-1 of its bytes, its inputs), read once per process."""
-    digest = hashlib.sha1(Path(path).read_bytes()).hexdigest()
-    return digest, list(read_conllu(path) if path.endswith(".conllu") else read_corpus(path))
-
-
-def _shipped(command: str, model_name: str) -> ResultFile | None:
-    """The shipped result of a command on its tour corpus, when one exists for this model."""
-    digest, inputs = _corpus(str(TOUR_CORPORA[command]))
-    return shipped_result(command, model_name, digest, len(inputs), SHIPPED_OPTIONS[command])
+    shipped: bool = True  # else computed here on a slice
 
 
 def _slice_source(n: int, path: Path) -> str:
@@ -95,55 +83,38 @@ def _slice_source(n: int, path: Path) -> str:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _special_on_slice(model_name: str) -> SpecialTokens:
-    inputs = _corpus(str(TOUR_CORPORA["special"]))[1][:SLICE]
-    with progress("Special tokens") as report:
-        return special_tokens(model_named(model_name), inputs, False, False, with_norms=True, progress=report)
+def _on_slice(analysis: str, model_name: str, n: int) -> object:
+    """The tour's analysis on the first n inputs of its corpus, computed once per model."""
+    inputs = shipped_corpus(TOUR_CORPORA[analysis]).inputs[:n]
+    with progress(TITLES[analysis]) as report:
+        found = analysis_named(analysis)
+        return run_analysis(found, model_named(model_name), TOUR_OPTIONS[analysis], inputs={found.sources[0]: inputs},
+                            progress=report).result  # fmt: skip
 
 
-def _shipped_else_slice(command: str, model_name: str, parse: Callable, on_slice: Callable, n: int) -> Sourced:
-    """A command's shipped result for this model (read by `parse`), else `on_slice` computed on the first n inputs."""
-    record = _shipped(command, model_name)
-    if record is not None:
-        return Sourced(parse(record.result), record.provenance())
-    return Sourced(on_slice(model_name), _slice_source(n, TOUR_CORPORA[command]))
+def _shipped_else_slice(analysis: str, model_name: str, n: int) -> Sourced:
+    """An analysis's shipped result on its tour corpus for this model, else computed on the first n inputs."""
+    found = shipped(analysis, model_name, shipped_corpus(TOUR_CORPORA[analysis]), TOUR_OPTIONS[analysis])
+    if found is not None:
+        return Sourced(*found)
+    return Sourced(_on_slice(analysis, model_name, n), _slice_source(n, TOUR_CORPORA[analysis]), shipped=False)
 
 
 def special_result(model_name: str) -> Sourced:
     """`special` (with norms) on the classroom pairs: shipped, else computed on a slice."""
-    return _shipped_else_slice("special", model_name, special_tokens_from_json, _special_on_slice, SLICE)
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _deps_on_slice(model_name: str) -> DependencyCounts:
-    lm = model_named(model_name)
-    counts = DependencyCounts(lm.facts.n_layers, lm.facts.n_heads)
-    with progress("Dependency heads") as report:
-        accumulate(lm, _corpus(str(TOUR_CORPORA["deps"]))[1][:SLICE], [counts], progress=report)
-    return counts
+    return _shipped_else_slice("special", model_name, SLICE)
 
 
 def deps_result(model_name: str) -> Sourced:
-    """`deps` counts on gold EWT dev with the table's minimum count: shipped, else computed on a slice."""
-    record = _shipped("deps", model_name)
-    if record is not None and record.state is not None:
-        return Sourced((dependency_counts_from_json(record.state), FULL_MIN_COUNT), record.provenance())
-    source = _slice_source(SLICE, TOUR_CORPORA["deps"])
-    return Sourced((_deps_on_slice(model_name), SLICE_MIN_COUNT), source)
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _positions_on_slice(model_name: str) -> PositionsResult:
-    lm = model_named(model_name)
-    with progress("Attribution (estimate mode)") as report:
-        inputs = _corpus(str(TOUR_CORPORA["positions"]))[1][:POSITIONS_SLICE]
-        result = corpus_positions(lm, inputs, POSITIONS_OPTIONS, report)
-    return result
+    """`deps` on gold EWT dev, with the minimum count of its table: shipped, else computed on a slice."""
+    got = _shipped_else_slice("deps", model_name, SLICE)
+    min_count = TOUR_OPTIONS["deps"].min_count if got.shipped else SLICE_MIN_COUNT  # type: ignore[attr-defined]
+    return Sourced((got.value.counts, min_count), got.source, got.shipped)  # type: ignore[attr-defined]
 
 
 def positions_result(model_name: str) -> Sourced:
     """`positions` in estimate mode on the classroom sentences: shipped, else computed on a slice."""
-    return _shipped_else_slice("positions", model_name, positions_from_json, _positions_on_slice, POSITIONS_SLICE)
+    return _shipped_else_slice("positions", model_name, POSITIONS_SLICE)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -151,7 +122,9 @@ def pattern_scores(model_name: str) -> np.ndarray:
     """Head-finder scores [patterns, layers, heads] on the first sentences and pairs of the classroom set."""
     lm = model_named(model_name)
     acc = PatternAccumulator(lm.facts.n_layers, lm.facts.n_heads)
-    inputs = _corpus(str(CLASSROOM_SINGLE))[1][: SLICE // 2] + _corpus(str(CLASSROOM_PAIRS))[1][: SLICE // 2]
+    inputs = (
+        shipped_corpus(CLASSROOM_SINGLE).inputs[: SLICE // 2] + shipped_corpus(CLASSROOM_PAIRS).inputs[: SLICE // 2]
+    )
     with progress("Head finder") as report:
         accumulate(lm, inputs, [acc], progress=report)
     return acc.scores()
@@ -164,7 +137,7 @@ def gradient_result(model_name: str) -> GradientImportanceResult | None:
     if unavailable_reason(lm) is not None:
         return None
     with progress("Gradient importance") as report:
-        result = gradient_importance(lm, _corpus(str(TOUR_CORPORA["special"]))[1][:SLICE], progress=report)
+        result = gradient_importance(lm, shipped_corpus(TOUR_CORPORA["special"]).inputs[:SLICE], progress=report)
     return result
 
 
@@ -310,7 +283,7 @@ def render_syntax(model_name: str, shown: str) -> None:
     )  # fmt: skip
     if rows:
         top = rows[0]
-        sentences = _corpus(str(TOUR_CORPORA["deps"]))[1][:SLICE]
+        sentences = shipped_corpus(TOUR_CORPORA["deps"]).inputs[:SLICE]
         d = DIRECTIONS.index(top.direction)
         _syntax_example(model_name, sentences, top.relation, top.layer, top.head, d)  # type: ignore[arg-type]
     data_table(frame, key="tour_syntax_table")

@@ -1,13 +1,28 @@
-"""attnlib: attention maps and statistics of BERT-family encoders, without any UI."""
+"""attnlib: attention maps and statistics of BERT-family encoders, without any UI.
 
+    import attnlib
+    lm = attnlib.load_model()                     # the default model; any BERT-family id or folder
+    maps = attnlib.analyse("attention", lm, text="The cat sat.", pair="It was tired.")
+    special = attnlib.analyse("special", lm, corpus="data/classroom_pairs.tsv", head_map=True)
+    special.to_json()                             # what `attnlib special --json` prints, without the model
+
+`attnlib.ANALYSES` names every analysis (each one a command of the command line with the same options).
+"""
+
+__version__ = "0.1.0"
+
+from .analyses import ANALYSES, analyse
+from .analysis import Analysis, OptionError
 from .corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
 from .model import DEFAULT_MODEL, LoadedModel, ModelFacts, ModelLoadError, load_model
+from .results import ResultFile, ResultFileError, read_result_file
 from .runner import Encoded, InputError, RunResult, encode, run, run_batches
 from .words import word_level_attention
 
-__version__ = "0.1.0"
 __all__ = [
+    "ANALYSES",
     "DEFAULT_MODEL",
+    "Analysis",
     "CorpusError",
     "CorpusInput",
     "Encoded",
@@ -15,12 +30,17 @@ __all__ = [
     "LoadedModel",
     "ModelFacts",
     "ModelLoadError",
+    "OptionError",
+    "ResultFile",
+    "ResultFileError",
     "RunResult",
     "Sentence",
+    "analyse",
     "encode",
     "load_model",
     "read_conllu",
     "read_corpus",
+    "read_result_file",
     "read_text_corpus",
     "run",
     "run_batches",

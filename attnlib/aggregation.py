@@ -1,4 +1,5 @@
-"""Agreement of attention, norm and rollout maps with layer-output attribution per layer, and their centres of mass (§13).
+"""The `aggregation` analysis: agreement of attention, norm and rollout maps with layer-output attribution per layer,
+and their centres of mass (METHODS §11-13).
 
 Per input: the five measures of NormMaps.measures and G_out of hidden_token_attribution, both [layers, n, n]; the
 per-row Pearson/Spearman sums and the relative-position histograms are the ones of positions.py, with the measures
@@ -9,15 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import ClassVar
 
 import numpy as np
 
+from .analysis import Analysis, Options, option, own_loop, single_result
 from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
 from .corpus import CorpusInput
 from .engine import Progress
 from .model import LoadedModel
 from .norms import MEASURES, norm_maps
-from .positions import CorrelationSums, RelativePositionHistogram
+from .positions import MODE_HELP, PROBES_HELP, SEED_HELP, CorrelationSums, RelativePositionHistogram
 from .results import ResultFileError, json_ready
 from .runner import RunResult, run_batches
 
@@ -25,12 +29,12 @@ ATTRIBUTION = "attribution"
 
 
 @dataclass(frozen=True)
-class AggregationOptions:
+class AggregationOptions(Options):
     """How layer-output attribution is computed."""
 
-    mode: Mode = "estimate"
-    probes: int = DEFAULT_PROBES
-    seed: int = DEFAULT_SEED
+    mode: Mode = option("estimate", MODE_HELP, compare=True)
+    probes: int = option(DEFAULT_PROBES, PROBES_HELP, minimum=1, compare=True)
+    seed: int = option(DEFAULT_SEED, SEED_HELP, compare=True)
 
 
 @dataclass
@@ -45,7 +49,7 @@ class AggregationResult:
     offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # [offsets], -max..max
     histograms: dict[str, np.ndarray] = field(default_factory=dict)  # MEASURES and "attribution" -> [layers, offsets]
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         """The JSON of the `aggregation` command (0-based layers, NaN as None)."""
         return json_ready(
             {
@@ -60,8 +64,16 @@ class AggregationResult:
         )
 
     @classmethod
-    def from_dict(cls, d: dict) -> AggregationResult:
-        """Read back what to_dict wrote (None read as NaN; results written before histograms have none)."""
+    def from_json(cls, d: dict) -> AggregationResult:
+        """Read back what to_json wrote (None read as NaN; results written before histograms have none);
+        ResultFileError when malformed."""
+        try:
+            return cls._from_json(d)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultFileError(f"the `aggregation` result is incomplete or malformed ({exc!r}).") from exc
+
+    @classmethod
+    def _from_json(cls, d: dict) -> AggregationResult:
 
         def arrays(part: dict, names: Sequence[str]) -> dict[str, np.ndarray]:
             return {name: np.array(part[name], dtype=float) for name in names}
@@ -81,6 +93,7 @@ class AggregationResult:
 class AggregationAccumulator:
     """Correlation sums per layer and measure, and relative-position sums per layer for each measure and G_out."""
 
+    needs_norms: ClassVar[bool] = True  # its maps are made from each run's value vectors
     n_layers: int
     options: AggregationOptions = AggregationOptions()
     correlation: CorrelationSums = field(default=None)  # type: ignore[assignment]  # [layers, measures], set below
@@ -153,9 +166,19 @@ def accumulate_aggregation(
     return acc
 
 
-def aggregation_from_json(result: dict) -> AggregationResult:
-    """The AggregationResult of the `aggregation` command's JSON."""
-    try:
-        return AggregationResult.from_dict(result)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ResultFileError(f"the `aggregation` result is incomplete or malformed ({exc!r}).") from exc
+def aggregation_accumulators(lm: LoadedModel, options: AggregationOptions) -> list:
+    """An empty aggregation accumulator for the model."""
+    return [AggregationAccumulator(lm.facts.n_layers, options)]
+
+
+AGGREGATION: Analysis[AggregationOptions, AggregationResult] = Analysis(
+    name="aggregation",
+    help="per-layer agreement of attention, norms and rollouts with layer-output attribution",
+    options=AggregationOptions,
+    reads="corpus",
+    result=AggregationResult,
+    methods=(11, 12, 13),
+    accumulators=aggregation_accumulators,
+    finish=single_result,
+    fill=partial(own_loop, accumulate_aggregation),
+)

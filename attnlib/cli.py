@@ -1,4 +1,5 @@
-"""Command line: `python -m attnlib <command> ... --json`; each module in attnlib.commands adds one command."""
+"""Command line: `python -m attnlib <command> ... --json`; one command per analysis (attnlib.analyses), its flags made
+from the analysis's options, and the commands that are not one analysis (attnlib.commands: the report)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,27 @@ import importlib
 import json
 import pkgutil
 import sys
+from functools import partial
 from typing import NoReturn
 
 from . import commands
+from .analyses import ANALYSES
+from .analysis import Analysis, OptionError, Options, run_analysis
+from .cli_options import (
+    add_input_flags,
+    add_model_option,
+    add_option_flags,
+    add_out_option,
+    add_scale_options,
+    options_from_args,
+)
 from .corpus import CorpusError
 from .engines import ScaleError
 from .model import ModelLoadError
-from .results import json_ready
+from .results import json_ready, write_result_file
 from .runner import InputError
 
-USER_ERRORS = (CorpusError, ModelLoadError, InputError, FileNotFoundError, ScaleError)
+USER_ERRORS = (CorpusError, ModelLoadError, InputError, FileNotFoundError, ScaleError, OptionError)
 USAGE_ERROR = 2  # exit status of user errors, as argparse uses
 
 
@@ -29,13 +41,73 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(USAGE_ERROR)
 
 
+def add_analysis(sub: argparse._SubParsersAction, analysis: Analysis) -> None:
+    """The command of one analysis: what it reads, its options, the model flags, and --out (with the scale-out flags
+    for a corpus)."""
+    p = sub.add_parser(analysis.name, help=analysis.help)
+    add_input_flags(p, analysis)
+    add_option_flags(p, analysis.options)
+    add_model_option(p)
+    if analysis.reads == "text":
+        add_out_option(p)
+    else:
+        add_scale_options(p)
+    p.set_defaults(handler=partial(handle_analysis, analysis))
+
+
+def note(line: str) -> None:
+    """What a long run will cost, on stderr."""
+    print(line, file=sys.stderr)
+
+
+def handle_analysis(analysis: Analysis, args: argparse.Namespace) -> dict:
+    """Run the analysis on the command's inputs; write --out if given; return its JSON."""
+    options = options_from_args(analysis.options, args)
+    if analysis.reads == "text":
+        run = run_analysis(analysis, args.model, options, text=args.text, pair=args.pair, device=args.device, note=note)
+    else:
+        run = run_analysis(
+            analysis,
+            args.model,
+            options,
+            inputs={source: getattr(args, source) for source in analysis.sources},
+            limit=args.limit,
+            engine=args.engine,
+            device=args.device,
+            workers=args.workers,
+            cpus_per_worker=args.cpus_per_worker,
+            batch_size=args.batch_size,
+        )
+    if args.out:
+        write_result_file(args.out, run.result_file())
+    return run.to_json()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The parser with one sub-command per module of attnlib.commands."""
+    """The parser with one sub-command per analysis and per module of attnlib.commands, in alphabetical order."""
     parser = OneLineParser(prog="python -m attnlib", description="Attention statistics of BERT-family models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    adders = {name: partial(add_analysis, analysis=a) for name, a in ANALYSES.items()}
+    for info in pkgutil.iter_modules(commands.__path__):
+        adders[info.name] = importlib.import_module(f"{commands.__name__}.{info.name}").register
+    for name in sorted(adders):
+        adders[name](sub)
     return parser
+
+
+def parse_command(argv: list[str]) -> argparse.Namespace | None:
+    """The parse of these arguments, or None when this attnlib lacks the command or one of its flags."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = sub.choices.get(argv[0]) if argv else None
+    if command is None or any(a.startswith("--") and a not in command._option_string_actions for a in argv[1:]):
+        return None
+    return parser.parse_args(argv)
+
+
+def command_options(args: argparse.Namespace) -> Options:
+    """The analysis options of a parsed analysis command."""
+    return options_from_args(ANALYSES[args.command].options, args)
 
 
 def main(argv: list[str] | None = None) -> int:

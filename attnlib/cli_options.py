@@ -1,17 +1,19 @@
-"""Command-line options shared by the commands, argparse types, and the corpus run and `--out` file of a command."""
+"""Command-line flags: each analysis's, built from its options dataclass, the shared run flags, and argparse types."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, fields
+from typing import Any, get_type_hints
 
+from .analysis import DEFAULT_BATCH_SIZE, Analysis, Options, choices_of
 from .attribution import DEFAULT_PROBES, MODES
 from .corpus import CorpusInput
 from .engines import ENGINES, CorpusRun, Fill, MakeAccumulators, engine_fill, run_accumulators
 from .model import DEFAULT_MODEL
 from .results import make_result_file, write_result_file
 
-DEFAULT_BATCH_SIZE = 32
 CORPUS_HELP = "a text file (one input per line, TAB between A and B) or a .conllu file"
 RUN_ARGS = {
     "handler",
@@ -29,15 +31,22 @@ RUN_ARGS = {
 }  # argparse fields that are not options of the statistic (the batch size changes only the order of float sums)
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer of 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+def at_least(minimum: int | None) -> Callable[[str], int]:
+    """argparse type: a whole number of `minimum` or more (any whole number for None)."""
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return whole_number
+
+
+positive_int = at_least(1)
 
 
 def positive_float(text: str) -> float:
@@ -76,6 +85,63 @@ def add_corpus_options(
         default=DEFAULT_BATCH_SIZE,
         help=f"inputs per forward pass (default {DEFAULT_BATCH_SIZE})",
     )
+
+
+INPUT_FLAGS: dict[str, dict[str, str]] = {  # help of each input flag, and the unit of --limit and --batch-size
+    "corpus": {"--corpus": CORPUS_HELP, "limit": "inputs", "batch": "inputs"},
+    "conllu": {"--conllu": "path of a CoNLL-U file (gold trees)", "limit": "sentences", "batch": "inputs"},
+    "treebanks": {
+        "--train": "CoNLL-U file to train on (gold trees)",
+        "--test": "CoNLL-U file to score on (gold trees)",
+        "limit": "sentences of each file",
+        "batch": "sentences",
+    },
+}
+
+
+def add_input_flags(parser: argparse.ArgumentParser, analysis: Analysis) -> None:
+    """What the analysis reads: --text and --pair, or its files with --limit and --batch-size."""
+    if analysis.reads == "text":
+        add_text_options(parser)
+        return
+    flags = INPUT_FLAGS[analysis.reads]
+    for flag in analysis.sources:
+        parser.add_argument(f"--{flag}", required=True, help=flags[f"--{flag}"])
+    parser.add_argument("--limit", type=positive_int, default=None, help=f"use only the first N {flags['limit']}")
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"{flags['batch']} per forward pass (default {DEFAULT_BATCH_SIZE})",
+    )
+
+
+def add_option_flags(parser: argparse.ArgumentParser, options_type: type[Options]) -> None:
+    """One flag per field of an options dataclass: --name-with-hyphens, its default the field's, its help the field's
+    (a bool that defaults to False is a switch; a Literal gives the choices; `minimum` bounds a whole number)."""
+    hints = get_type_hints(options_type)
+    for f in fields(options_type):
+        flag, kind, meta = "--" + f.name.replace("_", "-"), hints[f.name], f.metadata
+        assert f.default is not MISSING, f"{options_type.__name__}.{f.name} needs a default"
+        if kind is bool:
+            if f.default:
+                parser.add_argument(f"--no-{flag[2:]}", dest=f.name, action="store_false", help=meta["help"])
+            else:
+                parser.add_argument(flag, action="store_true", help=meta["help"])
+            continue
+        choices = choices_of(kind)
+        convert: Any = str if choices is not None else at_least(meta.get("minimum")) if kind is int else kind
+        parser.add_argument(flag, type=convert, choices=choices, default=f.default, help=meta["help"])
+
+
+def options_from_args(options_type: type[Options], args: argparse.Namespace) -> Options:
+    """The options dataclass of parsed arguments."""
+    return options_type(**{f.name: getattr(args, f.name) for f in fields(options_type)})
+
+
+def add_out_option(parser: argparse.ArgumentParser) -> None:
+    """--out of a one-input analysis (the corpus ones have it with the scale-out flags)."""
+    parser.add_argument("--out", default=None, metavar="FILE", help="also write the result as a JSON result file")
 
 
 def add_scale_options(parser: argparse.ArgumentParser) -> None:

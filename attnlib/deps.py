@@ -1,4 +1,5 @@
-"""Dependency-head accuracy of single attention heads against a fixed-offset baseline (METHODS section 7, Clark Table 1)."""
+"""The `deps` analysis: dependency-head accuracy of single attention heads against a fixed-offset baseline on gold
+trees (METHODS §6-7, Clark Table 1)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import cast
 
 import numpy as np
 
+from .analysis import Analysis, Options, option
 from .corpus import CorpusInput, Sentence
 from .engine import MADE_IN_POST_INIT
+from .model import LoadedModel
 from .results import ResultFileError, numeric_array
 from .runner import RunResult
 from .words import ROW_RULES, RowRule, word_level_attention
@@ -20,6 +23,7 @@ OFFSETS = np.array([-3, -2, -1, 1, 2, 3])  # baseline: predicted head = i + k; t
 EXCLUDED_RELATIONS = ("root", "punct")  # never listed as their own row, but pooled in "all"
 ALL = "all"
 
+PAPER_MODELS = ("bert-base-uncased", "google-bert/bert-base-uncased")  # the model Clark et al. Table 1 is about
 # Clark et al. (2019) Table 1, BERT-base uncased on WSJ dev (Stanford Dependencies). Layer-head are 1-based as printed;
 # accuracies in percent; the closest UD label is ours (None where UD has no counterpart: prepositions attach as `case`).
 CLARK_TABLE1: tuple[tuple[str, str | None, str, float, float, int], ...] = (
@@ -355,17 +359,6 @@ class DependencyCounts:
         )
 
 
-def count_dependencies(
-    lm, sentences: Sequence[Sentence], rule: RowRule = "mean", batch_size: int = 32, progress=None
-) -> DependencyCounts:
-    """Run the model over sentences (lists of words) and count every head's dependency predictions."""
-    from .engine import accumulate
-
-    counts = DependencyCounts(lm.facts.n_layers, lm.facts.n_heads, rule)
-    accumulate(lm, sentences, [counts], batch_size=batch_size, progress=progress)
-    return counts
-
-
 DEPENDENCY_ARRAYS = {"totals": 2, "head_hits": 5, "offset_hits": 3, "n_sentences": 1, "n_words": 1}  # name -> rank
 
 
@@ -400,3 +393,75 @@ def dependency_counts_from_json(state: dict) -> DependencyCounts:
         if isinstance(exc, ResultFileError):
             raise
         raise ResultFileError(f"the `deps` counts are incomplete or malformed ({exc!r}).") from exc
+
+
+@dataclass(frozen=True)
+class DepsOptions(Options):
+    """How a word's attention row is made from its pieces', and which relations the table lists (the counts hold
+    every relation)."""
+
+    min_count: int = option(
+        100,
+        "list relations with at least this many dependents (default %(default)s); 'all' is always listed",
+        minimum=0,
+        view=True,
+    )
+    rule: RowRule = option(
+        "mean", "a word's row from its pieces' rows: their mean (the paper), the first's, or their maximum renormalised"
+    )
+
+
+@dataclass
+class DepsResult:
+    """A treebank's dependency counts (every head, relation and sentence half) and the table they give."""
+
+    counts: DependencyCounts
+    table: DependencyTable
+
+    def to_json(self) -> dict:
+        """The table: n_sentences (analysed), n_words, n_skipped (too long for the model), one row per relation."""
+        return self.table.as_json()
+
+    def for_options(self, options: DepsOptions) -> DepsResult:
+        """The table at these options' minimum count."""
+        return DepsResult(self.counts, self.counts.table(min_count=options.min_count))
+
+    def state_json(self) -> dict:
+        """Every count, so a page can make the table for any minimum count, the grids and the halves."""
+        return dependency_counts_to_json(self.counts)
+
+    @classmethod
+    def from_json(cls, data: dict, state: dict | None) -> DepsResult:
+        """The counts of a result file's state and its table; ResultFileError when malformed."""
+        if state is None:
+            raise ResultFileError("the `deps` result file has no counts (state).")
+        try:
+            rows = [DependencyRow(**row) for row in data["rows"]]
+            table = DependencyTable(rows, int(data["n_sentences"]), int(data["n_words"]), int(data["n_skipped"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultFileError(f"the `deps` table is incomplete or malformed ({exc!r}).") from exc
+        return cls(dependency_counts_from_json(state), table)
+
+
+def dependency_accumulators(lm: LoadedModel, options: DepsOptions) -> list:
+    """Empty dependency counts for the model, word rows merged by the options' rule."""
+    return [DependencyCounts(lm.facts.n_layers, lm.facts.n_heads, options.rule)]
+
+
+def dependency_result(accumulators: list, options: DepsOptions) -> DepsResult:
+    """The filled counts and their table at the options' minimum count."""
+    counts: DependencyCounts = accumulators[0]
+    return DepsResult(counts, counts.table(min_count=options.min_count))
+
+
+DEPS: Analysis[DepsOptions, DepsResult] = Analysis(
+    name="deps",
+    help="dependency-head accuracy of every head on a CoNLL-U file (Clark et al. Table 1)",
+    options=DepsOptions,
+    reads="conllu",
+    result=DepsResult,
+    methods=(6, 7, 10),
+    accumulators=dependency_accumulators,
+    finish=dependency_result,
+    json_model=False,
+)

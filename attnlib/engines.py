@@ -266,7 +266,7 @@ class CorpusRun:
 
 
 def run_accumulators(
-    model: str,
+    model: str | LoadedModel,
     inputs: Sequence[CorpusInput],
     make_accumulators: MakeAccumulators,
     fill: Fill = engine_fill,
@@ -279,20 +279,26 @@ def run_accumulators(
 ) -> CorpusRun:
     """The scale API: fill make_accumulators(lm) over the corpus with the chosen engine and device; returns them merged.
 
-    make_accumulators and fill go to the Ray workers, so they must pickle (module functions or functools.partial)."""
+    A loaded model runs as it is locally; with Ray each worker loads it by its name. make_accumulators and fill go to
+    the Ray workers, so they must pickle (module functions or functools.partial)."""
     if engine not in ENGINES:
         raise ScaleError(f"--engine {engine}: choose one of {', '.join(ENGINES)}.")
     start = time.perf_counter()
     if engine == "local":
-        check_device(device)
-        lm = load_model(model, device=device)
+        if isinstance(model, LoadedModel):
+            lm, device = model, model.device
+        else:
+            check_device(device)
+            lm = load_model(model, device=device)
         accumulators = fill(lm, inputs, make_accumulators(lm), batch_size, progress)
         return CorpusRun(lm.facts, accumulators, engine, device, 1, time.perf_counter() - start)
     if workers < 1:
         raise ScaleError("--workers must be 1 or more.")
     _import_ray()
-    lm = load_model(model, device="cpu")  # the driver only tokenizes (to plan batches) and reads the model's facts
+    name = model.facts.name if isinstance(model, LoadedModel) else model
+    # the driver only tokenizes (to plan batches) and reads the model's facts
+    lm = model if isinstance(model, LoadedModel) else load_model(name, device="cpu")
     accumulators, info = run_on_ray(
-        lm, model, device, inputs, make_accumulators, fill, batch_size, workers, cpus_per_worker, progress
+        lm, name, device, inputs, make_accumulators, fill, batch_size, workers, cpus_per_worker, progress
     )
     return CorpusRun(lm.facts, accumulators, engine, device, workers, time.perf_counter() - start, info)

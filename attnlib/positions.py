@@ -1,20 +1,23 @@
-"""Relative-position histograms and centres of mass (METHODS §8), and attention-attribution correlation (§9)."""
+"""The `positions` analysis: relative-position histograms and centres of mass of attention and of Hidden Token
+Attribution (METHODS §8), and their correlation per head (§9), over a corpus."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import numpy as np
 from scipy.stats import rankdata
 
+from .analysis import Analysis, Options, option, own_loop, single_result
 from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
 from .corpus import CorpusInput
+from .engine import Progress
 from .model import LoadedModel
 from .results import ResultFileError, json_ready
 from .runner import RunResult, run_batches
 
-Progress = Callable[[int, int], None]
 CORRELATIONS = ("pearson_previous", "spearman_previous", "pearson_input", "spearman_input")
 
 
@@ -149,15 +152,22 @@ class CorrelationSums:
             return self.pearson / self.rows, self.spearman / self.rows
 
 
-@dataclass(frozen=True)
-class PositionOptions:
-    """How a corpus is turned into position statistics."""
+MODE_HELP = "exact or estimate (random probes; default %(default)s)"
+PROBES_HELP = "probes per token in estimate mode (default %(default)s)"
+SEED_HELP = "seed of the random probes (default %(default)s)"
 
-    mode: Mode = "estimate"
-    probes: int = DEFAULT_PROBES
-    seed: int = DEFAULT_SEED
-    drop_special: bool = False  # drop CLS/SEP as queries and keys of the histograms
-    identifiable_only: bool = False  # keep only inputs with n <= head dimension (Brunner et al.)
+
+@dataclass(frozen=True)
+class PositionOptions(Options):
+    """How a corpus is turned into position statistics (the attribution's mode, probes and seed, and the filters)."""
+
+    mode: Mode = option("estimate", MODE_HELP, compare=True)
+    probes: int = option(DEFAULT_PROBES, PROBES_HELP, minimum=1, compare=True)
+    seed: int = option(DEFAULT_SEED, SEED_HELP, compare=True)
+    drop_special: bool = option(False, "drop CLS/SEP as queries and keys of the histograms", compare=True)
+    identifiable_only: bool = option(
+        False, "keep only inputs no longer than the head dimension", compare=True
+    )  # Brunner et al.: longer inputs have non-identifiable attention
 
 
 @dataclass
@@ -191,8 +201,8 @@ class PositionsResult:
         """Per layer: the median over heads of one correlation."""
         return _layer_statistic(self.correlation[name], np.median)
 
-    def to_dict(self) -> dict:
-        """JSON-ready (numbers as lists, NaN as None)."""
+    def to_json(self) -> dict:
+        """The `positions` command's JSON (numbers as lists, NaN as None; layers and heads 0-based)."""
         return json_ready(
             {
                 "n_inputs": self.n_inputs,
@@ -217,9 +227,15 @@ class PositionsResult:
         )
 
     @classmethod
-    def from_dict(cls, d: dict) -> PositionsResult:
-        """Read back what to_dict wrote."""
+    def from_json(cls, d: dict) -> PositionsResult:
+        """Read back what to_json wrote; ResultFileError when malformed."""
+        try:
+            return cls._from_json(d)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultFileError(f"the `positions` result is incomplete or malformed ({exc!r}).") from exc
 
+    @classmethod
+    def _from_json(cls, d: dict) -> PositionsResult:
         def arr(x) -> np.ndarray:
             return np.array(x, dtype=float)  # None (JSON's NaN) becomes NaN
 
@@ -369,19 +385,20 @@ def accumulate_variants(
     return accs
 
 
-def corpus_positions(
-    lm: LoadedModel,
-    inputs: Sequence[CorpusInput],
-    options: PositionOptions = PositionOptions(),
-    progress: Progress | None = None,
-) -> PositionsResult:
-    """Relative-position histograms, centres of mass and correlations of a corpus (METHODS §8, §9)."""
-    return accumulate_positions(lm, inputs, options, progress).result()
+def position_accumulators(lm: LoadedModel, options: PositionOptions) -> list:
+    """An empty position accumulator for the model."""
+    f = lm.facts
+    return [PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, options)]
 
 
-def positions_from_json(result: dict) -> PositionsResult:
-    """The PositionsResult of the `positions` command's JSON; ResultFileError when malformed."""
-    try:
-        return PositionsResult.from_dict(result)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ResultFileError(f"the `positions` result is incomplete or malformed ({exc!r}).") from exc
+POSITIONS: Analysis[PositionOptions, PositionsResult] = Analysis(
+    name="positions",
+    help="relative-position histograms, centres of mass and attention/HTA correlation",
+    options=PositionOptions,
+    reads="corpus",
+    result=PositionsResult,
+    methods=(8, 9),
+    accumulators=position_accumulators,
+    finish=single_result,
+    fill=partial(own_loop, accumulate_positions),
+)

@@ -6,8 +6,6 @@ a page asks `shipped_result` (or `shipped_example`) and parses only the one file
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -15,13 +13,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from .analyses import ANALYSES
+from .analysis import Options
 from .attribution import Attribution
-from .cli import build_parser
-from .cli_options import command_options
 from .corpus import read_conllu, read_corpus
-from .results import ResultFile, read_result_file
+from .hta import HTA
+from .results import ResultFile, ResultFileError, read_result_file, text_pair_sha1
 from .shipped import PRECOMPUTED, ROOT, file_sha1
 
 INDEX = "index.json"
@@ -41,6 +38,7 @@ class ShippedEntry:
     corpus: dict  # name, path (repository-relative), sha1, n_inputs; the example has text_a and text_b instead of path
     options: dict
     argv: list[str] = field(default_factory=list)  # the CLI arguments that made it (without --out)
+    limit: int | None = None  # the --limit it ran with (the check file: the first few inputs)
     check_file: str | None = None  # the same command on the first few inputs, for tests and --check
     check_argv: list[str] = field(default_factory=list)
     seconds: float | None = None  # the script's time for this job (full run and check run)
@@ -61,12 +59,6 @@ def round_floats(value: Any, digits: int = SIGNIFICANT_DIGITS) -> Any:
     if isinstance(value, list):
         return [round_floats(v, digits) for v in value]
     return value
-
-
-def text_pair_sha1(text_a: str, text_b: str | None) -> str:
-    """The identity of a single input: SHA-1 of its line in a corpus file (A, a TAB and B when there is B)."""
-    line = text_a if not text_b else f"{text_a}\t{text_b}"
-    return hashlib.sha1(line.encode("utf-8")).hexdigest()
 
 
 def read_index(folder: Path = PRECOMPUTED) -> list[ShippedEntry]:
@@ -106,20 +98,25 @@ def shipped_results() -> list[ShippedEntry]:
     return list(_index())
 
 
-def _options_match(stored: dict, wanted: dict) -> bool:
-    """Only the keys the caller passes are compared (a missing stored key never matches)."""
-    return all(key in stored and stored[key] == value for key, value in wanted.items())
-
-
-def shipped_result(command: str, model: str, corpus_sha1: str, n_inputs: int, options: dict) -> ResultFile | None:
-    """The shipped result file of this command, model, corpus content, number of inputs and options; None if none."""
+def shipped_result(
+    command: str,
+    model: str,
+    corpus_sha1: str,
+    n_inputs: int,
+    options: Options,
+    train: tuple[str, int] | None = None,
+) -> ResultFile | None:
+    """The shipped result file of this analysis, model, corpus content and number of inputs (a probe's: the test
+    file, and the training file's (SHA-1, inputs) as `train`) whose options answer `options`; None if none."""
     for entry in _index():
+        trained_on = entry.corpus.get("train", {})
         if (
             entry.command == command
             and entry.model == model
             and entry.corpus.get("sha1") == corpus_sha1
             and entry.corpus.get("n_inputs") == n_inputs
-            and _options_match(entry.options, options)
+            and (train is None or (trained_on.get("sha1"), trained_on.get("n_inputs")) == train)
+            and ANALYSES[command].answers(entry.options, options)
         ):
             return _read(entry.file)
     return None
@@ -127,17 +124,8 @@ def shipped_result(command: str, model: str, corpus_sha1: str, n_inputs: int, op
 
 def shipped_example(model: str, text_a: str, text_b: str | None) -> Attribution | None:
     """The shipped exact attribution of this sentence or pair for this model (the Live page's default); None if none."""
-    found = shipped_result(EXAMPLE_COMMAND, model, text_pair_sha1(text_a, (text_b or "").strip()), 1, {"mode": "exact"})
-    if found is None:
-        return None
-    r = found.result
-    return Attribution(
-        tokens=list(r["tokens"]),
-        input=np.array(r["input"], np.float32),
-        previous=np.array(r["previous"], np.float32),
-        mode="exact",
-        probes=None,
-    )
+    found = shipped_result(EXAMPLE_COMMAND, model, text_pair_sha1(text_a, (text_b or "").strip()), 1, HTA.options())
+    return None if found is None else HTA.from_record(found)
 
 
 # A shipped slice against a fresh computation: floats are rounded to 6 significant digits in the files; float32 sums
@@ -164,49 +152,39 @@ def result_differences(a: Any, b: Any, path: str = "", rtol: float = 1e-4, atol:
     return [] if same else [f"{path}: {a!r} != {b!r}"]
 
 
-def parse_command(argv: list[str]) -> argparse.Namespace | None:
-    """The CLI's parse of these arguments, or None when this attnlib lacks the command or one of its options."""
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    command = sub.choices.get(argv[0])
-    if command is None or any(a.startswith("--") and a not in command._option_string_actions for a in argv[1:]):
-        return None
-    return parser.parse_args(argv)
-
-
-def example_options(args: argparse.Namespace) -> dict:
-    """The options of an `hta` example: the command's options without its texts (they are its corpus)."""
-    return {k: v for k, v in command_options(args).items() if k not in ("text", "pair")}
-
-
 @cache
 def _corpus_size(path: Path, sha1: str) -> int:
     """Inputs of a corpus file as the commands read it (cached per content: the treebanks take seconds to parse)."""
     return len(read_conllu(path) if path.suffix == ".conllu" else read_corpus(path))
 
 
-def stale_reasons(entry: ShippedEntry, root: Path = ROOT) -> list[str]:
-    """Why a shipped file no longer answers its arguments: the command, its options or the corpus file changed."""
-    args = parse_command(entry.argv)
-    if args is None:
-        return [f"this attnlib cannot run {' '.join(entry.argv)}"]
+def _corpus_problems(corpus: dict, limit: int | None, root: Path) -> list[str]:
+    """Why a file's corpus record no longer describes the repository's file: gone, changed, or another size."""
+    path = root / corpus["path"]
+    if Path(corpus["path"]).is_absolute() or not path.is_file():
+        return [f"the corpus {corpus['path']} is not a file of the repository"]
     problems = []
-    options = command_options(args)
-    if entry.command == EXAMPLE_COMMAND:
-        options = example_options(args)
-        if entry.corpus.get("sha1") != text_pair_sha1(args.text, args.pair):
-            problems.append("the example's texts changed")
-    if options != entry.options:
-        problems.append(f"the command's options are now {options}, the file has {entry.options}")
-    if entry.corpus.get("path") is not None:
-        path = root / entry.corpus["path"]
-        if Path(entry.corpus["path"]).is_absolute() or not path.is_file():
-            return [*problems, f"the corpus {entry.corpus['path']} is not a file of the repository"]
-        digest = file_sha1(path)
-        if digest != entry.corpus.get("sha1"):
-            problems.append(f"{entry.corpus['path']} has changed")
-        n = _corpus_size(path, digest)
-        expected = min(n, getattr(args, "limit", None) or n)
-        if entry.corpus.get("n_inputs") != expected:
-            problems.append(f"{entry.corpus.get('n_inputs')} inputs; the corpus and --limit now give {expected}")
+    digest = file_sha1(path)
+    if digest != corpus.get("sha1"):
+        problems.append(f"{corpus['path']} has changed")
+    n = _corpus_size(path, digest)
+    expected = min(n, limit or n)
+    if corpus.get("n_inputs") != expected:
+        problems.append(f"{corpus.get('n_inputs')} inputs; the corpus and --limit now give {expected}")
+    return problems
+
+
+def stale_reasons(entry: ShippedEntry, root: Path = ROOT) -> list[str]:
+    """Why a shipped file no longer answers its analysis: the analysis or its options changed, or its corpus file."""
+    analysis = ANALYSES.get(entry.command)
+    if analysis is None:
+        return [f"this attnlib has no analysis `{entry.command}`"]
+    problems = []
+    try:
+        analysis.options_from_json(entry.options)
+    except ResultFileError as exc:
+        problems.append(f"the options are not those of `{entry.command}` now: {exc}")
+    for corpus in (entry.corpus, entry.corpus.get("train")):
+        if corpus is not None and corpus.get("path") is not None:
+            problems += _corpus_problems(corpus, entry.limit, root)
     return problems

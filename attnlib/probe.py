@@ -1,4 +1,5 @@
-"""Clark's attention probe: every head's word-level map combined to predict each word's head (METHODS section 14)."""
+"""The `probe` analysis: Clark's attention probe, every head's word-level map combined to predict each word's head,
+trained on one treebank and scored on another (METHODS §14)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from .analysis import Analysis, Options, option
 from .corpus import CorpusError, CorpusInput, Sentence
 from .deps import DIRECTIONS, OFFSETS, DependencyCounts
 from .engine import Progress, accumulate
@@ -60,7 +62,7 @@ class ProbeCorpus:
             self.counts = DependencyCounts(self.n_layers, self.n_heads)
 
     def add(self, result: RunResult, item: CorpusInput) -> None:
-        """Keep one sentence's maps; a truncated sentence is only counted as skipped (as count_dependencies does)."""
+        """Keep one sentence's maps; a truncated sentence is only counted as skipped (as DependencyCounts does)."""
         assert self.counts is not None
         # the section 7 counts refuse anything but single gold sentences and hand back the mean-row word maps
         added = self.counts.add_with_maps(result, item)
@@ -303,7 +305,14 @@ class ProbeResult:
 
     @classmethod
     def from_json(cls, data: dict) -> ProbeResult:
-        """Read back what to_json wrote (a result file's `result`); KeyError, TypeError or ValueError when malformed."""
+        """Read back what to_json wrote (a result file's `result`); ResultFileError when malformed."""
+        try:
+            return cls._from_json(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultFileError(f"the `probe` result is incomplete or malformed ({exc!r}).") from exc
+
+    @classmethod
+    def _from_json(cls, data: dict) -> ProbeResult:
         values = {name: data[name] for name in cls.__dataclass_fields__}
         values["sentences"] = [TestSentence(**s) for s in data["sentences"]]
         result = cls(**values)
@@ -407,37 +416,67 @@ def score_probe(
     )
 
 
+@dataclass(frozen=True)
+class ProbeOptions(Options):
+    """Which probe, and how it is trained."""
+
+    variant: Variant = option(
+        "attention", "attention: one weight per head and direction; words: weights from the two words' embeddings"
+    )
+    epochs: int = option(1, "passes over the training file (default %(default)s)", minimum=1, compare=True)
+    seed: int = option(0, "torch seed while training (default %(default)s)", compare=True)
+
+
+def probe_accumulators(lm: LoadedModel, options: ProbeOptions) -> list:
+    """An empty map store for the model (with its word embedding table for the words variant)."""
+    table = word_embedding_table(lm) if options.variant == "words" else None
+    return [ProbeCorpus(lm.facts.n_layers, lm.facts.n_heads, table)]
+
+
+def train_and_score(
+    train: ProbeCorpus, test: ProbeCorpus, options: ProbeOptions, progress: Progress | None = None
+) -> ProbeResult:
+    """Train the probe on one corpus's maps and score it on the other's."""
+    probe = train_probe(train, options.variant, options.epochs, options.seed, progress)
+    return score_probe(probe, train, test, options.variant, options.epochs)
+
+
+def probe_result(train: list, test: list, options: ProbeOptions) -> ProbeResult:
+    """The finish of the probe analysis: the two files' filled map stores, trained and scored."""
+    return train_and_score(train[0], test[0], options)
+
+
 def run_probe(
     lm: LoadedModel,
     train: Sequence[Sentence],
     test: Sequence[Sentence],
-    variant: Variant = "attention",
-    epochs: int = 1,
-    seed: int = 0,
+    options: ProbeOptions = ProbeOptions(),
     batch_size: int = 32,
     progress: Progress | None = None,
 ) -> ProbeResult:
-    """Extract both corpora's maps, train on the first, score on the second; progress(done, total) over all steps."""
-    total = len(train) + len(test) + epochs * len(train)
+    """The probe analysis in this process, progress(done, total) over every step: both corpora's maps, then training."""
+    total = len(train) + len(test) + options.epochs * len(train)
 
     def stage(offset: int) -> Progress | None:
         return None if progress is None else (lambda done, _: progress(offset + done, total))
 
-    words = variant == "words"
+    words = options.variant == "words"
     train_maps = extract_maps(lm, train, words, batch_size, stage(0))
     test_maps = extract_maps(lm, test, words, batch_size, stage(len(train)))
-    probe = train_probe(train_maps, variant, epochs, seed, stage(len(train) + len(test)))
+    result = train_and_score(train_maps, test_maps, options, stage(len(train) + len(test)))
     if progress is not None:
         progress(total, total)
-    return score_probe(probe, train_maps, test_maps, variant, epochs)
+    return result
 
 
-def probe_from_json(result: dict, variant: str | None = None) -> ProbeResult:
-    """The ProbeResult of a `probe` result file; ResultFileError when malformed or (with `variant`) of another variant."""
-    try:
-        found = ProbeResult.from_json(result)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ResultFileError(f"the `probe` result is incomplete or malformed ({exc!r}).") from exc
-    if variant is not None and found.variant != variant:
-        raise ResultFileError(f"this is the {found.variant} probe; here the page shows the {variant} probe.")
-    return found
+PROBE: Analysis[ProbeOptions, ProbeResult] = Analysis(
+    name="probe",
+    help="train Clark's attention probe on one CoNLL-U file, score UAS on another",
+    options=ProbeOptions,
+    reads="treebanks",
+    result=ProbeResult,
+    methods=(14,),
+    accumulators=probe_accumulators,
+    finish=probe_result,
+    json_model=False,
+)

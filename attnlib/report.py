@@ -1,9 +1,10 @@
-"""The whole study as one report: every corpus statistic for one model (or two compared), timed, with provenance.
+"""The whole study as one report: every corpus analysis for one model (or two compared), timed, with provenance.
 
-A report is a list of parts (REPORT_PARTS). Each part names the file its inputs come from, makes empty accumulators
-for a model and turns the filled ones into long tables (a `model` column first, layers and heads 1-based as on the
-pages), its library result (for the figures) and per-layer values to compare. Parts reading the same file share one
-engine pass, so the model runs once per file. The HTML is written by figures.report (this module runs no plotly).
+A report is a list of parts (REPORT_PARTS), one per analysis: the report's files it reads, its options (made from the
+report's) and how its result becomes long tables (a `model` column first, layers and heads 1-based as on the pages),
+per-layer values to compare and notes. Parts reading the same file share one engine pass, so the model runs once per
+file, and positions and aggregation attribute each input once between them; the probe's training treebank gets its
+own pass. The HTML is written by attnlib.views.report (this module runs no plotly).
 """
 
 from __future__ import annotations
@@ -17,57 +18,34 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
 import pandas as pd
 
-from .aggregation import AggregationAccumulator, AggregationOptions, AggregationResult
-from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
-from .commands.deps import dependency_accumulators
-from .commands.positions import position_accumulators
-from .commands.probe import probe_accumulators
-from .corpus import CorpusError, CorpusInput, read_conllu, read_corpus
-from .deps import CLARK_TABLE1, DependencyCounts, DependencyTable
+from .aggregation import AGGREGATION, AggregationOptions, AggregationResult
+from .analysis import Analysis, Options, read_inputs
+from .attribution import DEFAULT_PROBES, Attribution, Mode, hidden_token_attribution
+from .comparison import Difference, largest_difference
+from .corpus import CorpusError, CorpusInput
+from .deps import DEPS, PAPER_MODELS, DepsOptions, DepsResult
 from .engine import accumulate
-from .model import LoadedModel, ModelFacts, load_model
+from .labels import NORM_NAMES, SHARE_KEYS, STAT_NAMES
+from .model import LoadedModel, load_model
 from .norms import MEASURES, NORM_KEYS
-from .positions import CORRELATIONS, PositionAccumulator, PositionOptions, PositionsResult
-from .probe import ProbeCorpus, ProbeResult, extract_maps, score_probe, train_probe
-from .results import make_result_file
+from .positions import CORRELATIONS, POSITIONS, PositionOptions, PositionsResult
+from .probe import PROBE, ProbeOptions, ProbeResult
+from .results import corpus_record
 from .runner import RunResult
 from .shipped import ROOT
-from .special_tokens import SpecialTokens, special_accumulators, special_results
+from .special_tokens import SPECIAL, SpecialOptions, SpecialTokens
+from .tables import by_layer, head_frame, layer_frame, paper_rows
 
 METHODS_PATH = "docs/METHODS.md"  # links in the report point here, relative to the repository root
-PAPER_MODELS = ("bert-base-uncased", "google-bert/bert-base-uncased")  # models Clark et al. Table 1 is about
-STAT_NAMES = {
-    "cls": "[CLS] share",
-    "sep": "[SEP] share",
-    "punct": "punctuation share",
-    "other": "other-token share",
-    "prev": "previous-token share",
-    "self": "own-token share",
-    "next": "next-token share",
-    "sep_to_sep": "[SEP] rows to [SEP]",
-    "rest_to_sep": "other rows to [SEP]",
-    "entropy": "entropy (nats)",
-    "cls_entropy": "[CLS]-row entropy (nats)",
-}
-NORM_NAMES = {
-    **{key: f"{STAT_NAMES[key].removesuffix(' share')} norm share" for key in ("cls", "sep", "punct", "other")},
-    **{
-        f"value_{key}": f"{STAT_NAMES[key].removesuffix(' share')} value norm"
-        for key in ("cls", "sep", "punct", "other")
-    },
-}
-SHARE_KEYS = ("cls", "sep", "punct", "other", "prev", "self", "next", "sep_to_sep", "rest_to_sep")  # fractions of 1
-
 ReportProgress = Callable[[str, int, int], None]  # (what runs now, inputs done, inputs in this pass)
-Inputs = Mapping[str, Sequence[CorpusInput]]  # source ("corpus", "conllu", "train") -> its inputs
+Inputs = Mapping[str, Sequence[CorpusInput]]  # the report's files ("corpus", "conllu", "train") -> their inputs
 
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """Options of every part (the commands' defaults; positions in estimate mode)."""
+    """Options of every part (the commands' defaults; positions and aggregation in estimate mode)."""
 
     limit: int | None = None  # at most this many inputs of each file
     batch_size: int = 32
@@ -81,78 +59,52 @@ class ReportOptions:
 
 @dataclass
 class PartResult:
-    """One part for one model: long tables, the library result the figures draw, values to compare, seconds."""
+    """One part for one model: long tables, the analysis's result the figures draw, values to compare, seconds."""
 
     part: str
     model: str
     tables: dict[str, pd.DataFrame]  # title -> table with a `model` column first
-    result: Any  # the part's library result (figures.report draws it)
+    result: Any  # the analysis's result (attnlib.views.report draws it)
     comparable: dict[str, dict[str, float]]  # statistic -> {"layer 3": value, ...} on one scale per part
     notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0  # this part's own work (statistics, attribution), not the shared forward pass
-
-
-FinishWithModel = Callable[[LoadedModel, list, Inputs, ReportOptions, "ReportProgress | None"], PartResult]
+    seconds: float = 0.0  # this part's own work (statistics, attribution, training), not the shared forward pass
 
 
 @dataclass(frozen=True)
 class ReportPart:
-    """One entry of the report: where its inputs come from, its accumulators and how they become a PartResult.
+    """One part of the report: an analysis, the report's file for each of its sources, its options made from the
+    report's, and how its result is shown (`show(model, result, report options)`). `attributed` parts attribute each
+    input once between them in their pass (their accumulators take a run and its attribution)."""
 
-    `accumulators(lm, options, shared)` gets a dict shared by the parts of one pass (work they have in common, e.g.
-    each input's attribution). A part whose accumulators need the model or other files to finish (the probe: maps of
-    the test file in the shared pass, trained on another file) gives `finish_with_model` instead of `finish`. A part
-    that cannot be an accumulator at all gives `run`. Both list the other files they need in `needs`."""
-
-    name: str
+    analysis: Analysis
     title: str
-    source: str  # "corpus" or "conllu"
-    methods: tuple[int, ...]  # sections of docs/METHODS.md it follows
-    accumulators: Callable[[LoadedModel, ReportOptions, dict], list] | None = None
-    finish: Callable[[ModelFacts, list, ReportOptions], PartResult] | None = None
-    run: Callable[[LoadedModel, Mapping[str, Sequence[CorpusInput]], ReportOptions], PartResult] | None = None
-    needs: tuple[str, ...] = ()
-    finish_with_model: FinishWithModel | None = None
+    files: Mapping[str, str]  # the analysis's sources -> the report's files
+    options: Callable[[ReportOptions], Options]
+    show: Callable[[str, Any, ReportOptions], PartResult]
+    attributed: bool = False
 
-    def in_pass(self, inputs: Mapping[str, object]) -> bool:
-        """Whether the part fills accumulators in the pass over its file (its file and every file it needs given)."""
-        ready = self.finish is not None or self.finish_with_model is not None
-        return self.accumulators is not None and ready and all(s in inputs for s in (self.source, *self.needs))
+    @property
+    def name(self) -> str:
+        return self.analysis.name
+
+    @property
+    def methods(self) -> tuple[int, ...]:
+        return self.analysis.methods
+
+    @property
+    def source(self) -> str:
+        """The report's file whose shared pass fills it (its analysis's last source: the probe's test treebank)."""
+        return self.files[self.analysis.sources[-1]]
+
+    def ready(self, inputs: Mapping[str, object]) -> bool:
+        """Whether every file it reads is given."""
+        return all(file in inputs for file in self.files.values())
 
 
 # ------------------------------------------------------------------------------------------------------ the parts
 
 
-def layer_frame(model: str, per_layer: dict[str, np.ndarray]) -> pd.DataFrame:
-    """Long table: model, layer (1-based), then one column per statistic ([layers] arrays)."""
-    n_layers = len(next(iter(per_layer.values())))
-    return pd.DataFrame({"model": model, "layer": np.arange(1, n_layers + 1), **per_layer})
-
-
-def head_frame(model: str, per_head: dict[str, np.ndarray]) -> pd.DataFrame:
-    """Long table: model, layer, head (1-based), then one column per statistic ([layers, heads] arrays)."""
-    n_layers, n_heads = np.shape(next(iter(per_head.values())))
-    layer, head = np.divmod(np.arange(n_layers * n_heads), n_heads)
-    columns = {key: np.asarray(value).reshape(-1) for key, value in per_head.items()}
-    return pd.DataFrame({"model": model, "layer": layer + 1, "head": head + 1, **columns})
-
-
-def layer_values(values: Sequence[float] | np.ndarray) -> dict[str, float]:
-    """{"layer 1": value, ...} of one statistic per layer ([layers]), numbered from 1."""
-    return {f"layer {l + 1}": float(v) for l, v in enumerate(values)}
-
-
-def by_layer(per_layer: dict[str, np.ndarray], keys: Sequence[str], names: dict[str, str]) -> dict[str, dict]:
-    """{name: {"layer 1": value, ...}} for the keys given ([layers] arrays), the shape largest_difference compares."""
-    return {names[k]: layer_values(per_layer[k]) for k in keys}
-
-
-def _special_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
-    return special_accumulators(lm, options.all_punct, options.head_map, with_norms=True)
-
-
-def _special_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) -> PartResult:
-    found: SpecialTokens = special_results(accumulators)
+def _special_show(model: str, found: SpecialTokens, options: ReportOptions) -> PartResult:
     result, hm, norms = found.special, found.head_map, found.norms
     assert norms is not None
     per_head = dict(result.heads)
@@ -165,12 +117,12 @@ def _special_finish(facts: ModelFacts, accumulators: list, options: ReportOption
     ]
     return PartResult(
         "special",
-        facts.name,
+        model,
         {
-            "Per layer (mean over heads)": layer_frame(facts.name, result.layers),
-            "Per head": head_frame(facts.name, per_head),
-            "Norm shares and value norms per layer (mean over heads)": layer_frame(facts.name, norms.layers),
-            "Norm shares and value norms per head": head_frame(facts.name, norms.heads),
+            "Per layer (mean over heads)": layer_frame(model, result.layers),
+            "Per head": head_frame(model, per_head),
+            "Norm shares and value norms per layer (mean over heads)": layer_frame(model, norms.layers),
+            "Norm shares and value norms per head": head_frame(model, norms.heads),
         },
         found,
         by_layer(result.layers, SHARE_KEYS, STAT_NAMES) | by_layer(norms.layers, list(NORM_KEYS[:4]), NORM_NAMES),
@@ -178,40 +130,10 @@ def _special_finish(facts: ModelFacts, accumulators: list, options: ReportOption
     )
 
 
-def paper_rows(relations: Sequence[str]) -> pd.DataFrame:
-    """Clark et al. Table 1 (BERT-base uncased, WSJ) for the UD relations given, by the closest UD label."""
-    rows = [
-        {
-            "relation": ud,
-            "paper relation": rel,
-            "paper head": head,
-            "paper accuracy": acc / 100,
-            "paper baseline offset": offset,
-            "paper baseline accuracy": base / 100,
-        }
-        for rel, ud, head, acc, base, offset in CLARK_TABLE1
-        if ud in relations
-    ]
-    return pd.DataFrame(rows)
-
-
-@dataclass
-class DepsPart:
-    """What the deps part's figures draw."""
-
-    counts: DependencyCounts
-    table: DependencyTable
-
-
-def _deps_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
-    return dependency_accumulators(lm)
-
-
-def _deps_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) -> PartResult:
-    counts = accumulators[0]
-    table = counts.table(min_count=options.min_count)
+def _deps_show(model: str, found: DepsResult, options: ReportOptions) -> PartResult:
+    table = found.table
     frame = pd.DataFrame([asdict(r) for r in table.rows])
-    frame.insert(0, "model", facts.name)
+    frame.insert(0, "model", model)
     frame["layer"] += 1
     frame["head"] += 1
     tables = {"Best head per relation against the best fixed offset": frame}
@@ -219,7 +141,7 @@ def _deps_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) 
         f"{table.n_sentences} sentences, {table.n_words} words, {table.n_skipped} skipped (longer than the model "
         f"takes); relations with at least {options.min_count} dependents, root and punct pooled in 'all' only."
     ]
-    if facts.name in PAPER_MODELS:
+    if model in PAPER_MODELS:
         paper = paper_rows(list(frame["relation"]))
         tables["This model next to Clark et al. (2019) Table 1"] = frame[
             ["model", "relation", "layer", "head", "accuracy", "baseline_accuracy"]
@@ -227,78 +149,11 @@ def _deps_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) 
         notes.append("Clark et al. used WSJ with Stanford labels; the UD label closest to each paper relation is used.")
     accuracy = {r.relation: r.accuracy for r in table.rows}
     return PartResult(
-        "deps",
-        facts.name,
-        tables,
-        DepsPart(counts, table),
-        {"best-head accuracy": {f"relation {k}": v for k, v in accuracy.items()}},
-        notes,
+        "deps", model, tables, found, {"best-head accuracy": {f"relation {k}": v for k, v in accuracy.items()}}, notes
     )
 
 
-class SharedAttribution:
-    """Each input's Hidden Token Attribution, computed once for the parts of a pass that need it (positions, aggregation)."""
-
-    def __init__(self, lm: LoadedModel) -> None:
-        self.lm = lm
-        self.last: tuple[RunResult, tuple, Attribution] | None = None
-
-    def of(self, result: RunResult, mode: Mode, probes: int, seed: int) -> Attribution:
-        """The attribution of this run (the last one is kept: the engine hands every accumulator the same run)."""
-        key = (mode, probes, seed)
-        if self.last is None or self.last[0] is not result or self.last[1] != key:
-            # with the layer-output attribution: the aggregation part reads it, positions ignores it
-            attribution = hidden_token_attribution(self.lm, result, mode, probes, seed, with_output=True)
-            self.last = (result, key, attribution)
-        return self.last[2]
-
-
-def shared_attribution(lm: LoadedModel, shared: dict) -> SharedAttribution:
-    """The pass's SharedAttribution (made by the first part that asks)."""
-    return cast(SharedAttribution, shared.setdefault("attribution", SharedAttribution(lm)))
-
-
-class AttributedPositions:
-    """Engine accumulator that attributes each input (HTA) into a PositionAccumulator: positions share the pass."""
-
-    def __init__(self, attribution: SharedAttribution, positions: PositionAccumulator) -> None:
-        self.attribution, self.positions = attribution, positions
-
-    def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
-        """As accumulate_variants does for one variant: attribute the input unless its length leaves it out."""
-        if not self.positions.wants(result.n):
-            self.positions.skip()
-            return
-        o = self.positions.options
-        self.positions.add(result, self.attribution.of(result, cast(Mode, o.mode), o.probes, o.seed))
-
-    def merge(self, other: AttributedPositions) -> AttributedPositions:
-        return AttributedPositions(self.attribution, self.positions.merge(other.positions))
-
-
-class AttributedAggregation:
-    """Engine accumulator feeding an AggregationAccumulator: the run's norm maps and its (shared) attribution."""
-
-    needs_norms = True
-
-    def __init__(self, attribution: SharedAttribution, aggregation: AggregationAccumulator) -> None:
-        self.attribution, self.aggregation = attribution, aggregation
-
-    def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
-        o = self.aggregation.options
-        self.aggregation.add(result, self.attribution.of(result, o.mode, o.probes, o.seed))
-
-    def merge(self, other: AttributedAggregation) -> AttributedAggregation:
-        return AttributedAggregation(self.attribution, self.aggregation.merge(other.aggregation))
-
-
-def _positions_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
-    (positions,) = position_accumulators(lm, PositionOptions(mode="estimate", probes=options.probes))
-    return [AttributedPositions(shared_attribution(lm, shared), positions)]
-
-
-def _positions_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) -> PartResult:
-    result: PositionsResult = accumulators[0].positions.result()
+def _positions_show(model: str, result: PositionsResult, options: ReportOptions) -> PartResult:
     per_layer = {
         "attention_center_of_mass": result.attention_center_of_mass,
         "attribution_center_of_mass": result.attribution_center_of_mass,
@@ -317,10 +172,10 @@ def _positions_finish(facts: ModelFacts, accumulators: list, options: ReportOpti
     ]
     return PartResult(
         "positions",
-        facts.name,
+        model,
         {
-            "Per layer (mean over heads; correlations: median)": layer_frame(facts.name, per_layer),
-            "Per head": head_frame(facts.name, per_head),
+            "Per layer (mean over heads; correlations: median)": layer_frame(model, per_layer),
+            "Per head": head_frame(model, per_head),
         },
         result,
         by_layer(per_layer, list(names), names),
@@ -328,15 +183,7 @@ def _positions_finish(facts: ModelFacts, accumulators: list, options: ReportOpti
     )
 
 
-def _aggregation_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
-    aggregation = AggregationAccumulator(
-        lm.facts.n_layers, AggregationOptions("estimate", options.probes, DEFAULT_SEED)
-    )
-    return [AttributedAggregation(shared_attribution(lm, shared), aggregation)]
-
-
-def _aggregation_finish(facts: ModelFacts, accumulators: list, options: ReportOptions) -> PartResult:
-    result: AggregationResult = accumulators[0].aggregation.result()
+def _aggregation_show(model: str, result: AggregationResult, options: ReportOptions) -> PartResult:
     per_layer = {
         **{f"pearson_{m}": result.pearson[m] for m in MEASURES},
         **{f"spearman_{m}": result.spearman[m] for m in MEASURES},
@@ -349,21 +196,15 @@ def _aggregation_finish(facts: ModelFacts, accumulators: list, options: ReportOp
     ]
     return PartResult(
         "aggregation",
-        facts.name,
+        model,
         {
-            "Agreement with layer-output attribution per layer (mean row correlation)": layer_frame(
-                facts.name, per_layer
-            ),
-            "Centre of mass per layer": layer_frame(facts.name, centres),
+            "Agreement with layer-output attribution per layer (mean row correlation)": layer_frame(model, per_layer),
+            "Centre of mass per layer": layer_frame(model, centres),
         },
         result,
         by_layer(per_layer, list(names), names),
         notes,
     )
-
-
-def _probe_accumulators(lm: LoadedModel, options: ReportOptions, shared: dict) -> list:
-    return probe_accumulators(lm, with_embeddings=False)
 
 
 def probe_tables(model: str, result: ProbeResult) -> dict[str, pd.DataFrame]:
@@ -392,70 +233,111 @@ def probe_tables(model: str, result: ProbeResult) -> dict[str, pd.DataFrame]:
     }
 
 
-def _probe_finish(
-    lm: LoadedModel, accumulators: list, inputs: Inputs, options: ReportOptions, progress: ReportProgress | None
-) -> PartResult:
-    test: ProbeCorpus = accumulators[0]
-    label = f"{lm.facts.name}: probe training file"
-    report = None if progress is None else (lambda done, total: progress(label, done, total))
-    train = extract_maps(lm, cast(Sequence, inputs["train"]), False, options.batch_size, report)
-    probe = train_probe(train, "attention", options.probe_epochs, options.probe_seed)
-    result = score_probe(probe, train, test, "attention", options.probe_epochs)
+def _probe_show(model: str, result: ProbeResult, options: ReportOptions) -> PartResult:
     notes = [
         f"trained on {result.n_train} sentences ({options.probe_epochs} epoch, seed {options.probe_seed}), scored on "
         f"{result.n_test} ({result.n_words} words, punctuation excluded); {result.n_skipped} sentences skipped "
         "(longer than the model takes)."
     ]
     uas = {"probe UAS": {f"relation {r}": v["uas"] for r, v in result.uas_by_relation.items()}}
-    return PartResult("probe", lm.facts.name, probe_tables(lm.facts.name, result), result, uas, notes)
+    return PartResult("probe", model, probe_tables(model, result), result, uas, notes)
 
 
 REPORT_PARTS: tuple[ReportPart, ...] = (
     ReportPart(
-        "special",
+        SPECIAL,
         "Special tokens, offsets and entropy (Clark et al. §3), with value-weighted norms (Kobayashi et al.)",
-        "corpus",
-        (1, 2, 3, 4, 11),
-        _special_accumulators,
-        _special_finish,
+        {"corpus": "corpus"},
+        lambda o: SpecialOptions(all_punct=o.all_punct, head_map=o.head_map, norms=True),
+        _special_show,
     ),
     ReportPart(
-        "positions",
+        POSITIONS,
         "Local vs global: relative positions and Hidden Token Attribution (Pascual et al.)",
-        "corpus",
-        (8, 9),
-        _positions_accumulators,
-        _positions_finish,
+        {"corpus": "corpus"},
+        lambda o: PositionOptions(mode="estimate", probes=o.probes),
+        _positions_show,
+        attributed=True,
     ),
     ReportPart(
-        "aggregation",
+        AGGREGATION,
         "Aggregation: attention, norms and rollouts against layer-output attribution (Kobayashi et al.; GlobEnc)",
-        "corpus",
-        (11, 12, 13),
-        _aggregation_accumulators,
-        _aggregation_finish,
+        {"corpus": "corpus"},
+        lambda o: AggregationOptions(mode="estimate", probes=o.probes),
+        _aggregation_show,
+        attributed=True,
     ),
     ReportPart(
-        "deps",
+        DEPS,
         "Dependency heads against the best fixed offset (Clark et al. Table 1)",
-        "conllu",
-        (6, 7, 10),
-        _deps_accumulators,
-        _deps_finish,
+        {"conllu": "conllu"},
+        lambda o: DepsOptions(min_count=o.min_count),
+        _deps_show,
     ),
     ReportPart(
-        "probe",
+        PROBE,
         "Attention probe: all heads together predict each word's head (Clark et al. §5)",
-        "conllu",
-        (14,),
-        _probe_accumulators,
-        needs=("train",),
-        finish_with_model=_probe_finish,
+        {"train": "train", "test": "conllu"},
+        lambda o: ProbeOptions(epochs=o.probe_epochs, seed=o.probe_seed),
+        _probe_show,
     ),
 )
 
 
 # ----------------------------------------------------------------------------------------------- running the parts
+
+
+class SharedAttribution:
+    """Each input's Hidden Token Attribution, computed once for the parts of a pass that need it (positions, aggregation)."""
+
+    def __init__(self, lm: LoadedModel) -> None:
+        self.lm = lm
+        self.last: tuple[RunResult, tuple, Attribution] | None = None
+
+    def of(self, result: RunResult, mode: Mode, probes: int, seed: int) -> Attribution:
+        """The attribution of this run (the last one is kept: the engine hands every accumulator the same run)."""
+        key = (mode, probes, seed)
+        if self.last is None or self.last[0] is not result or self.last[1] != key:
+            # with the layer-output attribution: the aggregation part reads it, positions ignores it
+            attribution = hidden_token_attribution(self.lm, result, mode, probes, seed, with_output=True)
+            self.last = (result, key, attribution)
+        return self.last[2]
+
+
+class Attributed:
+    """Engine accumulator that hands an attributed analysis's accumulator (positions, aggregation) each run with its
+    shared attribution; an input its length leaves out (positions' identifiability filter) is only counted."""
+
+    def __init__(self, attribution: SharedAttribution, inner: Any) -> None:
+        self.attribution, self.inner = attribution, inner
+        self.needs_norms = getattr(inner, "needs_norms", False)  # aggregation's maps need the value vectors
+
+    def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
+        wants = getattr(self.inner, "wants", None)
+        if wants is not None and not wants(result.n):
+            self.inner.skip()
+            return
+        o = self.inner.options
+        self.inner.add(result, self.attribution.of(result, cast(Mode, o.mode), o.probes, o.seed))
+
+    def merge(self, other: Attributed) -> Attributed:
+        return Attributed(self.attribution, self.inner.merge(other.inner))
+
+
+def part_accumulators(part: ReportPart, lm: LoadedModel, options: Options, shared: dict) -> list:
+    """A part's empty accumulators for its shared pass (attributed ones wrapped around the pass's attribution)."""
+    accumulators = part.analysis.accumulators(lm, options)  # type: ignore[misc]
+    if not part.attributed:
+        return accumulators
+    attribution = cast(SharedAttribution, shared.setdefault("attribution", SharedAttribution(lm)))
+    return [Attributed(attribution, a) for a in accumulators]
+
+
+def unwrapped(accumulator: Any) -> Any:
+    """The analysis's own accumulator inside a pass's wrappers."""
+    while isinstance(accumulator, _Timed | Attributed):
+        accumulator = accumulator.inner
+    return accumulator
 
 
 class _Timed:
@@ -510,15 +392,17 @@ def run_parts(
     parts: Sequence[ReportPart] = REPORT_PARTS,
     progress: ReportProgress | None = None,
 ) -> tuple[list[PartResult], list[PassTiming]]:
-    """Run every part whose files are in `inputs`, one engine pass per file (then the `run` parts); with timings."""
+    """Run every part whose files are in `inputs`, one engine pass per file (a part's other files after it); with
+    timings."""
     results: dict[str, PartResult] = {}
     timings = []
     for source, items in inputs.items():
-        group = [p for p in parts if p.source == source and p.in_pass(inputs)]
+        group = [p for p in parts if p.source == source and p.ready(inputs)]
         if not group:
             continue
         shared: dict = {}
-        timed = [[_Timed(a) for a in part.accumulators(lm, options, shared)] for part in group]  # type: ignore[misc]
+        chosen = [p.options(options) for p in group]
+        timed = [[_Timed(a) for a in part_accumulators(p, lm, o, shared)] for p, o in zip(group, chosen)]
         label = f"{lm.facts.name}: {' + '.join(p.name for p in group)}"
         counter = _Counter(label, len(items), progress)
         start = time.perf_counter()
@@ -528,61 +412,31 @@ def run_parts(
         timings.append(
             PassTiming(lm.facts.name, source, [p.name for p in group], len(items), seconds, seconds - sum(own))
         )
-        for part, accs, add_seconds in zip(group, timed, own):
+        for part, part_options, accs, add_seconds in zip(group, chosen, timed, own):
             start = time.perf_counter()
-            filled = [a.inner for a in accs]
-            if part.finish is not None:
-                result = part.finish(lm.facts, filled, options)
-            else:
-                result = part.finish_with_model(lm, filled, inputs, options, progress)  # type: ignore[misc]
-            result.seconds = add_seconds + time.perf_counter() - start
-            results[part.name] = result
-    for part in parts:
-        if part.run is not None and all(s in inputs for s in (part.source, *part.needs)):
-            if progress is not None:
-                progress(f"{lm.facts.name}: {part.name}", 0, 1)
-            start = time.perf_counter()
-            result = part.run(lm, inputs, options)
-            result.seconds = time.perf_counter() - start
-            results[part.name] = result
-            if progress is not None:
-                progress(f"{lm.facts.name}: {part.name}", 1, 1)
+            filled = {part.analysis.sources[-1]: [unwrapped(a) for a in accs]}
+            for other in part.analysis.sources[:-1]:  # the probe's training treebank
+                filled[other] = _own_pass(part, part_options, lm, inputs[part.files[other]], options, progress)
+            result = part.analysis.finish(*[filled[s] for s in part.analysis.sources], part_options)  # type: ignore
+            shown = part.show(lm.facts.name, result, options)
+            shown.seconds = add_seconds + time.perf_counter() - start
+            results[part.name] = shown
     return [results[p.name] for p in parts if p.name in results], timings
 
 
-# ---------------------------------------------------------------------------------------------------- comparisons
-
-
-@dataclass(frozen=True)
-class Difference:
-    """Where two models differ most: a statistic at one place (a layer, a relation), with both values."""
-
-    statistic: str
-    where: str
-    value_a: float
-    value_b: float
-
-    @property
-    def size(self) -> float:
-        return abs(self.value_a - self.value_b)
-
-    def text(self) -> str:
-        """'largest difference: [CLS] share in layer 3, 0.61 vs 0.12'."""
-        return f"largest difference: {self.statistic} in {self.where}, {self.value_a:.2f} vs {self.value_b:.2f}"
-
-
-def largest_difference(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> Difference | None:
-    """The largest |a - b| over the statistics and places both have (NaN skipped; ties: first in a's order)."""
-    best: Difference | None = None
-    for statistic, values in a.items():
-        for where, value_a in values.items():
-            value_b = b.get(statistic, {}).get(where)
-            if value_b is None or not (np.isfinite(value_a) and np.isfinite(value_b)):
-                continue
-            candidate = Difference(statistic, where, float(value_a), float(value_b))
-            if best is None or candidate.size > best.size:
-                best = candidate
-    return best
+def _own_pass(
+    part: ReportPart,
+    part_options: Options,
+    lm: LoadedModel,
+    items: Sequence[CorpusInput],
+    options: ReportOptions,
+    progress: ReportProgress | None,
+) -> list:
+    """A part's accumulators filled over one more of its files, in a pass of its own."""
+    label = f"{lm.facts.name}: {part.name} ({', '.join(f for f in part.files.values() if f != part.source)})"
+    report = None if progress is None else (lambda done, total: progress(label, done, total))
+    fill = part.analysis.make_fill(part_options)
+    return fill(lm, items, part.analysis.accumulators(lm, part_options), options.batch_size, report)  # type: ignore
 
 
 # --------------------------------------------------------------------------------------------------- the report
@@ -650,17 +504,7 @@ def methods_anchor(heading: str) -> str:
 
 
 def _read_inputs(paths: Mapping[str, str | None], limit: int | None) -> dict[str, list]:
-    inputs: dict[str, list] = {}
-    for source, path in paths.items():
-        if path is None:
-            continue
-        if source == "corpus":
-            inputs[source] = read_corpus(path, limit)
-            continue
-        sentences = read_conllu(path)[:limit]
-        if not sentences:
-            raise CorpusError(f"{path}: no sentence in the file.")
-        inputs[source] = sentences
+    inputs = {source: read_inputs(source, path, limit) for source, path in paths.items() if path is not None}
     if "corpus" not in inputs and "conllu" not in inputs:
         raise CorpusError("give a corpus, a CoNLL-U treebank or both.")
     if "train" in inputs and "conllu" not in inputs:
@@ -670,8 +514,7 @@ def _read_inputs(paths: Mapping[str, str | None], limit: int | None) -> dict[str
 
 def _corpus_record(path: str, n_inputs: int) -> dict:
     """Name, path, SHA-1 and number of inputs as result files record them, and the size in bytes."""
-    record = make_result_file("report", "", path, n_inputs, {}, {}).corpus
-    return {**record, "bytes": Path(path).stat().st_size}
+    return {**corpus_record(path, n_inputs), "bytes": Path(path).stat().st_size}
 
 
 def run_report(

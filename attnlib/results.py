@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -86,6 +87,31 @@ class ResultFile:
         return {"format": RESULT_FORMAT, "format_version": RESULT_FORMAT_VERSION, **asdict(self)}
 
 
+def corpus_record(path: str | Path, n_inputs: int) -> dict:
+    """A corpus file as result files describe it: name, path (as given), number of inputs used, SHA-1 of its bytes."""
+    path = Path(path)
+    return {
+        "name": path.name,
+        "path": str(path),
+        "n_inputs": n_inputs,
+        "sha1": file_sha1(path) if path.is_file() else None,
+    }
+
+
+def text_pair_sha1(text_a: str, text_b: str | None) -> str:
+    """The identity of a single input: SHA-1 of its line in a corpus file (A, a TAB and B when there is B)."""
+    line = text_a if not text_b else f"{text_a}\t{text_b}"
+    return hashlib.sha1(line.encode("utf-8")).hexdigest()
+
+
+def text_record(text_a: str, text_b: str | None) -> dict:
+    """One sentence or pair as result files describe it: its texts and the SHA-1 of its corpus line."""
+    text_b = (text_b or "").strip() or None
+    name = "one sentence" if text_b is None else "one pair"
+    return {"name": name, "path": None, "text_a": text_a, "text_b": text_b, "sha1": text_pair_sha1(text_a, text_b),
+            "n_inputs": 1}  # fmt: skip
+
+
 def make_result_file(
     command: str,
     model: str,
@@ -97,14 +123,8 @@ def make_result_file(
     state: dict | None = None,
 ) -> ResultFile:
     """A ResultFile stamped with this library's version and the current time; the corpus named by path and hash."""
-    path = Path(corpus_path)
-    corpus = {
-        "name": path.name,
-        "path": str(path),
-        "n_inputs": n_inputs,
-        "sha1": file_sha1(path) if path.is_file() else None,
-    }
     created = datetime.now(UTC).isoformat(timespec="seconds")
+    corpus = corpus_record(corpus_path, n_inputs)
     return ResultFile(command, model, corpus, options, __version__, created, result, run or {}, state)
 
 

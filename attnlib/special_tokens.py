@@ -1,4 +1,5 @@
-"""The special-token statistics of a corpus as the Special tokens page and the `special` command assemble them."""
+"""The `special` analysis: attention to [CLS], [SEP], punctuation and the rest, offsets and entropy over a corpus,
+with the head map and the value-weighted norm shares when asked (METHODS §1-4, §11)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .corpus import CorpusInput
-from .engine import Progress, accumulate
+from .analysis import Analysis, Options, option
 from .head_distances import HeadDistances, HeadMap, head_map, special_from_json
 from .model import LoadedModel
 from .norms import NormShareResult, NormShareStats, special_norms_from_json
 from .special import SpecialTokenResult, SpecialTokenStats
 
 
+@dataclass(frozen=True)
+class SpecialOptions(Options):
+    """What the special-token pass computes besides the shares, offsets and entropy."""
+
+    all_punct: bool = option(False, "count every punctuation token, not only '.' and ','", compare=True)
+    head_map: bool = option(False, "add the JS-divergence head map (METHODS §4)", adds=True)
+    norms: bool = option(False, "add value-weighted norm shares and value norms (METHODS §11)", adds=True)
+
+
 @dataclass
 class SpecialTokens:
-    """One corpus run of the Special tokens page: shares and entropy, the head map and the norm shares if asked."""
+    """The special-token statistics of a corpus: shares and entropy, the head map and the norm shares if asked."""
 
     special: SpecialTokenResult
     head_map: HeadMap | None = None
@@ -32,11 +41,17 @@ class SpecialTokens:
             out |= self.norms.to_json()
         return out
 
+    @classmethod
+    def from_json(cls, data: dict) -> SpecialTokens:
+        """Read back a `special` JSON (head map and norms when it has them); ResultFileError when malformed."""
+        special, hm = special_from_json(data)
+        return cls(special, hm, special_norms_from_json(data))
 
-def special_tokens_from_json(result: dict) -> SpecialTokens:
-    """The SpecialTokens of a `special` JSON (head map and norms when it has them); ResultFileError when malformed."""
-    special, hm = special_from_json(result)
-    return SpecialTokens(special, hm, special_norms_from_json(result))
+    def for_options(self, options: SpecialOptions) -> SpecialTokens:
+        """The parts these options ask for (a shipped result may hold more)."""
+        return SpecialTokens(
+            self.special, self.head_map if options.head_map else None, self.norms if options.norms else None
+        )
 
 
 NORM_GAP_FACTOR = 2.0  # a norm share within this factor of the weight share tells the same story
@@ -73,18 +88,18 @@ def largest_weight_norm_gap(
     return best
 
 
-def special_accumulators(lm: LoadedModel, all_punct: bool, with_map: bool, with_norms: bool = False) -> list:
-    """Empty accumulators: the special-token statistics, then the head distances and the norm statistics if wanted."""
+def special_accumulators(lm: LoadedModel, options: SpecialOptions) -> list:
+    """Empty accumulators: the special-token statistics, then the head distances and the norm statistics if asked."""
     f = lm.facts
-    accumulators: list = [SpecialTokenStats(f.n_layers, f.n_heads, all_punct=all_punct)]
-    if with_map:
+    accumulators: list = [SpecialTokenStats(f.n_layers, f.n_heads, all_punct=options.all_punct)]
+    if options.head_map:
         accumulators.append(HeadDistances(f.n_layers, f.n_heads))
-    if with_norms:
-        accumulators.append(NormShareStats(f.n_layers, f.n_heads, all_punct=all_punct))
+    if options.norms:
+        accumulators.append(NormShareStats(f.n_layers, f.n_heads, all_punct=options.all_punct))
     return accumulators
 
 
-def special_results(accumulators: Sequence) -> SpecialTokens:
+def special_results(accumulators: Sequence, options: SpecialOptions | None = None) -> SpecialTokens:
     """The result of filled special_accumulators."""
     stats, *rest = accumulators
     special = stats.result()
@@ -97,15 +112,13 @@ def special_results(accumulators: Sequence) -> SpecialTokens:
     )
 
 
-def special_tokens(
-    lm: LoadedModel,
-    inputs: Sequence[CorpusInput],
-    all_punct: bool,
-    with_map: bool,
-    with_norms: bool = False,
-    progress: Progress | None = None,
-) -> SpecialTokens:
-    """Run a corpus once in this process and return its special-token statistics, head map and norm shares."""
-    accumulators = special_accumulators(lm, all_punct, with_map, with_norms)
-    accumulate(lm, inputs, accumulators, progress=progress)
-    return special_results(accumulators)
+SPECIAL: Analysis[SpecialOptions, SpecialTokens] = Analysis(
+    name="special",
+    help="attention to [CLS], [SEP] and punctuation per layer and head over a corpus",
+    options=SpecialOptions,
+    reads="corpus",
+    result=SpecialTokens,
+    methods=(1, 2, 3, 4, 11),
+    accumulators=special_accumulators,
+    finish=special_results,
+)

@@ -8,15 +8,15 @@ from urllib.parse import urlencode
 
 import numpy as np
 
-from .attribution import DEFAULT_PROBES
-from .deps import ALL, DependencyRow, DependencyTable
+from .analysis import Options
+from .deps import ALL, DependencyRow, DependencyTable, DepsOptions
 from .gradient_importance import GradientImportanceResult
 from .head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
 from .patterns import PATTERNS, HeadPick, rank_heads
 from .positions import PositionOptions, PositionsResult
 from .shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
 from .special import SpecialTokenResult
-from .special_tokens import WeightNormGap
+from .special_tokens import SpecialOptions, WeightNormGap
 
 NOTICED_PATTERNS = ("prev", "next", "broad")  # step 1: the head finder's patterns the tour names
 MOST = 0.5  # "most attention": more than half of it
@@ -26,21 +26,13 @@ SYNTAX_SHOWN = 3  # step 5: relations named in the sentence
 SLICE = 40  # inputs computed on when nothing is shipped for the model: the tour must open in seconds
 POSITIONS_SLICE = 20  # attribution costs about a second per input for the default model
 SLICE_MIN_COUNT = 20  # step 5 on the slice: relations with at least this many dependents (Clark's 100 on a treebank)
-FULL_MIN_COUNT = 100
-# Each command's corpus and options, as `python -m attnlib <command>` writes them into a result file.
+# Each analysis's corpus and options: its defaults (the command's), with the norms for the no-op step.
 TOUR_CORPORA = {"special": CLASSROOM_PAIRS, "deps": EWT_DEV, "positions": CLASSROOM_SINGLE}
-SHIPPED_OPTIONS: dict[str, dict] = {
-    "special": {"all_punct": False, "norms": True, "limit": None},
-    "deps": {"limit": None, "min_count": FULL_MIN_COUNT},
-    "positions": {
-        "drop_special": False,
-        "identifiable_only": False,
-        "limit": None,
-        "mode": "estimate",
-        "probes": DEFAULT_PROBES,
-    },
+TOUR_OPTIONS: dict[str, Options] = {
+    "special": SpecialOptions(norms=True),
+    "deps": DepsOptions(),
+    "positions": PositionOptions(),
 }
-POSITIONS_OPTIONS = PositionOptions()  # estimate mode, k = 12, seed 0, as the command's defaults
 LINK_KEYS = (
     "model",
     "a",

@@ -21,10 +21,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib.commands.special import special_accumulators  # noqa: E402
 from attnlib.engines import ray_runtime_env, run_accumulators  # noqa: E402
 from attnlib.model import DEFAULT_MODEL  # noqa: E402
 from attnlib.special import STAT_KEYS  # noqa: E402
+from attnlib.special_tokens import SPECIAL, SpecialOptions  # noqa: E402
 from benchmarks import ewt_dev  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def run_local(sentences, batch_size: int, threads: int):
         return run_accumulators(
             DEFAULT_MODEL,
             sentences,
-            partial(special_accumulators, all_punct=False, with_map=False),
+            SPECIAL.make_accumulators(SpecialOptions()),
             batch_size=batch_size,
         )
     finally:
@@ -47,7 +47,7 @@ def run_ray(sentences, batch_size: int, workers: int, cpus_per_worker: float):
     return run_accumulators(
         DEFAULT_MODEL,
         sentences,
-        partial(special_accumulators, all_punct=False, with_map=False),
+        SPECIAL.make_accumulators(SpecialOptions()),
         engine="ray",
         workers=workers,
         batch_size=batch_size,

@@ -4,10 +4,11 @@ Run from anywhere: python scripts/precompute.py [--only PATTERN ...] [--check] [
 Each job runs `python -m attnlib <command> ... --out FILE` in this process (attnlib.cli.main), so the shipped files
 are genuine result files (floats rounded to 6 significant digits), then the same command on the first CHECK_INPUTS
 inputs into check/ (tests/test_precomputed.py and --check recompute that slice and compare). The index.json written
-last lists every file with its command, model, corpus (repository-relative path, SHA-1, inputs), options and
-arguments. A job whose command or options this attnlib does not have yet is skipped with a note.
+last lists every file with its analysis, model, corpus (repository-relative path, SHA-1, inputs), options (as the
+analysis's options dataclass writes them), --limit and arguments. A job whose command or flags this attnlib does not
+have yet is skipped with a note.
 --check recomputes each job's slice and compares it with the shipped check file, and checks that every shipped file
-is still for the current corpus file and the command's current options; it writes nothing.
+is still for the current corpus file and the analysis's current options; it writes nothing.
 """
 
 from __future__ import annotations
@@ -21,29 +22,27 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlib import cli  # noqa: E402
+from attnlib.cli import command_options, parse_command  # noqa: E402
 from attnlib.model import DEFAULT_MODEL  # noqa: E402
 from attnlib.precomputed import (  # noqa: E402
     EXAMPLE_COMMAND,
     TOLERANCES,
     ShippedEntry,
-    example_options,
-    parse_command,
     read_index,
     result_differences,
     round_floats,
     stale_reasons,
-    text_pair_sha1,
     write_index,
 )
-from attnlib.results import ResultFile, make_result_file, read_result_file, write_result_file  # noqa: E402
-from attnlib.shipped import (  # noqa: E402  # noqa: E402
+from attnlib.results import ResultFile, read_result_file, text_pair_sha1, write_result_file  # noqa: E402
+from attnlib.shipped import (  # noqa: E402
     CLASSROOM_PAIRS,
     CLASSROOM_SINGLE,
     EWT_DEV,
@@ -115,29 +114,10 @@ def run_cli(argv: list[str]) -> dict:
     return json.loads(out.getvalue())
 
 
-def example_record(argv: list[str], result: dict) -> ResultFile:
-    """The exact example as a result file: one input, identified by the SHA-1 of its corpus line."""
-    args = parse_command(argv)
-    assert args is not None  # the job list ran only runnable jobs
-    record = make_result_file(EXAMPLE_COMMAND, result["model"], "", 1, example_options(args), result)
-    record.corpus = {
-        "name": "the Live page's default pair",
-        "path": None,
-        "text_a": args.text,
-        "text_b": args.pair,
-        "sha1": text_pair_sha1(args.text, args.pair),
-        "n_inputs": 1,
-    }
-    return record
-
-
 def make(argv: list[str], path: Path) -> ResultFile:
     """Run the command with --out into `path`, then round the file's floats; returns the record."""
-    if argv[0] == EXAMPLE_COMMAND:  # `hta` has no --out: its JSON is wrapped into a result file here
-        record = example_record(argv, run_cli(argv))
-    else:
-        run_cli([*argv, "--out", str(path)])
-        record = read_result_file(path.read_bytes())
+    run_cli([*argv, "--out", str(path)])
+    record = read_result_file(path.read_bytes())
     record.result = round_floats(record.result)
     record.state = round_floats(record.state)
     write_result_file(path, record)
@@ -155,6 +135,7 @@ def run_job(job: Job, model: str, folder: Path) -> ShippedEntry:
         (folder / CHECK_DIR).mkdir(exist_ok=True)
         check_file = f"{CHECK_DIR}/{job.name}.json"
         make(check_argv, folder / check_file)
+    args = parse_command(argv)
     return ShippedEntry(
         name=job.name,
         file=f"{job.name}.json",
@@ -163,15 +144,30 @@ def run_job(job: Job, model: str, folder: Path) -> ShippedEntry:
         corpus=record.corpus,
         options=record.options,
         argv=argv,
+        limit=getattr(args, "limit", None),
         check_file=check_file,
         check_argv=check_argv,
         seconds=round(time.perf_counter() - start, 1),
     )
 
 
+def argv_problems(entry: ShippedEntry) -> list[str]:
+    """Why a shipped file no longer answers the arguments that made it: the command, its options or its texts."""
+    args = parse_command(entry.argv)
+    if args is None:
+        return [f"this attnlib cannot run {' '.join(entry.argv)}"]
+    problems = []
+    options = asdict(command_options(args))
+    if options != entry.options:
+        problems.append(f"the command's options are now {options}, the file has {entry.options}")
+    if hasattr(args, "text") and entry.corpus.get("sha1") != text_pair_sha1(args.text, args.pair):
+        problems.append("the example's texts changed")
+    return problems
+
+
 def check_job(entry: ShippedEntry, folder: Path) -> list[str]:
     """What is wrong with a shipped file: stale corpus or options, or a slice that no longer computes the same."""
-    problems = stale_reasons(entry)
+    problems = argv_problems(entry) + stale_reasons(entry)
     if problems:
         return [f"{entry.name}: {p}" for p in problems]
     with tempfile.TemporaryDirectory() as tmp:  # the example has no slice: it is recomputed whole
@@ -188,6 +184,8 @@ def readme_table(entries: list[ShippedEntry]) -> str:
         options = ", ".join(f"{k}={v}" for k, v in e.options.items() if v not in (None, False)) or "defaults"
         size = (PRECOMPUTED / e.file).stat().st_size
         corpus = e.corpus.get("path") or e.corpus.get("name")
+        if "train" in e.corpus:  # the probe: trained on one treebank, scored on the other
+            corpus = f"{e.corpus['train']['path']} → {corpus}"
         rows.append(
             f"| `{e.file}` | {e.command} | {corpus} | {e.corpus['n_inputs']} | {options} | {size / 1e3:.0f} kB "
             f"| {e.seconds or 0:.0f} s |"

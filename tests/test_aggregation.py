@@ -10,10 +10,11 @@ import torch
 from conftest import figures, tables
 
 from attnlib.aggregation import (
+    AGGREGATION,
     AggregationAccumulator,
     AggregationOptions,
+    AggregationResult,
     accumulate_aggregation,
-    aggregation_from_json,
 )
 from attnlib.attribution import hidden_token_attribution
 from attnlib.cli import main
@@ -119,7 +120,7 @@ def test_aggregation_by_hand():
     np.testing.assert_array_equal(result.offsets, np.arange(-2, 3))
     np.testing.assert_allclose(result.histograms["attribution"][0], h)
     np.testing.assert_allclose(result.histograms["residual_ln"][0], np.full(5, 1 / 3))
-    back = aggregation_from_json(json.loads(json.dumps(result.to_dict())))
+    back = AggregationResult.from_json(json.loads(json.dumps(result.to_json())))
     np.testing.assert_allclose(back.histograms["attention"], result.histograms["attention"])
     np.testing.assert_array_equal(back.offsets, result.offsets)
 
@@ -152,9 +153,9 @@ def test_histograms_of_inputs_of_different_lengths_merge_exactly():
 def test_results_written_before_histograms_still_read():
     acc = AggregationAccumulator(1)
     acc.add_maps(np.full((1, 5, 2, 2), 0.5), np.full((1, 2, 2), 0.5))
-    data = acc.result().to_dict()
+    data = acc.result().to_json()
     del data["histograms"]
-    back = aggregation_from_json(data)
+    back = AggregationResult.from_json(data)
     assert back.histograms == {} and len(back.offsets) == 0
 
 
@@ -192,7 +193,7 @@ def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp
     for m in MEASURES:
         assert len(data["pearson"][m]) == tiny_model.facts.n_layers
         np.testing.assert_allclose(data["spearman"][m], expected.spearman[m], rtol=1e-6)
-    loaded = aggregation_from_json(read_result_file(out.read_bytes(), "aggregation").result)
+    loaded = AGGREGATION.from_record(read_result_file(out.read_bytes(), "aggregation"))
     np.testing.assert_allclose(loaded.pearson["residual_ln"], expected.pearson["residual_ln"], rtol=1e-6)
 
 

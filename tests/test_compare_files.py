@@ -70,13 +70,13 @@ def test_caveats_name_another_corpus_another_size_and_other_options():
 
 
 def test_probe_files_of_another_variant_or_malformed_are_result_file_errors():
-    from attnlib.probe import probe_from_json
+    from attnlib.probe import ProbeResult
     from attnlib.results import ResultFileError
 
     with pytest.raises(ResultFileError, match="incomplete or malformed"):
-        probe_from_json({"uas": 0.5})
+        ProbeResult.from_json({"uas": 0.5})
     with pytest.raises(ResultFileError, match="incomplete or malformed"):
-        probe_from_json([1, 2])  # type: ignore[arg-type]
+        ProbeResult.from_json([1, 2])  # type: ignore[arg-type]
 
 
 # --- Special tokens -------------------------------------------------------------------------------------------------
@@ -158,8 +158,8 @@ def test_special_bad_compare_files_are_errors(tmp_path, tiny_model_dir):
 @pytest.mark.slow
 @TINY_BERT
 def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_model_dir, minilm, one_thread):
-    from attnlib.corpus import read_conllu
-    from attnlib.deps import count_dependencies, dependency_counts_from_json
+    from attnlib.analyses import analyse
+    from attnlib.deps import dependency_counts_from_json
 
     data, _ = cli_file(
         tmp_path, "tiny", "deps", "--conllu", str(EWT_DEV), "--limit", "10", "--model", str(tiny_model_dir)
@@ -170,7 +170,7 @@ def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_
     assert not at.error, [e.value for e in at.error]
     assert not at.warning, [w.value for w in at.warning]
     expected = {
-        "all-MiniLM-L6-v2": count_dependencies(minilm, read_conllu(EWT_DEV)[:10]).table(min_count=1),
+        "all-MiniLM-L6-v2": analyse("deps", minilm, conllu=EWT_DEV, limit=10, min_count=1).table,
         second_model: dependency_counts_from_json(read_result_file(data).state or {}).table(min_count=1),
     }
     frame = tables(at)[0]

@@ -9,8 +9,9 @@ import pytest
 from conftest import figures, tables
 
 from attnlib import deps
+from attnlib.analyses import analyse
 from attnlib.corpus import Sentence
-from attnlib.deps import DependencyCounts, best_offset_baseline, count_dependencies, predict_heads, sentence_word_map
+from attnlib.deps import DependencyCounts, best_offset_baseline, predict_heads, sentence_word_map
 from attnlib.runner import RunResult
 from attnlib.shipped import EWT_DEV, ROOT
 
@@ -261,7 +262,7 @@ def test_tiny_models_word_maps_and_skips(tiny_model):
     np.testing.assert_allclose(word_map.sum(-1), 1.0, atol=1e-5)
     short = Sentence(words, None, 1, heads=[2, 3, 0, 5, 3, 3], deprels=["det", "nsubj", "root", "det", "obj", "punct"])
     long = Sentence(["word"] * 200, None, 2, heads=[0] + [1] * 199, deprels=["root"] + ["dep"] * 199)
-    counts = count_dependencies(tiny_model, [short, long, short])
+    counts = analyse("deps", tiny_model, conllu=[short, long, short]).counts
     table = counts.table(min_count=1)
     assert (table.n_sentences, table.n_words, table.n_skipped) == (2, 12, 1)
     assert table.rows[0].relation == "all" and table.rows[0].count == 12
@@ -383,7 +384,7 @@ def test_page_gold_table_heatmap_and_example(minilm):
     assert not at.exception, at.exception
     assert [m.value for m in at.metric][:3] == ["15", str(sum(len(s.words) for s in read_conllu(EWT_DEV)[:15])), "0"]
     frame = tables(at)[0]
-    expected = count_dependencies(minilm, read_conllu(EWT_DEV)[:15]).table(min_count=5)
+    expected = analyse("deps", minilm, conllu=EWT_DEV, limit=15, min_count=5).table
     assert frame["relation"].tolist() == [r.relation for r in expected.rows]
     assert frame["best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in expected.rows]
     np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
@@ -422,7 +423,7 @@ def test_page_compares_two_models_table_and_probe(minilm, tiny_model_dir, tiny_m
     first, second = minilm.facts.name, str(tiny_model_dir)
     sentences = read_conllu(EWT_DEV)[:10]
     expected = {
-        m: count_dependencies(lm, sentences).table(min_count=1) for m, lm in [(first, minilm), (second, tiny_model)]
+        m: analyse("deps", lm, conllu=sentences, min_count=1).table for m, lm in [(first, minilm), (second, tiny_model)]
     }
     frame = tables(at)[0]
     assert frame["relation"].tolist() == [r.relation for r in expected[first].rows]
@@ -454,18 +455,18 @@ def test_page_opens_the_shipped_table_at_once_and_says_so(monkeypatch):
 
     from streamlit.testing.v1 import AppTest
 
-    from attnlib.deps import dependency_counts_from_json
+    from attnlib.deps import DepsOptions, dependency_counts_from_json
     from attnlib.model import DEFAULT_MODEL
     from attnlib.precomputed import shipped_result
 
     def no_counting(*args, **kwargs):
         raise AssertionError("the page ran the model over the corpus although its result ships")
 
-    monkeypatch.setattr(deps, "count_dependencies", no_counting)
+    monkeypatch.setattr("attnlib.analysis.run_analysis", no_counting)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
     at.switch_page("app_pages/dependency_heads.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    record = shipped_result("deps", DEFAULT_MODEL, hashlib.sha1(EWT_DEV.read_bytes()).hexdigest(), 2001, {})
+    record = shipped_result("deps", DEFAULT_MODEL, hashlib.sha1(EWT_DEV.read_bytes()).hexdigest(), 2001, DepsOptions())
     assert record is not None
     expected = dependency_counts_from_json(record.state or {}).table(min_count=100)
     frame = tables(at)[0]

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from attnlib import cli
+from attnlib.analyses import analyse
 from attnlib.attribution import EXACT_SECONDS_AT_34_TOKENS, exact_seconds
 from attnlib.corpus import read_text_corpus
 from attnlib.export import attention_table
 from attnlib.model import DEFAULT_MODEL
-from attnlib.positions import positions_from_json
+from attnlib.positions import POSITIONS, PositionOptions
 from attnlib.precomputed import shipped_result
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
-from attnlib.special_tokens import special_tokens
 
 
 def test_exact_seconds_follows_the_formula(minilm):
@@ -45,7 +45,7 @@ def test_attention_table_rows_by_hand():
 def test_special_tokens_is_what_the_cli_prints(minilm, capsys):
     inputs = read_text_corpus(CLASSROOM_PAIRS)[:4]
     seen = []
-    run = special_tokens(minilm, inputs, all_punct=True, with_map=True, progress=lambda d, t: seen.append(t))
+    run = analyse("special", minilm, corpus=inputs, all_punct=True, head_map=True, progress=lambda d, t: seen.append(t))
     special, hm = run.special, run.head_map
     assert seen and seen[-1] == 4
     argv = ["special", "--corpus", str(CLASSROOM_PAIRS), "--limit", "4", "--all-punct", "--head-map", "--json"]
@@ -54,12 +54,12 @@ def test_special_tokens_is_what_the_cli_prints(minilm, capsys):
     assert out["n_inputs"] == special.n_inputs == 4
     np.testing.assert_allclose(np.array(out["heads"]["sep"]), special.heads["sep"], atol=1e-6)
     assert hm is not None and out["head_map"]["behaviour"] == list(hm.labels)
-    no_map = special_tokens(minilm, inputs, all_punct=True, with_map=False)
+    no_map = analyse("special", minilm, corpus=inputs, all_punct=True)
     assert no_map.head_map is None and no_map.norms is None
     np.testing.assert_allclose(no_map.special.heads["punct"], special.heads["punct"], atol=1e-6)
 
 
-SHIPPED_OPTIONS = {"mode": "estimate", "probes": 12, "drop_special": False, "identifiable_only": False}
+SHIPPED_OPTIONS = PositionOptions()  # estimate mode, 12 probes, seed 0, nothing dropped
 
 
 def test_shipped_result_needs_every_match():
@@ -67,15 +67,16 @@ def test_shipped_result_needs_every_match():
     n = len(read_text_corpus(CLASSROOM_SINGLE))
     record = shipped_result("positions", DEFAULT_MODEL, sha1, n, SHIPPED_OPTIONS)
     assert record is not None and record.command == "positions" and record.corpus["sha1"] == sha1
-    result = positions_from_json(record.result)
+    result = POSITIONS.from_record(record)
     assert result.n_inputs == n and result.options.drop_special is False
-    dropped = shipped_result("positions", DEFAULT_MODEL, sha1, n, {**SHIPPED_OPTIONS, "drop_special": True})
-    assert dropped is not None and positions_from_json(dropped.result).options.drop_special is True
+    dropped = shipped_result("positions", DEFAULT_MODEL, sha1, n, replace(SHIPPED_OPTIONS, drop_special=True))
+    assert dropped is not None and POSITIONS.from_record(dropped).options.drop_special is True
     misses = [
         ("positions", "bert-base-uncased", sha1, n, SHIPPED_OPTIONS),
         ("positions", DEFAULT_MODEL, "0" * 40, n, SHIPPED_OPTIONS),
         ("positions", DEFAULT_MODEL, sha1, n - 1, SHIPPED_OPTIONS),
-        ("positions", DEFAULT_MODEL, sha1, n, {**SHIPPED_OPTIONS, "probes": 13}),
+        ("positions", DEFAULT_MODEL, sha1, n, replace(SHIPPED_OPTIONS, probes=13)),
+        ("positions", DEFAULT_MODEL, sha1, n, replace(SHIPPED_OPTIONS, seed=1)),
         ("special", DEFAULT_MODEL, sha1, n, SHIPPED_OPTIONS),
     ]
     assert [shipped_result(*args) for args in misses] == [None] * len(misses)

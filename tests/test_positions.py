@@ -124,7 +124,7 @@ def test_accumulator_options_counts_and_round_trip():
         r.attention_histograms, np.divide(expected, counts, out=np.zeros_like(expected), where=counts > 0)
     )
     np.testing.assert_allclose(r.correlation["pearson_previous"], 1.0)  # attention against itself
-    back = PositionsResult.from_dict(json.loads(json.dumps(r.to_dict(), allow_nan=False)))
+    back = PositionsResult.from_json(json.loads(json.dumps(r.to_json(), allow_nan=False)))
     np.testing.assert_allclose(back.attribution_histograms, r.attribution_histograms)
     np.testing.assert_allclose(back.attention_center_of_mass, r.attention_center_of_mass)
     assert back.options == r.options and back.n_truncated == 1
@@ -135,12 +135,12 @@ def test_corpus_halves_merge_into_the_whole(tiny_model, tmp_path):
     corpus.write_text("The cat sat.\nA dog barked at the postman.\nRain fell.\tThe street was wet.\n")
     inputs = read_corpus(corpus)
     options = PositionOptions(probes=4)
-    whole = accumulate_positions(tiny_model, inputs, options).result().to_dict()
+    whole = accumulate_positions(tiny_model, inputs, options).result().to_json()
     merged = (
         accumulate_positions(tiny_model, inputs[:1], options)
         .merge(accumulate_positions(tiny_model, inputs[1:], options))
         .result()
-        .to_dict()
+        .to_json()
     )
     assert whole["n_inputs"] == 3
     np.testing.assert_allclose(

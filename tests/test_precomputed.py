@@ -11,26 +11,30 @@ import numpy as np
 import pytest
 
 from attnlib import cli
+from attnlib.cli import parse_command
+from attnlib.deps import DepsOptions
 from attnlib.model import DEFAULT_MODEL
+from attnlib.positions import PositionOptions
 from attnlib.precomputed import (
     EXAMPLE_COMMAND,
     INDEX,
     TOLERANCES,
-    parse_command,
     result_differences,
     round_floats,
     shipped_example,
     shipped_result,
     shipped_results,
     stale_reasons,
-    text_pair_sha1,
 )
-from attnlib.results import RESULT_FORMAT, read_result_file
+from attnlib.probe import ProbeOptions
+from attnlib.results import RESULT_FORMAT, read_result_file, text_pair_sha1
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, PRECOMPUTED, PUD_TEST, ROOT
+from attnlib.special_tokens import SpecialOptions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ENTRIES = {e.name: e for e in shipped_results()}
-POSITION_DEFAULTS = {"mode": "estimate", "probes": 12, "drop_special": False, "identifiable_only": False}
+POSITION_DEFAULTS = {"mode": "estimate", "probes": 12, "seed": 0, "drop_special": False, "identifiable_only": False}
+HEAD_MAP = SpecialOptions(head_map=True)
 
 
 def sha1(path: Path) -> str:
@@ -78,7 +82,7 @@ def test_text_pair_sha1_is_the_hash_of_the_corpus_line():
 
 
 def test_parse_command_refuses_unknown_commands_and_options():
-    assert parse_command(["special", "--corpus", "x.txt", "--head-map"]).head_map is True
+    assert parse_command(["special", "--corpus", "x.txt", "--head-map"]).head_map is True  # type: ignore[union-attr]
     assert parse_command(["no-such-command", "--corpus", "x.txt"]) is None
     assert parse_command(["special", "--corpus", "x.txt", "--no-such-option"]) is None
 
@@ -107,13 +111,13 @@ def test_every_corpus_page_need_ships():
             for name, drop in ((f"positions_{key}", False), (f"positions-drop-special_{key}", True)):
                 p = ENTRIES[name]
                 assert p.corpus["n_inputs"] == n_lines(path)
-                assert p.options == {**POSITION_DEFAULTS, "drop_special": drop, "limit": None}
+                assert (p.options, p.limit) == ({**POSITION_DEFAULTS, "drop_special": drop}, None)
         else:
             assert e.corpus["n_inputs"] == n_sentences(path)
             assert ENTRIES[f"deps_{key}"].corpus["n_inputs"] == n_sentences(path)
-            assert ENTRIES[f"deps_{key}"].options == {"limit": None, "min_count": 100}
+            assert ENTRIES[f"deps_{key}"].options == {"min_count": 100, "rule": "mean"}
             assert ENTRIES[f"positions_{key}"].corpus["n_inputs"] == 100
-            assert ENTRIES[f"positions_{key}"].options == {**POSITION_DEFAULTS, "limit": 100}
+            assert (ENTRIES[f"positions_{key}"].options, ENTRIES[f"positions_{key}"].limit) == (POSITION_DEFAULTS, 100)
     example = ENTRIES["example_live-default"]
     assert (example.command, example.options["mode"]) == (EXAMPLE_COMMAND, "exact")
 
@@ -130,8 +134,11 @@ def test_index_lists_every_result_file_and_each_loads():
         assert (record.model, record.corpus, record.options) == (e.model, e.corpus, e.options)
         if e.check_file:
             check = read_result_file((PRECOMPUTED / e.check_file).read_bytes(), e.command)
-            assert check.corpus == {**e.corpus, "n_inputs": min(5, e.corpus["n_inputs"])}
-            assert check.options == {**e.options, "limit": 5}
+            sliced = {**e.corpus, "n_inputs": min(5, e.corpus["n_inputs"])}
+            if "train" in e.corpus:  # the probe's training treebank is cut as well
+                sliced["train"] = {**e.corpus["train"], "n_inputs": min(5, e.corpus["train"]["n_inputs"])}
+            assert check.corpus == sliced
+            assert check.options == e.options
 
 
 def test_no_absolute_paths_and_small_files():
@@ -161,42 +168,57 @@ def test_stale_reasons_notice_a_changed_corpus_size_or_option():
         "inputs; the corpus and --limit now give 1000"
         in stale_reasons(replace(e, corpus={**e.corpus, "n_inputs": 5}))[0]
     )
-    assert "options are now" in stale_reasons(replace(e, options={**e.options, "min_count": 50}))[0]
-    assert "cannot run" in stale_reasons(replace(e, argv=[*e.argv, "--no-such-option"]))[0]
+    assert "lack rule" in stale_reasons(replace(e, options={"min_count": 100}))[0]  # written before --rule
+    assert "no option colour" in stale_reasons(replace(e, options={**e.options, "colour": 1}))[0]
+    assert "no analysis `dependencies`" in stale_reasons(replace(e, command="dependencies"))[0]
     assert "not a file" in stale_reasons(replace(e, corpus={**e.corpus, "path": "/etc/hostname"}))[0]
+    probe = ENTRIES["probe_ewt"]
+    train = {**probe.corpus["train"], "sha1": "0" * 40}
+    assert stale_reasons(replace(probe, corpus={**probe.corpus, "train": train})) == [
+        "data/ud/UD_English-EWT/en_ewt-ud-dev.conllu has changed"
+    ]
 
 
 # ------------------------------------------------------------------------------------------------------ the lookup
 
 
 def test_shipped_result_finds_the_right_file():
-    found = shipped_result("special", DEFAULT_MODEL, sha1(EWT_DEV), n_sentences(EWT_DEV), {"head_map": True})
+    found = shipped_result("special", DEFAULT_MODEL, sha1(EWT_DEV), n_sentences(EWT_DEV), HEAD_MAP)
     assert found is not None and found.command == "special" and found.corpus["sha1"] == sha1(EWT_DEV)
     assert found.result["head_map"] is not None
     digest, n = sha1(CLASSROOM_PAIRS), n_lines(CLASSROOM_PAIRS)
-    plain = shipped_result("positions", DEFAULT_MODEL, digest, n, POSITION_DEFAULTS)
-    dropped = shipped_result("positions", DEFAULT_MODEL, digest, n, {**POSITION_DEFAULTS, "drop_special": True})
+    plain = shipped_result("positions", DEFAULT_MODEL, digest, n, PositionOptions())
+    dropped = shipped_result("positions", DEFAULT_MODEL, digest, n, PositionOptions(drop_special=True))
     assert plain is not None and dropped is not None
     assert (plain.options["drop_special"], dropped.options["drop_special"]) == (False, True)
     assert plain.result["histograms"] != dropped.result["histograms"]
     assert (
-        shipped_result("positions", DEFAULT_MODEL, sha1(EWT_DEV), 100, {}).corpus["path"].endswith("ewt-ud-dev.conllu")
+        shipped_result("positions", DEFAULT_MODEL, sha1(EWT_DEV), 100, PositionOptions())
+        .corpus["path"]
+        .endswith("ewt-ud-dev.conllu")
     )
-    deps = shipped_result("deps", DEFAULT_MODEL, sha1(EWT_TEST), n_sentences(EWT_TEST), {"min_count": 100})
-    assert deps is not None and deps.state is not None
+    deps = shipped_result("deps", DEFAULT_MODEL, sha1(EWT_TEST), n_sentences(EWT_TEST), DepsOptions(min_count=5))
+    assert deps is not None and deps.state is not None  # the minimum count only chooses what the table shows
+    assert shipped_result("deps", DEFAULT_MODEL, sha1(EWT_TEST), n_sentences(EWT_TEST), DepsOptions(rule="max")) is None
+    train, test = (sha1(EWT_DEV), n_sentences(EWT_DEV)), (sha1(EWT_TEST), n_sentences(EWT_TEST))
+    probe = shipped_result("probe", DEFAULT_MODEL, *test, ProbeOptions(), train=train)
+    assert probe is not None and probe.corpus["train"]["sha1"] == train[0]
+    assert shipped_result("probe", DEFAULT_MODEL, *test, ProbeOptions(), train=(sha1(PUD_TEST), 1000)) is None
+    assert shipped_result("probe", DEFAULT_MODEL, *test, ProbeOptions(epochs=2), train=train) is None
 
 
 def test_shipped_result_refuses_another_corpus_size_option_model_or_command():
     digest, n = sha1(CLASSROOM_SINGLE), n_lines(CLASSROOM_SINGLE)
-    assert shipped_result("special", DEFAULT_MODEL, digest, n, {"head_map": True}) is not None
-    assert shipped_result("special", DEFAULT_MODEL, "0" * 40, n, {"head_map": True}) is None
-    assert shipped_result("special", DEFAULT_MODEL, digest, n - 1, {"head_map": True}) is None
-    assert shipped_result("special", DEFAULT_MODEL, digest, 5, {"head_map": True}) is None  # check slices never serve
-    assert shipped_result("special", DEFAULT_MODEL, digest, n, {"all_punct": True}) is None
-    assert shipped_result("special", DEFAULT_MODEL, digest, n, {"no_such_option": 1}) is None
-    assert shipped_result("special", "bert-base-uncased", digest, n, {"head_map": True}) is None
-    assert shipped_result("deps", DEFAULT_MODEL, digest, n, {}) is None
-    assert shipped_result("positions", DEFAULT_MODEL, digest, n, {**POSITION_DEFAULTS, "probes": 4}) is None
+    assert shipped_result("special", DEFAULT_MODEL, digest, n, HEAD_MAP) is not None
+    assert shipped_result("special", DEFAULT_MODEL, digest, n, SpecialOptions()) is not None  # more than asked for
+    assert shipped_result("special", DEFAULT_MODEL, "0" * 40, n, HEAD_MAP) is None
+    assert shipped_result("special", DEFAULT_MODEL, digest, n - 1, HEAD_MAP) is None
+    assert shipped_result("special", DEFAULT_MODEL, digest, 5, HEAD_MAP) is None  # check slices never serve
+    assert shipped_result("special", DEFAULT_MODEL, digest, n, SpecialOptions(all_punct=True)) is None
+    assert shipped_result("special", "bert-base-uncased", digest, n, HEAD_MAP) is None
+    assert shipped_result("deps", DEFAULT_MODEL, digest, n, DepsOptions()) is None
+    assert shipped_result("positions", DEFAULT_MODEL, digest, n, PositionOptions(probes=4)) is None
+    assert shipped_result("positions", DEFAULT_MODEL, digest, n, HEAD_MAP) is None  # another analysis's options
 
 
 def test_shipped_example_is_the_live_pages_default_pair():
@@ -224,17 +246,9 @@ def test_shipped_slice_matches_a_fresh_computation(name, tmp_path, monkeypatch, 
     e = ENTRIES[name]
     monkeypatch.chdir(ROOT)  # the arguments name the corpora relative to the repository
     argv = e.check_argv or e.argv
-    if e.command == EXAMPLE_COMMAND:  # `hta` prints its result and has no --out
-        assert cli.main(argv) == 0
-        fresh = json.loads(capsys.readouterr().out)
-    else:
-        assert cli.main([*argv, "--out", str(tmp_path / "fresh.json")]) == 0
-        record = read_result_file((tmp_path / "fresh.json").read_bytes())
-        fresh = {"corpus": record.corpus, "options": record.options, "result": record.result, "state": record.state}
+    assert cli.main([*argv, "--out", str(tmp_path / "fresh.json")]) == 0
+    record = read_result_file((tmp_path / "fresh.json").read_bytes())
     shipped = read_result_file((PRECOMPUTED / (e.check_file or e.file)).read_bytes())
-    expected = {"result": shipped.result}
-    if e.command != EXAMPLE_COMMAND:
-        expected |= {"corpus": shipped.corpus, "options": shipped.options, "state": shipped.state}
-    else:
-        fresh = {"result": fresh}
+    keys = ("result", "options", "state") if e.command == EXAMPLE_COMMAND else ("corpus", "result", "options", "state")
+    fresh, expected = ({key: getattr(r, key) for key in keys} for r in (record, shipped))  # the example's name is ours
     assert result_differences(expected, fresh, **TOLERANCES.get(e.command, {})) == []

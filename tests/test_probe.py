@@ -12,8 +12,10 @@ from conftest import figures, tables
 from attnlib.corpus import Sentence, read_conllu
 from attnlib.deps import best_offset_baseline, predict_heads, sentence_word_map
 from attnlib.probe import (
+    PROBE,
     AttentionProbe,
     ProbeCorpus,
+    ProbeOptions,
     ProbeResult,
     WordsProbe,
     extract_maps,
@@ -327,7 +329,8 @@ def test_tiny_models_maps_skips_and_embeddings(tiny_model, one_thread):
     result = score_probe(train_probe(corpus, "words"), corpus, corpus, "words")
     assert result.n_skipped == 2 and result.n_words == 9
     calls: list[tuple[int, int]] = []
-    again = run_probe(lm, sentences, sentences, "words", epochs=2, progress=lambda d, t: calls.append((d, t)))
+    words = ProbeOptions(variant="words", epochs=2)
+    again = run_probe(lm, sentences, sentences, words, progress=lambda d, t: calls.append((d, t)))
     assert again.to_json() == score_probe(train_probe(corpus, "words", 2), corpus, corpus, "words", 2).to_json()
     done = [d for d, _ in calls]
     assert done == sorted(done) and calls[-1] == (3 + 3 + 2 * 3, 12) and {t for _, t in calls} == {12}
@@ -350,7 +353,8 @@ def test_cli_on_ewt_agrees_with_the_library(minilm, tmp_path, capsys):
     assert [len(s["predicted"]) for s in out["sentences"]] == [len(s.words) for s in test]
     record = read_result_file(out_file.read_text(), "probe")
     assert ProbeResult.from_json(record.result).to_json() == out
-    assert record.options["variant"] == "attention" and record.options["train"] == str(EWT_DEV)
+    assert record.options == {"variant": "attention", "epochs": 1, "seed": 0}
+    assert (record.corpus["train"]["path"], record.corpus["train"]["n_inputs"]) == (str(EWT_DEV), 6)
 
 
 @pytest.mark.parametrize("bad", [["--epochs", "0"], ["--limit", "0"]])
@@ -471,19 +475,18 @@ def test_page_probe_opens_a_shipped_result_without_training(tiny_model_dir, tmp_
     import ui.result_source
     from attnlib import probe
     from attnlib.results import read_result_file
-    from attnlib.shipped import ROOT
 
     out_file = tmp_path / "probe.json"
     out = _cli_probe(str(tiny_model_dir), 6, capsys, out_file)
     record = read_result_file(out_file.read_text(), "probe")
     asked = []
 
-    def shipped(command, model, sha1, n_inputs, options):
+    def shipped(command, model, sha1, n_inputs, options, train=None):
         """The CLI's file when the page asks for what it holds (the options compared as attnlib.precomputed does)."""
-        asked.append((command, options))
+        asked.append((command, options, train))
         same = (command, model, sha1, n_inputs) == ("probe", record.model, record.corpus["sha1"], 6)
-        stored = {**record.options, "train": str(EWT_DEV.relative_to(ROOT))}  # as the script writes it
-        return record if same and all(stored.get(k, "missing") == v for k, v in options.items()) else None
+        trained_on = (record.corpus["train"]["sha1"], record.corpus["train"]["n_inputs"])
+        return record if same and train == trained_on and PROBE.answers(record.options, options) else None
 
     def no_training(*args, **kwargs):
         raise AssertionError("the page trained a probe although a shipped result matches")
@@ -492,16 +495,7 @@ def test_page_probe_opens_a_shipped_result_without_training(tiny_model_dir, tmp_
     monkeypatch.setattr(probe, "run_probe", no_training)
     at = _probe_page(model=str(tiny_model_dir))
     assert not at.exception, [e.value for e in at.exception]
-    assert (
-        "probe",
-        {
-            "train": "data/ud/UD_English-EWT/en_ewt-ud-dev.conllu",
-            "limit": 6,
-            "epochs": 1,
-            "seed": 0,
-            "variant": "attention",
-        },
-    ) in asked
+    assert ("probe", ProbeOptions(), (record.corpus["train"]["sha1"], 6)) in asked
     assert _metrics(at)["UAS, attention-only probe"] == f"{100 * out['uas']:.1f}%"
     assert any("precomputed, shipped with the app" in c.value for c in at.caption)
     assert at.button(key=f"recompute:probe:{tiny_model_dir}") is not None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import re
 from html.parser import HTMLParser
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -13,24 +12,25 @@ import pytest
 from conftest import _bert_tokenizer, _tiny_config
 from streamlit.testing.v1 import AppTest
 
+from attnlib.analysis import Analysis
+from attnlib.attention import AttentionOptions
 from attnlib.cli import build_parser, main
+from attnlib.comparison import Difference, largest_difference
 from attnlib.corpus import CorpusInput
 from attnlib.deps import CLARK_TABLE1
 from attnlib.norms import NORM_KEYS
 from attnlib.report import (
-    Difference,
     PartResult,
     ReportOptions,
     ReportPart,
-    largest_difference,
     methods_anchor,
     methods_sections,
-    paper_rows,
     run_parts,
     run_report,
 )
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS
+from attnlib.tables import paper_rows
 from attnlib.views.plotly_js import plotly_js
 from attnlib.views.report import render_report
 
@@ -275,21 +275,36 @@ def test_paper_rows_follow_clark_table_1():
         assert np.isclose(row["paper accuracy"], acc / 100) and np.isclose(row["paper baseline accuracy"], base / 100)
 
 
-def test_a_part_with_its_own_loop_runs_when_its_files_are_given():
-    seen = []
+class Count:
+    """An accumulator of how many inputs were added."""
 
-    def probe(lm, inputs, options):
-        seen.append({k: len(v) for k, v in inputs.items()})
-        return PartResult("probe", lm.facts.name, {"accuracy": pd.DataFrame({"model": [lm.facts.name]})}, None, {})
+    def __init__(self, n: int = 0) -> None:
+        self.n = n
 
-    part = ReportPart("probe", "Probe", "conllu", (14,), run=probe, needs=("train",))
-    lm = SimpleNamespace(facts=SimpleNamespace(name="m"))
+    def add(self, result, item) -> None:
+        self.n += 1
+
+    def merge(self, other: Count) -> Count:
+        return Count(self.n + other.n)
+
+
+def test_a_part_that_reads_two_files_runs_when_both_are_given_each_in_its_pass(tiny_model):
+    two = Analysis(
+        "two", "reads train and test", AttentionOptions, "treebanks", tuple, (14,),
+        accumulators=lambda lm, options: [Count()], finish=lambda train, test, options: (train[0].n, test[0].n),
+    )  # fmt: skip
+    part = ReportPart(
+        two, "Two files", {"train": "train", "test": "conllu"}, lambda o: AttentionOptions(),
+        lambda model, result, o: PartResult("two", model, {"n": pd.DataFrame({"model": [model]})}, result, {}),
+    )  # fmt: skip
     sentence = CorpusInput("a b")
-    results, timings = run_parts(lm, {"conllu": [sentence]}, ReportOptions(), [part])
-    assert results == [] and timings == [] and seen == []  # no training file: the part is left out
-    results, timings = run_parts(lm, {"conllu": [sentence], "train": [sentence] * 3}, ReportOptions(), [part])
-    assert seen == [{"conllu": 1, "train": 3}]
-    assert [r.part for r in results] == ["probe"] and results[0].seconds >= 0 and timings == []
+    results, timings = run_parts(tiny_model, {"conllu": [sentence]}, ReportOptions(), [part])
+    assert results == [] and timings == []  # no training file: the part is left out
+    results, timings = run_parts(
+        tiny_model, {"conllu": [sentence] * 2, "train": [sentence] * 3}, ReportOptions(), [part]
+    )
+    assert [(r.part, r.result) for r in results] == [("two", (3, 2))] and results[0].seconds >= 0
+    assert [(t.source, t.parts, t.n_inputs) for t in timings] == [("conllu", ["two"], 2)]  # train: the part's own
 
 
 def test_report_without_any_input_is_a_user_error(tmp_path, capsys):

@@ -25,7 +25,7 @@ from attnlib.engines import (
     shard_batches,
 )
 from attnlib.head_distances import HeadDistances, special_from_json
-from attnlib.positions import positions_from_json
+from attnlib.positions import PositionsResult
 from attnlib.results import ResultFileError, json_ready, make_result_file, read_result_file, write_result_file
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS, SpecialTokenStats
@@ -249,7 +249,7 @@ def test_out_file_round_trip(special_file, capsys):
     record = read_result_file(special_file.read_bytes(), "special")
     assert record.command == "special" and record.model == "all-MiniLM-L6-v2"
     assert record.corpus["name"] == "classroom_single.txt" and record.corpus["n_inputs"] == 6
-    assert record.options == {"all_punct": False, "head_map": True, "limit": 6, "norms": False}
+    assert record.options == {"all_punct": False, "head_map": True, "norms": False}  # --limit is in the corpus
     assert record.run == {"engine": "local", "device": "cpu", "workers": 1, "seconds": record.run["seconds"]}
     from attnlib import __version__
 
@@ -331,7 +331,7 @@ def test_malformed_head_map_and_positions_are_result_file_errors(special_file):
     special, hm = special_from_json(result)
     assert hm is None and special.heads["cls"].shape == (6, 12)
     with pytest.raises(ResultFileError, match="`positions` result is incomplete"):
-        positions_from_json({"n_inputs": 3})
+        PositionsResult.from_json({"n_inputs": 3})
 
 
 # --- the pages load result files ------------------------------------------------------------------------------------

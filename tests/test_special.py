@@ -38,6 +38,7 @@ from attnlib.special import (
     row_entropy,
     rows_to_mask,
 )
+from attnlib.special_tokens import SPECIAL, SpecialOptions
 from ui.page_tabs import SPECIAL_TOKENS
 
 # One head over [CLS] hi . [SEP]; every row sums to 1.
@@ -461,18 +462,19 @@ def test_weight_norm_gap_verdict_by_hand():
 
 
 def test_special_tokens_from_json_round_trip(minilm):
+    from attnlib.analyses import analyse
     from attnlib.results import json_ready
-    from attnlib.special_tokens import special_tokens, special_tokens_from_json
+    from attnlib.special_tokens import SpecialTokens
 
     inputs = read_text_corpus(CLASSROOM_SINGLE)[:3]
-    run = special_tokens(minilm, inputs, all_punct=False, with_map=True, with_norms=True)
-    back = special_tokens_from_json(json.loads(json.dumps(json_ready(run.to_json()))))
+    run = analyse("special", minilm, corpus=inputs, head_map=True, norms=True)
+    back = SpecialTokens.from_json(json.loads(json.dumps(json_ready(run.to_json()))))
     assert back.head_map is not None and back.norms is not None
     for key in STAT_KEYS:
         np.testing.assert_allclose(back.special.heads[key], run.special.heads[key], rtol=1e-6)
     for key, values in run.norms.heads.items():
         np.testing.assert_allclose(back.norms.heads[key], values, rtol=1e-6)
-    assert special_tokens_from_json(run.special.to_json()).norms is None
+    assert SpecialTokens.from_json(run.special.to_json()).norms is None
 
 
 SPECIAL_TABS = tuple(SPECIAL_TOKENS.values())
@@ -556,20 +558,20 @@ def test_page_shows_a_shipped_result_without_running_the_model(capsys, tmp_path,
     record = read_result_file(out.read_bytes())
     asked = []
 
-    def shipped(command, model, sha1, n_inputs, options):
+    def shipped(command, model, sha1, n_inputs, options, train=None):
         asked.append((command, model, n_inputs, options))
-        matches = all(record.options.get(k) == v for k, v in options.items())
+        matches = SPECIAL.answers(record.options, options)
         return record if (command, model, n_inputs, matches) == ("special", record.model, 8, True) else None
 
     def no_model_run(*args, **kwargs):
         raise AssertionError("the model was run although a shipped result matches")
 
     monkeypatch.setattr("ui.result_source.shipped_result", shipped)
-    monkeypatch.setattr("attnlib.special_tokens.special_tokens", no_model_run)
+    monkeypatch.setattr("attnlib.analysis.run_analysis", no_model_run)
     monkeypatch.setattr("attnlib.gradient_importance.gradient_importance", no_model_run)
     at = page_at(norms="1", limit="8", punct="clark")
     assert not at.exception, [e.value for e in at.exception]
-    assert ("special", record.model, 8, {"all_punct": False, "head_map": True, "norms": True}) in asked
+    assert ("special", record.model, 8, SpecialOptions(all_punct=False, head_map=True, norms=True)) in asked
     assert any("precomputed, shipped with the app" in c.value for c in at.caption)
     assert any(b.label == "Recompute" for b in at.button)
     check_weights_vs_norms(table_with(open_tab(at, "Weights vs norms"), "norm_cls"), cli_out, record.model)
@@ -613,7 +615,7 @@ def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thr
     def no_model_run(*args, **kwargs):
         raise AssertionError("the model was run although a shipped result matches")
 
-    monkeypatch.setattr("attnlib.special_tokens.special_tokens", no_model_run)
+    monkeypatch.setattr("attnlib.analysis.run_analysis", no_model_run)
     at = page_at()  # the defaults: classroom single sentences, Clark's punctuation, head map and norms on
     assert not at.exception, [e.value for e in at.exception]
     assert any("precomputed, shipped with the app" in c.value for c in at.caption)
@@ -641,7 +643,7 @@ def test_gradients_beside_a_shipped_result_wait_for_a_click(capsys, tmp_path, mo
     def no_model_run(*args, **kwargs):
         raise AssertionError("the statistics were computed although a shipped result matches")
 
-    monkeypatch.setattr("attnlib.special_tokens.special_tokens", no_model_run)
+    monkeypatch.setattr("attnlib.analysis.run_analysis", no_model_run)
     from ui.model_sidebar import OTHER
 
     at = page_at(limit="4", tab="gradient")

@@ -297,23 +297,16 @@ def _walk_tour(model: str | None) -> list[str]:
 
 def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str | None]:
     """The notice of each step, computed here from the library on the slices the tour documents."""
+    from attnlib.analyses import analyse
     from attnlib.corpus import read_conllu, read_corpus
-    from attnlib.deps import count_dependencies, dependency_counts_from_json
+    from attnlib.deps import DEPS
     from attnlib.engine import accumulate
     from attnlib.gradient_importance import gradient_importance, unavailable_reason
     from attnlib.patterns import PatternAccumulator
-    from attnlib.positions import corpus_positions
     from attnlib.precomputed import shipped_result
     from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
-    from attnlib.special_tokens import largest_weight_norm_gap, special_tokens
-    from attnlib.tour import (
-        FULL_MIN_COUNT,
-        POSITIONS_SLICE,
-        SHIPPED_OPTIONS,
-        SLICE,
-        SLICE_MIN_COUNT,
-        norms_notice,
-    )
+    from attnlib.special_tokens import largest_weight_norm_gap
+    from attnlib.tour import POSITIONS_SLICE, SLICE, SLICE_MIN_COUNT, TOUR_OPTIONS, norms_notice
 
     f = lm.facts
     patterns = PatternAccumulator(f.n_layers, f.n_heads)
@@ -321,22 +314,22 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
     all_pairs = read_corpus(CLASSROOM_PAIRS)
     pairs = all_pairs[:SLICE]
     sha1 = hashlib.sha1(CLASSROOM_PAIRS.read_bytes()).hexdigest()
-    shipped = shipped_result("special", f.name, sha1, len(all_pairs), SHIPPED_OPTIONS["special"]) is not None
-    run = special_tokens(lm, all_pairs if shipped else pairs, False, False, with_norms=True)  # what the tour shows
+    shipped = shipped_result("special", f.name, sha1, len(all_pairs), TOUR_OPTIONS["special"]) is not None
+    run = analyse("special", lm, corpus=all_pairs if shipped else pairs, norms=True)  # what the tour shows
     special = run.special
     norms = norms_notice(largest_weight_norm_gap(special.layers, run.norms.layers), shown)
     reason = unavailable_reason(lm)
     gradients = gradient_importance(lm, pairs) if reason is None else None
     treebank = read_conllu(EWT_DEV)
     sha1 = hashlib.sha1(EWT_DEV.read_bytes()).hexdigest()
-    record = shipped_result("deps", f.name, sha1, len(treebank), SHIPPED_OPTIONS["deps"])
+    record = shipped_result("deps", f.name, sha1, len(treebank), TOUR_OPTIONS["deps"])
     if record is not None:  # the tour shows the shipped counts (test_precomputed checks them against a fresh run)
-        table = dependency_counts_from_json(record.state).table(min_count=FULL_MIN_COUNT)
+        table = DEPS.from_record(record).table
     else:
-        table = count_dependencies(lm, treebank[:SLICE]).table(min_count=SLICE_MIN_COUNT)
+        table = analyse("deps", lm, conllu=treebank[:SLICE], min_count=SLICE_MIN_COUNT).table
     positions = None
     if with_positions:
-        positions = positions_notice(corpus_positions(lm, read_corpus(CLASSROOM_SINGLE)[:POSITIONS_SLICE]), shown)
+        positions = positions_notice(analyse("positions", lm, corpus=CLASSROOM_SINGLE, limit=POSITIONS_SLICE), shown)
     return [
         heads_notice(patterns.scores(), shown).sentence,
         special_notice(special, shown),

@@ -6,19 +6,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from attnlib.aggregation import (
-    ATTRIBUTION,
-    AggregationOptions,
-    AggregationResult,
-    accumulate_aggregation,
-    aggregation_from_json,
-)
+from attnlib.aggregation import AGGREGATION, ATTRIBUTION, AggregationOptions, AggregationResult
+from attnlib.analysis import run_analysis
 from attnlib.model import LoadedModel
 from attnlib.norms import MEASURES
 from attnlib.positions import PositionOptions
-from attnlib.report import layer_values
 from attnlib.results import ResultFile
 from attnlib.runner import InputError
+from attnlib.tables import layer_values
 from attnlib.views.norms import (
     MEASURE_NAMES,
     agreement_comparison_figure,
@@ -47,11 +42,16 @@ def per_input_cost(mode: str) -> str:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _aggregation_result(model_name: str, fingerprint: str, options: tuple, _inputs) -> dict:
+def _aggregation_result(model_name: str, fingerprint: str, options: AggregationOptions, _inputs) -> dict:
     """Agreement of the measures with layer-output attribution over a corpus, once per (model, corpus, options)."""
     with progress(f"Running the model and layer-output attribution ({model_name})") as report:
         lm = model_named(model_name)
-        return accumulate_aggregation(lm, _inputs, AggregationOptions(*options), report).result().to_dict()
+        return run_analysis(AGGREGATION, lm, options, inputs={"corpus": _inputs}, progress=report).result.to_json()
+
+
+def aggregation_options(options: PositionOptions) -> AggregationOptions:
+    """The tab's options: the page's attribution mode, probes and seed (the other tabs')."""
+    return AggregationOptions(mode=options.mode, probes=options.probes, seed=options.seed)
 
 
 Aggregations = dict[str, AggregationResult]  # model name -> its result
@@ -59,25 +59,22 @@ Aggregations = dict[str, AggregationResult]  # model name -> its result
 
 def aggregation_result(model_name: str, choice: CorpusChoice, options: PositionOptions) -> AggregationResult | None:
     """One model's aggregation result: shipped, computed earlier in this session, or computed when asked."""
-    agg_options = AggregationOptions(mode=options.mode, probes=options.probes)
+    agg_options = aggregation_options(options)
 
     def compute() -> AggregationResult | None:
         try:
-            values = tuple(vars(agg_options).values())
-            return AggregationResult.from_dict(
-                _aggregation_result(model_name, choice.fingerprint, values, choice.inputs)
+            return AggregationResult.from_json(
+                _aggregation_result(model_name, choice.fingerprint, agg_options, choice.inputs)
             )
         except (InputError, ValueError) as exc:
             st.error(f"{model_name}: {exc}")
             return None
 
-    wanted = {"mode": agg_options.mode, "probes": agg_options.probes}
     ask = (
         f"{model_name}: layer-output attribution of every layer needs its own run per input "
         f"({per_input_cost(options.mode)} per input on 2 CPU cores)."
     )
-    parse = lambda record: aggregation_from_json(record.result)  # noqa: E731
-    result, source = shipped_or_computed("aggregation", model_name, choice, wanted, compute, parse, ask_first=ask)
+    result, source = shipped_or_computed("aggregation", model_name, choice, agg_options, compute, ask_first=ask)
     if result is not None:
         st.caption(f"{model_name}: {result.n_inputs} inputs of {choice.label}; {source}.")
     return result
@@ -144,7 +141,7 @@ def aggregation_histograms(results: Aggregations, measure: str) -> None:
 
 def parse_aggregation(record: ResultFile) -> AggregationResult:
     """An `aggregation` result file's statistics."""
-    return aggregation_from_json(record.result)
+    return AGGREGATION.from_record(record)
 
 
 def aggregation_second(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> Second:
@@ -152,18 +149,10 @@ def aggregation_second(lm: LoadedModel, choice: CorpusChoice | None, options: Po
     open, so an uploaded file stays)."""
     first_name = lm.facts.name if loaded is None else loaded.model
     corpus = None if choice is None else choice.described()
-    wanted = {"mode": options.mode, "probes": options.probes}
     return second_source(
+        "aggregation", "aggregation", parse_aggregation, first_name, loaded, corpus, aggregation_options(options),
         "aggregation",
-        "aggregation",
-        parse_aggregation,
-        first_name,
-        loaded,
-        corpus,
-        wanted,
-        tuple(wanted),
-        "aggregation",
-    )
+    )  # fmt: skip
 
 
 def aggregation_results(
@@ -208,4 +197,4 @@ def aggregation_section(
     measure = bind([AGG_MEASURE])["agg_measure"]
     st.selectbox("Measure for the histograms", list(MEASURES), format_func=MEASURE_NAMES.get, key=AGG_MEASURE.key)
     aggregation_histograms(results, measure)
-    download_json({m: r.to_dict() for m, r in results.items()}, "aggregation", key="lg_agg_json_dl")
+    download_json({m: r.to_json() for m, r in results.items()}, "aggregation", key="lg_agg_json_dl")

@@ -4,13 +4,15 @@ model's result file of a page's command, uploaded under that field."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Generic, TypeVar
 
 import streamlit as st
 
+from attnlib.analyses import analysis_named
+from attnlib.analysis import Options
+from attnlib.comparison import largest_difference
 from attnlib.model import LoadedModel
-from attnlib.report import largest_difference
 from attnlib.results import ResultFile, comparison_caveats
 from ui.model_sidebar import try_load
 from ui.page_state import Option, bind
@@ -67,26 +69,26 @@ class Second(Generic[T]):
 
 def second_source(
     key: str,
-    command: str,
+    analysis: str,
     parse: Callable[[ResultFile], T],
     first_model: str,
     first_file: FromFile[Any] | None,
     corpus: dict | None,
-    options: dict,
-    keys: tuple[str, ...] = (),
+    options: Options | None,
     section: str = "",
 ) -> Second[T]:
     """The second model's result file (uploaded under "Compare with"), else the compared model on the first result's
     corpus (there is none beside the first model's result file), else nothing; says which result comes from which file.
 
-    `corpus` and `options` describe a computed first result (as result files do); `keys` name the options that must
-    agree for the two to compare."""
-    file = compared_file(key, command, parse, section)
+    `corpus` and `options` describe a computed first result (as result files do); the analysis's compared options
+    must agree for the two to compare."""
+    file = compared_file(key, analysis, parse, section)
     other = compared_model()
     if file is not None:
+        stored = {} if options is None else asdict(options)
         if first_file is not None:
-            corpus, options = first_file.record.corpus, first_file.record.options
-        show_second_file(file, first_model, corpus, options, keys)
+            corpus, stored = first_file.record.corpus, first_file.record.options
+        show_second_file(file, first_model, corpus, stored, analysis_named(analysis).compared())
         if other is not None:
             st.caption(f"{other.facts.name} (*Compare with*) is not run here: the second model's result file is shown.")
         return Second(file=file)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import streamlit as st
@@ -53,6 +54,12 @@ def read_path(path: str) -> list[CorpusInput]:
     """Read a corpus file on disk once; every session shares the list (cache_data would unpickle a copy per run, about
     0.1 s for a treebank), so callers must not change it."""
     return read_corpus(path)
+
+
+def shipped_corpus(path: Path) -> CorpusChoice:
+    """A shipped corpus file, whole (read once per server)."""
+    sha1 = file_sha1(path)
+    return CorpusChoice(path.name, sha1, f"{sha1}:all", read_path(str(path)), path.suffix == ".conllu")
 
 
 def upload_bytes(upload) -> bytes | None:

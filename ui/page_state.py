@@ -10,10 +10,12 @@ an empty text leaves its key out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeVar
 
 import streamlit as st
+
+from attnlib.analysis import Options
 
 Kind = Literal["str", "int", "bool", "ints"]
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -128,6 +130,22 @@ def bind(options: Sequence[Option]) -> dict[str, Any]:
     restore(options)
     publish(options)
     return {option.param: st.session_state[option.key] for option in options}
+
+
+O = TypeVar("O", bound=Options)
+
+
+def field_option(defaults: Options, name: str, key: str, param: str, **kwargs: Any) -> Option:
+    """The page option of one field of an analysis's options: its default is that field's value in `defaults` (the
+    analysis's defaults, or what the page shows first)."""
+    return Option(key, param, getattr(defaults, name), **kwargs)
+
+
+def bind_options(defaults: O, fields: Mapping[str, Option]) -> O:
+    """Restore and publish a page's options of an analysis (field name -> its page option): `defaults` with each of
+    those fields set from its option."""
+    values = bind(list(fields.values()))
+    return replace(defaults, **{name: values[option.param] for name, option in fields.items()})
 
 
 def set_value(option: Option, value: Any) -> None:

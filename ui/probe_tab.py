@@ -11,9 +11,9 @@ import streamlit as st
 
 from attnlib.corpus import CorpusError
 from attnlib.model import LoadedModel
-from attnlib.probe import PUNCT, ProbeResult, probe_from_json, run_probe
-from attnlib.results import ResultFile
-from attnlib.shipped import ROOT, TREEBANKS, file_sha1
+from attnlib.probe import PROBE, PUNCT, ProbeOptions, ProbeResult, run_probe
+from attnlib.results import ResultFile, ResultFileError
+from attnlib.shipped import TREEBANKS, file_sha1
 from attnlib.views.probe import probe_sentence, relation_bars, weight_heatmaps
 from ui.compare import difference_line, model_columns, second_source
 from ui.corpus_picker import SHIPPED, CorpusChoice, kept_upload, parse_upload, read_path
@@ -31,7 +31,6 @@ PROBE_CORPORA = {k: v for k, v in SHIPPED.items() if v in TREEBANKS} | {"upload"
 PROBE_TRAIN = Option("probe_train", "train", PROBE_CORPORA["ewt-dev"], PROBE_CORPORA)
 PROBE_TEST = Option("probe_test", "test", PROBE_CORPORA["ewt-test"], PROBE_CORPORA)
 PROBE_LIMIT = Option("probe_limit", "probe_limit", 100_000, lo=1, hi=100_000)
-PROBE_OPTIONS = {"epochs": 1, "seed": 0}  # the CLI's defaults, which the page uses
 PROBE_HOW = """
 Every head's word-level map (section 6) votes for each word's head with one learned weight per direction
 (dep->head and head<-dep), plus two weights for ROOT (attention to or from [CLS] and [SEP]): 2 x layers x heads + 2
@@ -42,11 +41,11 @@ heads over all words but punctuation; the best single head and the best fixed of
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _probe(model_name: str, train_fp: str, test_fp: str, variant: str, _train: list, _test: list) -> dict:
-    """The probe's result JSON, trained and scored once per (model, corpora, variant)."""
-    with progress(f"Training the {variant} probe (model runs, then training steps)", "steps") as report:
-        lm = model_named(model_name)
-        return run_probe(lm, _train, _test, variant, progress=report, **PROBE_OPTIONS).to_json()  # type: ignore
+def _probe(model_name: str, train_fp: str, test_fp: str, options: ProbeOptions, _train: list, _test: list) -> dict:
+    """The probe's result JSON, trained and scored once per (model, corpora, options); its progress counts the
+    training steps too."""
+    with progress(f"Training the {options.variant} probe (model runs, then training steps)", "steps") as report:
+        return run_probe(model_named(model_name), _train, _test, options, progress=report).to_json()
 
 
 def _probe_file(option: Option, label: str) -> CorpusChoice | None:
@@ -66,8 +65,8 @@ def _probe_file(option: Option, label: str) -> CorpusChoice | None:
         return None
 
 
-def probe_corpora() -> tuple[CorpusChoice, CorpusChoice, dict] | None:
-    """The training and test treebanks (limited), and the options a shipped result must match; None when missing."""
+def probe_corpora() -> tuple[CorpusChoice, CorpusChoice] | None:
+    """The training and test treebanks (limited); None when missing."""
     bind([PROBE_TRAIN, PROBE_TEST, PROBE_LIMIT])
     c1, c2, c3 = st.columns([2, 2, 1])
     train_label = c1.selectbox("Train on", list(PROBE_CORPORA.values()), key=PROBE_TRAIN.key)
@@ -79,14 +78,11 @@ def probe_corpora() -> tuple[CorpusChoice, CorpusChoice, dict] | None:
     if not train.inputs or not test.inputs:
         st.error("A treebank of the probe has no sentence.")
         return None
-    cut = limit < max(len(train.inputs), len(test.inputs))
-    train_path = str(TREEBANKS[train.label].relative_to(ROOT)) if train.label in TREEBANKS else f"upload:{train.sha1}"
-    options = {"train": train_path, "limit": limit if cut else None, **PROBE_OPTIONS}
     train, test = (replace(c, inputs=c.inputs[:limit], fingerprint=f"{c.sha1}:{limit}") for c in (train, test))
-    return train, test, options
+    return train, test
 
 
-def probe_result(lm: LoadedModel, train: CorpusChoice, test: CorpusChoice, options: dict) -> ProbeResult | None:
+def probe_result(lm: LoadedModel, train: CorpusChoice, test: CorpusChoice) -> ProbeResult | None:
     """The attention-only probe of a model: shipped, computed earlier, or trained now after the visitor asks."""
     name = lm.facts.name
     n = train.n_inputs + test.n_inputs
@@ -98,10 +94,11 @@ def probe_result(lm: LoadedModel, train: CorpusChoice, test: CorpusChoice, optio
         "probe",
         name,
         test,
-        {**options, "variant": "attention"},
-        lambda: _probe(name, train.fingerprint, test.fingerprint, "attention", train.inputs, test.inputs),
+        ProbeOptions(),
+        lambda: _probe(name, train.fingerprint, test.fingerprint, ProbeOptions(), train.inputs, test.inputs),
         lambda record: record.result,
         ask_first=ask,
+        train=train,
     )
     if result is None:
         return None
@@ -116,7 +113,8 @@ def words_probe(lm: LoadedModel, train: CorpusChoice, test: CorpusChoice) -> Pro
         if not st.button("Train the attention + words probe too", key="probe_words_button"):
             return None
         st.session_state[asked] = True
-    found = _probe(lm.facts.name, train.fingerprint, test.fingerprint, "words", train.inputs, test.inputs)
+    words = ProbeOptions(variant="words")
+    found = _probe(lm.facts.name, train.fingerprint, test.fingerprint, words, train.inputs, test.inputs)
     return ProbeResult.from_json(found)
 
 
@@ -250,7 +248,10 @@ def probe_example(result: ProbeResult, sentence: int | str, model: str, k: int) 
 
 def parse_probe(record: ResultFile) -> ProbeResult:
     """A `probe` result file of the attention-only probe (the one the page compares)."""
-    return probe_from_json(record.result, variant="attention")
+    found = PROBE.from_record(record)
+    if found.variant != "attention":
+        raise ResultFileError(f"this is the {found.variant} probe; here the page shows the attention probe.")
+    return found
 
 
 def first_probe(lm: LoadedModel, loaded: FromFile[ProbeResult] | None, chosen) -> tuple | None:
@@ -261,7 +262,7 @@ def first_probe(lm: LoadedModel, loaded: FromFile[ProbeResult] | None, chosen) -
     if chosen is None:
         return None
     result = probe_result(lm, *chosen)
-    return None if result is None else (result, words_probe(lm, *chosen[:2]))
+    return None if result is None else (result, words_probe(lm, *chosen))
 
 
 def probe_section(lm: LoadedModel) -> None:
@@ -273,10 +274,8 @@ def probe_section(lm: LoadedModel) -> None:
     loaded = loaded_result("probe", "probe", parse_probe, section="probe")
     chosen = probe_corpora() if loaded is None else None
     first_name = lm.facts.name if loaded is None else loaded.model
-    test, options = (None, {}) if chosen is None else (chosen[1].described(), chosen[2])
-    second = second_source(
-        "probe", "probe", parse_probe, first_name, loaded, test, options, ("epochs", "seed"), "probe"
-    )
+    test = None if chosen is None else chosen[1].described()
+    second = second_source("probe", "probe", parse_probe, first_name, loaded, test, ProbeOptions(), "probe")
     first = first_probe(lm, loaded, chosen)
     if first is None:
         return

@@ -1,5 +1,5 @@
-"""What the Special tokens page's tabs share: one model's result as shown (`Shown`), the statistics' names, and the
-helpers that draw a figure, put two models side by side and say where they differ most."""
+"""What the Special tokens page's tabs share: one model's result as shown (`ShownResult`), the statistics' names,
+and the helpers that draw a figure, put two models side by side and say where they differ most."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 from attnlib.gradient_importance import GradientImportanceResult
 from attnlib.head_distances import HeadMap
 from attnlib.norms import NormShareResult
-from attnlib.report import by_layer
 from attnlib.special import SpecialTokenResult
 from attnlib.special_tokens import SpecialTokens
+from attnlib.tables import by_layer
 from ui.compare import difference_line, model_columns
 from ui.downloads import chart
 
@@ -35,7 +35,7 @@ NAMES = {
 
 
 @dataclass
-class Shown:
+class ShownResult:
     """One model's result as the page shows it: the statistics, where they come from, and gradient importance."""
 
     run: SpecialTokens
@@ -65,7 +65,7 @@ def show_figure(fig: go.Figure, name: str) -> None:
     chart(fig, name, f"{KEY}_{name}_chart")
 
 
-def models_difference(views: list[Shown], per_layer: list[dict], keys: list[str], names: dict[str, str]) -> None:
+def models_difference(views: list[ShownResult], per_layer: list[dict], keys: list[str], names: dict[str, str]) -> None:
     """With two models: where their per-layer values differ most (per_layer: one {key: [layers]} per view)."""
     if len(views) < 2:
         return
@@ -85,12 +85,12 @@ def comparable(per_layer: dict, keys: list[str], names: dict[str, str], relative
     }
 
 
-def per_model(views: list[Shown], keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
+def per_model(views: list[ShownResult], keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
     """{model: {key: [layers, heads]}} of some statistics."""
     return {v.model: {k: v.special.heads[k] for k in keys} for v in views}
 
 
-def side_by_side(views: list[Shown], draw: Callable[[Shown, str], None]) -> None:
+def side_by_side(views: list[ShownResult], draw: Callable[[ShownResult, str], None]) -> None:
     """draw(view, suffix) for each view, in columns when there are two."""
     for i, (column, view) in enumerate(zip(model_columns([f"**{v.model}**" for v in views]), views)):
         with column:

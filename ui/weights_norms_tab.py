@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from attnlib.report import layer_frame
 from attnlib.special import CLASS_KEYS
 from attnlib.special_tokens import NORM_GAP_FACTOR, largest_weight_norm_gap
+from attnlib.tables import layer_frame
 from attnlib.views.norms import (
     value_norm_figure,
     value_norms_by_model,
@@ -18,7 +18,7 @@ from attnlib.views.norms import (
 from ui.data_table import data_table
 from ui.downloads import download_table
 from ui.methods import cite_methods
-from ui.special_views import KEY, NAMES, Shown, models_difference, show_figure
+from ui.special_views import KEY, NAMES, ShownResult, models_difference, show_figure
 
 GAP_VERDICTS = {
     "smaller": "its value vectors are small, so that attention moves little (a near no-op, as Kobayashi et al. found)",
@@ -27,7 +27,7 @@ GAP_VERDICTS = {
 }  # by WeightNormGap.verdict
 
 
-def weight_norm_table(views: list[Shown]) -> pd.DataFrame:
+def weight_norm_table(views: list[ShownResult]) -> pd.DataFrame:
     """Per layer and model: the weight share and norm share of each class, and each class's value norm."""
     frames = []
     for v in views:
@@ -40,7 +40,7 @@ def weight_norm_table(views: list[Shown]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def weights_norms_caption(view: Shown) -> str:
+def weights_norms_caption(view: ShownResult) -> str:
     """What the figure shows: the largest gap between [CLS]/[SEP]'s weight share and norm share."""
     assert view.norms is not None
     gap = largest_weight_norm_gap(view.special.layers, view.norms.layers)
@@ -53,7 +53,7 @@ def weights_norms_caption(view: Shown) -> str:
     )
 
 
-def weights_norms_tab(views: list[Shown]) -> None:
+def weights_norms_tab(views: list[ShownResult]) -> None:
     """Share of weights and share of norms per class and layer (Kobayashi Fig. 2), and value norms by class."""
     missing = [v for v in views if v.norms is None]
     if missing:

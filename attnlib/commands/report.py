@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlib.views.report import render_report  # the CLI and the app sit above both layers
-
 from ..attribution import DEFAULT_PROBES
 from ..cli_options import add_model_option, positive_int
 from ..corpus import CorpusError
 from ..engines import check_device
-from ..model import LoadedModel
-from ..report import ReportOptions, ReportProgress, run_report, terminal_progress
+from ..report import ReportOptions, run_report, terminal_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,6 +53,8 @@ def handle(args: argparse.Namespace) -> dict:
         probes=args.probes,
         probe_epochs=args.epochs,
     )
+    from ..views.report import render_report  # here, not at the top: every other command runs without plotly
+
     progress = None if args.quiet else terminal_progress()
     report = run_report(
         args.model, args.corpus, args.conllu, args.compare, options, progress, args.device, train_path=args.train
@@ -63,28 +62,3 @@ def handle(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.write_text(render_report(report), encoding="utf-8")
     return {**report.summary(), "out": str(out), "bytes": out.stat().st_size}
-
-
-def build_report(
-    model: str | LoadedModel,
-    corpus_path: str | None,
-    conllu_path: str | None = None,
-    compare: str | LoadedModel | None = None,
-    progress: ReportProgress | None = None,
-    options: ReportOptions | None = None,
-    device: str = "cpu",
-    train_path: str | None = None,
-) -> str:
-    """The report as one self-contained HTML page (plotly.js inlined once)."""
-    return render_report(
-        run_report(
-            model,
-            corpus_path,
-            conllu_path,
-            compare,
-            options or ReportOptions(),
-            progress,
-            device,
-            train_path=train_path,
-        )
-    )

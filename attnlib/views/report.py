@@ -12,9 +12,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..deps import ALL, DIRECTIONS
+from ..labels import NORM_NAMES, STAT_NAMES
 from ..norms import MEASURES
 from ..positions import CORRELATIONS
-from ..report import METHODS_PATH, NORM_NAMES, STAT_NAMES, PartResult, Report, methods_anchor
+from ..report import METHODS_PATH, PartResult, Report, methods_anchor
 from .deps import head_accuracy_heatmaps
 from .layers import MODEL_COLOURS, layer_line
 from .norms import (
