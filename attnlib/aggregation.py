@@ -22,7 +22,7 @@ from .engine import Progress
 from .model import LoadedModel
 from .norms import MEASURES, norm_maps
 from .positions import MODE_HELP, PROBES_HELP, SEED_HELP, CorrelationSums, RelativePositionHistogram
-from .results import ResultFileError, json_ready
+from .results import json_ready, malformed
 from .runner import RunResult, run_batches
 
 ATTRIBUTION = "attribution"
@@ -67,26 +67,20 @@ class AggregationResult:
     def from_json(cls, d: dict) -> AggregationResult:
         """Read back what to_json wrote (None read as NaN; results written before histograms have none);
         ResultFileError when malformed."""
-        try:
-            return cls._from_json(d)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ResultFileError(f"the `aggregation` result is incomplete or malformed ({exc!r}).") from exc
-
-    @classmethod
-    def _from_json(cls, d: dict) -> AggregationResult:
 
         def arrays(part: dict, names: Sequence[str]) -> dict[str, np.ndarray]:
             return {name: np.array(part[name], dtype=float) for name in names}
 
-        return cls(
-            n_inputs=int(d["n_inputs"]),
-            pearson=arrays(d["pearson"], MEASURES),
-            spearman=arrays(d["spearman"], MEASURES),
-            center_of_mass=arrays(d["center_of_mass"], (*MEASURES, ATTRIBUTION)),
-            options=AggregationOptions(**d["options"]),
-            offsets=np.array(d.get("histograms", {}).get("offsets", []), dtype=int),
-            histograms=arrays(d["histograms"], (*MEASURES, ATTRIBUTION)) if "histograms" in d else {},
-        )
+        with malformed("`aggregation` result"):
+            return cls(
+                n_inputs=int(d["n_inputs"]),
+                pearson=arrays(d["pearson"], MEASURES),
+                spearman=arrays(d["spearman"], MEASURES),
+                center_of_mass=arrays(d["center_of_mass"], (*MEASURES, ATTRIBUTION)),
+                options=AggregationOptions(**d["options"]),
+                offsets=np.array(d.get("histograms", {}).get("offsets", []), dtype=int),
+                histograms=arrays(d["histograms"], (*MEASURES, ATTRIBUTION)) if "histograms" in d else {},
+            )
 
 
 @dataclass

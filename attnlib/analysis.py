@@ -60,8 +60,8 @@ def option(
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
-def _hints(options_type: type) -> dict[str, Any]:
-    """The options' field types, resolved once per class."""
+def option_types(options_type: type) -> dict[str, Any]:
+    """The options' field types (annotations resolved), once per class."""
     if options_type not in _HINTS:
         _HINTS[options_type] = get_type_hints(options_type)
     return _HINTS[options_type]
@@ -97,7 +97,7 @@ class Options:
     """Base of every analysis's options (frozen dataclasses of `option` fields), checked when made."""
 
     def __post_init__(self) -> None:
-        hints = _hints(type(self))
+        hints = option_types(type(self))
         for f in fields(self):
             _check(f.name, hints[f.name], getattr(self, f.name), f.metadata.get("minimum"))
 

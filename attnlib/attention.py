@@ -9,7 +9,7 @@ import numpy as np
 from .analysis import Analysis, Options
 from .corpus import CorpusInput
 from .model import LoadedModel
-from .results import ResultFileError, numeric_array
+from .results import ResultFileError, malformed, numeric_array
 from .runner import run
 
 
@@ -45,7 +45,7 @@ class AttentionMaps:
     @classmethod
     def from_json(cls, data: dict) -> AttentionMaps:
         """Read back what to_json wrote; ResultFileError when malformed."""
-        try:
+        with malformed("`attention` result"):
             maps = cls(
                 [str(t) for t in data["tokens"]],
                 [int(s) for s in data["segments"]],
@@ -55,10 +55,6 @@ class AttentionMaps:
                 int(data["n_tokens_before_truncation"]),
                 numeric_array(data["attentions"], "attentions", 4, np.float32),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, ResultFileError):
-                raise
-            raise ResultFileError(f"the `attention` result is incomplete or malformed ({exc!r}).") from exc
         n = len(maps.tokens)
         if maps.attentions.shape[2:] != (n, n) or len(maps.segments) != n or len(maps.word_ids) != n:
             raise ResultFileError("the `attention` result's maps, tokens and segments differ in length.")

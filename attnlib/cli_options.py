@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import MISSING, fields
-from typing import Any, get_type_hints
+from typing import Any
 
-from .analysis import DEFAULT_BATCH_SIZE, Analysis, Options, choices_of
-from .attribution import DEFAULT_PROBES, MODES
-from .corpus import CorpusInput
-from .engines import ENGINES, CorpusRun, Fill, MakeAccumulators, engine_fill, run_accumulators
+from .analysis import DEFAULT_BATCH_SIZE, Analysis, Options, choices_of, option_types
+from .engines import ENGINES
 from .model import DEFAULT_MODEL
-from .results import make_result_file, write_result_file
 
 CORPUS_HELP = "a text file (one input per line, TAB between A and B) or a .conllu file"
-RUN_ARGS = {
-    "handler",
-    "command",
-    "model",
-    "device",
-    "json",
-    "out",
-    "engine",
-    "workers",
-    "cpus_per_worker",
-    "corpus",
-    "conllu",
-    "batch_size",
-}  # argparse fields that are not options of the statistic (the batch size changes only the order of float sums)
 
 
 def at_least(minimum: int | None) -> Callable[[str], int]:
@@ -73,20 +56,6 @@ def add_text_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair", default=None, help="sentence B (optional)")
 
 
-def add_corpus_options(
-    parser: argparse.ArgumentParser, source: str = "--corpus", help: str = CORPUS_HELP, unit: str = "inputs"
-) -> None:
-    """The corpus file (`source`, required), --limit and --batch-size, shared by the corpus commands."""
-    parser.add_argument(source, required=True, help=help)
-    parser.add_argument("--limit", type=positive_int, default=None, help=f"use only the first N {unit}")
-    parser.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=DEFAULT_BATCH_SIZE,
-        help=f"inputs per forward pass (default {DEFAULT_BATCH_SIZE})",
-    )
-
-
 INPUT_FLAGS: dict[str, dict[str, str]] = {  # help of each input flag, and the unit of --limit and --batch-size
     "corpus": {"--corpus": CORPUS_HELP, "limit": "inputs", "batch": "inputs"},
     "conllu": {"--conllu": "path of a CoNLL-U file (gold trees)", "limit": "sentences", "batch": "inputs"},
@@ -119,7 +88,7 @@ def add_input_flags(parser: argparse.ArgumentParser, analysis: Analysis) -> None
 def add_option_flags(parser: argparse.ArgumentParser, options_type: type[Options]) -> None:
     """One flag per field of an options dataclass: --name-with-hyphens, its default the field's, its help the field's
     (a bool that defaults to False is a switch; a Literal gives the choices; `minimum` bounds a whole number)."""
-    hints = get_type_hints(options_type)
+    hints = option_types(options_type)
     for f in fields(options_type):
         flag, kind, meta = "--" + f.name.replace("_", "-"), hints[f.name], f.metadata
         assert f.default is not MISSING, f"{options_type.__name__}.{f.name} needs a default"
@@ -167,53 +136,4 @@ def add_scale_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="also write the result as a JSON file the app's corpus pages can load",
-    )
-
-
-def run_corpus(
-    args: argparse.Namespace,
-    make_accumulators: MakeAccumulators,
-    inputs: Sequence[CorpusInput],
-    fill: Fill = engine_fill,
-) -> CorpusRun:
-    """run_accumulators with the command's --model, --device, --engine, --workers and --batch-size."""
-    return run_accumulators(
-        args.model,
-        inputs,
-        make_accumulators,
-        fill,
-        engine=args.engine,
-        device=args.device,
-        workers=args.workers,
-        batch_size=getattr(args, "batch_size", DEFAULT_BATCH_SIZE),
-        cpus_per_worker=args.cpus_per_worker,
-    )
-
-
-def command_options(args: argparse.Namespace) -> dict:
-    """The options of the statistic: every argument but the model, corpus, engine and output ones."""
-    return {k: v for k, v in sorted(vars(args).items()) if k not in RUN_ARGS}
-
-
-def save_result(
-    args: argparse.Namespace, corpus_path: str, n_inputs: int, run: CorpusRun, result: dict, state: dict | None = None
-) -> None:
-    """Write the --out file when the command was given one."""
-    if args.out:
-        record = make_result_file(
-            args.command, run.facts.name, corpus_path, n_inputs, command_options(args), result, run.describe(), state
-        )
-        write_result_file(args.out, record)
-
-
-def add_attribution_options(parser: argparse.ArgumentParser, default_mode: str = "estimate") -> None:
-    """--mode and --probes of the commands that run Hidden Token Attribution (METHODS §9)."""
-    parser.add_argument(
-        "--mode", choices=MODES, default=default_mode, help=f"exact or estimate (random probes; default {default_mode})"
-    )
-    parser.add_argument(
-        "--probes",
-        type=positive_int,
-        default=DEFAULT_PROBES,
-        help=f"probes per token in estimate mode (default {DEFAULT_PROBES})",
     )

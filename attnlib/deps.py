@@ -14,7 +14,7 @@ from .analysis import Analysis, Options, option
 from .corpus import CorpusInput, Sentence
 from .engine import MADE_IN_POST_INIT
 from .model import LoadedModel
-from .results import ResultFileError, numeric_array
+from .results import ResultFileError, malformed, numeric_array
 from .runner import RunResult
 from .words import ROW_RULES, RowRule, word_level_attention
 
@@ -369,7 +369,7 @@ def dependency_counts_to_json(counts: DependencyCounts) -> dict:
 
 def dependency_counts_from_json(state: dict) -> DependencyCounts:
     """The DependencyCounts written by dependency_counts_to_json, shapes checked; ResultFileError when malformed."""
-    try:
+    with malformed("`deps` counts"):
         arrays = {name: numeric_array(state[name], name, ndim, np.int64) for name, ndim in DEPENDENCY_ARRAYS.items()}
         relations = [str(r) for r in state["relations"]]
         layers, heads, r = int(state["n_layers"]), int(state["n_heads"]), len(relations)
@@ -389,10 +389,6 @@ def dependency_counts_from_json(state: dict) -> DependencyCounts:
         return DependencyCounts(
             layers, heads, cast(RowRule, rule), relations, n_skipped=int(state["n_skipped"]), **arrays
         )
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, ResultFileError):
-            raise
-        raise ResultFileError(f"the `deps` counts are incomplete or malformed ({exc!r}).") from exc
 
 
 @dataclass(frozen=True)
@@ -435,11 +431,9 @@ class DepsResult:
         """The counts of a result file's state and its table; ResultFileError when malformed."""
         if state is None:
             raise ResultFileError("the `deps` result file has no counts (state).")
-        try:
+        with malformed("`deps` table"):
             rows = [DependencyRow(**row) for row in data["rows"]]
             table = DependencyTable(rows, int(data["n_sentences"]), int(data["n_words"]), int(data["n_skipped"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ResultFileError(f"the `deps` table is incomplete or malformed ({exc!r}).") from exc
         return cls(dependency_counts_from_json(state), table)
 
 

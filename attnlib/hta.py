@@ -12,7 +12,7 @@ from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, attrib
 from .corpus import CorpusInput
 from .model import LoadedModel
 from .positions import MODE_HELP, PROBES_HELP, SEED_HELP
-from .results import ResultFileError, numeric_array
+from .results import malformed, numeric_array
 from .runner import encode
 
 
@@ -44,7 +44,7 @@ class TokenAttribution(Attribution):
     @classmethod
     def from_json(cls, data: dict) -> TokenAttribution:
         """Read back what to_json wrote; ResultFileError when malformed."""
-        try:
+        with malformed("`hta` result"):
             output = data.get("output")
             return cls(
                 tokens=[str(t) for t in data["tokens"]],
@@ -54,10 +54,6 @@ class TokenAttribution(Attribution):
                 probes=None if data["probes"] is None else int(data["probes"]),
                 output=None if output is None else numeric_array(output, "output", 3, np.float32),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, ResultFileError):
-                raise
-            raise ResultFileError(f"the `hta` result is incomplete or malformed ({exc!r}).") from exc
 
 
 def token_attribution(lm: LoadedModel, item: CorpusInput, options: AttributionOptions) -> TokenAttribution:

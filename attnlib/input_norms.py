@@ -10,7 +10,7 @@ from .corpus import CorpusInput
 from .model import LoadedModel
 from .norm_batch import NormMaps
 from .norms import norm_maps
-from .results import ResultFileError, numeric_array
+from .results import malformed, numeric_array
 from .runner import run
 
 RANKS = {"value_norm": 3, "weighted_norm": 4, "layer_norm": 3, "residual_ln": 3, "attention_rollout": 3,
@@ -34,11 +34,9 @@ class InputNorms(NormMaps):
     @classmethod
     def from_json(cls, data: dict) -> InputNorms:
         """Read back what to_json wrote; ResultFileError when malformed."""
-        try:
+        with malformed("`norms` result"):
             maps = {name: numeric_array(data[name], name, rank) for name, rank in RANKS.items()}
             return cls(tokens=[str(t) for t in data["tokens"]], **maps)
-        except (KeyError, TypeError) as exc:
-            raise ResultFileError(f"the `norms` result is incomplete or malformed ({exc!r}).") from exc
 
 
 def input_norms(lm: LoadedModel, item: CorpusInput, options: NormOptions) -> InputNorms:

@@ -15,7 +15,7 @@ from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden
 from .corpus import CorpusInput
 from .engine import Progress
 from .model import LoadedModel
-from .results import ResultFileError, json_ready
+from .results import json_ready, malformed
 from .runner import RunResult, run_batches
 
 CORRELATIONS = ("pearson_previous", "spearman_previous", "pearson_input", "spearman_input")
@@ -229,32 +229,27 @@ class PositionsResult:
     @classmethod
     def from_json(cls, d: dict) -> PositionsResult:
         """Read back what to_json wrote; ResultFileError when malformed."""
-        try:
-            return cls._from_json(d)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ResultFileError(f"the `positions` result is incomplete or malformed ({exc!r}).") from exc
 
-    @classmethod
-    def _from_json(cls, d: dict) -> PositionsResult:
         def arr(x) -> np.ndarray:
             return np.array(x, dtype=float)  # None (JSON's NaN) becomes NaN
 
-        h = d["histograms"]
-        return cls(
-            n_inputs=d["n_inputs"],
-            n_skipped=d["n_skipped_longer_than_head_dim"],
-            n_longer=d["n_longer_than_head_dim"],
-            head_dim=d["head_dim"],
-            offsets=np.array(h["offsets"], int),
-            offset_counts=np.array(h["counts"], np.int64),
-            attention_histograms=arr(h["attention"]),
-            attribution_histograms=arr(h["attribution"]),
-            attention_head_com=arr(d["attention_head_center_of_mass"]),
-            attribution_head_com=arr(d["attribution_head_center_of_mass"]),
-            correlation={name: arr(d["correlation"][name]) for name in CORRELATIONS},
-            options=PositionOptions(**d["options"]),
-            n_truncated=d.get("n_truncated", 0),
-        )
+        with malformed("`positions` result"):
+            h = d["histograms"]
+            return cls(
+                n_inputs=d["n_inputs"],
+                n_skipped=d["n_skipped_longer_than_head_dim"],
+                n_longer=d["n_longer_than_head_dim"],
+                head_dim=d["head_dim"],
+                offsets=np.array(h["offsets"], int),
+                offset_counts=np.array(h["counts"], np.int64),
+                attention_histograms=arr(h["attention"]),
+                attribution_histograms=arr(h["attribution"]),
+                attention_head_com=arr(d["attention_head_center_of_mass"]),
+                attribution_head_com=arr(d["attribution_head_center_of_mass"]),
+                correlation={name: arr(d["correlation"][name]) for name in CORRELATIONS},
+                options=PositionOptions(**d["options"]),
+                n_truncated=d.get("n_truncated", 0),
+            )
 
 
 def _layer_statistic(per_head: np.ndarray, statistic) -> np.ndarray:

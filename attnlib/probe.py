@@ -15,7 +15,7 @@ from .corpus import CorpusError, CorpusInput, Sentence
 from .deps import DIRECTIONS, OFFSETS, DependencyCounts
 from .engine import Progress, accumulate
 from .model import LoadedModel
-from .results import ResultFileError
+from .results import malformed
 from .runner import RunResult
 
 Variant = Literal["attention", "words"]
@@ -306,24 +306,18 @@ class ProbeResult:
     @classmethod
     def from_json(cls, data: dict) -> ProbeResult:
         """Read back what to_json wrote (a result file's `result`); ResultFileError when malformed."""
-        try:
-            return cls._from_json(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ResultFileError(f"the `probe` result is incomplete or malformed ({exc!r}).") from exc
-
-    @classmethod
-    def _from_json(cls, data: dict) -> ProbeResult:
-        values = {name: data[name] for name in cls.__dataclass_fields__}
-        values["sentences"] = [TestSentence(**s) for s in data["sentences"]]
-        result = cls(**values)
-        for s in result.sentences:
-            if not len(s.words) == len(s.heads) == len(s.deprels) == len(s.predicted):
-                raise ValueError(f"sentence {s.sent_id!r}: words, heads, labels and predictions differ in length")
-        if result.weights is not None:
-            for key in ("dep_to_head", "head_to_dep"):
-                if np.shape(result.weights[key]) != (result.n_layers, result.n_heads):
-                    raise ValueError(f"weights {key!r} are not [layer][head]")
-        return result
+        with malformed("`probe` result"):
+            values = {name: data[name] for name in cls.__dataclass_fields__}
+            values["sentences"] = [TestSentence(**s) for s in data["sentences"]]
+            result = cls(**values)
+            for s in result.sentences:
+                if not len(s.words) == len(s.heads) == len(s.deprels) == len(s.predicted):
+                    raise ValueError(f"sentence {s.sent_id!r}: words, heads, labels and predictions differ in length")
+            if result.weights is not None:
+                for key in ("dep_to_head", "head_to_dep"):
+                    if np.shape(result.weights[key]) != (result.n_layers, result.n_heads):
+                        raise ValueError(f"weights {key!r} are not [layer][head]")
+            return result
 
     def weight_grid(self) -> np.ndarray:
         """Weights [L, H, 2] (direction last, 0 = dep->head), as deps' accuracy grids."""

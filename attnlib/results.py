@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +24,17 @@ MAX_RESULT_BYTES = 64 * 1024 * 1024
 
 class ResultFileError(ValueError):
     """A result file that is not JSON from `--out`, or not for this command."""
+
+
+@contextmanager
+def malformed(what: str) -> Iterator[None]:
+    """Reading a result's JSON: a missing key, a wrong type or value becomes a ResultFileError naming `what`."""
+    try:
+        yield
+    except ResultFileError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ResultFileError(f"the {what} is incomplete or malformed ({exc!r}).") from exc
 
 
 def json_ready(value: Any) -> Any:
