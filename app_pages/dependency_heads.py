@@ -25,7 +25,7 @@ from ui.dependency_example import EXAMPLE, example_viewer
 from ui.downloads import chart, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind, bind_options, field_option, forget, lazy_tabs
+from ui.page_state import AnalysisForm, Option, bind, field_option, forget, lazy_tabs
 from ui.page_tabs import DEPENDENCY_HEADS
 from ui.probe_tab import PERCENT, probe_section
 from ui.progress import progress
@@ -64,6 +64,7 @@ TYPED_TEXT = Option("deps_text", "text", DEFAULT_TEXT)
 MIN_COUNT = field_option(DepsOptions(), "min_count", "deps_min_count", "min", lo=1, hi=1_000_000)
 RULE = field_option(DepsOptions(), "rule", "deps_rule", "rule", choices=list(ROW_RULES))
 SPLIT = Option("deps_split", "split", "same", list(SPLITS))
+FORM = AnalysisForm(DepsOptions(), {"min_count": MIN_COUNT, "rule": RULE}, "deps")
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -123,7 +124,7 @@ def silver_corpus() -> tuple[str, str, list[Sentence]] | None:
 def table_options() -> tuple[DepsOptions, bool]:
     """The analysis's options (minimum count, word-level row rule) and whether the best heads are chosen on the other
     half, from the sidebar (kept in the URL)."""
-    options = bind_options(DepsOptions(), {"min_count": MIN_COUNT, "rule": RULE})
+    options = FORM.bind()
     held_out = bind([SPLIT])["split"] == "halves"
     with st.sidebar:
         st.subheader("Table")
@@ -145,6 +146,7 @@ def table_options() -> tuple[DepsOptions, bool]:
             "attention TO a word is always the sum of its pieces' columns.",
         )
         st.radio("Best head chosen on", list(SPLITS), key=SPLIT.key, format_func=SPLITS.get)
+        FORM.other_widgets()
     return options, held_out
 
 

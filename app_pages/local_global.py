@@ -36,7 +36,7 @@ from ui.data_table import data_table
 from ui.downloads import chart, download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind, bind_options, field_option, lazy_tabs
+from ui.page_state import AnalysisForm, Option, bind, field_option, lazy_tabs
 from ui.page_tabs import LOCAL_GLOBAL
 from ui.progress import progress
 from ui.result_file import loaded_result
@@ -51,6 +51,7 @@ FIELDS = {
     "drop_special": field_option(DEFAULTS, "drop_special", "lg_drop", "drop"),
     "identifiable_only": field_option(DEFAULTS, "identifiable_only", "lg_ident", "ident"),
 }
+FORM = AnalysisForm(DEFAULTS, FIELDS, "lg", fixed=("seed",))  # the seed stays the command's: aggregation shares it
 TABS = LOCAL_GLOBAL
 TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
 
@@ -65,7 +66,7 @@ def _corpus_result(model_name: str, fingerprint: str, options: PositionOptions, 
 
 def options_sidebar(head_dim: int) -> PositionOptions:
     """Attribution and filtering options, kept in the URL."""
-    options = bind_options(DEFAULTS, FIELDS)
+    options = FORM.bind()
     with st.sidebar:
         st.subheader("Attribution")
         st.radio(
@@ -89,6 +90,7 @@ def options_sidebar(head_dim: int) -> PositionOptions:
             help="The head dimension: longer inputs have non-identifiable attention (Brunner et al. 2020). "
             "Pascual et al. kept only such inputs.",
         )
+        FORM.other_widgets()
     return options if options.mode == "estimate" else replace(options, probes=DEFAULTS.probes)  # no k in exact
 
 

@@ -30,7 +30,7 @@ from ui.data_table import data_table
 from ui.downloads import download_json, download_table
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
-from ui.page_state import Option, bind, bind_options, field_option, lazy_tabs
+from ui.page_state import AnalysisForm, Option, bind, field_option, lazy_tabs
 from ui.page_tabs import SPECIAL_TOKENS
 from ui.progress import progress
 from ui.result_file import FromFile, loaded_result
@@ -45,6 +45,7 @@ FIELDS = {
     "head_map": field_option(SHOWN_FIRST, "head_map", f"{KEY}_map", "map"),
     "norms": field_option(SHOWN_FIRST, "norms", f"{KEY}_norms", "norms"),
 }
+FORM = AnalysisForm(SHOWN_FIRST, FIELDS, KEY)
 GRADIENTS = Option(f"{KEY}_grad", "grad", True)
 COMPUTED_HERE = "computed here"
 
@@ -68,13 +69,14 @@ def compute_gradients(model_name: str, fingerprint: str, _inputs: list) -> Gradi
 
 def options_sidebar(lm: LoadedModel, from_file: bool) -> tuple[SpecialOptions, bool]:
     """The page's options (kept in the URL): the analysis's, and whether to add gradient importance."""
-    options = bind_options(SHOWN_FIRST, FIELDS)
+    options = FORM.bind()
     gradients = bool(bind([GRADIENTS])["grad"])
     with st.sidebar:
         st.subheader("Options")
         st.radio("Punctuation", list(PUNCT_LABELS), format_func=PUNCT_LABELS.get, key=FIELDS["all_punct"].key)
         st.checkbox("Head map (Jensen-Shannon distances)", key=FIELDS["head_map"].key)
         st.checkbox("Weights vs norms (value norms, same pass)", key=FIELDS["norms"].key)
+        FORM.other_widgets()
         if unavailable_reason(lm) is None:
             st.checkbox("Gradient importance (a second, slower pass)", key=GRADIENTS.key)
         else:

@@ -1,6 +1,6 @@
 """Make every shipped result of the default model in data/precomputed/, so each corpus page opens at once.
 
-Run from anywhere: python scripts/precompute.py [--only PATTERN ...] [--check] [--list] [--readme]
+Run from anywhere: python scripts/precompute.py [--only PATTERN ...] [--check] [--restamp] [--list] [--readme]
 Each job runs `python -m attnlib <command> ... --out FILE` in this process (attnlib.cli.main), so the shipped files
 are genuine result files (floats rounded to 6 significant digits), then the same command on the first CHECK_INPUTS
 inputs into check/ (tests/test_precomputed.py and --check recompute that slice and compare). The index.json written
@@ -9,6 +9,8 @@ analysis's options dataclass writes them), --limit and arguments. A job whose co
 have yet is skipped with a note.
 --check recomputes each job's slice and compares it with the shipped check file, and checks that every shipped file
 is still for the current corpus file and the analysis's current options; it writes nothing.
+--restamp, after an analysis gains an option: each file whose slice, recomputed, gives the same numbers gets the new
+options in its headers and index entry (the rest are named, to be recomputed).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,6 +179,33 @@ def check_job(entry: ShippedEntry, folder: Path) -> list[str]:
     return [f"{entry.name}: {p}" for p in result_differences(shipped.to_json(), fresh.to_json(), **tolerance)]
 
 
+def restamp(entry: ShippedEntry, folder: Path) -> tuple[ShippedEntry, str]:
+    """A shipped file whose analysis has gained options since: when its job's slice, recomputed now, gives the same
+    numbers (the new options' defaults keep the old behaviour), its headers and index entry get the options as the
+    analysis writes them now, without recomputing the whole file. Returns the entry and what was done."""
+    args = parse_command(entry.argv)
+    if args is None:
+        return entry, f"this attnlib cannot run {' '.join(entry.argv)}"
+    options = asdict(command_options(args))
+    if options == entry.options:
+        return entry, "current"
+    if any(options.get(key, object()) != value for key, value in entry.options.items()):
+        return entry, f"options changed ({entry.options} -> {options}): recompute it"
+    with tempfile.TemporaryDirectory() as tmp:  # the example has no slice: it is recomputed whole
+        fresh = make(entry.check_argv or entry.argv, Path(tmp) / "fresh.json")
+    shipped = read_result_file((folder / (entry.check_file or entry.file)).read_bytes())
+    pairs = ({"result": r.result, "state": r.state} for r in (shipped, fresh))
+    differences = result_differences(*pairs, **TOLERANCES.get(entry.command, {}))
+    if differences:
+        return entry, f"the numbers changed ({differences[0]}, ...): recompute it"
+    for file in [entry.file, entry.check_file]:
+        if file is not None:
+            record = read_result_file((folder / file).read_bytes())
+            record.options = options
+            write_result_file(folder / file, record)
+    return replace(entry, options=options), f"restamped with {options}"
+
+
 def readme_table(entries: list[ShippedEntry]) -> str:
     """The markdown table of shipped files for data/README.md."""
     rows = ["| File | Command | Corpus | Inputs | Options | Size | Made in |", "|---|---|---|--:|---|--:|--:|"]
@@ -208,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="verify the shipped files instead of writing them")
     parser.add_argument("--list", action="store_true", help="list the jobs and whether this attnlib can run them")
     parser.add_argument("--readme", action="store_true", help="only rewrite data/README.md's table from the index")
+    parser.add_argument(
+        "--restamp",
+        action="store_true",
+        help="give shipped files the options their analysis gained, where a recomputed slice gives the same numbers",
+    )
     args = parser.parse_args(argv)
     if args.readme:
         update_readme(read_index())
@@ -221,6 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         if job not in runnable or args.list:
             print(f"{job.name}: {'ok' if job in runnable else 'skipped (not in this attnlib)'}: {' '.join(job.argv)}")
     if args.list:
+        return 0
+    if args.restamp:
+        entries = {e.name: e for e in read_index()}
+        for job in [j for j in runnable if j.name in entries]:
+            entries[job.name], said = restamp(entries[job.name], PRECOMPUTED)
+            print(f"{job.name}: {said}", flush=True)
+        write_index(list(entries.values()), PRECOMPUTED)
+        update_readme(read_index())
         return 0
     if args.check:
         entries = {e.name: e for e in read_index()}

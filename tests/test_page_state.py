@@ -143,3 +143,37 @@ def test_parse_refuses_values_outside_the_choices():
             option.parse(text)
     assert SIZE.parse("0") == 1 and SIZE.parse("11") == 10
     assert SIZE.valid(3) and not SIZE.valid(11) and MODE.valid("b") and not MODE.valid("c")
+
+
+def _form_page():
+    """A page laying out one option of `positions` itself and fixing the seed: the others get plain widgets."""
+    import streamlit as st
+
+    from attnlib.positions import PositionOptions
+    from ui.page_state import AnalysisForm, field_option
+
+    mode = field_option(PositionOptions(), "mode", "f_mode", "m", choices=["exact", "estimate"])
+    form = AnalysisForm(PositionOptions(), {"mode": mode}, "f", fixed=("seed",))
+    options = form.bind()
+    st.radio("Mode", ["exact", "estimate"], key=mode.key)
+    form.other_widgets()
+    st.session_state["shown"] = options
+
+
+def test_an_analysis_form_draws_every_option_it_does_not_lay_out():
+    from attnlib.positions import PositionOptions
+
+    at = AppTest.from_function(_form_page, default_timeout=30)
+    at.query_params["m"] = "exact"
+    at.query_params["probes"] = "4"
+    at.run()
+    assert not at.exception
+    assert at.session_state["shown"] == PositionOptions(mode="exact", probes=4)
+    assert [c.label for c in at.checkbox] == [
+        "Drop CLS/SEP as queries and keys of the histograms",
+        "Keep only inputs no longer than the head dimension",
+    ]
+    assert [n.label for n in at.number_input] == ["Probes per token in estimate mode (default 12)"]  # not the seed
+    at.checkbox(key="f_drop_special").check().run()
+    assert at.session_state["shown"] == PositionOptions(mode="exact", probes=4, drop_special=True)
+    assert (at.query_params["drop_special"], at.query_params["probes"], at.query_params["m"]) == ("1", "4", "exact")

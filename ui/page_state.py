@@ -10,12 +10,12 @@ an empty text leaves its key out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass, fields, replace
+from typing import Any, Generic, Literal, TypeVar
 
 import streamlit as st
 
-from attnlib.analysis import Options
+from attnlib.analysis import Options, choices_of, option_types
 
 Kind = Literal["str", "int", "bool", "ints"]
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -141,11 +141,52 @@ def field_option(defaults: Options, name: str, key: str, param: str, **kwargs: A
     return Option(key, param, getattr(defaults, name), **kwargs)
 
 
-def bind_options(defaults: O, fields: Mapping[str, Option]) -> O:
-    """Restore and publish a page's options of an analysis (field name -> its page option): `defaults` with each of
-    those fields set from its option."""
-    values = bind(list(fields.values()))
-    return replace(defaults, **{name: values[option.param] for name, option in fields.items()})
+@dataclass(frozen=True)
+class AnalysisForm(Generic[O]):
+    """A page's options of one analysis: the fields it lays out with its own widgets (field name -> page option), the
+    fields it keeps at their defaults, and a plain widget for each other field, so that an option added to the
+    analysis appears on the page (URL key: the field's name) without editing it."""
+
+    defaults: O  # the analysis's defaults, or what the page shows first
+    laid_out: Mapping[str, Option]
+    key: str  # the widget keys of the plain widgets start with it
+    fixed: tuple[str, ...] = ()
+
+    def others(self) -> dict[str, Option]:
+        """The page options of the fields the page neither lays out nor fixes."""
+        types = option_types(type(self.defaults))
+        return {
+            f.name: Option(
+                f"{self.key}_{f.name}",
+                f.name,
+                getattr(self.defaults, f.name),
+                choices=choices_of(types[f.name]),
+                lo=f.metadata.get("minimum"),
+            )
+            for f in fields(self.defaults)
+            if f.name not in self.laid_out and f.name not in self.fixed
+        }
+
+    def bind(self) -> O:
+        """Restore and publish every option of the form: the defaults with each bound field set from its option."""
+        every = {**self.laid_out, **self.others()}
+        values = bind(list(every.values()))
+        return replace(self.defaults, **{name: values[option.param] for name, option in every.items()})
+
+    def other_widgets(self) -> None:
+        """A widget for each field the page does not lay out (a checkbox, a select box or a number), labelled with
+        the option's help."""
+        help_of = {f.name: f.metadata["help"].replace("%(default)s", str(f.default)) for f in fields(self.defaults)}
+        for name, option in self.others().items():
+            label = help_of[name][:1].upper() + help_of[name][1:]
+            if option.kind == "bool":
+                st.checkbox(label, key=option.key)
+            elif option.choices is not None:
+                st.selectbox(label, list(option.choices), key=option.key)
+            elif option.kind == "int":
+                st.number_input(label, min_value=option.lo, step=1, key=option.key)
+            else:
+                st.text_input(label, key=option.key)
 
 
 def set_value(option: Option, value: Any) -> None:
