@@ -194,16 +194,21 @@ def restamp(entry: ShippedEntry, folder: Path) -> tuple[ShippedEntry, str]:
     with tempfile.TemporaryDirectory() as tmp:  # the example has no slice: it is recomputed whole
         fresh = make(entry.check_argv or entry.argv, Path(tmp) / "fresh.json")
     shipped = read_result_file((folder / (entry.check_file or entry.file)).read_bytes())
-    pairs = ({"result": r.result, "state": r.state} for r in (shipped, fresh))
-    differences = result_differences(*pairs, **TOLERANCES.get(entry.command, {}))
+    numbers = ({"result": stamped(r.result, options), "state": r.state} for r in (shipped, fresh))
+    differences = result_differences(*numbers, **TOLERANCES.get(entry.command, {}))
     if differences:
         return entry, f"the numbers changed ({differences[0]}, ...): recompute it"
     for file in [entry.file, entry.check_file]:
         if file is not None:
             record = read_result_file((folder / file).read_bytes())
-            record.options = options
+            record.options, record.result = options, stamped(record.result, options)
             write_result_file(folder / file, record)
     return replace(entry, options=options), f"restamped with {options}"
+
+
+def stamped(result: dict, options: dict) -> dict:
+    """A result with the options it names itself (positions and aggregation print theirs) set to these."""
+    return {**result, "options": options} if "options" in result else result
 
 
 def readme_table(entries: list[ShippedEntry]) -> str:
