@@ -6,7 +6,11 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+PACKAGED = Path(__file__).resolve().parent / "_shipped"  # a wheel's copy of data/, docs/ and static/ (pyproject.toml)
+CHECKOUT = Path(__file__).resolve().parents[1]  # the repository, for a clone or an editable install
+# Where data/, docs/ and static/ are: the installed package's copy first, else the checkout. Paths below it are the
+# repository's (`data/ud/...`), which result files record, in both.
+ROOT = PACKAGED if (PACKAGED / "data").is_dir() else CHECKOUT
 DATA = ROOT / "data"
 CLASSROOM_SINGLE = DATA / "classroom_single.txt"
 CLASSROOM_PAIRS = DATA / "classroom_pairs.tsv"

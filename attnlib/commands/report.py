@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-
-from attnlib.views.report import render_report  # the CLI and the app sit above both layers
 
 from ..attribution import DEFAULT_PROBES
 from ..cli_options import add_model_option, positive_int
 from ..corpus import CorpusError
 from ..engines import check_device
 from ..model import LoadedModel
-from ..report import ReportOptions, ReportProgress, run_report, terminal_progress
+from ..report import Report, ReportOptions, ReportProgress, run_report, terminal_progress
+from ..runner import InputError
+
+
+def report_renderer() -> Callable[[Report], str]:
+    """attnlib.views.report.render_report, imported here only: its figures need the views extra (plotly), which every
+    other command runs without."""
+    try:
+        from ..views.report import render_report
+    except ImportError as exc:
+        raise InputError(f"report: the report's figures need plotly ({exc}); install attnlib[views].") from exc
+    return render_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +56,7 @@ def handle(args: argparse.Namespace) -> dict:
     """Write the report; returns models, parts, seconds (per part and pass), corpora, output path and bytes."""
     if args.corpus is None and args.conllu is None:
         raise CorpusError("give --corpus, --conllu or both.")
+    render_report = report_renderer()
     check_device(args.device)
     options = ReportOptions(
         limit=args.limit,
@@ -76,7 +87,7 @@ def build_report(
     train_path: str | None = None,
 ) -> str:
     """The report as one self-contained HTML page (plotly.js inlined once)."""
-    return render_report(
+    return report_renderer()(
         run_report(
             model,
             corpus_path,
