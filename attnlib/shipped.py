@@ -6,11 +6,17 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-PACKAGED = Path(__file__).resolve().parent / "_shipped"  # a wheel's copy of data/, docs/ and static/ (pyproject.toml)
 CHECKOUT = Path(__file__).resolve().parents[1]  # the repository, for a clone or an editable install
-# Where data/, docs/ and static/ are: the installed package's copy first, else the checkout. Paths below it are the
-# repository's (`data/ud/...`), which result files record, in both.
-ROOT = PACKAGED if (PACKAGED / "data").is_dir() else CHECKOUT
+
+
+def shipped_root(package: Path, checkout: Path) -> Path:
+    """Where data/, docs/ and static/ are: the installed package's copy (a wheel's `attnlib/_shipped`, pyproject.toml)
+    first, else the checkout. Below it the paths are the repository's (`data/ud/...`, as result files record them)."""
+    packaged = package / "_shipped"
+    return packaged if (packaged / "data").is_dir() else checkout
+
+
+ROOT = shipped_root(Path(__file__).resolve().parent, CHECKOUT)
 DATA = ROOT / "data"
 CLASSROOM_SINGLE = DATA / "classroom_single.txt"
 CLASSROOM_PAIRS = DATA / "classroom_pairs.tsv"
