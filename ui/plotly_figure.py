@@ -1,5 +1,5 @@
 """Plotly figures drawn in the page by the app's plotly.js bundle (static/, see plotly_figure.js) instead of
-st.plotly_chart, whose full plotly.js costs a new visitor about a second (README, Classroom)."""
+st.plotly_chart, whose full plotly.js costs a new visitor about a second (benchmarks/README.md, Classroom)."""
 
 from __future__ import annotations
 
