@@ -43,3 +43,17 @@ def test_the_library_and_the_command_line_import_neither_plotly_nor_streamlit():
     assert imported("import attnlib.cli, attnlib.precomputed, attnlib.report; attnlib.cli.build_parser()") == []
     views = imported("import attnlib.views")
     assert "plotly" in views and not any(m.startswith("streamlit") for m in views)
+
+
+def test_without_plotly_every_command_starts_and_report_names_the_extra(tmp_path):
+    """Core only (plotly made unimportable): the parser builds and `report` stops in one error line, exit 2."""
+    code = (
+        "import sys; sys.modules['plotly'] = None\n"
+        "from attnlib.cli import build_parser, main\n"
+        "build_parser()\n"
+        f"sys.exit(main(['report', '--corpus', {str(CHECKOUT / 'data' / 'classroom_single.txt')!r}, '--out', 'r.html']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("error: report: ") and "attnlib[views]" in out.stderr and out.stderr.count("\n") == 1
+    assert not (tmp_path / "r.html").exists()
