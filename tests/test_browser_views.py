@@ -72,6 +72,13 @@ def test_notebook_outputs_draw_side_by_side_and_fit_their_frames(browser, views,
             )
         assert all(url.startswith(("file:", "data:")) for url in asked), asked
         page.screenshot(path=str(screenshot_dir / "notebook-outputs.png"), full_page=True)
+        page.set_viewport_size({"width": 600, "height": 1000})  # narrower than the model view: it scrolls sideways
+        for frame in frames:  # and no frame needs to scroll down
+            page.wait_for_function(
+                "f => f.contentDocument.documentElement.scrollHeight <= f.contentDocument.documentElement.clientHeight",
+                arg=frame.element_handle(),
+                timeout=10_000,
+            )
 
 
 def test_head_view_layer_picker_switches_layers(browser, views, tmp_path):

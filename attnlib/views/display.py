@@ -14,11 +14,13 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-# The frame's onload: fit its height to the page's, now and whenever the page's size changes (same-origin srcdoc).
+# The frame's onload: fit its height to the page's, and to a horizontal scroll bar's when the page is wider than the
+# output (innerHeight - clientHeight; 0 where scroll bars overlay the page), now and whenever the page's size
+# changes. A srcdoc page has the notebook's origin, so the frame can read it.
 FIT_HEIGHT = (
-    "try{const f=this,d=f.contentDocument.documentElement,"
-    "fit=()=>{f.style.height=Math.ceil(d.getBoundingClientRect().height)+'px'};"
-    "fit();new f.contentWindow.ResizeObserver(fit).observe(d)}catch(e){}"
+    "try{const f=this,w=f.contentWindow,d=f.contentDocument.documentElement,"
+    "fit=()=>{f.style.height=Math.ceil(d.getBoundingClientRect().height+w.innerHeight-d.clientHeight)+'px'};"
+    "fit();new w.ResizeObserver(fit).observe(d)}catch(e){}"
 )
 
 
