@@ -131,7 +131,8 @@ def head_view(
 
     `attention`: a RunResult, or any model's attention as bertviz takes it (a list or tuple of per-layer
     [(1,) heads, n, n] tensors, HF's `outputs.attentions`, or one [layers, heads, n, n] array); then `tokens` names the
-    n positions and `sentence_b_start` is where sentence B starts in a pair (a RunResult knows both)."""
+    n positions and `sentence_b_start` is where sentence B starts in a pair (a RunResult knows both). Every layer adds
+    its lines to the page: for long inputs, draw fewer `layers` or `heads`."""
     maps = attention_of(attention)
     n_layers, n_heads, n, _ = maps.shape
     labels = tokens_of(attention, tokens, n)

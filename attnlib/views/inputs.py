@@ -18,8 +18,9 @@ def as_numpy(x: Any) -> np.ndarray:
 
 
 def per_layer(values: Any, name: str, last: str) -> np.ndarray:
-    """[layers, heads, n, {last}] from an array of that shape, one with a batch of one after the layers, or a list or
-    tuple of per-layer arrays or tensors [(1,) heads, n, {last}] (what HF models return with output_attentions=True)."""
+    """[layers, heads, n, last] (last: n for attention, d for queries and keys) from an array of that shape, one with
+    a batch of one after the layers, or a list or tuple of per-layer arrays or tensors [(1,) heads, n, last] (what HF
+    models return with output_attentions=True)."""
     if isinstance(values, list | tuple):
         if not values:
             raise ValueError(f"{name}: no layers.")
