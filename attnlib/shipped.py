@@ -6,7 +6,17 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[1]  # the repository, for a clone or an editable install
+
+
+def shipped_root(package: Path, checkout: Path) -> Path:
+    """Where data/, docs/ and static/ are: the installed package's copy (a wheel's `attnlib/_shipped`, pyproject.toml)
+    first, else the checkout. Below it the paths are the repository's (`data/ud/...`, as result files record them)."""
+    packaged = package / "_shipped"
+    return packaged if (packaged / "data").is_dir() else checkout
+
+
+ROOT = shipped_root(Path(__file__).resolve().parent, CHECKOUT)
 DATA = ROOT / "data"
 CLASSROOM_SINGLE = DATA / "classroom_single.txt"
 CLASSROOM_PAIRS = DATA / "classroom_pairs.tsv"

@@ -213,6 +213,51 @@ def screenshot_dir():
     return folder
 
 
+EXAMPLE_NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
+
+
+@pytest.fixture(scope="session")
+def execute_notebook(tmp_path_factory):
+    """execute_notebook(python, cwd, limit): the example notebook run headless by a kernel of that Python, in `cwd`,
+    with its LIMIT cell set to `limit`; the executed notebook (nbformat)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    kernels = tmp_path_factory.mktemp("jupyter")
+    made: dict[str, str] = {}
+
+    def kernel_for(python: str) -> str:
+        """A kernelspec that starts ipykernel with this Python (the installed one says `python`, read from PATH)."""
+        if python not in made:
+            name = f"attnlib-test-{len(made)}"
+            folder = kernels / "kernels" / name
+            folder.mkdir(parents=True)
+            argv = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+            (folder / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": name, "language": "python"}))
+            made[python] = name
+        return made[python]
+
+    def execute(python: str, cwd: Path, limit: int):
+        import os
+
+        nb = nbformat.read(EXAMPLE_NOTEBOOK, as_version=4)
+        (parameters,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        parameters.source = f"LIMIT = {limit}"
+        name = kernel_for(python)
+        old = os.environ.get("JUPYTER_PATH")
+        os.environ["JUPYTER_PATH"] = str(kernels)
+        try:
+            client = NotebookClient(nb, timeout=300, kernel_name=name, resources={"metadata": {"path": str(cwd)}})
+            return client.execute()
+        finally:
+            if old is None:
+                os.environ.pop("JUPYTER_PATH")
+            else:
+                os.environ["JUPYTER_PATH"] = old
+
+    return execute
+
+
 IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"  # a browser page's run has ended
 FIGURE = ".attn-figure"  # a figure in a browser page (ui/plotly_figure.js); its plot is `.js-plotly-plot[data-drawn]`
 # Every figure and table of the page drawn (figures below the first screen a moment after the rest; ui/plotly_figure.js).

@@ -1,5 +1,6 @@
 """Tables drawn in the page as plain HTML, sortable by a click on a column's name (data_table.js), instead of
-st.dataframe, whose data grid costs a new visitor about 0.5 s (README, Classroom). Download with ui.downloads."""
+st.dataframe, whose data grid costs a new visitor about 0.5 s (benchmarks/README.md, Classroom). Download with
+ui.downloads."""
 
 from __future__ import annotations
 

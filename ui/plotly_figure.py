@@ -1,5 +1,5 @@
 """Plotly figures drawn in the page by the app's plotly.js bundle (static/, see plotly_figure.js) instead of
-st.plotly_chart, whose full plotly.js costs a new visitor about a second (README, Classroom)."""
+st.plotly_chart, whose full plotly.js costs a new visitor about a second (benchmarks/README.md, Classroom)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ import plotly.io as pio
 import streamlit as st
 
 from attnlib.shipped import PLOTLY_BUNDLE
+from attnlib.views.figure import figure_page as standalone_page
 from attnlib.views.margins import fitted_margins
-from attnlib.views.plotly_js import plotly_js
 
 COMPONENT = "attn_figure"
 BUNDLE_URL = f"app/static/{PLOTLY_BUNDLE.name}"  # relative to the page: enableStaticServing serves static/ there
 APP_FONT = {"family": '"Source Sans", sans-serif', "color": "#31333F"}  # the app's own text
 APP_TEMPLATE = "plotly_white"
-CONFIG = {"displaylogo": False}
 
 _draw = st.components.v2.component(
     COMPONENT, js=Path(__file__).with_name("plotly_figure.js").read_text(), isolate_styles=False
@@ -50,8 +49,5 @@ def plotly_figure(fig: go.Figure, key: str) -> None:
 
 
 def figure_page(fig: go.Figure) -> str:
-    """`fig` as the app draws it, on a standalone HTML page with the bundle inlined (opens offline; 1.2 MB of script
-    where plotly's own `to_html` inlines 4.8 MB)."""
-    div = pio.to_html(app_look(fig), full_html=False, include_plotlyjs=False, config=CONFIG, validate=False)
-    head = f'<meta charset="utf-8"><script type="text/javascript">{plotly_js()}</script>'
-    return f"<!DOCTYPE html>\n<html><head>{head}</head><body>{div}</body></html>\n"
+    """`fig` as the app draws it, on a standalone HTML page with the bundle inlined (opens offline)."""
+    return standalone_page(app_look(fig))

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from ..attribution import DEFAULT_PROBES
 from ..cli_options import add_model_option, positive_int
 from ..corpus import CorpusError
 from ..engines import check_device
-from ..report import ReportOptions, run_report, terminal_progress
+from ..report import Report, ReportOptions, run_report, terminal_progress
+from ..runner import InputError
+
+
+def report_renderer() -> Callable[[Report], str]:
+    """attnlib.views.report.render_report, imported here only: its figures need the views extra (plotly), which every
+    other command runs without."""
+    try:
+        from ..views.report import render_report
+    except ImportError as exc:
+        raise InputError(f"report: the report's figures need plotly ({exc}); install attnlib[views].") from exc
+    return render_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,7 +65,7 @@ def handle(args: argparse.Namespace) -> dict:
         probes=args.probes,
         probe_epochs=args.epochs,
     )
-    from ..views.report import render_report  # here, not at the top: every other command runs without plotly
+    render_report = report_renderer()
 
     progress = None if args.quiet else terminal_progress()
     report = run_report(

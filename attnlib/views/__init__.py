@@ -1,1 +1,15 @@
-"""Plotly figure builders: plain functions from arrays and labels to figures (no Streamlit here)."""
+"""Views of attention, each a function from arrays (or a RunResult) to an object that shows itself in a notebook
+(Jupyter, JupyterLab, VS Code, Colab; offline: everything inlined) and has .save_html(path).
+
+`head_view`, `model_view` and `neuron_view` take any model's attention as bertviz does; every figure builder of the
+modules here (`special_tokens`, `deps`, `positions`, `norms`, `probe`, ...) returns a `Figure`, a plotly Figure that
+shows itself the same way. Needs the `views` extra (plotly).
+"""
+
+from .display import View
+from .figure import Figure, as_figure
+from .head_view import head_view
+from .model_view import model_view
+from .neuron_view import neuron_view
+
+__all__ = ["Figure", "View", "as_figure", "head_view", "model_view", "neuron_view"]

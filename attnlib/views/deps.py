@@ -8,10 +8,13 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .figure import notebook_figure
+
 DIRECTION_TITLES = ("dep->head: the dependent attends to its head", "head<-dep: the head attends to its dependent")
 GOLD_FOCUS, GOLD_OTHER, HIT, MISS = "#1f3b73", "#b8bec9", "#2a9d47", "#d1343b"
 
 
+@notebook_figure
 def head_accuracy_heatmaps(grid: np.ndarray, relation: str, best: tuple[int, int, int] | None = None) -> go.Figure:
     """Accuracy [L, H, 2] of every layer and head, one panel per direction; layers and heads labelled 1-based."""
     n_layers, n_heads, _ = grid.shape
@@ -126,6 +129,7 @@ def _root_arrow(fig: go.Figure, x: float, y: float, tail_y: float, color: str, f
     )
 
 
+@notebook_figure
 def arc_diagram(
     words: Sequence[str],
     gold_heads: Sequence[int],

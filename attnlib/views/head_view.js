@@ -1,9 +1,12 @@
-// Head view (figures/head_view.py): query tokens on the left, key tokens on the right, a line from each query to each
-// key with opacity = weight, one colour per head. Hover a left token to see only its lines; click to pin it.
-// Data D: title, layer and heads (1-based), colors, left/right labels and positions, lines (pack_sparse),
-// minWeight, quantity (what a line's opacity shows), selected (left row or -1) and selRows (exact weights of the selected row, [head][key]).
+// Head view (attnlib/views/head_view.py): query tokens on the left, key tokens on the right, a line from each query to
+// each key with opacity = weight, one colour per head. Hover a left token to see only its lines; click to pin it.
+// With several layers, a picker switches between them (the arrow keys too, once the picker has the focus).
+// Data D: title, layer (the one shown first), layers and heads (1-based), colors, left/right labels and positions,
+// lines (pack_sparse of every layer's heads, layer-major: map li * heads + k), minWeight, quantity (what a line's
+// opacity shows), selected (left row or -1) and selRows (exact weights of the selected row, [layer * head][key]).
 
 const Lb = D.left, Rb = D.right, m = D.heads.length, S = unpack(D.lines), cv = document.getElementById('cv');
+let li = D.layers.indexOf(D.layer);  // index into D.layers of the layer drawn
 
 // Geometry: smaller rows and font for long inputs; labels, the lines, the right labels, then a bar per head.
 const big = Math.max(Lb.length, Rb.length) > 120, ROW = big ? 14 : 18, FONT = (big ? 11 : 12) + 'px system-ui,sans-serif';
@@ -18,7 +21,21 @@ const g = {x1: x1, x2: x2, y0: y0, rowL: ROW, rowR: ROW, lw: 2};
 let pinned = D.selected, active = D.selected;
 const hidden = new Set();  // heads (indices into D.heads) switched off in the legend
 
-document.getElementById('ttl').textContent = (D.title ? D.title + ' — ' : '') + 'Layer ' + D.layer;
+// The title with the layer, or with several layers the title and a picker of the layer.
+if (D.layers.length > 1) {
+  document.getElementById('ttl').textContent = D.title;
+  const pick = document.createElement('select');
+  pick.id = 'layer';
+  pick.title = 'layer shown';
+  D.layers.forEach((l, i) => pick.add(new Option('Layer ' + l, i, false, i === li)));
+  pick.onchange = () => {
+    li = +pick.value;
+    draw();
+  };
+  document.getElementById('layers').append(pick);
+} else {
+  document.getElementById('ttl').textContent = (D.title ? D.title + ' — ' : '') + 'Layer ' + D.layer;
+}
 document.getElementById('hint').textContent =
   'Line opacity = ' + D.quantity + '. Hover a token on the left to see only its lines, click it to pin (click again to unpin); ' +
   'click a head number to hide it. Lines below ' + D.minWeight + ' are not drawn. Positions and heads are numbered from 1.';
@@ -31,7 +48,7 @@ D.heads.forEach((h, k) => {
   s.className = 'sw';
   s.style.background = D.colors[k];
   s.textContent = h;
-  s.title = 'head ' + D.layer + '-' + h + ' (click to hide/show)';
+  s.title = 'head ' + h + ' (click to hide/show)';
   s.onclick = () => {
     hidden.has(k) ? hidden.delete(k) : hidden.add(k);
     s.classList.toggle('off');
@@ -40,10 +57,11 @@ D.heads.forEach((h, k) => {
   lg.append(s);
 });
 
-// Weight of head k from left row i to right column j: exact for the selected row, else the byte of the sparse map.
+// Weight of head k (of the layer drawn) from left row i to right column j: exact for the selected row, else the byte
+// of the sparse map.
 function weight(k, i, j) {
-  if (i === D.selected && D.selRows) return D.selRows[k][j];
-  const r = k * S.rows + i;
+  if (i === D.selected && D.selRows) return D.selRows[li * m + k][j];
+  const r = (li * m + k) * S.rows + i;
   for (let e = S.start[r]; e < S.start[r + 1]; e++) if (S.col[e] === j) return S.w[e] / 255;
   return 0;
 }
@@ -64,7 +82,7 @@ function draw() {
   Lb.forEach((s, i) => ctx.fillText(fit(ctx, s, wl), x1 - 6, y0 + ROW * (i + .5)));
   ctx.textAlign = 'left';
   Rb.forEach((s, j) => ctx.fillText(fit(ctx, s, wr), xr, y0 + ROW * (j + .5)));
-  for (let k = 0; k < m; k++) if (!hidden.has(k)) drawLines(ctx, S, k, D.colors[k], g, active);
+  for (let k = 0; k < m; k++) if (!hidden.has(k)) drawLines(ctx, S, li * m + k, D.colors[k], g, active);
   if (active >= 0) {  // right of the key labels: one bar per head, opacity = weight from the active row
     for (let j = 0; j < Rb.length; j++) {
       for (let k = 0; k < m; k++) {
@@ -96,7 +114,7 @@ cv.onmousemove = e => {
     for (let k = 0; k < m; k++) {
       if (!hidden.has(k)) {
         const w = weight(k, active, row);
-        lines.push('head ' + D.layer + '-' + D.heads[k] + ': ' + (w >= 0.001 ? w.toFixed(3) : '<' + D.minWeight));
+        lines.push('head ' + D.layers[li] + '-' + D.heads[k] + ': ' + (w >= 0.001 ? w.toFixed(3) : '<' + D.minWeight));
       }
     }
     tip(e, lines.join('\n'));
@@ -122,4 +140,4 @@ cv.onclick = e => {
   }
 };
 
-document.getElementById('png').onclick = () => savePNG([cv], 'head-view-layer-' + D.layer);
+document.getElementById('png').onclick = () => savePNG([cv], 'head-view-layer-' + D.layers[li]);

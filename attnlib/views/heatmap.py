@@ -7,7 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from .figure import notebook_figure
 
+
+@notebook_figure
 def attention_heatmap(attn: np.ndarray, rows: Sequence[str], cols: Sequence[str], title: str = "") -> go.Figure:
     """Heatmap of one [n, n] map: rows are queries (attending), columns keys (attended to)."""
     n = len(rows)

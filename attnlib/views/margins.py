@@ -1,9 +1,9 @@
 """Margins that already hold a figure's legend, colour bar and axis labels, so that plotly lays it out once.
 
 Where labels do not fit the margins a figure asks for, plotly's automargin widens them and draws the whole figure a
-second time (40 % of its drawing time here, README "Classroom"). The widths are estimated from the text, in the app's
-font: an estimate short of the need costs only that second pass (the labels are never cut), one over it a little
-white space. Only the common cases are estimated (a legend or colour bar on the right, titled axes on the left and at
+second time (40 % of its drawing time here, benchmarks/README.md "Classroom"). The widths are estimated from the
+text, in the app's font: an estimate short of the need costs only that second pass (the labels are never cut), one
+over it a little white space. Only the common cases are estimated (a legend or colour bar on the right, titled axes on the left and at
 the bottom, labels written horizontally); anything else keeps the figure's own margins.
 """
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from ..runner import RunResult
 from .canvas_html import HEAD_COLORS, html_page, pack_sparse, png_b64, quantize, round_list, view_script
+from .display import View
+from .inputs import attention_of, check_index, tokens_of
 
 LINES_MAX_TOKENS = 48  # beyond this, thumbnail lines blur into one another, so thumbnails become heatmaps
 THUMB_PX = 64  # heatmap thumbnails are max-pooled to at most this many cells a side
@@ -101,3 +105,24 @@ def model_view_html(
         "<div class='scroll' id='bigbox' style='max-height:720px'><canvas id='big'></canvas></div>"
     )
     return html_page(title or "Model view", payload, body, view_script("model_view.js"))
+
+
+def model_view(
+    attention: RunResult | Any,
+    tokens: Sequence[str] | None = None,
+    *,
+    layer: int = 0,
+    head: int = 0,
+    title: str = "",
+    quantity: str = "weight",
+) -> View:
+    """The model view: every layer by every head, `layer`-`head` (0-based) enlarged; shows itself in a notebook and
+    has .save_html(path). `attention` and `tokens` as for head_view (a RunResult, or any model's attention)."""
+    maps = attention_of(attention)
+    n_layers, n_heads, n, _ = maps.shape
+    labels = tokens_of(attention, tokens, n)
+    selected = (check_index(layer, n_layers, "layer"), check_index(head, n_heads, "head"))
+    html = model_view_html(maps, labels, selected, title=title, quantity=quantity)
+    grid = 18 + n_layers * 70  # model_view.js: a 64 px thumbnail and a 6 px gap a layer, under a row of head numbers
+    height = 120 + min(520, grid) + min(720, 40 + 18 * n)
+    return View(html, height, f"Model view: {n_layers} layers, {n_heads} heads, {n} tokens")

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
+from ..runner import RunResult
 from .canvas_html import html_page, round_list, view_script
+from .display import View
+from .figure import notebook_figure
+from .inputs import attention_of, check_index, per_layer, tokens_of
 
 
 @dataclass
@@ -65,6 +70,7 @@ def neuron_view_html(
     return html_page(title or f"Neuron view {layer + 1}-{head + 1}", payload, body, view_script("neuron_view.js"))
 
 
+@notebook_figure
 def value_norm_figure(value_norm: np.ndarray, labels: Sequence[str], layer: int, head: int) -> go.Figure:
     """Bars of ||f_h(x_j)|| (METHODS §11) for each token j of one head ([n]; 0-based layer, head; 1-based labels)."""
     names = [f"{j + 1}: {label}" for j, label in enumerate(labels)]
@@ -85,3 +91,44 @@ def value_norm_figure(value_norm: np.ndarray, labels: Sequence[str], layer: int,
         margin=dict(l=10, r=10, t=40, b=40),
     )
     return fig
+
+
+def neuron_view(
+    queries: RunResult | Any,
+    keys: Any = None,
+    tokens: Sequence[str] | None = None,
+    *,
+    layer: int = 0,
+    head: int = 0,
+    query: int = 0,
+    attention: Any = None,
+    title: str = "",
+) -> View:
+    """The neuron view of one head and query position (0-based); shows itself in a notebook and has .save_html(path).
+
+    `queries`: a RunResult (run with capture_qk=True, the default of `run`), which has the keys, tokens and attention
+    too; or the queries of any model, [layers, heads, n, d] or a list of per-layer [(1,) heads, n, d], with `keys` of
+    the same shape and `tokens`, and optionally its `attention` (as head_view takes it) to set the model's own row
+    beside softmax(q·k/√d)."""
+    maps: np.ndarray | None
+    if isinstance(queries, RunResult):
+        if queries.queries is None or queries.keys is None:
+            raise ValueError("queries: this RunResult holds no queries and keys (run it with capture_qk=True).")
+        q, k, maps = queries.queries, queries.keys, queries.attentions
+    else:
+        if keys is None:
+            raise ValueError("keys: give the keys with the queries.")
+        q, k = per_layer(queries, "queries", "d"), per_layer(keys, "keys", "d")
+        maps = None if attention is None else attention_of(attention)
+    if k.shape != q.shape:
+        raise ValueError(f"keys: shape {k.shape} differs from the queries' {q.shape}.")
+    n_layers, n_heads, n, _ = q.shape
+    if maps is not None and maps.shape[:3] != (n_layers, n_heads, n):
+        raise ValueError(f"attention: shape {maps.shape} does not match the queries' {q.shape}.")
+    labels = tokens_of(queries, tokens, n)
+    layer, head = check_index(layer, n_layers, "layer"), check_index(head, n_heads, "head")
+    query = check_index(query, n, "query")
+    row = None if maps is None else maps[layer, head, query]
+    html = neuron_view_html(q[layer, head], k[layer, head], labels, query, layer, head, row, title=title)
+    height = 90 + min(682, 66 + (12 if n > 120 else 16) * n)  # neuron_view.js: its rows in a 680 px scroll box
+    return View(html, height, f"Neuron view: layer {layer}, head {head}, query {query} of {n} tokens")

@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .figure import notebook_figure
 from .layers import MARGIN, layer_axis_title, layer_line, per_layer_layout
 from .positions import ATTENTION_COLOR, ATTRIBUTION_COLOR, compared_lines
 from .special_tokens import (
@@ -37,6 +38,7 @@ MEASURE_COLOURS = {
 WEIGHTS_NORMS_TITLES = ["attention weights", "norms ||αf(x)||"]  # short: the two panels share half a page in the Tour
 
 
+@notebook_figure
 def weights_vs_norms_figure(weights: dict[str, np.ndarray], norms: dict[str, np.ndarray], title: str = "") -> go.Figure:
     """Share per layer (mean over heads of [layers, heads]) of each token class: weights left, norms right (Kobayashi Fig. 2)."""
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=WEIGHTS_NORMS_TITLES, horizontal_spacing=0.1)
@@ -51,12 +53,14 @@ def weights_vs_norms_figure(weights: dict[str, np.ndarray], norms: dict[str, np.
     return fig
 
 
+@notebook_figure
 def value_norm_figure(per_head: dict[str, np.ndarray], title: str = "Value norm ||f(x)|| by token class") -> go.Figure:
     """Mean ||f_h(x_j)|| per token class and layer, every head as a dot; per_head keys value_cls ... value_other."""
     renamed = {key: per_head[f"value_{key}"] for key in CLASS_NAMES}
     return layer_lines_with_head_dots(renamed, CLASS_NAMES, title, "||f(x)||", y_range=None)
 
 
+@notebook_figure
 def weights_vs_norms_by_model(
     per_model: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]], title: str = ""
 ) -> go.Figure:
@@ -71,6 +75,7 @@ def weights_vs_norms_by_model(
     return fig
 
 
+@notebook_figure
 def value_norms_by_model(
     per_model: dict[str, dict[str, np.ndarray]], title: str = "Value norm ||f(x)|| by token class"
 ) -> go.Figure:
@@ -79,6 +84,7 @@ def value_norms_by_model(
     return layer_lines_by_model(renamed, CLASS_NAMES, title, "||f(x)||", y_range=None)
 
 
+@notebook_figure
 def agreement_figure(pearson: dict[str, np.ndarray], spearman: dict[str, np.ndarray], title: str = "") -> go.Figure:
     """Per-layer agreement with layer-output attribution: a line per measure, Spearman solid and Pearson dashed."""
     fig = go.Figure()
@@ -89,6 +95,7 @@ def agreement_figure(pearson: dict[str, np.ndarray], spearman: dict[str, np.ndar
     return per_layer_layout(fig, title, "correlation with layer-output attribution", 420, y_range=[-0.2, 1.05])
 
 
+@notebook_figure
 def measure_center_of_mass_figure(center_of_mass: dict[str, np.ndarray], title: str = "") -> go.Figure:
     """Centre of mass per layer of each measure, next to layer-output attribution's (thicker line)."""
     fig = go.Figure()
@@ -99,6 +106,7 @@ def measure_center_of_mass_figure(center_of_mass: dict[str, np.ndarray], title: 
     return per_layer_layout(fig, title, "centre of mass (offset)", 400)
 
 
+@notebook_figure
 def agreement_comparison_figure(
     pearson: dict[str, dict[str, np.ndarray]], spearman: dict[str, dict[str, np.ndarray]], title: str = ""
 ) -> go.Figure:
@@ -116,6 +124,7 @@ def agreement_comparison_figure(
     )
 
 
+@notebook_figure
 def center_of_mass_comparison_figure(center_of_mass: dict[str, dict[str, np.ndarray]], title: str = "") -> go.Figure:
     """Two models' centres of mass per layer: a panel per measure and one for attribution, a colour per model."""
     measures = next(iter(center_of_mass.values()))

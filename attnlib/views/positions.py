@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .figure import notebook_figure
 from .layers import MODEL_COLOURS, differ_in_depth, layer_axis_title, layer_line, layer_positions, per_layer_layout
 
 ATTENTION_COLOR = "#1f77b4"
@@ -21,6 +22,7 @@ def _window(offsets: np.ndarray, max_offset: int) -> np.ndarray:
     return np.abs(offsets) <= max_offset
 
 
+@notebook_figure
 def position_histograms(
     offsets: np.ndarray,
     attention: np.ndarray,
@@ -80,6 +82,7 @@ def position_histograms(
     return fig
 
 
+@notebook_figure
 def center_of_mass_chart(attention: np.ndarray, attribution: np.ndarray, title: str = "") -> go.Figure:
     """Centre of mass per layer (mean over heads) for attention and for input contribution (Pascual Fig. 4, 5)."""
     fig = go.Figure()
@@ -92,6 +95,7 @@ def center_of_mass_chart(attention: np.ndarray, attribution: np.ndarray, title: 
     return per_layer_layout(fig, title, "centre of mass (offset)", 380)
 
 
+@notebook_figure
 def correlation_heatmaps(pearson: np.ndarray, spearman: np.ndarray, title: str = "") -> go.Figure:
     """Pearson and Spearman per head ([layers, heads]) as two heatmaps (x = layer, y = head), 1-based labels."""
     n_layers, n_heads = pearson.shape
@@ -120,6 +124,7 @@ def correlation_heatmaps(pearson: np.ndarray, spearman: np.ndarray, title: str =
     return fig
 
 
+@notebook_figure
 def median_correlation_chart(medians: dict[str, np.ndarray], title: str = "") -> go.Figure:
     """Per-layer median over heads of each correlation (one line each)."""
     fig = go.Figure()
@@ -130,6 +135,7 @@ def median_correlation_chart(medians: dict[str, np.ndarray], title: str = "") ->
     return per_layer_layout(fig, title, "median over heads", 360, y_range=[-0.1, 1.05])
 
 
+@notebook_figure
 def example_rows_chart(
     tokens: Sequence[str],
     attention: np.ndarray,
@@ -169,6 +175,7 @@ def example_rows_chart(
     return fig
 
 
+@notebook_figure
 def compared_lines(
     solid: dict[str, dict[str, np.ndarray]],
     titles: dict[str, str],
@@ -215,6 +222,7 @@ def compared_lines(
     return fig
 
 
+@notebook_figure
 def compared_heatmaps(by_model: dict[str, np.ndarray], title: str = "", zmin: float = -1, zmax: float = 1) -> go.Figure:
     """Per-head maps ([layers, heads] each) of the models side by side; panel widths follow the number of layers."""
     models = list(by_model)

@@ -9,11 +9,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .deps import DIRECTION_TITLES, arc_diagram
+from .figure import notebook_figure
 
 SERIES = (("uas", "probe", "#1f3b73"), ("best_head_accuracy", "best single head", "#2a9d47"))
 BASELINE = ("baseline_accuracy", "best fixed offset", "#b8bec9")
 
 
+@notebook_figure
 def weight_heatmaps(grid: np.ndarray, title: str = "Learned weight of every head") -> go.Figure:
     """Weights [L, H, 2] (direction last, 0 = dep->head) as two layer x head panels, 0 white, layers and heads 1-based."""
     n_layers, n_heads, _ = grid.shape
@@ -44,6 +46,7 @@ def weight_heatmaps(grid: np.ndarray, title: str = "Learned weight of every head
     return fig
 
 
+@notebook_figure
 def relation_bars(
     uas_by_relation: Mapping[str, Mapping[str, float]], min_count: int = 1, max_relations: int = 20
 ) -> go.Figure:
@@ -72,6 +75,7 @@ def relation_bars(
     return fig
 
 
+@notebook_figure
 def probe_sentence(
     words: Sequence[str],
     heads: Sequence[int],

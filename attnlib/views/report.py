@@ -17,6 +17,7 @@ from ..norms import MEASURES
 from ..positions import CORRELATIONS
 from ..report import METHODS_PATH, PartResult, Report, methods_anchor
 from .deps import head_accuracy_heatmaps
+from .figure import notebook_figure
 from .layers import MODEL_COLOURS, layer_line
 from .norms import (
     MEASURE_NAMES,
@@ -49,6 +50,7 @@ pre { white-space: pre-wrap; background: #f8f8f8; padding: 0.5rem; }
 # ------------------------------------------------------------------------------------------ figures of two models
 
 
+@notebook_figure
 def model_lines(
     per_model: dict[str, dict[str, np.ndarray]],
     names: dict[str, str],
@@ -79,6 +81,7 @@ def model_lines(
     return fig
 
 
+@notebook_figure
 def relation_bars(tables: dict[str, pd.DataFrame], title: str) -> go.Figure:
     """Best-head accuracy per relation for each model (one colour each), with its best-offset baseline as a mark."""
     fig = go.Figure()

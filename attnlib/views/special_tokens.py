@@ -8,6 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .figure import notebook_figure
 from .layers import MODEL_COLOURS, differ_in_depth, layer_axis_title, layer_line, layer_positions, per_layer_layout
 
 COLOURS = {
@@ -44,6 +45,7 @@ def _head_labels(n_layers: int, n_heads: int) -> np.ndarray:
     return np.array([[head_label(l, h) for h in range(n_heads)] for l in range(n_layers)])
 
 
+@notebook_figure
 def layer_lines_with_head_dots(
     per_head: dict[str, np.ndarray],
     names: dict[str, str],
@@ -81,6 +83,7 @@ def layer_lines_with_head_dots(
     return fig
 
 
+@notebook_figure
 def head_heatmaps(
     per_head: dict[str, np.ndarray], names: dict[str, str], title: str, zmax: float | None = 1.0, cols: int = 2
 ) -> go.Figure:
@@ -123,6 +126,7 @@ def head_heatmaps(
     return fig
 
 
+@notebook_figure
 def entropy_figure(entropy: np.ndarray, cls_entropy: np.ndarray, uniform: float) -> go.Figure:
     """Mean row entropy per head, and the entropy of the [CLS] row, with uniform attention's ln n (Clark Fig. 4)."""
     fig = make_subplots(
@@ -177,6 +181,7 @@ def entropy_figure(entropy: np.ndarray, cls_entropy: np.ndarray, uniform: float)
     return fig
 
 
+@notebook_figure
 def head_map_figure(
     coords: np.ndarray, layers: np.ndarray, heads: np.ndarray, labels: Sequence[str] | np.ndarray
 ) -> go.Figure:
@@ -207,6 +212,7 @@ def head_map_figure(
     return fig
 
 
+@notebook_figure
 def gradient_figure(sep: np.ndarray, all_keys: np.ndarray) -> go.Figure:
     """Mean |dLoss/dA| per layer for attention to [SEP] and to all tokens (Clark Fig. 3)."""
     fig = go.Figure(
@@ -249,6 +255,7 @@ def models_differ_in_depth(per_model: dict[str, dict[str, np.ndarray]]) -> bool:
     return differ_in_depth(v.shape[0] for stats in per_model.values() for v in stats.values())
 
 
+@notebook_figure
 def layer_lines_by_model(
     per_model: dict[str, dict[str, np.ndarray]],
     names: dict[str, str],

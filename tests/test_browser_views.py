@@ -1,0 +1,98 @@
+"""The notebook views in Chromium, offline (every request but local ones refused): a saved page draws, the outputs a
+notebook holds draw side by side in one document and fit their frames, and the head view's layer picker works."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import offline_page
+from test_browser_live import INK
+
+from attnlib.runner import run
+from attnlib.views import head_view, model_view, neuron_view
+from attnlib.views.deps import head_accuracy_heatmaps
+from attnlib.views.special_tokens import layer_lines_with_head_dots
+
+CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}
+# In a figure's page: plotly drew its SVG and at least one trace (lines, markers, bars or a heatmap's image).
+PLOTTED = (
+    "() => !!document.querySelector('.js-plotly-plot .main-svg') && document.querySelectorAll('g.trace, .hm').length"
+)
+
+
+@pytest.fixture(scope="module")
+def views(minilm) -> dict:
+    r = run(minilm, "I went to the store.", "At the store, I bought fresh strawberries.")
+    rng = np.random.default_rng(0)
+    names = {"cls": "[CLS]", "sep": "[SEP]"}
+    return {
+        "head": head_view(r),
+        "model": model_view(r, layer=1, head=2),
+        "neuron": neuron_view(r, layer=1, head=2, query=3),
+        "lines": layer_lines_with_head_dots({k: rng.random((6, 12)) for k in names}, names, "Shares", "share"),
+        "heatmaps": head_accuracy_heatmaps(rng.random((6, 12, 2)), "nsubj", (1, 2, 0)),
+    }
+
+
+def drawn(frame, kind: str) -> int:
+    """Dark pixels of a canvas view, or the traces of a figure, once there are any (0 if none after 30 s)."""
+    check = f"() => ({INK})('{CANVAS[kind]}')" if kind in CANVAS else PLOTTED
+    try:
+        frame.wait_for_function(f"() => ({check})() > 0", timeout=30_000)
+    except Exception:
+        return 0
+    return frame.evaluate(check)
+
+
+def test_saved_pages_draw_offline(browser, views, tmp_path):
+    for kind, view in views.items():
+        path = view.save_html(tmp_path / f"{kind}.html")
+        with offline_page(browser) as (page, asked):
+            page.goto(path.as_uri())
+            assert drawn(page.main_frame, kind) > (200 if kind in CANVAS else 0), kind
+            assert all(url.startswith(("file:", "data:")) for url in asked), (kind, asked)
+
+
+def test_notebook_outputs_draw_side_by_side_and_fit_their_frames(browser, views, tmp_path, screenshot_dir):
+    """All outputs in one document, as JupyterLab, VS Code and an HTML export hold them: each draws in its own frame
+    (the views' element ids meet no other's), and each frame takes its page's height."""
+    outputs = "".join(f"<div class='output'>{view._repr_html_()}</div>" for view in views.values())
+    path = tmp_path / "outputs.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{outputs}</body></html>", encoding="utf-8")
+    with offline_page(browser) as (page, asked):
+        page.goto(path.as_uri())
+        frames = [page.locator("iframe").nth(i) for i in range(len(views))]
+        for (kind, _), frame in zip(views.items(), frames):
+            content = frame.element_handle().content_frame()
+            assert drawn(content, kind) > (200 if kind in CANVAS else 0), kind
+            page.wait_for_function(
+                "f => Math.abs(f.clientHeight - f.contentDocument.documentElement.getBoundingClientRect().height) < 2",
+                arg=frame.element_handle(),
+                timeout=10_000,
+            )
+        assert all(url.startswith(("file:", "data:")) for url in asked), asked
+        page.screenshot(path=str(screenshot_dir / "notebook-outputs.png"), full_page=True)
+        page.set_viewport_size({"width": 600, "height": 1000})  # narrower than the model view: it scrolls sideways
+        for frame in frames:  # and no frame needs to scroll down
+            page.wait_for_function(
+                "f => f.contentDocument.documentElement.scrollHeight <= f.contentDocument.documentElement.clientHeight",
+                arg=frame.element_handle(),
+                timeout=10_000,
+            )
+
+
+def test_head_view_layer_picker_switches_layers(browser, views, tmp_path):
+    path = views["head"].save_html(tmp_path / "head.html")
+    pixels = "() => Array.from(document.querySelector('#cv').getContext('2d').getImageData(0, 0, 400, 400).data)"
+    with offline_page(browser) as (page, _):
+        page.goto(path.as_uri())
+        assert drawn(page.main_frame, "head") > 200
+        assert page.locator("#layer option").all_inner_texts() == [f"Layer {l}" for l in range(1, 7)]
+        first = page.evaluate(pixels)
+        page.select_option("#layer", label="Layer 5")
+        assert page.evaluate(pixels) != first
+        row = 4 + 18 * 3 + 9  # the middle of the fourth token's row (head_view.js: y0 = 4, rows of 18 px)
+        page.locator("#cv").click(position={"x": 20, "y": row})  # pins that query token
+        page.locator("#cv").hover(position={"x": page.evaluate("() => xr") + 5, "y": row})  # a key token's weights
+        tip = page.locator("#tip").inner_text()
+        assert tip.count("head 5-") == 12 and "head 1-" not in tip, tip
