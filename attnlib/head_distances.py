@@ -73,7 +73,7 @@ def _pairwise_block(p: np.ndarray) -> np.ndarray:
     ln 2 (mass_p + mass_q) / 2: only sum s ln s needs every pair. Its column tiles run on as many threads as torch
     uses for the forward pass (numpy releases the GIL; threads of their own, unlike OpenMP's, never wait on each
     other, which matters on a busy machine)."""
-    k, n_cols = p.shape
+    n_cols = p.shape[1]
     plogp = (p * np.log(p)).sum(axis=1, dtype=np.float64)
     mass = p.sum(axis=1, dtype=np.float64)
     tiles = [p[:, start : start + TILE_COLUMNS] for start in range(0, n_cols, TILE_COLUMNS)]

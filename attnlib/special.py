@@ -101,7 +101,7 @@ def input_statistics(
     attn: np.ndarray, cls_mask: np.ndarray, sep_mask: np.ndarray, punct: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Every statistic of one input's attention [layers, heads, n, n] as [layers, heads] arrays (sep_to_sep NaN without SEP)."""
-    layers, heads, n, _ = attn.shape
+    layers, heads = attn.shape[:2]
     classes = class_masks(cls_mask, sep_mask, punct)
     row_mass = class_row_mass(attn, classes)  # [layers, heads, n, 4]
     shares = row_mass.mean(axis=2)
