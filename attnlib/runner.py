@@ -405,10 +405,26 @@ def _run_window(
     """Sort a window of inputs by length so batches carry little padding, then restore the order."""
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].n)
     out: list[RunResult | None] = [None] * len(encoded)
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
+    for idx in _batches(order, [e.n for e in encoded], batch_size):
         for i, r in zip(
             idx, run_encoded(lm, [encoded[i] for i in idx], capture_norms=capture_norms, norm_maps=norm_maps)
         ):
             out[i] = r
     yield from out  # type: ignore[misc]
+
+
+BATCH_CELLS = 32 * 48 * 48  # a batch's padded attention cells per head: batch_size inputs up to 48 tokens, fewer above
+
+
+def _batches(order: list[int], lengths: list[int], batch_size: int) -> Iterator[list[int]]:
+    """Consecutive runs of order (sorted by length) of at most batch_size inputs and BATCH_CELLS padded cells, so
+    a batch's transient memory (every layer's [batch, heads, n, n] maps, twice) does not depend on where the longest
+    inputs fall: peak memory stays flat in corpus size."""
+    batch: list[int] = []
+    for i in order:
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * lengths[i] ** 2 > BATCH_CELLS):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from tolerances import FORWARD_RTOL
 
 from attnlib import norms
 from attnlib.cli import main
@@ -219,7 +220,8 @@ def test_accumulator_halves_merge_to_whole(tiny_model):
     merged = first.merge(second).result()
     assert merged.n_inputs == whole.result().n_inputs == 8
     for key in norms.NORM_KEYS:
-        np.testing.assert_allclose(merged.heads[key], whole.result().heads[key], rtol=1e-10)
+        # the halves run in other batches (other padding and BLAS blocking): float32 rounding, FORWARD_RTOL
+        np.testing.assert_allclose(merged.heads[key], whole.result().heads[key], rtol=FORWARD_RTOL, atol=FORWARD_RTOL)
     shares = sum(merged.heads[key] for key in ("cls", "sep", "punct", "other"))
     np.testing.assert_allclose(shares, 1.0, atol=1e-5)
 
