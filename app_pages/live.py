@@ -22,6 +22,7 @@ from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_terms, value_norm_figure
 from attnlib.words import ROW_RULES
 from ui.compare import compared_model, model_columns
+from ui.family_notes import explain_unsupported, local_layers_note
 from ui.head_finder import show_finder
 from ui.live_inputs import cached_run, run_or_explain, text_inputs, token_maps, units, value_norm
 from ui.methods import cite_methods
@@ -197,6 +198,7 @@ def level_controls(view: str, result: RunResult, facts: ModelFacts, texts: tuple
         help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.",
     )
     shows = show_control(view, c_show)
+    shows = "weights" if shows == "norms" and explain_unsupported(facts, "norms") else shows
     level = "token" if view == "neuron" else st.session_state[LEVEL.key]
     return level, rule, shows, *units(result, level, facts.name, texts, rule, shows)
 
@@ -363,8 +365,13 @@ def model_view_section(s: Shown, second: ModelFacts | None) -> None:
             if len(v.labels) > LINES_MAX_TOKENS:
                 st.caption(f"More than {LINES_MAX_TOKENS} {v.level}s: thumbnails are heatmaps so they stay readable.")
             title = (f"{v.facts.name} · " if len(views) > 1 else "") + v.level_title
-            drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), title=title, quantity=v.quantity))
+            marks = dict(
+                quantity=v.quantity, windows=v.facts.windows
+            )  # local layers (ModernBERT) marked with their width
+            drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), title=title, **marks))
             show(drawn[-1])
+
+    local_layers_note(s.facts)
 
     def table(v: Shown) -> pd.DataFrame:
         every = list(range(len(v.labels)))
@@ -387,6 +394,9 @@ def neuron_view_section(s: Shown, second: ModelFacts | None) -> None:
     """Query and key vectors of one head and query token, their softmax against the model's row, the value norms; of
     each model, side by side."""
     views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    views = [v for v in views if not explain_unsupported(v.facts, "queries_keys")]
+    if not views:
+        return
     drawn = []
     for k, (column, v) in enumerate(zip(side_by_side(views), views)):
         with column:

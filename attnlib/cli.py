@@ -12,11 +12,12 @@ from typing import NoReturn
 from . import commands
 from .corpus import CorpusError
 from .engines import ScaleError
+from .families import UnsupportedModelError
 from .model import ModelLoadError
 from .results import json_ready
 from .runner import InputError
 
-USER_ERRORS = (CorpusError, ModelLoadError, InputError, FileNotFoundError, ScaleError)
+USER_ERRORS = (CorpusError, ModelLoadError, InputError, FileNotFoundError, ScaleError, UnsupportedModelError)
 USAGE_ERROR = 2  # exit status of user errors, as argparse uses
 
 

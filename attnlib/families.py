@@ -328,6 +328,26 @@ def unsupported_reason(config, statistic: Statistic) -> str | None:
     return None if reason is None else f"{what} are not exact for this model: {reason}."
 
 
+def local_layers_text(windows: Sequence[int | None]) -> str | None:
+    """A sentence naming the local layers (1-based) and their windows, or None when every layer is global."""
+    by_width: dict[int, list[int]] = {}
+    for layer, w in enumerate(windows):
+        if w is not None:
+            by_width.setdefault(w, []).append(layer + 1)
+    if not by_width:
+        return None
+    parts = [
+        f"in layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))} each query attends only to keys "
+        f"within ±{w} tokens"
+        for w, layers in sorted(by_width.items())
+    ]
+    n_global = sum(w is None for w in windows)
+    rest = {0: "", 1: "; the other layer attends to every token"}.get(
+        n_global, f"; the other {n_global} layers attend to every token"
+    )
+    return f"Local attention (a sliding window): {'; '.join(parts)}{rest}."
+
+
 # ------------------------------------------------------------------------------------ one model's layout
 
 

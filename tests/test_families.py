@@ -209,8 +209,9 @@ def test_fine_tuned_checkpoints_load_their_encoder_without_an_mlm_head(family_di
         np.testing.assert_array_equal(weight.numpy(), own[name].numpy())
 
 
-def test_unknown_family_is_refused_in_words(tmp_path):
-    """A loadable encoder attnlib has no layout for: attention works, norms and attribution say why not."""
+def test_unknown_family_is_refused_in_words(tmp_path, capsys):
+    """A loadable encoder attnlib has no layout for: attention works, norms and attribution say why not, in the
+    library, as one `error:` line of the command line, and on the Live page."""
     from tiny_families import bert_tokenizer
     from transformers import MegatronBertConfig, MegatronBertForMaskedLM
 
@@ -233,6 +234,25 @@ def test_unknown_family_is_refused_in_words(tmp_path):
         run(lm, TEXT_A, capture_norms=True)
     with pytest.raises(UnsupportedModelError, match="Hidden Token Attribution"):
         hidden_token_attribution(lm, encode(lm, TEXT_A), mode="estimate")
+    from attnlib.cli import main
+
+    assert _cli(capsys, ["attention", "--text", TEXT_A, "--model", str(tmp_path)])["attentions"]
+    for command in (["norms", "--text", TEXT_A], ["hta", "--text", TEXT_A, "--mode", "estimate"]):
+        assert main([*command, "--model", str(tmp_path), "--json"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "megatron" in err
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.shipped import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["model"], at.query_params["view"], at.query_params["show"] = str(tmp_path), "neuron", "norms"
+    at.run()
+    assert not at.exception, at.exception
+    assert any("query and key vectors of the neuron view are not available" in i.value for i in at.info)
+    at.session_state["live_view"] = "head"
+    at.run()
+    assert not at.exception and any("Value-weighted norms" in i.value for i in at.info)
 
 
 def _log_bucket(delta: np.ndarray, buckets: int, max_position: int) -> np.ndarray:
@@ -361,3 +381,152 @@ def test_deberta_v2_convolution_after_the_first_layer(tmp_path):
     ref_in, ref_prev = reverse_mode_reference(lm, enc, [(1, 2)])
     np.testing.assert_allclose(exact.input[1, 2], ref_in[0], atol=1e-5)
     np.testing.assert_allclose(exact.previous[1, 2], ref_prev[0], atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def small_conllu(tmp_path_factory):
+    """The first six sentences of UD EWT dev, as a file (the commands read whole files)."""
+    from attnlib.shipped import EWT_DEV
+
+    blocks = EWT_DEV.read_text(encoding="utf-8").split("\n\n")[:6]
+    path = tmp_path_factory.mktemp("conllu") / "six.conllu"
+    path.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    return path
+
+
+def _cli(capsys, argv: list[str]) -> dict:
+    """Run one command in-process; it must succeed and print one JSON object."""
+    import json
+
+    from attnlib.cli import main
+
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_single_input_commands_run(family_dir, family_model, capsys):
+    """attention, norms and hta on each family: JSON with the model's shape and rows that sum to 1."""
+    f, model = family_model.facts, ["--model", str(family_dir)]
+    text = ["--text", "The cat sat on the mat.", "--pair", "It slept."]
+    attention = _cli(capsys, ["attention", *text, *model])
+    n = len(attention["tokens"])
+    a = np.array(attention["attentions"])
+    assert a.shape == (f.n_layers, f.n_heads, n, n) and np.allclose(a.sum(-1), 1, atol=1e-5)
+    maps = _cli(capsys, ["norms", *text, *model])
+    assert np.array(maps["residual_ln"]).shape == (f.n_layers, n, n)
+    assert np.allclose(np.array(maps["residual_ln_rollout"]).sum(-1), 1, atol=1e-5)
+    hta = _cli(capsys, ["hta", *text, "--mode", "estimate", "--probes", "3", *model])
+    assert np.array(hta["input"]).shape == a.shape and np.allclose(np.array(hta["input"]).sum(-1), 1, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_corpus_commands_run(family_dir, family_model, small_conllu, capsys):
+    """special (with --norms), deps, positions, aggregation and probe on each family, each JSON sane."""
+    from attnlib.shipped import CLASSROOM_PAIRS
+
+    f, model = family_model.facts, ["--model", str(family_dir)]
+    corpus = ["--corpus", str(CLASSROOM_PAIRS), "--limit", "4"]
+    special = _cli(capsys, ["special", *corpus, "--norms", *model])
+    assert special["n_inputs"] == 4 and len(special["norm_layers"]) == f.n_layers
+    shares = sum(np.array(special["heads"][k]) for k in ("cls", "sep", "punct", "other"))
+    np.testing.assert_allclose(shares, 1, atol=1e-5)
+    deps = _cli(capsys, ["deps", "--conllu", str(small_conllu), *model])
+    assert deps["n_sentences"] + deps["n_skipped"] == 6 and deps["rows"]
+    positions = _cli(capsys, ["positions", *corpus, "--probes", "3", *model])
+    assert np.array(positions["histograms"]["attention"]).shape[:2] == (f.n_layers, f.n_heads)
+    aggregation = _cli(capsys, ["aggregation", *corpus, "--probes", "3", *model])
+    assert aggregation["n_inputs"] == 4
+    probe = _cli(capsys, ["probe", "--train", str(small_conllu), "--test", str(small_conllu), *model])
+    assert 0 <= probe["uas"] <= 1
+
+
+def test_live_page_draws_every_view(family_dir, family_model):
+    """The Live page with each family: head, model and neuron views without an exception; the neuron view's
+    softmax equals the model's attention row."""
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.shipped import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["model"] = str(family_dir)
+    at.query_params["view"] = "neuron"
+    at.query_params["layer"] = str(family_model.facts.n_layers)  # ModernBERT's local layer
+    at.query_params["token"] = "2"
+    at.run()
+    assert not at.exception, at.exception
+    assert any("equals the model's attention row" in c.value for c in at.caption), [c.value for c in at.caption]
+    for view in ("model", "head"):
+        at.session_state["live_view"] = view
+        at.run()
+        assert not at.exception, (view, at.exception)
+    if any(family_model.facts.windows):
+        at.session_state["live_view"] = "model"
+        at.run()
+        assert any("Local attention" in c.value for c in at.caption)
+
+
+def test_folder_without_tokenizer_files_is_refused(tmp_path):
+    from tiny_families import save_tiny
+
+    from attnlib.model import ModelLoadError, load_model
+
+    folder = save_tiny("bert", tmp_path / "full")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes((folder / name).read_bytes())
+    with pytest.raises(ModelLoadError, match="no tokenizer vocabulary"):
+        load_model(str(bare))
+
+
+def test_neuron_scores_with_relative_terms_and_a_window_by_hand():
+    from attnlib.views.neuron_view import neuron_scores
+
+    q = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    k = np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    ns = neuron_scores(q, k, 0, scale=0.5, relative=np.array([0.0, 1.0, -1.0]), window=1)
+    np.testing.assert_allclose(ns.scores, [1.0, 1.0, -0.5])  # 0.5 * (2, 0, 1) + (0, 1, -1)
+    np.testing.assert_allclose(ns.softmax, [0.5, 0.5, 0.0])  # key 2 is outside |i - j| <= 1
+    assert ns.label == "q·k × 0.5 + relative"
+    assert neuron_scores(q, k, 0).label == "q·k / √2"
+
+
+def test_local_layers_are_marked_in_words_and_figures():
+    import json
+    import re
+
+    from attnlib.families import local_layers_text
+    from attnlib.views.model_view import model_view_html
+    from attnlib.views.positions import position_histograms
+
+    assert local_layers_text([None, None]) is None
+    assert local_layers_text([None, 64, 64]) == (
+        "Local attention (a sliding window): in layers 2, 3 each query attends only to keys within ±64 tokens; "
+        "the other layer attends to every token."
+    )
+    html = model_view_html(np.full((2, 1, 3, 3), 1 / 3, np.float32), ["a", "b", "c"], windows=(None, 1))
+    data = json.loads(re.search(r"id='data'>(.*?)</script>", html, re.S).group(1).replace("<\\/", "</"))
+    assert data["windows"] == [None, 1]
+    offsets = np.arange(-3, 4)
+    histograms = np.full((2, 7), 0.1)
+    fig = position_histograms(offsets, histograms, histograms, ["layer 1", "layer 2"], max_offset=3, windows=[None, 1])
+    attention = [t for t in fig.data if t.name == "attention"]
+    assert np.isfinite(attention[0].y).all()
+    assert (
+        np.isnan(attention[1].y[np.abs(offsets) > 1]).all() and np.isfinite(attention[1].y[np.abs(offsets) <= 1]).all()
+    )
+    assert "layer 2 (local ±1)" in [a.text for a in fig.layout.annotations]
+    assert len(fig.layout.shapes) == 2  # the window's two edges, in the local panel only
+
+
+@pytest.mark.parametrize("family_dir", ["modernbert"], indirect=True)
+def test_positions_of_a_local_layer_stop_at_its_window(family_model):
+    from attnlib.corpus import read_corpus
+    from attnlib.positions import PositionOptions, corpus_positions
+    from attnlib.shipped import CLASSROOM_SINGLE
+
+    r = corpus_positions(family_model, read_corpus(CLASSROOM_SINGLE, 4), PositionOptions(probes=2))
+    assert r.windows == (None, MODERNBERT_WINDOW)
+    far = np.abs(r.offsets) > MODERNBERT_WINDOW
+    assert (r.attention_histograms[1][:, far] == 0).all() and (r.attention_histograms[0][:, far] > 0).any()
+    assert type(r).from_dict(r.to_dict()).windows == r.windows
