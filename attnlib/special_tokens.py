@@ -9,6 +9,7 @@ import numpy as np
 
 from .corpus import CorpusInput
 from .engine import Progress, accumulate
+from .families import unsupported_reason
 from .head_distances import HeadDistances, HeadMap, head_map, special_from_json
 from .model import LoadedModel
 from .norms import NormShareResult, NormShareStats, special_norms_from_json
@@ -105,7 +106,9 @@ def special_tokens(
     with_norms: bool = False,
     progress: Progress | None = None,
 ) -> SpecialTokens:
-    """Run a corpus once in this process and return its special-token statistics, head map and norm shares."""
+    """Run a corpus once in this process and return its special-token statistics, head map and norm shares (norms
+    only where the model's family gives them: see families.unsupported_reason; the rest is computed either way)."""
+    with_norms = with_norms and unsupported_reason(lm.encoder.config, "norms") is None
     accumulators = special_accumulators(lm, all_punct, with_map, with_norms)
     accumulate(lm, inputs, accumulators, progress=progress)
     return special_results(accumulators)

@@ -209,22 +209,31 @@ def test_fine_tuned_checkpoints_load_their_encoder_without_an_mlm_head(family_di
         np.testing.assert_array_equal(weight.numpy(), own[name].numpy())
 
 
-def test_unknown_family_is_refused_in_words(tmp_path, capsys):
-    """A loadable encoder attnlib has no layout for: attention works, norms and attribution say why not, in the
-    library, as one `error:` line of the command line, and on the Live page."""
+@pytest.fixture(scope="module")
+def unknown_dir(tmp_path_factory):
+    """A tiny Megatron-BERT (pre-LN, a family attnlib has no layout for) that loads as any encoder does."""
     from tiny_families import bert_tokenizer
     from transformers import MegatronBertConfig, MegatronBertForMaskedLM
 
-    from attnlib.model import load_model
-
+    folder = tmp_path_factory.mktemp("megatron")
     tokenizer = bert_tokenizer()
+    torch.manual_seed(0)
     MegatronBertForMaskedLM(
         MegatronBertConfig(
             vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
         )
-    ).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    lm = load_model(str(tmp_path))
+    ).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_unknown_family_is_refused_in_words(unknown_dir, capsys):
+    """An encoder attnlib has no layout for: attention works; norms and attribution say why not, in the library and
+    as one `error:` line of the command line."""
+    from attnlib.cli import main
+    from attnlib.model import load_model
+
+    lm = load_model(str(unknown_dir))
     r = run(lm, TEXT_A)  # capture_qk=True by default: no queries and keys, no error
     assert r.attentions.shape[:2] == (2, 4) and r.queries is None and r.qk_scale is None
     for statistic in ("norms", "hta"):
@@ -234,25 +243,34 @@ def test_unknown_family_is_refused_in_words(tmp_path, capsys):
         run(lm, TEXT_A, capture_norms=True)
     with pytest.raises(UnsupportedModelError, match="Hidden Token Attribution"):
         hidden_token_attribution(lm, encode(lm, TEXT_A), mode="estimate")
-    from attnlib.cli import main
-
-    assert _cli(capsys, ["attention", "--text", TEXT_A, "--model", str(tmp_path)])["attentions"]
+    assert _cli(capsys, ["attention", "--text", TEXT_A, "--model", str(unknown_dir)])["attentions"]
     for command in (["norms", "--text", TEXT_A], ["hta", "--text", TEXT_A, "--mode", "estimate"]):
-        assert main([*command, "--model", str(tmp_path), "--json"]) == 2
+        assert main([*command, "--model", str(unknown_dir), "--json"]) == 2
         out, err = capsys.readouterr()
         assert out == "" and err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "megatron" in err
+
+
+def test_unknown_family_on_the_pages(unknown_dir):
+    """The Live page, Special tokens and the Tour's step 3 show what attention gives and say why norms are missing."""
     from streamlit.testing.v1 import AppTest
 
     from attnlib.shipped import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params["model"], at.query_params["view"], at.query_params["show"] = str(tmp_path), "neuron", "norms"
+    at.query_params["model"], at.query_params["view"], at.query_params["show"] = str(unknown_dir), "neuron", "norms"
     at.run()
     assert not at.exception, at.exception
     assert any("query and key vectors of the neuron view are not available" in i.value for i in at.info)
     at.session_state["live_view"] = "head"
     at.run()
     assert not at.exception and any("Value-weighted norms" in i.value for i in at.info)
+    at.query_params["tab"], at.query_params["limit"] = "norms", "3"
+    at.switch_page("app_pages/special_tokens.py").run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert any("are not available for 'megatron-bert'" in i.value for i in at.info)
+    at.query_params["step"] = "3"
+    at.switch_page("app_pages/tour.py").run()
+    assert not at.exception and any("are not available for 'megatron-bert'" in i.value for i in at.info)
 
 
 def _log_bucket(delta: np.ndarray, buckets: int, max_position: int) -> np.ndarray:

@@ -17,9 +17,15 @@ def local_layers_note(facts: ModelFacts) -> None:
         st.caption(f"{facts.name}: {text}")
 
 
+def unsupported_for(model_name: str, statistic: Statistic) -> str | None:
+    """Why the loaded model `model_name` cannot give this statistic, prefixed with its name; None when it can."""
+    reason = unsupported_reason(model_named(model_name).encoder.config, statistic)
+    return None if reason is None else f"{model_name}: {reason}"
+
+
 def explain_unsupported(facts: ModelFacts, statistic: Statistic) -> bool:
     """Whether the model cannot give this statistic; if so the page says why, in words."""
-    reason = unsupported_reason(model_named(facts.name).encoder.config, statistic)
+    reason = unsupported_for(facts.name, statistic)
     if reason is not None:
-        st.info(f"{facts.name}: {reason}")
+        st.info(reason)
     return reason is not None
