@@ -21,9 +21,10 @@ from attnlib.tables import by_layer
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
-from attnlib.views.neuron_view import neuron_scores, neuron_view_html, value_norm_figure
+from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_terms, value_norm_figure
 from attnlib.words import ROW_RULES
 from ui.compare import compared_model, model_columns
+from ui.family_notes import explain_unsupported, local_layers_note
 from ui.head_finder import show_finder
 from ui.live_inputs import cached_run, run_or_explain, text_inputs, token_maps, units, value_norm
 from ui.methods import cite_methods
@@ -199,6 +200,7 @@ def level_controls(view: str, result: RunResult, facts: ModelFacts, texts: tuple
         help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.",
     )
     shows = show_control(view, c_show)
+    shows = "weights" if shows == "norms" and explain_unsupported(facts, "norms") else shows
     level = "token" if view == "neuron" else st.session_state[LEVEL.key]
     return level, rule, shows, *units(result, level, facts.name, texts, rule, shows)
 
@@ -367,8 +369,13 @@ def model_view_section(s: LiveView, second: ModelFacts | None) -> None:
             if len(v.labels) > LINES_MAX_TOKENS:
                 st.caption(f"More than {LINES_MAX_TOKENS} {v.level}s: thumbnails are heatmaps so they stay readable.")
             title = (f"{v.facts.name} · " if len(views) > 1 else "") + v.level_title
-            drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), title=title, quantity=v.quantity))
+            marks = dict(
+                quantity=v.quantity, windows=v.facts.windows
+            )  # local layers (ModernBERT) marked with their width
+            drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), title=title, **marks))
             show(drawn[-1])
+
+    local_layers_note(s.facts)
 
     def table(v: LiveView) -> pd.DataFrame:
         every = list(range(len(v.labels)))
@@ -391,6 +398,9 @@ def neuron_view_section(s: LiveView, second: ModelFacts | None) -> None:
     """Query and key vectors of one head and query token, their softmax against the model's row, the value norms; of
     each model, side by side."""
     views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    views = [v for v in views if not explain_unsupported(v.facts, "queries_keys")]
+    if not views:
+        return
     drawn = []
     for k, (column, v) in enumerate(zip(side_by_side(views), views)):
         with column:
@@ -411,17 +421,18 @@ def neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict
     r, layer, head = v.result, v.layer, v.head
     query = v.selected if v.selected is not None else 0
     q, k = r.queries[layer, head], r.keys[layer, head]
-    ns = neuron_scores(q, k, query)
+    terms = score_terms(r.qk_scale, r.score_bias, layer, head, query, v.facts.window(layer))
+    ns = neuron_scores(q, k, query, **terms)
     row = r.attentions[layer, head, query]
     title = f"{v.facts.name} · Neuron view" if two else ""
-    html = neuron_view_html(q, k, v.labels, query, layer, head, row, title=title)
+    html = neuron_view_html(q, k, v.labels, query, layer, head, row, title=title, **terms)
     norms = value_norm(v.facts.name, v.text_a, v.text_b)[layer, head]
     left, right = (st.container(), st.container()) if two else st.columns([4, 1])
     with left:
         show(html)
     with right:
         plotly_figure(value_norm_figure(norms, v.labels, layer, head), key=chart_key)
-    neuron_notes(float(np.abs(ns.softmax - row).max()))
+    neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label)
     table = {"key_index": np.arange(r.n), "key": v.labels, "score": ns.scores, "softmax": ns.softmax}
     fields = {
         "head": head,
@@ -436,16 +447,16 @@ def neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict
     return html, table | {"model_attention": row, "value_norm": norms}, fields
 
 
-def neuron_notes(diff: float) -> None:
-    """Whether softmax(q·k/√d) of the captured vectors reproduces the model's attention row."""
+def neuron_notes(diff: float, label: str) -> None:
+    """Whether the softmax of the scores of the captured vectors reproduces the model's attention row."""
     if diff > 1e-4:
         st.warning(
-            f"For this model softmax(q·k/√d) differs from the returned attention by up to {diff:.2g}: "
+            f"For this model softmax({label}) differs from the returned attention by up to {diff:.2g}: "
             "its attention adds terms that the query and key vectors do not show."
         )
     else:
         st.caption(
-            f"softmax(q·k/√d) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
+            f"softmax({label}) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
             "The neuron view is always at token level."
         )
 

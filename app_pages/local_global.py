@@ -34,6 +34,7 @@ from ui.compare import difference_line, second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
 from ui.data_table import data_table
 from ui.downloads import chart, download_json, download_table
+from ui.family_notes import local_layers_note
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model, model_named
 from ui.page_state import AnalysisForm, Option, bind, field_option, lazy_tabs
@@ -242,13 +243,16 @@ def model_histograms(r: PositionsResult, window: int, layer: int, model: str, ke
     layers = [f"layer {l + 1}" for l in range(n_layers)]
     means = (r.attention_histograms.mean(1), r.attribution_histograms.mean(1))
     title = f"{prefix}per layer (mean over heads)"
-    fig = position_histograms(r.offsets, *means, layers, max_offset=window, columns=min(n_layers, 3), title=title)
+    local = r.windows  # local layers (ModernBERT): attention stops at the window
+    fig = position_histograms(r.offsets, *means, layers, window, min(n_layers, 3), title, windows=local)
     chart(fig, "histograms_per_layer", f"{key}_layers")
     l = min(layer, n_layers)
     heads = [f"{l}-{h + 1}" for h in range(n_heads)]
     maps = (r.attention_histograms[l - 1], r.attribution_histograms[l - 1])
     title = f"{prefix}layer {l}, every head (layer-head)"
-    fig = position_histograms(r.offsets, *maps, heads, max_offset=window, title=title)
+    fig = position_histograms(
+        r.offsets, *maps, heads, max_offset=window, title=title, windows=[r.window(l - 1)] * n_heads
+    )
     chart(fig, f"histograms_layer_{l}", f"{key}_heads")
 
 
@@ -330,6 +334,7 @@ CORPUS_SECTIONS = {
     TABS["correlation"]: correlation_section,
 }
 lm = current_model()
+local_layers_note(lm.facts)
 options = options_sidebar(lm.facts.head_dim)
 positions_file = loaded_result(KEY, "positions", parse_positions, section="positions")
 aggregation_file = loaded_result("aggregation", "aggregation", parse_aggregation, section="aggregation")

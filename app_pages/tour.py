@@ -52,6 +52,7 @@ from attnlib.views.special_tokens import entropy_figure, gradient_figure, layer_
 from ui.corpus_picker import shipped_corpus
 from ui.data_table import data_table
 from ui.dependency_example import example_maps
+from ui.family_notes import unsupported_for
 from ui.live_inputs import DEFAULT_A, DEFAULT_B, cached_run
 from ui.model_sidebar import current_model, model_named
 from ui.plotly_figure import plotly_figure
@@ -216,10 +217,11 @@ def _gradient_panel(model_name: str) -> tuple[Panel, GradientImportanceResult | 
     return Panel(figure=gradient_figure(layers["sep"], layers["all"])), gradients, None
 
 
-def _norms_panel(result: SpecialTokens, shown: str) -> Panel:
+def _norms_panel(result: SpecialTokens, shown: str, model_name: str) -> Panel:
     """Weights against value-weighted norms per token class (Kobayashi et al. Fig. 2, METHODS §11)."""
     if result.norms is None:
-        return Panel(message="This result has no norms: open Special tokens to compute them.")
+        reason = unsupported_for(model_name, "norms")
+        return Panel(message=reason or "This result has no norms: open Special tokens to compute them.")
     weights = {key: result.special.heads[key] for key in NORM_CLASSES}
     norms = {key: result.norms.heads[key] for key in NORM_CLASSES}
     gap = largest_weight_norm_gap(result.special.layers, result.norms.layers)
@@ -233,7 +235,7 @@ def render_no_op(model_name: str, shown: str) -> None:
     nop = {k: special.heads[k] for k in NO_OP_NAMES}
     sep_panel = Panel(layer_lines_with_head_dots(nop, NO_OP_NAMES, "Attention to [SEP]", "mass to [SEP]"))
     gradient_panel, gradients, reason = _gradient_panel(model_name)
-    panels = [sep_panel, gradient_panel, _norms_panel(got.value, shown)]  # type: ignore[arg-type]
+    panels = [sep_panel, gradient_panel, _norms_panel(got.value, shown, model_name)]  # type: ignore[arg-type]
     figures = [panel.figure for panel in panels if panel.figure is not None]
     for i, (column, figure) in enumerate(zip(st.columns(len(figures)), figures)):
         with column:

@@ -18,6 +18,7 @@ from . import __version__
 from .corpus import CorpusError, CorpusInput, read_conllu, read_corpus
 from .engine import Progress
 from .engines import CorpusRun, Fill, check_device, engine_fill, run_accumulators
+from .families import Statistic, UnsupportedModelError, unsupported_reason
 from .model import LoadedModel, ModelFacts, load_model
 from .results import ResultFile, ResultFileError, corpus_record, json_ready, text_record
 
@@ -131,6 +132,7 @@ class Analysis(Generic[O, R]):
     fill: OwnFill | None = None
     json_model: bool = True  # the JSON names the model first (deps and probe never did)
     note: Callable[[LoadedModel, CorpusInput, O], str | None] | None = None  # said on stderr before a long run
+    needs: Callable[[O], tuple[Statistic, ...]] | None = None  # what these options ask of the model's family, if any
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -303,12 +305,14 @@ def run_analysis(
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: Progress | None = None,
     note: Callable[[str], None] | None = None,
+    strict: bool = False,
 ) -> AnalysisRun[R]:
     """Run an analysis on one text (and pair), or on its inputs (source -> a file's path or the inputs themselves,
     at most `limit` of each).
 
     A loaded model is used as it is (the local engine); a name is loaded here, or by each Ray worker with
-    engine="ray". `note` is told, before a long one-input run, what it will cost."""
+    engine="ray". `note` is told, before a long one-input run, what it will cost. A part a model's family cannot give
+    (families.unsupported_reason) is left out, or with `strict` (the command line) refused: UnsupportedModelError."""
     if analysis.reads == "text":
         if text is None:
             raise CorpusError(f"{analysis.name} analyses one text: give text= (and pair=).")
@@ -327,6 +331,13 @@ def run_analysis(
         needs = " and ".join(f"{s}=" for s in analysis.sources)
         raise CorpusError(f"{analysis.name} reads {needs}; {', '.join(missing)} is missing.")
     read = {source: read_inputs(source, given[source], limit) for source in analysis.sources}
+    if strict and analysis.needs is not None and analysis.needs(options) and engine == "local":
+        check_device(device)
+        model = _loaded(model, device)
+        for statistic in analysis.needs(options):
+            reason = unsupported_reason(model.encoder.config, statistic)
+            if reason is not None:
+                raise UnsupportedModelError(reason)
     if engine == "local" and not isinstance(model, LoadedModel) and len(read) > 1:
         check_device(device)
         model = load_model(model, device=device)  # loaded once for every file it reads

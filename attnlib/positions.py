@@ -187,6 +187,11 @@ class PositionsResult:
     correlation: dict[str, np.ndarray]  # CORRELATIONS -> [layers, heads]
     options: PositionOptions
     n_truncated: int = 0  # inputs longer than the model takes, cut to its maximum length
+    windows: tuple[int | None, ...] = ()  # per layer: a local layer's half-width (ModelFacts.windows); () unknown
+
+    def window(self, layer: int) -> int | None:
+        """Layer's local-attention half-width, or None (global, or not recorded)."""
+        return self.windows[layer] if layer < len(self.windows) else None
 
     @property
     def attention_center_of_mass(self) -> np.ndarray:
@@ -224,6 +229,7 @@ class PositionsResult:
                 "correlation": dict(self.correlation),
                 "median_correlation": {name: self.median_correlation(name) for name in CORRELATIONS},
             }
+            | ({"windows": list(self.windows)} if any(w is not None for w in self.windows) else {})
         )
 
     @classmethod
@@ -249,6 +255,7 @@ class PositionsResult:
                 correlation={name: arr(d["correlation"][name]) for name in CORRELATIONS},
                 options=PositionOptions(**d["options"]),
                 n_truncated=d.get("n_truncated", 0),
+                windows=tuple(d.get("windows", ())),
             )
 
 
@@ -273,6 +280,7 @@ class PositionAccumulator:
     n_skipped: int = 0
     n_longer: int = 0
     n_truncated: int = 0
+    windows: tuple[int | None, ...] = ()  # ModelFacts.windows, carried into the result
 
     def __post_init__(self) -> None:
         L, H = self.n_layers, self.n_heads
@@ -317,6 +325,7 @@ class PositionAccumulator:
             self.n_skipped + other.n_skipped,
             self.n_longer + other.n_longer,
             self.n_truncated + other.n_truncated,
+            self.windows or other.windows,
         )
 
     def result(self) -> PositionsResult:
@@ -337,6 +346,7 @@ class PositionAccumulator:
             correlation=dict(zip(CORRELATIONS, (pearson_prev, spearman_prev, pearson_in, spearman_in))),
             options=self.options,
             n_truncated=self.n_truncated,
+            windows=self.windows,
         )
 
 
@@ -363,7 +373,7 @@ def accumulate_variants(
     if any((v.mode, v.probes, v.seed) != (first.mode, first.probes, first.seed) for v in variants):
         raise ValueError("Variants computed together must share the attribution mode, probes and seed.")
     f = lm.facts
-    accs = [PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, v) for v in variants]
+    accs = [PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, v, windows=f.windows) for v in variants]
     pairs = ((item.text_a, item.text_b) for item in inputs)
     for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size), start=1):
         wanted = [acc.wants(result.n) for acc in accs]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .analysis import Analysis, Options, option
+from .families import unsupported_reason
 from .head_distances import HeadDistances, HeadMap, head_map, special_from_json
 from .model import LoadedModel
 from .norms import NormShareResult, NormShareStats, special_norms_from_json
@@ -94,7 +95,7 @@ def special_accumulators(lm: LoadedModel, options: SpecialOptions) -> list:
     accumulators: list = [SpecialTokenStats(f.n_layers, f.n_heads, all_punct=options.all_punct)]
     if options.head_map:
         accumulators.append(HeadDistances(f.n_layers, f.n_heads))
-    if options.norms:
+    if options.norms and unsupported_reason(lm.encoder.config, "norms") is None:  # the rest holds for any family
         accumulators.append(NormShareStats(f.n_layers, f.n_heads, all_punct=options.all_punct))
     return accumulators
 
@@ -121,4 +122,5 @@ SPECIAL: Analysis[SpecialOptions, SpecialTokens] = Analysis(
     methods=(1, 2, 3, 4, 11),
     accumulators=special_accumulators,
     finish=special_results,
+    needs=lambda options: ("norms",) if options.norms else (),
 )

@@ -17,6 +17,7 @@ from attnlib.views.norms import (
 )
 from ui.data_table import data_table
 from ui.downloads import download_table
+from ui.family_notes import unsupported_for
 from ui.methods import cite_methods
 from ui.special_views import KEY, NAMES, ShownResult, models_difference, show_figure
 
@@ -56,6 +57,10 @@ def weights_norms_caption(view: ShownResult) -> str:
 def weights_norms_tab(views: list[ShownResult]) -> None:
     """Share of weights and share of norms per class and layer (Kobayashi Fig. 2), and value norms by class."""
     missing = [v for v in views if v.norms is None]
+    reasons = [r for v in missing if not v.from_file and (r := unsupported_for(v.model, "norms"))]
+    if reasons:  # a family attnlib has no layout for: the other tabs have its attention statistics
+        st.info(" ".join(reasons))
+        return
     if missing:
         files = [v.model for v in missing if v.from_file]
         st.info(

@@ -2,7 +2,8 @@
 // Short inputs (D.mode 'lines'): each thumbnail is a small head view of one head. Long inputs ('heat'): thumbnails are
 // heatmaps cut from one atlas image of max-pooled maps, each scaled to its own maximum; the selected head (D.sel) also
 // comes at full resolution.
-// Data D: title, labels, L, H, n, colors, sel [layer, head] (0-based), mode, minWeight, quantity, linesMax, and either lines
+// Data D: title, labels, L, H, n, colors, sel [layer, head] (0-based), mode, minWeight, quantity, linesMax, windows (per
+// layer: a local layer's half-width w in tokens, or null for global attention), and either lines
 // (pack_sparse of all L*H maps) or atlas, tileMax, side, block, full, fullMax (base64 PNGs and their maxima).
 
 const L = D.L, H = D.H, n = D.n, TW = 64, GAP = 6, ML = 58, MT = 18;  // thumbnail size, gap, left and top margins
@@ -18,7 +19,13 @@ document.getElementById('hint').textContent = (D.mode === 'lines'
   ? 'Each thumbnail: queries on the left, keys on the right, line opacity = ' + D.quantity + ' (lines below ' + D.minWeight + ' omitted). '
   : 'More than ' + D.linesMax + ' positions: thumbnails are heatmaps (rows = queries, columns = keys), each pixel the maximum over ' +
     D.block + '×' + D.block + ' positions, each scaled to its own maximum. ')
-  + 'Click a thumbnail to enlarge it. Layers and heads are numbered from 1.';
+  + 'Click a thumbnail to enlarge it. Layers and heads are numbered from 1.'
+  + (D.windows.some(w => w !== null) ? ' Layers marked "local ±w" attend only to keys within w tokens of the query.' : '');
+
+// "layer 3", and for a local layer its window
+function layerName(l) {
+  return 'layer ' + (l + 1) + (D.windows[l] !== null ? ' (local ±' + D.windows[l] + ')' : '');
+}
 
 // Top-left corner of the thumbnail of layer l, head h.
 function cell(l, h) {
@@ -34,7 +41,15 @@ function drawGrid() {
   gx.textBaseline = 'middle';
   for (let h = 0; h < H; h++) gx.fillText('head ' + (h + 1), cell(0, h)[0] + TW / 2, MT / 2);
   gx.textAlign = 'right';
-  for (let l = 0; l < L; l++) gx.fillText('layer ' + (l + 1), ML - 6, cell(l, 0)[1] + TW / 2);
+  for (let l = 0; l < L; l++) {
+    const local = D.windows[l] !== null, y = cell(l, 0)[1] + TW / 2;
+    gx.fillStyle = '#444';
+    gx.fillText('layer ' + (l + 1), ML - 6, local ? y - 7 : y);
+    if (local) {  // a local layer: its window under its name
+      gx.fillStyle = '#9467bd';
+      gx.fillText('local ±' + D.windows[l], ML - 6, y + 7);
+    }
+  }
   for (let l = 0; l < L; l++) {
     for (let h = 0; h < H; h++) {
       const [x, y] = cell(l, h);
@@ -63,7 +78,7 @@ function hit(e) {
 
 grid.onmousemove = e => {
   const c = hit(e);
-  tip(e, c ? 'layer ' + (c[0] + 1) + ', head ' + (c[1] + 1) + ' (' + (c[0] + 1) + '-' + (c[1] + 1) + '): click to enlarge' : null);
+  tip(e, c ? layerName(c[0]) + ', head ' + (c[1] + 1) + ' (' + (c[0] + 1) + '-' + (c[1] + 1) + '): click to enlarge' : null);
 };
 grid.onmouseleave = e => tip(e, null);
 grid.onclick = e => {
@@ -168,7 +183,7 @@ function span(i, b) {
 // Draw the head in `shown` below the grid: lines, the full-resolution map, or the pooled tile of the atlas.
 function enlarge() {
   const [l, h] = shown;
-  document.getElementById('bigcap').textContent = 'Layer ' + (l + 1) + ', head ' + (h + 1) + ' (' + (l + 1) + '-' + (h + 1) + ')';
+  document.getElementById('bigcap').textContent = 'L' + layerName(l).slice(1) + ', head ' + (h + 1) + ' (' + (l + 1) + '-' + (h + 1) + ')';
   const note = document.getElementById('bignote');
   if (D.mode === 'lines') {
     note.textContent = 'Hover a token on the left to see only its lines.';

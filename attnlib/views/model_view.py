@@ -66,10 +66,12 @@ def model_view_html(
     min_weight: float = MIN_WEIGHT,
     title: str = "",
     quantity: str = "weight",
+    windows: Sequence[int | None] = (),
 ) -> str:
     """Self-contained HTML of the model view of [layers, heads, n, n]; `selected` (0-based layer, head) starts enlarged.
 
-    `quantity` names what the maps hold in the hint and tooltips."""
+    `quantity` names what the maps hold in the hint and tooltips; `windows` (ModelFacts.windows) marks local layers,
+    which attend only to keys within +-w tokens."""
     n_layers, n_heads, n, _ = attentions.shape
     layer, head = selected
     payload: dict = {
@@ -84,6 +86,7 @@ def model_view_html(
         "minWeight": min_weight,
         "quantity": quantity,
         "linesMax": lines_max_tokens,
+        "windows": [windows[l] if l < len(windows) else None for l in range(n_layers)],
     }
     if payload["mode"] == "lines":
         payload["lines"] = pack_sparse(attentions.reshape(n_layers * n_heads, n, n), min_weight)

@@ -32,14 +32,19 @@ def position_histograms(
     columns: int = 4,
     title: str = "",
     names: tuple[str, str] = ("attention", "input contribution (HTA)"),
+    windows: Sequence[int | None] = (),
 ) -> go.Figure:
     """A grid of histograms over relative position, attention and input contribution side by side in each panel.
 
     attention, attribution: [panels, offsets]; all panels share the x and y axes; `names` labels the two series.
+    `windows` (per panel, a local layer's half-width or None): a local panel's attention stops at +-w, where dotted
+    lines mark the window, and its title says so.
     """
     keep = _window(offsets, max_offset)
     x = offsets[keep]
     panels = len(titles)
+    windows = [windows[p] if p < len(windows) else None for p in range(panels)]
+    titles = [t if w is None else f"{t} (local ±{w})" for t, w in zip(titles, windows)]
     rows = math.ceil(panels / columns)
     fig = make_subplots(
         rows=rows,
@@ -52,11 +57,16 @@ def position_histograms(
     )
     for p in range(panels):
         r, c = divmod(p, columns)
+        w = windows[p]
+        outside = np.zeros(len(x), bool) if w is None else np.abs(x) > w
         for values, name, color in ((attention, names[0], ATTENTION_COLOR), (attribution, names[1], ATTRIBUTION_COLOR)):
+            y = np.asarray(values[p][keep], dtype=np.float64)
+            if name == names[0] and w is not None:
+                y = np.where(outside, np.nan, y)  # a local layer's attention has no weight beyond its window
             fig.add_trace(
                 go.Bar(
                     x=x,
-                    y=values[p][keep],
+                    y=y,
                     name=name,
                     marker_color=color,
                     legendgroup=name,
@@ -65,6 +75,9 @@ def position_histograms(
                 row=r + 1,
                 col=c + 1,
             )
+        if w is not None and w < max_offset:
+            for edge in (-w - 0.5, w + 0.5):
+                fig.add_vline(x=edge, line_dash="dot", line_color="#9467bd", line_width=1, row=r + 1, col=c + 1)
     # A colour key in the title instead of a legend, which themes place over the top row's panel titles.
     key = "   ".join(
         f"<span style='color:{color}'>■</span> {name}"
