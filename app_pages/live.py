@@ -21,7 +21,7 @@ from attnlib.tables import by_layer
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
-from attnlib.views.neuron_view import neuron_scores, neuron_view_html, value_norm_figure
+from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_terms, value_norm_figure
 from attnlib.words import ROW_RULES
 from ui.compare import compared_model, model_columns
 from ui.head_finder import show_finder
@@ -411,17 +411,18 @@ def neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict
     r, layer, head = v.result, v.layer, v.head
     query = v.selected if v.selected is not None else 0
     q, k = r.queries[layer, head], r.keys[layer, head]
-    ns = neuron_scores(q, k, query)
+    terms = score_terms(r.qk_scale, r.score_bias, layer, head, query, v.facts.window(layer))
+    ns = neuron_scores(q, k, query, **terms)
     row = r.attentions[layer, head, query]
     title = f"{v.facts.name} · Neuron view" if two else ""
-    html = neuron_view_html(q, k, v.labels, query, layer, head, row, title=title)
+    html = neuron_view_html(q, k, v.labels, query, layer, head, row, title=title, **terms)
     norms = value_norm(v.facts.name, v.text_a, v.text_b)[layer, head]
     left, right = (st.container(), st.container()) if two else st.columns([4, 1])
     with left:
         show(html)
     with right:
         plotly_figure(value_norm_figure(norms, v.labels, layer, head), key=chart_key)
-    neuron_notes(float(np.abs(ns.softmax - row).max()))
+    neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label)
     table = {"key_index": np.arange(r.n), "key": v.labels, "score": ns.scores, "softmax": ns.softmax}
     fields = {
         "head": head,
@@ -436,16 +437,16 @@ def neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict
     return html, table | {"model_attention": row, "value_norm": norms}, fields
 
 
-def neuron_notes(diff: float) -> None:
-    """Whether softmax(q·k/√d) of the captured vectors reproduces the model's attention row."""
+def neuron_notes(diff: float, label: str) -> None:
+    """Whether the softmax of the scores of the captured vectors reproduces the model's attention row."""
     if diff > 1e-4:
         st.warning(
-            f"For this model softmax(q·k/√d) differs from the returned attention by up to {diff:.2g}: "
+            f"For this model softmax({label}) differs from the returned attention by up to {diff:.2g}: "
             "its attention adds terms that the query and key vectors do not show."
         )
     else:
         st.caption(
-            f"softmax(q·k/√d) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
+            f"softmax({label}) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
             "The neuron view is always at token level."
         )
 

@@ -7,9 +7,11 @@ instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2. Directions travel in chunks, each 
   (checked against the module's output);
 - the rest of the layer acts on each token alone, so it becomes one Jacobian per token (LayerNorm, feed-forward,
   LayerNorm), built once and applied as a batched matrix product.
-Two random directions are checked against torch.func.jvp through the model's own layers, which is also the path
-taken when a layer cannot be linearised (another layout, or Jacobians over LINEARISED_BUDGET).
-The previous-layer contribution is the first step of the same computation, started at every layer's input.
+Two random directions are checked against torch.func.jvp through the model's own layers (attnlib.replay), which is
+the reference and the path taken wherever the linearisation is not exactly valid: families whose scores move other
+than through q and k (rotary, DeBERTa's relative terms) or whose LayerNorm comes first (ModernBERT), layers of
+another shape, or Jacobians over LINEARISED_BUDGET. The previous-layer contribution is the first step of the same
+computation started at every layer's input (written out where linearised, else jvp through the attention block).
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ import numpy as np
 import torch
 from torch.func import jvp, vmap
 
+from .families import HeadsCall, LayerSite, Layout
 from .model import LoadedModel
-from .runner import KEY_NAMES, QUERY_NAMES, VALUE_NAMES, Encoded, TextOrWords, encode, model_inputs, this_thread_only
+from .replay import Recording, captured_contexts, hooks_removed, record, this_thread_only
+from .runner import Encoded, TextOrWords, encode, model_inputs
 
 Mode = Literal["exact", "estimate"]
 MODES: tuple[Mode, ...] = ("exact", "estimate")
 DEFAULT_PROBES = 12  # benchmarks/bench_hta.py: Pearson >= 0.99 with exact mode at about 20x its speed
 DEFAULT_SEED = 0
-OUT_PROJECTION_NAMES = ("out_lin", "o_proj", "out_proj")
 CHUNK_BUDGET = 4_000_000  # floats in the widest activation of one chunk of directions (about 16 MB)
 LINEARISED_BUDGET = 2**27  # floats of per-token Jacobians kept at once (512 MB)
 
@@ -47,166 +50,35 @@ class Attribution:
     output: np.ndarray | None = None  # [layers, position j, input token i]: G_out, C(e0_i, e(l+1)_j) (METHODS §13)
 
 
-@dataclass
-class AttentionSite:
-    """Where one layer computes its heads: the layer, its self-attention module, and that module's output projection."""
-
-    layer: torch.nn.Module
-    attention: torch.nn.Module  # owns the query projection; its hidden-state input is the layer's input
-    projection: torch.nn.Module | None  # output projection inside `attention` (DistilBERT); None when outside (BERT)
-
-
-@dataclass
-class _Call:
-    """The arguments of one module call captured in a plain forward pass, and its hidden-state input."""
-
-    args: tuple
-    kwargs: dict
-    hidden: torch.Tensor
-
-    def with_hidden(self, x: torch.Tensor) -> tuple[tuple, dict]:
-        """The same arguments with the hidden-state input (wherever it was passed) replaced by x."""
-        args = tuple(x if a is self.hidden else a for a in self.args)
-        kwargs = {k: x if v is self.hidden else v for k, v in self.kwargs.items()}
-        return args, kwargs
-
-
-def attention_sites(encoder: torch.nn.Module) -> list[AttentionSite]:
-    """Each layer's self-attention module (the one owning the query projection), in layer order."""
-    attentions = [
-        m for m in encoder.modules() if any(isinstance(getattr(m, name, None), torch.nn.Linear) for name in QUERY_NAMES)
-    ]
-    layer_list = next(
-        (
-            m
-            for m in encoder.modules()
-            if isinstance(m, torch.nn.ModuleList)
-            and len(m) == len(attentions)
-            and all(any(a is s for s in layer.modules()) for layer, a in zip(m, attentions))
-        ),
-        None,
-    )
-    if not attentions or layer_list is None:
-        raise ValueError("Cannot find one self-attention module per layer in this encoder.")
-    sites = []
-    for layer, attention in zip(layer_list, attentions):
-        projection = next(
-            (
-                getattr(attention, name)
-                for name in OUT_PROJECTION_NAMES
-                if isinstance(getattr(attention, name, None), torch.nn.Linear)
-            ),
-            None,
-        )
-        sites.append(AttentionSite(layer, attention, projection))
-    return sites
-
-
-class _HeadTap:
-    """Collects o(l,h) for all heads of the given sites, [batch, n, heads * head_dim], in call order."""
-
-    def __init__(self, sites: Sequence[AttentionSite]):
-        self.sites = sites
-        self.outputs: list[torch.Tensor] = []
-        self._hooks: list = []
-
-    def __enter__(self) -> _HeadTap:
-        for site in self.sites:
-            if site.projection is not None:
-                self._hooks.append(
-                    site.projection.register_forward_pre_hook(
-                        this_thread_only(lambda _m, args: self.outputs.append(args[0]))
-                    )
-                )
-            else:
-                self._hooks.append(
-                    site.attention.register_forward_hook(
-                        this_thread_only(
-                            lambda _m, _args, out: self.outputs.append(out[0] if isinstance(out, tuple) else out)
-                        )
-                    )
-                )
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for hook in self._hooks:
-            hook.remove()
-
-
-def _capture_calls(lm: LoadedModel, sites: Sequence[AttentionSite], batch: dict) -> tuple[list[_Call], list[_Call]]:
-    """Run the encoder once and record how every layer and every self-attention module is called."""
-    layer_calls: list[_Call] = []
-    attention_calls: list[_Call] = []
-
-    def recorder(calls: list[_Call]):
-        def hook(_module, args, kwargs):
-            hidden = args[0] if args else kwargs["hidden_states"]
-            calls.append(_Call(args, dict(kwargs), hidden))
-
-        return hook
-
-    hooks = [
-        s.layer.register_forward_pre_hook(this_thread_only(recorder(layer_calls)), with_kwargs=True) for s in sites
-    ]
-    hooks += [
-        s.attention.register_forward_pre_hook(this_thread_only(recorder(attention_calls)), with_kwargs=True)
-        for s in sites
-    ]
-    try:
-        with torch.no_grad():
-            lm.encoder(**batch)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    for layer_call, attention_call in zip(layer_calls, attention_calls):
-        if not torch.equal(layer_call.hidden, attention_call.hidden):
-            raise ValueError(
-                "This encoder transforms a layer's input before self-attention (pre-LayerNorm?); "
-                "only BERT-style post-LayerNorm encoders are supported."
-            )
-    return layer_calls, attention_calls
-
-
-def _all_heads_function(
-    sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], last_attention: _Call, with_output: bool
-) -> Callable:
+def _all_heads_function(rec: Recording, with_output: bool) -> Callable:
     """e0 -> (o(l) of every layer, e(l+1) of every layer), each [layers, 1, n, hidden], running the layers themselves.
 
     Without with_output the last layer runs only up to o and the layer outputs are an empty [0, 1, n, hidden]."""
+    last = rec.n_layers - 1
 
     def heads_of_every_layer(e0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = e0
-        outputs = []
-        run_layers = len(sites) if with_output else len(sites) - 1
-        with _HeadTap(sites) as tap:
-            for site, call in zip(sites[:run_layers], layer_calls[:run_layers]):
-                args, kwargs = call.with_hidden(h)
-                out = site.layer(*args, **kwargs)
-                h = out[0] if isinstance(out, tuple) else out
+        h, outputs = e0, []
+        with captured_contexts(rec.layout) as seen:
+            for l in range(rec.n_layers if with_output else last):
+                h = rec.replay(h, l, l + 1)
                 outputs.append(h)
             if not with_output:
-                args, kwargs = last_attention.with_hidden(h)
-                sites[-1].attention(*args, **kwargs)
-        return torch.stack(tap.outputs), torch.stack(outputs) if with_output else e0.new_zeros(0, *e0.shape)
+                rec.replay_block(last, h)
+        heads = torch.stack([c for _, c in seen])
+        return heads, torch.stack(outputs) if with_output else e0.new_zeros(0, *e0.shape)
 
     return heads_of_every_layer
 
 
-def _linear(module: torch.nn.Module, names: Sequence[str]) -> torch.nn.Linear:
-    """The module's projection with one of these names."""
-    for name in names:
-        if isinstance(getattr(module, name, None), torch.nn.Linear):
-            return getattr(module, name)
-    raise ValueError(f"{type(module).__name__} has no projection named one of {names}.")
+def _block_heads_function(rec: Recording, index: int) -> Callable:
+    """e(l-1) -> (o(l) [1, 1, n, hidden], nothing [0, 1, n, hidden]) through layer `index`'s attention block alone."""
 
+    def heads_of_one_layer(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with captured_contexts(rec.layout, [index]) as seen:
+            rec.replay_block(index, x)
+        return seen[-1][1][None], x.new_zeros(0, *x.shape)
 
-def _check_no_mask(call: _Call) -> None:
-    """A single input runs unpadded, so its attention mask must change nothing."""
-    mask = call.kwargs.get("attention_mask", call.args[1] if len(call.args) > 1 else None)
-    if mask is None:
-        return
-    if (mask.dtype == torch.bool and not bool(mask.all())) or (mask.dtype != torch.bool and bool(mask.any())):
-        raise ValueError("Hidden Token Attribution runs one unpadded input at a time; got a masking attention mask.")
+    return heads_of_one_layer
 
 
 @dataclass
@@ -222,23 +94,27 @@ class _LayerAtInput:
     scale: float
 
 
-def _layer_at_input(site: AttentionSite, call: _Call, n_heads: int, expected: torch.Tensor) -> _LayerAtInput:
-    """Recompute a layer's heads from its own projections; checked against what the module computed."""
-    _check_no_mask(call)
-    projections = [_linear(site.attention, names) for names in (QUERY_NAMES, KEY_NAMES, VALUE_NAMES)]
-    x = call.hidden[0]
-    n, hidden = x.shape
-    d = hidden // n_heads
-    scale = float(getattr(site.attention, "scaling", d**-0.5))
-    q, k, v = (p(x).reshape(n, n_heads, d).transpose(0, 1) for p in projections)
-    weights = torch.softmax(q @ k.transpose(1, 2) * scale, dim=-1)
+def _layer_at_input(lay: Layout, site: LayerSite, call: HeadsCall, expected: torch.Tensor) -> _LayerAtInput | None:
+    """Recompute a layer's heads from its own projections and the family's score terms; None when that does not
+    give what the module computed (the written-out tangent would not be exact for it)."""
+    if len(site.projections) != 3:
+        return None
+    x = call.hidden
+    n, hidden = x.shape[1:]
+    q, k, v = (t[0] for t in lay.qkv(site, [p(x) for p in site.projections], call))  # [heads, n, d]
+    scale = lay.scale(site)
+    logits = q @ k.transpose(1, 2) * scale
+    bias = lay.bias(call, (q[None], k[None], v[None]), scale)
+    if bias is not None:
+        logits = logits + bias[0]
+    mask = call.arguments.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        logits = logits.masked_fill(~mask[0], float("-inf")) if mask.dtype == torch.bool else logits + mask[0]
+    weights = torch.softmax(logits, dim=-1)
     heads = weights @ v
     if not torch.allclose(heads.transpose(0, 1).reshape(n, hidden), expected, atol=1e-4, rtol=1e-4):
-        raise ValueError(
-            f"{type(site.attention).__name__} is not plain scaled-dot-product attention; "
-            "Hidden Token Attribution cannot be computed for it here."
-        )
-    qkv_t = torch.cat([p.weight for p in projections]).T.contiguous()
+        return None
+    qkv_t = torch.cat([p.weight for p in site.projections]).T.contiguous()
     return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale)
 
 
@@ -341,22 +217,22 @@ class _Step:
     output: torch.Tensor
 
 
-def _layer_steps(site: AttentionSite, call: _Call) -> tuple[list[_Step], torch.Tensor]:
-    """Every module call inside a layer, in order, with the heads' outputs o(l) of that run."""
+def _layer_steps(rec: Recording, index: int) -> tuple[list[_Step], torch.Tensor]:
+    """Every module call inside layer `index`, in order, with the heads' outputs o(l) of that run."""
     steps: list[_Step] = []
+    site, call = rec.layout.sites[index], rec.layers[index]
 
-    def record(module, args, output):
+    def keep(module, args, output):
         if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
             steps.append(_Step(module, args[0], output))
 
-    hooks = [m.register_forward_hook(this_thread_only(record)) for m in site.layer.modules() if m is not site.layer]
-    try:
-        with _HeadTap([site]) as tap:
+    with hooks_removed([]) as handles:
+        handles += [
+            m.register_forward_hook(this_thread_only(keep)) for m in site.layer.modules() if m is not site.layer
+        ]
+        with captured_contexts(rec.layout, [index]) as seen:
             site.layer(*call.args, **call.kwargs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return steps, tap.outputs[-1]
+    return steps, seen[-1][1]
 
 
 def _layer_norm_stats(step: _Step) -> tuple[torch.Tensor, torch.Tensor]:
@@ -367,13 +243,13 @@ def _layer_norm_stats(step: _Step) -> tuple[torch.Tensor, torch.Tensor]:
     return gamma / sigma, (x - x.mean(-1, keepdim=True)) / sigma
 
 
-def _position_wise(site: AttentionSite, call: _Call, chunk: int) -> _PositionWise | None:
+def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | None:
     """Per-token Jacobians of e(l) = LN_b(y + W2 act(W1 y)), y = LN_a(r), as in BERT, RoBERTa and DistilBERT.
 
     Built as LN_b (I + W2 diag(act') W1) LN_a per token, with the LayerNorm Jacobians applied in their
     diagonal-minus-rank-two form. None when the layer is not laid out this way.
     """
-    steps, heads = _layer_steps(site, call)
+    steps, heads = _layer_steps(rec, index)
 
     def first(kind: type, after: int = 0, fed_by: _Step | None = None) -> _Step | None:
         """The first call of a module of this kind from step `after` on (taking fed_by's output, if given)."""
@@ -478,11 +354,11 @@ def _jacobians_fit(n: int, hidden: int, n_layers: int) -> bool:
     return n_layers * n * hidden * hidden <= LINEARISED_BUDGET
 
 
-def _linearise(sites: Sequence[AttentionSite], layer_calls: Sequence[_Call], chunk: int) -> list[_PositionWise] | None:
+def _linearise(rec: Recording, chunk: int) -> list[_PositionWise] | None:
     """The position-wise part of every layer, or None where one cannot be linearised."""
     rest = []
-    for site, layer_call in zip(sites, layer_calls):
-        part = _position_wise(site, layer_call, chunk)
+    for index in range(rec.n_layers):
+        part = _position_wise(rec, index, chunk)
         if part is None:
             return None
         rest.append(part)
@@ -543,7 +419,6 @@ def hidden_token_attribution(
         raise ValueError("Hidden Token Attribution runs in float32; load the model in float32.")
     f = lm.facts
     n, hidden = encoded.n, f.hidden_size
-    sites = attention_sites(encoder)
     batch = model_inputs(lm, [encoded])
     widest = _widest_activation(encoder, hidden)
     through_model, through_rows, through_layers = (
@@ -554,18 +429,34 @@ def hidden_token_attribution(
         return _direction_chunks(n, hidden, mode, probes, seed, chunk, lm.device)
 
     with _eval_mode(encoder), torch.no_grad():
-        layer_calls, attention_calls = _capture_calls(lm, sites, batch)
-        everything = _all_heads_function(sites, layer_calls, attention_calls[-1], with_output)
-        e0 = layer_calls[0].hidden
+        rec = record(lm, batch, "hta")
+        lay = rec.layout
+        everything = _all_heads_function(rec, with_output)
+        e0 = rec.layers[0].hidden
         head_outputs, _ = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
-        layers = [
-            _layer_at_input(site, call, f.n_heads, head_outputs[l, 0])
-            for l, (site, call) in enumerate(zip(sites, attention_calls))
-        ]
-        previous_sq = _previous_norms(layers, directions(through_rows))
-        fits = linearise and _jacobians_fit(n, hidden, len(sites))
-        rest = _linearise(sites, layer_calls, CHUNK_BUDGET) if fits else None
-        if rest is not None and _agrees_with_model(everything, e0, layers, rest, f.n_heads, with_output):
+        layers: list[_LayerAtInput] | None = None
+        if linearise and lay.family.linearised_attribution:
+            found = [_layer_at_input(lay, site, rec.heads[l], head_outputs[l, 0]) for l, site in enumerate(lay.sites)]
+            layers = None if any(layer is None for layer in found) else found  # type: ignore[assignment]
+        if layers is not None:
+            previous_sq = _previous_norms(layers, directions(through_rows))
+        else:
+            previous_sq = torch.cat(
+                [
+                    _plain_input_norms(
+                        _block_heads_function(rec, l), rec.layers[l].hidden, f.n_heads, directions(through_model)
+                    )[0]
+                    for l in range(rec.n_layers)
+                ],
+                dim=1,
+            )
+        fits = layers is not None and _jacobians_fit(n, hidden, rec.n_layers)
+        rest = _linearise(rec, CHUNK_BUDGET) if fits else None
+        if (
+            layers is not None
+            and rest is not None
+            and _agrees_with_model(everything, e0, layers, rest, f.n_heads, with_output)
+        ):
             input_sq, output_sq = _linearised_input_norms(layers, rest, directions(through_layers), with_output)
         else:
             input_sq, output_sq = _plain_input_norms(everything, e0, f.n_heads, directions(through_model))

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .families import RESERVED_POSITIONS, family_of
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -29,6 +31,7 @@ HUB_HOST = "huggingface.co"
 ALLOWED_MODELS_ENV = "ATTNLIB_ALLOWED_MODELS"  # comma-separated model ids; unset or empty: any id
 ALLOW_LOCAL_ENV = "ATTNLIB_ALLOW_LOCAL_MODELS"  # "0" or "false": no loading from local folders
 DECODER_ARCHITECTURES = ("ForCausalLM", "LMHeadModel")
+MLM_ARCHITECTURES = ("ForMaskedLM", "ForPreTraining")  # checkpoints saved with a trained masked-LM head
 
 
 class ModelLoadError(Exception):
@@ -50,6 +53,11 @@ class ModelFacts:
     sep_token: str
     pad_token: str
     has_mlm_head: bool
+    windows: tuple[int | None, ...] = ()  # per layer: local attention to keys with |i - j| <= w; None: global
+
+    def window(self, layer: int) -> int | None:
+        """Layer's local-attention half-width w (keys with |i - j| <= w), or None for global attention."""
+        return self.windows[layer] if layer < len(self.windows) else None
 
 
 @dataclass
@@ -134,10 +142,30 @@ def _is_cached(repo_id: str) -> bool:
         return False
 
 
-def _mlm_head_trained(loading_info: dict, base_prefix: str) -> bool:
-    """A masked-LM head is trained when no weight outside the base encoder was missing from the checkpoint."""
+def _mlm_head_trained(loading_info: dict, base_prefix: str, architectures: list[str] | None) -> bool:
+    """A masked-LM head is trained when no weight outside the base encoder was missing from the checkpoint and the
+    checkpoint was saved from a model with such a head (a classifier's own head may share the MLM head's names)."""
     missing = loading_info.get("missing_keys", [])
-    return not any(not key.startswith(base_prefix + ".") for key in missing)
+    if any(not key.startswith(base_prefix + ".") for key in missing):
+        return False
+    return not architectures or any(a.endswith(MLM_ARCHITECTURES) for a in architectures)
+
+
+def _check_vocabulary(name: str, tokenizer, config) -> None:
+    """Refuse a tokenizer that would feed the model meaningless ids: one with no vocabulary beyond its special tokens
+    (a folder saved without its tokenizer files: every word would become [UNK]), or ids past the model's embeddings."""
+    if len(tokenizer) <= len(set(tokenizer.all_special_ids)):
+        raise ModelLoadError(
+            f"'{name}' has no tokenizer vocabulary: its tokenizer knows only its {len(tokenizer)} special tokens, so "
+            "every word would become [UNK] and the attention shown would be that of a meaningless input. Save the "
+            "tokenizer with the model (tokenizer.save_pretrained(folder): tokenizer.json, vocab.txt, ...)."
+        )
+    vocab_size = getattr(config, "vocab_size", None)
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise ModelLoadError(
+            f"The tokenizer of '{name}' has {len(tokenizer)} tokens but the model only {vocab_size} embeddings: "
+            "the tokenizer is not the model's own."
+        )
 
 
 def load_model(
@@ -199,9 +227,10 @@ def load_model(
         raise ModelLoadError(f"'{name_or_path}' has no fast tokenizer, which word alignment needs.")
     if tokenizer.cls_token is None or tokenizer.sep_token is None:
         raise ModelLoadError(f"'{name_or_path}' has no [CLS]/[SEP]-style special tokens; it is not BERT-family.")
+    _check_vocabulary(name_or_path, tokenizer, mlm.base_model.config)
     mlm.eval().to(device)
     encoder = mlm.base_model
-    has_mlm = _mlm_head_trained(info, mlm.base_model_prefix)
+    has_mlm = _mlm_head_trained(info, mlm.base_model_prefix, getattr(config, "architectures", None))
     facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
     return LoadedModel(encoder, tokenizer, facts, mlm if has_mlm else None, device, word_tokenizer)
 
@@ -212,9 +241,10 @@ def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:
     n_heads = getattr(config, "num_attention_heads", None) or config.n_heads
     hidden = getattr(config, "hidden_size", None) or config.dim
     positions = getattr(config, "max_position_embeddings", 512)
-    if config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        positions -= 2  # RoBERTa reserves the first two position ids for padding
+    positions -= RESERVED_POSITIONS.get(config.model_type, 0)
     tok_max = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else positions
+    family = family_of(config.model_type)
+    windows = tuple(family.window(config, l) if family else None for l in range(int(n_layers)))
     return ModelFacts(
         name=name,
         model_type=config.model_type,
@@ -227,6 +257,7 @@ def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:
         sep_token=tokenizer.sep_token,
         pad_token=tokenizer.pad_token or "",
         has_mlm_head=has_mlm,
+        windows=windows,
     )
 
 

@@ -23,6 +23,7 @@ class NormWeights:
     gamma: np.ndarray  # [layers, hidden]: the first LayerNorm's weight
     beta: np.ndarray  # [layers, hidden]
     eps: np.ndarray  # [layers]
+    post_layer_norm: bool = True  # False (pre-LN, ModernBERT): no LayerNorm follows; gamma 1, beta 0, s_i = 1
 
     @cached_property
     def out_gram(self) -> np.ndarray:
@@ -121,7 +122,8 @@ def padded_norm_maps(
         value_norm[:, l] = torch.diagonal(gram, dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2)
         mix[..., :heads] = attentions[:, l].permute(0, 3, 2, 1)
         layer_norm[:, l] = _mixed_squared(mix[..., :heads], gram).clamp_(min=0).sqrt_().transpose(1, 2)
-        vectors.sub_(vectors.mean(-1, keepdim=True)).mul_(gamma[l])  # g_i without its 1 / s_i: gamma (z - mean z)
+        if w.post_layer_norm:  # g_i without its 1 / s_i: gamma (z - mean z); pre-LN: z itself (no LayerNorm follows)
+            vectors.sub_(vectors.mean(-1, keepdim=True)).mul_(gamma[l])
         centred = torch.matmul(by_key, by_key.transpose(1, 2)).view(batch, n, heads + 1, heads + 1)
         residual_ln[:, l] = _mixed_squared(mix, centred).clamp_(min=0).sqrt_().transpose(1, 2) / scale[:, l, :, None]
     steps = torch.stack([0.5 * attentions.mean(2) + 0.5 * torch.eye(n), row_normalised_tensor(residual_ln)], dim=2)

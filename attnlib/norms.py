@@ -111,16 +111,20 @@ def _residual_ln(
     out_bias: np.ndarray,
     eps: np.ndarray,
     scale: torch.Tensor | None = None,
+    post_layer_norm: bool = True,
 ) -> torch.Tensor:
     """N_ResLN as float32 [layers, n, n] from torch attentions, f_h(x_j) by key [layers, n, heads, hidden] and x
-    (and s_i [layers, n] when the run captured it, else computed from the rest)."""
+    (and s_i [layers, n] when the run captured it, else computed from the rest); pre-LN: N_Res, ||z_ij||."""
     layers, heads, n, _ = attentions.shape
     centred = torch.empty(layers, n, heads + 1, by_key.shape[-1], dtype=by_key.dtype)
     centred[:, :, :heads] = by_key
     centred[:, :, heads] = layer_inputs  # the residual x_j as one more head
-    centred.sub_(centred.mean(-1, keepdim=True)).mul_(_tensor(gamma).to(by_key.dtype)[:, None, None, :])
+    if post_layer_norm:
+        centred.sub_(centred.mean(-1, keepdim=True)).mul_(_tensor(gamma).to(by_key.dtype)[:, None, None, :])
     eye = torch.eye(n, dtype=attentions.dtype).expand(layers, 1, n, n)  # its weight is [i = j]
     squared = _mixed_squared(torch.cat([attentions, eye], dim=1), _gram(centred))
+    if not post_layer_norm:
+        return _root(squared).float()
     if scale is None:
         scale = _block_scale(attentions, by_key, layer_inputs, out_bias, eps)
     return (_root(squared) / scale[:, :, None]).float()
@@ -133,19 +137,24 @@ def residual_ln_map(
     out_bias: np.ndarray,
     gamma: np.ndarray,
     eps: np.ndarray,
+    post_layer_norm: bool = True,
 ) -> np.ndarray:
-    """GlobEnc's N_ResLN (§12): ||g_i(z_ij)||, g_i(z) = gamma (z - mean z) / s_i -> [layers, n, n].
+    """GlobEnc's N_ResLN (§12): ||g_i(z_ij)||, g_i(z) = gamma (z - mean z) / s_i -> [layers, n, n]; for a pre-LN
+    family (post_layer_norm=False) N_Res, ||z_ij|| (§12, pre-LayerNorm encoders).
 
     attentions [layers, heads, n, n], vectors f_h(x_j) [layers, heads, n, hidden], layer_inputs x [layers, n, hidden],
     out_bias b_O, gamma [layers, hidden], eps [layers]. The residual enters as one more head with weight [i = j] and
     vector x_j, so sum_k w[k,i,j] vec[k,j] = z_ij of §12."""
     by_key = _tensor(vectors).transpose(1, 2)
-    return _residual_ln(_tensor(attentions), by_key, _tensor(layer_inputs), gamma, out_bias, eps).numpy()
+    return _residual_ln(
+        _tensor(attentions), by_key, _tensor(layer_inputs), gamma, out_bias, eps, post_layer_norm=post_layer_norm
+    ).numpy()
 
 
 @dataclass
 class LayerNormParts:
-    """One layer's block output split as sum_j g_i(z_ij) + g_i(b_O) + beta (§12)."""
+    """One layer's block output split as sum_j g_i(z_ij) + g_i(b_O) + beta (§12); pre-LN: g_i is the identity and
+    beta 0, so the parts sum to the block's output x_i + c_i W_O + b_O."""
 
     parts: np.ndarray  # [n, n, hidden]: g_i(z_ij)
     bias: np.ndarray  # [n, hidden]: g_i(b_O)
@@ -165,12 +174,18 @@ def layer_norm_parts(
     gamma: np.ndarray,
     beta: np.ndarray,
     eps: float,
+    post_layer_norm: bool = True,
 ) -> LayerNormParts:
-    """The decomposition of one layer written out (attentions [heads, n, n], vectors [heads, n, hidden], x [n, hidden])."""
+    """The decomposition of one layer written out (attentions [heads, n, n], vectors [heads, n, hidden], x [n, hidden]);
+    post_layer_norm=False: the pre-LN decomposition (no LayerNorm after the residual)."""
     x = layer_input.astype(np.float64)
     z = np.einsum("hij,hjd->ijd", attentions.astype(np.float64), vectors.astype(np.float64))
     z[np.arange(len(x)), np.arange(len(x))] += x
     u = z.sum(1) + out_bias
+    if not post_layer_norm:
+        return LayerNormParts(
+            z, np.broadcast_to(out_bias, u.shape).astype(np.float64), np.zeros(len(beta)), np.ones(len(x))
+        )
     scale = np.sqrt(u.var(-1) + eps)
 
     def g(t: np.ndarray) -> np.ndarray:

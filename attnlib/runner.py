@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
-import threading
+import inspect
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from .families import (
+    HeadsCall,
+    Layout,
+    UnsupportedModelError,
+    bound_arguments,
+    layer_norm_parameters,
+    layout,
+    unsupported_reason,
+)
 from .model import LoadedModel
 from .norm_batch import NormMaps, NormWeights, padded_norm_maps
+from .replay import hooks_removed
+from .replay import this_thread_only as this_thread_only  # part of this module's API
 
 TextOrWords = str | Sequence[str]
-QUERY_NAMES = ("query", "q_lin", "q_proj", "query_proj")
-KEY_NAMES = ("key", "k_lin", "k_proj", "key_proj")
-VALUE_NAMES = ("value", "v_lin", "v_proj", "value_proj")
-OUT_DENSE_SUFFIXES = ("attention.output.dense", "attention.out_lin")  # BERT/RoBERTa, DistilBERT
-ATTENTION_NORM_SUFFIXES = ("attention.output.LayerNorm", "sa_layer_norm")
 
 
 class InputError(ValueError):
@@ -51,8 +57,10 @@ class RunResult(Encoded):
     """An encoded input with its float32 attention maps [layers, heads, n, n] and, optionally, queries and keys."""
 
     attentions: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0, 0), np.float32))
-    queries: np.ndarray | None = None  # [layers, heads, n, head_dim]
-    keys: np.ndarray | None = None
+    queries: np.ndarray | None = None  # [layers, heads, n, head_dim]: as q.k sees them (bias, rotary applied)
+    keys: np.ndarray | None = None  # [layers, heads, n, head_dim]
+    qk_scale: np.ndarray | None = None  # [layers]: logits = qk_scale * q.k + score_bias (+ mask), softmax over keys
+    score_bias: np.ndarray | None = None  # [layers, heads, n, n]: DeBERTa's c2p + p2c, MPNet's position bias; or None
     layer_inputs: np.ndarray | None = None  # [layers, n, hidden]: x, each layer's input (hidden_states[l])
     values: np.ndarray | None = None  # [layers, heads, n, head_dim]: v_j = x_j W_V^h + b_V^h
     value_norm: np.ndarray | None = None  # [layers, heads, n]: ||v_j W_O^h||, §11's value norms
@@ -84,6 +92,7 @@ def encode(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = No
     n_full = len(tok(*args, truncation=False, **kw)["input_ids"])
     truncated = n_full > lm.facts.max_length
     enc = tok(*args, truncation=truncated, max_length=lm.facts.max_length, return_offsets_mapping=not split, **kw)
+    with_types = "token_type_ids" in enc and _takes(lm.encoder, "token_type_ids")
     ids = list(enc["input_ids"])
     special = np.array(enc["special_tokens_mask"], dtype=bool)
     seq_ids = enc.sequence_ids()
@@ -96,7 +105,7 @@ def encode(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = No
     words, word_ids = _align_words(enc, seq_ids, text_a, text_b, split)
     return Encoded(
         input_ids=ids,
-        token_type_ids=list(enc["token_type_ids"]) if "token_type_ids" in enc else None,
+        token_type_ids=list(enc["token_type_ids"]) if with_types else None,
         tokens=tok.convert_ids_to_tokens(ids),
         segments=segments,
         word_ids=word_ids,
@@ -107,6 +116,17 @@ def encode(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = No
         truncated=truncated,
         n_tokens_full=n_full,
     )
+
+
+_TAKES: dict[tuple[type, str], bool] = {}
+
+
+def _takes(encoder: torch.nn.Module, name: str) -> bool:
+    """Whether the encoder's forward has a parameter of this name (DistilBERT, MPNet, ModernBERT: no token types)."""
+    key = (type(encoder), name)
+    if key not in _TAKES:
+        _TAKES[key] = name in inspect.signature(encoder.forward).parameters
+    return _TAKES[key]
 
 
 def _align_words(enc, seq_ids, text_a, text_b, split: bool) -> tuple[list[str], list[int | None]]:
@@ -135,149 +155,143 @@ def _align_words(enc, seq_ids, text_a, text_b, split: bool) -> tuple[list[str], 
     return words, word_ids
 
 
-def _qk_linears(encoder: torch.nn.Module) -> tuple[list[torch.nn.Module], list[torch.nn.Module]]:
-    """The query and key projections of every attention layer, in module order."""
-    queries, keys = [], []
-    for name, module in encoder.named_modules():
-        last = name.rsplit(".", 1)[-1]
-        if isinstance(module, torch.nn.Linear) and "attention" in name:
-            if last in QUERY_NAMES:
-                queries.append(module)
-            elif last in KEY_NAMES:
-                keys.append(module)
-    return queries, keys
-
-
-def _suffix_modules(encoder: torch.nn.Module, suffixes: Sequence[str], kind: type) -> list[torch.nn.Module]:
-    """Modules of this kind whose qualified name ends with one of the suffixes, in module order."""
-    return [
-        m
-        for name, m in encoder.named_modules()
-        if isinstance(m, kind) and any(name == s or name.endswith("." + s) for s in suffixes)
-    ]
-
-
-NormModules = tuple[list[torch.nn.Module], list[torch.nn.Module], list[torch.nn.Module]]
-_NORM_MODULES: weakref.WeakKeyDictionary[torch.nn.Module, NormModules] = weakref.WeakKeyDictionary()
-
-
-def norm_modules(encoder: torch.nn.Module) -> NormModules:
-    """Per layer: the value projection, the attention output projection and the LayerNorm after attention (found
-    once per model)."""
-    if encoder not in _NORM_MODULES:
-        _NORM_MODULES[encoder] = _find_norm_modules(encoder)
-    return _NORM_MODULES[encoder]
-
-
-def _find_norm_modules(encoder: torch.nn.Module) -> NormModules:
-    """norm_modules, found by name."""
-    values = [
-        m
-        for name, m in encoder.named_modules()
-        if isinstance(m, torch.nn.Linear) and "attention" in name and name.rsplit(".", 1)[-1] in VALUE_NAMES
-    ]
-    dense = _suffix_modules(encoder, OUT_DENSE_SUFFIXES, torch.nn.Linear)
-    norms = _suffix_modules(encoder, ATTENTION_NORM_SUFFIXES, torch.nn.LayerNorm)
-    if not values or not len(values) == len(dense) == len(norms):
-        raise ValueError(
-            "Cannot find each layer's value projection, attention output projection and LayerNorm "
-            "(BERT, RoBERTa and DistilBERT layouts are supported)."
-        )
-    return values, dense, norms
-
-
 _NORM_WEIGHTS: weakref.WeakKeyDictionary[torch.nn.Module, NormWeights] = weakref.WeakKeyDictionary()
 
 
-def norm_weights(encoder: torch.nn.Module, n_heads: int) -> NormWeights:
-    """The output projections (split per head) and LayerNorm parameters of every layer, as float32 numpy arrays
-    (read once per model: the weights do not change)."""
+def norm_weights(encoder: torch.nn.Module) -> NormWeights:
+    """Every layer application's output projection (split per head) and the LayerNorm of its attention block, as
+    float32 numpy arrays (read once per model: the weights do not change); UnsupportedModelError for a family
+    whose layout attnlib does not know."""
     if encoder not in _NORM_WEIGHTS:
-        _NORM_WEIGHTS[encoder] = _read_norm_weights(encoder, n_heads)
+        _NORM_WEIGHTS[encoder] = _read_norm_weights(layout(encoder, "norms"))
     return _NORM_WEIGHTS[encoder]
 
 
-def _read_norm_weights(encoder: torch.nn.Module, n_heads: int) -> NormWeights:
-    """norm_weights, read from the modules."""
-    _, dense, norms = norm_modules(encoder)
-
-    def numpy(t: torch.Tensor | None, like: torch.Tensor, fill: float) -> np.ndarray:
-        t = torch.full_like(like, fill) if t is None else t
-        return t.detach().float().cpu().numpy()
-
+def _read_norm_weights(lay: Layout) -> NormWeights:
+    """norm_weights, read from the modules of the layout (pre-LN families: gamma 1, beta 0, no LayerNorm after)."""
+    dense = [s.output for s in lay.sites]
     hidden = dense[0].out_features
-    out_weight = np.stack([numpy(m.weight, m.weight, 0).T.reshape(n_heads, -1, hidden) for m in dense])
-    zeros = torch.zeros(hidden)
+
+    def numpy(t: torch.Tensor | None, fill: float) -> np.ndarray:
+        return (torch.full((hidden,), fill) if t is None else t).detach().float().cpu().numpy()
+
+    out_weight = np.stack([numpy(m.weight, 0).T.reshape(lay.n_heads, -1, hidden) for m in dense])
+    post = lay.family.post_layer_norm
+    norms = [layer_norm_parameters(s.norm, hidden) if post else (None, None, 0.0) for s in lay.sites]
     return NormWeights(
         out_weight=np.ascontiguousarray(out_weight),
-        out_bias=np.stack([numpy(m.bias, zeros, 0.0) for m in dense]),
-        gamma=np.stack([numpy(m.weight, zeros, 1.0) for m in norms]),
-        beta=np.stack([numpy(m.bias, zeros, 0.0) for m in norms]),
-        eps=np.array([m.eps for m in norms], np.float32),
+        out_bias=np.stack([numpy(m.bias, 0.0) for m in dense]),
+        gamma=np.stack([numpy(g, 1.0) for g, _, _ in norms]),
+        beta=np.stack([numpy(b, 0.0) for _, b, _ in norms]),
+        eps=np.array([e for _, _, e in norms], np.float32),
+        post_layer_norm=post,
     )
-
-
-def this_thread_only(hook: Callable) -> Callable:
-    """A module hook that fires only for forward passes of the thread that made it.
-
-    The app shares one model between its visitors' threads: without this, a hook registered for one visitor's
-    run would also record the forward passes that other visitors make at the same time."""
-    owner = threading.get_ident()
-
-    def hook_in_owner_thread(*args, **kwargs):
-        return hook(*args, **kwargs) if threading.get_ident() == owner else None
-
-    return hook_in_owner_thread
 
 
 @dataclass
 class _Captured:
-    """What one forward pass recorded beyond the attentions (empty lists where not asked)."""
+    """What one forward pass recorded beyond the attentions (empty where not asked), per layer application."""
 
-    queries: list[torch.Tensor] = field(default_factory=list)  # per layer [batch, n, hidden]
-    keys: list[torch.Tensor] = field(default_factory=list)
-    values: list[torch.Tensor] = field(default_factory=list)
-    block_inputs: list[torch.Tensor] = field(
-        default_factory=list
-    )  # per layer [batch, n, hidden]: u, the first LN's input
-    hidden_states: tuple = ()  # the encoder's hidden_states: [batch, n, hidden] per layer input, and the last output
+    projections: list[list[torch.Tensor]] = field(default_factory=list)  # per projection: outputs [b, n, width]
+    heads_calls: list[HeadsCall] = field(default_factory=list)
+    layer_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: x, the residual
+    block_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: u, the first LN's input
+    heads_input: list[torch.Tensor | None] = field(default_factory=lambda: [None])  # the heads module's input now
+
+
+def _install_captures(lay: Layout, captured: _Captured, capture_qk: bool, capture_norms: bool, handles: list) -> None:
+    """Hooks that fill `captured` during one forward pass: the heads modules' calls, the projections' outputs
+    (only calls on the heads' own input: DeBERTa also projects its relative embeddings) and for norms each layer's
+    input and the first LayerNorm's input."""
+    sites = lay.sites
+    fused_or_rotary = len(sites[0].projections) == 1 or lay.family.positions is not None
+    wanted = range(len(sites[0].projections)) if capture_qk or fused_or_rotary else [2]  # values alone: v only
+    captured.projections = [[] for _ in sites[0].projections]
+
+    def on_heads(module, args, kwargs):
+        captured.heads_calls.append(HeadsCall(module, bound_arguments(module, args, kwargs)))
+        captured.heads_input[0] = args[0] if args else kwargs["hidden_states"]
+
+    def keep_projection(p: int):
+        def hook(_module, args, out):
+            if args[0] is captured.heads_input[0]:
+                captured.projections[p].append(out.detach())
+
+        return hook
+
+    for m in dict.fromkeys(s.heads for s in sites):
+        handles.append(m.register_forward_pre_hook(this_thread_only(on_heads), with_kwargs=True))
+    for p in wanted:
+        for m in dict.fromkeys(s.projections[p] for s in sites):
+            handles.append(m.register_forward_hook(this_thread_only(keep_projection(p))))
+
+    def on_layer(_module, args, kwargs):
+        captured.layer_inputs.append((args[0] if args else kwargs["hidden_states"]).detach())
+
+    def on_norm(_module, args):
+        captured.block_inputs.append(args[0].detach())
+
+    if capture_norms:
+        for m in dict.fromkeys(s.layer for s in sites):
+            handles.append(m.register_forward_pre_hook(this_thread_only(on_layer), with_kwargs=True))
+        if lay.family.post_layer_norm:
+            for m in dict.fromkeys(s.norm for s in sites):
+                handles.append(m.register_forward_pre_hook(this_thread_only(on_norm)))
+
+
+def _optional_layout(lm: LoadedModel, capture_qk: bool, capture_norms: bool) -> Layout | None:
+    """The model's layout when anything beyond attentions is captured; None for queries and keys of a family
+    attnlib does not know (the neuron view says why); norms of such a family raise UnsupportedModelError."""
+    if capture_norms:
+        return layout(lm.encoder, "norms")
+    if capture_qk and unsupported_reason(lm.encoder.config, "queries_keys") is None:
+        return layout(lm.encoder, "queries_keys")
+    return None
+
+
+def _check_attentions(attentions, n_layers: int, batch: dict) -> None:
+    """The model's attentions must be one [batch, heads, n, n] map per layer."""
+    b, n = batch["input_ids"].shape
+    if not attentions:
+        raise RuntimeError("The model returned no attention weights; it must run with eager attention.")
+    shapes = {tuple(a.shape[:1]) + tuple(a.shape[2:]) for a in attentions}
+    if len(attentions) != n_layers or shapes != {(b, n, n)}:
+        raise UnsupportedModelError(
+            f"This model returns {len(attentions)} attention maps of shape {tuple(attentions[0].shape)}, not one "
+            f"[batch, heads, {n}, {n}] map per layer ({n_layers}); its attention cannot be shown as token-to-token maps."
+        )
 
 
 def _forward(lm: LoadedModel, batch: dict, capture_qk: bool, capture_norms: bool = False):
-    """One forward pass returning attentions and what was asked: query/key projections, values and layer inputs."""
+    """One forward pass returning attentions, the layout (when captures were asked) and what was captured."""
     captured = _Captured()
-    q_out, k_out, v_out, hooks = captured.queries, captured.keys, captured.values, []
-    if capture_qk:
-        qs, ks = _qk_linears(lm.encoder)
-        hooks = [
-            m.register_forward_hook(this_thread_only(lambda _m, _i, o: q_out.append(o.detach())))
-            for m in dict.fromkeys(qs)
-        ]
-        hooks += [
-            m.register_forward_hook(this_thread_only(lambda _m, _i, o: k_out.append(o.detach())))
-            for m in dict.fromkeys(ks)
-        ]
-    try:
-        if capture_norms:
-            value_modules, _, layer_norms = norm_modules(lm.encoder)
-            hooks += [
-                m.register_forward_hook(this_thread_only(lambda _m, _i, o: v_out.append(o.detach())))
-                for m in value_modules
-            ]
-            hooks += [
-                m.register_forward_pre_hook(this_thread_only(lambda _m, i: captured.block_inputs.append(i[0].detach())))
-                for m in layer_norms
-            ]
+    lay = _optional_layout(lm, capture_qk, capture_norms)
+    with hooks_removed([]) as handles:
+        if lay is not None:
+            _install_captures(lay, captured, capture_qk, capture_norms, handles)
         with torch.inference_mode():
-            out = lm.encoder(**batch, output_attentions=True, output_hidden_states=capture_norms)
-    finally:
-        for h in hooks:
-            h.remove()
-    if not out.attentions:
-        raise RuntimeError("The model returned no attention weights; it must run with eager attention.")
-    if capture_norms:
-        captured.hidden_states = out.hidden_states
-    return out.attentions, captured
+            out = lm.encoder(**batch, output_attentions=True)
+    _check_attentions(out.attentions, lm.facts.n_layers, batch)
+    return out.attentions, lay, captured
+
+
+def _queries_keys(lay: Layout, captured: _Captured, values_only: bool) -> tuple[list, list, list, list, list]:
+    """Per layer application: q, k, v [batch, heads, n, d], the scale of q.k and the logits' extra terms (or None)."""
+    qs, ks, vs, scales, biases = [], [], [], [], []
+    with torch.inference_mode():
+        for l, site in enumerate(lay.sites):
+            outputs = [p[l] if p else None for p in captured.projections]
+            if values_only and outputs[0] is None:
+                outputs = [outputs[2]] * 3  # only v was hooked; split's q and k are unused copies of it
+            qkv = lay.qkv(site, outputs, captured.heads_calls[l])
+            scale = lay.scale(site)
+            vs.append(qkv[2])
+            if not values_only:
+                qs.append(qkv[0])
+                ks.append(qkv[1])
+                scales.append(scale)
+                biases.append(lay.bias(captured.heads_calls[l], qkv, scale))
+    return qs, ks, vs, scales, biases
 
 
 def model_inputs(lm: LoadedModel, encoded: Sequence[Encoded]) -> dict:
@@ -298,10 +312,9 @@ def model_inputs(lm: LoadedModel, encoded: Sequence[Encoded]) -> dict:
     return {k: v.to(lm.device) for k, v in batch.items()}
 
 
-def _heads_split(x: torch.Tensor, n_heads: int) -> np.ndarray:
-    """[n, hidden] projection to [heads, n, head_dim] float32."""
-    n, hidden = x.shape
-    return x.reshape(n, n_heads, hidden // n_heads).permute(1, 0, 2).float().cpu().numpy()
+def _per_input(x: torch.Tensor, b: int, n: int) -> np.ndarray:
+    """Input b's [layers, heads, n_max, ...] slice cut to its n positions, float32."""
+    return np.ascontiguousarray(x[b, :, :, :n].float().cpu().numpy())
 
 
 def run_encoded(
@@ -313,26 +326,37 @@ def run_encoded(
 ) -> list[RunResult]:
     """Run a padded batch and cut each input's maps (and captures) back to its own length.
 
-    capture_norms adds each layer's input, value vectors and the model's NormWeights (METHODS §11-12); norm_maps
-    (which implies it) also every §11-13 map, computed for the whole batch at once."""
+    capture_qk adds queries, keys, qk_scale and score_bias (left None for a family attnlib does not know: see
+    families.unsupported_reason); capture_norms each layer's input, value vectors and the model's NormWeights
+    (METHODS §11-12); norm_maps (which implies it) also every §11-13 map, computed for the whole batch at once."""
     capture_norms = capture_norms or norm_maps
-    attentions, captured = _forward(lm, model_inputs(lm, encoded), capture_qk, capture_norms)
+    attentions, lay, captured = _forward(lm, model_inputs(lm, encoded), capture_qk, capture_norms)
     stacked_maps = torch.stack(attentions, dim=1).float().cpu()  # [batch, layers, heads, n_max, n_max]
     stacked = stacked_maps.numpy()
-    h = lm.facts.n_heads
+    capture_qk = capture_qk and lay is not None
+    if lay is not None:
+        qs, ks, vs, scales, biases = _queries_keys(lay, captured, values_only=not capture_qk)
+    if capture_qk:
+        queries, keys = torch.stack(qs, dim=1), torch.stack(ks, dim=1)  # [batch, layers, heads, n_max, d]
+        has_bias = any(bias is not None for bias in biases)
+        if has_bias:
+            bias = torch.stack([torch.zeros_like(stacked_maps[:, 0]) if b is None else b.float() for b in biases], 1)
     if capture_norms:
-        weights = norm_weights(lm.encoder, h)
-        stacked_inputs = torch.stack(captured.hidden_states[:-1], dim=1).float().cpu()  # [batch, layers, n_max, hidden]
+        weights = norm_weights(lm.encoder)
+        stacked_inputs = torch.stack(captured.layer_inputs, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
         inputs = stacked_inputs.numpy()
-        values = torch.stack(captured.values, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
-        b_, l_, n_, hidden = values.shape
-        by_head = values.reshape(b_, l_, n_, h, hidden // h).permute(0, 1, 3, 2, 4)  # [batch, layers, heads, n_max, d]
+        by_head = torch.stack(vs, dim=1).float().cpu()  # [batch, layers, heads, n_max, d]
+        b_, l_, h_, n_, d_ = by_head.shape
+        values = by_head.permute(0, 1, 3, 2, 4).reshape(b_, l_, n_, h_ * d_)  # [batch, layers, n_max, hidden]
         values_np = by_head.numpy()
-        # s_i = sqrt(var(u_i) + eps) of the LayerNorm's input u, centred by hand: torch's var is 5x slower here
-        variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in captured.block_inputs]
-        scales = torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
+        if weights.post_layer_norm:
+            # s_i = sqrt(var(u_i) + eps) of the LayerNorm's input u, centred by hand: torch's var is 5x slower here
+            variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in captured.block_inputs]
+            scales_t = torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
+        else:  # no LayerNorm follows a pre-LN block: the decomposition's divisor is 1
+            scales_t = torch.ones(b_, l_, n_)
         if norm_maps:
-            padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales, weights)
+            padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales_t, weights)
             value_norms = padded.value_norm.numpy()  # the maps' head Gram diagonals: not computed a second time
         else:
             out_gram = torch.from_numpy(weights.out_gram)
@@ -341,13 +365,14 @@ def run_encoded(
     for b, e in enumerate(encoded):
         r = RunResult(**vars(e), attentions=np.ascontiguousarray(stacked[b, :, :, : e.n, : e.n]))
         if capture_qk:
-            r.queries = np.stack([_heads_split(q[b, : e.n], h) for q in captured.queries])
-            r.keys = np.stack([_heads_split(k[b, : e.n], h) for k in captured.keys])
+            r.queries, r.keys = _per_input(queries, b, e.n), _per_input(keys, b, e.n)
+            r.qk_scale = np.array(scales, np.float32)
+            r.score_bias = np.ascontiguousarray(bias[b, :, :, : e.n, : e.n].numpy()) if has_bias else None
         if capture_norms:
             r.layer_inputs = np.ascontiguousarray(inputs[b, :, : e.n])
             r.values = np.ascontiguousarray(values_np[b, :, :, : e.n])
             r.value_norm = np.ascontiguousarray(value_norms[b, :, :, : e.n])
-            r.block_scale = np.ascontiguousarray(scales[b, :, : e.n].numpy())
+            r.block_scale = np.ascontiguousarray(scales_t[b, :, : e.n].numpy())
             r.norm_weights = weights
         if norm_maps:
             r.maps = padded.input_maps(b, list(e.tokens))

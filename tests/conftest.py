@@ -1,4 +1,5 @@
-"""Shared fixtures: the packaged model, tiny random BERT/RoBERTa/DistilBERT models built in-process, UD paths."""
+"""Shared fixtures: the packaged model, tiny random models of every family built in-process (tests/tiny_families.py),
+the Streamlit server and the browser."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from tiny_families import FAMILY_KINDS, bert_tokenizer, roberta_tokenizer, save_tiny, tiny_config, tokenizer_for
 
-from attnlib.model import DEFAULT_MODEL, bundled_model_path, load_model
+from attnlib.model import DEFAULT_MODEL, load_model
 from attnlib.runner import RunResult
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, ROOT
+from attnlib.shipped import ROOT
 
 
 @pytest.fixture
@@ -34,89 +36,42 @@ def minilm():
 
 
 def _bert_tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(bundled_model_path()))
+    return bert_tokenizer()
 
 
 def _roberta_tokenizer():
-    """A byte-level BPE tokenizer trained in-process on the classroom set, with RoBERTa's special tokens."""
-    from tokenizers import ByteLevelBPETokenizer
-    from tokenizers.processors import RobertaProcessing
-    from transformers import RobertaTokenizerFast
-
-    lines = CLASSROOM_SINGLE.read_text().splitlines() + CLASSROOM_PAIRS.read_text().replace("\t", "\n").splitlines()
-    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
-    bpe.train_from_iterator(
-        lines, vocab_size=600, min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    )
-    bpe._tokenizer.post_processor = RobertaProcessing(
-        ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>"))
-    )
-    return RobertaTokenizerFast(
-        tokenizer_object=bpe._tokenizer,
-        bos_token="<s>",
-        eos_token="</s>",
-        sep_token="</s>",
-        cls_token="<s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-        model_max_length=64,
-    )
+    return roberta_tokenizer()
 
 
 def _tiny_config(kind: str, vocab_size: int):
-    from transformers import BertConfig, DistilBertConfig, RobertaConfig
-
-    if kind == "bert":
-        return BertConfig(
-            vocab_size=vocab_size,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-        )
-    if kind == "roberta":
-        return RobertaConfig(
-            vocab_size=vocab_size,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=66,
-            pad_token_id=1,
-            bos_token_id=0,
-            eos_token_id=2,
-            type_vocab_size=1,
-        )
-    return DistilBertConfig(
-        vocab_size=vocab_size, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64
-    )
+    """tiny_families' config of this kind with another vocabulary size."""
+    config = tiny_config(kind, tokenizer_for(kind))
+    config.vocab_size = vocab_size
+    return config
 
 
 @pytest.fixture(scope="session", params=["bert", "roberta", "distilbert"])
 def tiny_model_dir(request, tmp_path_factory):
-    """A folder holding a tiny random masked-LM model of each family and its tokenizer."""
-    from transformers import AutoModelForMaskedLM
-
-    kind = request.param
-    tokenizer = _roberta_tokenizer() if kind == "roberta" else _bert_tokenizer()
-    if kind != "roberta":
-        tokenizer.model_max_length = 64
-    torch.manual_seed(0)
-    model = AutoModelForMaskedLM.from_config(_tiny_config(kind, len(tokenizer)))
-    folder = tmp_path_factory.mktemp(f"tiny-{kind}")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    """A folder holding a tiny random masked-LM model of each of three families and its tokenizer."""
+    return save_tiny(request.param, tmp_path_factory.mktemp(f"tiny-{request.param}"))
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
     """Each tiny random model, loaded through the library's own loader."""
     return load_model(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="session", params=FAMILY_KINDS)
+def family_dir(request, tmp_path_factory):
+    """A folder holding a tiny random model of every supported family (and two fine-tuned ones) with its tokenizer."""
+    return save_tiny(request.param, tmp_path_factory.mktemp(f"family-{request.param}"))
+
+
+@pytest.fixture(scope="session")
+def family_model(family_dir):
+    """Each family's tiny model, loaded through the library's own loader (one per session)."""
+    return load_model(str(family_dir))
 
 
 def _free_port() -> int:

@@ -78,8 +78,9 @@ def test_linearised_layers_equal_the_models_own(tiny_model, monkeypatch):
     for mode in ("exact", "estimate"):
         fast = hidden_token_attribution(tiny_model, enc, mode=mode, probes=5)
         plain = hidden_token_attribution(tiny_model, enc, mode=mode, probes=5, linearise=False)
+        # shares of a few float32 sums of squares: the two orders of summation differ by a few ulp of ~0.1
         np.testing.assert_allclose(fast.input, plain.input, atol=1e-6)
-        np.testing.assert_array_equal(fast.previous, plain.previous)
+        np.testing.assert_allclose(fast.previous, plain.previous, atol=1e-6)
     assert len(runs) == 4  # per mode: the check on two directions, then every direction
 
 

@@ -14,15 +14,17 @@ def test_tiny_model_with_trained_head_reports_it(tiny_model):
 
 
 def test_encoder_saved_without_head_has_no_mlm(tmp_path):
+    from conftest import _bert_tokenizer
     from transformers import BertConfig, BertModel
 
+    tokenizer = _bert_tokenizer()
     torch.manual_seed(0)
     BertModel(
-        BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+        BertConfig(
+            vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+        )
     ).save_pretrained(tmp_path)
-    from conftest import _bert_tokenizer
-
-    _bert_tokenizer().save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
     lm = load_model(str(tmp_path))
     assert lm.facts.has_mlm_head is False and lm.mlm is None
 

@@ -13,9 +13,10 @@ from attnlib import norms
 from attnlib.cli import main
 from attnlib.corpus import read_corpus
 from attnlib.engine import accumulate
+from attnlib.families import layout
 from attnlib.norms import special_norms_from_json
 from attnlib.results import read_result_file
-from attnlib.runner import encode, norm_modules, run, run_encoded
+from attnlib.runner import encode, run, run_encoded
 from attnlib.shipped import CLASSROOM_SINGLE
 from attnlib.special import class_masks
 
@@ -71,11 +72,11 @@ def test_hand_worked_rollout():
 
 def _reference_vectors(lm, result) -> np.ndarray:
     """f_h(x_j) [layers, heads, n, hidden] recomputed with plain torch from the model's value and output weights."""
-    values, dense, _ = norm_modules(lm.encoder)
+    sites = layout(lm.encoder).sites
     x = torch.tensor(result.layer_inputs)
     h = lm.facts.n_heads
     out = []
-    for l, (v, o) in enumerate(zip(values, dense)):
+    for l, (v, o) in enumerate((s.projections[2], s.output) for s in sites):
         v_all = x[l] @ v.weight.T + v.bias  # [n, hidden]
         d = v_all.shape[-1] // h
         out.append(torch.stack([v_all[:, k * d : (k + 1) * d] @ o.weight[:, k * d : (k + 1) * d].T for k in range(h)]))
@@ -90,7 +91,7 @@ def test_norms_from_the_models_weights(tiny_model):
     assert isinstance(lm.encoder, PreTrainedModel)
     captured = []
     hooks = [
-        m.register_forward_hook(lambda _m, _i, o: captured.append(o[0].detach())) for m in norm_modules(lm.encoder)[2]
+        s.norm.register_forward_hook(lambda _m, _i, o: captured.append(o[0].detach())) for s in layout(lm.encoder).sites
     ]
     try:
         r = run(lm, "The cat sat on the mat.", "It purred.", capture_norms=True)
@@ -125,8 +126,8 @@ def test_norms_from_the_models_weights(tiny_model):
 def test_decomposition_rebuilds_the_block_output_on_minilm(minilm, one_thread):
     captured = []
     hooks = [
-        m.register_forward_hook(lambda _m, _i, o: captured.append(o[0].detach()))
-        for m in norm_modules(minilm.encoder)[2]
+        s.norm.register_forward_hook(lambda _m, _i, o: captured.append(o[0].detach()))
+        for s in layout(minilm.encoder).sites
     ]
     try:
         r = run(minilm, "Colourless green ideas sleep furiously, they say.", capture_norms=True)

@@ -1,7 +1,8 @@
 // Neuron view (figures/neuron_view.py): for one head and query token, the query vector q, each key vector k,
-// the elementwise q × k, the scores q·k / √d and their softmax, which is the head's attention row.
-// Data D: title, layer and head (1-based), labels, qi (0-based query position), d, q [d], k [n * d] (row-major),
-// scores [n], softmax [n], attn (the model's own row, or null) and diff (largest |softmax - attn|, or null).
+// the elementwise q × k, the scores (scale × q·k, plus relative terms in some families) and their softmax, which is
+// the head's attention row. Data D: title, layer and head (1-based), labels, qi (0-based query position), d, q [d],
+// k [n * d] (row-major), label (how the scores are made, e.g. "q·k / √64"), window (a local layer's half-width, or
+// null), scores [n], softmax [n], attn (the model's own row, or null) and diff (largest |softmax - attn|, or null).
 
 const n = D.labels.length, d = D.d, q = D.q, K = D.k, cv = document.getElementById('cv');
 
@@ -33,8 +34,9 @@ const W = xm + MW + 60, y0 = 58, Hh = y0 + RH * n + 8;
 document.getElementById('ttl').textContent = (D.title || 'Neuron view') + ' — layer ' + D.layer + ', head ' + D.head +
   ', query “' + D.labels[D.qi] + '” (position ' + (D.qi + 1) + ')';
 document.getElementById('hint').textContent =
-  'Blue = positive, orange = negative, darker = larger magnitude. The score of each key is the sum of its q×k row divided by √' + d + '; ' +
-  'softmax of the scores is the attention row' +
+  'Blue = positive, orange = negative, darker = larger magnitude. The score of each key is ' + D.label +
+  ' (q·k: the sum of its q×k row); softmax of the scores is the attention row' +
+  (D.window !== null ? ' (a local layer: keys farther than ' + D.window + ' positions get weight 0)' : '') +
   (D.diff !== null ? ' (largest difference from the model\'s own attention row: ' + D.diff.toExponential(1) + ')' : '') +
   '. Hover for values.';
 
@@ -60,7 +62,7 @@ for (let i = 0; i < d; i++) {
 c.fillStyle = '#222';
 c.fillText('keys k', xk, y0 - 14);
 c.fillText('q × k', xp, y0 - 14);
-c.fillText('q·k / √' + d, xs, y0 - 14);
+c.fillText(D.label.length <= 12 ? D.label : 'score', xs, y0 - 14);  // a long label is in the hint above
 c.fillText('softmax', xm, y0 - 14);
 c.fillStyle = '#ffefb0';  // the query's own row
 c.fillRect(4, y0 + RH * D.qi, xk - 8, RH);
@@ -109,7 +111,7 @@ cv.onmousemove = e => {
     }
   }
   if (x >= xs) {  // the score and softmax of a key
-    tip(e, key + '\nscore q·k/√d = ' + D.scores[j].toFixed(3) + '\nsoftmax = ' + D.softmax[j].toFixed(4) +
+    tip(e, key + '\nscore ' + D.label + ' = ' + D.scores[j].toFixed(3) + '\nsoftmax = ' + D.softmax[j].toFixed(4) +
       (D.attn ? '\nmodel attention = ' + D.attn[j].toFixed(4) : ''));
     return;
   }

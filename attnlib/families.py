@@ -1,0 +1,447 @@
+"""Where each encoder family keeps its attention, and how its attention scores are built: the one description that
+the runner, the norms, attribution, replay and the pages read.
+
+A `Family` names, per `model_type`, the modules of one layer (paths from the layer): the attention block (its first
+input is what the heads read; it holds the output projection), the module that computes the heads (its call carries
+the position inputs), the query/key/value projections (or one fused projection and how to split it), the attention
+output projection and the LayerNorm that belongs to attention (after the residual in post-LN families, before
+attention in pre-LN ones). It also says how the scores are built, so that the queries and keys shown are the ones
+the dot product sees, and which statistics are exact for the family (`unsupported_reason`). `layout(encoder)`
+binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
+times). Adding a family is one entry in FAMILIES and its tiny model in tests/tiny_families.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import sys
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+ScoreKind = Literal["absolute", "rotary", "relative_bias", "disentangled"]
+Statistic = Literal["queries_keys", "norms", "hta"]
+STATISTICS: dict[Statistic, str] = {
+    "queries_keys": "The query and key vectors of the neuron view",
+    "norms": "Value-weighted norms, the residual and LayerNorm decomposition and the rollouts (METHODS §11-13)",
+    "hta": "Hidden Token Attribution (METHODS §9, §13)",
+}
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # queries, keys, values, each [batch, heads, n, head_dim]
+
+
+class UnsupportedModelError(ValueError):
+    """A statistic that this model's family does not support; the message says which, for what model, and why."""
+
+
+@dataclass(frozen=True)
+class HeadsCall:
+    """One call of the module that computes the heads: its module and its arguments by parameter name."""
+
+    module: torch.nn.Module
+    arguments: dict  # parameter name -> value, as the call bound them (hidden_states, attention_mask, positions...)
+
+    @property
+    def hidden(self) -> torch.Tensor:
+        """The heads' input [batch, n, hidden] (the call's first argument)."""
+        return self.arguments.get("hidden_states", next(iter(self.arguments.values())))
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one encoder family lays out a layer and builds its attention scores (paths are relative to a layer)."""
+
+    name: str
+    model_types: tuple[str, ...]
+    layers: Callable[[torch.nn.Module], list[torch.nn.Module]]  # base model -> its layer applications, in order
+    block: str  # attention block: first input = what the heads read (x, or LN(x) pre-LN); holds `output`
+    heads: str  # the module computing q, k, v and the weights; its call carries position inputs
+    projections: tuple[str, ...]  # from `heads`: query, key, value; or one fused projection
+    output: str  # attention output projection; its input is c [batch, n, heads * head_dim], head h in h*d:(h+1)*d
+    norm: str  # post-LN: the LayerNorm after attention + residual; pre-LN: the LayerNorm before attention
+    post_layer_norm: bool = True
+    scores: ScoreKind = "absolute"
+    split: Callable[[torch.nn.Module, list[torch.Tensor], int], QKV] = field(default=None)  # type: ignore[assignment]
+    positions: Callable[[HeadsCall, QKV], QKV] | None = None  # rotary: q, k (and v) as the dot product sees them
+    bias: Callable[[HeadsCall, QKV, float], torch.Tensor | None] | None = None  # logits - scale q.k, [b, h, n, n]
+    scale: Callable[[torch.nn.Module, int], float] = lambda _heads, d: d**-0.5
+    window: Callable[[object, int], int | None] = lambda _config, _layer: None  # half-width w: |i - j| <= w
+    final_norm: str | None = None  # from the base model: applied to the last layer's output
+    after_first_layer: str | None = None  # from the base model: f(layer 0 input, its output, 2-D mask) after layer 0
+    unbatched: tuple[str, ...] = ()  # layer-call arguments the whole batch shares (replay does not repeat them)
+    exact: Callable[[object], dict[Statistic, str]] = lambda _config: {}  # config -> statistics not exact, and why
+
+    def __post_init__(self) -> None:
+        if self.split is None:
+            object.__setattr__(self, "split", _separate)
+
+    @property
+    def linearised_attribution(self) -> bool:
+        """Whether attribution's written-out tangent of softmax(q k^T / sqrt(d) + constant) v and per-token Jacobians
+        of LN(y + FFN(y)) hold: post-LN layers whose scores move only through q and k linearly."""
+        return self.post_layer_norm and self.scores in ("absolute", "relative_bias")
+
+
+# ------------------------------------------------------------------------------------ splitting projections
+
+
+def _heads(x: torch.Tensor, d: int) -> torch.Tensor:
+    """[batch, n, heads * d] -> [batch, heads, n, d]."""
+    b, n, _ = x.shape
+    return x.reshape(b, n, -1, d).transpose(1, 2)
+
+
+def _separate(_heads_module: torch.nn.Module, outputs: list[torch.Tensor], d: int) -> QKV:
+    """Three projections' outputs, heads side by side in each."""
+    q, k, v = outputs
+    return _heads(q, d), _heads(k, d), _heads(v, d)
+
+
+def _fused_blocks(_heads_module: torch.nn.Module, outputs: list[torch.Tensor], d: int) -> QKV:
+    """ModernBERT's Wqkv: [q | k | v] along the output, each heads side by side (view(..., 3, heads, d))."""
+    (qkv,) = outputs
+    b, n, _ = qkv.shape
+    q, k, v = qkv.reshape(b, n, 3, -1, d).unbind(2)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def _fused_per_head(heads_module: torch.nn.Module, outputs: list[torch.Tensor], d: int) -> QKV:
+    """DeBERTa's in_proj: per head [q_h | k_h | v_h] (transpose_for_scores then chunk(3)), plus q_bias and v_bias."""
+    (qkv,) = outputs
+    q, k, v = _heads(qkv, 3 * d).chunk(3, dim=-1)
+    return q + _heads(heads_module.q_bias[None, None], d), k, v + _heads(heads_module.v_bias[None, None], d)
+
+
+# ------------------------------------------------------------------------------------ position terms
+
+
+def _model_module(module: torch.nn.Module):
+    """The Python module of transformers that defines this layer (its own helper functions are used as they are)."""
+    return sys.modules[type(module).__module__]
+
+
+def _rotary_modernbert(call: HeadsCall, qkv: QKV) -> QKV:
+    """ModernBERT: q and k rotated by the model's apply_rotary_pos_emb with the call's (cos, sin)."""
+    q, k, v = qkv
+    cos, sin = call.arguments["position_embeddings"]
+    q, k = _model_module(call.module).apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
+    return q, k, v
+
+
+def _rotary_roformer(call: HeadsCall, qkv: QKV) -> QKV:
+    """RoFormer: q and k (and v when rotary_value) rotated by the model's own apply_rotary_position_embeddings."""
+    q, k, v = qkv
+    sinusoidal = call.arguments.get("sinusoidal_pos")
+    if sinusoidal is None:
+        return qkv
+    rotate = type(call.module).apply_rotary_position_embeddings
+    if call.module.rotary_value:
+        return rotate(sinusoidal, q, k, v)
+    q, k = rotate(sinusoidal, q, k)
+    return q, k, v
+
+
+def _mpnet_bias(call: HeadsCall, _qkv: QKV, _scale: float) -> torch.Tensor | None:
+    """MPNet: the relative position bias the encoder computes once and passes to every layer, [b, h, n, n]."""
+    return call.arguments.get("position_bias")
+
+
+def _deberta_scale_factor(module: torch.nn.Module) -> int:
+    """1 + the number of relative terms (c2p, p2c): the scores are divided by sqrt(d * this)."""
+    return 1 + sum(kind in module.pos_att_type for kind in ("c2p", "p2c"))
+
+
+def _deberta_scale(module: torch.nn.Module, d: int) -> float:
+    return 1.0 / math.sqrt(d * _deberta_scale_factor(module))
+
+
+def _deberta_bias(call: HeadsCall, qkv: QKV, scale: float) -> torch.Tensor | None:
+    """DeBERTa v1: c2p + p2c from the module's own disentangled_att_bias (its query pre-divided by the scale)."""
+    module, args = call.module, call.arguments
+    relative_pos, rel_embeddings = args.get("relative_pos"), args.get("rel_embeddings")
+    if not module.relative_attention or relative_pos is None or rel_embeddings is None:
+        return None
+    q, k, _ = qkv
+    factor = _deberta_scale_factor(module)
+    return module.disentangled_att_bias(q * scale, k, relative_pos, module.pos_dropout(rel_embeddings), factor)
+
+
+def _deberta_v2_bias(call: HeadsCall, qkv: QKV, _scale: float) -> torch.Tensor | None:
+    """DeBERTa v2/v3: c2p + p2c from the module's own disentangled_attention_bias ([b * h, n, d] layout)."""
+    module, args = call.module, call.arguments
+    if not module.relative_attention:
+        return None
+    q, k, _ = qkv
+    b, h, n, d = q.shape
+    bias = module.disentangled_attention_bias(
+        q.reshape(b * h, n, d),
+        k.reshape(b * h, n, d),
+        args.get("relative_pos"),
+        module.pos_dropout(args["rel_embeddings"]),
+        _deberta_scale_factor(module),
+    )
+    return bias.reshape(b, h, n, n)
+
+
+def _deberta_exact(config) -> dict[Statistic, str]:
+    """DeBERTa v1 with talking heads mixes the heads' scores; the neuron view cannot show that as q.k."""
+    if getattr(config, "talking_head", False):
+        return {"queries_keys": "this DeBERTa mixes the heads' scores (talking heads), which q.k does not show"}
+    return {}
+
+
+# ------------------------------------------------------------------------------------ layer lists
+
+
+def _at(path: str) -> Callable[[torch.nn.Module], list[torch.nn.Module]]:
+    """The layers of the ModuleList at this path of the base model."""
+    return lambda encoder: list(encoder.get_submodule(path))
+
+
+def _albert_layers(encoder: torch.nn.Module) -> list[torch.nn.Module]:
+    """ALBERT applies its layer groups num_hidden_layers times (one shared layer in every released checkpoint)."""
+    config, groups = encoder.config, encoder.encoder.albert_layer_groups
+    per_group = config.num_hidden_layers / config.num_hidden_groups
+    return [layer for i in range(config.num_hidden_layers) for layer in groups[int(i / per_group)].albert_layers]
+
+
+def _modernbert_window(config, layer: int) -> int | None:
+    """Local layers attend to keys with |i - j| <= local_attention // 2 (transformers' sliding-window mask)."""
+    return config.sliding_window if config.layer_types[layer] == "sliding_attention" else None
+
+
+def _bert_layout(name: str, model_types: tuple[str, ...], projections=("query", "key", "value"), **rest) -> Family:
+    """A family laid out as BERT: encoder.layer[l].attention.{self, output.dense, output.LayerNorm}."""
+    return Family(
+        name,
+        model_types,
+        _at("encoder.layer"),
+        block="attention",
+        heads="attention.self",
+        projections=projections,
+        output="attention.output.dense",
+        norm="attention.output.LayerNorm",
+        **rest,
+    )
+
+
+FAMILIES: tuple[Family, ...] = (
+    _bert_layout("BERT", ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie")),
+    Family(
+        "DistilBERT",
+        ("distilbert",),
+        _at("transformer.layer"),
+        block="attention",
+        heads="attention",
+        projections=("q_lin", "k_lin", "v_lin"),
+        output="attention.out_lin",
+        norm="sa_layer_norm",
+    ),
+    Family(
+        "ALBERT",
+        ("albert",),
+        _albert_layers,
+        block="attention",
+        heads="attention",
+        projections=("query", "key", "value"),
+        output="attention.dense",
+        norm="attention.LayerNorm",
+    ),
+    _bert_layout("RoFormer", ("roformer",), scores="rotary", positions=_rotary_roformer),
+    Family(
+        "MPNet",
+        ("mpnet",),
+        _at("encoder.layer"),
+        block="attention",
+        heads="attention.attn",
+        projections=("q", "k", "v"),
+        output="attention.attn.o",
+        norm="attention.LayerNorm",
+        scores="relative_bias",
+        bias=_mpnet_bias,
+    ),
+    _bert_layout(
+        "DeBERTa",
+        ("deberta",),
+        projections=("in_proj",),
+        scores="disentangled",
+        split=_fused_per_head,
+        bias=_deberta_bias,
+        scale=_deberta_scale,
+        unbatched=("relative_pos", "rel_embeddings"),
+        exact=_deberta_exact,
+    ),
+    _bert_layout(
+        "DeBERTa-v2",
+        ("deberta-v2",),
+        projections=("query_proj", "key_proj", "value_proj"),
+        scores="disentangled",
+        bias=_deberta_v2_bias,
+        scale=_deberta_scale,
+        unbatched=("relative_pos", "rel_embeddings"),
+        after_first_layer="encoder.conv",  # deberta-v2-xlarge's ConvLayer (None in v3)
+    ),
+    Family(
+        "ModernBERT",
+        ("modernbert",),
+        _at("layers"),
+        block="attn",
+        heads="attn",
+        projections=("Wqkv",),
+        output="attn.Wo",
+        norm="attn_norm",
+        post_layer_norm=False,
+        scores="rotary",
+        split=_fused_blocks,
+        positions=_rotary_modernbert,
+        window=_modernbert_window,
+        final_norm="final_norm",
+    ),
+)
+# position ids start after the padding id: the longest input is max_position_embeddings - this
+RESERVED_POSITIONS = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "mpnet": 2}
+BY_MODEL_TYPE: dict[str, Family] = {t: f for f in FAMILIES for t in f.model_types}
+SUPPORTED_NAMES = ", ".join(
+    ["BERT", "RoBERTa", "XLM-RoBERTa", "CamemBERT", "ELECTRA", "ERNIE"] + [f.name for f in FAMILIES[1:]]
+)
+
+
+def family_of(model_type: str) -> Family | None:
+    """The family of a model type, or None when attnlib does not know its layout."""
+    return BY_MODEL_TYPE.get(model_type)
+
+
+def unsupported_reason(config, statistic: Statistic) -> str | None:
+    """Why a statistic cannot be computed exactly for a model with this config, in words; None when it can."""
+    family = family_of(config.model_type)
+    what = STATISTICS[statistic]
+    if family is None:
+        return (
+            f"{what} are not available for '{config.model_type}' models: attnlib knows where the projections and "
+            f"LayerNorms are only for {SUPPORTED_NAMES}. Attention weights, and every statistic made from them "
+            "alone, work for this model."
+        )
+    reason = family.exact(config).get(statistic)
+    return None if reason is None else f"{what} are not exact for this model: {reason}."
+
+
+# ------------------------------------------------------------------------------------ one model's layout
+
+
+@dataclass(frozen=True)
+class LayerSite:
+    """One layer application's modules (ALBERT's are the same objects at every index)."""
+
+    index: int  # 0-based, as in the model's attentions[index]
+    layer: torch.nn.Module
+    block: torch.nn.Module
+    heads: torch.nn.Module
+    projections: tuple[torch.nn.Linear, ...]  # query, key, value; or the one fused projection
+    output: torch.nn.Linear
+    norm: torch.nn.Module  # post-LN: after attention + residual; pre-LN: before attention (Identity on ModernBERT's 0)
+    window: int | None  # local attention: keys with |i - j| <= window; None: global
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A family bound to one encoder's modules."""
+
+    family: Family
+    sites: tuple[LayerSite, ...]
+    n_heads: int
+    head_dim: int
+    final_norm: torch.nn.Module | None
+    after_first_layer: torch.nn.Module | None  # DeBERTa-v2's convolution after layer 0, where the model has one
+
+    def qkv(self, site: LayerSite, outputs: list[torch.Tensor], call: HeadsCall) -> QKV:
+        """Queries, keys and values [batch, heads, n, d] as the dot product and the weights see them, from the
+        projections' outputs of one call (after the projection bias, and rotary where the family applies it)."""
+        qkv = self.family.split(site.heads, outputs, self.head_dim)
+        return qkv if self.family.positions is None else self.family.positions(call, qkv)
+
+    def scale(self, site: LayerSite) -> float:
+        """The factor of q.k in the logits."""
+        return self.family.scale(site.heads, self.head_dim)
+
+    def bias(self, call: HeadsCall, qkv: QKV, scale: float) -> torch.Tensor | None:
+        """What the logits add to scale * q.k before the mask (DeBERTa's c2p + p2c, MPNet's position bias)."""
+        return None if self.family.bias is None else self.family.bias(call, qkv, scale)
+
+
+_LAYOUTS: weakref.WeakKeyDictionary[torch.nn.Module, Layout] = weakref.WeakKeyDictionary()
+
+
+def layout(encoder: torch.nn.Module, statistic: Statistic = "norms") -> Layout:
+    """The layout of a base model (found once per model); UnsupportedModelError, naming the statistic, when its family
+    is unknown or not exact for it, or its modules are not where the family keeps them."""
+    reason = unsupported_reason(encoder.config, statistic)
+    if reason is not None:
+        raise UnsupportedModelError(reason)
+    if encoder not in _LAYOUTS:
+        _LAYOUTS[encoder] = _bind(encoder, BY_MODEL_TYPE[encoder.config.model_type])
+    return _LAYOUTS[encoder]
+
+
+def _bind(encoder: torch.nn.Module, family: Family) -> Layout:
+    """Find the family's modules in this encoder."""
+    config = encoder.config
+    try:
+        layers = family.layers(encoder)
+        sites = []
+        for index, layer in enumerate(layers):
+            heads = layer.get_submodule(family.heads)
+            sites.append(
+                LayerSite(
+                    index=index,
+                    layer=layer,
+                    block=layer.get_submodule(family.block),
+                    heads=heads,
+                    projections=tuple(heads.get_submodule(p) for p in family.projections),
+                    output=layer.get_submodule(family.output),
+                    norm=layer.get_submodule(family.norm),
+                    window=family.window(config, index),
+                )
+            )
+        final_norm = _optional_submodule(encoder, family.final_norm)
+        after_first = _optional_submodule(encoder, family.after_first_layer)
+    except (AttributeError, IndexError, TypeError) as exc:
+        raise UnsupportedModelError(
+            f"This '{config.model_type}' model does not have the layout of {family.name} models "
+            f"({exc}); its norms and attribution cannot be computed."
+        ) from exc
+    n_heads = int(getattr(config, "num_attention_heads", None) or config.n_heads)
+    width = sites[0].output.in_features
+    return Layout(family, tuple(sites), n_heads, width // n_heads, final_norm, after_first)
+
+
+def _optional_submodule(encoder: torch.nn.Module, path: str | None) -> torch.nn.Module | None:
+    """The module at this path of the base model; None for no path, or where the model keeps None there."""
+    if path is None:
+        return None
+    parent, _, name = path.rpartition(".")
+    return getattr(encoder.get_submodule(parent) if parent else encoder, name)
+
+
+def bound_arguments(module: torch.nn.Module, args: Sequence, kwargs: dict) -> dict:
+    """A module call's arguments by parameter name (positional ones named by the module's forward signature)."""
+    try:
+        bound = inspect.signature(module.forward).bind_partial(*args, **kwargs)
+    except TypeError:
+        return dict(kwargs)
+    arguments = dict(bound.arguments)
+    arguments.update(arguments.pop("kwargs", {}) or {})
+    return arguments
+
+
+def layer_norm_parameters(module: torch.nn.Module, hidden: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(gamma, beta, eps) of a LayerNorm (torch's, DeBERTa's own, or one without weight or bias)."""
+    weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+    eps = next((e for e in (getattr(module, "eps", None), getattr(module, "variance_epsilon", None)) if e), 0.0)
+    return (
+        torch.ones(hidden) if weight is None else weight.detach(),
+        torch.zeros(hidden) if bias is None else bias.detach(),
+        float(eps),
+    )

@@ -1,0 +1,363 @@
+"""Every family of attnlib.families on its tiny random model (tests/tiny_families.py): attention is the model's own,
+q.k (plus the family's relative terms) gives the logits, the norms rebuild the attention block's output, replay and
+context edits reproduce the model's forward pass, and HTA equals reverse mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_attribution import reverse_mode_reference
+from tiny_families import MODERNBERT_WINDOW
+
+from attnlib import norms
+from attnlib.attribution import hidden_token_attribution
+from attnlib.families import BY_MODEL_TYPE, FAMILIES, UnsupportedModelError, layout
+from attnlib.replay import captured_contexts, editing_contexts, record
+from attnlib.runner import encode, model_inputs, run, run_encoded
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+TEXT_A, TEXT_B = "The cat sat on the mat because it was warm.", "It slept."
+SENTENCES = ["A dog barked.", "The cat sat on the mat because it was warm.", "Why?"]
+
+
+def _logits(r, facts) -> np.ndarray:
+    """qk_scale * q.k + score_bias with keys outside a local layer's window at -inf: [layers, heads, n, n], float64."""
+    q, k = r.queries.astype(np.float64), r.keys.astype(np.float64)
+    logits = r.qk_scale[:, None, None, None] * np.einsum("lhid,lhjd->lhij", q, k)
+    if r.score_bias is not None:
+        logits = logits + r.score_bias
+    distance = np.abs(np.arange(r.n)[:, None] - np.arange(r.n)[None])
+    for layer in range(facts.n_layers):
+        window = facts.window(layer)
+        if window is not None:
+            logits[layer][:, distance > window] = -np.inf
+    return logits
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_every_model_type_has_one_family():
+    assert len(BY_MODEL_TYPE) == sum(len(f.model_types) for f in FAMILIES)
+    assert {"bert", "roberta", "xlm-roberta", "camembert", "distilbert", "albert", "electra", "ernie", "deberta"} | {
+        "deberta-v2",
+        "modernbert",
+        "mpnet",
+        "roformer",
+    } <= set(BY_MODEL_TYPE)
+
+
+def test_attention_is_the_models_own(family_model):
+    """run's attentions are the eager attentions the model returns; a padded batch gives each input's own maps."""
+    lm = family_model
+    enc = encode(lm, TEXT_A, TEXT_B)
+    with torch.no_grad():
+        own = lm.encoder(**model_inputs(lm, [enc]), output_attentions=True).attentions
+    r = run(lm, TEXT_A, TEXT_B, capture_qk=False)
+    assert r.attentions.shape == (lm.facts.n_layers, lm.facts.n_heads, enc.n, enc.n)
+    np.testing.assert_array_equal(r.attentions, torch.stack(own)[:, 0].numpy())
+    np.testing.assert_allclose(r.attentions.sum(-1), 1.0, atol=1e-5)  # softmax rows of float32, n <= 20 terms
+    batched = run_encoded(lm, [encode(lm, s) for s in SENTENCES])
+    for s, b in zip(SENTENCES, batched):
+        # padding adds float32 zeros to the softmax sums, and the kernels may block differently: a few ulp of 1
+        np.testing.assert_allclose(b.attentions, run(lm, s, capture_qk=False).attentions, atol=1e-6)
+
+
+def test_queries_and_keys_give_the_logits(family_model):
+    """softmax(qk_scale q.k + score_bias), keys outside the window masked, is the model's attention."""
+    lm = family_model
+    r = run(lm, TEXT_A, TEXT_B, capture_qk=True)
+    assert r.queries.shape == r.keys.shape == (lm.facts.n_layers, lm.facts.n_heads, r.n, lm.facts.head_dim)
+    # float32 q, k and bias of magnitude ~1, exponentiated: relative errors of ~1e-7 in the weights
+    np.testing.assert_allclose(_softmax(_logits(r, lm.facts)), r.attentions, atol=1e-5)
+    family = BY_MODEL_TYPE[lm.facts.model_type]
+    assert (r.score_bias is not None) == (family.scores in ("disentangled", "relative_bias"))
+
+
+def test_norms_rebuild_the_attention_blocks_output(family_model):
+    """f_h(x_j) from the captured values and the model's W_O: sum_j g_i(z_ij) + g_i(b_O) + beta is the block's output
+    (post-LN: its LayerNorm's output; pre-LN: x_i + the attention output)."""
+    lm = family_model
+    lay = layout(lm.encoder)
+    post = lay.family.post_layer_norm
+    seen: list[torch.Tensor] = []
+    modules = dict.fromkeys(s.norm if post else s.block for s in lay.sites)
+    hooks = [
+        m.register_forward_hook(lambda _m, _a, o: seen.append(o[0] if isinstance(o, tuple) else o)) for m in modules
+    ]
+    try:
+        r = run(lm, TEXT_A, TEXT_B, capture_qk=False, capture_norms=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    w = r.norm_weights
+    assert w.post_layer_norm == post
+    vectors = norms.head_vectors(r.values, w.out_weight)
+    for layer in range(lm.facts.n_layers):
+        parts = norms.layer_norm_parts(
+            r.attentions[layer],
+            vectors[layer],
+            r.layer_inputs[layer],
+            w.out_bias[layer],
+            w.gamma[layer],
+            w.beta[layer],
+            float(w.eps[layer]),
+            post_layer_norm=post,
+        )
+        block = seen[layer][0].numpy() + (0 if post else r.layer_inputs[layer])
+        # float32 sums over n keys and hidden 32 of terms ~1: 1e-5 is about 100 ulp
+        np.testing.assert_allclose(parts.output(), block, atol=1e-5)
+    maps = norms.norm_maps(r)
+    assert maps.residual_ln.shape == maps.layer_norm.shape == (lm.facts.n_layers, r.n, r.n)
+    np.testing.assert_allclose(maps.residual_ln[-1], np.linalg.norm(parts.parts, axis=-1), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(maps.residual_ln_rollout.sum(-1), 1.0, atol=1e-5)
+
+
+def test_replay_reproduces_the_forward_pass(family_model):
+    """Replaying every layer from hidden_states[0] gives the encoder's output; V variants stacked along the batch
+    give V copies; zeroing one head's context in a replay from layer 1 equals zeroing it in the full pass."""
+    lm = family_model
+    batch = model_inputs(lm, [encode(lm, s) for s in SENTENCES])
+    rec = record(lm, batch)
+    assert rec.n_layers == lm.facts.n_layers
+    d = rec.layout.head_dim
+    with torch.no_grad():
+        out = lm.encoder(**batch, output_hidden_states=True)
+        states = rec.hidden_states()
+        for own, recorded in zip(out.hidden_states[:-1], states[:-1]):
+            np.testing.assert_array_equal(own.numpy(), recorded.numpy())
+        np.testing.assert_array_equal(rec.final(rec.replay(states[0])).numpy(), out.last_hidden_state.numpy())
+        stacked = rec.replay(states[1].repeat(3, 1, 1), 1)
+        alone = rec.replay(states[1], 1)
+        np.testing.assert_allclose(stacked.numpy(), alone.repeat(3, 1, 1).numpy(), atol=1e-6)  # batch-size blocking
+
+        def zero_head(layer, c):
+            if layer == 1:
+                c = c.clone()
+                c[..., d : 2 * d] = 0
+                return c
+            return None
+
+        with editing_contexts(rec.layout, zero_head):
+            full = lm.encoder(**batch).last_hidden_state
+        with editing_contexts(rec.layout, zero_head, range(1, rec.n_layers)):
+            replayed = rec.final(rec.replay(states[1], 1))
+    np.testing.assert_array_equal(full.numpy(), replayed.numpy())
+    assert np.abs(full.numpy() - out.last_hidden_state.numpy()).max() > 1e-4  # the edit changed something
+
+
+def test_contexts_are_the_weighted_values(family_model):
+    """The captured context vectors c[l, h, i] are sum_j A[l, h, i, j] v[l, h, j] of the clean run's values."""
+    lm = family_model
+    enc = encode(lm, TEXT_A)
+    r = run(lm, TEXT_A, capture_qk=False, capture_norms=True)
+    with captured_contexts(layout(lm.encoder)) as seen, torch.no_grad():
+        lm.encoder(**model_inputs(lm, [enc]))
+    assert [index for index, _ in seen] == list(range(lm.facts.n_layers))
+    for layer, c in seen:
+        expected = np.einsum("hij,hjd->ihd", r.attentions[layer], r.values[layer]).reshape(enc.n, -1)
+        np.testing.assert_allclose(c[0].numpy(), expected, atol=1e-5)
+
+
+def test_attribution_equals_reverse_mode_on_two_heads(family_model):
+    """Exact HTA through the family's own layers against plain reverse mode (two heads; every head: slow tier)."""
+    lm = family_model
+    enc = encode(lm, "Cats sleep a lot.")
+    exact = hidden_token_attribution(lm, enc, mode="exact")
+    heads = [(0, 1), (lm.facts.n_layers - 1, 3)]
+    ref_in, ref_prev = reverse_mode_reference(lm, enc, heads)
+    for (layer, head), ref_i, ref_p in zip(heads, ref_in, ref_prev):
+        # shares of sums of float32 squares: both sides round differently by a few ulp of ~0.1
+        np.testing.assert_allclose(exact.input[layer, head], ref_i, atol=1e-5)
+        np.testing.assert_allclose(exact.previous[layer, head], ref_p, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_attribution_equals_reverse_mode_on_every_head(family_model):
+    lm = family_model
+    enc = encode(lm, TEXT_A, TEXT_B)
+    exact = hidden_token_attribution(lm, enc, mode="exact", with_output=True)
+    f = lm.facts
+    heads = [(layer, head) for layer in range(f.n_layers) for head in range(f.n_heads)]
+    ref_in, ref_prev = reverse_mode_reference(lm, enc, heads)
+    np.testing.assert_allclose(exact.input, ref_in.reshape(exact.input.shape), atol=1e-5)
+    np.testing.assert_allclose(exact.previous, ref_prev.reshape(exact.input.shape), atol=1e-5)
+
+
+@pytest.mark.parametrize("family_dir", ["modernbert"], indirect=True)
+def test_modernbert_local_layers(family_model):
+    """Layer 1 of the tiny ModernBERT is local: facts say so, and its attention beyond the window is exactly 0."""
+    facts = family_model.facts
+    assert facts.windows == (None, MODERNBERT_WINDOW)
+    r = run(family_model, TEXT_A, capture_qk=False)
+    far = np.abs(np.arange(r.n)[:, None] - np.arange(r.n)[None]) > MODERNBERT_WINDOW
+    assert (r.attentions[1][:, far] == 0).all() and (r.attentions[0][:, far] > 0).all()
+
+
+@pytest.mark.parametrize("family_dir", ["bert-classifier", "deberta-v2-tokens"], indirect=True)
+def test_fine_tuned_checkpoints_load_their_encoder_without_an_mlm_head(family_dir, family_model):
+    from transformers import AutoModel
+
+    assert family_model.facts.has_mlm_head is False and family_model.mlm is None
+    own = AutoModel.from_pretrained(str(family_dir)).state_dict()  # the checkpoint's encoder (with a pooler in BERT's)
+    loaded = family_model.encoder.state_dict()
+    assert set(loaded) <= set(own) and all(k.startswith("pooler.") for k in set(own) - set(loaded))
+    for name, weight in loaded.items():
+        np.testing.assert_array_equal(weight.numpy(), own[name].numpy())
+
+
+def test_unknown_family_is_refused_in_words(tmp_path):
+    """A loadable encoder attnlib has no layout for: attention works, norms and attribution say why not."""
+    from tiny_families import bert_tokenizer
+    from transformers import MegatronBertConfig, MegatronBertForMaskedLM
+
+    from attnlib.model import load_model
+
+    tokenizer = bert_tokenizer()
+    MegatronBertForMaskedLM(
+        MegatronBertConfig(
+            vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+        )
+    ).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    lm = load_model(str(tmp_path))
+    r = run(lm, TEXT_A)  # capture_qk=True by default: no queries and keys, no error
+    assert r.attentions.shape[:2] == (2, 4) and r.queries is None and r.qk_scale is None
+    for statistic in ("norms", "hta"):
+        with pytest.raises(UnsupportedModelError, match="'megatron-bert' models: attnlib knows"):
+            layout(lm.encoder, statistic)
+    with pytest.raises(UnsupportedModelError, match="METHODS §11-13"):
+        run(lm, TEXT_A, capture_norms=True)
+    with pytest.raises(UnsupportedModelError, match="Hidden Token Attribution"):
+        hidden_token_attribution(lm, encode(lm, TEXT_A), mode="estimate")
+
+
+def _log_bucket(delta: np.ndarray, buckets: int, max_position: int) -> np.ndarray:
+    """DeBERTa-v2's relative position buckets (He et al. 2021): exact within +-buckets/2, logarithmic beyond."""
+    mid = buckets // 2
+    far = np.abs(delta) > mid
+    logged = np.ceil(np.log(np.maximum(np.abs(delta), 1) / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
+    return np.where(far, np.sign(delta) * logged, delta).astype(np.int64)
+
+
+def _linear(module, x: np.ndarray) -> np.ndarray:
+    out = x @ module.weight.detach().double().numpy().T
+    return out if module.bias is None else out + module.bias.detach().double().numpy()
+
+
+def _layer_norm(module, x: np.ndarray) -> np.ndarray:
+    centred = x - x.mean(-1, keepdims=True)
+    return centred / np.sqrt((centred**2).mean(-1, keepdims=True) + module.eps) * module.weight.detach().numpy() + (
+        module.bias.detach().numpy()
+    )
+
+
+@pytest.mark.parametrize("family_dir", ["deberta", "deberta-v2"], indirect=True)
+def test_deberta_scores_are_content_plus_relative_terms(family_model):
+    """DeBERTa's logits, worked out from the weights: s_ij = (q_i.k_j + q_i.Kr[r_ij] + k_j.Qr[r_ij]) / sqrt(3 d), with
+    r_ij the (v2: log-bucketed) relative position i - j, Kr and Qr the relative embeddings projected by the key and
+    query projections (v1: pos_proj, pos_q_proj). The neuron view's q.k is the first term; score_bias the other two."""
+    lm = family_model
+    r = run(lm, TEXT_A, TEXT_B, capture_qk=True, capture_norms=True)
+    lay, config = layout(lm.encoder), lm.encoder.config
+    h, d, n = lm.facts.n_heads, lm.facts.head_dim, r.n
+    scale = 1 / np.sqrt(3 * d)
+    np.testing.assert_allclose(r.qk_scale, scale, rtol=1e-6)
+    v2 = config.model_type == "deberta-v2"
+    span = config.position_buckets if v2 else n  # rows of the relative table used on either side of 0
+    table = lm.encoder.encoder.rel_embeddings.weight.detach().double().numpy()
+    if v2:
+        table = _layer_norm(lm.encoder.encoder.LayerNorm, table)[: 2 * span]
+        delta = _log_bucket(np.arange(n)[:, None] - np.arange(n)[None], span, config.max_position_embeddings)
+    else:
+        middle = config.max_position_embeddings
+        table = table[middle - span : middle + span]
+        delta = np.arange(n)[:, None] - np.arange(n)[None]
+    index = np.clip(delta + span, 0, 2 * span - 1)  # row of the table for each (i, j)
+
+    def per_head(x: np.ndarray) -> np.ndarray:
+        return x.reshape(len(x), h, d).transpose(1, 0, 2)  # [heads, rows, d]
+
+    for layer, site in enumerate(lay.sites):
+        x = r.layer_inputs[layer].astype(np.float64)
+        module = site.heads
+        if v2:
+            q, k = per_head(_linear(module.query_proj, x)), per_head(_linear(module.key_proj, x))
+            kr, qr = per_head(_linear(module.key_proj, table)), per_head(_linear(module.query_proj, table))
+        else:
+            qkv = x @ module.in_proj.weight.detach().double().numpy().T
+            q, k, _ = np.split(qkv.reshape(n, h, 3 * d).transpose(1, 0, 2), 3, axis=-1)
+            q = q + module.q_bias.detach().double().numpy().reshape(h, 1, d)
+            kr, qr = per_head(_linear(module.pos_proj, table)), per_head(_linear(module.pos_q_proj, table))
+        np.testing.assert_allclose(r.queries[layer], q, atol=1e-5)
+        np.testing.assert_allclose(r.keys[layer], k, atol=1e-5)
+        heads = np.arange(h)[:, None, None]
+        c2p = np.einsum("hid,hijd->hij", q, kr[heads, index[None]]) * scale
+        p2c = np.einsum("hjd,hijd->hij", k, qr[heads, index[None]]) * scale
+        np.testing.assert_allclose(r.score_bias[layer], c2p + p2c, atol=1e-5)
+        content = np.einsum("hid,hjd->hij", q, k) * scale
+        np.testing.assert_allclose(_softmax(content + c2p + p2c), r.attentions[layer], atol=1e-5)
+
+
+@pytest.mark.parametrize("family_dir", ["albert"], indirect=True)
+def test_edits_are_removed_on_failure_and_stay_in_their_thread(family_model):
+    """ALBERT's one output projection serves both layers; an edit that fails leaves no hook behind, and a forward
+    pass of another thread inside the context is not edited."""
+    import threading
+
+    lm = family_model
+    lay = layout(lm.encoder)
+    assert lay.sites[0].output is lay.sites[1].output
+    batch = model_inputs(lm, [encode(lm, TEXT_A)])
+    calls: list[int] = []
+
+    def fail(layer, _c):
+        calls.append(layer)
+        raise RuntimeError("edit failed")
+
+    with pytest.raises(RuntimeError, match="edit failed"), torch.no_grad(), editing_contexts(lay, fail):
+        lm.encoder(**batch)
+    assert calls == [0] and not lay.sites[0].output._forward_pre_hooks
+
+    with torch.no_grad():
+        clean = lm.encoder(**batch).last_hidden_state
+        with editing_contexts(lay, lambda layer, c: calls.append(layer) or torch.zeros_like(c)):
+            outputs = []
+            other = threading.Thread(target=lambda: outputs.append(lm.encoder(**batch).last_hidden_state.detach()))
+            other.start()
+            other.join()
+            edited = lm.encoder(**batch).last_hidden_state
+    np.testing.assert_array_equal(outputs[0].numpy(), clean.numpy())
+    assert calls == [0, 0, 1] and not np.allclose(edited.numpy(), clean.numpy())
+
+
+def test_deberta_v2_convolution_after_the_first_layer(tmp_path):
+    """deberta-v2-xlarge's ConvLayer follows layer 0 in the encoder, not in a layer: replay and HTA include it."""
+    from tiny_families import save_tiny
+
+    from attnlib.model import load_model
+
+    folder = save_tiny("deberta-v2", tmp_path)
+    config_path = folder / "config.json"
+    import json
+
+    config = json.loads(config_path.read_text())
+    config["conv_kernel_size"] = 3
+    config_path.write_text(json.dumps(config))
+    torch.manual_seed(1)
+    lm = load_model(str(folder))  # the convolution is not in the checkpoint: random, the rest as saved
+    assert lm.encoder.encoder.conv is not None
+    batch = model_inputs(lm, [encode(lm, s) for s in SENTENCES])
+    rec = record(lm, batch)
+    with torch.no_grad():
+        out = lm.encoder(**batch, output_hidden_states=True)
+        np.testing.assert_array_equal(rec.replay(rec.hidden_states()[0]).numpy(), out.last_hidden_state.numpy())
+        np.testing.assert_array_equal(rec.hidden_states()[1].numpy(), out.hidden_states[1].numpy())
+    enc = encode(lm, "Cats sleep a lot.")
+    exact = hidden_token_attribution(lm, enc, mode="exact")
+    ref_in, ref_prev = reverse_mode_reference(lm, enc, [(1, 2)])
+    np.testing.assert_allclose(exact.input[1, 2], ref_in[0], atol=1e-5)
+    np.testing.assert_allclose(exact.previous[1, 2], ref_prev[0], atol=1e-5)
