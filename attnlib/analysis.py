@@ -109,6 +109,17 @@ OwnFill = Callable[..., list]  # (lm, inputs, accumulators, batch_size, progress
 
 
 @dataclass(frozen=True)
+class FollowUp(Generic[R]):
+    """A second pass over the same inputs that the first pass's result decides (importance's pruning curve: the
+    order of the heads is known only once every head's effect is): its accumulators and fill as the engines take
+    them (they must pickle for Ray), and how its filled accumulators complete the first result."""
+
+    make_accumulators: Callable[[LoadedModel], list]
+    fill: Fill
+    finish: Callable[[R, list], R]
+
+
+@dataclass(frozen=True)
 class Analysis(Generic[O, R]):
     """One analysis: its name (the CLI command and the result file's `command`), options, inputs, computation, result.
 
@@ -131,6 +142,7 @@ class Analysis(Generic[O, R]):
     fill: OwnFill | None = None
     json_model: bool = True  # the JSON names the model first (deps and probe never did)
     note: Callable[[LoadedModel, CorpusInput, O], str | None] | None = None  # said on stderr before a long run
+    follow: Callable[[R, O], FollowUp[R] | None] | None = None  # a second pass the first result decides
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -327,7 +339,7 @@ def run_analysis(
         needs = " and ".join(f"{s}=" for s in analysis.sources)
         raise CorpusError(f"{analysis.name} reads {needs}; {', '.join(missing)} is missing.")
     read = {source: read_inputs(source, given[source], limit) for source in analysis.sources}
-    if engine == "local" and not isinstance(model, LoadedModel) and len(read) > 1:
+    if engine == "local" and not isinstance(model, LoadedModel) and (len(read) > 1 or analysis.follow is not None):
         check_device(device)
         model = load_model(model, device=device)  # loaded once for every file it reads
     total = sum(len(items) for items in read.values())
@@ -351,6 +363,13 @@ def run_analysis(
         )
     assert analysis.finish is not None
     result = analysis.finish(*[r.accumulators for r in runs], options)
+    follow = None if analysis.follow is None else analysis.follow(result, options)
+    if follow is not None:
+        again = run_accumulators(model, list(read.values())[-1], follow.make_accumulators, follow.fill, engine=engine,
+                                 device=device, workers=workers, batch_size=batch_size, cpus_per_worker=cpus_per_worker,
+                                 progress=progress)  # fmt: skip
+        result = follow.finish(result, again.accumulators)
+        runs.append(again)
     last = runs[-1]
     last.seconds = sum(r.seconds for r in runs)
     return AnalysisRun(analysis, options, result, last.facts, describe_inputs(given, read), last.describe())
