@@ -386,7 +386,9 @@ def test_importance_on_a_masked_lm_model(tmp_path):
     assert curve.effect[-1] == pytest.approx(whole, rel=1e-6)
     back = HeadImportance.from_json(json.loads(json.dumps(IMPORTANCE.to_json(result, "m"), allow_nan=False)))
     np.testing.assert_allclose(back.effect("drop", "mlm"), result.effect("drop", "mlm"))
-    assert back.pruning["embedding"].order == curve.order and back.no_op().overall == pytest.approx(result.no_op().overall)
+    assert back.pruning["embedding"].order == curve.order and back.no_op().overall == pytest.approx(
+        result.no_op().overall
+    )
     trimmed = result.for_options(ImportanceOptions())
     assert trimmed.knockout is None and trimmed.pruning is None and "knockout" not in trimmed.to_json()
 

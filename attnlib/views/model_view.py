@@ -62,10 +62,13 @@ def model_view_html(
     min_weight: float = MIN_WEIGHT,
     title: str = "",
     quantity: str = "weight",
+    switches: bool = False,
+    off: Sequence[tuple[int, int]] = (),
 ) -> str:
     """Self-contained HTML of the model view of [layers, heads, n, n]; `selected` (0-based layer, head) starts enlarged.
 
-    `quantity` names what the maps hold in the hint and tooltips."""
+    `quantity` names what the maps hold in the hint and tooltips. With `switches`, a click also switches a head off
+    or on (the heads in `off` start crossed out) and tells the page that embeds it (ui/head_switches.py)."""
     n_layers, n_heads, n, _ = attentions.shape
     layer, head = selected
     payload: dict = {
@@ -80,6 +83,8 @@ def model_view_html(
         "minWeight": min_weight,
         "quantity": quantity,
         "linesMax": lines_max_tokens,
+        "switches": switches,
+        "off": [list(h) for h in off],
     }
     if payload["mode"] == "lines":
         payload["lines"] = pack_sparse(attentions.reshape(n_layers * n_heads, n, n), min_weight)
