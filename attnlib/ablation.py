@@ -25,6 +25,7 @@ import torch
 
 from .analysis import OptionError
 from .families import SUPPORTED_NAMES, UnsupportedModelError, family_of, layout
+from .gradient_importance import unavailable_reason as gradient_unavailable_reason
 from .model import LoadedModel
 from .replay import Recording, editing_contexts, hooks_removed, record, this_thread_only
 from .runner import Encoded, encode, model_inputs
@@ -59,14 +60,14 @@ def unavailable_reason(lm: LoadedModel, measure: Measure | None = None) -> str |
 
 def mlm_reason(lm: LoadedModel) -> str | None:
     """Why the masked-LM measures (the mlm effect, Michel's gradient importance) are not defined; None when they are."""
+    if gradient_unavailable_reason(lm) is None:  # §5's condition: a trained head and a mask token
+        return None
     if lm.mlm is None:
         return (
             f"{lm.facts.name} has no trained masked-language-model head, so the mlm measure and the gradient "
             "importance of METHODS §15 are not defined for it (its embedding and hidden measures are)."
         )
-    if getattr(lm.tokenizer, "mask_token_id", None) is None:
-        return f"The tokenizer of {lm.facts.name} has no mask token, so nothing can be masked for the mlm measure."
-    return None
+    return f"The tokenizer of {lm.facts.name} has no mask token, so nothing can be masked for the mlm measure."
 
 
 def check_available(lm: LoadedModel, measure: Measure | None = None) -> None:

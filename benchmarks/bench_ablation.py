@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from attnlib.engines import plan_batches  # noqa: E402
 from attnlib.importance import ImportanceOptions, importance_accumulators, importance_fill  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.runner import encode, model_inputs  # noqa: E402
-from benchmarks import default_model_on_ewt_dev, ewt_dev  # noqa: E402
+from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev  # noqa: E402
 
 
 def batches_of(lm, sentences, batch_size: int) -> list[list]:
@@ -138,13 +137,7 @@ def main() -> None:
             f"{name:38s} {seconds:8.1f} {seconds / base:15.2f}"
             + ("   target 3" if name != "forward (masked inputs)" else "")
         )
-    out = subprocess.run(
-        [sys.executable, __file__, "--memory-child", str(args.limit), "--batch-size", str(args.batch_size)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    memory = json.loads(out.stdout.strip().splitlines()[-1])
+    memory = child_report(__file__, args.limit, args.batch_size)
     print(f"\npeak memory of importance --knockout on {memory['limit']} sentences: {memory['max_rss_mb']:.0f} MB "
           "(target under 1024 MB)")  # fmt: skip
 

@@ -55,7 +55,7 @@ from attnlib.shipped import (  # noqa: E402
 
 CHECK_INPUTS = 5
 UD_LIMIT = 100  # the corpus pages' default limit for slow statistics on a treebank
-IMPORTANCE_LIMIT = 500  # head importance replays every head three times: EWT dev's first 500 (ui/importance_views)
+IMPORTANCE_LIMIT = UD_LIMIT  # head importance replays every head three times (ui/importance_views.SHIPPED_LIMIT)
 CHECK_DIR = "check"
 
 

@@ -55,7 +55,9 @@ ABLATION_KINDS = ("bert", "roberta", "distilbert", "albert", "modernbert", "debe
 REPLAY_ATOL = 1e-5
 
 
-@pytest.fixture(scope="module", params=ABLATION_KINDS)
+@pytest.fixture(
+    scope="module", params=[k if k == "bert" else pytest.param(k, marks=pytest.mark.slow) for k in ABLATION_KINDS]
+)
 def tiny(request, tmp_path_factory):
     """A tiny masked-LM model of each family the issue names, loaded through the library's loader."""
     return load_model(str(save_tiny(request.param, tmp_path_factory.mktemp(f"ablation-{request.param}"))))
@@ -312,18 +314,20 @@ def test_gradient_importance_equals_finite_differences(tmp_path):
     assert np.abs(gradient).min() > 0
 
 
-def test_a_model_compared_with_itself_differs_nowhere(minilm):
+def test_a_model_compared_with_itself_differs_nowhere(tmp_path):
     """No head changed: every measure exactly 0; identical states give exact zeros; a result against itself has no
     difference anywhere."""
-    same = run_analysis(ABLATE, minilm, AblateOptions(heads=""), text=SENTENCES[0]).result
-    assert (same.embedding, same.hidden, same.similarity) == (0.0, 0.0, 1.0)
+    lm = load_model(str(save_tiny("bert", tmp_path)))
+    same = run_analysis(ABLATE, lm, AblateOptions(heads=""), text="The cat [MASK] on the mat.").result
+    assert (same.embedding, same.hidden, same.similarity, same.mlm) == (0.0, 0.0, 1.0, 0.0)
+    assert same.predictions[0].before == same.predictions[0].after
     h = torch.randn(2, 5, 8)
     mask = torch.ones(2, 5)
     assert embedding_change(h, h.clone(), mask).abs().max() == 0 and hidden_change(h, h.clone(), mask).max() == 0
     from attnlib.comparison import largest_difference
 
     first, again = (
-        run_analysis(IMPORTANCE, minilm, ImportanceOptions(), inputs={"corpus": SENTENCES[:2]}).result for _ in "ab"
+        run_analysis(IMPORTANCE, lm, ImportanceOptions(), inputs={"corpus": SENTENCES[:2]}).result for _ in "ab"
     )
 
     def table(result: HeadImportance) -> dict:
@@ -393,6 +397,7 @@ def test_importance_on_a_masked_lm_model(tmp_path):
     assert trimmed.knockout is None and trimmed.pruning is None and "knockout" not in trimmed.to_json()
 
 
+@pytest.mark.slow
 def test_importance_halves_merge_to_the_whole(minilm):
     """Shards of whole batches (as Ray deals them, each input carrying its corpus index) merge into the local result."""
     items = [CorpusInput(s) for s in SENTENCES * 2]
@@ -410,6 +415,7 @@ def test_importance_halves_merge_to_the_whole(minilm):
     np.testing.assert_allclose(b.special_share, a.special_share, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_without_a_family_layout_ablation_says_why(tmp_path):
     from transformers import MegatronBertConfig, MegatronBertForMaskedLM
 
@@ -437,6 +443,7 @@ def _cli(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "attnlib", *args], capture_output=True, text=True, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_cli_ablate_and_its_errors():
     ok = _cli(["ablate", "--text", SENTENCES[1], "--heads", "1-2,3-0", "--json"])
     assert ok.returncode == 0, ok.stderr
@@ -450,3 +457,12 @@ def test_cli_ablate_and_its_errors():
     ):
         bad = _cli([*args, "--json"])
         assert bad.returncode == 2 and bad.stdout == "" and said in bad.stderr and bad.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_every_family_runs_ablation(family_model):
+    """Every tiny family of the fixtures: one head of the last layer off changes the output; the mlm measure is
+    there exactly when the checkpoint has a trained masked-LM head."""
+    lm = family_model
+    found = run_analysis(ABLATE, lm, AblateOptions(heads=f"{lm.facts.n_layers - 1}-0"), text=SENTENCES[0]).result
+    assert found.hidden > 0 and (found.mlm is None) == (lm.mlm is None)

@@ -145,6 +145,8 @@ INPUTS = {  # a few inputs of each analysis, small enough for the quick tier
     "positions": {"corpus": CLASSROOM_SINGLE, "limit": 2, "probes": 1},
     "aggregation": {"corpus": CLASSROOM_SINGLE, "limit": 2, "probes": 1},
     "probe": {"train": PUD_TEST, "test": EWT_DEV, "limit": 3},
+    "ablate": {"text": "The cat sat.", "heads": "0-0,1-2"},
+    "importance": {"corpus": CLASSROOM_SINGLE, "limit": 2, "knockout": True, "prune": True},
 }
 
 
