@@ -488,6 +488,11 @@ def _clicked() -> None:
     set_value(OFF, ",".join(_label(h) for h in clicked_heads(SWITCHES)))
 
 
+def _share(p: float) -> str:
+    """A probability as a percentage, small ones with two significant digits."""
+    return f"{p:.1%}" if p >= 0.001 else f"{100 * p:.2g}%"
+
+
 def switches_section(s: LiveView) -> None:
     """Heads switched off on this input (a multiselect, or clicks in the model view) and their effect: the sentence
     embedding's similarity to the unchanged model's, the hidden states' change and, for a masked-LM model, the
@@ -540,7 +545,12 @@ def switches_section(s: LiveView) -> None:
         st.caption(f"Type {mask} in the text to see the model's top predictions there before and after.")
         return
     rows = [
-        {"position": p.position + 1, "rank": k + 1, "before": f"{b[0]} ({b[1]:.1%})", "after": f"{a[0]} ({a[1]:.1%})"}
+        {
+            "position": p.position + 1,
+            "rank": k + 1,
+            "before": f"{b[0]} ({_share(b[1])})",
+            "after": f"{a[0]} ({_share(a[1])})",
+        }
         for p in found.predictions
         for k, (b, a) in enumerate(zip(p.before, p.after))
     ]

@@ -14,6 +14,8 @@ hook. Every hook is removed in `finally`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import math
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -39,7 +41,8 @@ MEASURES: tuple[Measure, ...] = ("embedding", "hidden", "mlm")
 MASK_RATE = 0.15
 DEFAULT_SEED = 0
 RENORMALISE_FLOOR = 1e-6  # a row with less non-special mass than this is renormalised to uniform
-REPLAY_BYTES = 192 * 2**20  # the activations of one replay stay near this: variants are replayed in chunks
+REPLAY_BYTES = 160 * 2**20  # one replay's activations stay near this (variants replayed in chunks): the model,
+# the recording and the replay then stay under the classroom server's 1 GB
 TOP_PREDICTIONS = 5
 
 
@@ -267,10 +270,10 @@ class Prepared:
             return lay.qkv(site, outputs, call)[2]
 
     def row_bytes(self) -> int:
-        """Rough bytes of one row's activations in a layer (scores and weights of every head, the hidden states and
-        the feed-forward's), for chunking the variants."""
+        """Bytes one replayed row adds to the process at its peak (float32 scores and weights of every head, hidden
+        and feed-forward states, and what the allocator keeps), as measured on MiniLM: for chunking the variants."""
         n, facts = self.mask.shape[1], self.lm.facts
-        return 4 * (3 * facts.n_heads * n * n + 12 * n * facts.hidden_size)
+        return 4 * (8 * facts.n_heads * n * n + 30 * n * facts.hidden_size)
 
     def variants_per_replay(self) -> int:
         return max(1, REPLAY_BYTES // (self.rows * self.row_bytes()))
@@ -401,6 +404,22 @@ def _edit(prep: Prepared, variants: Sequence[Variant], terms: dict[int, tuple[to
     return edit
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # glibc
+    except (OSError, AttributeError):
+        return None
+
+
+def release_freed_memory() -> None:
+    """Hand the memory of freed tensors back to the system (glibc keeps it otherwise: replays of many shapes made a
+    classroom run's RSS creep past 1 GB); nothing elsewhere."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 def changed_states(prep: Prepared, variants: Sequence[Variant]) -> Iterator[tuple[list[Variant], torch.Tensor]]:
     """The last hidden states of every variant, [V * R, n, D] per chunk of variants sharing their lowest changed
     layer: layers below it are not run again, and the variants of a chunk run as one batch."""
@@ -419,6 +438,8 @@ def changed_states(prep: Prepared, variants: Sequence[Variant]) -> Iterator[tupl
             hidden = rec.layers[start].hidden.repeat(len(chunk), 1, 1)
             with torch.no_grad(), editing_contexts(rec.layout, _edit(prep, chunk, terms), range(start, rec.n_layers)):
                 states = rec.final(rec.replay(hidden, start))
+            del hidden
+            release_freed_memory()
             yield chunk, states  # outside the context: the consumer's own forward passes run unedited
 
 
