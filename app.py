@@ -24,6 +24,12 @@ PAGES = [
     st.Page(
         "app_pages/local_global.py", title="Local vs global", icon=":material/travel_explore:", url_path="local-global"
     ),
+    st.Page(
+        "app_pages/head_importance.py",
+        title="Head importance",
+        icon=":material/power_settings_new:",
+        url_path="head-importance",
+    ),
     st.Page("app_pages/report.py", title="Report", icon=":material/description:", url_path="report"),
 ]
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from attnlib.ablation import AblationUnavailable, heads_text, unavailable_reason
 from attnlib.comparison import largest_difference
 from attnlib.export import attention_table
 from attnlib.labels import STAT_NAMES
@@ -24,9 +25,11 @@ from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_terms, value_norm_figure
 from attnlib.words import ROW_RULES
 from ui.compare import compared_model, model_columns
+from ui.data_table import data_table
 from ui.family_notes import explain_unsupported, local_layers_note
 from ui.head_finder import show_finder
-from ui.live_inputs import cached_run, run_or_explain, text_inputs, token_maps, units, value_norm
+from ui.head_switches import clicked_heads, head_switches
+from ui.live_inputs import cached_ablation, cached_run, run_or_explain, text_inputs, token_maps, units, value_norm
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model
 from ui.page_state import Option, bind, publish, set_value
@@ -48,7 +51,11 @@ HEADS = Option("live_heads", "heads", None)  # None: every head
 TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # 0: no token selected
 PAIR_FILTER = Option("live_filter", "filter", "All", FILTER_PARAMS)
 SHOW = Option("live_show", "show", "weights", list(SHOWS))
-OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER]
+OFF = Option("live_off", "off", "")  # heads switched off, 1-based layer-head: "3-10,1-2"
+CLICK = Option("live_click", "click", False)  # clicks in the model view switch heads off
+OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER, OFF, CLICK]
+OFF_PICK = "live_off_pick"  # the multiselect of the heads off (OFF is its text in the URL)
+SWITCHES = "live_switches"  # the model view whose clicks switch heads
 
 
 @dataclass
@@ -369,11 +376,14 @@ def model_view_section(s: LiveView, second: ModelFacts | None) -> None:
             if len(v.labels) > LINES_MAX_TOKENS:
                 st.caption(f"More than {LINES_MAX_TOKENS} {v.level}s: thumbnails are heatmaps so they stay readable.")
             title = (f"{v.facts.name} · " if len(views) > 1 else "") + v.level_title
-            marks = dict(
-                quantity=v.quantity, windows=v.facts.windows
-            )  # local layers (ModernBERT) marked with their width
-            drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), title=title, **marks))
-            show(drawn[-1])
+            clicks = v is s and bool(st.session_state[CLICK.key]) and unavailable_reason(current_model()) is None
+            off = heads_off_now(v.facts) if clicks else []
+            kwargs = {"title": title, "quantity": v.quantity, "switches": clicks, "off": off}
+            drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), windows=v.facts.windows, **kwargs))
+            if clicks:
+                head_switches(drawn[-1], SWITCHES, on_change=_clicked)
+            else:
+                show(drawn[-1])
 
     local_layers_note(s.facts)
 
@@ -461,6 +471,100 @@ def neuron_notes(diff: float, label: str) -> None:
         )
 
 
+def heads_off_now(facts: ModelFacts) -> list[tuple[int, int]]:
+    """The heads switched off (0-based), from the URL's 1-based text; those outside the model left out."""
+    heads = []
+    for part in str(st.session_state.get(OFF.key, "")).split(","):
+        layer, _, head = part.strip().partition("-")
+        if layer.isdigit() and head.isdigit() and 1 <= int(layer) <= facts.n_layers and 1 <= int(head) <= facts.n_heads:
+            heads.append((int(layer) - 1, int(head) - 1))
+    return sorted(set(heads))
+
+
+def _label(head: tuple[int, int]) -> str:
+    return f"{head[0] + 1}-{head[1] + 1}"
+
+
+def _picked() -> None:
+    """Multiselect callback: its heads become the URL's."""
+    set_value(OFF, ",".join(st.session_state[OFF_PICK]))
+
+
+def _clicked() -> None:
+    """Model view callback: the heads a click left off become the URL's."""
+    set_value(OFF, ",".join(_label(h) for h in clicked_heads(SWITCHES)))
+
+
+def _share(p: float) -> str:
+    """A probability as a percentage, small ones with two significant digits."""
+    return f"{p:.1%}" if p >= 0.001 else f"{100 * p:.2g}%"
+
+
+def switches_section(s: LiveView) -> None:
+    """Heads switched off on this input (a multiselect, or clicks in the model view) and their effect: the sentence
+    embedding's similarity to the unchanged model's, the hidden states' change and, for a masked-LM model, the
+    predictions at each mask token typed in the text before and after (METHODS §15)."""
+    st.subheader("Switch heads off")
+    reason = unavailable_reason(current_model())
+    if reason is not None:
+        st.info(reason)
+        return
+    facts = s.facts
+    off = heads_off_now(facts)
+    st.session_state[OFF_PICK] = [_label(h) for h in off]
+    everyone = [_label((l, h)) for l in range(facts.n_layers) for h in range(facts.n_heads)]
+    pick, click = st.columns([3, 1])
+    pick.multiselect(
+        "Heads switched off (layer-head)",
+        everyone,
+        key=OFF_PICK,
+        on_change=_picked,
+        help="Each head's context vectors are set to zero before the attention output projection (Michel et al.'s "
+        "ablation); the rest of the model runs unchanged. The views above still show the unchanged model.",
+    )
+    click.toggle("Click heads in the model view", key=CLICK.key, help="In the model view, a click on a thumbnail "
+                 "switches that head off, or on again.")  # fmt: skip
+    if not off:
+        st.caption(
+            "No head is switched off: choose heads above, or turn on the toggle and click them in the model view."
+        )
+        return
+    try:
+        found = cached_ablation(facts.name, s.text_a, s.text_b, heads_text(off))
+    except AblationUnavailable as exc:
+        st.info(str(exc))
+        return
+    first, second, third = st.columns(3)
+    first.metric(
+        "Sentence-embedding similarity",
+        f"{found.similarity:.4f}",
+        delta=f"1 − cos = {found.embedding:.2g}",
+        delta_color="off",
+        help="cos between the mean-pooled last hidden states with and without the heads (1 = unchanged).",
+    )
+    second.metric("Hidden states changed by", f"{found.hidden:.1%}", help="Mean over tokens of ||h − h′|| / ||h||.")
+    if found.mlm is not None:
+        third.metric("Masked-LM loss change", f"{found.mlm:+.2g}", help="At 15% of the tokens masked (METHODS §15).")
+    mask = current_model().tokenizer.mask_token
+    if found.mlm is None:
+        return
+    if not found.predictions:
+        st.caption(f"Type {mask} in the text to see the model's top predictions there before and after.")
+        return
+    rows = [
+        {
+            "position": p.position + 1,
+            "rank": k + 1,
+            "before": f"{b[0]} ({_share(b[1])})",
+            "after": f"{a[0]} ({_share(a[1])})",
+        }
+        for p in found.predictions
+        for k, (b, a) in enumerate(zip(p.before, p.after))
+    ]
+    st.markdown(f"Top predictions at each {mask} typed in the text, before and after:")
+    data_table(pd.DataFrame(rows), key="live_predictions")
+
+
 SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": neuron_view_section}
 
 st.title("Live attention")
@@ -481,5 +585,7 @@ if view == "finder":
     show_finder(facts, text_a, text_b, on_pick=_open_head)
 else:
     compared = compared_model()
-    SECTIONS[view](controls(view, facts, result, text_a, text_b), compared.facts if compared else None)
+    shown = controls(view, facts, result, text_a, text_b)
+    SECTIONS[view](shown, compared.facts if compared else None)
+    switches_section(shown)
 cite_methods(6, 11)

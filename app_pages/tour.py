@@ -11,18 +11,21 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from attnlib.ablation import CHANGES, AblationUnavailable
 from attnlib.analyses import analysis_named
 from attnlib.analysis import run_analysis
 from attnlib.corpus import Sentence
 from attnlib.deps import DIRECTIONS, head_on_sentence
 from attnlib.engine import accumulate
 from attnlib.gradient_importance import GradientImportanceResult, gradient_importance, unavailable_reason
+from attnlib.importance import HeadImportance, no_op_sentence
 from attnlib.patterns import PatternAccumulator
 from attnlib.positions import CORRELATIONS, PositionsResult
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, corpus_slug
 from attnlib.special import SpecialTokenResult
 from attnlib.special_tokens import SpecialTokens, largest_weight_norm_gap
 from attnlib.tour import (
+    IMPORTANCE_SLICE,
     NO_OP_NAMES,
     POSITIONS_SLICE,
     SHARE_NAMES,
@@ -46,6 +49,7 @@ from attnlib.tour import (
 )
 from attnlib.views.deps import arc_diagram
 from attnlib.views.head_view import head_view_html
+from attnlib.views.importance import no_op_scatter
 from attnlib.views.norms import weights_vs_norms_figure
 from attnlib.views.positions import center_of_mass_chart, median_correlation_chart
 from attnlib.views.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
@@ -64,7 +68,8 @@ NORM_CLASSES = ("cls", "sep", "punct", "other")
 PROJECTOR_FONT = 18
 PROJECTOR_HEIGHT = 540
 EXAMPLE_MAX_WORDS = 16  # step 5's example sentence must read on a projector
-TITLES = {"special": "Special tokens", "deps": "Dependency heads", "positions": "Attribution (estimate mode)"}
+TITLES = {"special": "Special tokens", "deps": "Dependency heads", "positions": "Attribution (estimate mode)",
+          "importance": "Head importance"}  # fmt: skip
 
 
 # ---------- results: shipped for the model, else computed once on a slice --------------------------------------------
@@ -309,6 +314,19 @@ def render_positions(model_name: str, shown: str) -> None:
     _notice(positions_notice(r, shown), got.source, _corpus_link(STEPS[5], model_name, "positions"))
 
 
+def render_knockout(model_name: str, shown: str) -> None:
+    """Step 7: each head's [CLS]/[SEP] attention knocked out against the head switched off, share against effect."""
+    try:
+        got = _shipped_else_slice("importance", model_name, IMPORTANCE_SLICE)
+    except AblationUnavailable as exc:
+        st.warning(f"Heads of {model_name} cannot be switched off: {exc}")
+        return
+    result: HeadImportance = got.value  # type: ignore[assignment]
+    effects = {c: e for c in CHANGES if (e := result.effect(c)) is not None}
+    _show(no_op_scatter(result.special_share, effects, result.no_op().overall, result.measure), "knockout")
+    _notice(no_op_sentence(result, shown), got.source, _corpus_link(STEPS[6], model_name, "importance"))
+
+
 def _corpus_link(step: Step, model_name: str, command: str) -> str:
     return page_link(step.page, model=model_name, corpus=corpus_slug(TOUR_CORPORA[command]), tab=step.tab)
 
@@ -320,6 +338,7 @@ RENDER: dict[str, Callable[[str, str], None]] = {
     "entropy": render_entropy,
     "syntax": render_syntax,
     "positions": render_positions,
+    "knockout": render_knockout,
 }
 
 

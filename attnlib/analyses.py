@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .ablate import ABLATE
 from .aggregation import AGGREGATION
 from .analysis import DEFAULT_BATCH_SIZE, Analysis, Inputs, run_analysis
 from .attention import ATTENTION
@@ -12,6 +13,7 @@ from .corpus import CorpusError
 from .deps import DEPS
 from .engine import Progress
 from .hta import HTA
+from .importance import IMPORTANCE
 from .input_norms import NORMS
 from .model import DEFAULT_MODEL, LoadedModel
 from .positions import POSITIONS
@@ -29,6 +31,8 @@ ANALYSES: dict[str, Analysis] = {
         POSITIONS,
         AGGREGATION,
         PROBE,
+        ABLATE,
+        IMPORTANCE,
     )
 }
 

@@ -110,6 +110,17 @@ OwnFill = Callable[..., list]  # (lm, inputs, accumulators, batch_size, progress
 
 
 @dataclass(frozen=True)
+class FollowUp(Generic[R]):
+    """A second pass over the same inputs that the first pass's result decides (importance's pruning curve: the
+    order of the heads is known only once every head's effect is): its accumulators and fill as the engines take
+    them (they must pickle for Ray), and how its filled accumulators complete the first result."""
+
+    make_accumulators: Callable[[LoadedModel], list]
+    fill: Fill
+    finish: Callable[[R, list], R]
+
+
+@dataclass(frozen=True)
 class Analysis(Generic[O, R]):
     """One analysis: its name (the CLI command and the result file's `command`), options, inputs, computation, result.
 
@@ -133,6 +144,7 @@ class Analysis(Generic[O, R]):
     json_model: bool = True  # the JSON names the model first (deps and probe never did)
     note: Callable[[LoadedModel, CorpusInput, O], str | None] | None = None  # said on stderr before a long run
     needs: Callable[[O], tuple[Statistic, ...]] | None = None  # what these options ask of the model's family, if any
+    follow: Callable[[R, O], FollowUp[R] | None] | None = None  # a second pass the first result decides
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -338,7 +350,7 @@ def run_analysis(
             reason = unsupported_reason(model.encoder.config, statistic)
             if reason is not None:
                 raise UnsupportedModelError(reason)
-    if engine == "local" and not isinstance(model, LoadedModel) and len(read) > 1:
+    if engine == "local" and not isinstance(model, LoadedModel) and (len(read) > 1 or analysis.follow is not None):
         check_device(device)
         model = load_model(model, device=device)  # loaded once for every file it reads
     total = sum(len(items) for items in read.values())
@@ -362,6 +374,13 @@ def run_analysis(
         )
     assert analysis.finish is not None
     result = analysis.finish(*[r.accumulators for r in runs], options)
+    follow = None if analysis.follow is None else analysis.follow(result, options)
+    if follow is not None:
+        again = run_accumulators(model, list(read.values())[-1], follow.make_accumulators, follow.fill, engine=engine,
+                                 device=device, workers=workers, batch_size=batch_size, cpus_per_worker=cpus_per_worker,
+                                 progress=progress)  # fmt: skip
+        result = follow.finish(result, again.accumulators)
+        runs.append(again)
     last = runs[-1]
     last.seconds = sum(r.seconds for r in runs)
     return AnalysisRun(analysis, options, result, last.facts, describe_inputs(given, read), last.describe())

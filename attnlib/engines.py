@@ -7,6 +7,7 @@ them. The result therefore equals the local one up to the order of floating-poin
 
 from __future__ import annotations
 
+import copy
 import inspect
 import pickle
 import time
@@ -71,6 +72,19 @@ def engine_fill(
     """Fill accumulators with engine.accumulate; returns them (a Fill for statistics that follow the protocol)."""
     accumulate(lm, inputs, accumulators, batch_size=batch_size, progress=progress)
     return accumulators
+
+
+def numbered(item: CorpusInput, index: int) -> CorpusInput:
+    """A copy of an input that knows its place in the corpus, for a worker that sees only its shard (a statistic
+    drawn per input, such as the masks of METHODS §15, is seeded by that place)."""
+    copied = copy.copy(item)
+    copied.corpus_index = index  # type: ignore[attr-defined]
+    return copied
+
+
+def corpus_index(item: CorpusInput, position: int) -> int:
+    """An input's place in its corpus: the one a Ray shard carries, else its position in the inputs at hand."""
+    return getattr(item, "corpus_index", position)
 
 
 def merge_all(parts: Sequence[list]) -> list:
@@ -221,7 +235,7 @@ def run_on_ray(
         batches = plan_batches(lm, inputs, batch_size)
         shards = shard_batches(batches, workers * SHARDS_PER_WORKER)
         rows = [
-            {"shard": s, "payload": pickle.dumps([[inputs[i] for i in batch] for batch in shard])}
+            {"shard": s, "payload": pickle.dumps([[numbered(inputs[i], i) for i in batch] for batch in shard])}
             for s, shard in enumerate(shards)
         ]
         worker_args = dict(

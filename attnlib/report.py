@@ -21,12 +21,13 @@ from typing import Any, cast
 import pandas as pd
 
 from .aggregation import AGGREGATION, AggregationOptions, AggregationResult
-from .analysis import Analysis, Options, read_inputs
+from .analysis import Analysis, Options, read_inputs, run_analysis
 from .attribution import DEFAULT_PROBES, Attribution, Mode, hidden_token_attribution
 from .comparison import Difference, largest_difference
 from .corpus import CorpusError, CorpusInput
 from .deps import DEPS, PAPER_MODELS, DepsOptions, DepsResult
 from .engine import accumulate
+from .importance import IMPORTANCE, HeadImportance, ImportanceOptions, no_op_sentence
 from .labels import NORM_NAMES, SHARE_KEYS, STAT_NAMES
 from .model import LoadedModel, load_model
 from .norms import MEASURES, NORM_KEYS
@@ -36,7 +37,7 @@ from .results import corpus_record
 from .runner import RunResult
 from .shipped import ROOT
 from .special_tokens import SPECIAL, SpecialOptions, SpecialTokens
-from .tables import by_layer, head_frame, layer_frame, paper_rows
+from .tables import by_layer, head_frame, layer_frame, layer_values, paper_rows
 
 METHODS_PATH = "docs/METHODS.md"  # links in the report point here, relative to the repository root
 ReportProgress = Callable[[str, int, int], None]  # (what runs now, inputs done, inputs in this pass)
@@ -82,6 +83,7 @@ class ReportPart:
     options: Callable[[ReportOptions], Options]
     show: Callable[[str, Any, ReportOptions], PartResult]
     attributed: bool = False
+    own_loop: bool = False  # it runs its own corpus loop (importance replays every head), not in the shared pass
 
     @property
     def name(self) -> str:
@@ -243,6 +245,29 @@ def _probe_show(model: str, result: ProbeResult, options: ReportOptions) -> Part
     return PartResult("probe", model, probe_tables(model, result), result, uas, notes)
 
 
+def _importance_show(model: str, result: HeadImportance, options: ReportOptions) -> PartResult:
+    L, H = result.special_share.shape
+    per_head = {"cls_sep_share": result.special_share}
+    for change in ("ablate", "drop", "renormalise"):
+        for measure in result.measures():
+            values = result.effect(change, measure)
+            if values is not None:
+                per_head[f"{change}_{measure}"] = values
+    if result.importance is not None:
+        per_head["gradient_importance"] = result.importance
+    test = result.no_op()
+    spearman = pd.DataFrame(
+        {"model": model, "layer": range(1, L + 1)} | {f"rho_{c}": test.per_layer[c] for c in test.per_layer}
+    )
+    tables = {"Per head (effects are corpus means; METHODS §15)": head_frame(model, per_head),
+              "No-op test: Spearman's rho of the share against each effect, per layer": spearman}  # fmt: skip
+    embedding = result.effect("ablate", "embedding")
+    assert embedding is not None  # every encoder has the embedding measure
+    comparable = {"ablation effect (embedding)": layer_values(embedding.mean(1))}
+    notes = [f"{result.n_inputs} inputs, {L} x {H} heads. {no_op_sentence(result, model)}"]
+    return PartResult("importance", model, tables, result, comparable, notes)
+
+
 REPORT_PARTS: tuple[ReportPart, ...] = (
     ReportPart(
         SPECIAL,
@@ -266,6 +291,14 @@ REPORT_PARTS: tuple[ReportPart, ...] = (
         lambda o: AggregationOptions(mode="estimate", probes=o.probes),
         _aggregation_show,
         attributed=True,
+    ),
+    ReportPart(
+        IMPORTANCE,
+        "Head importance: every head switched off, its [CLS]/[SEP] attention knocked out, the no-op test (Michel et al.)",
+        {"corpus": "corpus"},
+        lambda o: ImportanceOptions(knockout=True, prune=True),
+        _importance_show,
+        own_loop=True,
     ),
     ReportPart(
         DEPS,
@@ -397,7 +430,10 @@ def run_parts(
     results: dict[str, PartResult] = {}
     timings = []
     for source, items in inputs.items():
-        group = [p for p in parts if p.source == source and p.ready(inputs)]
+        for part in [p for p in parts if p.source == source and p.ready(inputs) and p.own_loop]:
+            results[part.name], timing = _own_loop_part(part, lm, inputs, options, progress)  # its own batches
+            timings.append(timing)
+        group = [p for p in parts if p.source == source and p.ready(inputs) and not p.own_loop]
         if not group:
             continue
         shared: dict = {}
@@ -422,6 +458,23 @@ def run_parts(
             shown.seconds = add_seconds + time.perf_counter() - start
             results[part.name] = shown
     return [results[p.name] for p in parts if p.name in results], timings
+
+
+def _own_loop_part(
+    part: ReportPart, lm: LoadedModel, inputs: Inputs, options: ReportOptions, progress: ReportProgress | None
+) -> tuple[PartResult, PassTiming]:
+    """A part whose analysis runs its own corpus loop (importance replays every head): run it alone, and show it."""
+    label = f"{lm.facts.name}: {part.name}"
+    report = None if progress is None else (lambda done, total: progress(label, done, total))
+    given = {source: inputs[part.files[source]] for source in part.analysis.sources}
+    start = time.perf_counter()
+    run = run_analysis(part.analysis, lm, part.options(options), inputs=given, batch_size=options.batch_size,
+                       progress=report)  # fmt: skip
+    seconds = time.perf_counter() - start
+    shown = part.show(lm.facts.name, run.result, options)
+    shown.seconds = seconds
+    n = len(given[part.analysis.sources[-1]])
+    return shown, PassTiming(lm.facts.name, part.source, [part.name], n, seconds, 0.0)
 
 
 def _own_pass(

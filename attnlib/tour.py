@@ -12,6 +12,7 @@ from .analysis import Options
 from .deps import ALL, DependencyRow, DependencyTable, DepsOptions
 from .gradient_importance import GradientImportanceResult
 from .head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
+from .importance import ImportanceOptions
 from .patterns import PATTERNS, HeadPick, rank_heads
 from .positions import PositionOptions, PositionsResult
 from .shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
@@ -26,12 +27,19 @@ SYNTAX_SHOWN = 3  # step 5: relations named in the sentence
 SLICE = 40  # inputs computed on when nothing is shipped for the model: the tour must open in seconds
 POSITIONS_SLICE = 20  # attribution costs about a second per input for the default model
 SLICE_MIN_COUNT = 20  # step 5 on the slice: relations with at least this many dependents (Clark's 100 on a treebank)
+IMPORTANCE_SLICE = 10  # step 7: every head switched off three ways costs about 126 forward passes per input
 # Each analysis's corpus and options: its defaults (the command's), with the norms for the no-op step.
-TOUR_CORPORA = {"special": CLASSROOM_PAIRS, "deps": EWT_DEV, "positions": CLASSROOM_SINGLE}
+TOUR_CORPORA = {
+    "special": CLASSROOM_PAIRS,
+    "deps": EWT_DEV,
+    "positions": CLASSROOM_SINGLE,
+    "importance": CLASSROOM_PAIRS,
+}
 TOUR_OPTIONS: dict[str, Options] = {
     "special": SpecialOptions(norms=True),
     "deps": DepsOptions(),
     "positions": PositionOptions(),
+    "importance": ImportanceOptions(knockout=True),
 }
 LINK_KEYS = (
     "model",
@@ -118,6 +126,17 @@ STEPS: tuple[Step, ...] = (
         "earlier tokens); the correlation between attention and attribution tells how far attention can be "
         "read as an explanation.",
         "local-global",
+    ),
+    Step(
+        7,
+        "knockout",
+        "Switch it off: is attention to [SEP] a no-op?",
+        "Step 3 looked at attention to [SEP]; now we test it. Take one head at a time and remove only its attention "
+        "to [CLS] and [SEP] (drop), or remove it and spread the rest over the other tokens (renormalise), and measure "
+        "how much the sentence embedding moves; switching the whole head off is the yardstick. If attention to [SEP] "
+        "is a no-op, dropping it barely matters in the heads that give it most (Michel et al. 2019; Clark et al.).",
+        "head-importance",
+        "noop",
     ),
 )
 

@@ -25,3 +25,19 @@ def default_model_on_ewt_dev(limit: int | None, batch_size: int, repeats: int) -
         f"{torch.get_num_threads()} torch threads, best of {repeats} interleaved runs\n"
     )
     return lm, sentences
+
+
+def child_report(script: str, limit: int, batch_size: int) -> dict:
+    """The JSON line a benchmark's `--memory-child LIMIT` run of `script` prints last (a fresh process: its peak
+    memory is its own)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, script, "--memory-child", str(limit), "--batch-size", str(batch_size)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])

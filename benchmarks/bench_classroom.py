@@ -56,13 +56,22 @@ class PageCase:
     main: str
 
 
-TOUR_MAIN = {1: HEAD_VIEW, 2: PLOT, 3: PLOT, 4: PLOT, 5: TABLE, 6: PLOT}  # app_pages/tour.py, render_* per step
+TOUR_MAIN = {
+    1: HEAD_VIEW,
+    2: PLOT,
+    3: PLOT,
+    4: PLOT,
+    5: TABLE,
+    6: PLOT,
+    7: PLOT,
+}  # app_pages/tour.py, render_* per step
 PAGES: tuple[PageCase, ...] = (
     *(PageCase(f"tour-{n}", f"/tour?step={n}", main) for n, main in TOUR_MAIN.items()),
     PageCase("live", "/", HEAD_VIEW),
     PageCase("special-tokens", "/special-tokens", PLOT),
     PageCase("dependency-heads", "/dependency-heads", TABLE),
     PageCase("local-global", "/local-global", PLOT),
+    PageCase("head-importance", "/head-importance", PLOT),
     PageCase("report", "/report", BUTTON),  # builds on request: its first screen is the choice of parts
 )
 

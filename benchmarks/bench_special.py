@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -22,7 +21,7 @@ from attnlib.engine import accumulate  # noqa: E402
 from attnlib.head_distances import HeadDistances  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.special import SpecialTokenStats  # noqa: E402
-from benchmarks import default_model_on_ewt_dev, ewt_dev  # noqa: E402
+from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev  # noqa: E402
 
 CONFIGS = ("forward only", "+ special-token stats", "+ special stats + JS head distances")
 
@@ -107,16 +106,7 @@ def memory_child(limit: int, batch_size: int) -> None:
 
 def measure_memory(limits: list[int], batch_size: int) -> list[dict]:
     """Peak memory of a fresh process per corpus size."""
-    rows = []
-    for limit in limits:
-        out = subprocess.run(
-            [sys.executable, __file__, "--memory-child", str(limit), "--batch-size", str(batch_size)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return rows
+    return [child_report(__file__, limit, batch_size) for limit in limits]
 
 
 def main() -> None:

@@ -57,6 +57,7 @@ from attnlib.shipped import (  # noqa: E402
 
 CHECK_INPUTS = 5
 UD_LIMIT = 100  # the corpus pages' default limit for slow statistics on a treebank
+IMPORTANCE_LIMIT = UD_LIMIT  # head importance replays every head three times (ui/importance_views.SHIPPED_LIMIT)
 CHECK_DIR = "check"
 
 
@@ -94,6 +95,14 @@ JOBS = [
     *[Job(f"positions_{key}", ("positions", "--corpus", p, "--limit", str(UD_LIMIT))) for key, p in TREEBANKS.items()],
     *[Job(f"aggregation_{key}", ("aggregation", "--corpus", path)) for key, path in CLASSROOM.items()],
     Job("probe_ewt", ("probe", "--train", TREEBANKS["ewt-dev"], "--test", TREEBANKS["ewt-test"])),
+    *[
+        Job(f"importance_{key}", ("importance", "--corpus", path, "--knockout", "--prune"))
+        for key, path in CLASSROOM.items()
+    ],
+    Job(
+        "importance_ewt-dev",
+        ("importance", "--corpus", TREEBANKS["ewt-dev"], "--knockout", "--prune", "--limit", str(IMPORTANCE_LIMIT)),
+    ),
     Job("example_live-default", (EXAMPLE_COMMAND, "--text", TUTORIAL_A, "--pair", TUTORIAL_B, "--mode", "exact")),
 ]
 

@@ -53,7 +53,7 @@ def test_unknown_options_and_bad_values_name_the_analysis_and_its_options():
 
 def test_analyse_refuses_before_loading_any_model():
     """Wrong names, inputs and options fail at once: the model named here does not exist and is never loaded."""
-    with pytest.raises(ValueError, match="no analysis 'specials'; the analyses: aggregation, attention"):
+    with pytest.raises(ValueError, match="no analysis 'specials'; the analyses: ablate, aggregation, attention"):
         analyse("specials", "no/such/model", corpus=CLASSROOM_SINGLE)
     with pytest.raises(CorpusError, match="deps reads conllu=, not corpus"):
         analyse("deps", "no/such/model", corpus=CLASSROOM_SINGLE)
@@ -145,6 +145,8 @@ INPUTS = {  # a few inputs of each analysis, small enough for the quick tier
     "positions": {"corpus": CLASSROOM_SINGLE, "limit": 2, "probes": 1},
     "aggregation": {"corpus": CLASSROOM_SINGLE, "limit": 2, "probes": 1},
     "probe": {"train": PUD_TEST, "test": EWT_DEV, "limit": 3},
+    "ablate": {"text": "The cat sat.", "heads": "0-0,1-2"},
+    "importance": {"corpus": CLASSROOM_SINGLE, "limit": 2, "knockout": True, "prune": True},
 }
 
 

@@ -546,8 +546,8 @@ def test_local_layers_are_marked_in_words_and_figures():
 
 @pytest.mark.parametrize("family_dir", ["modernbert"], indirect=True)
 def test_positions_of_a_local_layer_stop_at_its_window(family_model):
-    from attnlib.corpus import read_corpus
     from attnlib.analysis import run_analysis
+    from attnlib.corpus import read_corpus
     from attnlib.positions import POSITIONS, PositionOptions
 
     corpus = read_corpus(CLASSROOM_SINGLE, 4)

@@ -129,7 +129,7 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
     model = str(tiny_model_dir)
     out, summary = report_page
     tables = read_tables(out.read_text())
-    assert summary["parts"] == ["special", "positions", "aggregation", "deps", "probe"]
+    assert summary["parts"] == ["special", "positions", "aggregation", "importance", "deps", "probe"]
     assert summary["bytes"] == out.stat().st_size
 
     special = cli("special", "--corpus", corpus, "--limit", str(N_INPUTS), "--head-map", "--norms", "--model", model)
@@ -217,7 +217,9 @@ def test_page_is_self_contained(report_page):
     assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page, re.I)
     assert page.count(plotly_js()[:300]) == 1  # plotly.js inlined once for the whole file
     figures = page.count("Plotly.newPlot(")
-    assert figures == 18  # special 7 (with the head map and norms), positions 5, aggregation 2, deps 2, probe 2
+    assert (
+        figures == 21
+    )  # special 7 (with the head map and norms), positions 5, aggregation 2, importance 3, deps 2, probe 2
     assert page.count('class="plotly-graph-div"') == figures
     for part in ("special", "positions", "aggregation", "deps", "probe"):
         assert f"<section id='{part}'>" in page
@@ -233,7 +235,7 @@ def test_model_compared_with_itself_differs_nowhere(tiny_model_dir, files, one_t
     report = run_report(model, corpus, conllu, compare=model, options=options, train_path=train)
     assert len(report.models) == 2
     differences = report.differences()
-    assert set(differences) == {"special", "positions", "aggregation", "deps", "probe"}
+    assert set(differences) == {"special", "positions", "aggregation", "importance", "deps", "probe"}
     for difference in differences.values():
         assert difference is not None and difference.size == 0.0
     for results in report.results.values():

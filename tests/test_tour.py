@@ -26,7 +26,7 @@ from attnlib.tour import (
     step_number,
     syntax_notice,
 )
-from ui.page_tabs import SPECIAL_TOKENS
+from ui.page_tabs import HEAD_IMPORTANCE, SPECIAL_TOKENS
 
 M = "model-x"
 
@@ -63,13 +63,14 @@ def test_page_link_builds_every_url_in_one_place():
         page_link("special-tokens", modle="m")
     assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "view", "corpus", "norms", "tab"}
     assert page_link("special-tokens", model="m", tab="norms") == "special-tokens?model=m&tab=norms"
-    assert [s.tab for s in STEPS] == [None, "shares", "norms", "entropy", None, None]  # the tab each step opens
-    assert {s.tab for s in STEPS if s.tab} <= set(SPECIAL_TOKENS)  # URL texts of the Special tokens tabs
+    assert [s.tab for s in STEPS] == [None, "shares", "norms", "entropy", None, None, "noop"]  # the tab each step opens
+    assert {s.tab for s in STEPS if s.tab and s.page == "special-tokens"} <= set(SPECIAL_TOKENS)  # its tabs' URL texts
+    assert STEPS[6].page == "head-importance" and STEPS[6].tab in HEAD_IMPORTANCE
 
 
 def test_steps_are_numbered_in_order_with_distinct_keys():
-    assert [s.number for s in STEPS] == [1, 2, 3, 4, 5, 6]
-    assert len({s.key for s in STEPS}) == 6 and all(s.title and s.explanation for s in STEPS)
+    assert [s.number for s in STEPS] == [1, 2, 3, 4, 5, 6, 7]
+    assert len({s.key for s in STEPS}) == 7 and all(s.title and s.explanation for s in STEPS)
 
 
 # ---------- step 1 -------------------------------------------------------------------------------------------------

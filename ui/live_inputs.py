@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from attnlib.ablate import ABLATE, AblateOptions, InputAblation
+from attnlib.analysis import run_analysis
 from attnlib.norms import row_normalised, weighted_norms
 from attnlib.runner import InputError, RunResult, run
 from attnlib.shipped import TUTORIAL_A, TUTORIAL_B
@@ -35,6 +37,13 @@ def text_inputs() -> tuple[str, str]:
 def cached_run(model_name: str, text_a: str, text_b: str) -> RunResult:
     """Run the model on a sentence or pair once per (model, text)."""
     return run(model_named(model_name), text_a, text_b.strip() or None, capture_qk=True)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def cached_ablation(model_name: str, text_a: str, text_b: str, heads: str) -> InputAblation:
+    """The input with these heads (0-based 'layer-head,...') switched off, once per (model, text, heads)."""
+    options = AblateOptions(heads=heads)
+    return run_analysis(ABLATE, model_named(model_name), options, text=text_a, pair=text_b.strip() or None).result
 
 
 def run_or_explain(model_name: str, text_a: str, text_b: str) -> RunResult | None:

@@ -21,3 +21,10 @@ LOCAL_GLOBAL = {
     "example": "One example",
 }
 DEPENDENCY_HEADS = {"table": "Best head per relation", "probe": "All heads together"}
+HEAD_IMPORTANCE = {
+    "effects": "Effect per head",
+    "noop": "No-op test",
+    "pruning": "Pruning curve",
+    "gradient": "Gradient importance",
+    "tables": "Tables",
+}

@@ -13,13 +13,16 @@ const gx = hidpi(grid, GW, GH);
 // S: the sparse maps (lines mode); atlas/full: coloured canvases and their grey values (heat mode);
 // shown: the [layer, head] enlarged below the grid
 let S = null, atlas = null, atlasVals = null, full = null, fullVals = null, shown = D.sel.slice();
+// switches mode (D.switches): the heads switched off, as layer * H + head; a click toggles one and tells the parent page
+const off = new Set((D.off || []).map(([l, h]) => l * H + h));
 
 document.getElementById('ttl').textContent = (D.title || 'Model view') + ' — ' + L + ' layers × ' + H + ' heads';
 document.getElementById('hint').textContent = (D.mode === 'lines'
   ? 'Each thumbnail: queries on the left, keys on the right, line opacity = ' + D.quantity + ' (lines below ' + D.minWeight + ' omitted). '
   : 'More than ' + D.linesMax + ' positions: thumbnails are heatmaps (rows = queries, columns = keys), each pixel the maximum over ' +
     D.block + '×' + D.block + ' positions, each scaled to its own maximum. ')
-  + 'Click a thumbnail to enlarge it. Layers and heads are numbered from 1.'
+  + (D.switches ? 'Click a thumbnail to enlarge it and to switch that head off (crossed out) or on again. '
+    : 'Click a thumbnail to enlarge it. ') + 'Layers and heads are numbered from 1.'
   + (D.windows.some(w => w !== null) ? ' Layers marked "local ±w" attend only to keys within w tokens of the query.' : '');
 
 // "layer 3", and for a local layer its window
@@ -60,6 +63,18 @@ function drawGrid() {
         gx.imageSmoothingEnabled = false;
         gx.drawImage(atlas, h * D.side, l * D.side, D.side, D.side, x, y, TW, TW);
       }
+      if (off.has(l * H + h)) {  // a head switched off: greyed and crossed out
+        gx.fillStyle = 'rgba(255,255,255,.75)';
+        gx.fillRect(x, y, TW, TW);
+        gx.strokeStyle = '#555';
+        gx.lineWidth = 2;
+        gx.beginPath();
+        gx.moveTo(x + 6, y + 6);
+        gx.lineTo(x + TW - 6, y + TW - 6);
+        gx.moveTo(x + TW - 6, y + 6);
+        gx.lineTo(x + 6, y + TW - 6);
+        gx.stroke();
+      }
       const on = (l === shown[0] && h === shown[1]);  // the enlarged head has a red frame
       gx.strokeStyle = on ? '#d62728' : '#ddd';
       gx.lineWidth = on ? 3 : 1;
@@ -78,13 +93,20 @@ function hit(e) {
 
 grid.onmousemove = e => {
   const c = hit(e);
-  tip(e, c ? layerName(c[0]) + ', head ' + (c[1] + 1) + ' (' + (c[0] + 1) + '-' + (c[1] + 1) + '): click to enlarge' : null);
+  const what = D.switches ? (c && off.has(c[0] * H + c[1]) ? 'click to switch it on' : 'click to switch it off') : 'click to enlarge';
+  tip(e, c ? layerName(c[0]) + ', head ' + (c[1] + 1) + ' (' + (c[0] + 1) + '-' + (c[1] + 1) + '): ' + what : null);
 };
 grid.onmouseleave = e => tip(e, null);
 grid.onclick = e => {
   const c = hit(e);
   if (c) {
     shown = c;
+    if (D.switches) {
+      const k = c[0] * H + c[1];
+      if (off.has(k)) off.delete(k); else off.add(k);
+      const heads = [...off].sort((a, b) => a - b).map(k => [Math.floor(k / H), k % H]);
+      window.parent.postMessage({attnHeadsOff: heads}, '*');
+    }
     drawGrid();
     enlarge();
   }

@@ -67,11 +67,14 @@ def model_view_html(
     title: str = "",
     quantity: str = "weight",
     windows: Sequence[int | None] = (),
+    switches: bool = False,
+    off: Sequence[tuple[int, int]] = (),
 ) -> str:
     """Self-contained HTML of the model view of [layers, heads, n, n]; `selected` (0-based layer, head) starts enlarged.
 
     `quantity` names what the maps hold in the hint and tooltips; `windows` (ModelFacts.windows) marks local layers,
-    which attend only to keys within +-w tokens."""
+    which attend only to keys within +-w tokens. With `switches`, a click also switches a head off or on (the heads in
+    `off` start crossed out) and tells the page that embeds it (ui/head_switches.py)."""
     n_layers, n_heads, n, _ = attentions.shape
     layer, head = selected
     payload: dict = {
@@ -87,6 +90,8 @@ def model_view_html(
         "quantity": quantity,
         "linesMax": lines_max_tokens,
         "windows": [windows[l] if l < len(windows) else None for l in range(n_layers)],
+        "switches": switches,
+        "off": [list(h) for h in off],
     }
     if payload["mode"] == "lines":
         payload["lines"] = pack_sparse(attentions.reshape(n_layers * n_heads, n, n), min_weight)

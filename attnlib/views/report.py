@@ -18,6 +18,7 @@ from ..positions import CORRELATIONS
 from ..report import METHODS_PATH, PartResult, Report, methods_anchor
 from .deps import head_accuracy_heatmaps
 from .figure import notebook_figure
+from .importance import effect_heatmap, no_op_scatter, pruning_figure
 from .layers import MODEL_COLOURS, layer_line
 from .norms import (
     MEASURE_NAMES,
@@ -292,7 +293,25 @@ def deps_figures(results: Sequence[PartResult]) -> list[go.Figure]:
     return figures
 
 
+def importance_figures(results: Sequence[PartResult]) -> list[go.Figure]:
+    """Per model: the single-head ablation effect per head and the no-op scatter; the pruning curves together."""
+    figures = []
+    for r in results:
+        result = r.result
+        effect = result.effect("ablate", "embedding")
+        figures.append(effect_heatmap(effect, f"{r.model}: effect of switching each head off", "1 − cos"))
+        effects = {c: e for c in ("ablate", "drop", "renormalise") if (e := result.effect(c, "embedding")) is not None}
+        test = result.no_op("embedding")
+        figures.append(no_op_scatter(result.special_share, effects, test.overall, "embedding"))
+    curves = {r.model: r.result.pruning["embedding"] for r in results if r.result.pruning}
+    if curves:
+        drawn = {m: (c.removed, c.effect) for m, c in curves.items()}
+        figures.append(pruning_figure(drawn, {r.model: r.result.special_share.size for r in results}, "embedding"))
+    return figures
+
+
 PART_FIGURES: dict[str, Callable[[Sequence[PartResult]], list[go.Figure]]] = {
+    "importance": importance_figures,
     "special": special_figures,
     "positions": positions_figures,
     "aggregation": aggregation_figures,

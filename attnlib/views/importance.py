@@ -1,0 +1,107 @@
+"""Figures of head importance (METHODS §15): a layer-by-head heatmap of an effect, the no-op scatter of the
+[CLS]+[SEP] share against each change's effect, and the pruning curve. Layers and heads are numbered from 1."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .canvas_html import head_color
+from .special_tokens import head_label
+
+CHANGE_NAMES = {"ablate": "ablation", "drop": "[CLS]/[SEP] dropped", "renormalise": "renormalised without them"}
+MEASURE_NAMES = {
+    "embedding": "1 − cos of the sentence embedding",
+    "hidden": "relative change of the last hidden states",
+    "mlm": "change of the masked-LM loss",
+}
+
+
+def _labels(n_layers: int, n_heads: int) -> np.ndarray:
+    return np.array([[head_label(l, h) for h in range(n_heads)] for l in range(n_layers)])
+
+
+def effect_heatmap(values: np.ndarray, title: str, what: str, height: int = 330) -> go.Figure:
+    """One [layers, heads] statistic as a heatmap (layer 1 on top); a diverging scale when it has negative values."""
+    n_layers, n_heads = values.shape
+    finite = values[np.isfinite(values)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    signed = low < 0
+    top = max(abs(low), abs(high)) if signed else high
+    fig = go.Figure(
+        go.Heatmap(
+            z=values,
+            x=np.arange(1, n_heads + 1),
+            y=np.arange(1, n_layers + 1),
+            zmin=-top if signed else min(low, 0.0),
+            zmax=top if top > 0 else 1.0,
+            colorscale="RdBu_r" if signed else "Blues",
+            customdata=_labels(n_layers, n_heads),
+            colorbar={"title": {"text": what, "side": "right"}, "thickness": 12},
+            hovertemplate="head %{customdata}: %{z:.4g}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title="head", tickmode="linear", dtick=1)
+    fig.update_yaxes(title="layer", tickmode="linear", dtick=1, autorange="reversed")
+    fig.update_layout(title=title, height=height, margin=dict(l=10, r=10, t=60, b=10))
+    return fig
+
+
+def no_op_scatter(
+    share: np.ndarray, effects: Mapping[str, np.ndarray], rho: Mapping[str, float], measure: str
+) -> go.Figure:
+    """Each head's [CLS]+[SEP] share (x) against its effect under each change (y, one colour per change), with
+    Spearman's rho over all heads in the legend."""
+    n_layers, n_heads = share.shape
+    labels = _labels(n_layers, n_heads).ravel()
+    fig = go.Figure()
+    for k, (change, effect) in enumerate(effects.items()):
+        r = rho.get(change, float("nan"))
+        fig.add_trace(
+            go.Scatter(
+                x=share.ravel(),
+                y=effect.ravel(),
+                mode="markers",
+                name=f"{CHANGE_NAMES[change]} (ρ = {r:.2f})" if np.isfinite(r) else CHANGE_NAMES[change],
+                marker={"color": head_color(k), "size": 8, "opacity": 0.8},
+                customdata=labels,
+                hovertemplate="head %{customdata}<br>share %{x:.3f}<br>effect %{y:.4g}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title="share of attention to [CLS] and [SEP] (§2)")
+    fig.update_yaxes(title=MEASURE_NAMES.get(measure, measure))
+    fig.update_layout(
+        title="Does attention to [CLS]/[SEP] matter? Share against effect, every head",
+        height=440,
+        legend={"orientation": "h", "y": -0.2},
+        margin=dict(l=10, r=10, t=60, b=10),
+    )
+    return fig
+
+
+def pruning_figure(
+    curves: Mapping[str, tuple[list[int], np.ndarray]], n_heads: Mapping[str, int], measure: str
+) -> go.Figure:
+    """The measure after removing each tenth of the heads, least important first; one line per model
+    ({model: (heads removed, effect)}), the x axis the fraction of heads removed."""
+    fig = go.Figure()
+    for k, (model, (removed, effect)) in enumerate(curves.items()):
+        total = n_heads[model]
+        fig.add_trace(
+            go.Scatter(
+                x=[0.0] + [r / total for r in removed],
+                y=[0.0, *np.asarray(effect, float)],
+                mode="lines+markers",
+                name=model,
+                line={"color": head_color(k)},
+                customdata=[0, *removed],
+                hovertemplate="%{customdata} heads removed<br>effect %{y:.4g}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title="fraction of heads removed (least important first)", tickformat=".0%", range=[0, 1.02])
+    fig.update_yaxes(title=MEASURE_NAMES.get(measure, measure))
+    fig.update_layout(title="Pruning curve", height=420, legend={"orientation": "h", "y": -0.2},
+                      margin=dict(l=10, r=10, t=60, b=10))  # fmt: skip
+    return fig
