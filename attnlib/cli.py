@@ -27,8 +27,9 @@ from .engines import ScaleError
 from .model import ModelLoadError
 from .results import json_ready, write_result_file
 from .runner import InputError
+from .search import SearchError
 
-USER_ERRORS = (CorpusError, ModelLoadError, InputError, FileNotFoundError, ScaleError, OptionError)
+USER_ERRORS = (CorpusError, ModelLoadError, InputError, FileNotFoundError, ScaleError, OptionError, SearchError)
 USAGE_ERROR = 2  # exit status of user errors, as argparse uses
 
 

@@ -825,6 +825,22 @@ class SearchResult:
             return cls(dict(data["query"]), dict(data["index"]), [int(h) for h in data["heads"]], matches, summary)
 
 
+def search_index(
+    lm: LoadedModel,
+    index: CorpusIndex,
+    text: str,
+    token: int,
+    *,
+    pair: str | None = None,
+    k: int = DEFAULT_K,
+    heads: Sequence[int] | None = None,
+) -> SearchResult:
+    """Search an index with piece `token` of a typed text, its vector made as the index's rows were (layer, mode,
+    heads); `heads`: the subset S of a heads index's heads to score (default: all it holds)."""
+    index.check(lm, heads=heads)
+    return index.search(query_of(lm, text, pair, token, index.options), k, heads)
+
+
 def search_corpus(
     model: str | LoadedModel,
     text: str,
@@ -839,18 +855,17 @@ def search_corpus(
     progress: Progress | None = None,
     **options: Any,
 ) -> SearchResult:
-    """Search a corpus (or an index already built) for the tokens most like `token` of `text`; the index options
-    (layer, embeddings, heads, dtype, all_punct) as keywords.
+    """Search a corpus (or an index already built: options given must be its own) for the positions most like piece
+    `token` (0-based, [CLS] = 0) of `text`; the index options (layer, embeddings, heads, dtype, all_punct) as keywords.
 
     >>> attnlib.search_corpus(lm, "The cat sat on the mat.", 5, corpus=EWT_DEV, layer=2, heads="1,4").to_json()"""
     lm = model if isinstance(model, LoadedModel) else load_model(model)
-    wanted = IndexOptions(**options) if options or index is None else index.options
+    wanted = IndexOptions(**options).for_model(lm.facts)
     if index is None:
         if corpus is None:
             raise SearchError("give a corpus to index, or an index.")
         index = build_index(lm, corpus, wanted, conllu=conllu, limit=limit, progress=progress)
-    wanted = wanted.for_model(lm.facts)
+    elif options:
+        index.check(lm, options=wanted)
     heads = wanted.head_list(lm.facts.n_heads) if wanted.heads else None
-    index.check(lm, options=wanted, heads=heads)
-    build = replace(wanted, heads=index.options.heads) if wanted.heads else wanted
-    return index.search(query_of(lm, text, pair, token, build), k, heads)
+    return search_index(lm, index, text, token, pair=pair, k=k, heads=heads)

@@ -352,3 +352,76 @@ def test_heads_mode_of_an_unknown_family_is_refused_in_words(tmp_path):
     with pytest.raises(SearchError, match="search by heads is not available for 'megatron-bert' models"):
         build_index(lm, ["A cat."], IndexOptions(layer=0, heads="1"))
     assert len(search_corpus(lm, QUERY, 1, ["A cat sat."], layer=1, k=2).matches) == 2  # hidden state works
+
+
+# ---------------------------------------------------------------------------------------- the command line
+
+
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    from attnlib import cli
+
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exc:  # argparse's own errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_index_and_search_commands(tiny_model_dir, tmp_path, capsys):
+    """`index --out` then `search --index` print the same matches as `search --conllu`; the file is refused for
+    another corpus or layer, bad positions and layers are one `error:` line with exit 2."""
+    import json
+
+    model = ["--model", str(tiny_model_dir), "--json"]
+    small = tmp_path / "ewt-12.conllu"  # the first 12 sentences: the commands read the file each time
+    small.write_text("\n\n".join(EWT_DEV.read_text(encoding="utf-8").split("\n\n")[:12]) + "\n\n", encoding="utf-8")
+    corpus = ["--conllu", str(small), "--dtype", "float32"]  # float32: the same order both ways
+    query = ["--text", QUERY, "--token", "2", "--k", "4"]
+    code, out, err = _main(capsys, "search", *corpus, *query, "--layer", "1", "--heads", "0,3", *model)
+    assert code == 0, err
+    direct = json.loads(out)
+    assert [sorted(m) for m in direct["matches"]] == [
+        ["deprel", "input", "position", "score", "token", "upos", "word"]
+    ] * 4
+    assert direct["heads"] == [0, 3] and direct["summary"]["n"] == 4 and direct["query"]["piece"] == "cat"
+    assert sum(direct["summary"]["upos"].values()) == 4 and len(direct["summary"]["attends_to"]) == 2
+    path = tmp_path / "ewt.npz"
+    code, out, err = _main(capsys, "index", *corpus, "--layer", "1", "--heads", "all", "--out", str(path), *model)
+    assert code == 0, err
+    written = json.loads(out)
+    assert (
+        written["n_inputs"] == 12
+        and written["options"]["heads"] == "0,1,2,3"
+        and written["bytes"] == path.stat().st_size
+    )
+    code, out, err = _main(capsys, "search", "--index", str(path), *query, "--layer", "1", "--heads", "3,0", *model)
+    assert code == 0, err
+    again = json.loads(out)
+    assert [(m["input"], m["position"]) for m in again["matches"]] == [
+        (m["input"], m["position"]) for m in direct["matches"]
+    ]
+    np.testing.assert_allclose(
+        [m["score"] for m in again["matches"]], [m["score"] for m in direct["matches"]], atol=1e-6
+    )
+    refusals = {
+        ("--corpus", str(CLASSROOM_SINGLE), "--layer", "1"): "not of the corpus given",
+        ("--layer", "0"): r"layer 1 (asked: 0)",
+        ("--embeddings",): "embeddings False (asked: True)",
+    }
+    for extra, message in refusals.items():
+        code, out, err = _main(capsys, "search", "--index", str(path), *query, *extra, *model)
+        assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    for args, message in [
+        ((*corpus, "--text", QUERY, "--token", "99", "--layer", "0"), "token 99 is not a position of the query"),
+        ((*corpus, *query, "--layer", "7"), "layer 7 is not a layer of"),
+        ((*corpus, *query, "--layer", "0", "--heads", "8"), "head 8 is not a head of"),
+        ((*corpus, *query, "--embeddings", "--heads", "1"), "the embedding output has no heads"),
+        ((*query, "--layer", "0"), "give --corpus, --conllu or --index"),
+        (("--index", str(tmp_path / "none.npz"), *query), "no such index file"),
+    ]:
+        code, out, err = _main(capsys, "search", *args, *model)
+        assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    code, _, err = _main(capsys, "index", *corpus, "--out", str(path), *model)
+    assert code == 2 and "one of the arguments --layer --embeddings is required" in err
