@@ -7,7 +7,8 @@ the counts of their UPOS and DEPREL and of what each head makes them attend to m
   output projection reads them (attnlib.replay), for every family of attnlib.families.
 
 An index is built in one batched pass (`fill_index`, a Fill of the corpus engines: in-process or on Ray). It keeps
-the vectors normalised, in float16 (or float32), and per position only what search and the summaries need: its
+the vectors normalised, rounded to float16 (or float32) as its file stores them and held as float32 for the
+matrix-vector product of search, and per position only what search and the summaries need: its
 input, position, piece and word, the gold UPOS and DEPREL of a CoNLL-U corpus, and the key each head of the layer
 attends to most. A heads index keeps every head it was built for, each row normalised over them with each head's
 part of the norm: a search over any subset S of them is the exact cosine over S, from the same index. Search is
@@ -20,6 +21,7 @@ import hashlib
 import io
 import itertools
 import json
+import sys
 import weakref
 from collections import Counter
 from collections.abc import Sequence
@@ -394,27 +396,28 @@ class CorpusIndex:
     built it (meta: model, fingerprint, corpus with SHA-1, options, version)."""
 
     meta: dict
-    vectors: np.ndarray  # [N, dims] float16 or float32, normalised; rows in (input, position) order
+    vectors: np.ndarray  # [N, dims] float32, normalised (a float16 index: its float16 values, widened); rows in
+    # (input, position) order
     head_norms: np.ndarray  # [N, heads] float32: each head's part of the norm (mode heads), else [N, 0]
     argmax: np.ndarray  # [N, layer heads] int16: the key each head attends to most (none for embeddings: [N, 0])
     input: np.ndarray  # [N] int32
     position: np.ndarray  # [N] int32
     token_start: np.ndarray  # [inputs + 1] int64: each input's tokens in the flat token arrays
-    tokens: np.ndarray  # [T] str: every piece, special tokens included
+    tokens: list[str]  # [T] every piece, special tokens included
     token_class: np.ndarray  # [T] int8, METHODS §1 (index into CLASS_KEYS)
     token_word: np.ndarray  # [T] int32: word within its input, -1 for special tokens
     word_start: np.ndarray  # [inputs + 1] int64
-    words: np.ndarray  # [W] str
+    words: list[str]  # [W]
     word_upos: np.ndarray  # [W] int16 codes into upos_names (gold CoNLL-U; [0] otherwise)
     word_deprel: np.ndarray  # [W] int16 codes into deprel_names
     upos_names: np.ndarray
     deprel_names: np.ndarray
-    text_a: np.ndarray  # [inputs] str (a CoNLL-U sentence's words joined by spaces)
-    text_b: np.ndarray  # [inputs] str, "" for a single sentence
+    text_a: list[str]  # [inputs] (a CoNLL-U sentence's words joined by spaces)
+    text_b: list[str]  # [inputs], "" for a single sentence
 
-    ARRAYS = ("vectors", "head_norms", "argmax", "input", "position", "token_start", "tokens", "token_class",
-              "token_word", "word_start", "words", "word_upos", "word_deprel", "upos_names", "deprel_names", "text_a",
-              "text_b")  # fmt: skip
+    ARRAYS = ("vectors", "head_norms", "argmax", "input", "position", "token_start", "token_class", "token_word",
+              "word_start", "word_upos", "word_deprel", "upos_names", "deprel_names")  # fmt: skip
+    STRINGS = ("tokens", "words", "text_a", "text_b")  # stored as UTF-8 bytes and offsets
 
     @classmethod
     def from_rows(cls, rows: IndexRows, meta: dict) -> CorpusIndex:
@@ -442,23 +445,23 @@ class CorpusIndex:
         meta = {**meta, "n_inputs": len(inputs), "gold": gold}
         index = cls(
             meta=meta,
-            vectors=stacked(lambda r: r.vectors, dims, options.dtype),
+            vectors=stacked(lambda r: r.vectors, dims, np.float32),
             head_norms=stacked(lambda r: r.head_norms, n_heads, np.float32),
             argmax=stacked(lambda r: r.argmax, n_layer_heads, np.int16),
             input=flat([np.full(len(r.positions), i, np.int32) for i, r in enumerate(inputs)], np.int32),
             position=flat([r.positions for r in inputs], np.int32),
             token_start=starts([len(r.tokens) for r in inputs]),
-            tokens=np.array([t for r in inputs for t in r.tokens], dtype=str),
+            tokens=[t for r in inputs for t in r.tokens],
             token_class=flat([r.classes for r in inputs], np.int8),
             token_word=flat([r.word_ids for r in inputs], np.int32),
             word_start=starts([len(r.words) for r in inputs]),
-            words=np.array([w for r in inputs for w in r.words], dtype=str),
+            words=[w for r in inputs for w in r.words],
             word_upos=upos,
             word_deprel=deprel,
             upos_names=upos_names,
             deprel_names=deprel_names,
-            text_a=np.array([r.text_a for r in inputs], dtype=str),
-            text_b=np.array([r.text_b for r in inputs], dtype=str),
+            text_a=[r.text_a for r in inputs],
+            text_b=[r.text_b for r in inputs],
         )
         index.meta["n_positions"] = len(index.input)
         return index
@@ -488,8 +491,9 @@ class CorpusIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of its arrays in memory."""
-        return sum(getattr(self, name).nbytes for name in self.ARRAYS)
+        """Bytes of its arrays and strings in memory."""
+        strings = sum(sys.getsizeof(text) for name in self.STRINGS for text in getattr(self, name))
+        return sum(getattr(self, name).nbytes for name in self.ARRAYS) + strings
 
     def describe(self) -> str:
         """One line: what, of which corpus and model."""
@@ -501,10 +505,10 @@ class CorpusIndex:
 
     def input_tokens(self, i: int) -> list[str]:
         """The pieces of input i, special tokens included."""
-        return self.tokens[self.token_start[i] : self.token_start[i + 1]].tolist()
+        return self.tokens[self.token_start[i] : self.token_start[i + 1]]
 
     def input_words(self, i: int) -> list[str]:
-        return self.words[self.word_start[i] : self.word_start[i + 1]].tolist()
+        return self.words[self.word_start[i] : self.word_start[i + 1]]
 
     def word_of(self, i: int, position: int) -> int:
         """The word (index within input i) that owns the piece at this position, -1 for a special token."""
@@ -649,7 +653,11 @@ class CorpusIndex:
         """Write the index as one .npz file (no pickles); returns its size in bytes."""
         meta = json.dumps({"format": INDEX_FORMAT, "format_version": INDEX_FORMAT_VERSION, **self.meta})
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, meta=np.array(meta), **{name: getattr(self, name) for name in self.ARRAYS})
+        arrays = {name: getattr(self, name) for name in self.ARRAYS}
+        arrays["vectors"] = self.vectors.astype(self.options.dtype)  # float16 rows widened: narrowed back exactly
+        for name in self.STRINGS:
+            arrays[name], arrays[f"{name}_start"] = _packed(getattr(self, name))
+        np.savez(buffer, meta=np.array(meta), **arrays)
         data = buffer.getvalue()
         Path(path).write_bytes(data)
         return len(data)
@@ -675,7 +683,10 @@ class CorpusIndex:
             raise IndexFileError(f"index format other than {INDEX_FORMAT_VERSION}: rebuild it with this attnlib.")
         try:
             with malformed("index file"):
-                index = cls(meta=meta, **{name: arrays[name] for name in cls.ARRAYS})
+                fields_: dict[str, Any] = {name: arrays[name] for name in cls.ARRAYS}
+                fields_ |= {name: _unpacked(arrays[name], arrays[f"{name}_start"]) for name in cls.STRINGS}
+                index = cls(meta=meta, **fields_)
+                index.vectors = index.vectors.astype(np.float32)
                 IndexOptions(**meta["options"])
                 for key in ("model", "model_fingerprint", "corpus", "n_heads", "gold"):
                     meta[key]  # present, or malformed
@@ -692,8 +703,21 @@ def _read_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def _packed(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Strings as one UTF-8 byte array and the offsets [len + 1] of each (a file holds no pickles)."""
+    encoded = [text.encode("utf-8") for text in strings]
+    starts = np.concatenate([[0], np.cumsum([len(b) for b in encoded])]).astype(np.int64)
+    return np.frombuffer(b"".join(encoded), np.uint8), starts
+
+
+def _unpacked(data: np.ndarray, starts: np.ndarray) -> list[str]:
+    raw = data.tobytes()
+    return [raw[a:b].decode("utf-8") for a, b in itertools.pairwise(starts.tolist())]
+
+
 def cosine_scores(vectors: np.ndarray, query: np.ndarray, block: int = SCORE_BLOCK) -> np.ndarray:
-    """vectors [N, dims] @ query [dims] in float32 (a float16 index is widened block by block, never all at once)."""
+    """vectors [N, dims] @ query [dims] in float32; float16 rows are widened block by block (NumPy's float16 to
+    float32 conversion is scalar: 5x the matrix-vector product, which is why an index holds its rows as float32)."""
     query = np.asarray(query, np.float32)
     if vectors.dtype == np.float32:
         return vectors @ query

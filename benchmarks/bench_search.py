@@ -1,0 +1,149 @@
+"""Benchmark corpus search (METHODS §16) on EWT dev: building the index against one forward pass over the same
+sentences, one query over the index (p50/p95 of 100 queries: search alone, and with the query's own forward pass),
+the index's memory, and exact search with NumPy against faiss-cpu (when installed) at EWT dev's size and 10x it.
+
+Run: python -m benchmarks.bench_search [--limit N] [--repeats R] [--layer L]
+Targets (issue 28): building at most 1.2x the forward pass; a query under 50 ms (p95 of 100); float16, one layer:
+about positions x 384 x 2 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from attnlib.engine import accumulate
+from attnlib.search import CorpusIndex, IndexOptions, build_index, cosine_scores, query_of, top_k
+from benchmarks import default_model_on_ewt_dev
+
+QUERIES = [  # (text, token): a teacher's queries, cycled over the 100
+    ("The cat sat on the mat.", 1),
+    ("She read the book yesterday.", 4),
+    ("We walked to the station in the rain.", 3),
+    ("He bought a new car.", 3),
+    ("They painted the house blue.", 4),
+]
+
+
+def time_build(lm, sentences, layer: int, repeats: int, batch_size: int) -> dict[str, float]:
+    """Best wall time of the forward pass alone (the engine's batched pass, no statistic) and of building the
+    index in mode hidden and mode heads (every head), interleaved."""
+    best: dict[str, float] = {}
+    runs = {
+        "forward pass (engine, no statistic)": lambda: accumulate(lm, sentences, [], batch_size=batch_size),
+        f"index: layer {layer} output (hidden)": lambda: build_index(lm, sentences, IndexOptions(layer=layer)),
+        f"index: layer {layer}, every head (heads)": lambda: build_index(
+            lm, sentences, IndexOptions(layer=layer, heads="all")
+        ),
+    }
+    indexes = {}
+    for _ in range(repeats):
+        for name, make in runs.items():
+            start = time.perf_counter()
+            made = make()
+            seconds = time.perf_counter() - start
+            best[name] = min(best.get(name, np.inf), seconds)
+            if isinstance(made, CorpusIndex):
+                indexes[name] = made
+    return best, indexes
+
+
+def time_queries(lm, index, n: int = 100) -> dict[str, np.ndarray]:
+    """Milliseconds of n searches over the index: the search alone (scores, top 20, summaries) and with the query's
+    forward pass."""
+    alone, whole = [], []
+    queries = [query_of(lm, text, None, token, index.options) for text, token in QUERIES]
+    for i in range(n):
+        start = time.perf_counter()
+        index.search(queries[i % len(queries)], k=20)
+        alone.append(time.perf_counter() - start)
+        text, token = QUERIES[i % len(QUERIES)]
+        start = time.perf_counter()
+        index.search(query_of(lm, text, None, token, index.options), k=20)
+        whole.append(time.perf_counter() - start)
+    return {"search alone": np.array(alone) * 1e3, "query's forward pass + search": np.array(whole) * 1e3}
+
+
+def time_exact_against_faiss(vectors: np.ndarray, query: np.ndarray, repeats: int = 30) -> list[tuple]:
+    """ms per query (median) of NumPy's exact scores + top 20 against faiss's exact flat indexes (float32 and
+    float16 storage), on these vectors and on 10x as many; faiss's top 20 checked against NumPy's."""
+    try:
+        import faiss
+    except ImportError:
+        return []
+    rows = []
+    q = query[None].astype(np.float32)
+    for scale in (1, 10):
+        x16 = np.tile(vectors, (scale, 1)) if scale > 1 else vectors
+        x16 = (x16 + np.random.default_rng(0).normal(0, 1e-3, x16.shape)).astype(np.float16) if scale > 1 else x16
+        x32 = x16.astype(np.float32)
+        flat = faiss.IndexFlatIP(x32.shape[1])
+        flat.add(x32)
+        sq = faiss.IndexScalarQuantizer(x32.shape[1], faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+        sq.train(x32[:1000])
+        sq.add(x32)
+        expected = top_k(cosine_scores(x16, query), 20)
+        cases = {
+            "numpy, float16 rows (widened per block)": lambda x=x16: top_k(cosine_scores(x, query), 20),
+            "numpy, float32 rows": lambda x=x32: top_k(cosine_scores(x, query), 20),
+            "faiss IndexFlatIP (float32)": lambda f=flat: f.search(q, 20)[1][0],
+            "faiss ScalarQuantizer fp16": lambda f=sq: f.search(q, 20)[1][0],
+        }
+        for name, fn in cases.items():
+            got = fn()
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+            same = len(set(map(int, got)) & set(map(int, expected)))
+            rows.append((len(x16), name, float(np.median(times)) * 1e3, same))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=None, help="EWT dev sentences (default: all 2001)")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--layer", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+    lm, sentences = default_model_on_ewt_dev(args.limit, args.batch_size, args.repeats)
+    best, indexes = time_build(lm, sentences, args.layer, args.repeats, args.batch_size)
+    forward = best["forward pass (engine, no statistic)"]
+    print("| run | seconds | ratio to the forward pass |\n|---|---|---|")
+    for name, seconds in best.items():
+        print(f"| {name} | {seconds:.1f} | {seconds / forward:.2f}x |")
+    hidden, heads = indexes.values()
+    print(f"\nindex: {len(hidden)} positions of {hidden.n_inputs} inputs, {hidden.vectors.shape[1]} dimensions")
+    print("\n| index | vectors (MB) | everything else (MB) | in memory (MB) |\n|---|---|---|---|")
+    for name, index in indexes.items():
+        total = index.nbytes / 1e6
+        print(f"| {name} | {index.vectors.nbytes / 1e6:.1f} | {total - index.vectors.nbytes / 1e6:.1f} | {total:.1f} |")
+    print("\n| one query over the index (100 queries, k = 20) | p50 ms | p95 ms |\n|---|---|---|")
+    for mode, index in (("hidden", hidden), ("heads, every head", heads)):
+        for name, ms in time_queries(lm, index).items():
+            print(f"| {mode}: {name} | {np.percentile(ms, 50):.1f} | {np.percentile(ms, 95):.1f} |")
+        subset = query_of(lm, QUERIES[0][0], None, QUERIES[0][1], heads.options)
+        ms = []
+        for _ in range(100):
+            start = time.perf_counter()
+            heads.search(subset, k=20, heads=[1, 4, 7])
+            ms.append((time.perf_counter() - start) * 1e3)
+    print(f"| heads 1,4,7 of the every-head index: search alone | {np.percentile(ms, 50):.1f} | "
+          f"{np.percentile(ms, 95):.1f} |")  # fmt: skip
+    rows = time_exact_against_faiss(
+        hidden.vectors, query_of(lm, QUERIES[0][0], None, QUERIES[0][1], hidden.options).vector
+    )
+    if rows:
+        print("\n| positions | exact top 20 by | ms per query (median) | same top 20 as NumPy |\n|---|---|---|---|")
+        for n, name, ms_, same in rows:
+            print(f"| {n} | {name} | {ms_:.1f} | {same}/20 |")
+    else:
+        print("\n(faiss-cpu is not installed: `pip install faiss-cpu` adds its timings)")
+
+
+if __name__ == "__main__":
+    main()
