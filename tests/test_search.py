@@ -426,3 +426,34 @@ def test_index_and_search_commands(tiny_model_dir, tmp_path, capsys):
         assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
     code, _, err = _main(capsys, "index", *corpus, "--out", str(path), *model)
     assert code == 2 and "one of the arguments --layer --embeddings is required" in err
+
+
+# ---------------------------------------------------------------------------------------- the Live page
+
+
+@pytest.mark.slow
+def test_live_page_search_section(minilm):
+    """Off by default (no corpus widgets drawn); on with a token: k matches, each its strip and an Open button that
+    puts its sentence in the head view with its token selected; the state is in the URL."""
+    from conftest import figures
+    from test_live import open_live, rerun
+
+    at = open_live(a="The cat sat on the mat.", b="", layer="3", token="3")
+    assert not at.toggle(key="live_find").value and "find" not in at.query_params
+    assert not [s for s in at.subheader if s.value == "Corpus"]
+    at.toggle(key="live_find").set_value(True)
+    at.session_state["live_find_corpus"] = "Classroom set: single sentences"
+    at.session_state["live_find_k"] = 5
+    rerun(at)
+    strips = [m for m in at.markdown if "attn-strip" in m.value]
+    assert len(strips) == 5 and at.query_params["find"] == "1" and at.query_params["k"] == "5"
+    assert at.query_params["corpus"] == "classroom-single"
+    assert any("Key each head attends to most" in f.spec for f in figures(at))
+    assert any("no gold UPOS" in c.value for c in at.caption)  # a text corpus: the class counts only
+    expected = search_corpus(minilm, "The cat sat on the mat.", 2, CLASSROOM_SINGLE, layer=2, k=5)
+    assert [m.input + 1 for m in expected.matches] == [int(s.value.split("· input ")[1].split(",")[0]) for s in strips]
+    at.button(key="find0_open_1").click()
+    rerun(at)
+    first = read_corpus(CLASSROOM_SINGLE)[expected.matches[0].input]
+    assert at.text_area(key="text_a").value == first.text_a
+    assert at.query_params["token"] == str(expected.matches[0].position + 1)
