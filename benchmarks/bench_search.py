@@ -3,6 +3,8 @@ sentences, one query over the index (p50/p95 of 100 queries: search alone, and w
 the index's memory, and exact search with NumPy against faiss-cpu (when installed) at EWT dev's size and 10x it.
 
 Run: python -m benchmarks.bench_search [--limit N] [--repeats R] [--layer L]
+     python -m benchmarks.bench_search --browser [--limit N]: the Live page on a server pinned to one CPU (as the
+     classroom server), Chromium clicking tokens of the head view once the index is built: click to matches on screen.
 Targets (issue 28): building at most 1.2x the forward pass; a query under 50 ms (p95 of 100); float16, one layer:
 about positions x 384 x 2 bytes.
 """
@@ -103,13 +105,73 @@ def time_exact_against_faiss(vectors: np.ndarray, query: np.ndarray, repeats: in
     return rows
 
 
+CLICK_TO_MATCHES = """([piece, k]) => !document.querySelector('[data-testid="stStatusWidget"]')
+  && new URLSearchParams(location.search).get('token') === String(piece)
+  && (k === 0 || ([...document.querySelectorAll('[data-testid="stCaptionContainer"]')]
+      .some(c => c.innerText.startsWith(`Query: piece ${piece} `))
+    && document.querySelectorAll('.attn-strip').length === k))"""
+
+
+def click_tokens(page, pieces: range, k: int) -> list[float]:
+    """Seconds from a click on each piece (1-based) in the head view until the page has finished (k > 0: until its
+    k matches are drawn)."""
+    seconds = []
+    for piece in pieces:
+        frame = next(f for f in page.frames if f != page.main_frame and f.query_selector("#cv"))
+        start = time.perf_counter()
+        frame.locator("#cv").click(position={"x": 20, "y": 4 + 18 * (piece - 1) + 9})
+        page.wait_for_function(CLICK_TO_MATCHES, arg=[piece, k], timeout=120_000)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def browser_queries(limit: int | None, clicks: int = 8, k: int = 20) -> None:
+    """Seconds from a click on a token in the head view to its k matches drawn, the server on one CPU (taskset -c 0),
+    after a first search built the index; and the server's peak resident memory."""
+    from playwright.sync_api import sync_playwright
+
+    from benchmarks.bench_deploy import BROWSER_ARGS, CHROMIUM, ROOT, Server
+
+    text = "The children played in the park after school because the sun was finally shining."
+    query = f"a={text.replace(' ', '+')}&b=&layer=3&find=1&corpus=ewt-dev&limit={limit or 100000}&k={k}&token=2"
+    server = Server(ROOT / "test-output" / "bench-search-server.log", prefix=("taskset", "-c", "0"))
+    try:
+        server.health_seconds()
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 2400})
+            start = time.perf_counter()
+            page.goto(f"{server.url}/?{query}")
+            page.wait_for_function(CLICK_TO_MATCHES, arg=[2, k], timeout=1_800_000)
+            built = time.perf_counter() - start
+            seconds = click_tokens(page, range(3, 3 + clicks), k)
+            plain = browser.new_page(viewport={"width": 1400, "height": 2400})  # the same clicks, the search off
+            plain.goto(f"{server.url}/?{query.replace('find=1', 'find=0')}")
+            plain.wait_for_function(CLICK_TO_MATCHES, arg=[2, 0], timeout=600_000)
+            baseline = click_tokens(plain, range(3, 3 + clicks), 0)
+            browser.close()
+    finally:
+        server.stop()
+    print(f"Live page, server on one CPU, EWT dev ({limit or 'all'} sentences), k = {k}:")
+    print(f"first search (loads the model's page, builds the index): {built:.1f} s")
+    print(f"click on a token to its matches drawn: median {np.median(seconds):.2f} s, max {max(seconds):.2f} s "
+          f"over {len(seconds)} clicks ({', '.join(f'{x:.2f}' for x in seconds)})")  # fmt: skip
+    print(f"the same clicks with the search off (the page's own rerun): median {np.median(baseline):.2f} s; "
+          f"the search adds {np.median(seconds) / np.median(baseline):.2f}x")  # fmt: skip
+    print(f"server peak resident memory: {server.peak_mb:.0f} MB (with its children)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=None, help="EWT dev sentences (default: all 2001)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--layer", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--browser", action="store_true", help="the Live page on one CPU, in Chromium (see above)")
     args = parser.parse_args()
+    if args.browser:
+        browser_queries(args.limit)
+        return
     lm, sentences = default_model_on_ewt_dev(args.limit, args.batch_size, args.repeats)
     best, indexes = time_build(lm, sentences, args.layer, args.repeats, args.batch_size)
     forward = best["forward pass (engine, no statistic)"]
