@@ -20,6 +20,7 @@ from .cli_options import (
     add_option_flags,
     add_out_option,
     add_scale_options,
+    corpus_run_flags,
     options_from_args,
 )
 from .corpus import CorpusError
@@ -72,12 +73,7 @@ def handle_analysis(analysis: Analysis, args: argparse.Namespace) -> dict:
             args.model,
             options,
             inputs={source: getattr(args, source) for source in analysis.sources},
-            limit=args.limit,
-            engine=args.engine,
-            device=args.device,
-            workers=args.workers,
-            cpus_per_worker=args.cpus_per_worker,
-            batch_size=args.batch_size,
+            **corpus_run_flags(args),
         )
     if args.out:
         write_result_file(args.out, run.result_file())

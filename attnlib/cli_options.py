@@ -135,3 +135,9 @@ def add_scale_options(parser: argparse.ArgumentParser, out_help: str = OUT_HELP,
         help="CPUs Ray reserves for each worker; torch uses that many threads (default 1)",
     )
     group.add_argument("--out", default=None, required=out_required, metavar="FILE", help=out_help)
+
+
+def corpus_run_flags(args: argparse.Namespace) -> dict:
+    """What a corpus command's flags say about the run: limit, engine, device, workers, CPUs per worker, batch size."""
+    names = ("limit", "engine", "device", "workers", "cpus_per_worker", "batch_size")
+    return {name: getattr(args, name) for name in names}

@@ -10,7 +10,14 @@ from pathlib import Path
 
 from .. import __version__
 from ..analysis import DEFAULT_BATCH_SIZE
-from ..cli_options import CORPUS_HELP, add_model_option, add_option_flags, add_scale_options, positive_int
+from ..cli_options import (
+    CORPUS_HELP,
+    add_model_option,
+    add_option_flags,
+    add_scale_options,
+    corpus_run_flags,
+    positive_int,
+)
 from ..engines import check_device
 from ..model import LoadedModel, load_model
 from ..results import ResultFile, json_ready, write_result_file
@@ -82,18 +89,7 @@ def indexed(lm: LoadedModel, args: argparse.Namespace, options: IndexOptions) ->
     """The index that the corpus flags and options describe, built in one pass of the chosen engine."""
     path, conllu = corpus_of(args)
     assert path is not None
-    return build_index(
-        lm,
-        path,
-        options,
-        conllu=conllu,
-        limit=args.limit,
-        engine=args.engine,
-        device=args.device,
-        workers=args.workers,
-        cpus_per_worker=args.cpus_per_worker,
-        batch_size=args.batch_size,
-    )
+    return build_index(lm, path, options, conllu=conllu, **corpus_run_flags(args))
 
 
 def handle(args: argparse.Namespace) -> dict:
