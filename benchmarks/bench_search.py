@@ -78,8 +78,8 @@ def time_exact_against_faiss(vectors: np.ndarray, query: np.ndarray, repeats: in
     rows = []
     q = query[None].astype(np.float32)
     for scale in (1, 10):
-        x16 = np.tile(vectors, (scale, 1)) if scale > 1 else vectors
-        x16 = (x16 + np.random.default_rng(0).normal(0, 1e-3, x16.shape)).astype(np.float16) if scale > 1 else x16
+        noise = np.random.default_rng(0).normal(0, 1e-3, (len(vectors) * scale, vectors.shape[1])) if scale > 1 else 0
+        x16 = (np.tile(vectors, (scale, 1)) + noise).astype(np.float16)  # 10x: the rows again, a little moved
         x32 = x16.astype(np.float32)
         flat = faiss.IndexFlatIP(x32.shape[1])
         flat.add(x32)
@@ -161,6 +161,53 @@ def browser_queries(limit: int | None, clicks: int = 8, k: int = 20) -> None:
     print(f"server peak resident memory: {server.peak_mb:.0f} MB (with its children)")
 
 
+def query_table(lm, indexes: dict) -> None:
+    """p50 and p95 of 100 queries over each index (and of a 3-head subset of a heads index)."""
+    print("\n| one query over the index (100 queries, k = 20) | p50 ms | p95 ms |\n|---|---|---|")
+    for mode, index in indexes.items():
+        for name, ms in time_queries(lm, index).items():
+            print(f"| {mode}: {name} | {np.percentile(ms, 50):.1f} | {np.percentile(ms, 95):.1f} |")
+        if index.heads:
+            subset = query_of(lm, QUERIES[0][0], None, QUERIES[0][1], index.options)
+            times = []
+            for _ in range(100):
+                start = time.perf_counter()
+                index.search(subset, k=20, heads=[1, 4, 7])
+                times.append((time.perf_counter() - start) * 1e3)
+            print(f"| {mode}, heads 1,4,7 of it: search alone | {np.percentile(times, 50):.1f} | "
+                  f"{np.percentile(times, 95):.1f} |")  # fmt: skip
+
+
+def queries_over_files(paths: list[str]) -> None:
+    """Queries over saved indexes: their size on disk and in memory, then query_table."""
+    from pathlib import Path
+
+    from attnlib.model import load_model
+
+    lm = load_model()
+    indexes = {}
+    print("| index file | positions | file (MB) | vectors in memory (MB) | all in memory (MB) |\n|---|---|---|---|---|")
+    for path in paths:
+        index = CorpusIndex.load(path)
+        indexes[index.options.describe()] = index
+        print(f"| {Path(path).name} | {len(index)} | {Path(path).stat().st_size / 1e6:.1f} | "
+              f"{index.vectors.nbytes / 1e6:.1f} | {index.nbytes / 1e6:.1f} |")  # fmt: skip
+    query_table(lm, indexes)
+    faiss_table(lm, next(iter(indexes.values())))
+
+
+def faiss_table(lm, index: CorpusIndex) -> None:
+    """Exact search with NumPy against faiss-cpu's flat indexes, when faiss is installed."""
+    query = query_of(lm, QUERIES[0][0], None, QUERIES[0][1], index.options).vector
+    rows = time_exact_against_faiss(index.vectors, query)
+    if not rows:
+        print("\n(faiss-cpu is not installed: `pip install faiss-cpu` adds its timings)")
+        return
+    print("\n| positions | exact top 20 by | ms per query (median) | same top 20 as NumPy |\n|---|---|---|---|")
+    for n, name, ms, same in rows:
+        print(f"| {n} | {name} | {ms:.1f} | {same}/20 |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=None, help="EWT dev sentences (default: all 2001)")
@@ -168,9 +215,13 @@ def main() -> None:
     parser.add_argument("--layer", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--browser", action="store_true", help="the Live page on one CPU, in Chromium (see above)")
+    parser.add_argument("--index", nargs="+", default=None, help="index files (`attnlib index --out`): queries only")
     args = parser.parse_args()
     if args.browser:
         browser_queries(args.limit)
+        return
+    if args.index:
+        queries_over_files(args.index)
         return
     lm, sentences = default_model_on_ewt_dev(args.limit, args.batch_size, args.repeats)
     best, indexes = time_build(lm, sentences, args.layer, args.repeats, args.batch_size)
@@ -184,27 +235,8 @@ def main() -> None:
     for name, index in indexes.items():
         total = index.nbytes / 1e6
         print(f"| {name} | {index.vectors.nbytes / 1e6:.1f} | {total - index.vectors.nbytes / 1e6:.1f} | {total:.1f} |")
-    print("\n| one query over the index (100 queries, k = 20) | p50 ms | p95 ms |\n|---|---|---|")
-    for mode, index in (("hidden", hidden), ("heads, every head", heads)):
-        for name, ms in time_queries(lm, index).items():
-            print(f"| {mode}: {name} | {np.percentile(ms, 50):.1f} | {np.percentile(ms, 95):.1f} |")
-        subset = query_of(lm, QUERIES[0][0], None, QUERIES[0][1], heads.options)
-        ms = []
-        for _ in range(100):
-            start = time.perf_counter()
-            heads.search(subset, k=20, heads=[1, 4, 7])
-            ms.append((time.perf_counter() - start) * 1e3)
-    print(f"| heads 1,4,7 of the every-head index: search alone | {np.percentile(ms, 50):.1f} | "
-          f"{np.percentile(ms, 95):.1f} |")  # fmt: skip
-    rows = time_exact_against_faiss(
-        hidden.vectors, query_of(lm, QUERIES[0][0], None, QUERIES[0][1], hidden.options).vector
-    )
-    if rows:
-        print("\n| positions | exact top 20 by | ms per query (median) | same top 20 as NumPy |\n|---|---|---|---|")
-        for n, name, ms_, same in rows:
-            print(f"| {n} | {name} | {ms_:.1f} | {same}/20 |")
-    else:
-        print("\n(faiss-cpu is not installed: `pip install faiss-cpu` adds its timings)")
+    query_table(lm, {"hidden": hidden, "heads, every head": heads})
+    faiss_table(lm, hidden)
 
 
 if __name__ == "__main__":
