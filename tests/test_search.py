@@ -457,3 +457,20 @@ def test_live_page_search_section(minilm):
     first = read_corpus(CLASSROOM_SINGLE)[expected.matches[0].input]
     assert at.text_area(key="text_a").value == first.text_a
     assert at.query_params["token"] == str(expected.matches[0].position + 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_live_page_searches_both_models(tiny_model_dir):
+    """With a second model under Compare with, the same query runs in both, each against its own index."""
+    from test_live import open_live
+
+    at = open_live(
+        a="The cat sat on the mat.", b="", layer="3", token="3", find="1", corpus="classroom-single", k="4",
+        cmp=str(tiny_model_dir),
+    )  # fmt: skip
+    strips = [m for m in at.markdown if "attn-strip" in m.value]
+    searched = [c.value for c in at.caption if c.value.startswith("Searched: ")]
+    assert len(strips) == 8 and len(searched) == 2
+    assert "layer 3 output" in searched[0] and "layer 2 output" in searched[1]  # the tiny model has 2 layers
+    assert at.button(key="find1_open_1") is not None
