@@ -112,12 +112,23 @@ CLICK_TO_MATCHES = """([piece, k]) => !document.querySelector('[data-testid="stS
     && document.querySelectorAll('.attn-strip').length === k))"""
 
 
+def head_view_frame(page, timeout_s: float = 300):
+    """The head view's frame once its canvas is there."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        frame = next((f for f in page.frames if f != page.main_frame and f.query_selector("#cv")), None)
+        if frame is not None:
+            return frame
+        page.wait_for_timeout(200)
+    raise RuntimeError("the head view never appeared")
+
+
 def click_tokens(page, pieces: range, k: int) -> list[float]:
     """Seconds from a click on each piece (1-based) in the head view until the page has finished (k > 0: until its
     k matches are drawn)."""
     seconds = []
     for piece in pieces:
-        frame = next(f for f in page.frames if f != page.main_frame and f.query_selector("#cv"))
+        frame = head_view_frame(page)
         start = time.perf_counter()
         frame.locator("#cv").click(position={"x": 20, "y": 4 + 18 * (piece - 1) + 9})
         page.wait_for_function(CLICK_TO_MATCHES, arg=[piece, k], timeout=120_000)
