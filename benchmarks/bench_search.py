@@ -114,11 +114,16 @@ CLICK_TO_MATCHES = """([piece, k]) => !document.querySelector('[data-testid="stS
 
 def head_view_frame(page, timeout_s: float = 300):
     """The head view's frame once its canvas is there."""
+    from playwright.sync_api import Error
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        frame = next((f for f in page.frames if f != page.main_frame and f.query_selector("#cv")), None)
-        if frame is not None:
-            return frame
+        for frame in page.frames:
+            try:
+                if frame != page.main_frame and frame.query_selector("#cv"):
+                    return frame
+            except Error:  # a rerun replaced the frame while it was read
+                continue
         page.wait_for_timeout(200)
     raise RuntimeError("the head view never appeared")
 
