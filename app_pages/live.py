@@ -15,7 +15,7 @@ from attnlib.ablation import AblationUnavailable, heads_text, unavailable_reason
 from attnlib.comparison import largest_difference
 from attnlib.export import attention_table
 from attnlib.labels import STAT_NAMES
-from attnlib.model import ModelFacts
+from attnlib.model import LoadedModel, ModelFacts
 from attnlib.runner import InputError, RunResult
 from attnlib.special import input_statistics, punct_mask
 from attnlib.tables import by_layer
@@ -29,11 +29,21 @@ from ui.data_table import data_table
 from ui.family_notes import explain_unsupported, local_layers_note
 from ui.head_finder import show_finder
 from ui.head_switches import clicked_heads, head_switches
-from ui.live_inputs import cached_ablation, cached_run, run_or_explain, text_inputs, token_maps, units, value_norm
+from ui.live_inputs import (
+    cached_ablation,
+    cached_run,
+    run_or_explain,
+    text_inputs,
+    text_options,
+    token_maps,
+    units,
+    value_norm,
+)
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model
 from ui.page_state import Option, bind, publish, set_value
 from ui.plotly_figure import plotly_figure
+from ui.token_pick import listen_for_picks
 
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
 LEVELS = {"token": "Tokens", "word": "Words"}
@@ -53,9 +63,10 @@ PAIR_FILTER = Option("live_filter", "filter", "All", FILTER_PARAMS)
 SHOW = Option("live_show", "show", "weights", list(SHOWS))
 OFF = Option("live_off", "off", "")  # heads switched off, 1-based layer-head: "3-10,1-2"
 CLICK = Option("live_click", "click", False)  # clicks in the model view switch heads off
-OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER, OFF, CLICK]
 OFF_PICK = "live_off_pick"  # the multiselect of the heads off (OFF is its text in the URL)
 SWITCHES = "live_switches"  # the model view whose clicks switch heads
+FIND = Option("live_find", "find", False, omit_default=True)  # the "Find similar tokens in a corpus" section is open
+OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER, OFF, CLICK, FIND]
 
 
 @dataclass
@@ -119,6 +130,20 @@ def _open_head(layer: int, head: int) -> None:
     for option, value in [(VIEW, "head"), (LAYER, layer + 1), (HEAD, head + 1), (HEADS, [head + 1]), (TOKEN, 0)]:
         set_value(option, value)
     set_value(PAIR_FILTER, "All")
+
+
+def _pick_token(position: int) -> None:
+    """A click on a query token in the head view (1-based, 0: unpinned) selects it, as the token selector does."""
+    set_value(TOKEN, position)
+
+
+def _open_match(text_a: str, text_b: str, token: int) -> None:
+    """Button callback of a corpus match: its sentence (or pair) in the head view, its token (0-based) selected."""
+    option_a, option_b = text_options()
+    set_value(option_a, text_a)
+    set_value(option_b, text_b)
+    for option, value in [(VIEW, "head"), (LEVEL, "token"), (TOKEN, token + 1), (PAIR_FILTER, "All")]:
+        set_value(option, value)
 
 
 def _reset_token() -> None:
@@ -341,6 +366,7 @@ def head_view_section(s: LiveView, second: ModelFacts | None) -> None:
         return
     views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
     drawn = []
+    listen_for_picks(_pick_token)
     for column, v in zip(side_by_side(views), views):
         with column:
             drawn.append(head_view_part(v, heads, pair_filter, len(views) > 1))
@@ -565,6 +591,24 @@ def switches_section(s: LiveView) -> None:
     data_table(pd.DataFrame(rows), key="live_predictions")
 
 
+def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -> None:
+    """ "Find similar tokens in a corpus" (METHODS §16): off by default, and nothing of it loads until switched on."""
+    st.divider()
+    if not st.toggle(
+        "Find similar tokens in a corpus",
+        key=FIND.key,
+        help="exBERT's search by example: the tokens of a corpus whose vectors (this layer's output, or the heads "
+        "shown) are most like the selected token's, with their parts of speech, relations and what they attend to.",
+    ):
+        return
+    from ui.similar_tokens import Ask, find_similar, first_piece
+
+    token = first_piece(s.result, s.selected, s.level)
+    heads = tuple(h - 1 for h in st.session_state[HEADS.key]) if view == "head" else (s.head,)
+    ask = None if token is None else Ask(s.text_a, s.text_b, token, s.layer, heads)
+    find_similar(current_model(), second, ask, s.result, _open_match)
+
+
 SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": neuron_view_section}
 
 st.title("Live attention")
@@ -585,7 +629,9 @@ if view == "finder":
     show_finder(facts, text_a, text_b, on_pick=_open_head)
 else:
     compared = compared_model()
-    shown = controls(view, facts, result, text_a, text_b)
-    SECTIONS[view](shown, compared.facts if compared else None)
-    switches_section(shown)
-cite_methods(6, 11)
+    live = controls(view, facts, result, text_a, text_b)
+    SECTIONS[view](live, compared.facts if compared else None)
+    switches_section(live)
+    if view != "model":
+        similar_tokens_section(live, view, compared)
+cite_methods(6, 11, 15, 16)

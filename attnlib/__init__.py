@@ -5,6 +5,7 @@
     maps = attnlib.analyse("attention", lm, text="The cat sat.", pair="It was tired.")
     special = attnlib.analyse("special", lm, corpus="data/classroom_pairs.tsv", head_map=True)
     special.to_json()                             # what `attnlib special --json` prints, without the model
+    attnlib.search_corpus(lm, "The cat sat.", 2, corpus="data/classroom_single.txt", layer=2).matches
 
 `attnlib.ANALYSES` names every analysis (each one a command of the command line with the same options).
 """
@@ -17,6 +18,7 @@ from .corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus
 from .model import DEFAULT_MODEL, LoadedModel, ModelFacts, ModelLoadError, load_model
 from .results import ResultFile, ResultFileError, read_result_file
 from .runner import Encoded, InputError, RunResult, encode, run, run_batches
+from .search import CorpusIndex, build_index, search_corpus
 from .words import word_level_attention
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "Analysis",
     "CorpusError",
+    "CorpusIndex",
     "CorpusInput",
     "Encoded",
     "InputError",
@@ -36,6 +39,7 @@ __all__ = [
     "RunResult",
     "Sentence",
     "analyse",
+    "build_index",
     "encode",
     "load_model",
     "read_conllu",
@@ -44,5 +48,6 @@ __all__ = [
     "read_text_corpus",
     "run",
     "run_batches",
+    "search_corpus",
     "word_level_attention",
 ]

@@ -20,6 +20,7 @@ from .cli_options import (
     add_option_flags,
     add_out_option,
     add_scale_options,
+    corpus_run_flags,
     options_from_args,
 )
 from .corpus import CorpusError
@@ -28,6 +29,7 @@ from .families import UnsupportedModelError
 from .model import ModelLoadError
 from .results import json_ready, write_result_file
 from .runner import InputError
+from .search import SearchError
 
 USER_ERRORS = (
     CorpusError,
@@ -36,6 +38,7 @@ USER_ERRORS = (
     FileNotFoundError,
     ScaleError,
     OptionError,
+    SearchError,
     UnsupportedModelError,
 )
 USAGE_ERROR = 2  # exit status of user errors, as argparse uses
@@ -80,12 +83,7 @@ def handle_analysis(analysis: Analysis, args: argparse.Namespace) -> dict:
             args.model,
             options,
             inputs={source: getattr(args, source) for source in analysis.sources},
-            limit=args.limit,
-            engine=args.engine,
-            device=args.device,
-            workers=args.workers,
-            cpus_per_worker=args.cpus_per_worker,
-            batch_size=args.batch_size,
+            **corpus_run_flags(args),
             strict=True,
         )
     if args.out:

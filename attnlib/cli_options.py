@@ -113,7 +113,10 @@ def add_out_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, metavar="FILE", help="also write the result as a JSON result file")
 
 
-def add_scale_options(parser: argparse.ArgumentParser) -> None:
+OUT_HELP = "also write the result as a JSON file the app's corpus pages can load"
+
+
+def add_scale_options(parser: argparse.ArgumentParser, out_help: str = OUT_HELP, out_required: bool = False) -> None:
     """--engine, --workers, --cpus-per-worker and --out, shared by the corpus commands (--device comes with --model)."""
     group = parser.add_argument_group("scale-out")
     group.add_argument(
@@ -131,9 +134,10 @@ def add_scale_options(parser: argparse.ArgumentParser) -> None:
         default=1.0,
         help="CPUs Ray reserves for each worker; torch uses that many threads (default 1)",
     )
-    group.add_argument(
-        "--out",
-        default=None,
-        metavar="FILE",
-        help="also write the result as a JSON file the app's corpus pages can load",
-    )
+    group.add_argument("--out", default=None, required=out_required, metavar="FILE", help=out_help)
+
+
+def corpus_run_flags(args: argparse.Namespace) -> dict:
+    """What a corpus command's flags say about the run: limit, engine, device, workers, CPUs per worker, batch size."""
+    names = ("limit", "engine", "device", "workers", "cpus_per_worker", "batch_size")
+    return {name: getattr(args, name) for name in names}

@@ -87,11 +87,12 @@ def kept_upload(key: str, label: str, types: list[str], help: str) -> tuple[str,
     return st.session_state.get(kept)
 
 
-def corpus_options(key: str, kind: Kind, default_limit: int) -> tuple[Option, Option]:
-    """The picker's two options: the corpus (URL `corpus`) and the limit (URL `limit`)."""
+def corpus_options(key: str, kind: Kind, default_limit: int, default: str | None = None) -> tuple[Option, Option]:
+    """The picker's two options: the corpus (URL `corpus`; `default`: a label, else the first) and the limit (URL
+    `limit`)."""
     upload_label = "Upload a CoNLL-U file" if kind == "conllu" else "Upload a text or CoNLL-U file"
     names = {k: v for k, v in SHIPPED.items() if kind == "any" or v in TREEBANKS} | {"upload": upload_label}
-    corpus = Option(f"{key}_corpus", "corpus", next(iter(names.values())), names)
+    corpus = Option(f"{key}_corpus", "corpus", default or next(iter(names.values())), names)
     return corpus, Option(f"{key}_limit", "limit", default_limit, lo=1, hi=100_000)
 
 
@@ -126,11 +127,14 @@ def chosen_corpus(key: str, choice: str, kind: Kind, limit: int) -> CorpusChoice
     return CorpusChoice(label, sha1, f"{sha1}:{limit}", inputs[:limit], is_conllu)
 
 
-def corpus_picker(key: str, kind: Kind = "any", default_limit: int = 200) -> CorpusChoice | None:
-    """Draw the corpus widgets (in the sidebar) and return the chosen inputs, or None with a message shown."""
-    corpus, limit = corpus_options(key, kind, default_limit)
+def corpus_picker(
+    key: str, kind: Kind = "any", default_limit: int = 200, sidebar: bool = True, default: str | None = None
+) -> CorpusChoice | None:
+    """Draw the corpus widgets (in the sidebar, or where the page is) and return the chosen inputs, or None with a
+    message shown; `default`: the label of the corpus a new visitor gets."""
+    corpus, limit = corpus_options(key, kind, default_limit, default)
     bind([corpus, limit])
-    with st.sidebar:
+    with st.sidebar if sidebar else st.container():
         st.subheader("Corpus")
         assert isinstance(corpus.choices, dict)
         choice = st.selectbox("Corpus", list(corpus.choices.values()), key=corpus.key, label_visibility="collapsed")

@@ -137,6 +137,8 @@ cv.onclick = e => {
     pinned = pinned === row ? -1 : row;
     active = row;
     draw();
+    // A page that embeds the view (the app's Live page) may listen: the pinned query position, 1-based, 0 for none.
+    if (window.parent !== window) window.parent.postMessage({ attnlibPick: pinned < 0 ? 0 : D.leftPos[pinned] }, '*');
   }
 };
 
