@@ -16,6 +16,7 @@ from .input_norms import NORMS
 from .model import DEFAULT_MODEL, LoadedModel
 from .positions import POSITIONS
 from .probe import PROBE
+from .qk import QK
 from .special_tokens import SPECIAL
 
 ANALYSES: dict[str, Analysis] = {
@@ -29,6 +30,7 @@ ANALYSES: dict[str, Analysis] = {
         POSITIONS,
         AGGREGATION,
         PROBE,
+        QK,
     )
 }
 

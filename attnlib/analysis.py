@@ -131,6 +131,7 @@ class Analysis(Generic[O, R]):
     fill: OwnFill | None = None
     json_model: bool = True  # the JSON names the model first (deps and probe never did)
     note: Callable[[LoadedModel, CorpusInput, O], str | None] | None = None  # said on stderr before a long run
+    conllu_flag: bool = False  # a corpus analysis whose corpus may be given as --conllu PATH too (a CoNLL-U file)
 
     @property
     def sources(self) -> tuple[str, ...]:

@@ -24,11 +24,20 @@ from .cli_options import (
 )
 from .corpus import CorpusError
 from .engines import ScaleError
+from .families import UnsupportedModelError
 from .model import ModelLoadError
 from .results import json_ready, write_result_file
 from .runner import InputError
 
-USER_ERRORS = (CorpusError, ModelLoadError, InputError, FileNotFoundError, ScaleError, OptionError)
+USER_ERRORS = (
+    CorpusError,
+    ModelLoadError,
+    InputError,
+    FileNotFoundError,
+    ScaleError,
+    OptionError,
+    UnsupportedModelError,
+)
 USAGE_ERROR = 2  # exit status of user errors, as argparse uses
 
 

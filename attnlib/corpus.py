@@ -22,11 +22,12 @@ class CorpusInput:
 
 @dataclass
 class Sentence(CorpusInput):
-    """A CoNLL-U sentence: its syntactic words with 1-based heads (0 = root) and relation labels."""
+    """A CoNLL-U sentence: its syntactic words with 1-based heads (0 = root), relation labels and gold UPOS tags."""
 
     heads: list[int] = field(default_factory=list)
     deprels: list[str] = field(default_factory=list)
     sent_id: str = ""
+    upos: list[str] = field(default_factory=list)
 
     @property
     def words(self) -> list[str]:
@@ -99,6 +100,7 @@ def _parse_block(block: list[tuple[int, str]], name: str) -> Sentence:
     words: list[str] = []
     heads: list[int] = []
     deprels: list[str] = []
+    upos: list[str] = []
     lines: list[int] = []
     for number, line in block:
         if line.startswith("#"):
@@ -127,6 +129,7 @@ def _parse_block(block: list[tuple[int, str]], name: str) -> Sentence:
         words.append(token["form"])
         heads.append(token["head"])
         deprels.append(token["deprel"] or "_")
+        upos.append(token["upos"] or "_")
         lines.append(number)
     if not words:
         raise CorpusError(f"{name}, line {block[0][0]}: a sentence with no words.")
@@ -134,7 +137,7 @@ def _parse_block(block: list[tuple[int, str]], name: str) -> Sentence:
         if not 0 <= head <= len(words):
             raise CorpusError(f"{name}, line {number}: HEAD {head} is outside the sentence (1..{len(words)}, or 0).")
     _check_tree(heads, lines, name)
-    return Sentence(words, None, lines[0], heads=heads, deprels=deprels, sent_id=sent_id)
+    return Sentence(words, None, lines[0], heads=heads, deprels=deprels, sent_id=sent_id, upos=upos)
 
 
 def _check_tree(heads: list[int], lines: list[int], name: str) -> None:
