@@ -24,6 +24,9 @@ PAGES = [
     st.Page(
         "app_pages/local_global.py", title="Local vs global", icon=":material/travel_explore:", url_path="local-global"
     ),
+    st.Page(
+        "app_pages/queries_keys.py", title="Queries and keys", icon=":material/scatter_plot:", url_path="queries-keys"
+    ),
     st.Page("app_pages/report.py", title="Report", icon=":material/description:", url_path="report"),
 ]
 

@@ -92,6 +92,7 @@ JOBS = [
     *[Job(f"positions_{key}", ("positions", "--corpus", p, "--limit", str(UD_LIMIT))) for key, p in TREEBANKS.items()],
     *[Job(f"aggregation_{key}", ("aggregation", "--corpus", path)) for key, path in CLASSROOM.items()],
     Job("probe_ewt", ("probe", "--train", TREEBANKS["ewt-dev"], "--test", TREEBANKS["ewt-test"])),
+    Job("qk_classroom-single", ("qk", "--corpus", CLASSROOM["classroom-single"], "--all-heads")),
     Job("example_live-default", (EXAMPLE_COMMAND, "--text", TUTORIAL_A, "--pair", TUTORIAL_B, "--mode", "exact")),
 ]
 

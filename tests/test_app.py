@@ -13,6 +13,7 @@ PAGE_FILES = [
     "app_pages/special_tokens.py",
     "app_pages/dependency_heads.py",
     "app_pages/local_global.py",
+    "app_pages/queries_keys.py",
 ]
 
 
