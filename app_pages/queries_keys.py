@@ -16,7 +16,7 @@ from attnlib.families import UnsupportedModelError
 from attnlib.model import LoadedModel
 from attnlib.qk import METHOD_NAMES, METHODS, QK, Fidelity, ProjectionUnavailable, QKOptions, QKResult
 from attnlib.runner import InputError, run
-from attnlib.views.qk import COLOURINGS, grid_html, picture_figure
+from attnlib.views.qk import COLOURINGS, MIN_LINE_WEIGHT, grid_html, picture_figure
 from ui.compare import model_columns, second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
 from ui.data_table import data_table
@@ -240,7 +240,7 @@ def query_lines(v: Shown, result: QKResult, layer: int, head: int, point: int) -
     )  # fmt: skip
     return weights, (
         f"Query **{own.tokens[position]}** (input {item + 1}, token {position + 1}): the lines are its attention to "
-        f"the keys of its own input (width by weight, under {1:.0%} left out); its top key is **{tokens[top]}** "
+        f"the keys of its own input (width by weight, under {MIN_LINE_WEIGHT:.0%} left out); its top key is **{tokens[top]}** "
         f"({weights[top]:.2f}). [Open this input in the Live page's head view]({link})"
     )
 

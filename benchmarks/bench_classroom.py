@@ -63,7 +63,7 @@ PAGES: tuple[PageCase, ...] = (
     PageCase("special-tokens", "/special-tokens", PLOT),
     PageCase("dependency-heads", "/dependency-heads", TABLE),
     PageCase("local-global", "/local-global", PLOT),
-    PageCase("queries-keys", "/queries-keys", PLOT),  # the grid (a canvas) and the picked head's picture
+    PageCase("queries-keys", "/queries-keys", "canvas"),  # the grid of every head (one canvas) on the first screen
     PageCase("report", "/report", BUTTON),  # builds on request: its first screen is the choice of parts
 )
 

@@ -405,3 +405,23 @@ def test_tsne_and_umap_are_seeded_on_one_machine(method):
     labels = np.repeat([0, 1, 2], 60)  # three separated clusters stay separated: each point's nearest is its own
     distances = np.linalg.norm(first[:, None] - first[None], axis=-1) + np.eye(180) * 1e9
     assert (labels[distances.argmin(1)] == labels).mean() > 0.95
+
+
+def test_shipped_grid_is_a_fresh_pca_within_its_packing_step():
+    """The shipped check slice's grid (packed codes, which a code can differ by across CPUs) decodes to within half
+    a packing step (plus float32 rounding) of every head's PCA computed now; its fidelity numbers agree."""
+    from attnlib.precomputed import PRECOMPUTED, shipped_results
+
+    entry = next(e for e in shipped_results() if e.command == "qk")
+    assert entry.options["all_heads"] and entry.check_file is not None
+    shipped = QK.from_record(read_result_file((PRECOMPUTED / entry.check_file).read_bytes(), "qk"))
+    options, corpus = QKOptions(all_heads=True), {"corpus": str(CLASSROOM_SINGLE)}
+    fresh = run_analysis(QK, "all-MiniLM-L6-v2", options, inputs=corpus, limit=len(shipped.inputs)).result
+    assert [i.tokens for i in fresh.inputs] == [i.tokens for i in shipped.inputs]
+    for (layer, head, method), picture in shipped.pictures.items():
+        now = fresh.picture(layer, head, method)
+        assert now is not None
+        for a, b in ((picture.x, now.x), (picture.y, now.y)):
+            step = (b.max() - b.min()) / (2 ** PACK_BITS[method] - 1)
+            np.testing.assert_allclose(a, b, atol=step / 2 + 1e-4 * np.abs(b).max())
+        assert picture.fidelity.top_is_nearest == pytest.approx(now.fidelity.top_is_nearest, abs=0.02)

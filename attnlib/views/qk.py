@@ -151,7 +151,7 @@ def picture_figure(
         height=height,
         xaxis=dict(showticklabels=method == "pca", zeroline=False, title=None),
         yaxis=dict(showticklabels=method == "pca", zeroline=False, scaleanchor="x", scaleratio=1, title=None),
-        legend=dict(itemsizing="constant"),
+        legend=dict(itemsizing="constant", **({"orientation": "h", "y": 1.06} if colouring == "position" else {})),
         hovermode="closest",
         clickmode="event",
     )

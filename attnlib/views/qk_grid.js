@@ -11,7 +11,7 @@ function drawGrid(container, data, onPick) {
   };
   const coords = bytes(data.coords), groups = bytes(data.groups);
   const L = data.layers, H = data.heads, P = data.points, half = P / 2;
-  const LEFT = 52, TOP = 18, GAP = 3, LEGEND = 22;
+  const LEFT = 52, TOP = 18, GAP = 3, LEGEND = 22, ROUNDS = 4;
 
   container.replaceChildren();
   container.style.position = 'relative';
@@ -48,6 +48,12 @@ function drawGrid(container, data, onPick) {
       if (cell >= 24 || hd % 2 === 0) ctx.fillText(String(hd + 1), LEFT + hd * (cell + GAP) + cell / 2 - 4, TOP / 2);
     }
     const dot = cell >= 60 ? 1.6 : 1.2;
+    // each colour's points, in ROUNDS slices of the corpus: few fillStyle changes, and no colour hides the others
+    const byGroup = data.palette.map(() => []);
+    for (let j = 0; j < half; j++) {
+      byGroup[groups[j]].push(j);
+      byGroup[groups[half + j]].push(half + j);
+    }
     for (let l = 0; l < L; l++) {
       const y0 = TOP + l * (cell + GAP);
       ctx.fillStyle = '#555';
@@ -58,12 +64,16 @@ function drawGrid(container, data, onPick) {
         ctx.fillRect(x0, y0, cell, cell);
         ctx.globalAlpha = 0.55;
         const inner = cell - 4;
-        for (let j = 0; j < half; j++) {  // queries and keys interleaved, so that neither hides the other
-          for (const p of [j, half + j]) {
-            ctx.fillStyle = data.palette[groups[p]];
-            ctx.fillRect(x0 + 2 + (coords[base + p] / 255) * inner, y0 + 2 + (1 - coords[base + P + p] / 255) * inner,
-              dot, dot);
-          }
+        for (let round = 0; round < ROUNDS; round++) {
+          byGroup.forEach((points, g) => {
+            ctx.fillStyle = data.palette[g];
+            const from = Math.floor((points.length * round) / ROUNDS), to = Math.floor((points.length * (round + 1)) / ROUNDS);
+            for (let i = from; i < to; i++) {
+              const p = points[i];
+              ctx.fillRect(x0 + 2 + (coords[base + p] / 255) * inner, y0 + 2 + (1 - coords[base + P + p] / 255) * inner,
+                dot, dot);
+            }
+          });
         }
         ctx.globalAlpha = 1;
         const picked = data.picked && data.picked[0] === l && data.picked[1] === hd;
@@ -105,7 +115,13 @@ function drawGrid(container, data, onPick) {
   canvas.addEventListener('mouseleave', () => { tip.style.display = 'none'; });
   if (onPick) canvas.addEventListener('click', (ev) => { const hit = at(ev); if (hit) onPick(hit); });
   draw();
-  const resized = new ResizeObserver(() => draw());
+  let width = container.clientWidth;
+  const resized = new ResizeObserver(() => {
+    if (container.clientWidth !== width) {  // only a new width lays the cells out anew
+      width = container.clientWidth;
+      draw();
+    }
+  });
   resized.observe(container);
   canvas.dataset.drawn = String(Math.round(performance.now()));
   return () => resized.disconnect();
