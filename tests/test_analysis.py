@@ -145,6 +145,7 @@ INPUTS = {  # a few inputs of each analysis, small enough for the quick tier
     "positions": {"corpus": CLASSROOM_SINGLE, "limit": 2, "probes": 1},
     "aggregation": {"corpus": CLASSROOM_SINGLE, "limit": 2, "probes": 1},
     "probe": {"train": PUD_TEST, "test": EWT_DEV, "limit": 3},
+    "qk": {"corpus": CLASSROOM_SINGLE, "limit": 2, "all_heads": True},
 }
 
 
