@@ -30,6 +30,9 @@ PAGES = [
         icon=":material/power_settings_new:",
         url_path="head-importance",
     ),
+    st.Page(
+        "app_pages/queries_keys.py", title="Queries and keys", icon=":material/scatter_plot:", url_path="queries-keys"
+    ),
     st.Page("app_pages/report.py", title="Report", icon=":material/description:", url_path="report"),
 ]
 

@@ -18,6 +18,7 @@ from .input_norms import NORMS
 from .model import DEFAULT_MODEL, LoadedModel
 from .positions import POSITIONS
 from .probe import PROBE
+from .qk import QK
 from .special_tokens import SPECIAL
 
 ANALYSES: dict[str, Analysis] = {
@@ -33,6 +34,7 @@ ANALYSES: dict[str, Analysis] = {
         PROBE,
         ABLATE,
         IMPORTANCE,
+        QK,
     )
 }
 

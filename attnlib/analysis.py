@@ -145,6 +145,7 @@ class Analysis(Generic[O, R]):
     note: Callable[[LoadedModel, CorpusInput, O], str | None] | None = None  # said on stderr before a long run
     needs: Callable[[O], tuple[Statistic, ...]] | None = None  # what these options ask of the model's family, if any
     follow: Callable[[R, O], FollowUp[R] | None] | None = None  # a second pass the first result decides
+    conllu_flag: bool = False  # a corpus analysis whose corpus may be given as --conllu PATH too (a CoNLL-U file)
 
     @property
     def sources(self) -> tuple[str, ...]:

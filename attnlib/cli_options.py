@@ -68,14 +68,29 @@ INPUT_FLAGS: dict[str, dict[str, str]] = {  # help of each input flag, and the u
 }
 
 
+CONLLU_HELP = "a CoNLL-U file (the same as --corpus with a .conllu file: its gold UPOS tags are kept)"
+
+
+def conllu_path(text: str) -> str:
+    """argparse type: the path of a .conllu (or .conll) file."""
+    if not text.lower().endswith((".conllu", ".conll")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a .conllu file (give a text corpus as --corpus)")
+    return text
+
+
 def add_input_flags(parser: argparse.ArgumentParser, analysis: Analysis) -> None:
     """What the analysis reads: --text and --pair, or its files with --limit and --batch-size."""
     if analysis.reads == "text":
         add_text_options(parser)
         return
     flags = INPUT_FLAGS[analysis.reads]
-    for flag in analysis.sources:
-        parser.add_argument(f"--{flag}", required=True, help=flags[f"--{flag}"])
+    if analysis.conllu_flag:  # --corpus PATH | --conllu PATH, both the corpus
+        group = parser.add_mutually_exclusive_group(required=True)
+        group.add_argument("--corpus", help=flags["--corpus"])
+        group.add_argument("--conllu", dest="corpus", type=conllu_path, help=CONLLU_HELP)
+    else:
+        for flag in analysis.sources:
+            parser.add_argument(f"--{flag}", required=True, help=flags[f"--{flag}"])
     parser.add_argument("--limit", type=positive_int, default=None, help=f"use only the first N {flags['limit']}")
     parser.add_argument(
         "--batch-size",

@@ -22,7 +22,7 @@ class CorpusInput:
 
 @dataclass
 class Sentence(CorpusInput):
-    """A CoNLL-U sentence: its syntactic words with 1-based heads (0 = root) and relation labels."""
+    """A CoNLL-U sentence: its syntactic words with 1-based heads (0 = root), relation labels and gold UPOS tags."""
 
     heads: list[int] = field(default_factory=list)
     deprels: list[str] = field(default_factory=list)

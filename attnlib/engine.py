@@ -37,13 +37,17 @@ def accumulate(
     """Run every input once and add it to each accumulator; returns how many inputs were added.
 
     An accumulator with a true `needs_norms` attribute gets value vectors and layer inputs (METHODS §11-12), one
-    with a true `needs_norm_maps` also every §11-13 map (result.maps)."""
+    with a true `needs_norm_maps` also every §11-13 map (result.maps), one with a true `needs_qk` the queries and keys
+    (result.queries, result.keys: METHODS §17)."""
     accumulators = list(accumulators)
     added = 0
     pairs = ((item.text_a, item.text_b) for item in inputs)
     capture_norms = any(getattr(acc, "needs_norms", False) for acc in accumulators)
     norm_maps = any(getattr(acc, "needs_norm_maps", False) for acc in accumulators)
-    results = run_batches(lm, pairs, batch_size=batch_size, capture_norms=capture_norms, norm_maps=norm_maps)
+    capture_qk = any(getattr(acc, "needs_qk", False) for acc in accumulators)
+    results = run_batches(
+        lm, pairs, batch_size=batch_size, capture_norms=capture_norms, norm_maps=norm_maps, capture_qk=capture_qk
+    )
     for done, (result, item) in enumerate(zip(results, inputs), start=1):
         if skip is None or not skip(result, item):
             for acc in accumulators:

@@ -411,29 +411,34 @@ def run_batches(
     window: int = 512,
     capture_norms: bool = False,
     norm_maps: bool = False,
+    capture_qk: bool = False,
 ) -> Iterator[RunResult]:
     """Run many inputs in padded batches of similar length, yielding results in input order (run_encoded's
-    capture_norms and norm_maps for each)."""
+    capture_norms, norm_maps and capture_qk for each)."""
     buffer: list[Encoded] = []
     for text_a, text_b in inputs:
         buffer.append(encode(lm, text_a, text_b))
         if len(buffer) == window:
-            yield from _run_window(lm, buffer, batch_size, capture_norms, norm_maps)
+            yield from _run_window(lm, buffer, batch_size, capture_norms, norm_maps, capture_qk)
             buffer = []
     if buffer:
-        yield from _run_window(lm, buffer, batch_size, capture_norms, norm_maps)
+        yield from _run_window(lm, buffer, batch_size, capture_norms, norm_maps, capture_qk)
 
 
 def _run_window(
-    lm: LoadedModel, encoded: list[Encoded], batch_size: int, capture_norms: bool = False, norm_maps: bool = False
+    lm: LoadedModel,
+    encoded: list[Encoded],
+    batch_size: int,
+    capture_norms: bool = False,
+    norm_maps: bool = False,
+    capture_qk: bool = False,
 ) -> Iterator[RunResult]:
     """Sort a window of inputs by length so batches carry little padding, then restore the order."""
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].n)
     out: list[RunResult | None] = [None] * len(encoded)
     for idx in _batches(order, [e.n for e in encoded], batch_size):
-        for i, r in zip(
-            idx, run_encoded(lm, [encoded[i] for i in idx], capture_norms=capture_norms, norm_maps=norm_maps)
-        ):
+        batch = [encoded[i] for i in idx]
+        for i, r in zip(idx, run_encoded(lm, batch, capture_qk, capture_norms, norm_maps)):
             out[i] = r
     yield from out  # type: ignore[misc]
 

@@ -44,7 +44,7 @@ TARGET_RSS_MB = 1024.0
 STABLE_MS = 500  # the finished state must hold this long (Streamlit may show its status widget a moment late)
 PLOT, TABLE, HEAD_VIEW, BUTTON = ".js-plotly-plot", ".attn-table", "iframe", "[data-testid='stButton']"
 FIGURES = "[data-testid='stMain'] .stBidiComponent"  # the page's figures and tables (ui/plotly_figure, ui/data_table)
-DRAWN = ".js-plotly-plot[data-drawn], .attn-table table"  # in one of them once it is drawn
+DRAWN = ".js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn]"  # in one of them once it is drawn
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ PAGES: tuple[PageCase, ...] = (
     PageCase("dependency-heads", "/dependency-heads", TABLE),
     PageCase("local-global", "/local-global", PLOT),
     PageCase("head-importance", "/head-importance", PLOT),
+    PageCase("queries-keys", "/queries-keys", "canvas"),  # the grid of every head (one canvas) on the first screen
     PageCase("report", "/report", BUTTON),  # builds on request: its first screen is the choice of parts
 )
 

@@ -103,6 +103,7 @@ JOBS = [
         "importance_ewt-dev",
         ("importance", "--corpus", TREEBANKS["ewt-dev"], "--knockout", "--prune", "--limit", str(IMPORTANCE_LIMIT)),
     ),
+    Job("qk_classroom-single", ("qk", "--corpus", CLASSROOM["classroom-single"], "--all-heads")),
     Job("example_live-default", (EXAMPLE_COMMAND, "--text", TUTORIAL_A, "--pair", TUTORIAL_B, "--mode", "exact")),
 ]
 

@@ -217,7 +217,7 @@ IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"  # a 
 FIGURE = ".attn-figure"  # a figure in a browser page (ui/plotly_figure.js); its plot is `.js-plotly-plot[data-drawn]`
 # Every figure and table of the page drawn (figures below the first screen a moment after the rest; ui/plotly_figure.js).
 FIGURES_DRAWN = """() => [...document.querySelectorAll("[data-testid='stMain'] .stBidiComponent")]
-  .every((el) => el.querySelector('.js-plotly-plot[data-drawn], .attn-table table') !== null)"""
+  .every((el) => el.querySelector('.js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn]') !== null)"""
 
 
 @contextmanager

@@ -147,6 +147,7 @@ INPUTS = {  # a few inputs of each analysis, small enough for the quick tier
     "probe": {"train": PUD_TEST, "test": EWT_DEV, "limit": 3},
     "ablate": {"text": "The cat sat.", "heads": "0-0,1-2"},
     "importance": {"corpus": CLASSROOM_SINGLE, "limit": 2, "knockout": True, "prune": True},
+    "qk": {"corpus": CLASSROOM_SINGLE, "limit": 2, "all_heads": True},
 }
 
 

@@ -14,6 +14,7 @@ PAGE_FILES = [
     "app_pages/dependency_heads.py",
     "app_pages/local_global.py",
     "app_pages/head_importance.py",
+    "app_pages/queries_keys.py",
 ]
 
 

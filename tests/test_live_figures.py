@@ -177,10 +177,25 @@ def test_neuron_view_matches_attention_for_tiny_models(tiny_model):
 
 
 FIGURES = Path(__file__).resolve().parents[1] / "attnlib" / "views"
+
+
+def _tiny_grid_html() -> str:
+    """The queries-and-keys grid of a made-up result: one input of three tokens, two heads."""
+    from attnlib.qk import Fidelity, Picture, QKInput, QKResult
+    from attnlib.views.qk import grid_html
+
+    inputs = [QKInput("a", None, 1, ["[CLS]", "a", "[SEP]"], ["cls", "other", "sep"], None, False)]
+    x = np.arange(6, dtype=np.float32)
+    f = Fidelity(1.0, 1.0, 2.0, 1 / 3)
+    pictures = {(0, h, "pca"): Picture(0, h, "pca", x, x[::-1].copy(), f) for h in range(2)}
+    return grid_html(QKResult(0, 0, "pca", 1, 2, inputs, pictures, True))
+
+
 VIEW_BUILDERS = {
     "head_view.js": lambda: head_view_html(np.full((2, 3, 3), 1 / 3, np.float32), ["a", "b", "c"], [0, 1], layer=0),
     "model_view.js": lambda: model_view_html(np.full((1, 2, 3, 3), 1 / 3, np.float32), ["a", "b", "c"]),
     "neuron_view.js": lambda: neuron_view_html(np.eye(3, 4), np.ones((3, 4)), ["a", "b", "c"], 0, layer=0, head=0),
+    "qk_grid.js": _tiny_grid_html,
 }
 
 
@@ -195,7 +210,7 @@ def test_view_html_inlines_its_js_files_and_loads_no_script(script):
     own = (FIGURES / script).read_text(encoding="utf-8")
     assert common in code and own in code and code.index(common) < code.index(own)  # helpers defined before use
     others = [p.read_text(encoding="utf-8") for p in FIGURES.glob("*_view.js") if p.name != script]
-    assert len(others) == 2 and not any(other in code for other in others)
+    assert len(others) == (2 if script.endswith("_view.js") else 3) and not any(other in code for other in others)
 
 
 def test_js_files_are_package_data():

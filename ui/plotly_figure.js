@@ -50,9 +50,10 @@ class FigurePlace {
     this.wrapper.addEventListener("fullscreenchange", () => this.#fitSize());
   }
 
-  show(figure, bundle) {
+  show(figure, bundle, onClick = null) {
     this.figure = figure;
     this.bundle = bundle;
+    this.onClick = onClick; // a click on a point: onClick({index: its customdata, curve}), when the page asks
     this.height = figure.layout.height ?? DEFAULT_HEIGHT;
     this.wrapper.style.minHeight = `${this.height}px`;
     delete this.plot.dataset.drawn;
@@ -75,6 +76,13 @@ class FigurePlace {
     try {
       const Plotly = await loadPlotly(this.bundle);
       await Plotly.react(this.plot, figure.data, figure.layout, CONFIG);
+      if (!this.listening) {
+        this.listening = true;
+        this.plot.on("plotly_click", (event) => {
+          const point = event.points[0];
+          if (this.onClick && point) this.onClick({ index: point.customdata ?? null, curve: point.curveNumber });
+        });
+      }
     } catch (error) {
       this.plot.textContent = `The figure could not be drawn (${error.message}). Reload the page to try again.`;
       return;
@@ -97,10 +105,10 @@ class FigurePlace {
   }
 }
 
-export default function ({ data, parentElement }) {
+export default function ({ data, parentElement, setTriggerValue }) {
   loadPlotly(data.bundle).catch(() => {}); // start loading at once; a failure shows where the figure would be
   parentElement.attnFigure ??= new FigurePlace(parentElement);
   const place = parentElement.attnFigure;
-  place.show(JSON.parse(data.figure), data.bundle);
+  place.show(JSON.parse(data.figure), data.bundle, data.clicks ? (point) => setTriggerValue("click", point) : null);
   return () => place.unmount();
 }
