@@ -158,8 +158,9 @@ class HeadImportance:
         """Michel's practice: each layer's importance divided by its L2 norm."""
         if self.importance is None:
             return None
-        norms = np.linalg.norm(self.importance, axis=1, keepdims=True)
-        return self.importance / np.where(norms > 0, norms, 1.0)
+        importance = self.importance.astype(np.float64)  # float64 either way, so a JSON round trip gives it again
+        norms = np.linalg.norm(importance, axis=1, keepdims=True)
+        return importance / np.where(norms > 0, norms, 1.0)
 
     def to_json(self) -> dict:
         """The `importance` command's JSON: [layer][head] arrays, 0-based."""
