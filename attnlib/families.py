@@ -8,7 +8,7 @@ output projection and the LayerNorm that belongs to attention (after the residua
 attention in pre-LN ones). It also says how the scores are built, so that the queries and keys shown are the ones
 the dot product sees, and which statistics are exact for the family (`unsupported_reason`). `layout(encoder)`
 binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
-times). Adding a family is one entry in FAMILIES and its tiny model in tests/tiny_families.py.
+times). Adding a family is one entry in FAMILIES and its tiny model in tests/support/models.py.
 """
 
 from __future__ import annotations

@@ -1,23 +1,19 @@
-"""Shared fixtures: the packaged model, tiny random models of every family built in-process (tests/tiny_families.py),
-the Streamlit server and the browser."""
+"""Shared fixtures and hooks (helpers live in tests/support/): the packaged model, tiny random models of every family
+built in-process (tests/support/models.py), the Streamlit server, the browser and the example notebook's kernel."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 import torch
-from tiny_families import FAMILY_KINDS, bert_tokenizer, roberta_tokenizer, save_tiny, tiny_config, tokenizer_for
 
 from attnlib.model import DEFAULT_MODEL, load_model
-from attnlib.runner import RunResult
 from attnlib.shipped import ROOT
+from support.browser import BROWSER_ARGS, free_port
+from support.models import FAMILY_KINDS, save_tiny
+from support.notebook import EXAMPLE_NOTEBOOK
 
 
 @pytest.fixture
@@ -33,21 +29,6 @@ def one_thread():
 def minilm():
     """The packaged all-MiniLM-L6-v2 model, loaded once."""
     return load_model(DEFAULT_MODEL)
-
-
-def _bert_tokenizer():
-    return bert_tokenizer()
-
-
-def _roberta_tokenizer():
-    return roberta_tokenizer()
-
-
-def _tiny_config(kind: str, vocab_size: int):
-    """tiny_families' config of this kind with another vocabulary size."""
-    config = tiny_config(kind, tokenizer_for(kind))
-    config.vocab_size = vocab_size
-    return config
 
 
 @pytest.fixture(scope="session", params=["bert", "roberta", "distilbert"])
@@ -74,14 +55,6 @@ def family_model(family_dir):
     return load_model(str(family_dir))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def streamlit_server():
     """`streamlit run app.py` on a free loopback port; yields the base URL and stops the server afterwards."""
@@ -91,7 +64,7 @@ def streamlit_server():
     import time
     import urllib.request
 
-    port = _free_port()
+    port = free_port()
     log = ROOT / "test-output"
     log.mkdir(exist_ok=True)
     out = open(log / "streamlit-server.log", "wb")  # noqa: SIM115 - open for the server's whole life
@@ -137,18 +110,6 @@ def streamlit_server():
     out.close()
 
 
-BROWSER_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
-
-
 @pytest.fixture(scope="session")
 def browser():
     """Headless Debian Chromium driven by Playwright."""
@@ -166,9 +127,6 @@ def screenshot_dir():
     folder = ROOT / "test-output" / "screenshots"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-EXAMPLE_NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 
 
 @pytest.fixture(scope="session")
@@ -213,137 +171,12 @@ def execute_notebook(tmp_path_factory):
     return execute
 
 
-IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"  # a browser page's run has ended
-FIGURE = ".attn-figure"  # a figure in a browser page (ui/plotly_figure.js); its plot is `.js-plotly-plot[data-drawn]`
-# Every figure and table of the page drawn (figures below the first screen a moment after the rest; ui/plotly_figure.js).
-FIGURES_DRAWN = """() => [...document.querySelectorAll("[data-testid='stMain'] .stBidiComponent")]
-  .every((el) => el.querySelector('.js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn]') !== null)"""
-
-
-@contextmanager
-def browser_page(browser, failure: Path | None = None, width: int = 1400, height: int = 1000) -> Iterator:
-    """A new Chromium page, closed afterwards; when the body fails, a full-page screenshot at `failure` first."""
-    page = browser.new_page(viewport={"width": width, "height": height})
-    try:
-        yield page
-    except Exception:
-        if failure is not None:
-            page.screenshot(path=str(failure), full_page=True)
-        raise
-    finally:
-        page.close()
-
-
-@contextmanager
-def offline_page(browser) -> Iterator[tuple]:
-    """A browser page that refuses every request but local ones (file:, data:, blob:); (the page, URLs asked for)."""
-    asked: list[str] = []
-
-    def only_local(route) -> None:
-        asked.append(route.request.url)
-        if route.request.url.startswith(("file:", "data:", "blob:")):
-            route.continue_()
-        else:
-            route.abort()
-
-    with browser_page(browser) as page:
-        page.route("**/*", only_local)
-        yield page, asked
-
-
 def pytest_collection_modifyitems(items):
     """Every test that drives Chromium is a browser test, and a slow one (it starts with a Streamlit server)."""
     for item in items:
         if {"browser", "streamlit_server"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.browser)
             item.add_marker(pytest.mark.slow)
-
-
-# ---------- helpers other test modules import (`from conftest import ...`) ------------------------------------
-
-
-def fake_result(
-    attn: np.ndarray,  # [layers, heads, n, n]
-    tokens: list[str],
-    cls: np.ndarray | None = None,
-    sep: np.ndarray | None = None,
-    *,
-    segments: list[int] | None = None,
-    word_ids: list[int | None] | None = None,
-    words: list[str] | None = None,
-) -> RunResult:
-    """A RunResult built by hand: [CLS] and [SEP] found by name unless their masks are given; no words unless given."""
-    n = len(tokens)
-    cls = np.array([t == "[CLS]" for t in tokens]) if cls is None else cls
-    sep = np.array([t == "[SEP]" for t in tokens]) if sep is None else sep
-    return RunResult(
-        input_ids=list(range(n)),
-        token_type_ids=None,
-        tokens=tokens,
-        segments=np.zeros(n, np.int8) if segments is None else np.array(segments, np.int8),
-        word_ids=[None] * n if word_ids is None else word_ids,
-        words=[] if words is None else words,
-        cls_mask=cls,
-        sep_mask=sep,
-        special_mask=cls | sep,
-        n_tokens_full=n,
-        attentions=np.array(attn, np.float32),
-    )
-
-
-def random_input(rng: np.random.Generator, layers: int = 2, heads: int = 3, pair: bool | None = None) -> RunResult:
-    """A random input of random length with CLS, words, punctuation, one or two SEPs."""
-    n = int(rng.integers(4, 12))
-    tokens = ["[CLS]"] + [str(rng.choice(["a", "b", ".", ",", "!"])) for _ in range(n - 2)] + ["[SEP]"]
-    sep = np.zeros(n, bool)
-    sep[-1] = True
-    if pair if pair is not None else rng.random() < 0.5:
-        tokens[n // 2] = "[SEP]"
-        sep[n // 2] = True
-    cls = np.zeros(n, bool)
-    cls[0] = True
-    x = rng.random((layers, heads, n, n)) ** 3
-    return fake_result(x / x.sum(-1, keepdims=True), tokens, cls, sep)
-
-
-@dataclass(frozen=True)
-class ShownFigure:
-    """A figure as the app sent it to the page (ui/plotly_figure): its key and its Plotly JSON."""
-
-    key: str
-    spec: str
-
-
-def figures(node) -> list[ShownFigure]:
-    """Every figure under an AppTest node (the app, a tab, a column), in page order."""
-    from ui.plotly_figure import COMPONENT
-
-    shown = [c for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
-    return [ShownFigure(str(c.key), json.loads(c.proto.json)["figure"]) for c in shown]
-
-
-def tables(node) -> list[pd.DataFrame]:
-    """Every table under an AppTest node (ui/data_table), in page order, as the DataFrame its cells were sent from."""
-    from ui.data_table import COMPONENT
-
-    shown = [json.loads(c.proto.json) for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
-    return [pd.DataFrame(t["rows"], columns=t["columns"]) for t in shown]
-
-
-def open_tab(at, key: str, label: str):
-    """Open one of a page's tabs (only the open tab is drawn) and rerun; the AppTest."""
-    at.session_state[key] = label
-    return at.run()
-
-
-def across_tabs(at, key: str, labels, get) -> list:
-    """get(at) with each tab opened in turn, concatenated; no tab may raise."""
-    found = []
-    for label in labels:
-        open_tab(at, key, label)
-        assert not at.exception, (label, [e.value for e in at.exception])
-        found += get(at)
-    return found
 
 
 @pytest.fixture(autouse=True)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import tables
 from streamlit.testing.v1 import AppTest
 
 from attnlib.shipped import ROOT
+from support.apptest import tables
 
 PAGE_FILES = [
     "app_pages/live.py",

@@ -8,12 +8,12 @@ import re
 
 import numpy as np
 import pytest
-from conftest import across_tabs, figures, open_tab, tables
-from test_special import SPECIAL_TABS, check_weights_vs_norms, table_with
 
 from attnlib import cli
 from attnlib.results import read_result_file
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, ROOT
+from support.apptest import across_tabs, figures, open_tab, tables
+from support.pages import SPECIAL_TABS, check_weights_vs_norms, table_with
 
 TINY_BERT = pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 
@@ -248,7 +248,8 @@ def test_probe_of_two_result_files(tmp_path, tiny_model_dir, one_thread):
 @pytest.mark.slow
 @TINY_BERT
 def test_positions_and_aggregation_of_two_result_files(tmp_path, tiny_model_dir, capsys):
-    from test_aggregation import assert_table_equals_cli, save_tiny_bert
+    from support.models import save_tiny_bert
+    from support.pages import assert_table_equals_cli
 
     first_model, second_model = str(tiny_model_dir), str(save_tiny_bert(tmp_path / "three-layers", layers=3, seed=1))
     files = {}
@@ -289,7 +290,7 @@ def test_positions_and_aggregation_of_two_result_files(tmp_path, tiny_model_dir,
 @pytest.mark.slow
 @TINY_BERT
 def test_neuron_view_of_both_models(tiny_model_dir, tiny_model, minilm):
-    from test_live import open_live, view_datas
+    from support.pages import open_live, view_datas
 
     at = open_live(view="neuron", layer="4", head="9", token="3", cmp=str(tiny_model_dir))
     first, second = view_datas(at)

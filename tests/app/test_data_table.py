@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pandas as pd
-from conftest import tables
 from streamlit.testing.v1 import AppTest
 
+from support.apptest import tables
 from ui.data_table import cell_text, table_data
 
 

@@ -8,23 +8,13 @@ import re
 
 import numpy as np
 import pytest
-from conftest import figures, tables
 from streamlit.testing.v1 import AppTest
-from test_live_figures import independent_norms
 
 from attnlib.runner import run
-from attnlib.shipped import ROOT
 from attnlib.words import word_level_attention
-
-
-def open_live(**params: str) -> AppTest:
-    """The app at its default page (live), opened with the given URL parameters."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    assert not at.exception, at.exception
-    return at
+from support.apptest import figures, tables
+from support.pages import open_live, rerun, view_datas
+from support.reference import independent_norms
 
 
 def view_data(at: AppTest) -> dict:
@@ -34,12 +24,6 @@ def view_data(at: AppTest) -> dict:
     html = frames[0].proto.srcdoc
     match = re.search(r"<script type='application/json' id='data'>(.*?)</script>", html, re.S)
     return json.loads(match.group(1).replace("<\\/", "</"))
-
-
-def rerun(at: AppTest) -> AppTest:
-    at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 @pytest.fixture(scope="module")
@@ -171,15 +155,6 @@ def test_downloads_are_offered_in_the_neuron_view():
 # ---------- weights / norms (issue 14) and two models side by side (issue 17) ----------------------------------------
 
 TEXT_A, TEXT_B = "I went to the store.", "At the store, I bought fresh strawberries."
-
-
-def view_datas(at: AppTest) -> list[dict]:
-    """The JSON of every view iframe on the page, in order."""
-    out = []
-    for frame in at.get("iframe"):
-        match = re.search(r"<script type='application/json' id='data'>(.*?)</script>", frame.proto.srcdoc, re.S)
-        out.append(json.loads(match.group(1).replace("<\\/", "</")))
-    return out
 
 
 def plotly_values(values) -> np.ndarray:

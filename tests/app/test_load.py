@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import psutil
-from conftest import IDLE
 from playwright.sync_api import expect
 
 from attnlib.model import DEFAULT_MODEL
 from attnlib.shipped import ROOT
+from support.browser import IDLE
 from ui.model_sidebar import LOAD_LOG_LINE
 
 SESSIONS = 8

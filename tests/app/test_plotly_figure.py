@@ -9,13 +9,13 @@ import tomllib
 from pathlib import Path
 
 import plotly.graph_objects as go
-from conftest import figures
 from plotly.offline import get_plotlyjs
 from streamlit.testing.v1 import AppTest
 
 from attnlib.shipped import PLOTLY_BUNDLE as BUNDLE
 from attnlib.shipped import ROOT
 from attnlib.views.margins import fitted_margins
+from support.apptest import figures
 from ui.plotly_figure import APP_FONT, app_look, figure_page
 
 

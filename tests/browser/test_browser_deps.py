@@ -5,7 +5,8 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from conftest import IDLE, browser_page
+
+from support.browser import IDLE, browser_page
 
 
 def _click(page, name: str, last: bool = False) -> None:

@@ -4,9 +4,9 @@ Streamlit's full plotly.js; the first screen first, the rest without scrolling; 
 from __future__ import annotations
 
 import pytest
-from conftest import FIGURE, FIGURES_DRAWN, IDLE, browser_page, offline_page
 
 from attnlib.shipped import PLOTLY_BUNDLE
+from support.browser import FIGURE, FIGURES_DRAWN, IDLE, browser_page, offline_page
 
 BUNDLE = f"/app/static/{PLOTLY_BUNDLE.name}"
 # Each figure of the page: [top of its place on the page, ms after navigation when it was drawn or null].

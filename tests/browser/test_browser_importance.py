@@ -7,7 +7,8 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from conftest import FIGURES_DRAWN, IDLE, browser_page
+
+from support.browser import FIGURES_DRAWN, IDLE, browser_page
 
 VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"
 LONG = 300_000  # a loaded two-core machine

@@ -7,7 +7,8 @@ import json
 from urllib.parse import urlencode
 
 import pytest
-from conftest import FIGURES_DRAWN, IDLE, browser_page
+
+from support.browser import FIGURES_DRAWN, IDLE, browser_page
 
 TRACE_NAMES = (  # each figure's trace names and subplot titles
     "() => [...document.querySelectorAll('.js-plotly-plot')]"
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot_dir, tiny_model_dir, tmp_path):
-    from test_aggregation import save_tiny_bert
+    from support.models import save_tiny_bert
 
     first, second = str(tiny_model_dir), str(save_tiny_bert(tmp_path / "three-layers", layers=3, seed=1))
     query = urlencode({"model": first, "cmp": second, "limit": 3, "probes": 2, "tab": "aggregation"})

@@ -9,42 +9,20 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import FIGURE, FIGURES_DRAWN, IDLE, browser_page, offline_page
+
+from support.browser import (
+    FIGURE,
+    FIGURES_DRAWN,
+    INK,
+    browser_page,
+    iframe_frame,
+    offline_page,
+    view_frame,
+    wait_idle,
+)
 
 VIEW_LABELS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
 CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}
-# Pixels of a canvas clearly darker than the white background: lines, cells, labels.
-INK = """sel => { const c = document.querySelector(sel); if (!c || !c.width) return 0;
-  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let k = 0;
-  for (let i = 0; i < d.length; i += 4) if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) k++; return k; }"""
-
-
-def wait_idle(page, timeout: int = 180_000) -> None:
-    """Wait until Streamlit has finished the current run."""
-    page.wait_for_timeout(300)
-    page.wait_for_function(IDLE, timeout=timeout)
-    page.wait_for_timeout(500)
-
-
-def iframe_frame(page, index: int = 0, timeout: int = 180_000):
-    """The index-th iframe's frame; read again when a rerun swaps the iframe between finding it and reading it."""
-    deadline = time.monotonic() + timeout / 1000
-    while True:
-        assert time.monotonic() < deadline, "the view's iframe never got a frame"
-        page.locator("iframe").nth(index).wait_for(state="visible", timeout=timeout)
-        handle = page.locator("iframe").nth(index).element_handle()
-        frame = None if handle is None else handle.content_frame()
-        if frame is not None:
-            return frame
-        page.wait_for_timeout(200)
-
-
-def view_frame(page, canvas: str, timeout: int = 180_000):
-    """The view's iframe once its canvas has been drawn."""
-    frame = iframe_frame(page, 0, timeout)
-    frame.wait_for_selector(canvas, timeout=timeout)
-    frame.wait_for_function(f"() => ({INK})('{canvas}') > 200", timeout=timeout)
-    return frame
 
 
 @contextmanager

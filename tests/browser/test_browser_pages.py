@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import FIGURES_DRAWN, IDLE, browser_page
 from playwright.sync_api import expect
+
+from support.browser import FIGURES_DRAWN, IDLE, browser_page
 
 PAGES = [
     ("", "Live attention"),

@@ -4,7 +4,8 @@ head opens it large, and a click on a query draws its attention to its input's k
 from __future__ import annotations
 
 import pytest
-from conftest import FIGURES_DRAWN, IDLE, browser_page
+
+from support.browser import FIGURES_DRAWN, IDLE, browser_page
 
 GRID = "canvas[data-drawn]"
 PICTURE = ".js-plotly-plot[data-drawn]"

@@ -4,8 +4,8 @@ the matches with their attention strips, the UPOS / DEPREL / attends-to charts, 
 from __future__ import annotations
 
 import pytest
-from conftest import FIGURE, browser_page
-from test_browser_live import view_frame, wait_idle
+
+from support.browser import FIGURE, browser_page, view_frame, wait_idle
 
 ROW, TOP = 18, 4  # the head view's row height and top margin in CSS pixels (attnlib/views/head_view.js)
 K = 8

@@ -5,10 +5,10 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from conftest import FIGURES_DRAWN, IDLE, browser_page
 
 from attnlib import cli
 from attnlib.shipped import CLASSROOM_SINGLE
+from support.browser import FIGURES_DRAWN, IDLE, browser_page
 
 VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from conftest import FIGURES_DRAWN, IDLE, browser_page
+
+from support.browser import FIGURES_DRAWN, IDLE, browser_page
 
 HEADINGS = {"Local vs global": "Local versus global"}
 # the first figure's content: Plotly's data, or the self-contained view's page

@@ -3,7 +3,7 @@ click on a column's name, numbers as numbers, the other way on a second click.""
 
 from __future__ import annotations
 
-from conftest import IDLE, browser_page
+from support.browser import IDLE, browser_page
 
 TABLE = ".attn-table table"
 COLUMN = """([table, name]) => {

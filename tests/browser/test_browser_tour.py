@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FIGURES_DRAWN, IDLE, browser_page
 
 from attnlib.tour import STEPS
+from support.browser import FIGURES_DRAWN, IDLE, browser_page
 
 
 def _wait_for_step(page, number: int) -> None:

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import offline_page
-from test_browser_live import INK
 
 from attnlib.runner import run
 from attnlib.views import head_view, model_view, neuron_view
 from attnlib.views.deps import head_accuracy_heatmaps
 from attnlib.views.special_tokens import layer_lines_with_head_dots
+from support.browser import INK, PLOTTED, offline_page
 
 CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}
-# In a figure's page: plotly drew its SVG and at least one trace (lines, markers, bars or a heatmap's image).
-PLOTTED = (
-    "() => !!document.querySelector('.js-plotly-plot .main-svg') && document.querySelectorAll('g.trace, .hm').length"
-)
 
 
 @pytest.fixture(scope="module")

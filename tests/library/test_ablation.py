@@ -13,7 +13,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-from tiny_families import bert_tokenizer, save_tiny
 
 from attnlib.ablate import ABLATE, AblateOptions, InputAblation
 from attnlib.ablation import (
@@ -48,6 +47,7 @@ from attnlib.model import load_model
 from attnlib.replay import editing_contexts
 from attnlib.runner import encode, model_inputs, run
 from attnlib.shipped import ROOT
+from support.models import bert_tokenizer, save_tiny
 
 SENTENCES = ["The cat sat on the mat.", "I went to the store.", "At the store, I bought fresh strawberries."]
 ABLATION_KINDS = ("bert", "roberta", "distilbert", "albert", "modernbert", "deberta-v2")

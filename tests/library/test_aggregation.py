@@ -7,8 +7,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import figures, tables
-from tolerances import FORWARD_RTOL
 
 from attnlib.aggregation import (
     AGGREGATION,
@@ -23,7 +21,10 @@ from attnlib.corpus import read_corpus
 from attnlib.norms import MEASURES
 from attnlib.results import read_result_file
 from attnlib.runner import encode, model_inputs
-from attnlib.shipped import CLASSROOM_SINGLE, ROOT
+from attnlib.shipped import CLASSROOM_SINGLE
+from support.apptest import figures, tables
+from support.pages import assert_table_equals_cli, cli_aggregation, page_with
+from support.tolerances import FORWARD_RTOL
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -176,7 +177,7 @@ def test_halves_merge_and_batches_do_not_matter(tiny_model):
         np.testing.assert_allclose(a.spearman[m], c.spearman[m], rtol=1e-10)
         np.testing.assert_allclose(a.center_of_mass[m], b.center_of_mass[m], atol=1e-4)
     np.testing.assert_allclose(a.center_of_mass["attribution"], c.center_of_mass["attribution"], rtol=1e-10)
-    # maps of one padded batch and of another padding differ by float32 rounding (tests/tolerances.py)
+    # maps of one padded batch and of another padding differ by float32 rounding (tests/support/tolerances.py)
     np.testing.assert_allclose(
         a.histograms["residual_ln_rollout"], c.histograms["residual_ln_rollout"], rtol=FORWARD_RTOL, atol=1e-12
     )
@@ -207,54 +208,6 @@ def test_hta_cli_prints_output(tiny_model_dir, tiny_model, capsys):
         tiny_model, encode(tiny_model, "The cat sat."), mode="exact", with_output=True
     ).output
     np.testing.assert_allclose(np.array(data["output"]), expected, atol=1e-6)
-
-
-def save_tiny_bert(folder, layers: int, seed: int):
-    """A tiny random BERT of `layers` layers saved to a folder (the comparison's second model)."""
-    from conftest import _bert_tokenizer, _tiny_config
-    from transformers import AutoModelForMaskedLM
-
-    tokenizer = _bert_tokenizer()
-    tokenizer.model_max_length = 64
-    config = _tiny_config("bert", len(tokenizer))
-    config.num_hidden_layers = layers
-    torch.manual_seed(seed)
-    AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-def page_with(model: str, compare: str = "", limit: int = 3, probes: int = 2, tab: str = "aggregation"):
-    """The Local vs global page for a model (and a second one), on the first `limit` classroom inputs."""
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params["model"] = model
-    at.query_params["tab"] = tab
-    if compare:
-        at.query_params["cmp"] = compare
-    at.run()
-    at.switch_page("app_pages/local_global.py").run()
-    at.number_input(key="local_global_limit").set_value(limit).run()
-    at.number_input(key="lg_k").set_value(probes).run()
-    return at
-
-
-def cli_aggregation(model: str, capsys, limit: int = 3, probes: int = 2) -> dict:
-    args = ["aggregation", "--corpus", str(CLASSROOM_SINGLE), "--limit", str(limit), "--probes", str(probes)]
-    assert main([*args, "--model", model, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
-def assert_table_equals_cli(table, model: str, data: dict) -> None:
-    """The page's long table (1-based layers) against the command's JSON (0-based lists)."""
-    rows = table[table["model"] == model]
-    for measure in MEASURES:
-        part = rows[rows["measure"] == measure].sort_values("layer")
-        assert list(part["layer"]) == list(range(1, len(data["pearson"][measure]) + 1))
-        for column, key in (("spearman", "spearman"), ("pearson", "pearson"), ("centre of mass", "center_of_mass")):
-            np.testing.assert_allclose(part[column], np.array(data[key][measure], float), atol=6e-5)
-        np.testing.assert_allclose(part["attribution centre of mass"], data["center_of_mass"]["attribution"], atol=6e-5)
 
 
 @pytest.mark.slow

@@ -4,42 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from attnlib import attribution
 from attnlib.attribution import attribute, hidden_token_attribution
-from attnlib.reverse_mode import reverse_graphs
 from attnlib.runner import encode
+from support.reference import reverse_mode_reference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _normalised_norms(grads: np.ndarray) -> np.ndarray:
-    """grads [j, head_dim, i, hidden] of one head -> ||d o_j / d e_i||_F / sum over i, as [j, i]."""
-    norms = np.sqrt((grads.astype(np.float64) ** 2).sum(axis=(1, 3)))
-    return norms / norms.sum(-1, keepdims=True)
-
-
-def reverse_mode_reference(lm, enc, heads):
-    """Plain reverse mode, one backward pass per output coordinate o(l,h)_j[c], for the given (layer, head) pairs.
-
-    Returns (input, previous), each [len(heads), query j, input token i].
-    """
-    d = lm.facts.head_dim
-    (outputs, e0), (outputs_prev, leaves) = reverse_graphs(lm, enc)
-
-    def contributions(outs, wrt):
-        result = []
-        for layer, head in heads:
-            grads = np.zeros((enc.n, d, enc.n, lm.facts.hidden_size), np.float32)
-            for j in range(enc.n):
-                for c in range(d):
-                    (g,) = torch.autograd.grad(outs[layer][0, j, head * d + c], wrt[layer], retain_graph=True)
-                    grads[j, c] = g[0].numpy()
-            result.append(_normalised_norms(grads))
-        return np.stack(result)
-
-    return contributions(outputs, e0), contributions(outputs_prev, leaves)
 
 
 @pytest.mark.slow

@@ -132,13 +132,14 @@ def test_library_model_id_without_network(monkeypatch):
 def gpt2_dir(tmp_path_factory):
     """A tiny random GPT-2 (decoder-only) with a byte-level tokenizer, saved in a folder."""
     import torch
-    from conftest import _roberta_tokenizer
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    from support.models import roberta_tokenizer
 
     folder = tmp_path_factory.mktemp("tiny-gpt2")
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=600, n_positions=64)).save_pretrained(folder)
-    _roberta_tokenizer().save_pretrained(folder)
+    roberta_tokenizer().save_pretrained(folder)
     return folder
 
 

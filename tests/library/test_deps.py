@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import figures, tables
 
 from attnlib import deps
 from attnlib.analyses import analyse
@@ -14,6 +13,7 @@ from attnlib.corpus import Sentence
 from attnlib.deps import DependencyCounts, best_offset_baseline, predict_heads, sentence_word_map
 from attnlib.runner import RunResult
 from attnlib.shipped import EWT_DEV, ROOT
+from support.apptest import figures, tables
 
 # ---------------------------------------------------------------------------------------------------------------
 # Sentence 1: "The strawberries ripen", with strawberries split into two pieces.

@@ -1,4 +1,4 @@
-"""Every family of attnlib.families on its tiny random model (tests/tiny_families.py): attention is the model's own,
+"""Every family of attnlib.families on its tiny random model (tests/support/models.py): attention is the model's own,
 q.k (plus the family's relative terms) gives the logits, the norms rebuild the attention block's output, replay and
 context edits reproduce the model's forward pass, and HTA equals reverse mode."""
 
@@ -7,8 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_attribution import reverse_mode_reference
-from tiny_families import MODERNBERT_WINDOW
 
 from attnlib import norms
 from attnlib.attribution import hidden_token_attribution
@@ -16,6 +14,8 @@ from attnlib.families import BY_MODEL_TYPE, FAMILIES, UnsupportedModelError, lay
 from attnlib.replay import captured_contexts, editing_contexts, record
 from attnlib.runner import encode, model_inputs, run, run_encoded
 from attnlib.shipped import CLASSROOM_SINGLE
+from support.models import MODERNBERT_WINDOW
+from support.reference import reverse_mode_reference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TEXT_A, TEXT_B = "The cat sat on the mat because it was warm.", "It slept."
@@ -213,8 +213,9 @@ def test_fine_tuned_checkpoints_load_their_encoder_without_an_mlm_head(family_di
 @pytest.fixture(scope="module")
 def unknown_dir(tmp_path_factory):
     """A tiny Megatron-BERT (pre-LN, a family attnlib has no layout for) that loads as any encoder does."""
-    from tiny_families import bert_tokenizer
     from transformers import MegatronBertConfig, MegatronBertForMaskedLM
+
+    from support.models import bert_tokenizer
 
     folder = tmp_path_factory.mktemp("megatron")
     tokenizer = bert_tokenizer()
@@ -381,9 +382,8 @@ def test_edits_are_removed_on_failure_and_stay_in_their_thread(family_model):
 
 def test_deberta_v2_convolution_after_the_first_layer(tmp_path):
     """deberta-v2-xlarge's ConvLayer follows layer 0 in the encoder, not in a layer: replay and HTA include it."""
-    from tiny_families import save_tiny
-
     from attnlib.model import load_model
+    from support.models import save_tiny
 
     folder = save_tiny("deberta-v2", tmp_path)
     config_path = folder / "config.json"
@@ -491,9 +491,8 @@ def test_live_page_draws_every_view(family_dir, family_model):
 
 
 def test_folder_without_tokenizer_files_is_refused(tmp_path):
-    from tiny_families import save_tiny
-
     from attnlib.model import ModelLoadError, load_model
+    from support.models import save_tiny
 
     folder = save_tiny("bert", tmp_path / "full")
     bare = tmp_path / "bare"

@@ -6,9 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import random_input
 from scipy.spatial.distance import jensenshannon, pdist, squareform
-from tolerances import JS_RTOL
 
 from attnlib.head_distances import (
     BEHAVIOURS,
@@ -21,6 +19,8 @@ from attnlib.head_distances import (
     smoothed,
 )
 from attnlib.special import STAT_KEYS, SpecialTokenResult
+from support.results import random_input
+from support.tolerances import JS_RTOL
 
 
 def test_js_divergence_by_hand():

@@ -14,10 +14,11 @@ def test_tiny_model_with_trained_head_reports_it(tiny_model):
 
 
 def test_encoder_saved_without_head_has_no_mlm(tmp_path):
-    from conftest import _bert_tokenizer
     from transformers import BertConfig, BertModel
 
-    tokenizer = _bert_tokenizer()
+    from support.models import bert_tokenizer
+
+    tokenizer = bert_tokenizer()
     torch.manual_seed(0)
     BertModel(
         BertConfig(

@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from tolerances import FORWARD_RTOL
 
 from attnlib import norms
 from attnlib.cli import main
@@ -20,6 +19,7 @@ from attnlib.results import read_result_file
 from attnlib.runner import encode, run, run_encoded
 from attnlib.shipped import CLASSROOM_SINGLE
 from attnlib.special import class_masks
+from support.tolerances import FORWARD_RTOL
 
 SENTENCES = [
     "The cat sat on the mat.",

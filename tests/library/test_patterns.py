@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import fake_result
 
 from attnlib.corpus import CorpusInput, read_text_corpus
 from attnlib.engine import accumulate
 from attnlib.patterns import PATTERNS, PatternAccumulator, input_scores, rank_heads, same_word_mask
 from attnlib.runner import RunResult, run
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from support.results import fake_result
 
 P = {name: i for i, name in enumerate(PATTERNS)}
 

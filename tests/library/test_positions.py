@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import across_tabs, figures, open_tab, tables
 from scipy.stats import pearsonr, spearmanr
 
 from attnlib.attribution import Attribution
@@ -26,6 +25,7 @@ from attnlib.positions import (
     row_correlations,
 )
 from attnlib.shipped import ROOT
+from support.apptest import across_tabs, figures, open_tab, tables
 from ui.page_tabs import LOCAL_GLOBAL
 
 TABS = LOCAL_GLOBAL
@@ -254,7 +254,8 @@ def _numbers_of_difference(text: str) -> tuple[float, float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path, capsys):
-    from test_aggregation import assert_table_equals_cli, cli_aggregation, page_with, save_tiny_bert
+    from support.models import save_tiny_bert
+    from support.pages import assert_table_equals_cli, cli_aggregation, page_with
 
     first, second = str(tiny_model_dir), str(save_tiny_bert(tmp_path / "three-layers", layers=3, seed=1))
     at = page_with(first, second, tab="aggregation")

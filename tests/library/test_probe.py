@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import figures, tables
 
 from attnlib.corpus import Sentence, read_conllu
 from attnlib.deps import best_offset_baseline, predict_heads, sentence_word_map
@@ -25,6 +24,7 @@ from attnlib.probe import (
 )
 from attnlib.runner import RunResult
 from attnlib.shipped import EWT_DEV, EWT_TEST
+from support.apptest import figures, tables
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hand-made sentences: one piece per word, so the token maps given to the runner result are the word-level maps.

@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 import pytest
-from conftest import fake_result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +34,7 @@ from attnlib.special import (
     rows_to_mask,
 )
 from attnlib.words import ROW_RULES, word_groups, word_level_attention
+from support.results import fake_result
 
 LAYERS, HEADS = 2, 3
 WORDS = ["the", "cat", "sat", "on", "mat", ".", ",", "!", "dog", "ran"]  # few words: repeats and punctuation are common

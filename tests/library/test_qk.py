@@ -182,8 +182,9 @@ def test_collected_queries_and_keys_are_the_weights_own(family_model):
 
 def test_unsupported_family_says_why(tmp_path, capsys):
     """A model attnlib has no layout for gets one error line from the command, naming why (exit 2)."""
-    from tiny_families import bert_tokenizer
     from transformers import MegatronBertConfig, MegatronBertForMaskedLM
+
+    from support.models import bert_tokenizer
 
     tokenizer = bert_tokenizer()
     config = MegatronBertConfig(

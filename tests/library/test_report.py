@@ -9,7 +9,6 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import _bert_tokenizer, _tiny_config
 from streamlit.testing.v1 import AppTest
 
 from attnlib.analysis import Analysis
@@ -33,6 +32,7 @@ from attnlib.special import STAT_KEYS
 from attnlib.tables import paper_rows
 from attnlib.views.plotly_js import plotly_js
 from attnlib.views.report import render_report
+from support.models import bert_tokenizer, tiny_config_with_vocab
 
 N_INPUTS = 6  # of each file
 MIN_COUNT = 5
@@ -351,8 +351,8 @@ def deeper_bert_dir(tmp_path_factory):
     import torch
     from transformers import AutoModelForMaskedLM
 
-    tokenizer = _bert_tokenizer()
-    config = _tiny_config("bert", len(tokenizer))
+    tokenizer = bert_tokenizer()
+    config = tiny_config_with_vocab("bert", len(tokenizer))
     config.num_hidden_layers = 3
     torch.manual_seed(1)
     folder = tmp_path_factory.mktemp("deeper-bert")

@@ -9,8 +9,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import figures, open_tab
-from tolerances import FORWARD_RTOL, JS_RTOL
 
 from attnlib import cli, runner
 from attnlib.corpus import read_conllu
@@ -30,6 +28,8 @@ from attnlib.positions import PositionsResult
 from attnlib.results import ResultFileError, json_ready, make_result_file, read_result_file, write_result_file
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.special import STAT_KEYS, SpecialTokenStats
+from support.apptest import figures, open_tab
+from support.tolerances import FORWARD_RTOL, JS_RTOL
 
 requires_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install -r requirements-scale.txt)"
@@ -57,7 +57,7 @@ all_accumulators = (
 
 
 def assert_same_statistics(local: list, other: list) -> None:
-    """Special statistics and JS distances within float32 rounding of other batchings (tests/tolerances.py),
+    """Special statistics and JS distances within float32 rounding of other batchings (tests/support/tolerances.py),
     dependency counts and table identical."""
     a, b = local[0].result(), other[0].result()
     assert a.n_inputs == b.n_inputs == N_SENTENCES

@@ -340,8 +340,9 @@ def test_bad_layers_heads_and_positions_say_why(tiny_model):
 
 
 def test_heads_mode_of_an_unknown_family_is_refused_in_words(tmp_path):
-    from tiny_families import bert_tokenizer
     from transformers import MegatronBertConfig, MegatronBertForMaskedLM
+
+    from support.models import bert_tokenizer
 
     tokenizer = bert_tokenizer()
     config = MegatronBertConfig(
@@ -435,8 +436,8 @@ def test_index_and_search_commands(tiny_model_dir, tmp_path, capsys):
 def test_live_page_search_section(minilm):
     """Off by default (no corpus widgets drawn); on with a token: k matches, each its strip and an Open button that
     puts its sentence in the head view with its token selected; the state is in the URL."""
-    from conftest import figures
-    from test_live import open_live, rerun
+    from support.apptest import figures
+    from support.pages import open_live, rerun
 
     at = open_live(a="The cat sat on the mat.", b="", layer="3", token="3")
     assert not at.toggle(key="live_find").value and "find" not in at.query_params
@@ -463,7 +464,7 @@ def test_live_page_search_section(minilm):
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_live_page_searches_both_models(tiny_model_dir):
     """With a second model under Compare with, the same query runs in both, each against its own index."""
-    from test_live import open_live
+    from support.pages import open_live
 
     at = open_live(
         a="The cat sat on the mat.", b="", layer="3", token="3", find="1", corpus="classroom-single", k="4",

@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import fake_result, figures, random_input, tables
 
 from attnlib import cli
 from attnlib.corpus import CorpusInput, read_text_corpus
@@ -39,7 +38,9 @@ from attnlib.special import (
     rows_to_mask,
 )
 from attnlib.special_tokens import SPECIAL, SpecialOptions
-from ui.page_tabs import SPECIAL_TOKENS
+from support.apptest import figures
+from support.pages import SPECIAL_TABS, check_weights_vs_norms, table_with
+from support.results import fake_result, random_input
 
 # One head over [CLS] hi . [SEP]; every row sums to 1.
 A = np.array(
@@ -477,9 +478,6 @@ def test_special_tokens_from_json_round_trip(minilm):
     assert SpecialTokens.from_json(run.special.to_json()).norms is None
 
 
-SPECIAL_TABS = tuple(SPECIAL_TOKENS.values())
-
-
 def page_at(**params):
     """The app on the Special tokens page, with these URL parameters, after one run."""
     from streamlit.testing.v1 import AppTest
@@ -494,34 +492,16 @@ def page_at(**params):
 
 def open_tab(at, name: str):
     """Open one of the page's tabs (only the open tab is drawn) and rerun."""
-    from conftest import open_tab
+    from support.apptest import open_tab
 
     return open_tab(at, "special_tab", name)
 
 
 def across_tabs(at, get) -> list:
     """get(at) with every tab of the page opened in turn, concatenated."""
-    from conftest import across_tabs
+    from support.apptest import across_tabs
 
     return across_tabs(at, "special_tab", SPECIAL_TABS, get)
-
-
-def table_with(at, column: str, without: str = "layer-head"):
-    """The one dataframe on the page that has this column (and not the other: per-head tables have it)."""
-    found = [d for d in tables(at) if column in d.columns and without not in d.columns]
-    assert len(found) == 1, [list(d.columns) for d in tables(at)]
-    return found[0]
-
-
-def check_weights_vs_norms(table, cli_out: dict, model: str) -> None:
-    """The page's weights-vs-norms table (4 decimals) against `special --norms` JSON, layer by layer."""
-    rows = table[table["model"] == model].reset_index(drop=True)
-    assert len(rows) == len(cli_out["layers"])
-    for layer, (shares, norms) in enumerate(zip(cli_out["layers"], cli_out["norm_layers"])):
-        for key in ("cls", "sep", "punct", "other"):
-            assert rows.loc[layer, f"weight_{key}"] == pytest.approx(shares[key], abs=6e-5)
-            assert rows.loc[layer, f"norm_{key}"] == pytest.approx(norms[key], abs=6e-5)
-            assert rows.loc[layer, f"value_{key}"] == pytest.approx(norms[f"value_{key}"], abs=6e-5, rel=1e-4)
 
 
 def expected_gap_text(cli_out: dict) -> str:

@@ -7,9 +7,9 @@ import sys
 
 import nbformat
 import pytest
-from conftest import EXAMPLE_NOTEBOOK, offline_page
-from test_browser_live import INK
-from test_browser_views import PLOTTED
+
+from support.browser import INK, PLOTTED, offline_page
+from support.notebook import EXAMPLE_NOTEBOOK
 
 LIMIT = 10  # inputs of each corpus: enough for every cell, quick
 

@@ -1,5 +1,5 @@
 """Tiny random models of every supported family, built from transformers' own config classes (2 layers, 4 heads,
-hidden 32), each saved with a tokenizer whose special tokens match the config's ids. conftest.py serves them as
+hidden 32), each saved with a tokenizer whose special tokens match the config's ids. tests/conftest.py serves them as
 fixtures; nothing here downloads anything."""
 
 from __future__ import annotations
@@ -186,5 +186,26 @@ def save_tiny(kind: str, folder: Path) -> Path:
     model = tiny_model(kind, tokenizer)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_config_with_vocab(kind: str, vocab_size: int):
+    """tiny_config's config of this kind with another vocabulary size."""
+    config = tiny_config(kind, tokenizer_for(kind))
+    config.vocab_size = vocab_size
+    return config
+
+
+def save_tiny_bert(folder, layers: int, seed: int):
+    """A tiny random BERT of `layers` layers saved to a folder (the comparison's second model)."""
+    from transformers import AutoModelForMaskedLM
+
+    tokenizer = bert_tokenizer()
+    tokenizer.model_max_length = 64
+    config = tiny_config_with_vocab("bert", len(tokenizer))
+    config.num_hidden_layers = layers
+    torch.manual_seed(seed)
+    AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import re
 import tomllib
 from pathlib import Path
@@ -16,36 +15,8 @@ from attnlib.views.canvas_html import pack_sparse, quantize
 from attnlib.views.head_view import filter_positions, head_view_data, head_view_html
 from attnlib.views.model_view import model_view_html, pooled_maps, scaled_to_max, thumbnail_atlas
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html
-
-
-def unpack(packed: dict) -> dict[tuple[int, int, int], int]:
-    """Independent decoder of pack_sparse: {(map, row, col): byte weight}."""
-    raw = base64.b64decode(packed["b64"])
-    rows = packed["m"] * packed["rows"]
-    counts = np.frombuffer(raw[: 2 * rows], "<u2")
-    nnz = int(counts.sum())
-    cols = np.frombuffer(raw[2 * rows : 2 * rows + 2 * nnz], "<u2")
-    weights = np.frombuffer(raw[2 * rows + 2 * nnz :], np.uint8)
-    assert weights.size == nnz == packed["nnz"]
-    out, e = {}, 0
-    for r, c in enumerate(counts):
-        for _ in range(int(c)):
-            out[(r // packed["rows"], r % packed["rows"], int(cols[e]))] = int(weights[e])
-            e += 1
-    return out
-
-
-def page_data(html: str) -> dict:
-    """The JSON a view embeds."""
-    match = re.search(r"<script type='application/json' id='data'>(.*?)</script>", html, re.S)
-    return json.loads(match.group(1).replace("<\\/", "</"))
-
-
-def assert_offline(html: str) -> None:
-    """Nothing is loaded from outside the document (the embedded data, base64 included, is left out of the search)."""
-    code = re.sub(r"<script type='application/json' id='data'>.*?</script>", "", html, flags=re.S)
-    assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:)?//", code)
-    assert "cdn" not in code.lower() and "require(" not in code and "@import" not in code and "fetch(" not in code
+from support.reference import independent_norms
+from support.views import assert_offline, page_data, unpack
 
 
 def test_pack_sparse_keeps_weights_at_or_above_the_cut_as_bytes():
@@ -176,7 +147,7 @@ def test_neuron_view_matches_attention_for_tiny_models(tiny_model):
     assert_neuron_view_is_honest(tiny_model, "The cat sat on the mat.", "The dog slept.")
 
 
-FIGURES = Path(__file__).resolve().parents[1] / "attnlib" / "views"
+FIGURES = Path(__file__).resolve().parents[2] / "attnlib" / "views"
 
 
 def _tiny_grid_html() -> str:
@@ -220,39 +191,6 @@ def test_js_files_are_package_data():
 
 
 # ---------- value-weighted norms (METHODS §11): an independent computation from the model's own modules ----------
-
-
-def independent_norms(lm, text_a: str, text_b: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(attentions, value norms [L, H, n], rows of ||A_ij f_h(x_j)|| normalised to sum 1) of a BERT/RoBERTa model,
-    from hooks on its value projections and the output projection's weight, norms taken of the full vectors."""
-    import torch
-
-    named = dict(lm.encoder.named_modules())
-    values = [m for name, m in named.items() if name.endswith("attention.self.value")]
-    dense = [m for name, m in named.items() if name.endswith("attention.output.dense")]
-    captured: dict[int, np.ndarray] = {}
-    hooks = [
-        m.register_forward_hook(lambda _m, _i, out, l=l: captured.__setitem__(l, out[0].double().numpy()))
-        for l, m in enumerate(values)
-    ]
-    try:
-        with torch.no_grad():
-            out = lm.encoder(**lm.tokenizer(text_a, text_b, return_tensors="pt"), output_attentions=True)
-    finally:
-        for h in hooks:
-            h.remove()
-    attn = torch.stack(out.attentions)[:, 0].double().numpy()  # [L, H, n, n]
-    n_layers, n_heads, n, _ = attn.shape
-    d = captured[0].shape[-1] // n_heads
-    vnorm = np.zeros((n_layers, n_heads, n))
-    weighted = np.zeros_like(attn)
-    for l in range(n_layers):
-        w_out = dense[l].weight.detach().double().numpy()  # [hidden_out, hidden_in]: y = x @ W.T
-        for h in range(n_heads):
-            f = captured[l][:, h * d : (h + 1) * d] @ w_out[:, h * d : (h + 1) * d].T  # f_h(x_j): [n, hidden]
-            vnorm[l, h] = np.linalg.norm(f, axis=-1)
-            weighted[l, h] = np.linalg.norm(attn[l, h][:, :, None] * f[None], axis=-1)  # ||A_ij f_h(x_j)||
-    return attn, vnorm, weighted / weighted.sum(-1, keepdims=True)
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert", "roberta"], indirect=True)

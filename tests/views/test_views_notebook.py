@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import fake_result
-from test_live_figures import assert_offline, page_data, unpack
 
 from attnlib.runner import run
 from attnlib.views import Figure, as_figure, head_view, model_view, neuron_view
 from attnlib.views.canvas_html import quantize
 from attnlib.views.plotly_js import plotly_js
+from support.results import fake_result
+from support.views import assert_offline, page_data, unpack
 
-VIEWS = Path(__file__).resolve().parents[1] / "attnlib" / "views"
+VIEWS = Path(__file__).resolve().parents[2] / "attnlib" / "views"
 PAIR = ("I went to the store.", "At the store, I bought fresh strawberries.")
 
 

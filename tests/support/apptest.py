@@ -1,0 +1,48 @@
+"""What a Streamlit AppTest shows: its figures and tables as sent to the page, and its tabs opened in turn."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class ShownFigure:
+    """A figure as the app sent it to the page (ui/plotly_figure): its key and its Plotly JSON."""
+
+    key: str
+    spec: str
+
+
+def figures(node) -> list[ShownFigure]:
+    """Every figure under an AppTest node (the app, a tab, a column), in page order."""
+    from ui.plotly_figure import COMPONENT
+
+    shown = [c for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
+    return [ShownFigure(str(c.key), json.loads(c.proto.json)["figure"]) for c in shown]
+
+
+def tables(node) -> list[pd.DataFrame]:
+    """Every table under an AppTest node (ui/data_table), in page order, as the DataFrame its cells were sent from."""
+    from ui.data_table import COMPONENT
+
+    shown = [json.loads(c.proto.json) for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
+    return [pd.DataFrame(t["rows"], columns=t["columns"]) for t in shown]
+
+
+def open_tab(at, key: str, label: str):
+    """Open one of a page's tabs (only the open tab is drawn) and rerun; the AppTest."""
+    at.session_state[key] = label
+    return at.run()
+
+
+def across_tabs(at, key: str, labels, get) -> list:
+    """get(at) with each tab opened in turn, concatenated; no tab may raise."""
+    found = []
+    for label in labels:
+        open_tab(at, key, label)
+        assert not at.exception, (label, [e.value for e in at.exception])
+        found += get(at)
+    return found

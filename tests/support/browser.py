@@ -1,0 +1,110 @@
+"""Driving the app and the views in headless Chromium: the browser's flags, pages (offline ones too), and waits for a
+run to end and for a canvas or figure to be drawn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+BROWSER_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"  # a browser page's run has ended
+
+
+FIGURE = ".attn-figure"  # a figure in a browser page (ui/plotly_figure.js); its plot is `.js-plotly-plot[data-drawn]`
+
+
+# Every figure and table of the page drawn (figures below the first screen a moment after the rest; ui/plotly_figure.js).
+FIGURES_DRAWN = """() => [...document.querySelectorAll("[data-testid='stMain'] .stBidiComponent")]
+  .every((el) => el.querySelector('.js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn]') !== null)"""
+
+
+# Pixels of a canvas clearly darker than the white background: lines, cells, labels.
+INK = """sel => { const c = document.querySelector(sel); if (!c || !c.width) return 0;
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let k = 0;
+  for (let i = 0; i < d.length; i += 4) if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) k++; return k; }"""
+
+
+# In a figure's page: plotly drew its SVG and at least one trace (lines, markers, bars or a heatmap's image).
+PLOTTED = (
+    "() => !!document.querySelector('.js-plotly-plot .main-svg') && document.querySelectorAll('g.trace, .hm').length"
+)
+
+
+@contextmanager
+def browser_page(browser, failure: Path | None = None, width: int = 1400, height: int = 1000) -> Iterator:
+    """A new Chromium page, closed afterwards; when the body fails, a full-page screenshot at `failure` first."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    try:
+        yield page
+    except Exception:
+        if failure is not None:
+            page.screenshot(path=str(failure), full_page=True)
+        raise
+    finally:
+        page.close()
+
+
+@contextmanager
+def offline_page(browser) -> Iterator[tuple]:
+    """A browser page that refuses every request but local ones (file:, data:, blob:); (the page, URLs asked for)."""
+    asked: list[str] = []
+
+    def only_local(route) -> None:
+        asked.append(route.request.url)
+        if route.request.url.startswith(("file:", "data:", "blob:")):
+            route.continue_()
+        else:
+            route.abort()
+
+    with browser_page(browser) as page:
+        page.route("**/*", only_local)
+        yield page, asked
+
+
+def wait_idle(page, timeout: int = 180_000) -> None:
+    """Wait until Streamlit has finished the current run."""
+    page.wait_for_timeout(300)
+    page.wait_for_function(IDLE, timeout=timeout)
+    page.wait_for_timeout(500)
+
+
+def iframe_frame(page, index: int = 0, timeout: int = 180_000):
+    """The index-th iframe's frame; read again when a rerun swaps the iframe between finding it and reading it."""
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        assert time.monotonic() < deadline, "the view's iframe never got a frame"
+        page.locator("iframe").nth(index).wait_for(state="visible", timeout=timeout)
+        handle = page.locator("iframe").nth(index).element_handle()
+        frame = None if handle is None else handle.content_frame()
+        if frame is not None:
+            return frame
+        page.wait_for_timeout(200)
+
+
+def view_frame(page, canvas: str, timeout: int = 180_000):
+    """The view's iframe once its canvas has been drawn."""
+    frame = iframe_frame(page, 0, timeout)
+    frame.wait_for_selector(canvas, timeout=timeout)
+    frame.wait_for_function(f"() => ({INK})('{canvas}') > 200", timeout=timeout)
+    return frame

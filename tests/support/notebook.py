@@ -1,0 +1,7 @@
+"""The example notebook the packaging and browser tests run."""
+
+from __future__ import annotations
+
+from attnlib.shipped import ROOT
+
+EXAMPLE_NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
