@@ -14,11 +14,11 @@ from attnlib.families import BY_MODEL_TYPE, FAMILIES, UnsupportedModelError, lay
 from attnlib.replay import captured_contexts, editing_contexts, record
 from attnlib.runner import encode, model_inputs, run, run_encoded
 from attnlib.shipped import CLASSROOM_SINGLE
+from support.families import TEXT_A, TEXT_B, _cli
 from support.models import MODERNBERT_WINDOW
 from support.reference import reverse_mode_reference
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-TEXT_A, TEXT_B = "The cat sat on the mat because it was warm.", "It slept."
 SENTENCES = ["A dog barked.", "The cat sat on the mat because it was warm.", "Why?"]
 
 
@@ -174,18 +174,6 @@ def test_attribution_equals_reverse_mode_on_two_heads(family_model):
         # shares of sums of float32 squares: both sides round differently by a few ulp of ~0.1
         np.testing.assert_allclose(exact.input[layer, head], ref_i, atol=1e-5)
         np.testing.assert_allclose(exact.previous[layer, head], ref_p, atol=1e-5)
-
-
-@pytest.mark.slow
-def test_attribution_equals_reverse_mode_on_every_head(family_model):
-    lm = family_model
-    enc = encode(lm, TEXT_A, TEXT_B)
-    exact = hidden_token_attribution(lm, enc, mode="exact", with_output=True)
-    f = lm.facts
-    heads = [(layer, head) for layer in range(f.n_layers) for head in range(f.n_heads)]
-    ref_in, ref_prev = reverse_mode_reference(lm, enc, heads)
-    np.testing.assert_allclose(exact.input, ref_in.reshape(exact.input.shape), atol=1e-5)
-    np.testing.assert_allclose(exact.previous, ref_prev.reshape(exact.input.shape), atol=1e-5)
 
 
 @pytest.mark.parametrize("family_dir", ["modernbert"], indirect=True)
@@ -408,27 +396,6 @@ def test_deberta_v2_convolution_after_the_first_layer(tmp_path):
     np.testing.assert_allclose(exact.previous[1, 2], ref_prev[0], atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def small_conllu(tmp_path_factory):
-    """The first six sentences of UD EWT dev, as a file (the commands read whole files)."""
-    from attnlib.shipped import EWT_DEV
-
-    blocks = EWT_DEV.read_text(encoding="utf-8").split("\n\n")[:6]
-    path = tmp_path_factory.mktemp("conllu") / "six.conllu"
-    path.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
-    return path
-
-
-def _cli(capsys, argv: list[str]) -> dict:
-    """Run one command in-process; it must succeed and print one JSON object."""
-    import json
-
-    from attnlib.cli import main
-
-    assert main([*argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
 def test_single_input_commands_run(family_dir, family_model, capsys):
     """attention, norms and hta on each family: JSON with the model's shape and rows that sum to 1."""
     f, model = family_model.facts, ["--model", str(family_dir)]
@@ -442,27 +409,6 @@ def test_single_input_commands_run(family_dir, family_model, capsys):
     assert np.allclose(np.array(maps["residual_ln_rollout"]).sum(-1), 1, atol=1e-5)
     hta = _cli(capsys, ["hta", *text, "--mode", "estimate", "--probes", "3", *model])
     assert np.array(hta["input"]).shape == a.shape and np.allclose(np.array(hta["input"]).sum(-1), 1, atol=1e-5)
-
-
-@pytest.mark.slow
-def test_corpus_commands_run(family_dir, family_model, small_conllu, capsys):
-    """special (with --norms), deps, positions, aggregation and probe on each family, each JSON sane."""
-    from attnlib.shipped import CLASSROOM_PAIRS
-
-    f, model = family_model.facts, ["--model", str(family_dir)]
-    corpus = ["--corpus", str(CLASSROOM_PAIRS), "--limit", "4"]
-    special = _cli(capsys, ["special", *corpus, "--norms", *model])
-    assert special["n_inputs"] == 4 and len(special["norm_layers"]) == f.n_layers
-    shares = sum(np.array(special["heads"][k]) for k in ("cls", "sep", "punct", "other"))
-    np.testing.assert_allclose(shares, 1, atol=1e-5)
-    deps = _cli(capsys, ["deps", "--conllu", str(small_conllu), *model])
-    assert deps["n_sentences"] + deps["n_skipped"] == 6 and deps["rows"]
-    positions = _cli(capsys, ["positions", *corpus, "--probes", "3", *model])
-    assert np.array(positions["histograms"]["attention"]).shape[:2] == (f.n_layers, f.n_heads)
-    aggregation = _cli(capsys, ["aggregation", *corpus, "--probes", "3", *model])
-    assert aggregation["n_inputs"] == 4
-    probe = _cli(capsys, ["probe", "--train", str(small_conllu), "--test", str(small_conllu), *model])
-    assert 0 <= probe["uas"] <= 1
 
 
 def test_live_page_draws_every_view(family_dir, family_model):

@@ -19,6 +19,7 @@ from attnlib.results import read_result_file
 from attnlib.runner import encode, run, run_encoded
 from attnlib.shipped import CLASSROOM_SINGLE
 from attnlib.special import class_masks
+from support.reference import _reference_vectors
 from support.tolerances import FORWARD_RTOL
 
 SENTENCES = [
@@ -71,19 +72,6 @@ def test_hand_worked_rollout():
     np.testing.assert_allclose(p[1], np.array([[0.5, 0.5], [0, 1]]) @ np.array([[0.25, 0.75], [0.5, 0.5]]))
 
 
-def _reference_vectors(lm, result) -> np.ndarray:
-    """f_h(x_j) [layers, heads, n, hidden] recomputed with plain torch from the model's value and output weights."""
-    sites = layout(lm.encoder).sites
-    x = torch.tensor(result.layer_inputs)
-    h = lm.facts.n_heads
-    out = []
-    for l, (v, o) in enumerate((s.projections[2], s.output) for s in sites):
-        v_all = x[l] @ v.weight.T + v.bias  # [n, hidden]
-        d = v_all.shape[-1] // h
-        out.append(torch.stack([v_all[:, k * d : (k + 1) * d] @ o.weight[:, k * d : (k + 1) * d].T for k in range(h)]))
-    return torch.stack(out).detach().numpy()
-
-
 def test_norms_from_the_models_weights(tiny_model):
     """Layer inputs are hidden_states; f_h(x_j) from the weight matrices gives value_norm, N and the decomposition."""
     from transformers.modeling_utils import PreTrainedModel
@@ -121,34 +109,6 @@ def test_norms_from_the_models_weights(tiny_model):
         )
         np.testing.assert_allclose(parts.output(), captured[l].numpy(), atol=1e-5)
         np.testing.assert_allclose(maps.residual_ln[l], np.linalg.norm(parts.parts, axis=-1), rtol=1e-4, atol=1e-6)
-
-
-@pytest.mark.slow
-def test_decomposition_rebuilds_the_block_output_on_minilm(minilm, one_thread):
-    captured = []
-    hooks = [
-        s.norm.register_forward_hook(lambda _m, _i, o: captured.append(o[0].detach()))
-        for s in layout(minilm.encoder).sites
-    ]
-    try:
-        r = run(minilm, "Colourless green ideas sleep furiously, they say.", capture_norms=True)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    w = r.norm_weights
-    vectors = norms.head_vectors(r.values, w.out_weight)
-    np.testing.assert_allclose(vectors, _reference_vectors(minilm, r), rtol=1e-4, atol=1e-5)
-    maps = norms.norm_maps(r)
-    weighted = np.linalg.norm(r.attentions[..., None] * vectors[:, :, None], axis=-1)  # ||A_ij f_h(x_j)||
-    np.testing.assert_allclose(maps.weighted_norm, weighted, rtol=1e-5, atol=1e-6)
-    for l in range(minilm.facts.n_layers):
-        parts = norms.layer_norm_parts(
-            r.attentions[l], vectors[l], r.layer_inputs[l], w.out_bias[l], w.gamma[l], w.beta[l], float(w.eps[l])
-        )
-        np.testing.assert_allclose(parts.output(), captured[l].numpy(), atol=1e-5)
-    for rolled in (maps.attention_rollout, maps.residual_ln_rollout):
-        np.testing.assert_allclose(rolled.sum(-1), 1.0, atol=1e-5)
-        assert (rolled >= 0).all()
 
 
 def test_captured_block_scale_equals_the_computed_one(tiny_model):

@@ -94,3 +94,27 @@ def assert_table_equals_cli(table, model: str, data: dict) -> None:
         for column, key in (("spearman", "spearman"), ("pearson", "pearson"), ("centre of mass", "center_of_mass")):
             np.testing.assert_allclose(part[column], np.array(data[key][measure], float), atol=6e-5)
         np.testing.assert_allclose(part["attribution centre of mass"], data["center_of_mass"]["attribution"], atol=6e-5)
+
+
+def _deps_page(source: str, **state):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    at.switch_page("app_pages/dependency_heads.py")
+    defaults = dict(deps_source=source, deps_min_count=5, deps_rule="mean", deps_split="same")
+    for key, value in {**defaults, **state}.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+def view_data(at: AppTest) -> dict:
+    """The JSON embedded in the page's view iframe."""
+    frames = at.get("iframe")
+    assert len(frames) == 1
+    html = frames[0].proto.srcdoc
+    match = re.search(r"<script type='application/json' id='data'>(.*?)</script>", html, re.S)
+    return json.loads(match.group(1).replace("<\\/", "</"))
+
+
+# the Live page's tutorial pair
+TEXT_A, TEXT_B = "I went to the store.", "At the store, I bought fresh strawberries."

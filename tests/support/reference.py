@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from attnlib.families import layout
 from attnlib.reverse_mode import reverse_graphs
 
 
@@ -69,3 +70,16 @@ def independent_norms(lm, text_a: str, text_b: str | None = None) -> tuple[np.nd
             vnorm[l, h] = np.linalg.norm(f, axis=-1)
             weighted[l, h] = np.linalg.norm(attn[l, h][:, :, None] * f[None], axis=-1)  # ||A_ij f_h(x_j)||
     return attn, vnorm, weighted / weighted.sum(-1, keepdims=True)
+
+
+def _reference_vectors(lm, result) -> np.ndarray:
+    """f_h(x_j) [layers, heads, n, hidden] recomputed with plain torch from the model's value and output weights."""
+    sites = layout(lm.encoder).sites
+    x = torch.tensor(result.layer_inputs)
+    h = lm.facts.n_heads
+    out = []
+    for l, (v, o) in enumerate((s.projections[2], s.output) for s in sites):
+        v_all = x[l] @ v.weight.T + v.bias  # [n, hidden]
+        d = v_all.shape[-1] // h
+        out.append(torch.stack([v_all[:, k * d : (k + 1) * d] @ o.weight[:, k * d : (k + 1) * d].T for k in range(h)]))
+    return torch.stack(out).detach().numpy()
