@@ -1,19 +1,22 @@
 """Shared fixtures and hooks (helpers live in tests/support/): the packaged model, tiny random models of every family
-built in-process (tests/support/models.py), the Streamlit server, the browser and the example notebook's kernel."""
+built in-process (tests/support/models.py), the Streamlit server, the browser, the example notebook's kernel, and the
+report's and the notebook's results that modules of two tiers share."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from attnlib.model import DEFAULT_MODEL, load_model
-from attnlib.shipped import ROOT
+from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from support.browser import BROWSER_ARGS, free_port
 from support.models import FAMILY_KINDS, save_tiny
-from support.notebook import EXAMPLE_NOTEBOOK
+from support.notebook import EXAMPLE_NOTEBOOK, LIMIT
+from support.report import MIN_COUNT, N_INPUTS, cli
 
 
 @pytest.fixture
@@ -186,3 +189,38 @@ def _fresh_shipped_results():
     from ui.result_source import _shipped
 
     _shipped.clear()
+
+
+# ---------- what a module and its other tier's module share: the report's inputs and page (library/test_report*.py,
+# browser/test_browser_report.py) and the executed example notebook (packaging/, browser/test_browser_notebook.py)
+
+
+@pytest.fixture(scope="session")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("report-inputs")
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join(CLASSROOM_SINGLE.read_text().splitlines()[:N_INPUTS]) + "\n")
+    blocks = EWT_DEV.read_text().split("\n\n")[:30]
+    conllu = folder / "treebank.conllu"
+    conllu.write_text("\n\n".join(blocks) + "\n\n")
+    train = folder / "train.conllu"
+    train.write_text("\n\n".join(EWT_DEV.read_text().split("\n\n")[30:60]) + "\n\n")
+    return str(corpus), str(conllu), str(train)
+
+
+@pytest.fixture(scope="session")
+def report_page(tiny_model_dir, files, tmp_path_factory):
+    """The report for a tiny random model, written by the command; (page, its JSON summary)."""
+    corpus, conllu, train = files
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    summary = cli(
+        "report", "--corpus", corpus, "--conllu", conllu, "--train", train, "--model", str(tiny_model_dir), "--out", str(out),
+        "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--quiet", "--json",
+    )  # fmt: skip
+    return out, summary
+
+
+@pytest.fixture(scope="session")
+def executed(execute_notebook, tmp_path_factory):
+    """The notebook run by this Python's kernel, in a folder outside the checkout."""
+    return execute_notebook(sys.executable, tmp_path_factory.mktemp("notebook"), LIMIT)

@@ -14,18 +14,11 @@ import numpy as np
 import pytest
 
 from attnlib.ablate import ABLATE, AblateOptions
-from attnlib.ablation import (
-    AblationUnavailable,
-)
+from attnlib.ablation import AblationUnavailable
 from attnlib.analysis import run_analysis
 from attnlib.corpus import CorpusInput
 from attnlib.engines import fill_shard, numbered, plan_batches, shard_batches
-from attnlib.importance import (
-    IMPORTANCE,
-    ImportanceOptions,
-    importance_accumulators,
-    importance_fill,
-)
+from attnlib.importance import IMPORTANCE, ImportanceOptions, importance_accumulators, importance_fill
 from attnlib.model import load_model
 from attnlib.shipped import ROOT
 from support.ablation import SENTENCES

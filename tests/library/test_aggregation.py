@@ -7,10 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from attnlib.aggregation import (
-    AggregationAccumulator,
-    AggregationResult,
-)
+from attnlib.aggregation import AggregationAccumulator, AggregationResult
 from attnlib.attribution import hidden_token_attribution
 from attnlib.cli import main
 from attnlib.norms import MEASURES

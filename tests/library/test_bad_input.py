@@ -4,7 +4,6 @@ Also the security settings: allow-list of model ids, local folders switched off,
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 
@@ -12,44 +11,29 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.cli import main as cli_main
 from attnlib.corpus import CorpusError, parse_conllu, parse_text_corpus, read_conllu, read_corpus, read_text_corpus
 from attnlib.model import DEFAULT_MODEL, ModelLoadError, check_allowed, load_model, parse_model_list
 from attnlib.runner import InputError, run
 from attnlib.shipped import ROOT
-
-EMPTY_TEXTS = {"empty": "", "whitespace": "  \n\t  ", "unicode spaces": "\u00a0\u2003\u3000"}
-INVISIBLE_TEXTS = {"control only": "\x00\x07\x1b", "zero-width only": "\u200b\u200c\u200d\ufeff"}
-ODD_TEXTS = {
-    "emoji": "I love 🍓 and 🎉 so much 👩‍👩‍👧!",
-    "CJK": "我喜欢草莓。東京は大きい都市です。",
-    "right-to-left": "שלום עולם مرحبا بالعالم",
-    "control inside": "tab\there, bell\x07 and escape\x1b[31m red",
-    "zero-width inside": "zero\u200bwidth\u200djoiner\ufeff here",
-    "punctuation only": "?!... ,;: -- ()",
-}
-LONG_TEXT = " ".join(["word"] * 5000)
-VALID = "The cat sat on the mat."
-
-# One sentence, 3 words; each malformed version breaks exactly one line (line numbers count the comment line).
-CONLLU_OK = (
-    "# sent_id = 1\n1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_\n2\tcat\tcat\tNOUN\t_\t_\t3\tnsubj\t_\t_\n"
-    "3\tsat\tsit\tVERB\t_\t_\t0\troot\t_\t_\n\n"
+from support.bad_input import (
+    CONLLU_BAD,
+    CONLLU_OK,
+    EMPTY_TEXTS,
+    INVISIBLE_TEXTS,
+    LONG_LINE_CORPUS,
+    LONG_TEXT,
+    NOT_UTF8,
+    ODD_TEXTS,
+    UPLOADS,
+    VALID,
+    _assert_kept_default,
+    _choose_other,
+    _cli,
+    _live,
+    _sidebar,
+    _type,
+    _upload,
 )
-CONLLU_BAD = {
-    "wrong column count": (CONLLU_OK.replace("2\tcat\tcat\tNOUN\t_\t_\t3", "2\tcat\tNOUN\t_\t_\t3"), 3, "columns"),
-    "non-numeric head": (CONLLU_OK.replace("NOUN\t_\t_\t3", "NOUN\t_\t_\tx"), 3, "not a number"),
-    "head out of range": (CONLLU_OK.replace("NOUN\t_\t_\t3", "NOUN\t_\t_\t9"), 3, "outside the sentence"),
-    "cycle": (CONLLU_OK.replace("NOUN\t_\t_\t3", "NOUN\t_\t_\t1"), 2, "cycle"),  # the: head cat, cat: head the
-}
-NOT_UTF8 = "café, naïve\n".encode("latin-1")
-
-
-def _cli(*args: str, capsys) -> tuple[int, dict | None, str]:
-    """Run the command line in-process: exit status, parsed JSON (or None), stderr."""
-    code = cli_main(list(args))
-    out, err = capsys.readouterr()
-    return code, (json.loads(out) if code == 0 else None), err
 
 
 def _one_clear_line(err: str) -> str:
@@ -288,9 +272,6 @@ def test_cli_not_utf8_and_empty_corpus(tmp_path, capsys):
         assert code == 2 and message in _one_clear_line(err), (name, err)
 
 
-LONG_LINE_CORPUS = f"{VALID}\n{LONG_TEXT}.\nA dog barked.\n"  # the middle line: 5,000 words, about 25,000 characters
-
-
 def test_library_corpus_keeps_a_very_long_line(tmp_path):
     path = tmp_path / "long.txt"
     path.write_text(LONG_LINE_CORPUS)
@@ -298,33 +279,7 @@ def test_library_corpus_keeps_a_very_long_line(tmp_path):
     assert [len(str(i.text_a)) for i in inputs] == [len(VALID), len(LONG_TEXT) + 1, len("A dog barked.")]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", ["special", "positions"])
-def test_cli_long_corpus_line_is_truncated_and_counted(tiny_model_dir, tmp_path, command, capsys):
-    path = tmp_path / "long.txt"
-    path.write_text(LONG_LINE_CORPUS)
-    extra = ["--probes", "1"] if command == "positions" else []
-    code, out, err = _cli(
-        command, "--corpus", str(path), "--model", str(tiny_model_dir), *extra, "--json", capsys=capsys
-    )
-    assert code == 0, err
-    assert out["n_inputs"] == 3 and out["n_truncated"] == 1
-
-
 # ---------- the app (Streamlit AppTest) ----------------------------------------------------------------------------
-
-
-def _live(**params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    for k, v in params.items():
-        at.query_params[k] = v
-    return at.run()
-
-
-def _type(at: AppTest, text_a: str, text_b: str = "") -> AppTest:
-    at.text_area(key="text_a").input(text_a)
-    at.text_area(key="text_b").input(text_b)
-    return at.run()
 
 
 def _assert_usable(at: AppTest) -> None:
@@ -332,13 +287,6 @@ def _assert_usable(at: AppTest) -> None:
     _type(at, VALID)
     assert not at.exception and not at.warning and not at.error
     assert any("tokens." in c.value for c in at.caption)
-
-
-@pytest.fixture
-def live_app():
-    at = _live()
-    assert not at.exception
-    return at
 
 
 @pytest.mark.parametrize(
@@ -389,85 +337,6 @@ def test_app_live_roberta(tiny_model_dir):
     assert not at.exception and at.session_state["model_name"] == str(tiny_model_dir)
 
 
-@pytest.mark.slow
-def test_app_typed_text_follows_the_visitor_across_pages(live_app):
-    """Streamlit drops widget values and the URL on a page change; the typed sentence must survive both."""
-    at = _type(live_app, "My own sentence about a purple owl.", "")
-    at.session_state["lg_tab"] = "One example"  # the Local vs global tab with the sentence inputs
-    for page in ("app_pages/local_global.py", "app_pages/dependency_heads.py", "app_pages/live.py"):
-        at.switch_page(page).run()
-        assert not at.exception, (page, at.exception)
-        if page != "app_pages/dependency_heads.py":  # a page without the sentence inputs in between
-            assert at.text_area(key="text_a").value == "My own sentence about a purple owl.", page
-            assert (
-                at.text_area(key="text_b").value == "" and at.query_params["a"] == "My own sentence about a purple owl."
-            )
-
-
-BAD_TYPED = {
-    **EMPTY_TEXTS,
-    **INVISIBLE_TEXTS,
-    "emoji": ODD_TEXTS["emoji"],
-    "punctuation only": ODD_TEXTS["punctuation only"],
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
-def test_app_local_global_example_bad_text(live_app, text):
-    live_app.session_state["lg_tab"] = "One example"
-    at = live_app.switch_page("app_pages/local_global.py").run()
-    assert not at.exception, at.exception
-    at = _type(at, text)
-    assert not at.exception, at.exception
-    if text in EMPTY_TEXTS.values() or text in INVISIBLE_TEXTS.values():
-        assert any(re.match(r"Sentence A (is empty|has nothing the model can read)", w.value) for w in at.warning)
-    assert at.text_area(key="text_a").value == text
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
-def test_app_deps_typed_text_bad(live_app, text):
-    at = live_app.switch_page("app_pages/dependency_heads.py").run()
-    at.radio(key="deps_source").set_value("silver").run()
-    at.selectbox(key="deps_text_choice").select("Type or paste text").run()
-    at.text_area(key="deps_text").input(text).run()
-    assert not at.exception, at.exception
-    assert at.text_area(key="deps_text").value == text
-    if not text.strip():
-        assert any("no sentence" in w.value for w in at.warning)
-
-
-def _sidebar_only():
-    from ui.model_sidebar import model_sidebar
-
-    model_sidebar()
-
-
-def _sidebar(secrets: dict | None = None, **params) -> AppTest:
-    at = AppTest.from_function(_sidebar_only, default_timeout=300)
-    for k, v in (secrets or {}).items():
-        at.secrets[k] = v
-    for k, v in params.items():
-        at.query_params[k] = v
-    return at.run()
-
-
-def _choose_other(at: AppTest, name: str) -> AppTest:
-    at.selectbox(key="model_choice").select("Other (Hub id or local folder)…").run()
-    at.text_input(key="model_custom").input(name).run()
-    return at
-
-
-def _assert_kept_default(at: AppTest, typed: str, message: str) -> None:
-    assert not at.exception
-    assert any(re.search(message, e.value) and "Still using **all-MiniLM-L6-v2**" in e.value for e in at.error), [
-        e.value for e in at.error
-    ]
-    assert at.text_input(key="model_custom").value == typed
-    assert at.session_state["model_name"] == DEFAULT_MODEL and at.query_params["model"] == DEFAULT_MODEL
-
-
 def test_app_sidebar_unknown_id_and_no_network(monkeypatch):
     import attnlib.model as model
 
@@ -483,45 +352,6 @@ def test_app_sidebar_unknown_id_and_no_network(monkeypatch):
 def test_app_sidebar_decoder_only(gpt2_dir):
     at = _choose_other(_sidebar(), str(gpt2_dir))
     _assert_kept_default(at, str(gpt2_dir), "decoder-only .* needs? a BERT-family encoder")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-@pytest.mark.parametrize("how", ["env", "secrets"])
-def test_app_sidebar_local_folders_off(tiny_model_dir, monkeypatch, how):
-    secrets = None
-    if how == "env":
-        monkeypatch.setenv("ATTNLIB_ALLOW_LOCAL_MODELS", "0")
-    else:
-        secrets = {"allow_local_models": False}
-    at = _choose_other(_sidebar(secrets), str(tiny_model_dir))
-    _assert_kept_default(at, str(tiny_model_dir), "local folders is switched off")
-    # a link to a local folder falls back too
-    at = _sidebar(secrets, model=str(tiny_model_dir))
-    assert not at.exception and any("switched off" in e.value for e in at.error)
-    assert at.session_state["model_name"] == DEFAULT_MODEL
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-@pytest.mark.parametrize("how", ["env", "secrets"])
-def test_app_sidebar_allow_list(tiny_model_dir, monkeypatch, how):
-    allowed = f"{tiny_model_dir}, roberta-base"
-    secrets = None
-    if how == "env":
-        monkeypatch.setenv("ATTNLIB_ALLOWED_MODELS", allowed)
-    else:
-        secrets = {"allowed_models": [str(tiny_model_dir), "roberta-base"]}
-    at = _sidebar(secrets)
-    assert not at.exception
-    assert at.selectbox(key="model_choice").options == [DEFAULT_MODEL, str(tiny_model_dir), "roberta-base"]
-    at.selectbox(key="model_choice").select(str(tiny_model_dir)).run()
-    assert not at.exception and at.session_state["model_name"] == str(tiny_model_dir)
-    # a link naming a model that is not allowed: a message and the default, nothing loaded
-    at = _sidebar(secrets, model="bert-base-uncased")
-    assert not at.exception
-    assert any("'bert-base-uncased' is not one of the models this server allows" in e.value for e in at.error)
-    assert at.session_state["model_name"] == DEFAULT_MODEL and at.query_params["model"] == DEFAULT_MODEL
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
@@ -547,30 +377,12 @@ def _picker_only():
         st.write(f"picked {len(choice.inputs)}")
 
 
-def _upload(at: AppTest, name: str, data: bytes, key: str = "t") -> AppTest:
-    at.file_uploader(key=f"{key}_upload").set_value((name, data, "text/plain"))
-    return at.run()
-
-
 @pytest.fixture
 def picker():
     at = AppTest.from_function(_picker_only, default_timeout=120).run()
     at.selectbox(key="t_corpus").select("Upload a text or CoNLL-U file").run()
     assert not at.exception and any("Choose a file" in i.value for i in at.info)
     return at
-
-
-UPLOADS = {
-    **{
-        f"conllu {case}": ("bad.conllu", text.encode(), rf"bad\.conllu, line {line}: .*{what}")
-        for case, (text, line, what) in CONLLU_BAD.items()
-    },
-    "not UTF-8 text": ("latin1.txt", NOT_UTF8, "latin1.txt: not a UTF-8 text file"),
-    "not UTF-8 conllu": ("latin1.conllu", NOT_UTF8, "not a UTF-8 text file"),
-    "no usable input": ("blank.txt", b"\n   \n\t\n", "no usable input"),
-    "blank conllu": ("blank.conllu", b"\n\n", "no usable input"),
-    "binary": ("weights.txt", bytes(range(256)) * 4, "not a UTF-8"),
-}
 
 
 @pytest.mark.parametrize("case", UPLOADS, ids=UPLOADS.keys())
@@ -600,106 +412,4 @@ def test_upload_limit_set_in_config():
     assert config["client"]["showErrorDetails"] == "none"  # visitors never see a traceback's details
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", ["conllu cycle", "not UTF-8 conllu", "blank conllu"])
-def test_app_corpus_pages_show_upload_errors(case):
-    """The real pages (not just the picker) turn a bad upload into a message and stay usable."""
-    name, data, message = UPLOADS[case]
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    # open the pages on the upload choice, so that no corpus is analysed before the upload
-    at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
-    at.session_state["deps_corpus"] = "Upload a CoNLL-U file"
-    for page, key, upload_label in (
-        ("app_pages/special_tokens.py", "special", "Upload a text or CoNLL-U file"),
-        ("app_pages/dependency_heads.py", "deps", "Upload a CoNLL-U file"),
-    ):
-        at.switch_page(page).run()
-        assert not at.exception, (page, at.exception)
-        if key == "deps":
-            at.radio(key="deps_source").set_value("gold").run()
-        assert at.selectbox(key=f"{key}_corpus").value == upload_label
-        at = _upload(at, name, data, key)
-        assert not at.exception, (page, at.exception)
-        assert any(re.search(message, e.value) for e in at.error), (page, [e.value for e in at.error])
-
-
-@pytest.mark.slow
-def test_upload_is_kept_when_leaving_the_page():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
-    at.switch_page("app_pages/special_tokens.py").run()
-    at = _upload(at, "ok.conllu", CONLLU_OK.encode(), "special")
-    at.switch_page("app_pages/live.py").run()
-    at.switch_page("app_pages/special_tokens.py").run()
-    assert not at.exception and not at.error, [e.value for e in at.error]
-    assert at.selectbox(key="special_corpus").value == "Upload a text or CoNLL-U file"
-    assert any("ok.conllu, uploaded earlier" in c.value for c in at.caption)
-    assert any(c.value == "1 inputs from ok.conllu" for c in at.caption)
-
-
 # ---------- security -----------------------------------------------------------------------------------------------
-
-
-def _repo_sources():
-    skip = {".venv", ".git", "test-output", "__pycache__", ".hypothesis", "node_modules"}
-    for path in ROOT.rglob("*"):
-        if (
-            path.is_file()
-            and path.suffix in (".py", ".toml", ".md", ".sh", ".txt", ".cfg", ".yaml", ".yml")
-            and not skip & set(path.relative_to(ROOT).parts)
-        ):
-            yield path
-
-
-@pytest.mark.slow
-def test_remote_code_never_trusted():
-    enabled = re.compile(r"trust_remote_code\s*=\s*(True|1|\"|')")
-    hits = [str(p.relative_to(ROOT)) for p in _repo_sources() if enabled.search(p.read_text(errors="replace"))]
-    assert hits == []
-    assert "trust_remote_code=False" in (ROOT / "attnlib" / "model.py").read_text()
-
-
-PICKLE_SPRUNG = []
-
-
-def _sprung() -> None:
-    PICKLE_SPRUNG.append(True)
-
-
-class _Trap:
-    """Unpickling this object would run _sprung: the test of whether anything unpickles an upload."""
-
-    def __reduce__(self):
-        return (_sprung, ())
-
-
-@pytest.mark.slow
-def test_uploads_are_never_unpickled():
-    """Uploads (corpora, result files) are parsed as text or JSON: a pickle is refused and its code never runs."""
-    import pickle
-
-    from attnlib.results import ResultFileError, read_result_file
-    from ui.corpus_picker import parse_upload
-
-    payload = pickle.dumps(_Trap())
-    for read in (
-        lambda: read_text_corpus(payload, "x.txt"),
-        lambda: read_conllu(payload, "x.conllu"),
-        lambda: parse_upload(payload, "x.txt", False),
-        lambda: parse_upload(payload, "x.conllu", True),
-    ):
-        with pytest.raises(CorpusError):
-            read()
-    with pytest.raises(ResultFileError, match="not a JSON file"):
-        read_result_file(payload)
-    assert PICKLE_SPRUNG == []
-    # and nothing that serves visitors calls a deserialiser that can run code; attnlib/engines.py pickles only the
-    # payloads it makes itself for its Ray workers
-    risky = re.compile(r"\b(pickle|cPickle|dill|joblib)\.loads?\b|\btorch\.load\(|allow_pickle=True")
-    folders = ("attnlib", "ui", "app_pages")
-    hits = [
-        str(p.relative_to(ROOT))
-        for p in _repo_sources()
-        if p.parts[len(ROOT.parts)] in folders and p.name != "engines.py" and risky.search(p.read_text())
-    ]
-    assert hits == [] and "pickle" not in (ROOT / "app.py").read_text()

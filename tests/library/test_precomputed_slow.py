@@ -9,11 +9,7 @@ import pytest
 from scipy.spatial.distance import pdist, squareform
 
 from attnlib import cli
-from attnlib.precomputed import (
-    EXAMPLE_COMMAND,
-    TOLERANCES,
-    result_differences,
-)
+from attnlib.precomputed import EXAMPLE_COMMAND, TOLERANCES, result_differences
 from attnlib.results import read_result_file
 from attnlib.shipped import PRECOMPUTED, ROOT
 from support.precomputed import ENTRIES

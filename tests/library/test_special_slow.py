@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 
 from attnlib.corpus import read_text_corpus
-from attnlib.gradient_importance import (
-    gradient_importance,
-)
+from attnlib.gradient_importance import gradient_importance
 from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, ROOT
 from attnlib.special_tokens import SPECIAL, SpecialOptions
 from support.apptest import figures

@@ -5,3 +5,6 @@ from __future__ import annotations
 from attnlib.shipped import ROOT
 
 EXAMPLE_NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
+
+
+LIMIT = 10  # inputs of each corpus: enough for every cell, quick

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from attnlib.precomputed import (
-    shipped_results,
-)
+from attnlib.precomputed import shipped_results
 
 ENTRIES = {e.name: e for e in shipped_results()}

@@ -1,0 +1,15 @@
+"""What test_report.py and test_browser_report.py both use."""
+
+from __future__ import annotations
+
+from attnlib.cli import build_parser
+
+N_INPUTS = 6  # of each file
+
+
+MIN_COUNT = 5
+
+
+def cli(*argv: str) -> dict:
+    args = build_parser().parse_args(list(argv))
+    return args.handler(args)
