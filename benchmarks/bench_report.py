@@ -33,7 +33,7 @@ def run_command(*argv: str) -> tuple[dict, float]:
 
 
 def tiny_bert(folder: Path) -> str:
-    """A random 2-layer, 4-head BERT with the bundled tokenizer, saved to a folder (as tests/conftest.py builds it)."""
+    """A random 2-layer, 4-head BERT with the bundled tokenizer, saved to a folder (as tests/support/models.py does)."""
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig
 

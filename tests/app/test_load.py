@@ -1,7 +1,6 @@
-"""Many users: 8 browser sessions at once against one `streamlit run`, each typing its own sentence and switching pages.
-
-Checks: no exception box anywhere, the default model loaded once by the server process, every cache bounded.
-Prints the server's peak resident memory (also written to test-output/load-test.json)."""
+"""Many users, without a browser: every cache bounded, the live run cache small, the server's settings (Python's own
+garbage collection, no file watcher), concurrent runs on one model kept apart. browser/test_browser_load.py runs 8
+browser sessions at once against one `streamlit run`."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Checks: no exception box anywhere, the default model loaded once by the server process, every cache bounded.
 Prints the server's peak resident memory (also written to test-output/load-test.json).
 
-The browser test; test_load.py holds the rest."""
+The browser test; app/test_load.py holds the quick checks of the server's settings and caches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What test_ablation.py and test_ablation_slow.py both use."""
+"""The sentences the ablation tests (test_ablation.py, test_ablation_slow.py) run on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What test_bad_input.py and test_bad_input_slow.py both use."""
+"""Bad input and the app helpers that type it (test_bad_input.py, test_bad_input_slow.py, library/conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What test_families.py and test_families_slow.py both use."""
+"""The text pair and the command runner of the family tests (test_families.py, test_families_slow.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What test_load.py and test_browser_load.py both use."""
+"""The load test's visitors and their sentences (app/test_load.py, browser/test_browser_load.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What test_positions.py and test_positions_slow.py both use."""
+"""The Local vs global page's tabs, as the positions tests (test_positions.py, test_positions_slow.py) open them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What test_precomputed.py and test_precomputed_slow.py both use."""
+"""The shipped results by name (test_precomputed.py, test_precomputed_slow.py)."""
 
 from __future__ import annotations
 

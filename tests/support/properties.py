@@ -1,4 +1,4 @@
-"""What test_properties.py and test_properties_slow.py both use."""
+"""Hypothesis strategies and fake runs of the property tests (test_properties.py, test_properties_slow.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What test_report.py and test_browser_report.py both use."""
+"""The report tests' input sizes and command runner (test_report*.py, browser/test_browser_report.py, conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What test_scale.py and test_scale_slow.py both use."""
+"""The scale-out tests' corpus, accumulators and comparison (test_scale.py, test_scale_slow.py, library/conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What test_special.py and test_special_slow.py both use."""
+"""The `special` command run in-process (test_special.py, test_special_slow.py)."""
 
 from __future__ import annotations
 
