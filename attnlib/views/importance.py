@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .canvas_html import head_color
+from .figure import notebook_figure
 from .special_tokens import head_label
 
 CHANGE_NAMES = {"ablate": "ablation", "drop": "[CLS]/[SEP] dropped", "renormalise": "renormalised without them"}
@@ -23,6 +24,7 @@ def _labels(n_layers: int, n_heads: int) -> np.ndarray:
     return np.array([[head_label(l, h) for h in range(n_heads)] for l in range(n_layers)])
 
 
+@notebook_figure
 def effect_heatmap(values: np.ndarray, title: str, what: str, height: int = 330) -> go.Figure:
     """One [layers, heads] statistic as a heatmap (layer 1 on top); a diverging scale when it has negative values."""
     n_layers, n_heads = values.shape
@@ -49,6 +51,7 @@ def effect_heatmap(values: np.ndarray, title: str, what: str, height: int = 330)
     return fig
 
 
+@notebook_figure
 def no_op_scatter(
     share: np.ndarray, effects: Mapping[str, np.ndarray], rho: Mapping[str, float], measure: str
 ) -> go.Figure:
@@ -81,6 +84,7 @@ def no_op_scatter(
     return fig
 
 
+@notebook_figure
 def pruning_figure(
     curves: Mapping[str, tuple[list[int], np.ndarray]], n_heads: Mapping[str, int], measure: str
 ) -> go.Figure:

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from ..qk import METHOD_NAMES, QKResult
 from .canvas_html import html_page, view_script
+from .figure import notebook_figure
 
 COLOURINGS = {
     "kind": "query or key",
@@ -84,6 +85,7 @@ def hover_texts(result: QKResult) -> list[str]:
     return texts
 
 
+@notebook_figure
 def picture_figure(
     result: QKResult,
     layer: int,

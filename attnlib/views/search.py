@@ -12,12 +12,14 @@ import plotly.graph_objects as go
 from ..search import IndexOptions, Match, SearchResult
 from ..special import CLASS_KEYS, strip_wordpiece_marker
 from .canvas_html import head_color
+from .figure import notebook_figure
 from .special_tokens import COLOURS, head_label
 
 CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
 BAR_HEIGHT = 26  # pixels a bar of a horizontal count chart
 
 
+@notebook_figure
 def count_bars(counts: dict[str, int], title: str, colour: str = "#4c78a8") -> go.Figure:
     """A horizontal bar per label (largest on top) of the matches' counts."""
     labels, values = list(counts), list(counts.values())
@@ -34,6 +36,7 @@ def count_bars(counts: dict[str, int], title: str, colour: str = "#4c78a8") -> g
     return fig
 
 
+@notebook_figure
 def attends_to_bars(result: SearchResult, layer: int) -> go.Figure:
     """Per head (1-based "layer-head"), the matches stacked by the class of the key the head attends to most."""
     heads = [t.head for t in result.summary.attends_to]

@@ -31,9 +31,13 @@ from benchmarks.bench_classroom import (
 
 
 def test_every_page_and_every_tour_step_is_measured():
+    from attnlib.tour import STEPS
+
     paths = [c.path for c in PAGES]
-    assert paths[:6] == [f"/tour?step={n}" for n in range(1, 7)]
-    assert set(paths[6:]) == {"/", "/special-tokens", "/dependency-heads", "/local-global", "/queries-keys", "/report"}
+    steps = len(STEPS)
+    assert paths[:steps] == [f"/tour?step={n}" for n in range(1, steps + 1)]
+    pages = {"/", "/special-tokens", "/dependency-heads", "/local-global", "/head-importance", "/queries-keys", "/report"}
+    assert set(paths[steps:]) == pages
     assert len({c.name for c in PAGES}) == len(PAGES)
     by_name = {c.name: c.main for c in PAGES}
     assert by_name["tour-5"] == TABLE and by_name["dependency-heads"] == TABLE and by_name["special-tokens"] == PLOT

@@ -1,0 +1,47 @@
+"""Every page and every Tour step with a tiny model of each family: computed on request, never an exception."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from attnlib.shipped import ROOT
+from attnlib.tour import STEPS
+
+pytestmark = pytest.mark.slow
+
+PAGES = sorted(f"app_pages/{p.name}" for p in (ROOT / "app_pages").glob("*.py") if p.stem != "tour")  # the Tour: by step
+MAX_CLICKS = 6  # a page asks for each of its computations once; more would be a loop
+# The families whose layers differ most (local windows and pre-LN, relative terms, shared layers, rotary positions);
+# BERT's layout is every page's own test, and the Live page is drawn for every family in test_families.py.
+DISTINCT_FAMILIES = ["modernbert", "deberta", "deberta-v2", "mpnet", "albert", "roformer"]
+
+
+def run_computing(at: AppTest, where: str) -> AppTest:
+    """Run the page, clicking every "Compute" button it shows until none is left; no run may raise."""
+    at.run()
+    for _ in range(MAX_CLICKS):
+        assert not at.exception, (where, [e.value for e in at.exception])
+        asks = [b for b in at.button if str(b.key).startswith("compute:")]
+        if not asks:
+            return at
+        asks[0].click().run()
+    raise AssertionError(f"{where}: still asking to compute after {MAX_CLICKS} clicks")
+
+
+@pytest.mark.parametrize("family_dir", DISTINCT_FAMILIES, indirect=True)
+def test_every_page_and_tour_step_opens(family_dir):
+    """Each family on each page (on four inputs of each corpus) and at each Tour step: what the family gives is drawn,
+    what it cannot give is said in words; nothing raises."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.query_params["model"], at.query_params["limit"] = str(family_dir), "4"
+    run_computing(at, "start")
+    for page in PAGES:
+        at.switch_page(page)
+        run_computing(at, page)
+        assert at.title, page
+    for step in range(1, len(STEPS) + 1):
+        at.switch_page("app_pages/tour.py")
+        at.query_params["step"] = str(step)
+        at.session_state["tour_step"] = step
+        run_computing(at, f"tour step {step}")
