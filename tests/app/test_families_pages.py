@@ -10,7 +10,7 @@ from attnlib.tour import STEPS
 
 pytestmark = pytest.mark.slow
 
-PAGES = sorted(f"app_pages/{p.name}" for p in (ROOT / "app_pages").glob("*.py") if p.stem != "tour")  # the Tour: by step
+PAGES = sorted(f"app_pages/{p.name}" for p in (ROOT / "app_pages").glob("*.py") if p.stem != "tour")  # Tour: by step
 MAX_CLICKS = 6  # a page asks for each of its computations once; more would be a loop
 # The families whose layers differ most (local windows and pre-LN, relative terms, shared layers, rotary positions);
 # BERT's layout is every page's own test, and the Live page is drawn for every family in tests/library/test_families.py.

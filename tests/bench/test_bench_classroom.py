@@ -36,7 +36,15 @@ def test_every_page_and_every_tour_step_is_measured():
     paths = [c.path for c in PAGES]
     steps = len(STEPS)
     assert paths[:steps] == [f"/tour?step={n}" for n in range(1, steps + 1)]
-    pages = {"/", "/special-tokens", "/dependency-heads", "/local-global", "/head-importance", "/queries-keys", "/report"}
+    pages = {
+        "/",
+        "/special-tokens",
+        "/dependency-heads",
+        "/local-global",
+        "/head-importance",
+        "/queries-keys",
+        "/report",
+    }
     assert set(paths[steps:]) == pages
     assert len({c.name for c in PAGES}) == len(PAGES)
     by_name = {c.name: c.main for c in PAGES}
