@@ -5,13 +5,11 @@ of another model, corpus or options."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import pytest
 import torch
 
-from attnlib.corpus import CorpusInput, Sentence, read_conllu, read_corpus
+from attnlib.corpus import CorpusInput, read_corpus
 from attnlib.model import load_model
 from attnlib.runner import encode, model_inputs, run
 from attnlib.search import (
@@ -30,9 +28,9 @@ from attnlib.search import (
 )
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
 from attnlib.special import CLASS_KEYS
+from support.search import QUERY, check_top_k_equals_brute_force_cosine, ewt_dev_head, sentences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-QUERY = "The cat sat on the mat."
 FLOAT16_ROUNDING = 2.0**-11  # unit roundoff of float16: |x16 - x| <= u |x| per component
 
 
@@ -131,53 +129,9 @@ def test_merged_halves_are_the_corpus_in_order():
 # ---------------------------------------------------------------------------------------- the model's own vectors
 
 
-@cache
-def _ewt_dev() -> tuple[Sentence, ...]:
-    return tuple(read_conllu(EWT_DEV)[:40])
-
-
-def _sentences(lm, n: int = 6) -> list[Sentence]:
-    return list(_ewt_dev()[:n])
-
-
-def _own_vectors(lm, items, layer: int | None) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Every non-special position's hidden state from the model's own forward pass, one input at a time (float64)."""
-    rows, where = [], []
-    for i, item in enumerate(items):
-        enc = encode(lm, item.text_a, item.text_b)
-        with torch.no_grad():
-            hidden = lm.encoder(**model_inputs(lm, [enc]), output_hidden_states=True).hidden_states
-        x = hidden[0 if layer is None else layer + 1][0].double().numpy()
-        for t in np.flatnonzero(~np.asarray(enc.special_mask)):
-            rows.append(x[t])
-            where.append((i, int(t)))
-    return np.array(rows), where
-
-
-@pytest.mark.parametrize("layer", [pytest.param(None, marks=pytest.mark.slow), 1])
-def test_top_k_equals_brute_force_cosine_on_the_models_vectors(family_model, layer):
-    """float32 index, mode hidden (a layer's output and the embedding output): the top 10 are those of a brute-force
-    cosine over the model's own hidden states, unpadded, in float64."""
-    lm = family_model
-    items = _sentences(lm)
-    options = IndexOptions(layer=layer or 0, embeddings=layer is None, dtype="float32")
-    index = build_index(lm, items, options, batch_size=4)
-    own, where = _own_vectors(lm, items, layer)
-    assert [(int(i), int(p)) for i, p in zip(index.input, index.position)] == where
-    query = query_of(lm, QUERY, None, 2, options)
-    enc = encode(lm, QUERY)
-    with torch.no_grad():
-        hidden = lm.encoder(**model_inputs(lm, [enc]), output_hidden_states=True).hidden_states
-    q = hidden[0 if layer is None else layer + 1][0, 2].double().numpy()
-    brute = own @ q / (np.linalg.norm(own, axis=1) * np.linalg.norm(q))
-    result = index.search(query, k=10)
-    expected = sorted(range(len(brute)), key=lambda r: (-brute[r], r))[:10]
-    # float32 scores of float32 vectors: within a few ulp of the float64 cosine
-    np.testing.assert_allclose([m.score for m in result.matches], brute[expected], atol=1e-5)
-    got = [(m.input, m.position) for m in result.matches]
-    gaps = np.diff(np.sort(brute)[::-1][:11])
-    if np.all(np.abs(gaps) > 1e-5):  # no near-tie within float32's reach: the very same order
-        assert got == [where[r] for r in expected]
+def test_top_k_equals_brute_force_cosine_on_the_models_vectors(family_model):
+    """A layer's output (the embedding output: test_search_slow.py) against a brute-force cosine."""
+    check_top_k_equals_brute_force_cosine(family_model, 1)
 
 
 def _contexts_from_weights(lm, items, layer: int) -> np.ndarray:
@@ -202,7 +156,7 @@ def _contexts_from_weights(lm, items, layer: int) -> np.ndarray:
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_heads_mode_with_every_head_is_the_concatenated_context_vectors(tiny_model):
     lm = tiny_model
-    items = _sentences(lm, 4)
+    items = sentences(lm, 4)
     index = build_index(lm, items, IndexOptions(layer=1, heads="all", dtype="float32"), batch_size=3)
     expected = _contexts_from_weights(lm, items, 1)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
@@ -216,7 +170,7 @@ def test_heads_mode_of_every_family_and_a_subset_of_heads(family_model):
     """For every family: the stored rows are the context vectors that runner's values and attention give
     (c = A v per head); a search over heads {1, 3} scores the cosine of those heads' blocks alone."""
     lm = family_model
-    items = _sentences(lm, 3)
+    items = sentences(lm, 3)
     index = build_index(lm, items, IndexOptions(layer=0, heads="all", dtype="float32"), batch_size=2)
     rows = []
     for item in items:
@@ -258,7 +212,7 @@ def test_float16_scores_agree_with_float32_within_the_bound(minilm):
 def test_summaries_count_what_the_matches_are(minilm):
     """Each match's UPOS and DEPREL are its word's in the treebank; each head's key attended to most is the argmax
     of the model's own attention row of the match, recounted here by class and UPOS."""
-    items = list(_ewt_dev())
+    items = list(ewt_dev_head())
     result = search_corpus(minilm, QUERY, 1, items, layer=2, k=15)
     upos, deprel = {}, {}
     per_head: list[dict] = [{} for _ in range(minilm.facts.n_heads)]

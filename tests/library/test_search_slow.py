@@ -12,6 +12,7 @@ import pytest
 from attnlib.corpus import read_corpus
 from attnlib.search import search_corpus
 from attnlib.shipped import CLASSROOM_SINGLE
+from support.search import check_top_k_equals_brute_force_cosine
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -59,3 +60,8 @@ def test_live_page_searches_both_models(tiny_model_dir):
     assert len(strips) == 8 and len(searched) == 2
     assert "layer 3 output" in searched[0] and "layer 2 output" in searched[1]  # the tiny model has 2 layers
     assert at.button(key="find1_open_1") is not None
+
+
+def test_top_k_of_the_embedding_output_equals_brute_force_cosine(family_model):
+    """The embedding output (a layer's output: test_search.py) against a brute-force cosine."""
+    check_top_k_equals_brute_force_cosine(family_model, None)
