@@ -44,7 +44,8 @@ def _walk_tour(model: str | None) -> list[str]:
         if step.number < len(STEPS):
             at.button(key="tour_next").click().run()
     at.button(key="tour_prev").click().run()
-    assert at.header[0].value.startswith("5.") and at.query_params["step"] == "5"
+    before_last = len(STEPS) - 1
+    assert at.header[0].value.startswith(f"{before_last}.") and at.query_params["step"] == str(before_last)
     return notices
 
 
@@ -55,19 +56,20 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
     from attnlib.deps import DEPS
     from attnlib.engine import accumulate
     from attnlib.gradient_importance import gradient_importance, unavailable_reason
+    from attnlib.importance import IMPORTANCE, no_op_sentence
     from attnlib.patterns import PatternAccumulator
     from attnlib.precomputed import shipped_result
     from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
     from attnlib.special_tokens import largest_weight_norm_gap
-    from attnlib.tour import POSITIONS_SLICE, SLICE, SLICE_MIN_COUNT, TOUR_OPTIONS, norms_notice
+    from attnlib.tour import IMPORTANCE_SLICE, POSITIONS_SLICE, SLICE, SLICE_MIN_COUNT, TOUR_OPTIONS, norms_notice
 
     f = lm.facts
     patterns = PatternAccumulator(f.n_layers, f.n_heads)
     accumulate(lm, read_corpus(CLASSROOM_SINGLE)[:20] + read_corpus(CLASSROOM_PAIRS)[:20], [patterns])
     all_pairs = read_corpus(CLASSROOM_PAIRS)
     pairs = all_pairs[:SLICE]
-    sha1 = hashlib.sha1(CLASSROOM_PAIRS.read_bytes()).hexdigest()
-    shipped = shipped_result("special", f.name, sha1, len(all_pairs), TOUR_OPTIONS["special"]) is not None
+    sha1_pairs = hashlib.sha1(CLASSROOM_PAIRS.read_bytes()).hexdigest()
+    shipped = shipped_result("special", f.name, sha1_pairs, len(all_pairs), TOUR_OPTIONS["special"]) is not None
     run = analyse("special", lm, corpus=all_pairs if shipped else pairs, norms=True)  # what the tour shows
     special = run.special
     norms = norms_notice(largest_weight_norm_gap(special.layers, run.norms.layers), shown)
@@ -83,6 +85,11 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
     positions = None
     if with_positions:
         positions = positions_notice(analyse("positions", lm, corpus=CLASSROOM_SINGLE, limit=POSITIONS_SLICE), shown)
+    importance = shipped_result("importance", f.name, sha1_pairs, len(all_pairs), TOUR_OPTIONS["importance"])
+    if importance is not None:  # shipped for the default model (test_precomputed checks it)
+        knockout = no_op_sentence(IMPORTANCE.read(importance, TOUR_OPTIONS["importance"]), shown)
+    else:
+        knockout = no_op_sentence(analyse("importance", lm, corpus=all_pairs[:IMPORTANCE_SLICE], knockout=True), shown)
     return [
         heads_notice(patterns.scores(), shown).sentence,
         special_notice(special, shown),
@@ -90,6 +97,7 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
         entropy_notice(special, shown),
         syntax_notice(table, shown),
         positions,
+        knockout,
     ]
 
 
