@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from attnlib.corpus import CorpusInput
 from attnlib.norms import NORM_KEYS
-from attnlib.report import ReportOptions, run_parts, run_report
+from attnlib.report import REPORT_PARTS, ReportOptions, run_parts, run_report
 from attnlib.shipped import CLASSROOM_SINGLE, ROOT
 from attnlib.special import STAT_KEYS
 from attnlib.views.plotly_js import plotly_js
@@ -177,7 +177,7 @@ def test_page_is_self_contained(report_page):
         figures == 21
     )  # special 7 (with the head map and norms), positions 5, aggregation 2, importance 3, deps 2, probe 2
     assert page.count('class="plotly-graph-div"') == figures
-    for part in ("special", "positions", "aggregation", "deps", "probe"):
+    for part in report_parts():
         assert f"<section id='{part}'>" in page
     assert "docs/METHODS.md#2-share-of-attention-to-a-class-clark-fig-2" in page
     assert "SHA-1" in page and "attnlib 0.1.0" in page
@@ -199,7 +199,7 @@ def test_model_compared_with_itself_differs_nowhere(tiny_model_dir, files, one_t
         for title, frame in first.tables.items():
             assert frame.drop(columns="model").equals(second.tables[title].drop(columns="model"))
     page = render_report(report)
-    assert page.count("largest difference:") == 5
+    assert page.count("largest difference:") == len(report_parts())  # one line per part
     assert page.count(plotly_js()[:300]) == 1
 
 
@@ -242,7 +242,7 @@ def test_page_builds_a_self_contained_report_of_both_models(tiny_model_dir, deep
     assert page.count(plotly_js()[:300]) == 1
     title = f"Attention report: {tiny_model_dir} vs {deeper_bert_dir}"
     assert f"<title>{title}</title>" in page
-    for part in ("special", "positions", "aggregation", "deps", "probe"):
+    for part in report_parts():
         assert f"<section id='{part}'>" in page
     tables = read_tables(page)
     layers = [(r["model"], int(r["layer"])) for r in tables["special/Per layer (mean over heads)"]]
@@ -253,7 +253,7 @@ def test_page_builds_a_self_contained_report_of_both_models(tiny_model_dir, deep
     for row in (first, second):  # the limit of 3 sentences reached the probe (kept or skipped for their length)
         assert int(row["n_test"]) + int(row["n_skipped_test"]) == int(row["n_train"]) + int(row["n_skipped_train"]) == 3
     assert (first["model"], second["model"]) == (str(tiny_model_dir), str(deeper_bert_dir))
-    assert page.count("largest difference:") == 5
+    assert page.count("largest difference:") == len(report_parts())  # one line per part
 
 
 @pytest.mark.slow
@@ -275,3 +275,8 @@ def test_positions_and_aggregation_share_each_inputs_attribution(tiny_model, mon
     assert len(calls) == 3  # one attribution per input, not one per part
     assert [(t.source, t.parts, t.n_inputs) for t in timings] == [("corpus", ["positions", "aggregation"], 3)]
     assert results[0].result.n_inputs == results[1].result.n_inputs == 3
+
+
+def report_parts() -> list[str]:
+    """The names of the report's parts: each has its section and its line of where two models differ most."""
+    return [part.name for part in REPORT_PARTS]
