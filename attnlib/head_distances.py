@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -56,6 +57,15 @@ def js_row_error(n: int) -> float:
     return 4.4 * 2.0**-24 * 2 * np.log(500 * n) + 2.0**-24
 
 
+def threaded_sum(function: Callable[[int], np.ndarray], items: Sequence[int]) -> np.ndarray:
+    """sum(function(i) for i in items), on as many threads of our own as torch uses (at most one per item)."""
+    threads = min(torch.get_num_threads(), len(items))
+    if threads <= 1:
+        return sum(map(function, items), np.zeros(()))
+    with ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(function, items), np.zeros(()))
+
+
 def _pairwise_block(p: np.ndarray, columns: int) -> np.ndarray:
     """Summed JS divergence [K, K] (upper triangle filled) between the rows of p[:, :columns] (p [K, N] float32, columns:
     all rows' columns laid end to end).
@@ -72,12 +82,7 @@ def _pairwise_block(p: np.ndarray, columns: int) -> np.ndarray:
     def tile(start: int) -> np.ndarray:
         return pair_sums(p, start, min(start + TILE_COLUMNS, columns))
 
-    threads = min(torch.get_num_threads(), len(starts))
-    if threads > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            s_log_s = sum(pool.map(tile, starts))
-    else:
-        s_log_s = sum(map(tile, starts))
+    s_log_s = threaded_sum(tile, starts)
     diagonal = np.diag(s_log_s)
     return np.maximum(np.triu(0.25 * (diagonal[:, None] + diagonal[None, :]) - 0.5 * s_log_s, 1), 0.0)
 

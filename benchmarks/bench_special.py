@@ -13,7 +13,6 @@ import resource
 import sys
 import time
 import tracemalloc
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from unittest import mock
 
@@ -25,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnlib import head_distances  # noqa: E402
 from attnlib.engine import accumulate  # noqa: E402
-from attnlib.head_distances import TILE_COLUMNS, HeadDistances  # noqa: E402
+from attnlib.head_distances import TILE_COLUMNS, HeadDistances, threaded_sum  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.special import SpecialTokenStats  # noqa: E402
 from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev  # noqa: E402
@@ -54,13 +53,8 @@ def numpy_pairwise_block(p: np.ndarray, columns: int) -> np.ndarray:
     p = p[:, :columns]
     plogp = (p * np.log(p)).sum(axis=1, dtype=np.float64)
     mass = p.sum(axis=1, dtype=np.float64)
-    tiles = [p[:, start : start + TILE_COLUMNS] for start in range(0, columns, TILE_COLUMNS)]
-    threads = min(torch.get_num_threads(), len(tiles))
-    if threads > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            s_log_s = sum(pool.map(_numpy_tile_pair_sums, tiles))
-    else:
-        s_log_s = sum(map(_numpy_tile_pair_sums, tiles))
+    starts = range(0, columns, TILE_COLUMNS)
+    s_log_s = threaded_sum(lambda start: _numpy_tile_pair_sums(p[:, start : start + TILE_COLUMNS]), starts)
     m_log_m = 0.5 * s_log_s - np.log(2) * 0.5 * (mass[:, None] + mass[None, :])
     return np.maximum(np.triu(0.5 * (plogp[:, None] + plogp[None, :]) - m_log_m, 1), 0.0)
 
