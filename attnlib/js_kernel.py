@@ -1,10 +1,11 @@
 """The JS head distances' inner loop (METHODS §4): sums of s ln s, s = p_a + p_b, over pairs of float32 rows (numba).
 
 numpy's float32 log is a libm-style call per value on a CPU without AVX-512 (1.7 ns a value on an AVX2 EPYC, 0.1 ns
-with numpy's AVX-512 log), and the head map needs one per pair of heads per attention cell. Here the log is bit
-operations and a polynomial, which LLVM vectorises on any CPU (AVX2, AVX-512, NEON), fused with the add, the product
-and a float64 sum. numba is imported with this module, which attnlib.head_distances imports on first use (0.3-0.5 s);
-compiled code is cached beside the module (cache=True), so only the first call on a machine compiles (about 2 s).
+with numpy's AVX-512 log), and the head map needs one per pair of heads per attention cell. Here the log is integer
+and float32 operations on the value's bits (no libm call), so LLVM vectorises it with the add and the product in one
+loop (8 lanes of AVX2 here: 0.39 ns per value), and a second loop sums each tile row in float64. numba is imported with
+this module, which attnlib.head_distances imports on first use (0.3-0.5 s); compiled code is cached beside the module
+(cache=True), so only the first call on a machine compiles (2-3.5 s), later processes read it back (about 0.5 s).
 """
 
 from __future__ import annotations
