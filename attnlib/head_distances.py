@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -39,58 +40,58 @@ def js_divergence_rows(p: np.ndarray, q: np.ndarray) -> float:
     return float(0.5 * kl_p.sum() + 0.5 * kl_q.sum())
 
 
-# Float32 error analysis of the pairwise pass (eps = 2**-24, float32's unit roundoff). With s = p_a + p_b (one
-# rounding), each term t = s ln s is s times numpy's float32 log (within about 1 ulp) rounded once more, so
-# |t_float - t| <= 3 eps |t| + eps s. A tile row of TILE_COLUMNS terms is summed in float32 by numpy's pairwise
-# summation (leaves of 128 terms over 8 interleaved accumulators of 16, combined in 3 levels, then log2(2048 / 128) = 4
-# levels of halves): at most 22 eps sum|t| more; tiles are added in float64. A row's terms have sum s = 2 and
-# s >= 2c (c = 0.001 / n), so sum|t| <= 2 ln(500 n); a row's JS divergence (half each head's sum of p ln p, exact to
-# 3 eps, minus half the pair's sum) is then within 14 eps * 2 ln(500 n) = 2.1e-5 for n = 512 (1.6e-5 for n = 16),
-# worst case. Rounding errors of independent terms add like a random walk: typically about 1e-7 per row (measured:
-# 5e-7 relative to a float64 computation on EWT dev), against JS values of 0.05-0.7 per row between trained heads.
-TILE_COLUMNS = 2048  # one tile's [heads, 2048] float32 sums and logs stay in a core's L2 cache
+# Float32 error analysis of the pairwise pass, for the float32 smoothed maps (u = 2**-24, float32's unit roundoff).
+# Each term t = s ln s, s = p_a + p_b, is s rounded once (exact when a = b: s = 2 p_a) times the kernel's log (within
+# LOG_REL_ERROR = 2.9 u relatively, attnlib.js_kernel), rounded once more: |t_float - t| <= 3.9 u |t| + u (|t| + s),
+# the last term from rounding s (the derivative of s ln s is ln s + 1). Terms are summed in float64, so order and
+# tiling change nothing at float32's scale. A row's terms have sum s = 2 and s >= 2c (c = 0.001 / n), so
+# sum |t| <= L = 2 ln(500 n); a row's JS divergence, (S_aa + S_bb) / 4 - S_ab / 2, is then within
+# 2 * 3.9 u L / 4 + (4.9 u L + 2 u) / 2 = 4.4 u L + u (js_row_error): 6.6e-6 for n = 512, 4.8e-6 for n = 16, worst
+# case. Rounding errors of independent terms add like a random walk, to far less: on 200 EWT dev sentences the summed
+# divergences are within 2.4e-8 relatively of a float64 computation (4e-9 per row; numpy's float32 log and sums: 5e-7),
+# against JS values of 0.04-0.7 per row between trained heads.
+TILE_COLUMNS = 2048  # one tile's [heads, 2048] float32 maps stay in a core's L2 cache
 
 
-def _tile_pair_sums(p: np.ndarray) -> np.ndarray:
-    """Upper triangle [K, K] of sum_j s ln s, s = p_a + p_b, over the columns of one tile p [K, W] (float32)."""
-    k, width = p.shape
-    out = np.zeros((k, k))
-    both = np.empty((k - 1, width), np.float32)
-    logs = np.empty_like(both)
-    for a in range(k - 1):
-        s, lg = both[: k - a - 1], logs[: k - a - 1]
-        np.add(p[a + 1 :], p[a], out=s)
-        np.log(s, out=lg)
-        np.multiply(lg, s, out=lg)
-        out[a, a + 1 :] = lg.sum(axis=1)  # float32 pairwise sum of `width` terms
-    return out
+def js_row_error(n: int) -> float:
+    """Worst-case float32 error of one row's JS divergence between two heads, for inputs of n tokens (derived above)."""
+    return 4.4 * 2.0**-24 * 2 * np.log(500 * n) + 2.0**-24
 
 
-def _pairwise_block(p: np.ndarray) -> np.ndarray:
-    """Summed JS divergence [K, K] (upper triangle filled) between the rows of p [K, N], N = all rows' columns laid end to end.
+def threaded_sum(function: Callable[[int], np.ndarray], items: Sequence[int]) -> np.ndarray:
+    """sum(function(i) for i in items), on as many threads of our own as torch uses (at most one per item)."""
+    threads = min(torch.get_num_threads(), len(items))
+    if threads <= 1:
+        return sum(map(function, items), np.zeros(()))
+    with ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(function, items), np.zeros(()))
 
-    JS = sum p ln p / 2 + sum q ln q / 2 - sum m ln m, and with s = 2m = p + q, sum m ln m = (sum s ln s) / 2 -
-    ln 2 (mass_p + mass_q) / 2: only sum s ln s needs every pair. Its column tiles run on as many threads as torch
-    uses for the forward pass (numpy releases the GIL; threads of their own, unlike OpenMP's, never wait on each
-    other, which matters on a busy machine)."""
-    n_cols = p.shape[1]
-    plogp = (p * np.log(p)).sum(axis=1, dtype=np.float64)
-    mass = p.sum(axis=1, dtype=np.float64)
-    tiles = [p[:, start : start + TILE_COLUMNS] for start in range(0, n_cols, TILE_COLUMNS)]
-    threads = min(torch.get_num_threads(), len(tiles))
-    if threads > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            s_log_s = sum(pool.map(_tile_pair_sums, tiles))
-    else:
-        s_log_s = sum(map(_tile_pair_sums, tiles))
-    m_log_m = 0.5 * s_log_s - np.log(2) * 0.5 * (mass[:, None] + mass[None, :])
-    return np.maximum(np.triu(0.5 * (plogp[:, None] + plogp[None, :]) - m_log_m, 1), 0.0)
+
+def _pairwise_block(p: np.ndarray, columns: int) -> np.ndarray:
+    """Summed JS divergence [K, K] (upper triangle filled) between the rows of p[:, :columns] (p [K, N] float32, columns:
+    all rows' columns laid end to end).
+
+    With S_ab = sum s ln s, s = p_a + p_b (so S_aa = 2 sum p ln p + 2 ln 2 mass_a), JS = sum p ln p / 2 + sum q ln q / 2
+    - sum m ln m, m = s / 2, is (S_aa + S_bb) / 4 - S_ab / 2: the masses cancel and one kernel gives every term.
+    Column tiles run on as many threads as torch uses for the forward pass (the kernel releases the GIL; threads of
+    their own, unlike OpenMP's, never wait on each other, which matters on a busy machine)."""
+    from .js_kernel import pair_sums  # numba: imported when the first head map is computed, not with attnlib
+
+    p = np.ascontiguousarray(p, np.float32)  # a buffer already is: its first columns are read in place
+    starts = range(0, columns, TILE_COLUMNS)
+
+    def tile(start: int) -> np.ndarray:
+        return pair_sums(p, start, min(start + TILE_COLUMNS, columns))
+
+    s_log_s = threaded_sum(tile, starts)
+    diagonal = np.diag(s_log_s)
+    return np.maximum(np.triu(0.25 * (diagonal[:, None] + diagonal[None, :]) - 0.5 * s_log_s, 1), 0.0)
 
 
 def pairwise_js(attn: np.ndarray) -> np.ndarray:
     """Summed JS divergence [K, K] between all heads (K = layers * heads) of one input's attention [layers, heads, n, n]."""
     layers, heads, n, _ = attn.shape
-    upper = _pairwise_block(smoothed(attn).reshape(layers * heads, n * n))
+    upper = _pairwise_block(smoothed(attn).reshape(layers * heads, n * n), n * n)
     return upper + upper.T
 
 
@@ -121,7 +122,7 @@ class HeadDistances:
         self.n_inputs += 1
         self.n_rows += n
         if n * n > self.buffer_columns:
-            self.divergence += _pairwise_block(block)
+            self.divergence += _pairwise_block(block, n * n)
             return
         if self._fill + n * n > self.buffer_columns:
             self._flush()
@@ -133,7 +134,7 @@ class HeadDistances:
     def _flush(self) -> None:
         """Move the buffered rows into the sums (the accumulated value does not change)."""
         if self._fill and self._buffer is not None:
-            self.divergence += _pairwise_block(self._buffer[:, : self._fill])
+            self.divergence += _pairwise_block(self._buffer, self._fill)
             self._fill = 0
 
     def merge(self, other: HeadDistances) -> HeadDistances:

@@ -7,23 +7,56 @@ Targets (issue 4): all statistics add at most 25% to the forward pass; peak memo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import sys
 import time
 import tracemalloc
 from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from attnlib import head_distances  # noqa: E402
 from attnlib.engine import accumulate  # noqa: E402
-from attnlib.head_distances import HeadDistances  # noqa: E402
+from attnlib.head_distances import TILE_COLUMNS, HeadDistances, threaded_sum  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.special import SpecialTokenStats  # noqa: E402
 from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev  # noqa: E402
 
 CONFIGS = ("forward only", "+ special-token stats", "+ special stats + JS head distances")
+BASELINE = "  same, JS with numpy's log (before)"  # the JS pass before attnlib.js_kernel, timed side by side
+
+
+def _numpy_tile_pair_sums(p: np.ndarray) -> np.ndarray:
+    """Upper triangle [K, K] of sum_j s ln s, s = p_a + p_b, over one tile p [K, W] with numpy's float32 log."""
+    k, width = p.shape
+    out = np.zeros((k, k))
+    both = np.empty((k - 1, width), np.float32)
+    logs = np.empty_like(both)
+    for a in range(k - 1):
+        s, lg = both[: k - a - 1], logs[: k - a - 1]
+        np.add(p[a + 1 :], p[a], out=s)
+        np.log(s, out=lg)
+        np.multiply(lg, s, out=lg)
+        out[a, a + 1 :] = lg.sum(axis=1)
+    return out
+
+
+def numpy_pairwise_block(p: np.ndarray, columns: int) -> np.ndarray:
+    """attnlib.head_distances._pairwise_block as it was before the numba kernel (the baseline of BASELINE)."""
+    p = p[:, :columns]
+    plogp = (p * np.log(p)).sum(axis=1, dtype=np.float64)
+    mass = p.sum(axis=1, dtype=np.float64)
+    starts = range(0, columns, TILE_COLUMNS)
+    s_log_s = threaded_sum(lambda start: _numpy_tile_pair_sums(p[:, start : start + TILE_COLUMNS]), starts)
+    m_log_m = 0.5 * s_log_s - np.log(2) * 0.5 * (mass[:, None] + mass[None, :])
+    return np.maximum(np.triu(0.5 * (plogp[:, None] + plogp[None, :]) - m_log_m, 1), 0.0)
 
 
 class Timed:
@@ -64,13 +97,15 @@ def time_configs(lm, sentences, repeats: int, batch_size: int) -> dict[str, dict
     """Wall time of each configuration (best of the repeats, run interleaved) and the time inside add()."""
     best: dict[str, dict[str, float]] = {}
     for _ in range(repeats):
-        for config in CONFIGS:
+        for config in (*CONFIGS, BASELINE):
             accs = [Timed(a) for a in accumulators(lm, config)]
-            start, cpu_start = time.perf_counter(), cpu_seconds()
-            accumulate(lm, sentences, accs, batch_size=batch_size)
-            finish_start, finish_cpu = time.perf_counter(), cpu_seconds()
-            finish(accs)
-            end, cpu_end = time.perf_counter(), cpu_seconds()
+            before = mock.patch.object(head_distances, "_pairwise_block", numpy_pairwise_block)
+            with before if config == BASELINE else contextlib.nullcontext():
+                start, cpu_start = time.perf_counter(), cpu_seconds()
+                accumulate(lm, sentences, accs, batch_size=batch_size)
+                finish_start, finish_cpu = time.perf_counter(), cpu_seconds()
+                finish(accs)
+                end, cpu_end = time.perf_counter(), cpu_seconds()
             in_stats = sum(a.seconds for a in accs) + (end - finish_start)
             cpu_in_stats = sum(a.cpu_seconds for a in accs) + (cpu_end - finish_cpu)
             if config not in best or end - start < best[config]["wall"]:
@@ -115,17 +150,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--memory-sizes", default="500,2001")
+    parser.add_argument("--memory-sizes", default="500,2001", help="corpus sizes of the memory runs ('' for none)")
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child is not None:
         memory_child(args.memory_child, args.batch_size)
         return
     if args.threads:
-        import torch
-
         torch.set_num_threads(args.threads)
     lm, sentences = default_model_on_ewt_dev(args.limit, args.batch_size, args.repeats)
+    start = time.perf_counter()
+    head_distances.pairwise_js(np.full((1, 2, 2, 2), 0.5, np.float32))
+    print(
+        f"first JS call (numba's import, the kernel compiled or read from its cache): {time.perf_counter() - start:.2f} s\n"
+    )
     best = time_configs(lm, sentences, args.repeats, args.batch_size)
     base = best[CONFIGS[0]]["wall"]
     print(
@@ -133,7 +171,7 @@ def main() -> None:
         f" {'CPU s':>7s} {'CPU in stats':>13s} {'CPU stats/forward':>18s}"
     )
     cpu_base = best[CONFIGS[0]]["cpu"]
-    for config in CONFIGS:
+    for config in (*CONFIGS, BASELINE):
         b = best[config]
         print(
             f"{config:40s} {b['wall']:8.2f} {len(sentences) / b['wall']:8.1f} {b['wall'] / base:10.3f}x "
@@ -146,7 +184,9 @@ def main() -> None:
         "the repeats), which other load on a shared machine does not inflate; with --threads 1 their ratio is the cost "
         "per core. Target: at most 25%.\n"
     )
-    sizes = [int(s) for s in args.memory_sizes.split(",")]
+    sizes = [int(s) for s in args.memory_sizes.split(",") if s]
+    if not sizes:
+        return
     rows = measure_memory(sizes, args.batch_size)
     print(f"{'sentences':>9s} {'peak RSS MB':>12s} {'numpy+python peak MB':>21s} {'longest (words)':>16s}")
     for row in rows:

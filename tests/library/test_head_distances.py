@@ -6,21 +6,25 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from scipy.spatial.distance import jensenshannon, pdist, squareform
 
+from attnlib import js_kernel
 from attnlib.head_distances import (
     BEHAVIOURS,
+    TILE_COLUMNS,
     HeadDistances,
     behaviour_labels,
     classical_mds,
     head_map,
     js_divergence_rows,
+    js_row_error,
     pairwise_js,
     smoothed,
 )
 from attnlib.special import STAT_KEYS, SpecialTokenResult
 from support.results import random_input
-from support.tolerances import JS_RTOL
+from support.tolerances import EPS32, JS_RTOL
 
 
 def test_js_divergence_by_hand():
@@ -46,8 +50,60 @@ def test_pairwise_js_against_scipy():
     expected = np.array(
         [[sum(jensenshannon(p[a, r], p[b, r]) ** 2 for r in range(n)) for b in range(6)] for a in range(6)]
     )
-    np.testing.assert_allclose(pairwise_js(attn), expected, atol=1e-5)
+    np.testing.assert_allclose(pairwise_js(attn), expected, rtol=0, atol=n * js_row_error(n))
     assert (np.diag(pairwise_js(attn)) == 0).all()
+
+
+def binade(exponent: int, step: int = 1) -> np.ndarray:
+    """Every step-th float32 in [2^exponent, 2^(exponent + 1))."""
+    first = (exponent + 127) << 23
+    return np.arange(first, first + 2**23, step, dtype=np.int32).view(np.float32)
+
+
+def test_kernel_x_log_x_is_within_its_float32_bound():
+    """s ln s from the kernel's log against float64, on every 7th float32 of [1/2, 2) (where the log's range reduction
+    switches, at 2/3 and 4/3) and every 61st one elsewhere down to 2^-24 (smoothed maps of up to 33,000 tokens);
+    scripts/fit_log_polynomial.py --check tries every one."""
+    worst = 0.0
+    for exponent in range(-24, 2):
+        x = binade(exponent, 7 if exponent in (-1, 0) else 61)
+        out = np.empty_like(x)
+        js_kernel.s_log_s(x, np.zeros_like(x), out)  # s = x + 0 = x
+        exact = x * np.log(x.astype(np.float64))
+        nonzero = exact != 0
+        assert (out[~nonzero] == 0).all()  # ln 1 = 0 exactly: r = 0
+        worst = max(worst, float((np.abs(out - exact)[nonzero] / np.abs(exact[nonzero])).max()))
+    # the log within LOG_REL_ERROR, the product rounded once more (the bound head_distances' analysis uses)
+    assert worst <= js_kernel.LOG_REL_ERROR + EPS32 * (1 + 1e-6)
+    assert worst > EPS32  # a genuine float32 computation: the check has something to find
+
+
+def peaked_attention(rng: np.random.Generator, layers: int, heads: int, n: int) -> np.ndarray:
+    """[layers, heads, n, n] rows as trained heads have them: one-hot, on a few tokens, or broad."""
+    logits = rng.normal(size=(layers, heads, n, n)) * rng.choice([0.5, 3.0, 30.0], size=(layers, heads, n, 1))
+    attn = np.exp(logits - logits.max(-1, keepdims=True))
+    return (attn / attn.sum(-1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pairwise_js_against_the_definition_in_float64(threads):
+    """Every pair of heads of long inputs (several column tiles and a partial one) against js_divergence_rows: the
+    definition in float64 on the same float32 smoothed maps, within the worst-case float32 error per row."""
+    rng = np.random.default_rng(5)
+    layers, heads = 2, 4
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for n in (7, 100):  # 100 * 100 columns: 4 full tiles and a partial one
+            assert n * n < TILE_COLUMNS or (n * n) % TILE_COLUMNS
+            attn = peaked_attention(rng, layers, heads, n)
+            p = smoothed(attn).reshape(layers * heads, n, n)
+            expected = np.array([[js_divergence_rows(p[a], p[b]) for b in range(len(p))] for a in range(len(p))])
+            got = pairwise_js(attn)
+            np.testing.assert_allclose(got, expected, rtol=0, atol=n * js_row_error(n))
+            assert np.array_equal(got, got.T) and (np.diag(got) == 0).all()
+    finally:
+        torch.set_num_threads(old_threads)
 
 
 def test_accumulator_sums_over_inputs_whatever_the_buffer():
