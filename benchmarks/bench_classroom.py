@@ -44,7 +44,7 @@ TARGET_RSS_MB = 1024.0
 STABLE_MS = 500  # the finished state must hold this long (Streamlit may show its status widget a moment late)
 PLOT, TABLE, HEAD_VIEW, BUTTON = ".js-plotly-plot", ".attn-table", "iframe", "[data-testid='stButton']"
 FIGURES = "[data-testid='stMain'] .stBidiComponent"  # the page's figures and tables (ui/plotly_figure, ui/data_table)
-DRAWN = ".js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn]"  # in one of them once it is drawn
+DRAWN = ".js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn], .attn-nothing-to-draw"  # in one of them once it is drawn
 
 
 @dataclass(frozen=True)

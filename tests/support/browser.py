@@ -36,7 +36,7 @@ FIGURE = ".attn-figure"  # a figure in a browser page (ui/plotly_figure.js); its
 
 # Every figure and table of the page drawn (figures below the first screen a moment after the rest; ui/plotly_figure.js).
 FIGURES_DRAWN = """() => [...document.querySelectorAll("[data-testid='stMain'] .stBidiComponent")]
-  .every((el) => el.querySelector('.js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn]') !== null)"""
+  .every((el) => el.querySelector('.js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn], .attn-nothing-to-draw') !== null)"""
 
 
 # Pixels of a canvas clearly darker than the white background: lines, cells, labels.
