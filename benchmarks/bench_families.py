@@ -22,11 +22,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from attnlib.engine import accumulate  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, bundled_model_path, load_model  # noqa: E402
 from attnlib.positions import PositionOptions, accumulate_positions  # noqa: E402
 from benchmarks import ewt_dev  # noqa: E402
-from benchmarks.bench_norms import CONFIGS, accumulators  # noqa: E402
+from benchmarks.bench_norms import CONFIGS, config_seconds  # noqa: E402
 
 SIZE = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
 FAMILIES = ("bert", "modernbert", "deberta-v2", "roformer")
@@ -61,17 +60,6 @@ def minilm_sized(kind: str, folder: Path):
     return load_model(str(folder))
 
 
-def forward_and_maps(lm, sentences, config: str, batch_size: int) -> float:
-    """Wall seconds of one engine pass with a configuration of bench_norms."""
-    accs = accumulators(lm, config)
-    start = time.perf_counter()
-    accumulate(lm, sentences, accs, batch_size=batch_size)
-    for acc in accs:
-        if hasattr(acc, "result"):
-            acc.result()
-    return time.perf_counter() - start
-
-
 def positions_seconds(lm, sentences) -> float:
     start = time.perf_counter()
     accumulate_positions(lm, sentences, PositionOptions()).result()
@@ -102,9 +90,9 @@ def main() -> None:
         for _ in range(args.repeats):
             for kind, lm in models.items():
                 for config in CONFIGS:
-                    seconds = forward_and_maps(lm, sentences, config, args.batch_size)
+                    seconds = config_seconds(lm, sentences, config, args.batch_size)
                     best[kind, config] = min(best.get((kind, config), float("inf")), seconds)
-                seconds = forward_and_maps(lm, attributed, CONFIGS[0], args.batch_size)
+                seconds = config_seconds(lm, attributed, CONFIGS[0], args.batch_size)
                 best[kind, "forward (positions' inputs)"] = min(
                     best.get((kind, "forward (positions' inputs)"), 1e9), seconds
                 )

@@ -45,18 +45,23 @@ def accumulators(lm, config: str) -> list:
     return [[], special, [*special, EveryMap()]][CONFIGS.index(config)]
 
 
+def config_seconds(lm, sentences, config: str, batch_size: int) -> float:
+    """Wall seconds of one engine pass with a configuration, its results made."""
+    accs = accumulators(lm, config)
+    start = time.perf_counter()
+    accumulate(lm, sentences, accs, batch_size=batch_size)
+    for acc in accs:
+        if hasattr(acc, "result"):
+            acc.result()
+    return time.perf_counter() - start
+
+
 def time_configs(lm, sentences, repeats: int, batch_size: int) -> dict[str, float]:
     """Best wall time of each configuration over interleaved repeats."""
     best: dict[str, float] = {}
     for _ in range(repeats):
         for config in CONFIGS:
-            accs = accumulators(lm, config)
-            start = time.perf_counter()
-            accumulate(lm, sentences, accs, batch_size=batch_size)
-            for acc in accs:
-                if hasattr(acc, "result"):
-                    acc.result()
-            best[config] = min(best.get(config, float("inf")), time.perf_counter() - start)
+            best[config] = min(best.get(config, float("inf")), config_seconds(lm, sentences, config, batch_size))
     return best
 
 
