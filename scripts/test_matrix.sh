@@ -8,9 +8,12 @@
 #   py3.12 py3.13  the suite in a venv of that Python (.venv-py3.12, .venv-py3.13), made here on first use from
 #            pyenv's or the PATH's python3.12 / python3.13. torch 2.13.0 for those Pythons comes from PyPI as its
 #            CUDA build (the CPU wheel on disk is for 3.11): about 6 GB and 12-13 minutes of downloads per venv.
+# scripts/test_matrix.sh --prepare py3.12 py3.13 only makes those venvs (.ci/run does it while the full suite runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh requirements-dev.txt >/dev/null
+prepare=0
+if [ "${1:-}" = "--prepare" ]; then prepare=1; shift; fi
+[ $prepare = 1 ] || bash scripts/setup_env.sh requirements-dev.txt >/dev/null
 quick=(-q -m "not slow and not browser" -p no:cacheprovider)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(avx2 plain 1thread 2threads py3.12 py3.13)
@@ -26,7 +29,7 @@ venv_for() {  # .venv-pyX.Y with the project's requirements, made once (a stamp 
   hash=$(cat requirements-dev.txt requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
   stamp="$venv/.installed"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
-    python=$(python_for "$version")
+    python=$(python_for "$version" || true)
     [ -n "$python" ] || { echo "no python$version found" >&2; return 1; }
     echo "Making $venv with $("$python" --version) (first run: several minutes)" >&2
     "$python" -m venv "$venv"
@@ -37,6 +40,11 @@ venv_for() {  # .venv-pyX.Y with the project's requirements, made once (a stamp 
   fi
   echo "$venv/bin/python"
 }
+
+if [ $prepare = 1 ]; then
+  for name in "${names[@]}"; do venv_for "${name#py}" >/dev/null; done
+  exit 0
+fi
 
 failed=()
 for name in "${names[@]}"; do
