@@ -57,6 +57,7 @@ class Server:
         the app (run from the repository root, whose .streamlit/config.toml applies)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        log.parent.mkdir(parents=True, exist_ok=True)  # test-output/ is not in a fresh clone
         self.log = open(log, "wb")  # noqa: SIM115 - open for the server's whole life
         self.peak_mb, self._sampling = 0.0, True
         self.started = time.perf_counter()
