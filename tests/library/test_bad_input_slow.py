@@ -7,6 +7,7 @@ The slow tier; test_bad_input.py holds the quick tests."""
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -171,13 +172,17 @@ def test_upload_is_kept_when_leaving_the_page():
 
 
 def _repo_sources():
-    skip = {".venv", ".git", "test-output", "__pycache__", ".hypothesis", "node_modules"}
-    for path in ROOT.rglob("*"):
-        if (
-            path.is_file()
-            and path.suffix in (".py", ".toml", ".md", ".sh", ".txt", ".cfg", ".yaml", ".yml")
-            and not skip & set(path.relative_to(ROOT).parts)
-        ):
+    """The project's own text files: tracked or not yet added, never what .gitignore names (venvs, outputs)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    for name in listed.split("\0"):
+        path = ROOT / name
+        if name and path.is_file() and path.suffix in (".py", ".toml", ".md", ".sh", ".txt", ".cfg", ".yaml", ".yml"):
             yield path
 
 
