@@ -6,7 +6,9 @@ keys; for a model with a trained masked-LM head the same inputs with §15's mask
 half of the batch. A change of heads in layer l cannot change the layers below l, so `variant_effects` replays only
 layers l..L-1 from the recorded input of layer l, with the variants stacked along the batch (variant v of row r at
 v * R + r) and the context vectors of the changed heads edited through replay.editing_contexts: every single-head
-change of a model with L layers and H heads costs H (L + 1) / 2 forward passes. `heads_off` switches a set of heads
+change of a model with L layers and H heads costs H (L + 1) / 2 forward passes, less the projections of the lowest
+changed layer, which are served from the clean pass (its output projection as o(c) plus a d-column product per
+changed head). `heads_off` switches a set of heads
 off in ordinary forward passes; `head_gradients` puts Michel's multipliers on the context vectors through the same
 hook. Every hook is removed in `finally`.
 """
@@ -29,7 +31,7 @@ from .analysis import OptionError
 from .families import SUPPORTED_NAMES, UnsupportedModelError, family_of, layout
 from .gradient_importance import unavailable_reason as gradient_unavailable_reason
 from .model import LoadedModel
-from .replay import Recording, editing_contexts, hooks_removed, record, this_thread_only
+from .replay import Recording, captured_contexts, editing_contexts, hooks_removed, record, served_once, this_thread_only
 from .runner import Encoded, encode, model_inputs
 
 Head = tuple[int, int]  # (layer, head), 0-based
@@ -208,24 +210,32 @@ def mlm_losses(head: MlmHead, hidden: torch.Tensor, labels: torch.Tensor) -> tor
 # ------------------------------------------------------------------------------------------------ the measures
 
 
-def embedding_change(reference: torch.Tensor, changed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """1 - cos(s, s_M) per row, s the mean over mask-1 positions (sentence-transformers' pooling): reference and
-    changed [R, n, D], mask [R, n] -> [R] float64. Computed as |s/|s| - s_M/|s_M||^2 / 2, exact 0 for equal states."""
+def unit_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """s/|s|, s the mean of h [..., B, n, D] over mask-1 positions (mask [B, n]; sentence-transformers' pooling):
+    [..., B, D] float64."""
     weights = mask.to(torch.float64)[..., None]
+    pooled = (h.to(torch.float64) * weights).sum(-2) / weights.sum(-2)
+    return pooled / pooled.norm(dim=-1, keepdim=True)
 
-    def unit_mean(h: torch.Tensor) -> torch.Tensor:
-        pooled = (h.to(torch.float64) * weights).sum(1) / weights.sum(1)
-        return pooled / pooled.norm(dim=-1, keepdim=True)
 
-    return (unit_mean(reference) - unit_mean(changed)).square().sum(-1) / 2
+def embedding_change(reference: torch.Tensor, changed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """1 - cos(s, s_M) per input: reference [B, n, D], changed [..., B, n, D] (variants in front), mask [B, n] ->
+    [..., B] float64. Computed as |s/|s| - s_M/|s_M||^2 / 2, exact 0 for equal states."""
+    return units_apart(unit_mean(reference, mask), unit_mean(changed, mask))
+
+
+def units_apart(reference: torch.Tensor, changed: torch.Tensor) -> torch.Tensor:
+    """|u - u_M|^2 / 2 = 1 - cos of unit vectors [..., D] -> [...]."""
+    return (reference - changed).square().sum(-1) / 2
 
 
 def hidden_change(reference: torch.Tensor, changed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over mask-1 positions of ||h - h_M|| / ||h|| per row: [R, n, D] twice, mask [R, n] -> [R] float64."""
+    """Mean over mask-1 positions of ||h - h_M|| / ||h|| per input: reference [B, n, D], changed [..., B, n, D],
+    mask [B, n] -> [..., B] float64."""
     ref = reference.to(torch.float64)
     ratio = (ref - changed.to(torch.float64)).norm(dim=-1) / ref.norm(dim=-1)
     weights = mask.to(torch.float64)
-    return (ratio * weights).sum(1) / weights.sum(1)
+    return (ratio * weights).sum(-1) / weights.sum(-1)
 
 
 # ------------------------------------------------------------------------------------------------ one batch, once
@@ -261,6 +271,11 @@ class Prepared:
         assert self.rec.last_hidden_state is not None
         return self.rec.last_hidden_state
 
+    @functools.cached_property
+    def reference_unit_mean(self) -> torch.Tensor:
+        """[B, D] the unchanged model's pooled sentence embeddings, unit length (float64)."""
+        return unit_mean(self.output[: self.n_inputs], self.mask[: self.n_inputs])
+
     def values(self, layer: int) -> torch.Tensor:
         """[R, H, n, d] the value vectors of a layer in the clean pass (as its weights multiply them)."""
         lay, call = self.rec.layout, self.rec.heads[layer]
@@ -286,12 +301,10 @@ class Prepared:
         n, D = changed.shape[1:]
         out = changed.reshape(-1, R, n, D)
         V = out.shape[0]
-        clean = out[:, :B].reshape(V * B, n, D)
-        reference = self.output[:B].repeat(V, 1, 1)
-        mask = self.mask[:B].repeat(V, 1)
+        clean, reference, mask = out[:, :B], self.output[:B], self.mask[:B]  # [V, B, n, D], [B, n, D], [B, n]
         found: dict[Measure, np.ndarray] = {
-            "embedding": embedding_change(reference, clean, mask).reshape(V, B).cpu().numpy(),
-            "hidden": hidden_change(reference, clean, mask).reshape(V, B).cpu().numpy(),
+            "embedding": units_apart(self.reference_unit_mean, unit_mean(clean, mask)).cpu().numpy(),
+            "hidden": hidden_change(reference, clean, mask).cpu().numpy(),
         }
         if self.labels is not None and self.head is not None and self.clean_loss is not None:
             masked = out[:, B:].reshape(V * B, n, D)
@@ -381,13 +394,16 @@ def knockout_terms(prep: Prepared, layer: int) -> tuple[torch.Tensor, torch.Tens
     return special_term, torch.matmul(renormalised, values)
 
 
-def _edit(prep: Prepared, variants: Sequence[Variant], terms: dict[int, tuple[torch.Tensor, torch.Tensor]]):
-    """The edit of a replay of V variants (rows v * R + r): each variant's heads zeroed or knocked out."""
+def _edit(
+    prep: Prepared, variants: Sequence[Variant], terms: dict[int, tuple[torch.Tensor, torch.Tensor]], served: int
+):
+    """The edit of a replay of V variants (rows v * R + r): each variant's heads zeroed or knocked out, in every
+    layer but `served` (whose output projection _served_start serves)."""
     H, d, R = prep.lm.facts.n_heads, prep.rec.layout.head_dim, prep.rows
     V = len(variants)
 
     def edit(index: int, c: torch.Tensor) -> torch.Tensor | None:
-        if not any(v.heads_in(index) for v in variants):
+        if index == served or not any(v.heads_in(index) for v in variants):
             return None
         n = c.shape[1]
         out = c.clone(memory_format=torch.contiguous_format).view(V, R, n, H, d)
@@ -402,6 +418,63 @@ def _edit(prep: Prepared, variants: Sequence[Variant], terms: dict[int, tuple[to
         return out.view(V * R, n, H * d)
 
     return edit
+
+
+@dataclass
+class _CleanStart:
+    """The clean pass's attention block of the lowest layer a group of variants changes."""
+
+    projections: list[torch.Tensor]  # each projection's output [R, n, width]
+    contexts: torch.Tensor  # c [R, n, H * d]
+    output: torch.Tensor  # the output projection of c [R, n, D]
+
+
+@torch.no_grad()
+def _clean_start(prep: Prepared, layer: int) -> _CleanStart:
+    rec, site = prep.rec, prep.rec.layout.sites[layer]
+    with captured_contexts(rec.layout, [layer]) as seen:
+        rec.replay_block(layer, rec.layers[layer].hidden)
+    contexts = seen[0][1]
+    projections = [p(rec.heads[layer].hidden) for p in site.projections]
+    return _CleanStart(projections, contexts, site.output(contexts))
+
+
+@contextlib.contextmanager
+def _served_start(
+    prep: Prepared, clean: _CleanStart, variants: Sequence[Variant], terms: dict[int, tuple[torch.Tensor, torch.Tensor]]
+) -> Iterator[None]:
+    """In a replay of V variants from their lowest changed layer, that layer's projections and its output projection
+    are not run: the input is the clean one, so the projections give the clean outputs, and the output projection of
+    the changed c is o(c) + sum over changed heads of W_o[:, head] (c' - c)[head], a product with d columns per
+    head instead of H d (the block between them still runs, and its result is not used)."""
+    start, R, V = variants[0].start, prep.rows, len(variants)
+    site, d = prep.rec.layout.sites[start], prep.rec.layout.head_dim
+    n = clean.contexts.shape[1]
+
+    def of_replay(value: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor | None]:
+        return lambda x: value.repeat(V, 1, 1) if x.shape[:2] == (V * R, n) else None
+
+    def changed_output(c: torch.Tensor) -> torch.Tensor | None:
+        if c.shape[:2] != (V * R, n):
+            return None
+        out = clean.output.repeat(V, 1, 1).view(V, R, n, -1)
+        for k, variant in enumerate(variants):
+            for h in variant.heads_in(start):
+                head = slice(h * d, (h + 1) * d)
+                if variant.change == "ablate":
+                    change = -clean.contexts[..., head]
+                elif variant.change == "drop":
+                    change = -terms[start][0][:, h].to(out.dtype)
+                else:
+                    change = terms[start][1][:, h].to(out.dtype) - clean.contexts[..., head]
+                out[k] += change @ site.output.weight[:, head].T
+        return out.view(V * R, n, -1)
+
+    with contextlib.ExitStack() as stack:
+        for projection, value in zip(site.projections, clean.projections):
+            stack.enter_context(served_once(projection, of_replay(value)))
+        stack.enter_context(served_once(site.output, changed_output))
+        yield
 
 
 @functools.cache
@@ -433,14 +506,20 @@ def changed_states(prep: Prepared, variants: Sequence[Variant]) -> Iterator[tupl
     for start, group in sorted(by_start.items()):
         knocked = {start} if any(v.change != "ablate" for v in group) else set()
         terms = {layer: knockout_terms(prep, layer) for layer in knocked}
+        clean = _clean_start(prep, start)
         for first in range(0, len(group), size):
             chunk = group[first : first + size]
             hidden = rec.layers[start].hidden.repeat(len(chunk), 1, 1)
-            with torch.no_grad(), editing_contexts(rec.layout, _edit(prep, chunk, terms), range(start, rec.n_layers)):
+            with (
+                torch.no_grad(),
+                _served_start(prep, clean, chunk, terms),
+                editing_contexts(rec.layout, _edit(prep, chunk, terms, start), range(start, rec.n_layers)),
+            ):
                 states = rec.final(rec.replay(hidden, start))
             del hidden
-            release_freed_memory()
             yield chunk, states  # outside the context: the consumer's own forward passes run unedited
+        del clean, terms
+        release_freed_memory()
 
 
 def variant_effects(prep: Prepared, variants: Sequence[Variant]) -> dict[Measure, np.ndarray]:

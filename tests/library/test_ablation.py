@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ from attnlib.importance import (
     spearman,
 )
 from attnlib.model import load_model
-from attnlib.replay import editing_contexts
+from attnlib.replay import editing_contexts, served_once
 from attnlib.runner import encode, run
 from support.ablation import (
     SENTENCES,
@@ -244,6 +245,45 @@ def test_a_model_compared_with_itself_differs_nowhere(tmp_path):
 
     found = largest_difference(table(first), table(again))
     assert found is not None and found.size == 0.0
+
+
+def test_measures_of_stacked_variants_are_each_variants_own():
+    """embedding_change and hidden_change of variants stacked in front [V, B, n, D] against one reference [B, n, D]:
+    1 - cos of the masked means and the mean relative change, computed per variant in float64 numpy."""
+    rng = np.random.default_rng(0)
+    reference, changed = rng.normal(size=(3, 4, 6)), rng.normal(size=(2, 3, 4, 6))
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    as_torch = [torch.as_tensor(a, dtype=torch.float32) for a in (reference, changed, mask)]
+    reference, changed = (t.double().numpy() for t in as_torch[:2])  # the float32 inputs, exactly
+    embedding, hidden = embedding_change(*as_torch).numpy(), hidden_change(*as_torch).numpy()
+    for v in range(2):
+        for b in range(3):
+            keep = mask[b] == 1
+            s, s_m = reference[b, keep].mean(0), changed[v, b, keep].mean(0)
+            cos = s @ s_m / np.linalg.norm(s) / np.linalg.norm(s_m)
+            ratio = np.linalg.norm(reference[b, keep] - changed[v, b, keep], axis=1) / np.linalg.norm(
+                reference[b, keep], axis=1
+            )
+            # float64 throughout: both sides agree to a few ulp of 1
+            assert embedding[v, b] == pytest.approx(1 - cos, abs=1e-12)
+            assert hidden[v, b] == pytest.approx(ratio.mean(), rel=1e-12)
+
+
+def test_served_once_skips_one_call_in_its_own_thread_only():
+    """A served module returns the served tensor for its first matching call in the serving thread, runs as usual
+    for every other call and in other threads, and has its own forward back on exit."""
+    linear = torch.nn.Linear(3, 2)
+    x, other, served = torch.ones(1, 3), torch.ones(4, 3), torch.full((1, 2), 7.0)
+    plain = linear(x)
+    seen_elsewhere = []
+    with served_once(linear, lambda inp: served if inp.shape == (1, 3) else None):
+        assert torch.equal(linear(other), torch.nn.functional.linear(other, linear.weight, linear.bias))
+        worker = threading.Thread(target=lambda: seen_elsewhere.append(linear(x)))
+        worker.start()
+        worker.join()
+        assert torch.equal(linear(x), served)
+        assert torch.equal(linear(x), plain)  # once
+    assert torch.equal(seen_elsewhere[0], plain) and "forward" not in linear.__dict__
 
 
 # ---------------------------------------------------------------------------------------------- the analyses

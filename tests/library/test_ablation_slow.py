@@ -21,7 +21,11 @@ from attnlib.engines import fill_shard, numbered, plan_batches, shard_batches
 from attnlib.importance import IMPORTANCE, ImportanceOptions, importance_accumulators, importance_fill
 from attnlib.model import load_model
 from attnlib.shipped import ROOT
-from support.ablation import SENTENCES
+from support.ablation import (
+    SENTENCES,
+    check_batched_path_equals_a_plain_forward_with_the_hook,
+    check_knockouts_equal_contexts_rebuilt_from_the_models_weights_and_values,
+)
 from support.models import bert_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -87,3 +91,6 @@ def test_every_family_runs_ablation(family_model):
     lm = family_model
     found = run_analysis(ABLATE, lm, AblateOptions(heads=f"{lm.facts.n_layers - 1}-0"), text=SENTENCES[0]).result
     assert found.hidden > 0 and (found.mlm is None) == (lm.mlm is None)
+    # and the replay that serves the lowest changed layer's projections is each family's own forward pass
+    check_batched_path_equals_a_plain_forward_with_the_hook(lm)
+    check_knockouts_equal_contexts_rebuilt_from_the_models_weights_and_values(lm)
