@@ -80,18 +80,26 @@ class Call:
             raise ValueError(f"a replayed batch must be a multiple of the recorded {batch} inputs, not {x.shape[0]}")
 
         def swap(value, name: str | None):
-            if value is self.hidden:
-                return x
-            if variants > 1 and name not in unbatched:
-                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
-                    return value.repeat(variants, *([1] * (value.dim() - 1)))
-                if isinstance(value, tuple):
-                    return tuple(swap(v, name) for v in value)
-            return value
+            return _swapped(value, self.hidden, x, batch, 1 if name in unbatched else variants)
 
         names = self._positional_names
         args = tuple(swap(a, names[i] if i < len(names) else None) for i, a in enumerate(self.args))
         return args, {k: swap(v, k) for k, v in self.kwargs.items()}
+
+
+def _swapped(value, hidden: torch.Tensor, x: torch.Tensor, batch: int, repeats: int):
+    """x for the recorded hidden input; a batch-shaped tensor (or a tuple of them) repeated `repeats` times.
+
+    A module-level function: a nested one that calls itself is a reference cycle, which kept every replayed layer's
+    input alive until the garbage collector ran (25 MB per replay of a long batch)."""
+    if value is hidden:
+        return x
+    if repeats > 1:
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
+            return value.repeat(repeats, *([1] * (value.dim() - 1)))
+        if isinstance(value, tuple):
+            return tuple(_swapped(v, hidden, x, batch, repeats) for v in value)
+    return value
 
 
 def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
