@@ -109,7 +109,12 @@ def tsne_2d(points: np.ndarray, seed: int = SEED) -> np.ndarray:
     """t-SNE (openTSNE: PCA initialisation, FFT gradients), perplexity 30, seeded; [m, 2]."""
     open_tsne = optional_module("tsne")
     embedding = open_tsne.TSNE(
-        n_components=2, perplexity=tsne_perplexity(len(points)), random_state=seed, n_jobs=-1, verbose=False
+        n_components=2,
+        perplexity=tsne_perplexity(len(points)),
+        negative_gradient_method="fft",  # openTSNE's "auto" takes Barnes-Hut below 10,000 points, 2-3x slower here
+        random_state=seed,
+        n_jobs=-1,
+        verbose=False,
     ).fit(np.ascontiguousarray(points, np.float64))
     return np.asarray(embedding, np.float64)
 
