@@ -272,9 +272,14 @@ class Prepared:
         return self.rec.last_hidden_state
 
     @functools.cached_property
+    def reference(self) -> torch.Tensor:
+        """[B, n, D] the unchanged model's last hidden states of the inputs, float64."""
+        return self.output[: self.n_inputs].to(torch.float64)
+
+    @functools.cached_property
     def reference_unit_mean(self) -> torch.Tensor:
         """[B, D] the unchanged model's pooled sentence embeddings, unit length (float64)."""
-        return unit_mean(self.output[: self.n_inputs], self.mask[: self.n_inputs])
+        return unit_mean(self.reference, self.mask[: self.n_inputs])
 
     def values(self, layer: int) -> torch.Tensor:
         """[R, H, n, d] the value vectors of a layer in the clean pass (as its weights multiply them)."""
@@ -301,10 +306,10 @@ class Prepared:
         n, D = changed.shape[1:]
         out = changed.reshape(-1, R, n, D)
         V = out.shape[0]
-        clean, reference, mask = out[:, :B], self.output[:B], self.mask[:B]  # [V, B, n, D], [B, n, D], [B, n]
+        clean, mask = out[:, :B].to(torch.float64), self.mask[:B]  # [V, B, n, D] (converted once for both), [B, n]
         found: dict[Measure, np.ndarray] = {
             "embedding": units_apart(self.reference_unit_mean, unit_mean(clean, mask)).cpu().numpy(),
-            "hidden": hidden_change(reference, clean, mask).cpu().numpy(),
+            "hidden": hidden_change(self.reference, clean, mask).cpu().numpy(),
         }
         if self.labels is not None and self.head is not None and self.clean_loss is not None:
             masked = out[:, B:].reshape(V * B, n, D)
