@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import itertools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -296,10 +297,9 @@ class QKCollector:
         """Keep one input's tokens and the kept heads' queries, keys and top keys."""
         if result.queries is None or result.keys is None:
             raise UnsupportedModelError("this model's queries and keys cannot be read (see the neuron view).")
-        layers, heads = [l for l, _ in self.heads], [h for _, h in self.heads]
-        self.queries.append(np.ascontiguousarray(result.queries[layers, heads], np.float32))
-        self.keys.append(np.ascontiguousarray(result.keys[layers, heads], np.float32))
-        self.top_keys.append(result.attentions[layers, heads].argmax(-1).astype(np.int32))
+        self.queries.append(self._kept(result.queries))
+        self.keys.append(self._kept(result.keys))
+        self.top_keys.append(self._kept(result.attentions).argmax(-1).astype(np.int32))
         text_b = input_text(item.text_b)
         self.inputs.append(
             QKInput(
@@ -312,6 +312,13 @@ class QKCollector:
                 result.truncated,
             )
         )
+
+    def _kept(self, per_head: np.ndarray) -> np.ndarray:
+        """The kept heads' rows [heads kept, n, ...] of per_head [layers, heads, n, ...], float32: a view for every head."""
+        if self.heads == tuple(itertools.product(range(self.n_layers), range(self.n_heads))):
+            return np.ascontiguousarray(per_head.reshape(len(self.heads), *per_head.shape[2:]), np.float32)
+        layers, heads = [l for l, _ in self.heads], [h for _, h in self.heads]
+        return np.ascontiguousarray(per_head[layers, heads], np.float32)
 
     def merge(self, other: QKCollector) -> QKCollector:
         """Both parts' inputs in corpus order (by line; self first on equal lines): Ray shards hold batches."""

@@ -312,9 +312,9 @@ def model_inputs(lm: LoadedModel, encoded: Sequence[Encoded]) -> dict:
     return {k: v.to(lm.device) for k, v in batch.items()}
 
 
-def _per_input(x: torch.Tensor, b: int, n: int) -> np.ndarray:
-    """Input b's [layers, heads, n_max, ...] slice cut to its n positions, float32."""
-    return np.ascontiguousarray(x[b, :, :, :n].float().cpu().numpy())
+def _layers_of_input(per_layer: list[torch.Tensor], b: int, n: int) -> np.ndarray:
+    """Input b's [layers, heads, n, ...] from per-layer [batch, heads, n_max, ...] tensors: one copy, no batch stack."""
+    return torch.stack([x[b, :, :n] for x in per_layer]).numpy()
 
 
 def run_encoded(
@@ -337,7 +337,7 @@ def run_encoded(
     if lay is not None:
         qs, ks, vs, scales, biases = _queries_keys(lay, captured, values_only=not capture_qk)
     if capture_qk:
-        queries, keys = torch.stack(qs, dim=1), torch.stack(ks, dim=1)  # [batch, layers, heads, n_max, d]
+        queries, keys = [q.float().cpu() for q in qs], [k.float().cpu() for k in ks]  # per layer [b, h, n_max, d]
         has_bias = any(bias is not None for bias in biases)
         if has_bias:
             bias = torch.stack([torch.zeros_like(stacked_maps[:, 0]) if b is None else b.float() for b in biases], 1)
@@ -365,7 +365,7 @@ def run_encoded(
     for b, e in enumerate(encoded):
         r = RunResult(**vars(e), attentions=np.ascontiguousarray(stacked[b, :, :, : e.n, : e.n]))
         if capture_qk:
-            r.queries, r.keys = _per_input(queries, b, e.n), _per_input(keys, b, e.n)
+            r.queries, r.keys = _layers_of_input(queries, b, e.n), _layers_of_input(keys, b, e.n)
             r.qk_scale = np.array(scales, np.float32)
             r.score_bias = np.ascontiguousarray(bias[b, :, :, : e.n, : e.n].numpy()) if has_bias else None
         if capture_norms:
