@@ -24,6 +24,7 @@ from attnlib.qk import (
     fidelity,
     joint_points,
     key_ranks,
+    nearest_neighbours,
     optional_module,
     pack,
     pca_2d,
@@ -414,3 +415,15 @@ def test_shipped_grid_is_a_fresh_pca_within_its_packing_step():
             step = (b.max() - b.min()) / (2 ** PACK_BITS[method] - 1)
             np.testing.assert_allclose(a, b, atol=step / 2 + 1e-4 * np.abs(b).max())
         assert picture.fidelity.top_is_nearest == pytest.approx(now.fidelity.top_is_nearest, abs=0.02)
+
+
+def test_nearest_neighbours_are_exact_and_start_with_the_point_itself():
+    # 0..3 on a line at 0, 1, 3, 7; points 4-6 are three copies of (0, 10): with k = 2 a copy's nearest is a copy
+    points = np.array([[0, 0], [1, 0], [3, 0], [7, 0], [0, 10], [0, 10], [0, 10]], np.float32)
+    indices, distances = nearest_neighbours(points, 2)
+    np.testing.assert_array_equal(indices[:, 0], np.arange(7))
+    np.testing.assert_array_equal(indices[:4, 1], [1, 0, 1, 2])
+    np.testing.assert_allclose(distances[:4], [[0, 1], [0, 1], [0, 2], [0, 4]], atol=1e-6)
+    for copy in (4, 5, 6):
+        assert indices[copy, 1] in {4, 5, 6} - {copy} and distances[copy, 1] == pytest.approx(0, abs=1e-6)
+
