@@ -27,6 +27,21 @@ def default_model_on_ewt_dev(limit: int | None, batch_size: int, repeats: int) -
     return lm, sentences
 
 
+def peak_resident_mb() -> float:
+    """This process's peak resident set in MB: the kernel's VmHWM (Linux), else ru_maxrss. Not ru_maxrss on Linux: a
+    child started by a large process inherits that process's peak in it (a child of the 1.2 GB benchmark reported
+    1213 MB doing nothing)."""
+    import resource
+    from pathlib import Path
+
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child_report(script: str, limit: int, batch_size: int) -> dict:
     """The JSON line a benchmark's `--memory-child LIMIT` run of `script` prints last (a fresh process: its peak
     memory is its own)."""

@@ -86,8 +86,10 @@ def main() -> None:
             f"{torch.get_num_threads()} torch threads, best of {args.repeats} interleaved runs; "
             "bert = the default model, the others random models of its size\n"
         )
+        header = f"{'family':12s} {'forward s':>10s} {'+special --norms':>17s} {'+every map':>11s} {'positions':>10s}"
+        print(header, flush=True)
         best: dict[tuple[str, str], float] = {}
-        for _ in range(args.repeats):
+        for repeat in range(args.repeats):
             for kind, lm in models.items():
                 for config in CONFIGS:
                     seconds = config_seconds(lm, sentences, config, args.batch_size)
@@ -99,13 +101,13 @@ def main() -> None:
                 best[kind, "positions"] = min(
                     best.get((kind, "positions"), float("inf")), positions_seconds(lm, attributed)
                 )
-    header = f"{'family':12s} {'forward s':>10s} {'+special --norms':>17s} {'+every map':>11s} {'positions':>10s}"
-    print(header)
-    for kind in models:
-        base = best[kind, CONFIGS[0]]
-        ratios = [best[kind, c] / base for c in CONFIGS[1:]]
-        positions = best[kind, "positions"] / best[kind, "forward (positions' inputs)"]
-        print(f"{kind:12s} {base:10.2f} {ratios[0]:16.2f}x {ratios[1]:10.2f}x {positions:9.0f}x")
+                if repeat == args.repeats - 1:  # each family's row as soon as it is final
+                    base = best[kind, CONFIGS[0]]
+                    ratios = [best[kind, c] / base for c in CONFIGS[1:]]
+                    positions = best[kind, "positions"] / best[kind, "forward (positions' inputs)"]
+                    print(
+                        f"{kind:12s} {base:10.2f} {ratios[0]:16.2f}x {ratios[1]:10.2f}x {positions:9.0f}x", flush=True
+                    )
     print("\n(+special --norms and +every map: the engine pass over its own forward pass; positions: estimate-mode")
     print(" attribution of every input against the forward pass over the same inputs)")
 

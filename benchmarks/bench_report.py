@@ -12,7 +12,6 @@ deps with the probe's test maps in one pass over the treebank (the probe trains 
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import tempfile
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from attnlib.cli import build_parser
 from attnlib.model import DEFAULT_MODEL, bundled_model_path
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, EWT_TEST
+from benchmarks import peak_resident_mb
 
 
 def run_command(*argv: str) -> tuple[dict, float]:
@@ -135,7 +135,7 @@ def main() -> None:
         print(f"{DEFAULT_MODEL} vs a tiny random BERT: {seconds:.1f} s, {summary['bytes'] / 1e6:.2f} MB")
         for part, line in summary["differences"].items():
             print(f"  {part}: {line}")
-    print(f"peak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    print(f"peak resident memory of this process: {peak_resident_mb():.0f} MB")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import resource
 import sys
 import time
 import tracemalloc
@@ -27,7 +26,7 @@ from attnlib.engine import accumulate  # noqa: E402
 from attnlib.head_distances import TILE_COLUMNS, HeadDistances, threaded_sum  # noqa: E402
 from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.special import SpecialTokenStats  # noqa: E402
-from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev  # noqa: E402
+from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev, peak_resident_mb  # noqa: E402
 
 CONFIGS = ("forward only", "+ special-token stats", "+ special stats + JS head distances")
 BASELINE = "  same, JS with numpy's log (before)"  # the JS pass before attnlib.js_kernel, timed side by side
@@ -131,7 +130,7 @@ def memory_child(limit: int, batch_size: int) -> None:
         json.dumps(
             {
                 "limit": len(sentences),
-                "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "max_rss_mb": peak_resident_mb(),
                 "numpy_python_peak_mb": traced_peak / 2**20,
                 "longest_input": max(len(s.words) for s in sentences),
             }
