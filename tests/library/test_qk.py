@@ -426,4 +426,3 @@ def test_nearest_neighbours_are_exact_and_start_with_the_point_itself():
     np.testing.assert_allclose(distances[:4], [[0, 1], [0, 1], [0, 2], [0, 4]], atol=1e-6)
     for copy in (4, 5, 6):
         assert indices[copy, 1] in {4, 5, 6} - {copy} and distances[copy, 1] == pytest.approx(0, abs=1e-6)
-
