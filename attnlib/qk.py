@@ -156,7 +156,7 @@ def nearest_neighbours(points: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarr
 
 
 @functools.cache
-def _umap_compiled_once(umap: Any) -> None:
+def _umap_compiled_once() -> None:
     """Cache on disk the numba functions of umap-learn that a fit compiles (umap-learn does not): without it every new
     process spent about 10 s compiling them before its first picture, with it only the first process on a machine."""
     from umap import layouts, umap_
@@ -171,7 +171,7 @@ def _umap_compiled_once(umap: Any) -> None:
 def umap_2d(points: np.ndarray, seed: int = SEED) -> np.ndarray:
     """UMAP (umap-learn) on exact neighbours, 15 of them, seeded (which makes umap-learn run on one thread); [m, 2]."""
     umap = optional_module("umap")
-    _umap_compiled_once(umap)
+    _umap_compiled_once()
     data = np.asarray(points, np.float32)
     k = umap_neighbours(len(data))
     # exact neighbours handed over: umap-learn's own search (pynndescent, from 4,096 points) compiles its numba code
@@ -352,9 +352,14 @@ class QKCollector:
             )
         )
 
+    @functools.cached_property
+    def _every_head(self) -> bool:
+        """Whether the kept heads are every head in layer-head order (then an input's arrays are kept as views)."""
+        return self.heads == tuple(itertools.product(range(self.n_layers), range(self.n_heads)))
+
     def _kept(self, per_head: np.ndarray) -> np.ndarray:
         """The kept heads' rows [heads kept, n, ...] of per_head [layers, heads, n, ...], float32: a view for every head."""
-        if self.heads == tuple(itertools.product(range(self.n_layers), range(self.n_heads))):
+        if self._every_head:
             return np.ascontiguousarray(per_head.reshape(len(self.heads), *per_head.shape[2:]), np.float32)
         layers, heads = [l for l, _ in self.heads], [h for _, h in self.heads]
         return np.ascontiguousarray(per_head[layers, heads], np.float32)
