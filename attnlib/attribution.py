@@ -3,14 +3,16 @@
 Exact mode pushes one forward-mode derivative per input coordinate (n * hidden directions) through every layer,
 which gives every layer and head at once; estimate mode pushes k random standard-normal probes per input token
 instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2. Directions travel in chunks, each layer linearised at the input:
-- self-attention: the tangent of softmax(q k^T * scale) v written out, from the layer's own projections
-  (checked against the module's output);
+- self-attention: the tangent of softmax(logits) v written out from the layer's own projections, with the family's
+  score terms read off its own code as linear maps (rotary's rotation per position, DeBERTa's c2p and p2c as
+  per-(i, k) terms in q_i and k_k; pre-LN families first pass the tangent through their LayerNorm's Jacobian), all
+  checked against the module's output;
 - the rest of the layer acts on each token alone, so it becomes one Jacobian per token (LayerNorm, feed-forward,
-  LayerNorm), built once and applied as a batched matrix product.
+  LayerNorm; pre-LN: the residual plus a LayerNorm and the feed-forward, gated in ModernBERT), built once and applied
+  as a batched matrix product.
 Two random directions are checked against torch.func.jvp through the model's own layers (attnlib.replay), which is
-the reference and the path taken wherever the linearisation is not exactly valid: families whose scores move other
-than through q and k (rotary, DeBERTa's relative terms) or whose LayerNorm comes first (ModernBERT), layers of
-another shape, or Jacobians over LINEARISED_BUDGET. The previous-layer contribution is the first step of the same
+the reference and the path taken wherever the linearisation does not reproduce it: layers of another shape (a
+convolution after the first layer, scores that mix heads), or Jacobians over LINEARISED_BUDGET. The previous-layer contribution is the first step of the same
 computation started at every layer's input (written out where linearised, else jvp through the attention block).
 """
 
@@ -25,7 +27,7 @@ import numpy as np
 import torch
 from torch.func import jvp, vmap
 
-from .families import HeadsCall, LayerSite, Layout
+from .families import HeadsCall, LayerSite, Layout, layer_norm_parameters
 from .model import LoadedModel
 from .replay import Recording, captured_contexts, hooks_removed, record, this_thread_only
 from .runner import Encoded, TextOrWords, encode, model_inputs
@@ -83,23 +85,87 @@ def _block_heads_function(rec: Recording, index: int) -> Callable:
 
 @dataclass
 class _LayerAtInput:
-    """One layer's self-attention at this input (per head [heads, n, d] or [heads, n, n]) and its projections."""
+    """One layer's self-attention at this input (per head [heads, n, d] or [heads, n, n]) and how a tangent of the
+    layer input moves its queries, keys, values and scores."""
 
-    qkv_t: torch.Tensor  # [hidden, 3 * hidden]: query, key and value projection weights, transposed
+    qkv_t: torch.Tensor  # [hidden, 3 * hidden]: the projections' weights, transposed, columns as (q|k|v, head, d)
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
     weights: torch.Tensor  # attention A [heads, n, n]
     heads: torch.Tensor  # o(l) [heads, n, d]
     scale: float
+    rotations: tuple[torch.Tensor | None, ...]  # q, k, v: rotary's linear map per position [heads, n, d, d], or None
+    relative: tuple[torch.Tensor, torch.Tensor] | None  # DeBERTa: logit terms per (i, k) linear in q_i and in k_k
+    norm: tuple[torch.Tensor, torch.Tensor] | None  # pre-LN: (gamma / sigma, x-hat) [n, hidden] of the LN before it
 
 
-def _layer_at_input(lay: Layout, site: LayerSite, call: HeadsCall, expected: torch.Tensor) -> _LayerAtInput | None:
+def _column_order(lay: Layout, site: LayerSite) -> torch.Tensor:
+    """Where the family's split reads q, k and v in the projections' concatenated outputs: indices in (q|k|v, head, d)
+    order (the split is linear up to its own biases, which the split of zeros removes)."""
+    widths = [p.out_features for p in site.projections]
+    columns = torch.arange(sum(widths), dtype=torch.float64)[None, None]
+    split = lay.family.split
+    read = split(site.heads, list(columns.split(widths, -1)), lay.head_dim)
+    bias = split(site.heads, list(torch.zeros_like(columns).split(widths, -1)), lay.head_dim)
+    return torch.stack([(r - b)[0, :, 0] for r, b in zip(read, bias)]).round().long().flatten()
+
+
+def _unit_vectors(n_heads: int, n: int, d: int) -> torch.Tensor:
+    """[d, heads, n, d]: batch e holds the unit vector e_e at every head and position."""
+    return torch.eye(d).reshape(d, 1, 1, d).expand(d, n_heads, n, d).contiguous()
+
+
+def _rotations(lay: Layout, call: HeadsCall, n: int) -> tuple[torch.Tensor | None, ...]:
+    """Rotary's map of q, k and v at each position, [heads, n, d_out, d_in] (None where the family leaves it alone),
+    read off the family's own rotation of unit vectors."""
+    if lay.family.positions is None:
+        return (None, None, None)
+    units = _unit_vectors(lay.n_heads, n, lay.head_dim)
+    rotated = lay.family.positions(call, (units, units, units))
+    return tuple(None if torch.equal(r, units) else r.permute(1, 2, 3, 0).contiguous() for r in rotated)
+
+
+def _relative_terms(lay: Layout, call: HeadsCall, n: int, scale: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """DeBERTa's c2p and p2c as (P_K, P_Q) [heads, n, n, d]: their logit at (i, k) is q_i . P_K[i, k] + k_k . P_Q[i, k],
+    read off the family's own bias of unit queries and keys; None where the bias does not move with q and k."""
+    if lay.family.scores != "disentangled":
+        return None
+    zeros, units = torch.zeros(lay.head_dim, lay.n_heads, n, lay.head_dim), _unit_vectors(lay.n_heads, n, lay.head_dim)
+    base = lay.bias(call, (zeros, zeros, zeros), scale)
+    if base is None:
+        return None
+    by_query = lay.bias(call, (units, zeros, zeros), scale) - base  # [e, heads, i, k] = P_K[h, i, k, e]
+    by_key = lay.bias(call, (zeros, units, zeros), scale) - base
+    return by_query.permute(1, 2, 3, 0).contiguous(), by_key.permute(1, 2, 3, 0).contiguous()
+
+
+def _is_layer_norm(module: torch.nn.Module) -> bool:
+    """torch's LayerNorm or a family's own (DeBERTa's: the same arithmetic, eps inside the root)."""
+    return isinstance(module, torch.nn.LayerNorm) or type(module).__name__.endswith("LayerNorm")
+
+
+def _layer_norm_stats(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gamma / sigma [n, hidden], x-hat [n, hidden]) of a LayerNorm at x [n, hidden]: its Jacobian is
+    diag(gamma / sigma)(I - 1 1^T / hidden - x-hat x-hat^T / hidden)."""
+    gamma, _, eps = layer_norm_parameters(module, x.shape[-1])
+    sigma = (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
+    return gamma / sigma, (x - x.mean(-1, keepdim=True)) / sigma
+
+
+def _layer_norm_tangent(stats: tuple[torch.Tensor, torch.Tensor], tangent: torch.Tensor) -> torch.Tensor:
+    """The LayerNorm's Jacobian applied to tangents [..., hidden] of rows whose stats are broadcast to them."""
+    scale, hat = stats
+    centred = tangent - tangent.mean(-1, keepdim=True)
+    return scale * (centred - hat * ((hat * tangent).sum(-1, keepdim=True) / tangent.shape[-1]))
+
+
+def _layer_at_input(
+    lay: Layout, site: LayerSite, call: HeadsCall, layer_input: torch.Tensor, expected: torch.Tensor
+) -> _LayerAtInput | None:
     """Recompute a layer's heads from its own projections and the family's score terms; None when that does not
     give what the module computed (the written-out tangent would not be exact for it)."""
-    if len(site.projections) != 3:
-        return None
-    x = call.hidden
+    x = call.hidden  # what the heads read: the layer input, or pre-LN its LayerNorm
     n, hidden = x.shape[1:]
     q, k, v = (t[0] for t in lay.qkv(site, [p(x) for p in site.projections], call))  # [heads, n, d]
     scale = lay.scale(site)
@@ -114,21 +180,46 @@ def _layer_at_input(lay: Layout, site: LayerSite, call: HeadsCall, expected: tor
     heads = weights @ v
     if not torch.allclose(heads.transpose(0, 1).reshape(n, hidden), expected, atol=1e-4, rtol=1e-4):
         return None
-    qkv_t = torch.cat([p.weight for p in site.projections]).T.contiguous()
-    return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale)
+    qkv_t = torch.cat([p.weight for p in site.projections])[_column_order(lay, site)].T.contiguous()
+    pre_norm = not lay.family.post_layer_norm and _is_layer_norm(site.norm)
+    norm = _layer_norm_stats(site.norm, layer_input[0]) if pre_norm else None
+    return _LayerAtInput(
+        qkv_t, q, k, v, weights, heads, scale, _rotations(lay, call, n), _relative_terms(lay, call, n, scale), norm
+    )
+
+
+def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> list[torch.Tensor]:
+    """dq, dk, dv [c, heads, d] when layer input row tokens[p] moves along vectors[p] [c, hidden]."""
+    if layer.norm is not None:
+        vectors = _layer_norm_tangent(tuple(s[tokens] for s in layer.norm), vectors)  # type: ignore[arg-type]
+    n_heads, _, d = layer.q.shape
+    raw = (vectors @ layer.qkv_t).reshape(len(tokens), 3, n_heads, d).unbind(1)
+    return [t if r is None else torch.einsum("hcde,che->chd", r[:, tokens], t) for t, r in zip(raw, layer.rotations)]
+
+
+def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torch.Tensor]:
+    """dq, dk, dv [n, c, heads, d] for a tangent of the layer input [n, c, hidden]."""
+    if layer.norm is not None:
+        inputs = _layer_norm_tangent(tuple(s[:, None] for s in layer.norm), inputs)  # type: ignore[arg-type]
+    n_heads, n, d = layer.q.shape
+    raw = (inputs @ layer.qkv_t).reshape(n, -1, 3, n_heads, d).unbind(2)
+    return [t if r is None else torch.einsum("hjde,jche->jchd", r, t) for t, r in zip(raw, layer.rotations)]
 
 
 def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
     """Tangent of o(l) [n, c, heads, d] when layer input row tokens[p] moves along vectors[p] (and no other row).
 
-    Forward-mode derivative of softmax(q k^T * scale) v written out for a one-row tangent: the scores move
-    only in row i (a) and column i (b), so no n x n tangent is ever formed.
+    Forward-mode derivative of softmax(logits) v written out for a one-row tangent: the logits move only in row i (a)
+    and column i (b), so no n x n tangent is ever formed.
     """
-    n_heads, _, d = layer.q.shape
     c = len(tokens)
-    dq, dk, dv = (vectors @ layer.qkv_t).reshape(c, 3, n_heads, d).unbind(1)  # [c, heads, d]
-    a = layer.scale * torch.einsum("hkd,chd->chk", layer.k, dq)  # score tangent of row i, [c, heads, key]
-    b = layer.scale * torch.einsum("hjd,chd->chj", layer.q, dk)  # score tangent of column i, [c, heads, query]
+    dq, dk, dv = _row_qkv_tangents(layer, tokens, vectors)  # [c, heads, d]
+    a = layer.scale * torch.einsum("hkd,chd->chk", layer.k, dq)  # logit tangent of row i, [c, heads, key]
+    b = layer.scale * torch.einsum("hjd,chd->chj", layer.q, dk)  # logit tangent of column i, [c, heads, query]
+    if layer.relative is not None:
+        by_query, by_key = layer.relative
+        a += torch.einsum("hckd,chd->chk", by_query[:, tokens], dq)
+        b += torch.einsum("hjcd,chd->chj", by_key[:, :, tokens], dk)
     to_i = layer.weights[:, :, tokens].permute(2, 0, 1)  # A[h, j, i] as [c, heads, query]
     from_i = layer.weights[:, tokens].transpose(0, 1) * a  # A[h, i, k] a_k as [c, heads, key]
     heads_i = layer.heads[:, tokens].transpose(0, 1)  # o_i [c, heads, d]
@@ -141,10 +232,12 @@ def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torc
 
 def _dense_tangent_heads(layer: _LayerAtInput, inputs: torch.Tensor) -> torch.Tensor:
     """Tangent of o(l) [n, c, heads, d] for a tangent of the layer input [n, c, hidden] (forward mode, written out)."""
-    n_heads, n, d = layer.q.shape
-    c = inputs.shape[1]
-    dq, dk, dv = (inputs @ layer.qkv_t).reshape(n, c, 3, n_heads, d).unbind(2)  # [n, c, heads, d]
-    scores = layer.scale * (torch.einsum("jchd,hkd->hcjk", dq, layer.k) + torch.einsum("hjd,kchd->hcjk", layer.q, dk))
+    dq, dk, dv = _dense_qkv_tangents(layer, inputs)  # [n, c, heads, d]
+    scores = torch.einsum("jchd,hkd->hcjk", dq, layer.k) + torch.einsum("hjd,kchd->hcjk", layer.q, dk)
+    scores *= layer.scale
+    if layer.relative is not None:
+        by_query, by_key = layer.relative
+        scores += torch.einsum("jchd,hjkd->hcjk", dq, by_query) + torch.einsum("kchd,hjkd->hcjk", dk, by_key)
     weights = layer.weights[:, None]  # [heads, 1, query, key]
     softmax = weights * (scores - (weights * scores).sum(-1, keepdim=True))
     return torch.einsum("hcjk,hkd->jchd", softmax, layer.v) + torch.einsum("hjk,kchd->jchd", layer.weights, dv)
@@ -235,53 +328,81 @@ def _layer_steps(rec: Recording, index: int) -> tuple[list[_Step], torch.Tensor]
     return steps, seen[-1][1]
 
 
-def _layer_norm_stats(step: _Step) -> tuple[torch.Tensor, torch.Tensor]:
-    """(gamma / sigma [n, hidden], x-hat [n, hidden]) of a LayerNorm call: its Jacobian is diag(gamma)(I - P)/sigma."""
-    x = step.input[0]
-    sigma = (x.var(-1, unbiased=False, keepdim=True) + step.module.eps).sqrt()
-    gamma = step.module.weight if step.module.weight is not None else torch.ones_like(x[0])
-    return gamma / sigma, (x - x.mean(-1, keepdim=True)) / sigma
+def _ffn_jacobians(down: torch.nn.Linear, slopes: torch.Tensor, up_weight: torch.Tensor, chunk: int) -> torch.Tensor:
+    """W2 diag(slope_j) W1 for every token j [n, out, in], a chunk of tokens at a time."""
+    tokens_per_chunk = max(1, chunk // down.weight.numel())
+    return torch.cat(
+        [
+            torch.matmul(down.weight * slopes[s : s + tokens_per_chunk, None, :], up_weight)
+            for s in range(0, len(slopes), tokens_per_chunk)
+        ]
+    )
+
+
+def _times_layer_norm(jacobian: torch.Tensor, stats: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """M diag(gamma / sigma)(I - P) for per-token matrices M [n, out, hidden] (in place): M times the LN's Jacobian."""
+    scale, hat = stats
+    jacobian.mul_(scale[:, None, :])
+    jacobian -= jacobian.mean(-1, keepdim=True) + (jacobian @ hat[:, :, None]) * (hat[:, None, :] / hat.shape[-1])
+    return jacobian
 
 
 def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | None:
-    """Per-token Jacobians of e(l) = LN_b(y + W2 act(W1 y)), y = LN_a(r), as in BERT, RoBERTa and DistilBERT.
+    """Per-token Jacobians of the layer after its heads: e(l) = LN_b(y + W2 act(W1 y)), y = LN_a(r) post-LN (BERT),
+    e(l) = r + W2 act(W1 LN_b(r)) pre-LN (ModernBERT, whose act(W1 y) is a gated act(a) * g); r = x + o W^T.
 
-    Built as LN_b (I + W2 diag(act') W1) LN_a per token, with the LayerNorm Jacobians applied in their
-    diagonal-minus-rank-two form. None when the layer is not laid out this way.
+    The LayerNorm Jacobians are applied in their diagonal-minus-rank-two form. None when the layer is not laid out
+    one of these ways.
     """
     steps, heads = _layer_steps(rec, index)
+    post_ln = rec.layout.family.post_layer_norm
 
-    def first(kind: type, after: int = 0, fed_by: _Step | None = None) -> _Step | None:
-        """The first call of a module of this kind from step `after` on (taking fed_by's output, if given)."""
+    def first(kind: Callable[[torch.nn.Module], bool], after: _Step, fed_by: _Step | None = None) -> _Step | None:
+        """The first call of a module of this kind after step `after` (taking fed_by's output, if given)."""
         return next(
-            (s for s in steps[after:] if isinstance(s.module, kind) and (fed_by is None or s.input is fed_by.output)),
+            (
+                s
+                for s in steps[steps.index(after) + 1 :]
+                if kind(s.module) and (fed_by is None or s.input is fed_by.output)
+            ),
             None,
         )
 
-    projection = next((s for s in steps if isinstance(s.module, torch.nn.Linear) and s.input is heads), None)
-    norm_a = projection and first(torch.nn.LayerNorm, steps.index(projection))
-    up = norm_a and first(torch.nn.Linear, fed_by=norm_a)
-    act = up and first(torch.nn.Module, fed_by=up)
-    down = act and first(torch.nn.Linear, fed_by=act)
-    norm_b = down and first(torch.nn.LayerNorm, steps.index(down))
-    if projection is None or norm_a is None or up is None or act is None or down is None or norm_b is None:
+    def linear(m: torch.nn.Module) -> bool:
+        return isinstance(m, torch.nn.Linear)
+
+    projection = next((s for s in steps if linear(s.module) and s.input is heads), None)
+    norm_a = projection and first(_is_layer_norm, projection)
+    up = norm_a and first(linear, norm_a, fed_by=norm_a)
+    down = up and first(linear, up)
+    norm_b = down and first(_is_layer_norm, down) if post_ln else None
+    if projection is None or norm_a is None or up is None or down is None or (post_ln and norm_b is None):
         return None
-    slope = jvp(act.module, (act.input[0],), (torch.ones_like(act.input[0]),))[1]  # act'(W1 y) [n, ffn]
-    n, hidden = slope.shape[0], down.module.out_features
-    tokens_per_chunk = max(1, chunk // down.module.weight.numel())
-    ffn = torch.cat(
-        [
-            torch.matmul(down.module.weight * slope[s : s + tokens_per_chunk, None, :], up.module.weight)
-            for s in range(0, n, tokens_per_chunk)
-        ]
-    )  # W2 diag(act') W1 [n, out, in]
-    ffn.diagonal(dim1=1, dim2=2).add_(1.0)
-    scale_a, hat_a = _layer_norm_stats(norm_a)
-    scale_b, hat_b = _layer_norm_stats(norm_b)
-    right = ffn.mul_(scale_a[:, None, :])  # (I + F) LN_a = C (I - P_a) with C = (I + F) diag(gamma_a / sigma_a)
-    right -= right.mean(-1, keepdim=True) + (right @ hat_a[:, :, None]) * (hat_a[:, None, :] / hidden)
-    right -= right.mean(1, keepdim=True) + hat_b[:, :, None] * ((hat_b[:, None, :] / hidden) @ right)
-    jacobian = right.mul_(scale_b[:, :, None])  # LN_b (I + F) LN_a [n, out, in]
+    gated = up.module.out_features == 2 * down.module.in_features
+    a, g = up.output[0].chunk(2, dim=-1) if gated else (up.output[0], None)
+    act = first(lambda m: not linear(m), up)
+    while act is not None and not (act.input.shape[1:] == a.shape and torch.equal(act.input[0], a)):
+        act = first(lambda m: not linear(m), act)
+    if act is None:
+        return None
+    slope = jvp(act.module, (a,), (torch.ones_like(a),))[1]  # act'(a) [n, ffn]
+    if g is None:
+        ffn = _ffn_jacobians(down.module, slope, up.module.weight, chunk)  # W2 diag(act') W1 [n, out, in]
+    else:  # d(act(a) g) = act'(a) g da + act(a) dg, with [a | g] = W1 y
+        up_a, up_g = up.module.weight.chunk(2, dim=0)
+        ffn = _ffn_jacobians(down.module, slope * g, up_a, chunk)
+        ffn += _ffn_jacobians(down.module, act.output[0], up_g, chunk)
+    hidden = down.module.out_features
+    stats_a = _layer_norm_stats(norm_a.module, norm_a.input[0])
+    if post_ln:  # LN_b (I + F) LN_a
+        ffn.diagonal(dim1=1, dim2=2).add_(1.0)
+        right = _times_layer_norm(ffn, stats_a)
+        scale_b, hat_b = _layer_norm_stats(norm_b.module, norm_b.input[0])  # type: ignore[union-attr]
+        right -= right.mean(1, keepdim=True) + hat_b[:, :, None] * ((hat_b[:, None, :] / hidden) @ right)
+        jacobian = right.mul_(scale_b[:, :, None])
+    else:  # I + F LN_b: here norm_a is the LayerNorm in front of the feed-forward block
+        jacobian = _times_layer_norm(ffn, stats_a)
+        jacobian.diagonal(dim1=1, dim2=2).add_(1.0)
     return _PositionWise(projection.module.weight.T.contiguous(), jacobian.transpose(1, 2).contiguous())
 
 
@@ -352,6 +473,11 @@ def _widest_activation(encoder: torch.nn.Module, hidden: int) -> int:
 def _jacobians_fit(n: int, hidden: int, n_layers: int) -> bool:
     """Whether every layer's per-token Jacobians (n * hidden^2 floats each) fit in LINEARISED_BUDGET."""
     return n_layers * n * hidden * hidden <= LINEARISED_BUDGET
+
+
+def _relative_terms_fit(lay: Layout, n: int, hidden: int) -> bool:
+    """Whether every layer's DeBERTa terms P_K and P_Q (n^2 * hidden floats each) fit in LINEARISED_BUDGET."""
+    return lay.family.scores != "disentangled" or len(lay.sites) * 2 * n * n * hidden <= LINEARISED_BUDGET
 
 
 def _linearise(rec: Recording, chunk: int) -> list[_PositionWise] | None:
@@ -435,8 +561,11 @@ def hidden_token_attribution(
         e0 = rec.layers[0].hidden
         head_outputs, _ = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
         layers: list[_LayerAtInput] | None = None
-        if linearise and lay.family.linearised_attribution:
-            found = [_layer_at_input(lay, site, rec.heads[l], head_outputs[l, 0]) for l, site in enumerate(lay.sites)]
+        if linearise and _relative_terms_fit(lay, n, hidden):
+            found = [
+                _layer_at_input(lay, site, rec.heads[l], rec.layers[l].hidden, head_outputs[l, 0])
+                for l, site in enumerate(lay.sites)
+            ]
             layers = None if any(layer is None for layer in found) else found  # type: ignore[assignment]
         if layers is not None:
             previous_sq = _previous_norms(layers, directions(through_rows))
@@ -450,7 +579,7 @@ def hidden_token_attribution(
                 ],
                 dim=1,
             )
-        fits = layers is not None and _jacobians_fit(n, hidden, rec.n_layers)
+        fits = layers is not None and _jacobians_fit(n, hidden, rec.n_layers) and lay.after_first_layer is None
         rest = _linearise(rec, CHUNK_BUDGET) if fits else None
         if (
             layers is not None

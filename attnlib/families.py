@@ -78,12 +78,6 @@ class Family:
         if self.split is None:
             object.__setattr__(self, "split", _separate)
 
-    @property
-    def linearised_attribution(self) -> bool:
-        """Whether attribution's written-out tangent of softmax(q k^T / sqrt(d) + constant) v and per-token Jacobians
-        of LN(y + FFN(y)) hold: post-LN layers whose scores move only through q and k linearly."""
-        return self.post_layer_norm and self.scores in ("absolute", "relative_bias")
-
 
 # ------------------------------------------------------------------------------------ splitting projections
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from attnlib import attribution
 from attnlib.attribution import attribute, hidden_token_attribution
@@ -25,6 +26,25 @@ def test_linearised_layers_equal_the_models_own(tiny_model, monkeypatch):
         np.testing.assert_allclose(fast.input, plain.input, atol=1e-6)
         np.testing.assert_allclose(fast.previous, plain.previous, atol=1e-6)
     assert len(runs) == 4  # per mode: the check on two directions, then every direction
+
+
+def test_layer_norm_tangent_is_the_layer_norms_jacobian():
+    """The diagonal-minus-rank-two form gives what autograd's Jacobian of torch's LayerNorm gives, row by row."""
+    torch.manual_seed(0)
+    norm = torch.nn.LayerNorm(8, eps=1e-5)
+    torch.nn.init.normal_(norm.weight)
+    x, tangents = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
+    norm = norm.double()
+    stats = attribution._layer_norm_stats(norm, x)
+    for row in range(3):
+        jacobian = torch.func.jacfwd(norm)(x[row])
+        # float64: only rounding of a few length-8 sums separates the two
+        torch.testing.assert_close(
+            attribution._layer_norm_tangent((stats[0][row], stats[1][row]), tangents[row]),
+            jacobian @ tangents[row],
+            rtol=1e-12,
+            atol=1e-12,
+        )
 
 
 def test_estimate_converges_to_exact(tiny_model):
