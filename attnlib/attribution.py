@@ -191,7 +191,7 @@ def _layer_at_input(
 def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> list[torch.Tensor]:
     """dq, dk, dv [c, heads, d] when layer input row tokens[p] moves along vectors[p] [c, hidden]."""
     if layer.norm is not None:
-        vectors = _layer_norm_tangent(tuple(s[tokens] for s in layer.norm), vectors)  # type: ignore[arg-type]
+        vectors = _layer_norm_tangent(tuple(s[tokens] for s in layer.norm), vectors)
     n_heads, _, d = layer.q.shape
     raw = (vectors @ layer.qkv_t).reshape(len(tokens), 3, n_heads, d).unbind(1)
     return [t if r is None else torch.einsum("hcde,che->chd", r[:, tokens], t) for t, r in zip(raw, layer.rotations)]
@@ -200,7 +200,7 @@ def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch
 def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torch.Tensor]:
     """dq, dk, dv [n, c, heads, d] for a tangent of the layer input [n, c, hidden]."""
     if layer.norm is not None:
-        inputs = _layer_norm_tangent(tuple(s[:, None] for s in layer.norm), inputs)  # type: ignore[arg-type]
+        inputs = _layer_norm_tangent(tuple(s[:, None] for s in layer.norm), inputs)
     n_heads, n, d = layer.q.shape
     raw = (inputs @ layer.qkv_t).reshape(n, -1, 3, n_heads, d).unbind(2)
     return [t if r is None else torch.einsum("hjde,jche->jchd", r, t) for t, r in zip(raw, layer.rotations)]
