@@ -12,8 +12,9 @@ instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2. Directions travel in chunks, each 
   as a batched matrix product.
 Two random directions are checked against torch.func.jvp through the model's own layers (attnlib.replay), which is
 the reference and the path taken wherever the linearisation does not reproduce it: layers of another shape (a
-convolution after the first layer, scores that mix heads), or Jacobians over LINEARISED_BUDGET. The previous-layer contribution is the first step of the same
-computation started at every layer's input (written out where linearised, else jvp through the attention block).
+convolution after the first layer, scores that mix heads), or Jacobians over LINEARISED_BUDGET. The previous-layer
+contribution is the first step of the same computation started at every layer's input (written out where
+linearised, else jvp through the attention block).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class _LayerAtInput:
     weights: torch.Tensor  # attention A [heads, n, n]
     heads: torch.Tensor  # o(l) [heads, n, d]
     scale: float
-    rotations: tuple[torch.Tensor | None, ...]  # q, k, v: rotary's linear map per position [heads, n, d, d], or None
+    rotations: tuple[_PairRotation | None, ...]  # q, k, v: rotary's map per position, or None
     relative: tuple[torch.Tensor, torch.Tensor] | None  # DeBERTa: logit terms per (i, k) linear in q_i and in k_k
     norm: tuple[torch.Tensor, torch.Tensor] | None  # pre-LN: (gamma / sigma, x-hat) [n, hidden] of the LN before it
 
@@ -116,19 +117,59 @@ def _unit_vectors(n_heads: int, n: int, d: int) -> torch.Tensor:
     return torch.eye(d).reshape(d, 1, 1, d).expand(d, n_heads, n, d).contiguous()
 
 
-def _rotations(lay: Layout, call: HeadsCall, n: int) -> tuple[torch.Tensor | None, ...]:
-    """Rotary's map of q, k and v at each position, [heads, n, d_out, d_in] (None where the family leaves it alone),
-    read off the family's own rotation of unit vectors."""
+@dataclass
+class _PairRotation:
+    """A linear map per position that mixes each coordinate e with one partner p(e): out_e = diag_e x_e + off_e x_p(e)
+    (rotary's rotation, by coordinate pairs), applied elementwise."""
+
+    diag: torch.Tensor  # [heads, n, d]
+    off: torch.Tensor  # [heads, n, d]
+    swap: torch.Tensor  # [d, d]: x @ swap = x_p(e) in place e (a permutation matrix: a small product, no gather)
+
+    def rows(self, t: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The map at positions tokens[p] applied to t [c, heads, d]."""
+        return t * self.diag[:, tokens].transpose(0, 1) + (t @ self.swap) * self.off[:, tokens].transpose(0, 1)
+
+    def dense(self, t: torch.Tensor) -> torch.Tensor:
+        """The map at every position applied to t [n, c, heads, d]."""
+        diag, off = self.diag.transpose(0, 1)[:, None], self.off.transpose(0, 1)[:, None]  # [n, 1, heads, d]
+        return t * diag + (t @ self.swap) * off
+
+
+def _pair_rotation(matrices: torch.Tensor) -> _PairRotation | None:
+    """matrices [heads, n, d_out, d_in] as a _PairRotation; None when they mix coordinates otherwise."""
+    diag = matrices.diagonal(dim1=-2, dim2=-1)
+    off_matrices = matrices - torch.diag_embed(diag)
+    partner = off_matrices.abs().sum((0, 1)).argmax(-1)  # [d]: p(e)
+    index = partner.expand(*matrices.shape[:2], -1)[..., None]
+    off = off_matrices.gather(-1, index)[..., 0]
+    if not torch.equal(torch.diag_embed(diag).scatter_add(-1, index, off[..., None]), matrices):
+        return None
+    swap = torch.zeros(len(partner), len(partner), dtype=matrices.dtype)
+    swap[partner, torch.arange(len(partner))] = 1.0
+    return _PairRotation(diag.contiguous(), off.contiguous(), swap)
+
+
+def _rotations(lay: Layout, call: HeadsCall, n: int) -> tuple[_PairRotation | None, ...] | None:
+    """Rotary's map of q, k and v at each position (None where the family leaves one alone), read off the family's
+    own rotation of unit vectors; None when a map is not a rotation by coordinate pairs."""
     if lay.family.positions is None:
         return (None, None, None)
     units = _unit_vectors(lay.n_heads, n, lay.head_dim)
-    rotated = lay.family.positions(call, (units, units, units))
-    return tuple(None if torch.equal(r, units) else r.permute(1, 2, 3, 0).contiguous() for r in rotated)
+    identity = units.permute(1, 2, 3, 0)
+    maps: list[_PairRotation | None] = []
+    for rotated in lay.family.positions(call, (units, units, units)):
+        matrices = rotated.permute(1, 2, 3, 0)  # [heads, n, out, in]
+        pair = None if torch.equal(matrices, identity) else _pair_rotation(matrices)
+        if pair is None and not torch.equal(matrices, identity):
+            return None
+        maps.append(pair)
+    return tuple(maps)
 
 
 def _relative_terms(lay: Layout, call: HeadsCall, n: int, scale: float) -> tuple[torch.Tensor, torch.Tensor] | None:
     """DeBERTa's c2p and p2c as (P_K, P_Q) [heads, n, n, d]: their logit at (i, k) is q_i . P_K[i, k] + k_k . P_Q[i, k],
-    read off the family's own bias of unit queries and keys; None where the bias does not move with q and k."""
+    read off the family's own bias of unit queries and keys; None when the call has no relative terms."""
     if lay.family.scores != "disentangled":
         return None
     zeros, units = torch.zeros(lay.head_dim, lay.n_heads, n, lay.head_dim), _unit_vectors(lay.n_heads, n, lay.head_dim)
@@ -141,8 +182,8 @@ def _relative_terms(lay: Layout, call: HeadsCall, n: int, scale: float) -> tuple
 
 
 def _is_layer_norm(module: torch.nn.Module) -> bool:
-    """torch's LayerNorm or a family's own (DeBERTa's: the same arithmetic, eps inside the root)."""
-    return isinstance(module, torch.nn.LayerNorm) or type(module).__name__.endswith("LayerNorm")
+    """torch's LayerNorm or DeBERTa's own (the same arithmetic, eps inside the root)."""
+    return isinstance(module, torch.nn.LayerNorm) or type(module).__name__ == "DebertaLayerNorm"
 
 
 def _layer_norm_stats(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,11 +222,12 @@ def _layer_at_input(
     if not torch.allclose(heads.transpose(0, 1).reshape(n, hidden), expected, atol=1e-4, rtol=1e-4):
         return None
     qkv_t = torch.cat([p.weight for p in site.projections])[_column_order(lay, site)].T.contiguous()
+    rotations = _rotations(lay, call, n)
+    if rotations is None:
+        return None
     pre_norm = not lay.family.post_layer_norm and _is_layer_norm(site.norm)
     norm = _layer_norm_stats(site.norm, layer_input[0]) if pre_norm else None
-    return _LayerAtInput(
-        qkv_t, q, k, v, weights, heads, scale, _rotations(lay, call, n), _relative_terms(lay, call, n, scale), norm
-    )
+    return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale, rotations, _relative_terms(lay, call, n, scale), norm)
 
 
 def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> list[torch.Tensor]:
@@ -194,7 +236,7 @@ def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch
         vectors = _layer_norm_tangent(tuple(s[tokens] for s in layer.norm), vectors)
     n_heads, _, d = layer.q.shape
     raw = (vectors @ layer.qkv_t).reshape(len(tokens), 3, n_heads, d).unbind(1)
-    return [t if r is None else torch.einsum("hcde,che->chd", r[:, tokens], t) for t, r in zip(raw, layer.rotations)]
+    return [t if r is None else r.rows(t, tokens) for t, r in zip(raw, layer.rotations)]
 
 
 def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torch.Tensor]:
@@ -203,7 +245,7 @@ def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torc
         inputs = _layer_norm_tangent(tuple(s[:, None] for s in layer.norm), inputs)
     n_heads, n, d = layer.q.shape
     raw = (inputs @ layer.qkv_t).reshape(n, -1, 3, n_heads, d).unbind(2)
-    return [t if r is None else torch.einsum("hjde,jche->jchd", r, t) for t, r in zip(raw, layer.rotations)]
+    return [t if r is None else r.dense(t) for t, r in zip(raw, layer.rotations)]
 
 
 def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
@@ -328,12 +370,14 @@ def _layer_steps(rec: Recording, index: int) -> tuple[list[_Step], torch.Tensor]
     return steps, seen[-1][1]
 
 
-def _ffn_jacobians(down: torch.nn.Linear, slopes: torch.Tensor, up_weight: torch.Tensor, chunk: int) -> torch.Tensor:
+def _ffn_jacobians(
+    down_weight: torch.Tensor, slopes: torch.Tensor, up_weight: torch.Tensor, chunk: int
+) -> torch.Tensor:
     """W2 diag(slope_j) W1 for every token j [n, out, in], a chunk of tokens at a time."""
-    tokens_per_chunk = max(1, chunk // down.weight.numel())
+    tokens_per_chunk = max(1, chunk // down_weight.numel())
     return torch.cat(
         [
-            torch.matmul(down.weight * slopes[s : s + tokens_per_chunk, None, :], up_weight)
+            torch.matmul(down_weight * slopes[s : s + tokens_per_chunk, None, :], up_weight)
             for s in range(0, len(slopes), tokens_per_chunk)
         ]
     )
@@ -386,12 +430,11 @@ def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | No
     if act is None:
         return None
     slope = jvp(act.module, (a,), (torch.ones_like(a),))[1]  # act'(a) [n, ffn]
-    if g is None:
-        ffn = _ffn_jacobians(down.module, slope, up.module.weight, chunk)  # W2 diag(act') W1 [n, out, in]
-    else:  # d(act(a) g) = act'(a) g da + act(a) dg, with [a | g] = W1 y
-        up_a, up_g = up.module.weight.chunk(2, dim=0)
-        ffn = _ffn_jacobians(down.module, slope * g, up_a, chunk)
-        ffn += _ffn_jacobians(down.module, act.output[0], up_g, chunk)
+    down_weight = down.module.weight
+    if g is not None:  # d(act(a) g) = act'(a) g da + act(a) dg, [a | g] = W1 y: W2 [diag(act' g) | diag(act)] W1
+        slope = torch.cat([slope * g, act.output[0]], dim=-1)
+        down_weight = torch.cat([down_weight, down_weight], dim=1)
+    ffn = _ffn_jacobians(down_weight, slope, up.module.weight, chunk)  # W2 diag(act') W1 [n, out, in]
     hidden = down.module.out_features
     stats_a = _layer_norm_stats(norm_a.module, norm_a.input[0])
     if post_ln:  # LN_b (I + F) LN_a
