@@ -47,6 +47,29 @@ def test_layer_norm_tangent_is_the_layer_norms_jacobian():
         )
 
 
+def test_pair_rotation_is_the_matrix_it_was_read_from():
+    """Rotary's per-position maps, read as coordinate pairs, act as the matrices do; a map that mixes more is refused."""
+    torch.manual_seed(0)
+    heads, n, d = 2, 3, 4
+    angles = torch.rand(heads, n, d // 2)
+    matrices = torch.zeros(heads, n, d, d)
+    for e in range(d // 2):  # RoFormer's layout: coordinates 2e and 2e + 1 turn together
+        c, s_ = angles[..., e].cos(), angles[..., e].sin()
+        matrices[..., 2 * e, 2 * e], matrices[..., 2 * e, 2 * e + 1] = c, -s_
+        matrices[..., 2 * e + 1, 2 * e], matrices[..., 2 * e + 1, 2 * e + 1] = s_, c
+    pair = attribution._pair_rotation(matrices)
+    assert pair is not None
+    t = torch.randn(n, 5, heads, d)
+    # float32: each output is a two-term sum either way
+    torch.testing.assert_close(pair.dense(t), torch.einsum("hjde,jche->jchd", matrices, t), rtol=1e-6, atol=1e-6)
+    tokens = torch.tensor([2, 0])
+    rows = torch.randn(2, heads, d)
+    torch.testing.assert_close(
+        pair.rows(rows, tokens), torch.einsum("hcde,che->chd", matrices[:, tokens], rows), rtol=1e-6, atol=1e-6
+    )
+    assert attribution._pair_rotation(torch.randn(heads, n, d, d)) is None
+
+
 def test_estimate_converges_to_exact(tiny_model):
     enc = encode(tiny_model, "A small dog barked at the postman.")
     exact = hidden_token_attribution(tiny_model, enc, mode="exact")
