@@ -160,8 +160,11 @@ def _rotations(lay: Layout, call: HeadsCall, n: int) -> tuple[_PairRotation | No
     maps: list[_PairRotation | None] = []
     for rotated in lay.family.positions(call, (units, units, units)):
         matrices = rotated.permute(1, 2, 3, 0)  # [heads, n, out, in]
-        pair = None if torch.equal(matrices, identity) else _pair_rotation(matrices)
-        if pair is None and not torch.equal(matrices, identity):
+        if torch.equal(matrices, identity):
+            maps.append(None)
+            continue
+        pair = _pair_rotation(matrices)
+        if pair is None:
             return None
         maps.append(pair)
     return tuple(maps)
