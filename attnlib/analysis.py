@@ -253,8 +253,11 @@ class AnalysisRun(Generic[R]):
     run: dict = field(default_factory=dict)  # engine, device, workers, seconds
 
     def to_json(self) -> dict:
-        """The command's JSON."""
-        return self.analysis.to_json(self.result, self.facts.name)
+        """The command's JSON; `model_dtype` (analysed, saved) when the weights are not a float32 checkpoint's."""
+        data = self.analysis.to_json(self.result, self.facts.name)
+        if self.facts.dtype_note() is not None:
+            data["model_dtype"] = {"analysed": self.facts.dtype, "saved": self.facts.saved_dtype}
+        return data
 
     def result_file(self) -> ResultFile:
         """The run as a result file (`--out`): its options as asdict, stamped with this library's version and time."""

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.func import jvp, vmap
 
-from .families import HeadsCall, LayerSite, Layout, layer_norm_parameters
+from .families import HeadsCall, LayerSite, Layout, UnsupportedModelError, layer_norm_parameters, unsupported_reason
 from .model import LoadedModel
 from .replay import Recording, captured_contexts, hooks_removed, record, this_thread_only
 from .runner import Encoded, TextOrWords, encode, model_inputs
@@ -587,8 +587,9 @@ def hidden_token_attribution(
     if mode == "estimate" and probes < 1:
         raise ValueError("probes must be at least 1")
     encoder = lm.encoder
-    if any(p.dtype != torch.float32 for p in encoder.parameters()):
-        raise ValueError("Hidden Token Attribution runs in float32; load the model in float32.")
+    reason = unsupported_reason(encoder.config, "hta")
+    if reason is not None:
+        raise UnsupportedModelError(reason)
     f = lm.facts
     n, hidden = encoded.n, f.hidden_size
     batch = model_inputs(lm, [encoded])

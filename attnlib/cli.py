@@ -21,6 +21,8 @@ from .cli_options import (
     add_out_option,
     add_scale_options,
     corpus_run_flags,
+    model_of,
+    note,
     options_from_args,
 )
 from .corpus import CorpusError
@@ -67,20 +69,16 @@ def add_analysis(sub: argparse._SubParsersAction, analysis: Analysis) -> None:
     p.set_defaults(handler=partial(handle_analysis, analysis))
 
 
-def note(line: str) -> None:
-    """What a long run will cost, on stderr."""
-    print(line, file=sys.stderr)
-
-
 def handle_analysis(analysis: Analysis, args: argparse.Namespace) -> dict:
     """Run the analysis on the command's inputs; write --out if given; return its JSON."""
     options = options_from_args(analysis.options, args)
+    model = model_of(args)
     if analysis.reads == "text":
-        run = run_analysis(analysis, args.model, options, text=args.text, pair=args.pair, device=args.device, note=note)
+        run = run_analysis(analysis, model, options, text=args.text, pair=args.pair, device=args.device, note=note)
     else:
         run = run_analysis(
             analysis,
-            args.model,
+            model,
             options,
             inputs={source: getattr(args, source) for source in analysis.sources},
             **corpus_run_flags(args),

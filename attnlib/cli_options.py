@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from dataclasses import MISSING, fields
 from typing import Any
 
 from .analysis import DEFAULT_BATCH_SIZE, Analysis, Options, choices_of, option_types
 from .engines import ENGINES
-from .model import DEFAULT_MODEL
+from .model import DEFAULT_MODEL, DTYPES, LoadedModel, ModelLoadError, load_model
 
 CORPUS_HELP = "a text file (one input per line, TAB between A and B) or a .conllu file"
 
@@ -47,6 +48,13 @@ def add_model_option(parser: argparse.ArgumentParser) -> None:
     """--model, --device and --json, shared by every command."""
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"Hub id or local folder (default: {DEFAULT_MODEL})")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    parser.add_argument(
+        "--model-dtype",
+        choices=DTYPES,
+        default="float32",
+        help="float32: half-precision weights are converted when loaded (default); saved: kept as saved (attention "
+        "statistics only)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
 
 
@@ -156,3 +164,24 @@ def corpus_run_flags(args: argparse.Namespace) -> dict:
     """What a corpus command's flags say about the run: limit, engine, device, workers, CPUs per worker, batch size."""
     names = ("limit", "engine", "device", "workers", "cpus_per_worker", "batch_size")
     return {name: getattr(args, name) for name in names}
+
+
+def note(line: str) -> None:
+    """What a run will cost, on stderr."""
+    print(line, file=sys.stderr)
+
+
+def loaded(args: argparse.Namespace, name: str | None = None) -> LoadedModel:
+    """The command's model (or another one by name) loaded with its --device and --dtype; its size said first."""
+    return load_model(name or args.model, device=args.device, dtype=args.model_dtype, note=note)
+
+
+def model_of(args: argparse.Namespace) -> str | LoadedModel:
+    """The model a command runs: loaded here unless Ray workers load it by name."""
+    if getattr(args, "engine", "local") != "local":
+        if args.model_dtype != "float32":
+            raise ModelLoadError(
+                "--model-dtype saved runs with --engine local only (Ray workers load float32 weights)."
+            )
+        return args.model
+    return loaded(args)

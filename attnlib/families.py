@@ -33,6 +33,14 @@ STATISTICS: dict[Statistic, str] = {
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # queries, keys, values, each [batch, heads, n, head_dim]
 
 
+FULL_PRECISION = ("float32", "float64")
+
+
+def dtype_name(dtype) -> str:
+    """'float16' for torch.float16 or 'float16'; float32 when a config names none."""
+    return "float32" if dtype is None else str(dtype).removeprefix("torch.")
+
+
 class UnsupportedModelError(ValueError):
     """A statistic that this model's family does not support; the message says which, for what model, and why."""
 
@@ -312,6 +320,12 @@ def unsupported_reason(config, statistic: Statistic) -> str | None:
     """Why a statistic cannot be computed exactly for a model with this config, in words; None when it can."""
     family = family_of(config.model_type)
     what = STATISTICS[statistic]
+    kept = dtype_name(getattr(config, "dtype", None))
+    if statistic != "queries_keys" and kept not in FULL_PRECISION:
+        return (
+            f"Norms, attribution and ablations run in float32, and this model's weights were kept in {kept}, as saved: "
+            "load it in float32 (the default; leave out --model-dtype saved)."
+        )
     if family is None:
         return (
             f"{what} are not available for '{config.model_type}' models: attnlib knows where the projections and "

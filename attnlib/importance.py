@@ -333,7 +333,7 @@ def importance_fill(lm: LoadedModel, inputs: Sequence[CorpusInput], accumulators
         gradient = None
         if prep.labels is not None:
             masked = {key: value[prep.n_inputs :] for key, value in prep.batch.items()}
-            gradient = head_gradients(lm, masked, prep.labels).cpu().numpy()
+            gradient = head_gradients(lm, masked, prep.labels).float().cpu().numpy()
         sums.add_batch(prep, variant_effects(prep, variants), changes, gradient, sum(e.truncated for e in encoded))
         done += len(encoded)
         if progress is not None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from .families import RESERVED_POSITIONS, family_of
+from .families import RESERVED_POSITIONS, dtype_name, family_of
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -30,6 +30,9 @@ HUB_HOST = "huggingface.co"
 # Deployment settings (the app also reads them from .streamlit/secrets.toml as allowed_models / allow_local_models).
 ALLOWED_MODELS_ENV = "ATTNLIB_ALLOWED_MODELS"  # comma-separated model ids; unset or empty: any id
 ALLOW_LOCAL_ENV = "ATTNLIB_ALLOW_LOCAL_MODELS"  # "0" or "false": no loading from local folders
+MAX_MODEL_MB_ENV = "ATTNLIB_MAX_MODEL_MB"  # refuse models whose float32 parameters take more megabytes than this
+SIZE_NOTE_MB = 200  # `note` hears the size of models from this size up (smaller ones load in a second or two)
+DTYPES = ("float32", "saved")  # analysed in float32 (half-precision weights converted when loaded), or as saved
 DECODER_ARCHITECTURES = ("ForCausalLM", "LMHeadModel")
 MLM_ARCHITECTURES = ("ForMaskedLM", "ForPreTraining")  # checkpoints saved with a trained masked-LM head
 
@@ -54,6 +57,22 @@ class ModelFacts:
     pad_token: str
     has_mlm_head: bool
     windows: tuple[int | None, ...] = ()  # per layer: local attention to keys with |i - j| <= w; None: global
+    parameters: int = 0
+    dtype: str = "float32"  # what the weights are analysed in
+    saved_dtype: str = "float32"  # what the checkpoint holds
+
+    @property
+    def converted(self) -> bool:
+        """Whether the weights were converted from the checkpoint's dtype when loaded."""
+        return self.dtype != self.saved_dtype
+
+    def dtype_note(self) -> str | None:
+        """A sentence on the weights' dtype when it is not a plain float32 checkpoint; None when it is."""
+        if self.converted:
+            return f"The checkpoint is saved in {self.saved_dtype}; its weights were converted to {self.dtype}."
+        if self.dtype != "float32":
+            return f"The weights are kept in {self.dtype}, as saved; statistics that need float32 are not available."
+        return None
 
     def window(self, layer: int) -> int | None:
         """Layer's local-attention half-width w (keys with |i - j| <= w), or None for global attention."""
@@ -101,6 +120,51 @@ def check_allowed(name: str, allowed: Collection[str] | None) -> None:
         f"'{name}' is not one of the models this server allows: "
         f"{', '.join([DEFAULT_MODEL, *[m for m in allowed if m != DEFAULT_MODEL]])}."
     )
+
+
+def float32_megabytes(parameters: int) -> float:
+    """Megabytes that this many parameters take in float32."""
+    return parameters * 4 / 2**20
+
+
+def size_text(parameters: int) -> str:
+    """'22.7 M parameters, about 87 MB in float32'."""
+    return f"{parameters / 1e6:.1f} M parameters, about {float32_megabytes(parameters):,.0f} MB in float32"
+
+
+def parameter_count(config) -> int:
+    """Parameters of the model that loading this config builds (its masked-LM head included), counted on the meta
+    device: nothing allocated, no weights read."""
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    with torch.device("meta"):
+        try:
+            model = AutoModelForMaskedLM.from_config(config)
+        except ValueError:  # no masked-LM class for this config: load_model refuses it, its base model is counted
+            model = AutoModel.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def check_size(name: str, parameters: int, max_megabytes: float | None) -> None:
+    """Refuse a model whose float32 parameters exceed the server's limit, in words."""
+    if max_megabytes is not None and float32_megabytes(parameters) > max_megabytes:
+        raise ModelLoadError(
+            f"'{name}' needs about {float32_megabytes(parameters):,.0f} MB in float32 ({parameters / 1e6:,.1f} M "
+            f"parameters); this server loads models of at most {max_megabytes:,.0f} MB."
+        )
+
+
+def parse_megabytes(value: str | float | None) -> float | None:
+    """A size limit in MB from a setting ('800', 800); None when unset or empty."""
+    if value is None or str(value).strip() == "":
+        return None
+    try:
+        megabytes = float(value)
+    except ValueError:
+        raise ModelLoadError(f"The model size limit must be a number of megabytes, not {value!r}.") from None
+    if not megabytes > 0:
+        raise ModelLoadError(f"The model size limit must be more than 0 MB, not {value!r}.")
+    return megabytes
 
 
 def resolve_model_source(name_or_path: str, allow_local: bool = True) -> tuple[str, bool]:
@@ -168,21 +232,13 @@ def _check_vocabulary(name: str, tokenizer, config) -> None:
         )
 
 
-def load_model(
-    name_or_path: str = DEFAULT_MODEL,
-    device: str = "cpu",
-    allow_local: bool = True,
-    allowed: Collection[str] | None = None,
-) -> LoadedModel:
-    """Load tokenizer and encoder (eager attention, dropout off, no remote code) and read the model's facts.
-
-    `allowed` is an allow-list of ids (None: any); `allow_local=False` refuses local folders."""
-    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+def _source_and_config(name_or_path: str, allow_local: bool):
+    """What from_pretrained gets, the model's config (no weights read) and the keywords for loading the rest."""
+    from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    check_allowed(name_or_path, allowed)
     source, is_local = resolve_model_source(name_or_path, allow_local=allow_local)
     local_only = is_local
     if not is_local:
@@ -198,6 +254,36 @@ def load_model(
         config = AutoConfig.from_pretrained(source, **kwargs)
     except Exception as exc:
         raise ModelLoadError(f"'{name_or_path}' is not a model id or folder that can be loaded: {_short(exc)}") from exc
+    return source, config, kwargs
+
+
+def model_parameters(name_or_path: str, allow_local: bool = True) -> int:
+    """How many parameters a model has, from its config alone (for saying its size before loading it)."""
+    return parameter_count(_source_and_config(name_or_path, allow_local)[1])
+
+
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    device: str = "cpu",
+    allow_local: bool = True,
+    allowed: Collection[str] | None = None,
+    dtype: str = "float32",
+    max_megabytes: float | None = None,
+    note: Callable[[str], None] | None = None,
+) -> LoadedModel:
+    """Load tokenizer and encoder (eager attention, dropout off, no remote code) and read the model's facts.
+
+    `allowed` is an allow-list of ids (None: any); `allow_local=False` refuses local folders; `dtype` "float32"
+    converts half-precision weights, "saved" keeps them; `max_megabytes` (default: ATTNLIB_MAX_MODEL_MB) refuses
+    larger models before their weights are read; `note` hears a large model's size before loading."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}.")
+    limit = max_megabytes if max_megabytes is not None else parse_megabytes(os.environ.get(MAX_MODEL_MB_ENV))
+    check_allowed(name_or_path, allowed)
+    source, config, kwargs = _source_and_config(name_or_path, allow_local)
+    config._attn_implementation = "eager"  # whatever the saved config names: only eager attention returns weights
     causal = any(a.endswith(DECODER_ARCHITECTURES) for a in getattr(config, "architectures", None) or [])
     if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False) or causal:
         kind = "an encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "a decoder-only"
@@ -205,9 +291,16 @@ def load_model(
             f"'{name_or_path}' is {kind} ({config.model_type}) model; these pages need a BERT-family encoder "
             "(bidirectional self-attention, such as BERT, RoBERTa or DistilBERT)."
         )
+    parameters = parameter_count(config)
+    if note is not None and float32_megabytes(parameters) >= SIZE_NOTE_MB:
+        note(f"{name_or_path}: {size_text(parameters)}")
+    if name_or_path.strip() not in BUNDLED_ALIASES:  # the fallback of every refusal is never refused itself
+        check_size(name_or_path, parameters, limit)
+    saved_dtype = dtype_name(getattr(config, "dtype", None))
+    load_dtype = torch.float32 if dtype == "float32" else "auto"
     try:
         mlm, info = AutoModelForMaskedLM.from_pretrained(
-            source, attn_implementation="eager", output_loading_info=True, **kwargs
+            source, config=config, dtype=load_dtype, output_loading_info=True, **kwargs
         )
     except ValueError as exc:
         raise ModelLoadError(
@@ -228,10 +321,17 @@ def load_model(
     if tokenizer.cls_token is None or tokenizer.sep_token is None:
         raise ModelLoadError(f"'{name_or_path}' has no [CLS]/[SEP]-style special tokens; it is not BERT-family.")
     _check_vocabulary(name_or_path, tokenizer, mlm.base_model.config)
+    if mlm.config._attn_implementation != "eager":
+        raise ModelLoadError(
+            f"'{name_or_path}' does not run with eager attention (it uses {mlm.config._attn_implementation!r}), so "
+            "it returns no attention weights."
+        )
     mlm.eval().to(device)
     encoder = mlm.base_model
     has_mlm = _mlm_head_trained(info, mlm.base_model_prefix, getattr(config, "architectures", None))
     facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
+    running = dtype_name(next(mlm.parameters()).dtype)
+    facts = replace(facts, parameters=parameters, dtype=running, saved_dtype=saved_dtype)
     return LoadedModel(encoder, tokenizer, facts, mlm if has_mlm else None, device, word_tokenizer)
 
 

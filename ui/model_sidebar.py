@@ -1,7 +1,8 @@
 """The model chooser in the sidebar: bundled default, common ids, or any id/folder; failures keep the previous model.
 
-Public deployments restrict it with ATTNLIB_ALLOWED_MODELS / ATTNLIB_ALLOW_LOCAL_MODELS=0, or the secrets
-`allowed_models` / `allow_local_models = false` in .streamlit/secrets.toml (an environment variable wins)."""
+Public deployments restrict it with ATTNLIB_ALLOWED_MODELS / ATTNLIB_ALLOW_LOCAL_MODELS=0 / ATTNLIB_MAX_MODEL_MB, or the
+secrets `allowed_models` / `allow_local_models = false` / `max_model_mb` in .streamlit/secrets.toml (an environment
+variable wins)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ from attnlib.model import (
     ALLOWED_MODELS_ENV,
     COMMON_MODELS,
     DEFAULT_MODEL,
+    MAX_MODEL_MB_ENV,
     LoadedModel,
     ModelLoadError,
     check_allowed,
     load_model,
+    model_parameters,
+    parse_megabytes,
     parse_model_list,
+    size_text,
 )
 from ui.page_state import Option, publish, restore
 
@@ -53,11 +58,22 @@ def allowed_models() -> tuple[str, ...] | None:
     return parse_model_list(_setting(ALLOWED_MODELS_ENV, "allowed_models"))
 
 
+def max_model_megabytes() -> float | None:
+    """The largest model this server loads, in MB of float32 parameters (ATTNLIB_MAX_MODEL_MB or secret max_model_mb)."""
+    return parse_megabytes(_setting(MAX_MODEL_MB_ENV, "max_model_mb"))
+
+
 @st.cache_resource(max_entries=3, show_spinner=False)
 def cached_model(name: str, allow_local: bool) -> LoadedModel:
     """Load a model once per process; every session shares it."""
     _log.info("%s %s", LOAD_LOG_LINE, name)
-    return load_model(name, allow_local=allow_local, allowed=allowed_models())
+    return load_model(name, allow_local=allow_local, allowed=allowed_models(), max_megabytes=max_model_megabytes())
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def cached_size(name: str, allow_local: bool) -> str:
+    """What a model needs in memory, from its config (no weights read), for the spinner before it loads."""
+    return size_text(model_parameters(name, allow_local))
 
 
 def model_named(name: str) -> LoadedModel:
@@ -76,7 +92,7 @@ def try_load(name: str) -> tuple[LoadedModel | None, str | None]:
     """Load a model, or return the reason it failed."""
     try:
         check_allowed(name, allowed_models())  # checked on every call: the cache may hold a model loaded earlier
-        with st.spinner(f"Loading {name}…"):
+        with st.spinner(f"Loading {name} ({cached_size(name, local_models_allowed())})…"):
             return model_named(name), None
     except ModelLoadError as exc:
         return None, str(exc)
@@ -134,7 +150,8 @@ def model_sidebar() -> LoadedModel:
         f = lm.facts
         st.caption(
             f"{f.model_type}: {f.n_layers} layers × {f.n_heads} heads, head size {f.head_dim}, "
-            f"max {f.max_length} tokens, special tokens {f.cls_token} {f.sep_token}"
+            f"max {f.max_length} tokens, special tokens {f.cls_token} {f.sep_token}; {size_text(f.parameters)}"
+            + (f". {f.dtype_note()}" if f.dtype_note() else "")
         )
     publish([MODEL])
     return lm

@@ -7,8 +7,8 @@ import argparse
 import time
 from dataclasses import asdict
 
+from ..cli_options import loaded
 from ..engines import check_device
-from ..model import load_model
 from .search import add_index_flags, add_scale_options, index_options, indexed
 
 
@@ -25,7 +25,7 @@ def handle(args: argparse.Namespace) -> dict:
     check_device(args.device)
     options = index_options(args)
     assert options is not None  # argparse requires --layer or --embeddings
-    lm = load_model(args.model, device=args.device)
+    lm = loaded(args)
     start = time.perf_counter()
     index = indexed(lm, args, options)
     seconds = time.perf_counter() - start

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..attribution import DEFAULT_PROBES
-from ..cli_options import add_model_option, positive_int
+from ..cli_options import add_model_option, loaded, positive_int
 from ..corpus import CorpusError
 from ..engines import check_device
 from ..report import Report, ReportOptions, run_report, terminal_progress
@@ -68,8 +68,9 @@ def handle(args: argparse.Namespace) -> dict:
     render_report = report_renderer()
 
     progress = None if args.quiet else terminal_progress()
+    compare = None if args.compare is None else loaded(args, args.compare)
     report = run_report(
-        args.model, args.corpus, args.conllu, args.compare, options, progress, args.device, train_path=args.train
+        loaded(args), args.corpus, args.conllu, compare, options, progress, args.device, train_path=args.train
     )
     out = Path(args.out)
     out.write_text(render_report(report), encoding="utf-8")

@@ -16,10 +16,11 @@ from ..cli_options import (
     add_option_flags,
     add_scale_options,
     corpus_run_flags,
+    loaded,
     positive_int,
 )
 from ..engines import check_device
-from ..model import LoadedModel, load_model
+from ..model import LoadedModel
 from ..results import ResultFile, json_ready, write_result_file
 from ..search import CorpusIndex, IndexOptions, SearchError, SearchOptions, build_index, search_index
 from ..shipped import file_sha1
@@ -103,7 +104,7 @@ def handle(args: argparse.Namespace) -> dict:
         raise SearchError("give --layer L or --embeddings.")
     if args.index is not None and options is None and args.heads:
         raise SearchError("--heads needs --layer (the layer of the index's heads).")
-    lm = load_model(args.model, device=args.device)
+    lm = loaded(args)
     if args.index is not None:
         index = CorpusIndex.load(args.index)
         index.check(lm, None if path is None else file_sha1(Path(path)), options)
