@@ -75,7 +75,13 @@ class NoOpTest:
     per_layer: dict[str, np.ndarray]  # change -> [layers]
 
     def to_json(self) -> dict:
-        return {**self.overall, "per_layer": self.per_layer, "measure": self.measure}
+        """The command's `spearman` entry: the single-head ablation's rho is named `ablation`, as its issue asked."""
+        named = {JSON_NAMES.get(change, change): rho for change, rho in self.overall.items()}
+        per_layer = {JSON_NAMES.get(change, change): rhos for change, rhos in self.per_layer.items()}
+        return {**named, "per_layer": per_layer, "measure": self.measure}
+
+
+JSON_NAMES = {"ablate": "ablation"}
 
 
 def no_op_test(share: np.ndarray, effects: dict[str, np.ndarray | None], measure: str) -> NoOpTest:

@@ -331,6 +331,9 @@ def test_no_op_test_by_hand():
     np.testing.assert_allclose(test.per_layer["ablate"], [1.0, 1.0])
     np.testing.assert_allclose(test.per_layer["drop"], [-1.0, -1.0])
     assert math.isnan(spearman(np.ones(4), np.arange(4)))  # a constant share has no ranking
+    data = test.to_json()  # the JSON names the single-head ablation's rho `ablation`, as the issue that asked for it
+    assert set(data) == {"ablation", "drop", "renormalise", "per_layer", "measure"}
+    assert data["ablation"] == test.overall["ablate"] and set(data["per_layer"]) == {"ablation", "drop", "renormalise"}
 
 
 def test_pruning_order_breaks_ties_by_layer_then_head():
