@@ -1,7 +1,9 @@
 """Views of attention, each a function from arrays (or a RunResult) to an object that shows itself in a notebook
 (Jupyter, JupyterLab, VS Code, Colab; offline: everything inlined) and has .save_html(path).
 
-`head_view`, `model_view` and `neuron_view` take any model's attention as bertviz does; every figure builder of the
+`head_view`, `model_view` and `neuron_view` take any model's attention as bertviz does (`head_view` and `model_view`
+take bertviz's arguments, in its order: a pair's `sentence_b_start`, `display_mode`, `html_action`, an
+encoder-decoder's `encoder_attention`, `decoder_attention` and `cross_attention`, ...); every figure builder of the
 modules here (`special_tokens`, `deps`, `positions`, `norms`, `probe`, ...) returns a `Figure`, a plotly Figure that
 shows itself the same way. Needs the `views` extra (plotly).
 """

@@ -1,9 +1,31 @@
 // Helpers every canvas view uses: the embedded data, sparse-map decoding, hi-dpi canvases, the tooltip, PNG export,
 // label fitting, the two-column line drawing and the Blues colour map of the heatmaps.
-// Inlined before each view's own script by figures/canvas_html.py, so the page loads nothing from outside.
+// Inlined before each view's own script by views/canvas_html.py, so the page loads nothing from outside.
 
 // The view's data: the JSON that the Python builder put in the element with id 'data'.
 const D = JSON.parse(document.getElementById('data').textContent);
+
+// The kinds of attention the page holds: several (D.kinds: an encoder-decoder's encoder, decoder and cross attention,
+// or a sentence pair's filters), each with its own fields, or one, whose fields are D's own.
+const KINDS = D.kinds || [D];
+
+// Colours of the display mode (D.theme 'dark', bertviz's default; else light): background, text, row highlights
+// (hovered, pinned), thumbnail frames and the veil over a switched-off head.
+const THEME = D.theme === 'dark'
+  ? {bg: '#000', ink: '#ddd', muted: '#bbb', hover: '#4a4020', pinned: '#7a6418', frame: '#444', veil: 'rgba(0,0,0,.75)', cross: '#bbb'}
+  : {bg: '#fff', ink: '#222', muted: '#444', hover: '#ffefb0', pinned: '#ffd866', frame: '#ddd', veil: 'rgba(255,255,255,.75)', cross: '#555'};
+
+// With several kinds of attention, an 'Attention:' select of them (id 'kind', as bertviz's) in the element with id
+// 'kinds'; choose(k) gets the index of the kind picked.
+function kindPicker(choose) {
+  if (KINDS.length < 2) return;
+  const s = document.createElement('select');
+  s.id = 'kind';
+  s.title = 'attention shown';
+  KINDS.forEach((k, i) => s.add(new Option(k.name, i)));
+  s.onchange = () => choose(+s.value);
+  document.getElementById('kinds').append('Attention: ', s);
+}
 
 // Base64 text to bytes.
 function bytesOf(b64) {
@@ -58,7 +80,7 @@ function tip(ev, text) {
   TIP.style.top = (ev.clientY + 14) + 'px';
 }
 
-// Download the canvases, stacked top to bottom on white, as one PNG named name.png.
+// Download the canvases, stacked top to bottom on the page's background, as one PNG named name.png.
 function savePNG(canvases, name) {
   const cs = canvases.filter(c => c && c.width > 0);
   const w = Math.max(...cs.map(c => c.width));
@@ -67,7 +89,7 @@ function savePNG(canvases, name) {
   out.width = w;
   out.height = h;
   const x = out.getContext('2d');
-  x.fillStyle = '#fff';
+  x.fillStyle = THEME.bg;
   x.fillRect(0, 0, w, h);
   let y = 0;
   for (const c of cs) {

@@ -87,6 +87,37 @@ body{margin:0;font:12px system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-
 padding:3px 6px;font-size:11px;display:none;white-space:pre;z-index:9;box-shadow:0 1px 4px rgba(0,0,0,.2)}
 """
 
+DISPLAY_MODES = ("dark", "light")  # bertviz's display_mode; light is the look of the app's views
+DARK_CSS = """
+body{color:#ddd;background:#000}
+.note{color:#aaa}
+.scroll{border-color:#333}
+.bar button,.bar select{background:#222;color:#ddd;border:1px solid #555}
+#tip{background:rgba(24,24,24,.96);color:#eee;border-color:#666}
+"""
+
+
+def display_theme(display_mode: str) -> tuple[dict, str]:
+    """The page data and the CSS of a display mode: for 'dark', {"theme": "dark"} (canvas_common.js's THEME) and
+    DARK_CSS; for 'light', nothing added."""
+    if display_mode not in DISPLAY_MODES:
+        raise ValueError(f"display_mode must be one of {list(DISPLAY_MODES)}, not {display_mode!r}")
+    return ({"theme": "dark"}, DARK_CSS) if display_mode == "dark" else ({}, "")
+
+
+def kinds_payload(parts: list[dict]) -> dict:
+    """The page data of a view's kinds of attention (each part with its "name"): one's fields at the top level, as the
+    app's pages have them; several under "kinds", which a select switches between (canvas_common.js's KINDS)."""
+    if len(parts) > 1:
+        return {"kinds": parts}
+    return {k: v for k, v in parts[0].items() if k != "name"}
+
+
+def kinds_box(payload: dict) -> str:
+    """Where the select of the kinds of attention goes in a view's bar, if the page has several."""
+    return "<span id='kinds'></span>" if "kinds" in payload else ""
+
+
 # The helpers every view uses (data decoding, hi-dpi canvases, tooltip, PNG export, line drawing), before its script.
 COMMON_SCRIPT = "canvas_common.js"
 

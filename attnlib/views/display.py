@@ -72,6 +72,11 @@ class View(NotebookView):
     height: int
     description: str
 
+    @property
+    def data(self) -> str:
+        """The page's HTML, as `.data` of the IPython HTML object that bertviz returns for html_action='return'."""
+        return self.html
+
     def page(self) -> str:
         return self.html
 
@@ -83,3 +88,13 @@ class View(NotebookView):
 
     def __repr__(self) -> str:
         return f"<{self.description}>"
+
+
+HTML_ACTIONS = ("view", "return")
+
+
+def check_html_action(html_action: str) -> None:
+    """bertviz's html_action: 'view' and 'return' both give the View (it shows itself as a cell's value; its .data is
+    its page, as bertviz's returned HTML object's is), nothing else."""
+    if html_action not in HTML_ACTIONS:
+        raise ValueError(f"html_action must be one of {list(HTML_ACTIONS)}, not {html_action!r}")

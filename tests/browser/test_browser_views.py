@@ -3,11 +3,14 @@ notebook holds draw side by side in one document and fit their frames, and the h
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from attnlib.runner import run
 from attnlib.views import head_view, model_view, neuron_view
+from attnlib.views.canvas_html import quantize
 from attnlib.views.deps import head_accuracy_heatmaps
 from attnlib.views.special_tokens import layer_lines_with_head_dots
 from support.browser import INK, PLOTTED, offline_page
@@ -21,8 +24,8 @@ def views(minilm) -> dict:
     rng = np.random.default_rng(0)
     names = {"cls": "[CLS]", "sep": "[SEP]"}
     return {
-        "head": head_view(r),
-        "model": model_view(r, layer=1, head=2),
+        "head": head_view(r, display_mode="light"),  # INK counts what is darker than a white page
+        "model": model_view(r, layer=1, head=2, display_mode="light"),
         "neuron": neuron_view(r, layer=1, head=2, query=3),
         "lines": layer_lines_with_head_dots({k: rng.random((6, 12)) for k in names}, names, "Shares", "share"),
         "heatmaps": head_accuracy_heatmaps(rng.random((6, 12, 2)), "nsubj", (1, 2, 0)),
@@ -91,3 +94,50 @@ def test_head_view_layer_picker_switches_layers(browser, views, tmp_path):
         page.locator("#cv").hover(position={"x": page.evaluate("() => xr") + 5, "y": row})  # a key token's weights
         tip = page.locator("#tip").inner_text()
         assert tip.count("head 5-") == 12 and "head 1-" not in tip, tip
+
+
+# Pixels of a canvas clearly brighter than the dark mode's black background: lines and labels.
+LIT = """sel => { const d = document.querySelector(sel).getContext('2d').getImageData(0, 0, 400, 200).data; let k = 0;
+  for (let i = 0; i < d.length; i += 4) if (d[i] > 60 || d[i + 1] > 60 || d[i + 2] > 60) k++; return k; }"""
+
+
+def test_encoder_decoder_head_view_switches_to_cross_attention(browser, tmp_path, screenshot_dir):
+    """bertviz's encoder-decoder call, dark by default: the select switches to cross attention, which draws the
+    decoder's tokens on the left, the encoder's on the right, and the lines between them (a map of 3 x 4)."""
+    rng = np.random.default_rng(0)
+
+    def maps(rows: int, cols: int) -> np.ndarray:
+        x = np.exp(rng.normal(size=(2, 3, rows, cols)) * 2)
+        return (x / x.sum(-1, keepdims=True)).astype(np.float32)
+
+    source, target = ["▁Das", "▁Haus", "▁ist", "▁klein", "</s>"], ["<pad>", "▁The", "▁house"]
+    cross = maps(3, 5)
+    view = head_view(
+        encoder_attention=maps(5, 5),
+        decoder_attention=maps(3, 3),
+        cross_attention=cross,
+        encoder_tokens=source,
+        decoder_tokens=target,
+    )
+    path = view.save_html(tmp_path / "encoder-decoder.html")
+    pixels = "() => Array.from(document.querySelector('#cv').getContext('2d').getImageData(0, 0, 400, 200).data)"
+    with offline_page(browser) as (page, _):
+        page.goto(path.as_uri())
+        page.wait_for_function(f"() => ({LIT})('#cv') > 200", timeout=30_000)
+        assert page.locator("#kind option").all_inner_texts() == ["Encoder", "Decoder", "Cross"]
+        encoder = page.evaluate(pixels)
+        page.select_option("#kind", label="Cross")
+        assert page.evaluate("() => [Lb, Rb]") == [
+            ["<pad>", " The", " house"],
+            [" Das", " Haus", " ist", " klein", "</s>"],
+        ]
+        assert page.evaluate(pixels) != encoder and page.evaluate(f"() => ({LIT})('#cv')") > 200
+        key = int(np.argmax(cross[0, 0, 2]))  # the strongest line from the last decoder token, in layer 1, head 1
+        row = 4 + 18 * 2 + 9  # the third row's middle (head_view.js: y0 = 4, rows of 18 px)
+        page.locator("#cv").click(position={"x": 20, "y": row})  # pins " house"
+        page.locator("#cv").hover(position={"x": page.evaluate("() => xr") + 5, "y": 4 + 18 * key + 9})
+        tip = page.locator("#tip").inner_text()
+        assert f"house → {source[key].replace('▁', ' ')}  (position {key + 1})" in tip, tip
+        weight = float(re.search(r"head 1-1: ([0-9.]+)", tip).group(1))
+        assert abs(weight - quantize(cross[0, 0, 2, key]) / 255) < 1e-3, tip
+        page.screenshot(path=str(screenshot_dir / "encoder-decoder-head-view.png"), full_page=True)

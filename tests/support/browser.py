@@ -39,10 +39,12 @@ FIGURES_DRAWN = """() => [...document.querySelectorAll("[data-testid='stMain'] .
   .every((el) => el.querySelector('.js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn], .attn-nothing-to-draw') !== null)"""
 
 
-# Pixels of a canvas clearly darker than the white background: lines, cells, labels.
+# Pixels of a canvas clearly unlike its background (its top-left pixel; white or, in the dark mode, black): lines,
+# cells, labels.
 INK = """sel => { const c = document.querySelector(sel); if (!c || !c.width) return 0;
   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let k = 0;
-  for (let i = 0; i < d.length; i += 4) if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) k++; return k; }"""
+  for (let i = 0; i < d.length; i += 4) if ([0, 1, 2, 3].some(j => Math.abs(d[i + j] - d[j]) > 55)) k++;
+  return k; }"""
 
 
 # In a figure's page: plotly drew its SVG and at least one trace (lines, markers, bars or a heatmap's image).

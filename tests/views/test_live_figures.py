@@ -88,8 +88,8 @@ def test_heatmap_bytes_by_hand():
 def test_atlas_tiles_each_layer_head_in_its_place():
     rng = np.random.default_rng(1)
     attn = rng.random((2, 3, 4, 4)).astype(np.float32)
-    atlas, peaks, side, block = thumbnail_atlas(attn, cells=2)
-    assert (side, block) == (2, 2) and atlas.shape == (4, 6)
+    atlas, peaks, tile, block = thumbnail_atlas(attn, cells=2)
+    assert (tile, block) == ((2, 2), 2) and atlas.shape == (4, 6)
     pooled, _ = pooled_maps(attn, 2)
     tiles, _ = scaled_to_max(pooled)
     np.testing.assert_array_equal(atlas[2:4, 4:6], tiles[1, 2])

@@ -47,7 +47,8 @@ def test_arrays_as_bertviz_takes_them_give_the_same_views_as_a_run_result(pair_r
     hf_style = tuple(torch.from_numpy(layer[None]) for layer in r.attentions)  # [1, heads, n, n] per layer, as HF
     assert head_view(hf_style, r.tokens, sentence_b_start=b_start).html == head_view(r).html
     assert head_view(r.attentions, r.tokens, sentence_b_start=b_start).html == head_view(r).html
-    assert model_view(list(r.attentions), r.tokens, layer=2, head=5).html == model_view(r, layer=2, head=5).html
+    by_list = model_view(list(r.attentions), r.tokens, b_start, layer=2, head=5)  # bertviz's third argument
+    assert by_list.html == model_view(r, layer=2, head=5).html
     by_arrays = neuron_view(r.queries, r.keys, r.tokens, layer=1, head=3, query=4, attention=hf_style)
     assert by_arrays.html == neuron_view(r, layer=1, head=3, query=4).html
     assert page_data(by_arrays.html)["diff"] < 1e-5  # softmax(q·k/√d) of the arrays is the model's row
@@ -71,7 +72,9 @@ def test_head_view_of_an_hf_model_output(tiny_model):
             if k // n_heads == layer:
                 assert byte == expected[k % n_heads, i, j]
     kept = np.count_nonzero(quantize(torch.stack(attentions)[:, 0].numpy()) >= 3)  # 0.01 * 255 = 2.55: bytes >= 3
-    assert len(lines) == kept and data["left"] == data["right"] == tokens and n == data["lines"]["rows"]
+    shown = [t.replace("Ġ", " ").replace("▁", " ") for t in tokens]  # bertviz's prettify_tokens, on by default
+    assert len(lines) == kept and data["left"] == data["right"] == shown and n == data["lines"]["rows"]
+    assert page_data(head_view(attentions, tokens, prettify_tokens=False).html)["left"] == tokens
 
 
 def test_head_view_carries_every_layer_and_opens_on_the_one_asked():
