@@ -26,7 +26,7 @@ from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_ter
 from attnlib.words import ROW_RULES
 from ui.compare import compared_model, model_columns
 from ui.data_table import data_table
-from ui.family_notes import explain_unsupported, local_layers_note
+from ui.family_notes import explain_unsupported, local_layers_note, unsupported_for
 from ui.head_finder import show_finder
 from ui.head_switches import clicked_heads, head_switches
 from ui.live_inputs import (
@@ -312,7 +312,7 @@ def layer_shares(v: LiveView) -> dict[str, dict[str, float]]:
     """Token-level shares of the shown measure per layer (mean over heads), as largest_difference compares them."""
     r = v.result
     maps = token_maps(v.facts.name, v.text_a, v.text_b, v.show)
-    stats = input_statistics(maps, r.cls_mask, r.sep_mask, punct_mask(r.tokens, r.special_mask))
+    stats = input_statistics(maps, r.cls_mask, r.sep_mask, punct_mask(r.tokens, r.special_mask), v.facts.causal)
     return by_layer({key: stats[key].mean(axis=1) for key in DIFFER_KEYS}, DIFFER_KEYS, STAT_NAMES)
 
 
@@ -457,17 +457,21 @@ def neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict
     r, layer, head = v.result, v.layer, v.head
     query = v.selected if v.selected is not None else 0
     q, k = r.queries[layer, head], r.keys[layer, head]
-    terms = score_terms(r.qk_scale, r.score_bias, layer, head, query, v.facts.window(layer))
+    terms = score_terms(r.qk_scale, r.score_bias, layer, head, query, v.facts.window(layer), v.facts.causal)
     ns = neuron_scores(q, k, query, **terms)
     row = r.attentions[layer, head, query]
     title = f"{v.facts.name} · Neuron view" if two else ""
     html = neuron_view_html(q, k, v.labels, query, layer, head, row, title=title, **terms)
-    norms = value_norm(v.facts.name, v.text_a, v.text_b)[layer, head]
+    no_norms = unsupported_for(v.facts.name, "norms")
+    norms = None if no_norms else value_norm(v.facts.name, v.text_a, v.text_b)[layer, head]
     left, right = (st.container(), st.container()) if two else st.columns([4, 1])
     with left:
         show(html)
     with right:
-        plotly_figure(value_norm_figure(norms, v.labels, layer, head), key=chart_key)
+        if norms is None:
+            st.caption(f"No value norms: {no_norms}")
+        else:
+            plotly_figure(value_norm_figure(norms, v.labels, layer, head), key=chart_key)
     neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label)
     table = {"key_index": np.arange(r.n), "key": v.labels, "score": ns.scores, "softmax": ns.softmax}
     fields = {
@@ -478,9 +482,12 @@ def neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict
         "scores": ns.scores.tolist(),
         "softmax": ns.softmax.tolist(),
         "model_attention": row.astype(np.float64).tolist(),
-        "value_norm": norms.astype(np.float64).tolist(),
     }
-    return html, table | {"model_attention": row, "value_norm": norms}, fields
+    columns = table | {"model_attention": row}
+    if norms is not None:
+        fields["value_norm"] = norms.astype(np.float64).tolist()
+        columns["value_norm"] = norms
+    return html, columns, fields
 
 
 def neuron_notes(diff: float, label: str) -> None:

@@ -12,7 +12,7 @@ from attnlib.gradient_importance import GradientImportanceResult, gradient_impor
 from attnlib.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
 from attnlib.model import LoadedModel
 from attnlib.runner import InputError
-from attnlib.special import CLASS_KEYS, heads_above
+from attnlib.special import CLASS_KEYS, SINK_THRESHOLD, heads_above
 from attnlib.special_tokens import SPECIAL, SpecialOptions, SpecialTokens
 from attnlib.tables import head_frame, layer_frame
 from attnlib.views.special_tokens import (
@@ -200,6 +200,44 @@ def sep_tab(views: list[ShownResult]) -> None:
     lines_beside_heatmaps(views, ["sep_to_sep", "rest_to_sep"], titles, "sep_no_op sep_no_op_heads")
 
 
+def sinks_tab(views: list[ShownResult]) -> None:
+    """The attention sink (METHODS §18): each head's share to the first token, and the share of sink heads."""
+    st.markdown(
+        "A decoder's heads often park attention on the first token, the *attention sink* (Xiao et al. 2023; Gu et al. "
+        "2024): `first_share` is each head's mean share to position 0 over the rows that can see more than it "
+        f"(i >= 1). An encoder's counterpart is Clark's [CLS]+[SEP] share, so the two kinds stand side by side. A head "
+        f"is a sink head above {SINK_THRESHOLD} (Gu et al.); the sink rate is the share of such heads."
+    )
+    first = {v.model: {"first": v.special.first_share} for v in views}
+    names = {"first": "first token (decoder) or [CLS]+[SEP] (encoder)"}
+    titles = ("Share to the first token per layer", "share of attention", "Share to the first token per head")
+    if len(views) == 1:
+        left, right = st.columns(2)
+        with left:
+            show_figure(layer_lines_with_head_dots(first[views[0].model], names, *titles[:2]), "sink_per_layer")
+        with right:
+            show_figure(head_heatmaps(first[views[0].model], names, titles[2], cols=1), "sink_per_head")
+    else:
+        show_figure(layer_lines_by_model(first, names, *titles[:2]), "sink_per_layer")
+        side_by_side(
+            views, lambda v, sfx: show_figure(head_heatmaps(first[v.model], names, titles[2], cols=1), "sink" + sfx)
+        )
+    rates = pd.DataFrame(
+        [
+            {
+                "model": v.model,
+                "kind": "decoder" if v.special.causal else "encoder",
+                "layer": "all" if l is None else str(l + 1),
+                "sink heads": round(rate, 3),
+            }
+            for v in views
+            for l, rate in [(None, v.special.sink_rate["overall"]), *enumerate(v.special.sink_rate["per_layer"])]
+        ]
+    )
+    data_table(rates, key=f"{KEY}_sink_rates")
+    download_table(rates, "sink_rates", key=f"{KEY}_sink_rates_csv")
+
+
 def offsets_tab(views: list[ShownResult]) -> None:
     """Attention to the previous token, the token itself and the next one, and the heads above the threshold."""
     st.markdown(
@@ -348,6 +386,7 @@ def summary(views: list[ShownResult]) -> None:
 RENDERERS = {
     "shares": shares_tab,
     "sep": sep_tab,
+    "sinks": sinks_tab,
     "norms": weights_norms_tab,
     "offsets": offsets_tab,
     "entropy": entropy_tab,
@@ -358,14 +397,14 @@ RENDERERS = {
 TABS = {SPECIAL_TOKENS[key]: render for key, render in RENDERERS.items()}
 TAB = Option("special_tab", "tab", "Shares", SPECIAL_TOKENS, omit_default=True)
 
-st.title("Special tokens")
+st.title("Special tokens and sinks")
 st.caption(
     "Where attention goes over a whole corpus, after section 3 of Clark et al. (2019), *What Does BERT Look At?* "
     "Every number follows METHODS.md sections 1-5 and 11. **Layers and heads are numbered from 1 on this page**, "
     "written layer-head as in the paper (8-10 is layer 8, head 10); the JSON download and the command line "
     "`python -m attnlib special` count from 0."
 )
-cite_methods(1, 2, 3, 4, 5)
+cite_methods(1, 2, 3, 4, 5, 18)
 lm = current_model()
 views = shown_results(lm)
 if not views:

@@ -269,7 +269,8 @@ def _syntax_example(model_name: str, sentences: list[Sentence], relation: str, l
     maps = example_maps(model_name, tuple(sentence.words))
     if maps is None:
         return
-    found = head_on_sentence(maps.word_map, maps.present, sentence, relation, layer, head, DIRECTIONS[d])
+    causal = model_named(model_name).facts.causal
+    found = head_on_sentence(maps.word_map, maps.present, sentence, relation, layer, head, DIRECTIONS[d], causal)
     title = f"Head {head_name(layer, head)} on '{relation}' ({DIRECTIONS[d]})"
     _show(arc_diagram(sentence.words, sentence.heads, sentence.deprels, found.predicted, found.focus, title), "arcs")
 

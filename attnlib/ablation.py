@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from .analysis import OptionError
-from .families import SUPPORTED_NAMES, UnsupportedModelError, family_of, layout
+from .families import SUPPORTED_NAMES, UnsupportedModelError, family_of, layout, unsupported_reason
 from .gradient_importance import unavailable_reason as gradient_unavailable_reason
 from .model import LoadedModel
 from .replay import Recording, captured_contexts, editing_contexts, hooks_removed, record, served_once, this_thread_only
@@ -60,6 +60,9 @@ def unavailable_reason(lm: LoadedModel, measure: Measure | None = None) -> str |
             f"Head ablation (METHODS §15) is not available for '{model_type}' models: attnlib knows where the heads' "
             f"context vectors enter the attention output projection only for {SUPPORTED_NAMES}."
         )
+    replay = unsupported_reason(lm.encoder.config, "hta")  # ablation replays the layers as attribution does
+    if replay is not None:
+        return f"Head ablation (METHODS §15) replays the model's layers as attribution does, which it cannot here. {replay}"
     return mlm_reason(lm) if measure == "mlm" else None
 
 

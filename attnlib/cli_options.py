@@ -9,7 +9,7 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from .analysis import DEFAULT_BATCH_SIZE, Analysis, Options, choices_of, option_types
-from .engines import ENGINES
+from .engines import ENGINES, check_device
 from .model import DEFAULT_MODEL, DTYPES, LoadedModel, ModelLoadError, load_model
 
 CORPUS_HELP = "a text file (one input per line, TAB between A and B) or a .conllu file"
@@ -172,7 +172,8 @@ def note(line: str) -> None:
 
 
 def loaded(args: argparse.Namespace, name: str | None = None) -> LoadedModel:
-    """The command's model (or another one by name) loaded with its --device and --dtype; its size said first."""
+    """The command's model (or another one by name) loaded with its --device and --model-dtype; its size said first."""
+    check_device(args.device)
     return load_model(name or args.model, device=args.device, dtype=args.model_dtype, note=note)
 
 

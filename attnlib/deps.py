@@ -16,7 +16,7 @@ from .engine import MADE_IN_POST_INIT
 from .model import LoadedModel
 from .results import ResultFileError, malformed, numeric_array
 from .runner import RunResult
-from .words import ROW_RULES, RowRule, word_level_attention
+from .words import ROW_RULES, RowRule, word_groups, word_level_attention
 
 DIRECTIONS: tuple[str, str] = ("dep->head", "head<-dep")  # index 0: the dependent attends to its head
 OFFSETS = np.array([-3, -2, -1, 1, 2, 3])  # baseline: predicted head = i + k; ties go to the first in this order
@@ -46,14 +46,22 @@ CLARK_TABLE1: tuple[tuple[str, str | None, str, float, float, int], ...] = (
 )
 
 
-def predict_heads(word_map: np.ndarray) -> np.ndarray:
-    """1-based head predictions [2, ..., m] (dep->head, head<-dep) from word-level maps [..., m+2, m+2] with CLS first, SEP last."""
+def predict_heads(word_map: np.ndarray, causal: bool = False) -> np.ndarray:
+    """1-based head predictions [2, ..., m] (dep->head, head<-dep) from word-level maps [..., m+2, m+2] with CLS first, SEP last.
+
+    Causal maps (a decoder's, METHODS §18) predict from the visible side only: dep->head among earlier words, head<-dep
+    among later ones, so the first word has no dep->head candidate and the last none for head<-dep (-1: wrong)."""
     inner = np.array(word_map[..., 1:-1, 1:-1], copy=True)
     m = inner.shape[-1]
     diagonal = np.arange(m)
     inner[..., diagonal, diagonal] = 0.0
+    if causal:  # row i's candidates j < i and column i's rows j > i: both the strict lower triangle
+        inner = np.where(np.tril(np.ones((m, m), bool), -1), inner, -np.inf)
     # np.argmax returns the first maximum, so ties go to the lowest index
-    return np.stack([inner.argmax(axis=-1), inner.argmax(axis=-2)]) + 1
+    predicted = np.stack([inner.argmax(axis=-1), inner.argmax(axis=-2)]) + 1
+    if causal and m:
+        predicted[0, ..., 0] = predicted[1, ..., m - 1] = -1
+    return predicted
 
 
 def offset_hits(heads: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -110,11 +118,18 @@ def sentence_word_map(result: RunResult, words: Sequence[str], rule: RowRule = "
     word_map = word_level_attention(result.attentions.astype(np.float64), result.word_ids, rule)
     if word_map.shape[-1] == m + 2:
         return word_map, np.ones(m, dtype=bool)
-    # A word without pieces keeps an all-zero row and column; its predictions are marked wrong by the caller.
+    # A word without pieces keeps an all-zero row and column; its predictions are marked wrong by the caller. Special
+    # tokens before the words go to slot 0, after them to slot m + 1 (a decoder may have neither: those stay zero).
     present = _present_words(result, words)
-    units = np.concatenate([[0], present + 1, [m + 1]])
+    units: list[int] = []
+    for group in word_groups(result.word_ids):
+        word = result.word_ids[group[0]]
+        units.append((m + 1 if units and max(units) > 0 else 0) if word is None else int(present[word]) + 1)
+    if len(set(units)) < len(units):
+        raise ValueError("dependency heads need one sentence with at most one special token before and after it.")
     full = np.zeros(word_map.shape[:-2] + (m + 2, m + 2), dtype=word_map.dtype)
-    full[..., units[:, None], units[None, :]] = word_map
+    slots = np.array(units)
+    full[..., slots[:, None], slots[None, :]] = word_map
     mask = np.zeros(m, dtype=bool)
     mask[present] = True
     return full, mask
@@ -142,9 +157,11 @@ def head_on_sentence(
     layer: int,
     head: int,
     direction: str,
+    causal: bool = False,
 ) -> HeadOnSentence:
-    """What head (layer, head, 0-based) predicts for each word in one DIRECTIONS direction, and its hits on the relation."""
-    predicted = predict_heads(word_map[layer, head])[DIRECTIONS.index(direction)]
+    """What head (layer, head, 0-based) predicts for each word in one DIRECTIONS direction (from the visible side for
+    a decoder), and its hits on the relation."""
+    predicted = predict_heads(word_map[layer, head], causal)[DIRECTIONS.index(direction)]
     predicted[~present] = -1
     focus = [relation == ALL or r == relation for r in sentence.deprels]
     hits = sum(int(p == g) for p, g, f in zip(predicted, sentence.heads, focus) if f)
@@ -216,6 +233,7 @@ class DependencyCounts:
     n_heads: int
     rule: RowRule = "mean"
     relations: list[str] = field(default_factory=list)
+    causal: bool = False  # a decoder's maps: predictions from the visible side (METHODS §18)
     totals: np.ndarray = MADE_IN_POST_INIT  # [2, R] dependents
     head_hits: np.ndarray = MADE_IN_POST_INIT  # [2, R, L, H, 2] correct predictions, direction last (0 = dep->head)
     offset_hits: np.ndarray = MADE_IN_POST_INIT  # [2, R, K] correct baseline predictions per offset in OFFSETS
@@ -263,7 +281,7 @@ class DependencyCounts:
             )
         m = len(item.heads)
         word_map, present = sentence_word_map(result, item.words, self.rule)
-        predictions = predict_heads(word_map)  # [2, L, H, m]
+        predictions = predict_heads(word_map, self.causal)  # [2, L, H, m]
         if not present.all():
             predictions[..., ~present] = -1
         gold = np.asarray(item.heads)
@@ -283,12 +301,18 @@ class DependencyCounts:
 
     def merge(self, other: DependencyCounts) -> DependencyCounts:
         """Counts over both corpora (labels matched by name)."""
-        if (self.n_layers, self.n_heads, self.rule) != (other.n_layers, other.n_heads, other.rule):
-            raise ValueError("Only counts of the same model shape and row rule can be merged.")
+        if (self.n_layers, self.n_heads, self.rule, self.causal) != (
+            other.n_layers,
+            other.n_heads,
+            other.rule,
+            other.causal,
+        ):
+            raise ValueError("Only counts of the same model shape, kind and row rule can be merged.")
         out = DependencyCounts(
             self.n_layers,
             self.n_heads,
             self.rule,
+            causal=self.causal,
             n_skipped=self.n_skipped + other.n_skipped,
             n_sentences=self.n_sentences + other.n_sentences,
             n_words=self.n_words + other.n_words,
@@ -387,7 +411,13 @@ def dependency_counts_from_json(state: dict) -> DependencyCounts:
         if rule not in ROW_RULES:
             raise ResultFileError(f"row rule {rule!r} is not one of {', '.join(ROW_RULES)}.")
         return DependencyCounts(
-            layers, heads, cast(RowRule, rule), relations, n_skipped=int(state["n_skipped"]), **arrays
+            layers,
+            heads,
+            cast(RowRule, rule),
+            relations,
+            causal=bool(state.get("causal", False)),
+            n_skipped=int(state["n_skipped"]),
+            **arrays,
         )
 
 
@@ -439,7 +469,7 @@ class DepsResult:
 
 def dependency_accumulators(lm: LoadedModel, options: DepsOptions) -> list:
     """Empty dependency counts for the model, word rows merged by the options' rule."""
-    return [DependencyCounts(lm.facts.n_layers, lm.facts.n_heads, options.rule)]
+    return [DependencyCounts(lm.facts.n_layers, lm.facts.n_heads, options.rule, causal=lm.facts.causal)]
 
 
 def dependency_result(accumulators: list, options: DepsOptions) -> DepsResult:

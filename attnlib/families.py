@@ -117,6 +117,13 @@ def _fused_per_head(heads_module: torch.nn.Module, outputs: list[torch.Tensor], 
     return q + _heads(heads_module.q_bias[None, None], d), k, v + _heads(heads_module.v_bias[None, None], d)
 
 
+def _grouped(_heads_module: torch.nn.Module, outputs: list[torch.Tensor], d: int) -> QKV:
+    """Three projections with grouped-query heads (METHODS §18): query head h reads key and value head h // (H / H_kv)."""
+    q, k, v = (_heads(x, d) for x in outputs)
+    group = q.shape[1] // k.shape[1]
+    return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
 # ------------------------------------------------------------------------------------ position terms
 
 
@@ -125,9 +132,13 @@ def _model_module(module: torch.nn.Module):
     return sys.modules[type(module).__module__]
 
 
-def _rotary_modernbert(call: HeadsCall, qkv: QKV) -> QKV:
-    """ModernBERT: q and k rotated by the model's apply_rotary_pos_emb with the call's (cos, sin)."""
+def _rotary_from_call(call: HeadsCall, qkv: QKV) -> QKV:
+    """ModernBERT, Llama and its layout: q and k (after a per-head q_norm and k_norm where the family has them: Qwen3,
+    Gemma 3) rotated by the model's apply_rotary_pos_emb with the call's (cos, sin)."""
     q, k, v = qkv
+    q_norm, k_norm = getattr(call.module, "q_norm", None), getattr(call.module, "k_norm", None)
+    if q_norm is not None and k_norm is not None:
+        q, k = q_norm(q), k_norm(k)
     cos, sin = call.arguments["position_embeddings"]
     q, k = _model_module(call.module).apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
     return q, k, v
@@ -230,6 +241,35 @@ def _bert_layout(name: str, model_types: tuple[str, ...], projections=("query", 
     )
 
 
+def sliding_window(config, layer: int) -> int | None:
+    """A decoder's sliding window as a half-width w (keys with i - j <= w), read from its config: transformers keeps
+    keys j > i - sliding_window, so w = sliding_window - 1; per layer where the config lists `layer_types`."""
+    size = getattr(config, "sliding_window", None)
+    if not size or not getattr(config, "use_sliding_window", True):
+        return None
+    types = getattr(config, "layer_types", None)
+    if types is not None and (layer >= len(types) or types[layer] != "sliding_attention"):
+        return None
+    return int(size) - 1
+
+
+def _decoder_exact(config) -> dict[Statistic, str]:
+    """Decoders: the neuron view's queries and keys are exact, except under soft-capped scores; norms and attribution
+    are not written for causal, pre-RMSNorm layers yet."""
+    reasons: dict[Statistic, str] = {
+        "norms": "they are not yet written for decoders (causal, pre-norm layers)",
+        "hta": "it is not yet written for decoders (causal, pre-norm layers)",
+    }
+    if getattr(config, "attn_logit_softcapping", None):
+        reasons["queries_keys"] = "its scores are soft-capped (tanh(s / c) c), not scale * q.k"
+    return reasons
+
+
+def _scaling(heads: torch.nn.Module, d: int) -> float:
+    """The attention module's own factor of q.k (Gemma 2 and 3: query_pre_attn_scalar^-1/2), else 1/sqrt(d)."""
+    return float(getattr(heads, "scaling", d**-0.5))
+
+
 FAMILIES: tuple[Family, ...] = (
     _bert_layout("BERT", ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie")),
     Family(
@@ -298,9 +338,41 @@ FAMILIES: tuple[Family, ...] = (
         post_layer_norm=False,
         scores="rotary",
         split=_fused_blocks,
-        positions=_rotary_modernbert,
+        positions=_rotary_from_call,
         window=_modernbert_window,
         final_norm="final_norm",
+    ),
+    Family(
+        "Llama",
+        ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"),
+        _at("layers"),
+        block="self_attn",
+        heads="self_attn",
+        projections=("q_proj", "k_proj", "v_proj"),
+        output="self_attn.o_proj",
+        norm="input_layernorm",
+        post_layer_norm=False,
+        scores="rotary",
+        split=_grouped,
+        positions=_rotary_from_call,
+        scale=_scaling,
+        window=sliding_window,
+        final_norm="norm",
+        exact=_decoder_exact,
+    ),
+    Family(
+        "GPT-2",
+        ("gpt2",),
+        _at("h"),
+        block="attn",
+        heads="attn",
+        projections=("c_attn",),
+        output="attn.c_proj",
+        norm="ln_1",
+        post_layer_norm=False,
+        split=_fused_blocks,
+        final_norm="ln_f",
+        exact=_decoder_exact,
     ),
 )
 # position ids start after the padding id: the longest input is max_position_embeddings - this
@@ -309,6 +381,12 @@ BY_MODEL_TYPE: dict[str, Family] = {t: f for f in FAMILIES for t in f.model_type
 SUPPORTED_NAMES = ", ".join(
     ["BERT", "RoBERTa", "XLM-RoBERTa", "CamemBERT", "ELECTRA", "ERNIE"] + [f.name for f in FAMILIES[1:]]
 )
+
+
+def layer_window(config, layer: int) -> int | None:
+    """The half-width of a layer's local attention (ModernBERT's local layers, decoders' sliding windows), or None."""
+    family = family_of(config.model_type)
+    return family.window(config, layer) if family is not None else sliding_window(config, layer)
 
 
 def family_of(model_type: str) -> Family | None:
@@ -441,7 +519,7 @@ def _bind(encoder: torch.nn.Module, family: Family) -> Layout:
             f"({exc}); its norms and attribution cannot be computed."
         ) from exc
     n_heads = int(getattr(config, "num_attention_heads", None) or config.n_heads)
-    width = sites[0].output.in_features
+    width = getattr(sites[0].output, "in_features", None) or sites[0].output.nx  # GPT-2's Conv1D: nx inputs
     return Layout(family, tuple(sites), n_heads, width // n_heads, final_norm, after_first)
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .families import RESERVED_POSITIONS, dtype_name, family_of
+from .families import RESERVED_POSITIONS, dtype_name, layer_window
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -57,6 +57,7 @@ class ModelFacts:
     pad_token: str
     has_mlm_head: bool
     windows: tuple[int | None, ...] = ()  # per layer: local attention to keys with |i - j| <= w; None: global
+    kind: str = "encoder"  # "encoder" or "decoder" (causal self-attention: METHODS §18)
     parameters: int = 0
     dtype: str = "float32"  # what the weights are analysed in
     saved_dtype: str = "float32"  # what the checkpoint holds
@@ -73,6 +74,11 @@ class ModelFacts:
         if self.dtype != "float32":
             return f"The weights are kept in {self.dtype}, as saved; statistics that need float32 are not available."
         return None
+
+    @property
+    def causal(self) -> bool:
+        """Whether each token attends only to itself and earlier tokens (a decoder)."""
+        return self.kind == "decoder"
 
     def window(self, layer: int) -> int | None:
         """Layer's local-attention half-width w (keys with |i - j| <= w), or None for global attention."""
@@ -232,6 +238,19 @@ def _check_vocabulary(name: str, tokenizer, config) -> None:
         )
 
 
+def model_kind(config) -> str:
+    """'encoder' (bidirectional self-attention), 'decoder' (causal: GPT-2, Llama, ...; also a BERT saved as a
+    decoder) or 'encoder-decoder' (T5, BART, Marian)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    causal = any(a.endswith(DECODER_ARCHITECTURES) for a in getattr(config, "architectures", None) or [])
+    if getattr(config, "is_decoder", False) or causal or config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return "decoder"
+    return "encoder"
+
+
 def _source_and_config(name_or_path: str, allow_local: bool):
     """What from_pretrained gets, the model's config (no weights read) and the keywords for loading the rest."""
     from transformers import AutoConfig
@@ -276,7 +295,7 @@ def load_model(
     `allowed` is an allow-list of ids (None: any); `allow_local=False` refuses local folders; `dtype` "float32"
     converts half-precision weights, "saved" keeps them; `max_megabytes` (default: ATTNLIB_MAX_MODEL_MB) refuses
     larger models before their weights are read; `note` hears a large model's size before loading."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}.")
@@ -284,12 +303,11 @@ def load_model(
     check_allowed(name_or_path, allowed)
     source, config, kwargs = _source_and_config(name_or_path, allow_local)
     config._attn_implementation = "eager"  # whatever the saved config names: only eager attention returns weights
-    causal = any(a.endswith(DECODER_ARCHITECTURES) for a in getattr(config, "architectures", None) or [])
-    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False) or causal:
-        kind = "an encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "a decoder-only"
+    kind = model_kind(config)
+    if kind == "encoder-decoder":
         raise ModelLoadError(
-            f"'{name_or_path}' is {kind} ({config.model_type}) model; these pages need a BERT-family encoder "
-            "(bidirectional self-attention, such as BERT, RoBERTa or DistilBERT)."
+            f"'{name_or_path}' is an encoder-decoder ({config.model_type}) model; this version reads encoders (BERT, "
+            "RoBERTa, ...) and decoder-only models (GPT-2, Llama, Qwen, ...), not yet encoder-decoders."
         )
     parameters = parameter_count(config)
     if note is not None and float32_megabytes(parameters) >= SIZE_NOTE_MB:
@@ -298,14 +316,16 @@ def load_model(
         check_size(name_or_path, parameters, limit)
     saved_dtype = dtype_name(getattr(config, "dtype", None))
     load_dtype = torch.float32 if dtype == "float32" else "auto"
+    model_class = AutoModelForMaskedLM if kind == "encoder" else AutoModelForCausalLM
     try:
-        mlm, info = AutoModelForMaskedLM.from_pretrained(
+        mlm, info = model_class.from_pretrained(
             source, config=config, dtype=load_dtype, output_loading_info=True, **kwargs
         )
     except ValueError as exc:
         raise ModelLoadError(
-            f"'{name_or_path}' ({config.model_type}) is not a BERT-family encoder that this tool supports: "
-            "it needs a masked-language-model architecture such as BERT, RoBERTa or DistilBERT."
+            f"'{name_or_path}' ({config.model_type}) is not a model this tool supports: it needs an encoder with a "
+            "masked-language-model architecture (BERT, RoBERTa, DistilBERT, ...) or a decoder with a causal-LM one "
+            "(GPT-2, Llama, Qwen, ...)."
         ) from exc
     except Exception as exc:
         raise ModelLoadError(f"Loading '{name_or_path}' failed: {_short(exc)}") from exc
@@ -318,7 +338,7 @@ def load_model(
         word_tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, add_prefix_space=True, **kwargs)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"'{name_or_path}' has no fast tokenizer, which word alignment needs.")
-    if tokenizer.cls_token is None or tokenizer.sep_token is None:
+    if kind == "encoder" and (tokenizer.cls_token is None or tokenizer.sep_token is None):
         raise ModelLoadError(f"'{name_or_path}' has no [CLS]/[SEP]-style special tokens; it is not BERT-family.")
     _check_vocabulary(name_or_path, tokenizer, mlm.base_model.config)
     if mlm.config._attn_implementation != "eager":
@@ -328,10 +348,12 @@ def load_model(
         )
     mlm.eval().to(device)
     encoder = mlm.base_model
-    has_mlm = _mlm_head_trained(info, mlm.base_model_prefix, getattr(config, "architectures", None))
+    has_mlm = kind == "encoder" and _mlm_head_trained(
+        info, mlm.base_model_prefix, getattr(config, "architectures", None)
+    )
     facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
     running = dtype_name(next(mlm.parameters()).dtype)
-    facts = replace(facts, parameters=parameters, dtype=running, saved_dtype=saved_dtype)
+    facts = replace(facts, kind=kind, parameters=parameters, dtype=running, saved_dtype=saved_dtype)
     return LoadedModel(encoder, tokenizer, facts, mlm if has_mlm else None, device, word_tokenizer)
 
 
@@ -343,18 +365,17 @@ def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:
     positions = getattr(config, "max_position_embeddings", 512)
     positions -= RESERVED_POSITIONS.get(config.model_type, 0)
     tok_max = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else positions
-    family = family_of(config.model_type)
-    windows = tuple(family.window(config, l) if family else None for l in range(int(n_layers)))
+    windows = tuple(layer_window(config, l) for l in range(int(n_layers)))
     return ModelFacts(
         name=name,
         model_type=config.model_type,
         n_layers=int(n_layers),
         n_heads=int(n_heads),
-        head_dim=int(hidden) // int(n_heads),
+        head_dim=int(getattr(config, "head_dim", None) or int(hidden) // int(n_heads)),
         hidden_size=int(hidden),
         max_length=int(min(positions, tok_max)),
-        cls_token=tokenizer.cls_token,
-        sep_token=tokenizer.sep_token,
+        cls_token=tokenizer.cls_token or tokenizer.bos_token or "",  # a decoder's FIRST: its BOS, where it has one
+        sep_token=tokenizer.sep_token or tokenizer.eos_token or "",
         pad_token=tokenizer.pad_token or "",
         has_mlm_head=has_mlm,
         windows=windows,

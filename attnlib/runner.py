@@ -110,12 +110,24 @@ def encode(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = No
         segments=segments,
         word_ids=word_ids,
         words=words,
-        cls_mask=np.array([i == tok.cls_token_id for i in ids]) & special,
-        sep_mask=np.array([i == tok.sep_token_id for i in ids]) & special,
+        cls_mask=_first_mask(len(ids)) if lm.facts.causal else np.array([i == tok.cls_token_id for i in ids]) & special,
+        sep_mask=np.array([i in _separators(tok) for i in ids]) & special,
         special_mask=special,
         truncated=truncated,
         n_tokens_full=n_full,
     )
+
+
+def _first_mask(n: int) -> np.ndarray:
+    """A decoder's FIRST class (METHODS §18): position 0, its BOS where the tokenizer adds one."""
+    mask = np.zeros(n, bool)
+    mask[:1] = True
+    return mask
+
+
+def _separators(tok) -> set[int]:
+    """Ids of the SEP class: the tokenizer's sep token, or a decoder's eos token inside the input (METHODS §18)."""
+    return {i for i in (tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id,) if i is not None}
 
 
 _TAKES: dict[tuple[type, str], bool] = {}

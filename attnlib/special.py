@@ -21,6 +21,7 @@ STAT_KEYS = CLASS_KEYS + OFFSET_KEYS + ("entropy", "cls_entropy", "sep_to_sep", 
 CLARK_PUNCT = frozenset({".", ","})
 WORDPIECE_MARKERS = ("##", "Ġ", "▁")  # BERT continuation, byte-level BPE space, SentencePiece space
 ENTROPY_SMOOTHING = 1e-4  # METHODS §3: p = 0.9999 * A + 0.0001 / n
+SINK_THRESHOLD = 0.3  # METHODS §18 (Gu et al. 2024): a sink head sends more than this share to the first token
 
 
 def strip_wordpiece_marker(token: str) -> str:
@@ -76,11 +77,30 @@ def rows_to_mask(attn: np.ndarray, rows: np.ndarray, mask: np.ndarray) -> np.nda
     return attn[..., rows, :][..., np.asarray(mask, bool)].sum(axis=-1).mean(axis=-1)
 
 
-def row_entropy(attn: np.ndarray) -> np.ndarray:
-    """METHODS §3: entropy in nats of each row of 0.9999 * A + 0.0001 / n; returns [..., n]."""
+def row_entropy(attn: np.ndarray, causal: bool = False) -> np.ndarray:
+    """METHODS §3: entropy in nats of each row of 0.9999 * A + 0.0001 / n; returns [..., n]. Causal (§18): row i
+    over its own i + 1 keys, smoothed with 0.0001 / (i + 1)."""
     n = attn.shape[-1]
-    p = attn * np.float32(1 - ENTROPY_SMOOTHING) + np.float32(ENTROPY_SMOOTHING / n)
-    return -(p * np.log(p)).sum(axis=-1)
+    if not causal:
+        p = attn * np.float32(1 - ENTROPY_SMOOTHING) + np.float32(ENTROPY_SMOOTHING / n)
+        return -(p * np.log(p)).sum(axis=-1)
+    keys = np.arange(1, n + 1, dtype=np.float32)[:, None]  # row i has i + 1 keys
+    p = attn * np.float32(1 - ENTROPY_SMOOTHING) + np.float32(ENTROPY_SMOOTHING) / keys
+    visible = np.tril(np.ones((n, n), bool))
+    return -np.where(visible, p * np.log(np.where(visible, p, 1)), 0).sum(axis=-1)
+
+
+def uniform_entropy(n: int, causal: bool = False) -> float:
+    """The entropy reference of one input of n tokens: ln n, or causal (§18) the mean of ln(i + 1) over rows i >= 1."""
+    if not causal:
+        return float(np.log(n))
+    return float(np.log(np.arange(2, n + 1)).mean()) if n > 1 else float("nan")
+
+
+def sink_rate(first_share: np.ndarray, threshold: float = SINK_THRESHOLD) -> dict:
+    """METHODS §18: the fraction of heads whose first-token share exceeds the threshold, overall and per layer."""
+    sinks = np.asarray(first_share) > threshold
+    return {"overall": float(sinks.mean()), "per_layer": sinks.mean(axis=1)}
 
 
 def class_row_mass(attn: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -98,18 +118,23 @@ def class_row_mass(attn: np.ndarray, classes: np.ndarray) -> np.ndarray:
 
 
 def input_statistics(
-    attn: np.ndarray, cls_mask: np.ndarray, sep_mask: np.ndarray, punct: np.ndarray
+    attn: np.ndarray, cls_mask: np.ndarray, sep_mask: np.ndarray, punct: np.ndarray, causal: bool = False
 ) -> dict[str, np.ndarray]:
-    """Every statistic of one input's attention [layers, heads, n, n] as [layers, heads] arrays (sep_to_sep NaN without SEP)."""
+    """Every statistic of one input's attention [layers, heads, n, n] as [layers, heads] arrays (sep_to_sep NaN without SEP).
+
+    Causal (a decoder, METHODS §18): cls_mask is FIRST (position 0), its share and the entropy over rows i >= 1."""
     layers, heads = attn.shape[:2]
     classes = class_masks(cls_mask, sep_mask, punct)
     row_mass = class_row_mass(attn, classes)  # [layers, heads, n, 4]
     shares = row_mass.mean(axis=2)
     stats = {key: shares[..., c] for c, key in enumerate(CLASS_KEYS)}
+    rows = slice(1, None) if causal and attn.shape[-1] > 1 else slice(None)  # row 0 of a decoder sees only itself
+    if causal:
+        stats["cls"] = row_mass[..., rows, 0].mean(axis=-1)
     for key, offset in OFFSETS.items():
         stats[key] = offset_share(attn, offset)
-    entropy = row_entropy(attn)
-    stats["entropy"] = entropy.mean(axis=-1)
+    entropy = row_entropy(attn, causal)
+    stats["entropy"] = entropy[..., rows].mean(axis=-1)
     stats["cls_entropy"] = entropy[..., 0]
     sep_rows = classes[:, 1].astype(bool)
     to_sep = row_mass[..., 1]
@@ -129,6 +154,17 @@ class SpecialTokenResult:
     uniform_entropy: float
     all_punct: bool = False
     n_truncated: int = 0
+    causal: bool = False  # a decoder's statistics (METHODS §18): `cls` is the first token's share over rows i >= 1
+
+    @property
+    def first_share(self) -> np.ndarray:
+        """METHODS §18 per head: a decoder's first-token share; an encoder's CLS+SEP share, to stand beside it."""
+        return self.heads["cls"] if self.causal else self.heads["cls"] + self.heads["sep"]
+
+    @property
+    def sink_rate(self) -> dict:
+        """The share of sink heads (first_share > 0.3), overall and per layer."""
+        return sink_rate(self.first_share)
 
     @property
     def layers(self) -> dict[str, np.ndarray]:
@@ -149,6 +185,9 @@ class SpecialTokenResult:
             "uniform_entropy": self.uniform_entropy,
             "punctuation": "all" if self.all_punct else ". and ,",
             "n_truncated": self.n_truncated,
+            "kind": "decoder" if self.causal else "encoder",
+            "first_share": self.first_share,
+            "sink_rate": self.sink_rate,
         }
 
     @classmethod
@@ -164,6 +203,7 @@ class SpecialTokenResult:
                 float(result["uniform_entropy"]),
                 result.get("punctuation") == "all",
                 int(result.get("n_truncated", 0)),
+                result.get("kind") == "decoder",
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ResultFileError):
@@ -182,6 +222,7 @@ class SpecialTokenStats:
     n_layers: int
     n_heads: int
     all_punct: bool = False
+    causal: bool = False
     sums: dict[str, np.ndarray] = field(default_factory=dict)
     n_inputs: int = 0
     n_with_sep_rows: int = 0
@@ -197,7 +238,7 @@ class SpecialTokenStats:
         """Add one input's statistics (its attention has no padding)."""
         attn = result.attentions
         punct = punct_mask(result.tokens, result.special_mask, self.all_punct)
-        stats = input_statistics(attn, result.cls_mask, result.sep_mask, punct)
+        stats = input_statistics(attn, result.cls_mask, result.sep_mask, punct, self.causal)
         counted = {key: not np.isnan(value).all() for key, value in stats.items()}  # only the SEP row means can be NaN
         for key, value in stats.items():
             if counted[key]:
@@ -205,17 +246,23 @@ class SpecialTokenStats:
         self.n_inputs += 1
         self.n_with_sep_rows += counted["sep_to_sep"]
         self.n_with_rest_rows += counted["rest_to_sep"]
-        self.log_n_sum += float(np.log(attn.shape[-1]))
+        self.log_n_sum += uniform_entropy(attn.shape[-1], self.causal)
         self.n_truncated += int(result.truncated)
 
     def merge(self, other: SpecialTokenStats) -> SpecialTokenStats:
         """The accumulator over both input sets; neither operand changes."""
-        if (self.n_layers, self.n_heads, self.all_punct) != (other.n_layers, other.n_heads, other.all_punct):
+        if (self.n_layers, self.n_heads, self.all_punct, self.causal) != (
+            other.n_layers,
+            other.n_heads,
+            other.all_punct,
+            other.causal,
+        ):
             raise ValueError("Cannot merge statistics of different models or punctuation options.")
         return SpecialTokenStats(
             self.n_layers,
             self.n_heads,
             self.all_punct,
+            self.causal,
             sums={key: self.sums[key] + other.sums[key] for key in STAT_KEYS},
             n_inputs=self.n_inputs + other.n_inputs,
             n_with_sep_rows=self.n_with_sep_rows + other.n_with_sep_rows,
@@ -234,7 +281,7 @@ class SpecialTokenStats:
             for key in STAT_KEYS
         }
         uniform = self.log_n_sum / self.n_inputs if self.n_inputs else float("nan")
-        return SpecialTokenResult(self.n_inputs, heads, uniform, self.all_punct, self.n_truncated)
+        return SpecialTokenResult(self.n_inputs, heads, uniform, self.all_punct, self.n_truncated, self.causal)
 
 
 def heads_above(values: np.ndarray, threshold: float = 0.5) -> list[tuple[int, int, float]]:

@@ -92,7 +92,7 @@ def largest_weight_norm_gap(
 def special_accumulators(lm: LoadedModel, options: SpecialOptions) -> list:
     """Empty accumulators: the special-token statistics, then the head distances and the norm statistics if asked."""
     f = lm.facts
-    accumulators: list = [SpecialTokenStats(f.n_layers, f.n_heads, all_punct=options.all_punct)]
+    accumulators: list = [SpecialTokenStats(f.n_layers, f.n_heads, all_punct=options.all_punct, causal=f.causal)]
     if options.head_map:
         accumulators.append(HeadDistances(f.n_layers, f.n_heads))
     if options.norms and unsupported_reason(lm.encoder.config, "norms") is None:  # the rest holds for any family

@@ -126,7 +126,10 @@ def example_figures(
     if maps is None:
         st.warning(f"This sentence is longer than {model} takes; it was skipped in its table.")
         return None
-    found = head_on_sentence(maps.word_map, maps.present, sentence, relation, layer - 1, head_number - 1, direction)
+    causal = model_named(model).facts.causal
+    found = head_on_sentence(
+        maps.word_map, maps.present, sentence, relation, layer - 1, head_number - 1, direction, causal
+    )
     title = f"Head {layer}-{head_number}, {direction}: {found.hits} of {found.n_arcs} '{relation}' arcs found"
     drawn = [True] * len(found.focus) if every_word else found.focus
     arcs = arc_diagram(sentence.words, sentence.heads, sentence.deprels, found.predicted, drawn, title)

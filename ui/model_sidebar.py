@@ -149,9 +149,10 @@ def model_sidebar() -> LoadedModel:
             lm = model_named(DEFAULT_MODEL)  # the bundled model: a failure here is a broken install, shown as such
         f = lm.facts
         st.caption(
-            f"{f.model_type}: {f.n_layers} layers × {f.n_heads} heads, head size {f.head_dim}, "
-            f"max {f.max_length} tokens, special tokens {f.cls_token} {f.sep_token}; {size_text(f.parameters)}"
-            + (f". {f.dtype_note()}" if f.dtype_note() else "")
+            f"{f.model_type}{' (decoder: causal attention)' if f.causal else ''}: {f.n_layers} layers × "
+            f"{f.n_heads} heads, head size {f.head_dim}, max {f.max_length} tokens, "
+            f"{'first and end tokens' if f.causal else 'special tokens'} {f.cls_token} {f.sep_token}; "
+            f"{size_text(f.parameters)}" + (f". {f.dtype_note()}" if f.dtype_note() else "")
         )
     publish([MODEL])
     return lm

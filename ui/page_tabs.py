@@ -6,6 +6,7 @@ from __future__ import annotations
 SPECIAL_TOKENS = {
     "shares": "Shares",
     "sep": "[SEP] as no-op",
+    "sinks": "Sinks",
     "norms": "Weights vs norms",
     "offsets": "Offset heads",
     "entropy": "Entropy",

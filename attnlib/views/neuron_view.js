@@ -37,6 +37,7 @@ document.getElementById('hint').textContent =
   'Blue = positive, orange = negative, darker = larger magnitude. The score of each key is ' + D.label +
   ' (q·k: the sum of its q×k row); softmax of the scores is the attention row' +
   (D.window !== null ? ' (a local layer: keys farther than ' + D.window + ' positions get weight 0)' : '') +
+  (D.causal ? ' (a decoder: later keys get weight 0)' : '') +
   (D.diff !== null ? ' (largest difference from the model\'s own attention row: ' + D.diff.toExponential(1) + ')' : '') +
   '. Hover for values.';
 

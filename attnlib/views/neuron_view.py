@@ -42,14 +42,21 @@ class NeuronScores:
 
 
 def score_terms(
-    qk_scale: np.ndarray | None, score_bias: np.ndarray | None, layer: int, head: int, query: int, window: int | None
+    qk_scale: np.ndarray | None,
+    score_bias: np.ndarray | None,
+    layer: int,
+    head: int,
+    query: int,
+    window: int | None,
+    causal: bool = False,
 ) -> dict:
-    """neuron_scores' scale, relative and window arguments for one row of a run (RunResult.qk_scale [layers],
-    .score_bias [layers, heads, n, n] or None; the layer's window, ModelFacts.window)."""
+    """neuron_scores' scale, relative, window and causal arguments for one row of a run (RunResult.qk_scale [layers],
+    .score_bias [layers, heads, n, n] or None; the layer's window, ModelFacts.window; a decoder's causal mask)."""
     return {
         "scale": None if qk_scale is None else float(qk_scale[layer]),
         "relative": None if score_bias is None else score_bias[layer, head, query],
         "window": window,
+        "causal": causal,
     }
 
 
@@ -60,9 +67,11 @@ def neuron_scores(
     scale: float | None = None,
     relative: np.ndarray | None = None,
     window: int | None = None,
+    causal: bool = False,
 ) -> NeuronScores:
     """q×k, the scores scale * q·k + relative (scale 1/√d unless given) and their softmax over the keys with
-    |i - j| <= window (all when None) for query position `query_index` of one head's [n, d] queries and keys."""
+    |i - j| <= window (all when None), and j <= i when causal (a decoder), for query position `query_index` of one
+    head's [n, d] queries and keys."""
     q = np.asarray(queries[query_index], dtype=np.float64)
     k = np.asarray(keys, dtype=np.float64)
     products = k * q
@@ -71,7 +80,10 @@ def neuron_scores(
     if relative is not None:
         relative = np.asarray(relative, dtype=np.float64)
         scores = scores + relative
-    allowed = None if window is None else np.abs(np.arange(len(k)) - query_index) <= window
+    positions = np.arange(len(k))
+    allowed = None if window is None else np.abs(positions - query_index) <= window
+    if causal:
+        allowed = (positions <= query_index) & (True if allowed is None else allowed)
     kept = scores if allowed is None else np.where(allowed, scores, -np.inf)
     e = np.exp(kept - kept.max())
     return NeuronScores(q, k, products, scores, e / e.sum(), scale, relative, allowed)
@@ -89,13 +101,15 @@ def neuron_view_html(
     scale: float | None = None,
     relative: np.ndarray | None = None,
     window: int | None = None,
+    causal: bool = False,
 ) -> str:
     """Self-contained HTML of the neuron view of one head ([n, d] queries and keys; 0-based layer, head, query;
-    scale, relative and window as neuron_scores takes them)."""
-    ns = neuron_scores(queries, keys, query_index, scale, relative, window)
+    scale, relative, window and causal as neuron_scores takes them)."""
+    ns = neuron_scores(queries, keys, query_index, scale, relative, window, causal)
     payload = {
         "label": ns.label,
         "window": window,
+        "causal": causal,
         "title": title,
         "layer": layer + 1,
         "head": head + 1,

@@ -14,7 +14,8 @@ PAGES = sorted(f"app_pages/{p.name}" for p in (ROOT / "app_pages").glob("*.py") 
 MAX_CLICKS = 6  # a page asks for each of its computations once; more would be a loop
 # The families whose layers differ most (local windows and pre-LN, relative terms, shared layers, rotary positions);
 # BERT's layout is every page's own test, and the Live page is drawn for every family in tests/library/test_families.py.
-DISTINCT_FAMILIES = ["modernbert", "deberta", "deberta-v2", "mpnet", "albert", "roformer"]
+# Two decoders (METHODS §18): GPT-2 (no BOS, Conv1D) and Gemma 2 (a BOS, grouped-query heads, a sliding layer).
+DISTINCT_FAMILIES = ["modernbert", "deberta", "deberta-v2", "mpnet", "albert", "roformer", "gpt2", "gemma2"]
 
 
 def run_computing(at: AppTest, where: str) -> AppTest:

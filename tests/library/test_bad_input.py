@@ -113,23 +113,19 @@ def test_library_model_id_without_network(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory):
-    """A tiny random GPT-2 (decoder-only) with a byte-level tokenizer, saved in a folder."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+def t5_dir(tmp_path_factory):
+    """A tiny random T5 (an encoder-decoder, which this version refuses in words), saved in a folder."""
+    from transformers import T5Config, T5ForConditionalGeneration
 
-    from support.models import roberta_tokenizer
-
-    folder = tmp_path_factory.mktemp("tiny-gpt2")
-    torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=600, n_positions=64)).save_pretrained(folder)
-    roberta_tokenizer().save_pretrained(folder)
+    folder = tmp_path_factory.mktemp("tiny-t5")
+    config = T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=50)
+    T5ForConditionalGeneration(config).save_pretrained(folder)
     return folder
 
 
-def test_library_refuses_decoder_only_model(gpt2_dir):
-    with pytest.raises(ModelLoadError, match=r"decoder-only \(gpt2\) model; these pages need a BERT-family encoder"):
-        load_model(str(gpt2_dir))
+def test_library_refuses_encoder_decoder_model(t5_dir):
+    with pytest.raises(ModelLoadError, match=r"is an encoder-decoder \(t5\) model; this version reads encoders"):
+        load_model(str(t5_dir))
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["roberta"], indirect=True)
@@ -234,7 +230,7 @@ def test_cli_roberta(tiny_model_dir, capsys):
     assert data["tokens"][0] == "<s>" and data["tokens"][-1] == "</s>" and data["segments"][-1] == 1
 
 
-def test_cli_model_errors(gpt2_dir, monkeypatch, capsys):
+def test_cli_model_errors(t5_dir, monkeypatch, capsys):
     import attnlib.model as model
 
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
@@ -243,8 +239,8 @@ def test_cli_model_errors(gpt2_dir, monkeypatch, capsys):
         "attention", "--text", VALID, "--model", "no-such-user/no-such-model-xyz", "--json", capsys=capsys
     )
     assert code == 2 and "not reachable" in _one_clear_line(err)
-    code, _, err = _cli("attention", "--text", VALID, "--model", str(gpt2_dir), "--json", capsys=capsys)
-    assert code == 2 and "decoder-only" in _one_clear_line(err)
+    code, _, err = _cli("attention", "--text", VALID, "--model", str(t5_dir), "--json", capsys=capsys)
+    assert code == 2 and "encoder-decoder" in _one_clear_line(err)
 
 
 @pytest.mark.parametrize("case", CONLLU_BAD, ids=CONLLU_BAD.keys())
@@ -349,9 +345,9 @@ def test_app_sidebar_unknown_id_and_no_network(monkeypatch):
     _assert_kept_default(at, "bert-base-uncased", "Hugging Face Hub is not reachable")
 
 
-def test_app_sidebar_decoder_only(gpt2_dir):
-    at = _choose_other(_sidebar(), str(gpt2_dir))
-    _assert_kept_default(at, str(gpt2_dir), "decoder-only .* needs? a BERT-family encoder")
+def test_app_sidebar_encoder_decoder(t5_dir):
+    at = _choose_other(_sidebar(), str(t5_dir))
+    _assert_kept_default(at, str(t5_dir), "is an encoder-decoder .* not yet encoder-decoders")
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)

@@ -30,14 +30,6 @@ def test_encoder_saved_without_head_has_no_mlm(tmp_path):
     assert lm.facts.has_mlm_head is False and lm.mlm is None
 
 
-def test_decoder_model_is_refused_clearly(tmp_path):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50)).save_pretrained(tmp_path)
-    with pytest.raises(ModelLoadError, match="encoder"):
-        load_model(str(tmp_path))
-
-
 def test_folder_without_model_is_refused(tmp_path):
     with pytest.raises(ModelLoadError, match=r"config\.json"):
         load_model(str(tmp_path))

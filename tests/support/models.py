@@ -1,6 +1,7 @@
 """Tiny random models of every supported family, built from transformers' own config classes (2 layers, 4 heads,
-hidden 32), each saved with a tokenizer whose special tokens match the config's ids. tests/conftest.py serves them as
-fixtures; nothing here downloads anything."""
+hidden 32), each saved with a tokenizer whose special tokens match the config's ids: the encoder families
+(FAMILY_KINDS) and the decoder-only ones (DECODER_KINDS: causal, grouped-query, some with sliding windows, each with a
+byte-level BPE trained here). tests/conftest.py serves them as fixtures; nothing here downloads anything."""
 
 from __future__ import annotations
 
@@ -34,6 +35,67 @@ BPE_KINDS = ("roberta", "xlm-roberta", "camembert")  # byte-level BPE with <s> .
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 MODERNBERT_WINDOW = 2  # half-width of ModernBERT's local layer: |i - j| <= 2, shorter than every test sentence
 
+# decoder-only families, and a fine-tuned (sequence-classification) Llama; every one causal, rotary where it has it
+DECODER_KINDS = (
+    "gpt2",
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "mistral",
+    "phi3",
+    "opt",
+    "gpt-neox",
+    "llama-classifier",
+)
+DECODER_WINDOW = 3  # transformers' sliding window: a query at i sees keys j with 0 <= i - j < 3 (itself and 2 before)
+# which layers slide: all of Mistral's; Gemma 2's and Gemma 3's layer 0 (layer 1 attends to the whole prefix)
+DECODER_SLIDING_LAYERS = {"mistral": (0, 1), "gemma2": (0,), "gemma3": (0,)}
+# key/value heads of the 4 query heads: query head h reads key/value head h // (4 // n); the families left out have 4
+DECODER_KV_HEADS = {
+    "llama": 2,
+    "llama-classifier": 2,
+    "qwen2": 2,
+    "qwen3": 2,
+    "mistral": 2,
+    "phi3": 2,
+    "gemma": 1,  # multi-query, as gemma-2b
+    "gemma2": 2,
+    "gemma3": 2,
+}
+
+
+def _specials(vocabulary, bos, eos, unk, pad, add_bos):
+    return dict(vocabulary=vocabulary, bos=bos, eos=eos, unk=unk, pad=pad, add_bos=add_bos)
+
+
+# each kind's special tokens as its real tokenizer has them: the vocabulary's first ids, in order, then which is the
+# bos, eos, unk and pad token, and the token put before every encoded text (add_bos; None: nothing is added)
+_END = "<|endoftext|>"
+_LLAMA_SPECIALS = _specials(("<unk>", "<s>", "</s>"), "<s>", "</s>", "<unk>", None, "<s>")
+_QWEN_SPECIALS = _specials((_END,), None, _END, None, _END, None)  # no BOS at all
+_GEMMA_SPECIALS = _specials(("<pad>", "<eos>", "<bos>", "<unk>"), "<bos>", "<eos>", "<unk>", "<pad>", "<bos>")
+DECODER_SPECIALS = {
+    "gpt2": _specials((_END,), _END, _END, _END, None, None),
+    # Pythia: "<|padding|>" is id 1 of the vocabulary, but not the tokenizer's pad token
+    "gpt-neox": _specials((_END, "<|padding|>"), _END, _END, _END, None, None),
+    # facebook/opt-*: GPT-2's BPE with RoBERTa's first four ids; "</s>" is bos, eos and unk, and starts every text
+    "opt": _specials(("<s>", "<pad>", "</s>", "<unk>"), "</s>", "</s>", "</s>", "<pad>", "</s>"),
+    "llama": _LLAMA_SPECIALS,
+    "mistral": _LLAMA_SPECIALS,
+    # a fine-tuned classifier needs a pad token (its head reads the last token that is not padding)
+    "llama-classifier": _specials(("<unk>", "<s>", "</s>", "<pad>"), "<s>", "</s>", "<unk>", "<pad>", "<s>"),
+    # Phi-3-mini: eos and pad are <|endoftext|>
+    "phi3": _specials(("<unk>", "<s>", "</s>", _END), "<s>", _END, "<unk>", _END, "<s>"),
+    "qwen2": _QWEN_SPECIALS,
+    "qwen3": _QWEN_SPECIALS,
+    "gemma": _GEMMA_SPECIALS,
+    "gemma2": _GEMMA_SPECIALS,
+    "gemma3": _GEMMA_SPECIALS,
+}
+
 
 def bert_tokenizer():
     """The bundled model's uncased WordPiece tokenizer, 64 tokens at most."""
@@ -44,14 +106,18 @@ def bert_tokenizer():
     return tokenizer
 
 
+def _classroom_lines() -> list[str]:
+    """The classroom set's sentences, one a line (each pair's two sentences on two lines): the BPE training text."""
+    return CLASSROOM_SINGLE.read_text().splitlines() + CLASSROOM_PAIRS.read_text().replace("\t", "\n").splitlines()
+
+
 @cache
 def _bpe_vocabulary():
     from tokenizers import ByteLevelBPETokenizer
 
-    lines = CLASSROOM_SINGLE.read_text().splitlines() + CLASSROOM_PAIRS.read_text().replace("\t", "\n").splitlines()
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)
     bpe.train_from_iterator(
-        lines, vocab_size=600, min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+        _classroom_lines(), vocab_size=600, min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     )
     return bpe
 
@@ -80,6 +146,8 @@ def roberta_tokenizer():
 
 def tokenizer_for(kind: str):
     """The tokenizer a tiny model of this kind is saved with."""
+    if kind in DECODER_KINDS:
+        return decoder_tokenizer_for(kind)
     return roberta_tokenizer() if kind in BPE_KINDS else bert_tokenizer()
 
 
@@ -91,9 +159,12 @@ def _ids(tokenizer) -> dict:
 
 
 def tiny_config(kind: str, tokenizer):
-    """A 2-layer, 4-head, hidden-32 config of this kind (vocabulary and special ids from the tokenizer)."""
+    """A 2-layer, 4-head, hidden-32 config of this kind (vocabulary and special ids from the tokenizer); decoder kinds
+    from tiny_decoder_config."""
     import transformers as tf
 
+    if kind in DECODER_KINDS:
+        return tiny_decoder_config(kind, tokenizer)
     vocab, ids = len(tokenizer), _ids(tokenizer)
     positions = dict(max_position_embeddings=66 if kind in (*BPE_KINDS, "mpnet") else 64)
     if kind in ("bert", "bert-classifier"):
@@ -168,16 +239,102 @@ def tiny_config(kind: str, tokenizer):
 
 
 def tiny_model(kind: str, tokenizer):
-    """A random model of this kind (seed 0): masked LM, or for the fine-tuned kinds a classification model."""
+    """A random model of this kind (seed 0): masked LM or causal LM, or for the fine-tuned kinds a classification
+    model."""
     import transformers as tf
 
     torch.manual_seed(0)
     config = tiny_config(kind, tokenizer)
+    if kind == "llama-classifier":
+        return tf.LlamaForSequenceClassification(config)
+    if kind in DECODER_KINDS:
+        return tf.AutoModelForCausalLM.from_config(config)
     if kind == "bert-classifier":
         return tf.BertForSequenceClassification(config)
     if kind == "deberta-v2-tokens":
         return tf.DebertaV2ForTokenClassification(config)
     return tf.AutoModelForMaskedLM.from_config(config)
+
+
+@cache
+def _trained_bpe_json(special_tokens: tuple[str, ...]) -> str:
+    """A byte-level BPE trained on the classroom set (as _bpe_vocabulary), these special tokens first, as JSON."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train_from_iterator(_classroom_lines(), vocab_size=600, min_frequency=1, special_tokens=list(special_tokens))
+    return bpe._tokenizer.to_str()
+
+
+def decoder_tokenizer_for(kind: str):
+    """The fast tokenizer a tiny decoder of this kind is saved with: byte-level BPE, this family's special tokens."""
+    from tokenizers import Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    if kind not in DECODER_SPECIALS:
+        raise ValueError(f"no decoder tokenizer for {kind!r}")
+    specials = DECODER_SPECIALS[kind]
+    backend = Tokenizer.from_str(_trained_bpe_json(specials["vocabulary"]))
+    backend.post_processor = processors.ByteLevel(trim_offsets=False)  # GPT-2's own: the offsets as they are
+    # the BOS kinds as their real tokenizers: add_bos_token, which transformers turns into the TemplateProcessing
+    # "<bos>:0 $A:0" (pairs "<bos>:0 $A:0 <bos>:1 $B:1"); saved in tokenizer.json, which a reload follows
+    # (transformers 5 keeps add_bos_token itself out of tokenizer_config.json: reloaded, the attribute reads False)
+    bos_kwargs = {} if specials["add_bos"] is None else dict(add_bos_token=True)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=specials["bos"],
+        eos_token=specials["eos"],
+        unk_token=specials["unk"],
+        pad_token=specials["pad"],
+        add_prefix_space=False,
+        model_max_length=64,
+        **bos_kwargs,
+    )
+    assert specials["add_bos"] in (None, specials["bos"]), f"{kind}: the token added first must be the BOS"
+    assert len(tokenizer) == backend.get_vocab_size(), f"{kind}: a special token missing from the vocabulary"
+    return tokenizer
+
+
+def tiny_decoder_config(kind: str, tokenizer):
+    """A 2-layer, hidden-32, 4-query-head decoder config of this kind (vocabulary and special ids from the tokenizer)."""
+    import transformers as tf
+
+    ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    ids["pad_token_id"] = tokenizer.pad_token_id
+    common = dict(vocab_size=len(tokenizer), max_position_embeddings=64, **ids)
+    # the Llama-like families: grouped-query attention, head_dim 8, rotary
+    gqa = dict(**SIZES, **common, num_key_value_heads=DECODER_KV_HEADS.get(kind), head_dim=8)
+    if kind == "gpt2":
+        return tf.GPT2Config(
+            n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, vocab_size=len(tokenizer), **ids
+        )
+    if kind == "opt":  # learned positions, no rotary
+        return tf.OPTConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64, word_embed_proj_dim=32, **common
+        )
+    if kind == "gpt-neox":  # Pythia's rotary on a quarter of each head's 8 dimensions
+        return tf.GPTNeoXConfig(**SIZES, **common, rotary_pct=0.25)
+    if kind in ("llama", "llama-classifier"):
+        return tf.LlamaConfig(**gqa, num_labels=2) if kind == "llama-classifier" else tf.LlamaConfig(**gqa)
+    if kind == "qwen2":  # Qwen2's per-projection biases; no sliding window, as the released checkpoints
+        return tf.Qwen2Config(**{k: v for k, v in gqa.items() if k != "head_dim"}, use_sliding_window=False)
+    if kind == "qwen3":  # q/k RMS norms
+        return tf.Qwen3Config(**gqa, use_sliding_window=False)
+    if kind == "mistral":  # every layer slides
+        return tf.MistralConfig(**gqa, sliding_window=DECODER_WINDOW)
+    if kind == "phi3":  # fused qkv projection; head_dim = hidden / heads = 8
+        phi3 = {k: v for k, v in gqa.items() if k != "head_dim"}
+        return tf.Phi3Config(**phi3, original_max_position_embeddings=64, sliding_window=None)
+    layers = dict(layer_types=["sliding_attention", "full_attention"], sliding_window=DECODER_WINDOW)
+    if kind == "gemma":  # multi-query attention, as gemma-2b
+        return tf.GemmaConfig(**gqa)
+    if kind == "gemma2":  # logit soft-capping at Gemma 2's own values; scores scaled by head_dim ** -0.5
+        return tf.Gemma2Config(
+            **gqa, **layers, query_pre_attn_scalar=8, attn_logit_softcapping=50.0, final_logit_softcapping=30.0
+        )
+    if kind == "gemma3":  # the text model (model_type gemma3_text); q/k norms, local and global rotary bases
+        return tf.Gemma3TextConfig(**gqa, **layers, query_pre_attn_scalar=8)
+    raise ValueError(f"no tiny decoder config for {kind!r}")
 
 
 def save_tiny(kind: str, folder: Path) -> Path:

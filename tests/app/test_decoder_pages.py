@@ -1,0 +1,71 @@
+"""A decoder on the pages (METHODS §18): the Live page's causal head view of sentence A alone, and the Special tokens
+page's sink numbers for a decoder beside an encoder."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from attnlib.model import load_model
+from attnlib.runner import run
+from attnlib.shipped import ROOT
+from support.apptest import tables
+from support.models import save_tiny
+from support.pages import view_datas
+from ui.live_inputs import pretty_token
+
+pytestmark = pytest.mark.slow
+TEXT = "The cat sat on the mat."
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    return save_tiny("gpt2", tmp_path_factory.mktemp("gpt2-pages"))
+
+
+def unpacked(lines: dict) -> list[list[list[int]]]:
+    """pack_sparse's map -> row -> key columns kept."""
+    raw = base64.b64decode(lines["b64"])
+    rows = lines["m"] * lines["rows"]
+    counts = np.frombuffer(raw[: 2 * rows], "<u2")
+    columns = np.frombuffer(raw[2 * rows : 2 * rows + 2 * lines["nnz"]], "<u2")
+    ends = np.cumsum(counts)
+    per_row = [columns[end - c : end].tolist() for c, end in zip(counts, ends)]
+    return [per_row[m * lines["rows"] : (m + 1) * lines["rows"]] for m in range(lines["m"])]
+
+
+def test_live_page_draws_a_decoders_causal_head_view(gpt2_dir):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["model"], at.query_params["a"], at.query_params["b"] = str(gpt2_dir), TEXT, "It was warm."
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("decoder: causal attention" in c.value for c in at.sidebar.caption)
+    (data,) = view_datas(at)
+    expected = run(load_model(str(gpt2_dir)), TEXT, "It was warm.")  # a pair as the tokenizer joins it
+    assert data["left"] == data["right"] == [pretty_token(t) for t in expected.tokens]
+    for rows in unpacked(data["lines"]):  # causal: every line from query i goes to a key j <= i
+        assert all(max(keys, default=0) <= i for i, keys in enumerate(rows))
+        assert rows[0] == [0]  # the first token sees only itself
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_special_tokens_sinks_of_a_decoder_beside_an_encoder(gpt2_dir, tiny_model_dir):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.query_params.update(model=str(gpt2_dir), cmp=str(tiny_model_dir), limit="4", tab="sinks")
+    at.run()
+    at.switch_page("app_pages/special_tokens.py")
+    at.run()
+    for _ in range(4):  # compute each model's statistics on request
+        assert not at.exception, [e.value for e in at.exception]
+        asks = [b for b in at.button if str(b.key).startswith("compute:")]
+        if not asks:
+            break
+        asks[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Special tokens and sinks"
+    (rates,) = [t for t in tables(at) if "sink heads" in t.columns]
+    assert set(rates["kind"]) == {"decoder", "encoder"}
+    assert list(rates[rates["model"] == str(gpt2_dir)]["layer"]) == ["all", "1", "2"]

@@ -1,0 +1,49 @@
+"""Decoders in a real browser (METHODS §18): the Live page's causal head view, and the Special tokens page's Sinks tab
+with the bundled encoder beside a decoder."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+
+from support.browser import FIGURES_DRAWN, IDLE, INK, browser_page, iframe_frame, wait_idle
+from support.models import save_tiny
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_live_page_draws_a_decoders_head_view(streamlit_server, browser, screenshot_dir, tmp_path_factory, kind):
+    folder = save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-browser"))
+    url = f"{streamlit_server}/?model={quote(str(folder))}&a={quote('The cat sat on the mat.')}&b="
+    with browser_page(browser, screenshot_dir / f"decoder-{kind}-failure.png", 1400, 1400) as page:
+        page.goto(url, wait_until="domcontentloaded")
+        wait_idle(page, 240_000)
+        frame = iframe_frame(page)
+        frame.wait_for_function(f"() => ({INK})('#cv') > 500", timeout=60_000)
+        page.screenshot(path=str(screenshot_dir / f"decoder-{kind}-live-head-view.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert "decoder: causal attention" in page.locator("[data-testid='stSidebar']").inner_text()
+
+
+def test_sinks_tab_puts_an_encoder_beside_a_decoder(streamlit_server, browser, screenshot_dir, tmp_path_factory):
+    folder = save_tiny("gpt2", tmp_path_factory.mktemp("gpt2-sinks"))
+    url = f"{streamlit_server}/special-tokens?tab=sinks&limit=6&grad=0&map=0&cmp={quote(str(folder))}"
+    with browser_page(browser, screenshot_dir / "decoder-sinks-failure.png", 1500, 2000) as page:
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("tab", name="Sinks", exact=True).wait_for(timeout=240_000)
+        page.wait_for_function(IDLE, timeout=240_000)
+        for _ in range(2):  # each model's statistics computed on request
+            ask = page.get_by_role("button", name="Compute")
+            if ask.count() == 0:
+                break
+            ask.first.click()
+            wait_idle(page, 240_000)
+        page.wait_for_function(FIGURES_DRAWN, timeout=60_000)
+        page.screenshot(path=str(screenshot_dir / "decoder-sinks-beside-encoder.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        panel = page.locator("[role='tabpanel']:not([hidden])")
+        text = panel.inner_text()
+        assert "attention sink" in text and "encoder" in text and "decoder" in text
+        assert panel.locator(".js-plotly-plot").count() == 3  # overlaid layer lines, a heatmap per model
