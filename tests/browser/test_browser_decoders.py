@@ -40,10 +40,12 @@ def test_sinks_tab_puts_an_encoder_beside_a_decoder(streamlit_server, browser, s
                 break
             ask.first.click()
             wait_idle(page, 240_000)
+        panel = page.locator("[role='tabpanel']:not([hidden])")
+        panel.locator(".js-plotly-plot[data-drawn]").nth(2).wait_for(timeout=60_000)
+        panel.locator(".attn-table table").first.wait_for(timeout=60_000)
         page.wait_for_function(FIGURES_DRAWN, timeout=60_000)
         page.screenshot(path=str(screenshot_dir / "decoder-sinks-beside-encoder.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
-        panel = page.locator("[role='tabpanel']:not([hidden])")
         text = panel.inner_text()
         assert "attention sink" in text and "encoder" in text and "decoder" in text
         assert panel.locator(".js-plotly-plot").count() == 3  # overlaid layer lines, a heatmap per model
