@@ -35,7 +35,7 @@ from ui.page_tabs import SPECIAL_TOKENS
 from ui.progress import progress
 from ui.result_file import FromFile, loaded_result
 from ui.result_source import shipped_or_computed
-from ui.special_views import KEY, NAMES, ShownResult, models_difference, per_model, show_figure, side_by_side
+from ui.special_views import KEY, ShownResult, models_difference, names_for, per_model, show_figure, side_by_side
 from ui.weights_norms_tab import weights_norms_tab
 
 PUNCT_LABELS = {False: '"." and "," (Clark et al.)', True: "all punctuation"}
@@ -146,7 +146,7 @@ def _per_head_table(view: ShownResult) -> pd.DataFrame:
 
 def _heads_over_half(views: list[ShownResult], keys: list[str]) -> pd.DataFrame:
     rows = [
-        {"model": v.model, "head": head_label(l, h), "attends to": NAMES[key], "share": round(value, 3)}
+        {"model": v.model, "head": head_label(l, h), "attends to": names_for(views)[key], "share": round(value, 3)}
         for v in views
         for key in keys
         for l, h, value in heads_above(v.special.heads[key], SHARE_THRESHOLD)
@@ -158,21 +158,22 @@ def lines_beside_heatmaps(views: list[ShownResult], keys: list[str], titles: tup
     """Layer lines and per-head heatmaps of some statistics; one model side by side, two overlaid then paired."""
     line_title, y_title, heat_title = titles
     line_name, heat_name = names.split()
+    labels = names_for(views)
     cols = 3 if len(keys) == 3 else 2
     if len(views) == 1:
         stats = per_model(views, keys)[views[0].model]
         left, right = st.columns(2) if cols == 2 else (st.container(), st.container())
         with left:
-            show_figure(layer_lines_with_head_dots(stats, NAMES, line_title, y_title), line_name)
+            show_figure(layer_lines_with_head_dots(stats, labels, line_title, y_title), line_name)
         with right:
-            show_figure(head_heatmaps(stats, NAMES, heat_title, cols=cols), heat_name)
+            show_figure(head_heatmaps(stats, labels, heat_title, cols=cols), heat_name)
         return
-    show_figure(layer_lines_by_model(per_model(views, keys), NAMES, line_title, y_title), line_name)
-    models_difference(views, [v.special.layers for v in views], keys, NAMES)
+    show_figure(layer_lines_by_model(per_model(views, keys), labels, line_title, y_title), line_name)
+    models_difference(views, [v.special.layers for v in views], keys, labels)
     side_by_side(
         views,
         lambda v, sfx: show_figure(
-            head_heatmaps(per_model([v], keys)[v.model], NAMES, heat_title, cols=2), heat_name + sfx
+            head_heatmaps(per_model([v], keys)[v.model], labels, heat_title, cols=2), heat_name + sfx
         ),
     )
 
@@ -261,7 +262,7 @@ def entropy_tab(views: list[ShownResult]) -> None:
         "Clark Fig. 4). The dashed line is uniform attention, the mean of ln n over inputs: heads near it "
         "attend broadly, heads near 0 look at one token."
     )
-    models_difference(views, [v.special.layers for v in views], ["entropy", "cls_entropy"], NAMES)
+    models_difference(views, [v.special.layers for v in views], ["entropy", "cls_entropy"], names_for(views))
 
     def draw(v: ShownResult, sfx: str) -> None:
         heads = v.special.heads

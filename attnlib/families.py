@@ -124,6 +124,21 @@ def _grouped(_heads_module: torch.nn.Module, outputs: list[torch.Tensor], d: int
     return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
+def _fused_grouped(heads_module: torch.nn.Module, outputs: list[torch.Tensor], d: int) -> QKV:
+    """Phi-3's qkv_proj: [q | k | v] along the output, H query heads then H_kv key and H_kv value heads."""
+    (qkv,) = outputs
+    kv_width = heads_module.num_key_value_heads * d
+    q, k, v = qkv.split([qkv.shape[-1] - 2 * kv_width, kv_width, kv_width], dim=-1)
+    return _grouped(heads_module, [q, k, v], d)
+
+
+def _fused_interleaved(_heads_module: torch.nn.Module, outputs: list[torch.Tensor], d: int) -> QKV:
+    """GPT-NeoX's query_key_value: per head [q_h | k_h | v_h] (view(..., heads, 3 d) then chunk(3))."""
+    (qkv,) = outputs
+    q, k, v = _heads(qkv, 3 * d).chunk(3, dim=-1)
+    return q, k, v
+
+
 # ------------------------------------------------------------------------------------ position terms
 
 
@@ -358,6 +373,55 @@ FAMILIES: tuple[Family, ...] = (
         scale=_scaling,
         window=sliding_window,
         final_norm="norm",
+        exact=_decoder_exact,
+    ),
+    Family(
+        "Phi-3",
+        ("phi3",),
+        _at("layers"),
+        block="self_attn",
+        heads="self_attn",
+        projections=("qkv_proj",),
+        output="self_attn.o_proj",
+        norm="input_layernorm",
+        post_layer_norm=False,
+        scores="rotary",
+        split=_fused_grouped,
+        positions=_rotary_from_call,
+        scale=_scaling,
+        window=sliding_window,
+        final_norm="norm",
+        exact=_decoder_exact,
+    ),
+    Family(
+        "GPT-NeoX",
+        ("gpt_neox",),
+        _at("layers"),
+        block="attention",
+        heads="attention",
+        projections=("query_key_value",),
+        output="attention.dense",
+        norm="input_layernorm",
+        post_layer_norm=False,
+        scores="rotary",
+        split=_fused_interleaved,
+        positions=_rotary_from_call,
+        scale=_scaling,
+        final_norm="final_layer_norm",
+        exact=_decoder_exact,
+    ),
+    Family(
+        "OPT",
+        ("opt",),
+        _at("decoder.layers"),
+        block="self_attn",
+        heads="self_attn",
+        projections=("q_proj", "k_proj", "v_proj"),
+        output="self_attn.out_proj",
+        norm="self_attn_layer_norm",
+        post_layer_norm=False,
+        scale=_scaling,  # OPT multiplies its queries by it before the product
+        final_norm="decoder.final_layer_norm",
         exact=_decoder_exact,
     ),
     Family(

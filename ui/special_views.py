@@ -34,6 +34,20 @@ NAMES = {
 }
 
 
+DECODER_NAMES = {"cls": "first token", "sep": "end token", "cls_entropy": "first-row entropy"}  # METHODS §18
+
+
+def names_for(views: list[ShownResult]) -> dict[str, str]:
+    """The statistics' names for these results: a decoder's FIRST and SEP classes named as such, both names when an
+    encoder and a decoder stand side by side."""
+    kinds = {v.special.causal for v in views}
+    if kinds == {False}:
+        return NAMES
+    if kinds == {True}:
+        return NAMES | DECODER_NAMES
+    return NAMES | {key: f"{NAMES[key]} / {name}" for key, name in DECODER_NAMES.items()}
+
+
 @dataclass
 class ShownResult:
     """One model's result as the page shows it: the statistics, where they come from, and gradient importance."""
