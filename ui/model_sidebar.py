@@ -14,12 +14,14 @@ from streamlit.logger import get_logger
 from attnlib.model import (
     ALLOW_LOCAL_ENV,
     ALLOWED_MODELS_ENV,
+    BUNDLED_ALIASES,
     COMMON_MODELS,
     DEFAULT_MODEL,
     MAX_MODEL_MB_ENV,
     LoadedModel,
     ModelLoadError,
     check_allowed,
+    check_size,
     load_model,
     model_parameters,
     parse_megabytes,
@@ -71,9 +73,9 @@ def cached_model(name: str, allow_local: bool) -> LoadedModel:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def cached_size(name: str, allow_local: bool) -> str:
-    """What a model needs in memory, from its config (no weights read), for the spinner before it loads."""
-    return size_text(model_parameters(name, allow_local))
+def cached_parameters(name: str, allow_local: bool) -> int:
+    """How many parameters a model has, from its config (no weights read): said and limited before it loads."""
+    return model_parameters(name, allow_local)
 
 
 def model_named(name: str) -> LoadedModel:
@@ -92,7 +94,10 @@ def try_load(name: str) -> tuple[LoadedModel | None, str | None]:
     """Load a model, or return the reason it failed."""
     try:
         check_allowed(name, allowed_models())  # checked on every call: the cache may hold a model loaded earlier
-        with st.spinner(f"Loading {name} ({cached_size(name, local_models_allowed())})…"):
+        parameters = cached_parameters(name, local_models_allowed())
+        if name not in BUNDLED_ALIASES:  # the size limit too, for the same reason
+            check_size(name, parameters, max_model_megabytes())
+        with st.spinner(f"Loading {name} ({size_text(parameters)})…"):
             return model_named(name), None
     except ModelLoadError as exc:
         return None, str(exc)
