@@ -118,13 +118,13 @@ def sentence_word_map(result: RunResult, words: Sequence[str], rule: RowRule = "
     word_map = word_level_attention(result.attentions.astype(np.float64), result.word_ids, rule)
     if word_map.shape[-1] == m + 2:
         return word_map, np.ones(m, dtype=bool)
-    # A word without pieces keeps an all-zero row and column; its predictions are marked wrong by the caller. Special
-    # tokens before the words go to slot 0, after them to slot m + 1 (a decoder may have neither: those stay zero).
+    # A word without pieces keeps an all-zero row and column; its predictions are marked wrong by the caller. A special
+    # token first goes to slot 0, any later one to slot m + 1 (a decoder may have neither: those stay zero).
     present = _present_words(result, words)
     units: list[int] = []
     for group in word_groups(result.word_ids):
         word = result.word_ids[group[0]]
-        units.append((m + 1 if units and max(units) > 0 else 0) if word is None else int(present[word]) + 1)
+        units.append((m + 1 if units else 0) if word is None else int(present[word]) + 1)
     if len(set(units)) < len(units):
         raise ValueError("dependency heads need one sentence with at most one special token before and after it.")
     full = np.zeros(word_map.shape[:-2] + (m + 2, m + 2), dtype=word_map.dtype)
@@ -387,8 +387,12 @@ DEPENDENCY_ARRAYS = {"totals": 2, "head_hits": 5, "offset_hits": 3, "n_sentences
 
 
 def dependency_counts_to_json(counts: DependencyCounts) -> dict:
-    """Every count of a DependencyCounts, so a page can rebuild its tables and grids."""
-    return {f.name: getattr(counts, f.name) for f in fields(counts)}
+    """Every count of a DependencyCounts, so a page can rebuild its tables and grids (`causal` only for a decoder's,
+    so an encoder's counts read as before)."""
+    state = {f.name: getattr(counts, f.name) for f in fields(counts)}
+    if not counts.causal:
+        del state["causal"]
+    return state
 
 
 def dependency_counts_from_json(state: dict) -> DependencyCounts:
