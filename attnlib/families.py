@@ -285,6 +285,32 @@ def _scaling(heads: torch.nn.Module, d: int) -> float:
     return float(getattr(heads, "scaling", d**-0.5))
 
 
+def _llama_layout(
+    name: str, model_types: tuple[str, ...], projections=("q_proj", "k_proj", "v_proj"), **rest
+) -> Family:
+    """A decoder laid out as Llama: layers[l].{input_layernorm, self_attn.{q,k,v,o}_proj}, pre-norm, rotary from the
+    call's position embeddings, grouped-query heads, a sliding window where the config names one."""
+    return Family(
+        name,
+        model_types,
+        _at("layers"),
+        block="self_attn",
+        heads="self_attn",
+        projections=projections,
+        output="self_attn.o_proj",
+        norm="input_layernorm",
+        post_layer_norm=False,
+        scores="rotary",
+        split=rest.pop("split", _grouped),
+        positions=_rotary_from_call,
+        scale=_scaling,
+        window=sliding_window,
+        final_norm="norm",
+        exact=_decoder_exact,
+        **rest,
+    )
+
+
 FAMILIES: tuple[Family, ...] = (
     _bert_layout("BERT", ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie")),
     Family(
@@ -357,42 +383,8 @@ FAMILIES: tuple[Family, ...] = (
         window=_modernbert_window,
         final_norm="final_norm",
     ),
-    Family(
-        "Llama",
-        ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"),
-        _at("layers"),
-        block="self_attn",
-        heads="self_attn",
-        projections=("q_proj", "k_proj", "v_proj"),
-        output="self_attn.o_proj",
-        norm="input_layernorm",
-        post_layer_norm=False,
-        scores="rotary",
-        split=_grouped,
-        positions=_rotary_from_call,
-        scale=_scaling,
-        window=sliding_window,
-        final_norm="norm",
-        exact=_decoder_exact,
-    ),
-    Family(
-        "Phi-3",
-        ("phi3",),
-        _at("layers"),
-        block="self_attn",
-        heads="self_attn",
-        projections=("qkv_proj",),
-        output="self_attn.o_proj",
-        norm="input_layernorm",
-        post_layer_norm=False,
-        scores="rotary",
-        split=_fused_grouped,
-        positions=_rotary_from_call,
-        scale=_scaling,
-        window=sliding_window,
-        final_norm="norm",
-        exact=_decoder_exact,
-    ),
+    _llama_layout("Llama", ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")),
+    _llama_layout("Phi-3", ("phi3",), projections=("qkv_proj",), split=_fused_grouped),
     Family(
         "GPT-NeoX",
         ("gpt_neox",),
