@@ -103,6 +103,7 @@ def encode(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = No
             current = s
         segments[i] = current
     words, word_ids = _align_words(enc, seq_ids, text_a, text_b, split)
+    separator = _separator_id(tok)
     return Encoded(
         input_ids=ids,
         token_type_ids=list(enc["token_type_ids"]) if with_types else None,
@@ -111,7 +112,7 @@ def encode(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = No
         word_ids=word_ids,
         words=words,
         cls_mask=_first_mask(len(ids)) if lm.facts.causal else np.array([i == tok.cls_token_id for i in ids]) & special,
-        sep_mask=np.array([i in _separators(tok) for i in ids]) & special,
+        sep_mask=np.array([i == separator for i in ids]) & special,
         special_mask=special,
         truncated=truncated,
         n_tokens_full=n_full,
@@ -125,9 +126,9 @@ def _first_mask(n: int) -> np.ndarray:
     return mask
 
 
-def _separators(tok) -> set[int]:
-    """Ids of the SEP class: the tokenizer's sep token, or a decoder's eos token inside the input (METHODS §18)."""
-    return {i for i in (tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id,) if i is not None}
+def _separator_id(tok) -> int | None:
+    """Id of the SEP class: the tokenizer's sep token, or a decoder's eos token inside the input (METHODS §18)."""
+    return tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id
 
 
 _TAKES: dict[tuple[type, str], bool] = {}
