@@ -13,10 +13,19 @@ import torch
 
 from attnlib.model import DEFAULT_MODEL, load_model
 from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
-from support.browser import BROWSER_ARGS, free_port
+from support.browser import BROWSER_ARGS, free_port, server_log
 from support.models import FAMILY_KINDS, save_tiny
 from support.notebook import EXAMPLE_NOTEBOOK, LIMIT
 from support.report import MIN_COUNT, N_INPUTS, cli
+
+
+def pytest_configure(config):
+    """An xdist worker shares the cores with the others: one torch thread each, for it and the processes it starts."""
+    import os
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        torch.set_num_threads(1)
 
 
 @pytest.fixture
@@ -68,9 +77,9 @@ def streamlit_server():
     import urllib.request
 
     port = free_port()
-    log = ROOT / "test-output"
-    log.mkdir(exist_ok=True)
-    out = open(log / "streamlit-server.log", "wb")  # noqa: SIM115 - open for the server's whole life
+    log = server_log()
+    log.parent.mkdir(exist_ok=True)
+    out = open(log, "wb")  # noqa: SIM115 - open for the server's whole life
     env = dict(os.environ, STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
     proc = subprocess.Popen(
         [
@@ -103,7 +112,7 @@ def streamlit_server():
             time.sleep(0.5)
     else:
         proc.kill()
-        raise RuntimeError("streamlit did not start; see test-output/streamlit-server.log")
+        raise RuntimeError(f"streamlit did not start; see {log}")
     yield url
     proc.terminate()
     try:

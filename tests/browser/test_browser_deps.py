@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 import pytest
 
-from support.browser import IDLE, browser_page
+from support.browser import IDLE, browser_page, side_by_side
 
 
 def _click(page, name: str, last: bool = False) -> None:
@@ -51,7 +51,7 @@ def test_probe_section_compares_two_models(streamlit_server, browser, screenshot
         sentences = charts.filter(has_text="heads right")  # the test sentence's arc diagram in each model
         assert sentences.count() == 2
         a, b = sentences.nth(0).bounding_box(), sentences.nth(1).bounding_box()
-        assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5
+        assert side_by_side(a, b)
         charts.filter(has_text="Learned weight of every head").first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "deps-probe-weights-compared.png"))
 
@@ -72,7 +72,7 @@ def test_example_sentence_in_both_models(streamlit_server, browser, screenshot_d
         words = [arcs.nth(k).locator(".textpoint").all_inner_texts() for k in (0, 1)]
         assert len(words[0]) > 3 and words[0] == words[1]  # the same sentence drawn in both models
         a, b = arcs.nth(0).bounding_box(), arcs.nth(1).bounding_box()
-        assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5  # side by side
+        assert side_by_side(a, b)  # side by side
         assert page.get_by_text("all-MiniLM-L6-v2 · head", exact=False).count() == 1
         assert page.get_by_text(f"{tiny_model_dir} · head", exact=False).count() == 1
         heat = page.locator(".js-plotly-plot").filter(has_text="Word-level attention of head")

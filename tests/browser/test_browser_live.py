@@ -17,6 +17,7 @@ from support.browser import (
     browser_page,
     iframe_frame,
     offline_page,
+    side_by_side,
     view_frame,
     wait_idle,
 )
@@ -161,7 +162,7 @@ def two_views_side_by_side(page):
     (first, ink_a), (second, ink_b) = frame_ink(page, 0, "#cv"), frame_ink(page, 1, "#cv")
     assert ink_a > 500 and ink_b > 500
     a, b = (page.locator("iframe").nth(k).bounding_box() for k in (0, 1))
-    assert b["x"] >= a["x"] + a["width"] - 5 and abs(a["y"] - b["y"]) < 5  # side by side
+    assert side_by_side(a, b)  # side by side
     return first, second, a
 
 

@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 
 from attnlib.model import DEFAULT_MODEL
 from attnlib.shipped import ROOT
-from support.browser import IDLE
+from support.browser import IDLE, server_log
 from support.load import SESSIONS, _sentence
 from ui.model_sidebar import LOAD_LOG_LINE
 
@@ -85,7 +85,7 @@ def _assert_no_exception(page, where: str) -> None:
 
 def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screenshot_dir):
     server = server_process(streamlit_server)
-    log = ROOT / "test-output" / "streamlit-server.log"
+    log = server_log()
     sampler = RssSampler(server)
     sampler.start()
     started = time.time()

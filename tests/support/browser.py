@@ -3,10 +3,13 @@ run to end and for a canvas or figure to be drawn."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from attnlib.shipped import ROOT
 
 BROWSER_ARGS = [
     "--no-sandbox",
@@ -18,6 +21,18 @@ BROWSER_ARGS = [
     "--disable-sync",
     "--disable-dev-shm-usage",
 ]
+
+
+def server_log() -> Path:
+    """This test process's Streamlit server log (one per xdist worker, so two servers never share a file)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return ROOT / "test-output" / (f"streamlit-server-{worker}.log" if worker else "streamlit-server.log")
+
+
+def side_by_side(a: dict, b: dict) -> bool:
+    """Whether box b stands right of box a with the two overlapping in height (a model's long local path may wrap
+    one column's heading to a second line, so their tops need not be level)."""
+    return b["x"] >= a["x"] + a["width"] - 5 and b["y"] < a["y"] + a["height"] and a["y"] < b["y"] + b["height"]
 
 
 def free_port() -> int:
