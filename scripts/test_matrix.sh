@@ -5,10 +5,13 @@
 #   avx2     torch, MKL and oneDNN limited to AVX2 (an AVX-512 machine computing as an AVX2-only one; skipped on an
 #            AVX2-only CPU, whose native run is the same configuration)
 #   plain    torch's plain C++ kernels (ATEN_CPU_CAPABILITY=default)
-#   1thread  one torch/OpenMP/MKL thread;  2threads  two
+#   1thread  one torch/OpenMP/MKL thread, one process;  2threads  two threads, one process
 #   py3.12 py3.13  the suite in a venv of that Python (.venv-py3.12, .venv-py3.13), made here on first use from
-#            pyenv's or the PATH's python3.12 / python3.13. torch 2.13.0 for those Pythons comes from PyPI as its
-#            CUDA build (the CPU wheel on disk is for 3.11): about 6 GB and 12-13 minutes of downloads per venv.
+#            pyenv's or the PATH's python3.12 / python3.13 with uv. No CPU build of torch for those Pythons is
+#            reachable from here (PyPI's Linux wheels are CUDA builds), so they get PyPI's torch of the same version:
+#            uv downloads it and its CUDA libraries in parallel, once for both venvs (about 2 minutes; pip took 12
+#            per venv).
+# Every configuration but 1thread and 2threads runs in two xdist workers of one thread each (the conftest sets it).
 # scripts/test_matrix.sh --prepare py3.12 py3.13 only makes those venvs (.ci/run does it while the full suite runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +19,7 @@ prepare=0
 if [ "${1:-}" = "--prepare" ]; then prepare=1; shift; fi
 [ $prepare = 1 ] || bash scripts/setup_env.sh requirements-dev.txt >/dev/null
 quick=(-q -m "not slow and not browser" -p no:cacheprovider)
+workers=(-n 2)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(avx2 plain 1thread 2threads py3.12 py3.13)
 
@@ -25,18 +29,28 @@ python_for() {  # a python executable of version $1, or nothing
   done
 }
 
+requirements_from_pypi() {  # requirements-dev.txt and requirements.txt into folder $1, torch as PyPI has it
+  local folder=$1 torch
+  torch=$(sed -n 's/^torch==\([0-9.]*\).*/\1/p' requirements.txt | head -1)
+  grep -v -E '^(--find-links|--extra-index-url|torch==)' requirements.txt > "$folder/requirements.txt"
+  echo "torch==$torch" >> "$folder/requirements.txt"
+  cp requirements-dev.txt "$folder/requirements-dev.txt"  # its `-r requirements.txt` is read beside it
+}
+
 venv_for() {  # .venv-pyX.Y with the project's requirements, made once (a stamp records the requirements' hash)
-  local version=$1 venv=".venv-py$1" python stamp hash
+  local version=$1 venv=".venv-py$1" python stamp hash uv=.venv/bin/uv
   hash=$(cat requirements-dev.txt requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
   stamp="$venv/.installed"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
     python=$(python_for "$version" || true)
     [ -n "$python" ] || { echo "no python$version found" >&2; return 1; }
-    echo "Making $venv with $("$python" --version) (first run: several minutes)" >&2
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip >&2
-    "$venv/bin/python" -m pip install -q -r requirements-dev.txt >&2
-    "$venv/bin/python" -m pip install -q --no-deps -e . >&2
+    [ -x "$uv" ] || bash scripts/setup_env.sh requirements-dev.txt >&2
+    echo "Making $venv with $("$python" --version)" >&2
+    rm -rf "$venv"
+    "$uv" venv -q --python "$python" "$venv" >&2
+    requirements_from_pypi "$venv"
+    "$uv" pip install -q --python "$venv/bin/python" -r "$venv/requirements-dev.txt" >&2
+    "$uv" pip install -q --python "$venv/bin/python" --no-deps -e . >&2
     echo "$hash" > "$stamp"
   fi
   echo "$venv/bin/python"
@@ -51,6 +65,7 @@ failed=()
 for name in "${names[@]}"; do
   python=.venv/bin/python
   env_vars=()
+  parallel=("${workers[@]}")
   case "$name" in
     avx2)
       if [ "$("$python" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX2 ]; then
@@ -59,15 +74,15 @@ for name in "${names[@]}"; do
       fi
       env_vars=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2) ;;
     plain) env_vars=(ATEN_CPU_CAPABILITY=default) ;;
-    1thread) env_vars=(OMP_NUM_THREADS=1 MKL_NUM_THREADS=1) ;;
-    2threads) env_vars=(OMP_NUM_THREADS=2 MKL_NUM_THREADS=2) ;;
+    1thread) env_vars=(OMP_NUM_THREADS=1 MKL_NUM_THREADS=1) parallel=() ;;
+    2threads) env_vars=(OMP_NUM_THREADS=2 MKL_NUM_THREADS=2) parallel=() ;;
     py3.*) python=$(venv_for "${name#py}") ;;
     *) echo "unknown configuration: $name" >&2; exit 2 ;;
   esac
   start=$(date +%s)
   echo "== $name: $("$python" --version) ${env_vars[*]:-}"
   if env "${env_vars[@]}" "$python" -c "import torch; print('torch', torch.__version__, torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(), 'threads')" &&
-    env "${env_vars[@]}" "$python" -m pytest "${quick[@]}"; then
+    env "${env_vars[@]}" "$python" -m pytest "${quick[@]}" "${parallel[@]}"; then
     echo "== $name passed in $(($(date +%s) - start)) s"
   else
     echo "== $name FAILED after $(($(date +%s) - start)) s"
