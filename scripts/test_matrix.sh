@@ -12,6 +12,7 @@
 #            uv downloads it and its CUDA libraries in parallel, once for both venvs (about 2 minutes; pip took 12
 #            per venv).
 # Every configuration but 1thread and 2threads runs in two xdist workers of one thread each (the conftest sets it).
+# NAME+NAME runs one configuration that is both (py3.12+plain: Python 3.12 on the plain kernels).
 # scripts/test_matrix.sh --prepare py3.12 py3.13 only makes those venvs (.ci/run does it while the full suite runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +58,7 @@ venv_for() {  # .venv-pyX.Y with the project's requirements, made once (a stamp 
 }
 
 if [ $prepare = 1 ]; then
-  for name in "${names[@]}"; do venv_for "${name#py}" >/dev/null; done
+  for name in "${names[@]}"; do venv_for "${name#py}" >/dev/null; done  # names are py3.X here
   exit 0
 fi
 
@@ -66,19 +67,26 @@ for name in "${names[@]}"; do
   python=.venv/bin/python
   env_vars=()
   parallel=("${workers[@]}")
-  case "$name" in
-    avx2)
-      if [ "$("$python" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX2 ]; then
-        echo "== avx2: skipped, this CPU's own kernels are AVX2 (nothing wider for torch, MKL or oneDNN): the native run is this configuration"
-        continue
-      fi
-      env_vars=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2) ;;
-    plain) env_vars=(ATEN_CPU_CAPABILITY=default) ;;
-    1thread) env_vars=(OMP_NUM_THREADS=1 MKL_NUM_THREADS=1) parallel=() ;;
-    2threads) env_vars=(OMP_NUM_THREADS=2 MKL_NUM_THREADS=2) parallel=() ;;
-    py3.*) python=$(venv_for "${name#py}") ;;
-    *) echo "unknown configuration: $name" >&2; exit 2 ;;
-  esac
+  skip=""
+  IFS=+ read -r -a parts <<< "$name"
+  for part in "${parts[@]}"; do
+    case "$part" in
+      avx2)
+        if [ "$("$python" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX2 ]; then
+          skip="this CPU's own kernels are AVX2 (nothing wider for torch, MKL or oneDNN): the native run is this configuration"
+        fi
+        env_vars+=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2) ;;
+      plain) env_vars+=(ATEN_CPU_CAPABILITY=default) ;;
+      1thread) env_vars+=(OMP_NUM_THREADS=1 MKL_NUM_THREADS=1) parallel=() ;;
+      2threads) env_vars+=(OMP_NUM_THREADS=2 MKL_NUM_THREADS=2) parallel=() ;;
+      py3.*) python=$(venv_for "${part#py}") ;;
+      *) echo "unknown configuration: $part" >&2; exit 2 ;;
+    esac
+  done
+  if [ -n "$skip" ]; then
+    echo "== $name: skipped, $skip"
+    continue
+  fi
   start=$(date +%s)
   echo "== $name: $("$python" --version) ${env_vars[*]:-}"
   if env "${env_vars[@]}" "$python" -c "import torch; print('torch', torch.__version__, torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(), 'threads')" &&
