@@ -11,20 +11,22 @@ RoFormer, which compute attention in their own code) run on the eager path (`sup
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 
-from .model import LoadedModel, parse_megabytes
+from .memory import check_memory, memory_limit, run_size
+from .model import LoadedModel
+from .runner import Encoded, model_inputs
 
 NAME = "attnlib_blockwise"
-MAX_RUN_MB_ENV = "ATTNLIB_MAX_RUN_MB"  # refuse (or run block-wise) runs whose estimated peak memory exceeds this
 BLOCKWISE_FROM = 1024  # inputs longer than this run block-wise when every statistic asked can take blocks
 BLOCK_BYTES = 64 * 2**20  # scores of one block: heads x rows x n floats within this
 Consumer = Callable[[int, int, torch.Tensor], None]  # (layer, first row, probabilities [batch, heads, rows, n])
@@ -87,15 +89,15 @@ def _boolean_mask(*args, **kwargs):
     return sdpa_mask(*args, **kwargs)
 
 
+@functools.cache
 def _register() -> None:
+    """Register the attention and mask functions with transformers, once (on first use: importing attnlib does not
+    import transformers)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(NAME, _attention)
     AttentionMaskInterface.register(NAME, _boolean_mask)
-
-
-_register()
 
 
 def supports_blockwise(encoder: torch.nn.Module) -> bool:
@@ -117,6 +119,7 @@ def blockwise_attention(encoder: torch.nn.Module, consumer: Consumer, block_rows
     """Within the block, the model's attention runs block-wise in this thread, each block handed to consumer."""
     if block_rows < 1:
         raise ValueError(f"block_rows must be at least 1, not {block_rows}.")
+    _register()
     configs = _configs(encoder)
     saved = [c._attn_implementation for c in configs]
     active = _Active(consumer, block_rows)
@@ -146,8 +149,9 @@ def run_blockwise(lm: LoadedModel, batch: dict, consumer: Consumer, block_rows: 
             f"{lm.facts.model_type} computes attention in its own code, not through transformers' attention "
             "interface: it runs on the eager path."
         )
-    n = batch["input_ids"].shape[1]
+    b, n = batch["input_ids"].shape
     rows = default_block_rows(n, lm.facts.n_heads) if block_rows is None else block_rows
+    check_memory(run_size(lm, n, b), memory_limit(device=lm.device), rows)
     with blockwise_attention(lm.encoder, consumer, rows) as active, torch.inference_mode():
         out = lm.encoder(**batch, output_attentions=False)
     if active.calls != lm.facts.n_layers:
@@ -176,85 +180,6 @@ def reduce_map(attn: np.ndarray, width: int) -> tuple[np.ndarray, int]:
     return shaped.max(axis=(-3, -1)), b
 
 
-class MemoryLimitError(ValueError):
-    """A run would need more memory than this server allows; the message says how much and what to do."""
-
-
-@dataclass(frozen=True)
-class RunSize:
-    """What decides a forward pass's peak memory: batch, length, layers, heads, hidden width, bytes per value."""
-
-    n: int
-    layers: int
-    heads: int
-    hidden: int
-    dtype_bytes: int = 4
-    batch: int = 1
-
-
-def estimate_peak_bytes(size: RunSize, block_rows: int | None = None) -> int:
-    """An upper estimate of a forward pass's peak memory beyond the weights.
-
-    Eager (block_rows None): every layer's [batch, heads, n, n] maps kept for output_attentions, a float32 copy
-    when the runner stacks them and one more per input when it cuts them, and one layer's scores while softmax
-    makes the next. Block-wise: three blocks of [batch, heads, rows, n] float32 scores, a boolean mask of
-    [batch, n, n] per mask kind (full and local: two) and the per-row statistics. Both: hidden states of every
-    layer and a layer's activations (16 values of hidden width per token)."""
-    b, n, h = size.batch, size.n, size.heads
-    activations = (size.layers + 16) * b * n * size.hidden * size.dtype_bytes
-    if block_rows is None:
-        maps = (
-            b * h * n * n * (size.layers * (size.dtype_bytes + 4) + 2 * size.dtype_bytes) + size.layers * h * n * n * 4
-        )
-        return maps + b * n * n * size.dtype_bytes + activations
-    rows = min(block_rows, n)
-    return 3 * b * h * rows * n * 4 + 2 * b * n * n + size.layers * b * h * n * 8 * 4 + activations
-
-
-def available_bytes(device: str = "cpu") -> int:
-    """Memory a run may take now: the GPU's free memory, or the machine's available memory (Linux), else 0."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def memory_limit(max_megabytes: float | None = None, device: str = "cpu") -> int | None:
-    """The byte limit of one run: max_megabytes, else ATTNLIB_MAX_RUN_MB, else the memory available now (None when
-    unknown)."""
-    limit = max_megabytes if max_megabytes is not None else parse_megabytes(os.environ.get(MAX_RUN_MB_ENV))
-    if limit is not None:
-        return int(limit * 2**20)
-    free = available_bytes(device)
-    return free or None
-
-
-def check_memory(size: RunSize, limit: int | None, block_rows: int | None = None) -> None:
-    """MemoryLimitError, in words, when the run's estimated peak exceeds limit bytes (None: no limit)."""
-    need = estimate_peak_bytes(size, block_rows)
-    if limit is None or need <= limit:
-        return
-    how = "block-wise" if block_rows is not None else "with every layer's full attention maps"
-    raise MemoryLimitError(
-        f"An input of {size.n:,} tokens run {how} needs about {need / 2**20:,.0f} MB ({size.layers} layers x "
-        f"{size.heads} heads x {size.n:,}^2 attention weights); this server allows {limit / 2**20:,.0f} MB per run. "
-        "Use a shorter text, or a statistic that runs block-wise."
-    )
-
-
-def run_size(lm: LoadedModel, n: int, batch: int = 1) -> RunSize:
-    """The RunSize of a batch of inputs of n tokens on this model."""
-    dtype_bytes = torch.finfo(getattr(torch, lm.facts.dtype, torch.float32)).bits // 8
-    f = lm.facts
-    return RunSize(n, f.n_layers, f.n_heads, f.hidden_size, dtype_bytes, batch)
-
-
 def stack_blocks(blocks: Sequence[tuple[int, int, np.ndarray]], layers: int) -> np.ndarray:
     """[layers, heads, n, n] from (layer, first_row, [heads, rows, n]) blocks (tests and short inputs only)."""
     heads, _, n = blocks[0][2].shape
@@ -262,3 +187,28 @@ def stack_blocks(blocks: Sequence[tuple[int, int, np.ndarray]], layers: int) -> 
     for layer, start, probs in blocks:
         out[layer, :, start : start + probs.shape[1]] = probs
     return out
+
+
+class RowConsumer(Protocol):
+    """One input's statistic taken block by block of query rows, then finished (added to its accumulator)."""
+
+    def block(self, layer: int, first_row: int, probs: np.ndarray) -> None:
+        """Take one layer's attention for rows first_row.., [heads, rows, n] float32 (copy what is kept)."""
+
+    def finish(self) -> None:
+        """Every block taken: add the input."""
+
+
+def run_rows(
+    lm: LoadedModel, encoded: Encoded, consumers: Sequence[RowConsumer], block_rows: int | None = None
+) -> None:
+    """Run one input block-wise, handing each block of each layer to every consumer, then finish them."""
+
+    def take(layer: int, first_row: int, probs: torch.Tensor) -> None:
+        block = probs[0].float().cpu().numpy()
+        for consumer in consumers:
+            consumer.block(layer, first_row, block)
+
+    run_blockwise(lm, model_inputs(lm, [encoded]), take, block_rows)
+    for consumer in consumers:
+        consumer.finish()

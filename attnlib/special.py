@@ -187,7 +187,8 @@ def input_statistics(
 
     Causal (a decoder, METHODS §18): cls_mask is FIRST (position 0), its share and the entropy over rows i >= 1."""
     dtype = np.result_type(attn.dtype, np.float32)
-    rows = InputRows.empty(*attn.shape[:2], class_masks(cls_mask, sep_mask, punct), causal, dtype)
+    layers, heads = attn.shape[:2]
+    rows = InputRows.empty(layers, heads, class_masks(cls_mask, sep_mask, punct), causal, dtype)
     rows.add_block(attn, 0)
     return rows.statistics()
 
@@ -287,7 +288,7 @@ class SpecialTokenStats:
         stats = input_statistics(result.attentions, result.cls_mask, result.sep_mask, punct, self.causal)
         self.add_statistics(stats, result)
 
-    def rows(self, encoded: Encoded, item: CorpusInput | None = None) -> SpecialRows:
+    def row_consumer(self, encoded: Encoded, item: CorpusInput | None = None) -> SpecialRows:
         """A consumer of one input's attention in blocks of rows (METHODS §19) that adds it here when finished."""
         punct = punct_mask(encoded.tokens, encoded.special_mask, self.all_punct)
         classes = class_masks(encoded.cls_mask, encoded.sep_mask, punct)
