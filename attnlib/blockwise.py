@@ -81,10 +81,14 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     return out.transpose(1, 2).contiguous(), (torch.cat(kept, dim=2) if kept else None)
 
 
-def _boolean_mask(*args, **kwargs):
-    """transformers' boolean mask (True: attend), always made (never skipped as implied by is_causal)."""
-    from transformers.masking_utils import sdpa_mask
+def _mask(*args, **kwargs):
+    """The mask function registered as NAME: in a block-wise run, transformers' boolean mask (True: attend), always
+    made (never left to is_causal); in any other thread, eager attention's float mask, so a forward pass that runs
+    while another thread's block-wise run has switched the config gets the masks eager attention expects."""
+    from transformers.masking_utils import eager_mask, sdpa_mask
 
+    if getattr(_ACTIVE, "run", None) is None:
+        return eager_mask(*args, **kwargs)
     kwargs["allow_is_causal_skip"] = False
     return sdpa_mask(*args, **kwargs)
 
@@ -97,7 +101,7 @@ def _register() -> None:
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(NAME, _attention)
-    AttentionMaskInterface.register(NAME, _boolean_mask)
+    AttentionMaskInterface.register(NAME, _mask)
 
 
 def supports_blockwise(encoder: torch.nn.Module) -> bool:
@@ -114,24 +118,40 @@ def _configs(encoder: torch.nn.Module) -> list:
     return list(found.values())
 
 
+_SWITCH_LOCK = threading.Lock()
+_SWITCHED: dict[int, list] = {}  # id(config) -> [config, its implementation before the first run, runs using it]
+
+
 @contextlib.contextmanager
 def blockwise_attention(encoder: torch.nn.Module, consumer: Consumer, block_rows: int) -> Iterator[_Active]:
-    """Within the block, the model's attention runs block-wise in this thread, each block handed to consumer."""
+    """Within the block, the model's attention runs block-wise in this thread, each block handed to consumer.
+
+    The configs name NAME until the last block-wise run on them ends (threads of the app share a model); other
+    threads' forward passes meanwhile compute eager attention in `_attention`. The internal attribute is set, not
+    the property, which would also overwrite sub-configs restored before their parent."""
     if block_rows < 1:
         raise ValueError(f"block_rows must be at least 1, not {block_rows}.")
     _register()
     configs = _configs(encoder)
-    saved = [c._attn_implementation for c in configs]
+    with _SWITCH_LOCK:
+        for c in configs:
+            entry = _SWITCHED.setdefault(id(c), [c, c._attn_implementation_internal, 0])
+            entry[2] += 1
+        for c in configs:
+            c._attn_implementation_internal = NAME
     active = _Active(consumer, block_rows)
     _ACTIVE.run = active
     try:
-        for c in configs:
-            c._attn_implementation = NAME
         yield active
     finally:
         _ACTIVE.run = None
-        for c, implementation in zip(configs, saved):
-            c._attn_implementation = implementation
+        with _SWITCH_LOCK:
+            for c in configs:
+                entry = _SWITCHED[id(c)]
+                entry[2] -= 1
+                if entry[2] == 0:
+                    c._attn_implementation_internal = entry[1]
+                    del _SWITCHED[id(c)]
 
 
 def default_block_rows(n: int, heads: int, budget: int = BLOCK_BYTES) -> int:

@@ -4,6 +4,8 @@ and the memory guard's estimate and refusal."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -196,3 +198,30 @@ def test_gemma2_soft_capped_scores(tmp_path, one_thread):
     run_blockwise(lm, batch, keep, 5)
     assert capped
     np.testing.assert_allclose(got, eager, rtol=0, atol=PROB_ATOL)
+
+
+@pytest.mark.parametrize("kind", ["bert", "mistral"])
+def test_another_thread_runs_eager_during_a_blockwise_run(kind, tmp_path):
+    lm = load_model(str(save_tiny(kind, tmp_path / kind)))
+    encoded = encode(lm, TEXT_A)
+    before = run_encoded(lm, [encoded])[0].attentions
+    paused, resume = threading.Event(), threading.Event()
+    got = np.zeros_like(before)
+
+    def keep(layer, first_row, probs):
+        if layer == 0 and first_row == 0:  # hold the model switched to block-wise while the other thread runs
+            paused.set()
+            assert resume.wait(60)
+        got[layer, :, first_row : first_row + probs.shape[2]] = probs[0].numpy()
+
+    worker = threading.Thread(target=run_blockwise, args=(lm, model_inputs(lm, [encoded]), keep, 4))
+    worker.start()
+    try:
+        assert paused.wait(60)
+        during = run_encoded(lm, [encoded])[0].attentions  # this thread: eager attention, its weights returned
+    finally:
+        resume.set()
+        worker.join(60)
+    np.testing.assert_allclose(during, before, rtol=0, atol=PROB_ATOL)
+    np.testing.assert_allclose(got, before, rtol=0, atol=PROB_ATOL)
+    assert lm.encoder.config._attn_implementation == "eager"
