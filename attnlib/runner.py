@@ -19,7 +19,7 @@ from .families import (
     layout,
     unsupported_reason,
 )
-from .memory import check_memory, memory_limit, run_size
+from .memory import check_memory, estimate_peak_bytes, memory_limit, run_size
 from .model import LoadedModel
 from .norm_batch import NormMaps, NormWeights, padded_norm_maps
 from .replay import hooks_removed
@@ -461,7 +461,12 @@ def _run_window(
         else:
             kept.append(i)
     order = sorted(kept, key=lambda i: encoded[i].n)
-    for idx in _batches(order, [e.n for e in encoded], batch_size):
+    limit = memory_limit(device=lm.device)
+
+    def fits(count: int, n: int) -> bool:
+        return limit is None or estimate_peak_bytes(run_size(lm, n, count)) <= limit
+
+    for idx in _batches(order, [e.n for e in encoded], batch_size, fits):
         batch = [encoded[i] for i in idx]
         for i, r in zip(idx, run_encoded(lm, batch, capture_qk, capture_norms, norm_maps)):
             out[i] = r
@@ -471,13 +476,17 @@ def _run_window(
 BATCH_CELLS = 32 * 48 * 48  # a batch's padded attention cells per head: batch_size inputs up to 48 tokens, fewer above
 
 
-def _batches(order: list[int], lengths: list[int], batch_size: int) -> Iterator[list[int]]:
+def _batches(
+    order: list[int], lengths: list[int], batch_size: int, fits: Callable[[int, int], bool] | None = None
+) -> Iterator[list[int]]:
     """Consecutive runs of order (sorted by length) of at most batch_size inputs and BATCH_CELLS padded cells, so
     a batch's transient memory (every layer's [batch, heads, n, n] maps, twice) does not depend on where the longest
-    inputs fall: peak memory stays flat in corpus size."""
+    inputs fall: peak memory stays flat in corpus size; and, given fits(inputs, n), batches within the memory guard's
+    limit (an input that does not fit alone is its own batch, which run_encoded refuses)."""
     batch: list[int] = []
     for i in order:
-        if batch and (len(batch) == batch_size or (len(batch) + 1) * lengths[i] ** 2 > BATCH_CELLS):
+        full = len(batch) == batch_size or (len(batch) + 1) * lengths[i] ** 2 > BATCH_CELLS
+        if batch and (full or (fits is not None and not fits(len(batch) + 1, lengths[i]))):
             yield batch
             batch = []
         batch.append(i)

@@ -175,11 +175,11 @@ def test_an_input_too_large_for_eager_runs_blockwise(tmp_path, monkeypatch, one_
     size = run_size(lm, max(encode(lm, s).n for s in SENTENCES))
     between = (estimate_peak_bytes(size, 1) + estimate_peak_bytes(size)) / 2  # block-wise fits, eager does not
     monkeypatch.setenv(MAX_RUN_MB_ENV, str(between / 2**20))
-    guarded = run_analysis(SPECIAL, lm, SpecialOptions(), inputs={"corpus": SENTENCES}, batch_size=1).to_json()
+    guarded = run_analysis(SPECIAL, lm, SpecialOptions(), inputs={"corpus": SENTENCES}).to_json()
     for key in STAT_KEYS:
         np.testing.assert_allclose(guarded["heads"][key], eager["heads"][key], rtol=0, atol=PROB_ATOL)
     with pytest.raises(MemoryLimitError):  # with the head map every map is needed whole: refused
-        run_analysis(SPECIAL, lm, SpecialOptions(head_map=True), inputs={"corpus": SENTENCES}, batch_size=1)
+        run_analysis(SPECIAL, lm, SpecialOptions(head_map=True), inputs={"corpus": SENTENCES})
 
 
 def test_gemma2_soft_capped_scores(tmp_path, one_thread):
