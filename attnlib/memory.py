@@ -34,9 +34,11 @@ def estimate_peak_bytes(size: RunSize, block_rows: int | None = None) -> int:
 
     Eager (block_rows None): every layer's [batch, heads, n, n] maps kept for output_attentions, a float32 copy
     when the runner stacks them and one more per input when it cuts them, and one layer's scores while softmax
-    makes the next. Block-wise: three blocks of [batch, heads, rows, n] float32 scores, a boolean mask of
-    [batch, n, n] per mask kind (full and local: two) and the per-row statistics. Both: hidden states of every
-    layer and a layer's activations (16 values of hidden width per token)."""
+    makes the next. Block-wise: six blocks of [batch, heads, rows, n] float32 values (scores, probabilities, their
+    numpy copy and the statistics' temporaries), a boolean mask of [batch, n, n] per mask kind (full and local: two)
+    and the per-row statistics. Both: hidden states of every layer and a layer's activations (16 values of hidden
+    width per token). Measured (ModernBERT, 4 layers, 12 heads, hidden 384, n = 2,246, CPU): eager +2.9 GB of
+    resident memory against 3.3 GB estimated, block-wise +0.3 GB against 0.5 GB."""
     b, n, h = size.batch, size.n, size.heads
     activations = (size.layers + 16) * b * n * size.hidden * size.dtype_bytes
     if block_rows is None:
@@ -45,7 +47,7 @@ def estimate_peak_bytes(size: RunSize, block_rows: int | None = None) -> int:
         )
         return maps + b * n * n * size.dtype_bytes + activations
     rows = min(block_rows, n)
-    return 3 * b * h * rows * n * 4 + 2 * b * n * n + size.layers * b * h * n * 8 * 4 + activations
+    return 6 * b * h * rows * n * 4 + 2 * b * n * n + size.layers * b * h * n * 8 * 4 + activations
 
 
 def available_bytes(device: str = "cpu") -> int:
@@ -76,6 +78,12 @@ def memory_limit(max_megabytes: float | None = None, device: str = "cpu") -> int
     return free or None
 
 
+def _megabytes(size: float) -> str:
+    """'8,192 MB', or for less than 10 MB two significant digits ('0.37 MB')."""
+    mb = size / 2**20
+    return f"{mb:,.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
+
+
 def check_memory(size: RunSize, limit: int | None, block_rows: int | None = None) -> None:
     """MemoryLimitError, in words, when the run's estimated peak exceeds limit bytes (None: no limit)."""
     need = estimate_peak_bytes(size, block_rows)
@@ -83,8 +91,8 @@ def check_memory(size: RunSize, limit: int | None, block_rows: int | None = None
         return
     how = "block-wise" if block_rows is not None else "with every layer's full attention maps"
     raise MemoryLimitError(
-        f"An input of {size.n:,} tokens run {how} needs about {need / 2**20:,.0f} MB ({size.layers} layers x "
-        f"{size.heads} heads x {size.n:,}^2 attention weights); this server allows {limit / 2**20:,.0f} MB per run. "
+        f"An input of {size.n:,} tokens run {how} needs about {_megabytes(need)} ({size.layers} layers x "
+        f"{size.heads} heads x {size.n:,}^2 attention weights); this server allows {_megabytes(limit)} per run. "
         "Use a shorter text, or a statistic that runs block-wise."
     )
 

@@ -12,7 +12,14 @@ import torch
 
 import attnlib.engine
 from attnlib.analysis import run_analysis
-from attnlib.blockwise import BlockwiseUnsupportedError, reduce_map, run_blockwise, run_rows, supports_blockwise
+from attnlib.blockwise import (
+    BlockwiseUnsupportedError,
+    default_block_rows,
+    reduce_map,
+    run_blockwise,
+    run_rows,
+    supports_blockwise,
+)
 from attnlib.memory import MAX_RUN_MB_ENV, MemoryLimitError, RunSize, check_memory, estimate_peak_bytes, run_size
 from attnlib.model import ModelLoadError, load_model
 from attnlib.runner import encode, model_inputs, run_encoded
@@ -173,7 +180,8 @@ def test_an_input_too_large_for_eager_runs_blockwise(tmp_path, monkeypatch, one_
     lm = load_model(str(save_tiny("bert", tmp_path / "bert")))
     eager = run_analysis(SPECIAL, lm, SpecialOptions(), inputs={"corpus": SENTENCES}).to_json()
     size = run_size(lm, max(encode(lm, s).n for s in SENTENCES))
-    between = (estimate_peak_bytes(size, 1) + estimate_peak_bytes(size)) / 2  # block-wise fits, eager does not
+    blocks = estimate_peak_bytes(size, default_block_rows(size.n, size.heads))
+    between = (blocks + estimate_peak_bytes(size)) / 2  # block-wise fits, eager does not
     monkeypatch.setenv(MAX_RUN_MB_ENV, str(between / 2**20))
     guarded = run_analysis(SPECIAL, lm, SpecialOptions(), inputs={"corpus": SENTENCES}).to_json()
     for key in STAT_KEYS:
