@@ -186,18 +186,47 @@ class BlockwiseUnsupportedError(RuntimeError):
     """The model's family cannot run block-wise attention."""
 
 
-def reduce_map(attn: np.ndarray, width: int) -> tuple[np.ndarray, int]:
-    """METHODS §19's reduced map of [..., n, n] attention: cells of b x b tokens (b the smallest power of two with
-    ceil(n / b) <= width), each the maximum of its weights; returns the [..., ceil(n / b), ceil(n / b)] map and b."""
-    n = attn.shape[-1]
+def cell_size(n: int, width: int) -> int:
+    """METHODS §19: the smallest power of two b with ceil(n / b) <= width."""
     b = 1
     while math.ceil(n / b) > width:
         b *= 2
-    cells = math.ceil(n / b)
-    padded = np.full((*attn.shape[:-2], cells * b, cells * b), -np.inf, dtype=attn.dtype)
-    padded[..., :n, :n] = attn
-    shaped = padded.reshape(*attn.shape[:-2], cells, b, cells, b)
-    return shaped.max(axis=(-3, -1)), b
+    return b
+
+
+def _max_pool(x: np.ndarray, b: int) -> np.ndarray:
+    """[..., rows, cols] pooled into b x b cells (the last ones cut short), each the maximum of its values."""
+    rows, cols = math.ceil(x.shape[-2] / b), math.ceil(x.shape[-1] / b)
+    padded = np.full((*x.shape[:-2], rows * b, cols * b), -np.inf, dtype=x.dtype)
+    padded[..., : x.shape[-2], : x.shape[-1]] = x
+    return padded.reshape(*x.shape[:-2], rows, b, cols, b).max(axis=(-3, -1))
+
+
+def reduce_map(attn: np.ndarray, width: int) -> tuple[np.ndarray, int]:
+    """METHODS §19's reduced map of [..., n, n] attention: cells of b x b tokens (b = cell_size(n, width)), each the
+    maximum of its weights, so a single strong link is never averaged away; returns the pooled map and b."""
+    b = cell_size(attn.shape[-1], width)
+    return _max_pool(attn, b), b
+
+
+def reduced_maps(
+    lm: LoadedModel, encoded: Encoded, width: int, block_rows: int | None = None
+) -> tuple[np.ndarray, int]:
+    """reduce_map of one input's every layer and head, [layers, heads, cells, cells], computed block-wise (never the
+    whole [heads, n, n] map of a layer); and b. The blocks are whole cells high: block_rows rounded down to b's
+    multiple (at least b)."""
+    n, f = encoded.n, lm.facts
+    b = cell_size(n, width)
+    out = np.zeros((f.n_layers, f.n_heads, math.ceil(n / b), math.ceil(n / b)), np.float32)
+    rows = default_block_rows(n, f.n_heads) if block_rows is None else block_rows
+    rows = max(b, rows // b * b)
+
+    def take(layer: int, first_row: int, probs: torch.Tensor) -> None:
+        pooled = _max_pool(probs[0].float().cpu().numpy(), b)
+        out[layer, :, first_row // b : first_row // b + pooled.shape[1]] = pooled
+
+    run_blockwise(lm, model_inputs(lm, [encoded]), take, rows)
+    return out, b
 
 
 def stack_blocks(blocks: Sequence[tuple[int, int, np.ndarray]], layers: int) -> np.ndarray:

@@ -16,6 +16,7 @@ from attnlib.blockwise import (
     BlockwiseUnsupportedError,
     default_block_rows,
     reduce_map,
+    reduced_maps,
     run_blockwise,
     run_rows,
     supports_blockwise,
@@ -233,3 +234,23 @@ def test_another_thread_runs_eager_during_a_blockwise_run(kind, tmp_path):
     np.testing.assert_allclose(during, before, rtol=0, atol=PROB_ATOL)
     np.testing.assert_allclose(got, before, rtol=0, atol=PROB_ATOL)
     assert lm.encoder.config._attn_implementation == "eager"
+
+
+@pytest.mark.parametrize("kind", ["modernbert", "mistral"])
+def test_reduced_maps_computed_blockwise_equal_the_pooled_eager_maps(kind, tmp_path, one_thread):
+    lm = load_model(str(save_tiny(kind, tmp_path / kind)))
+    encoded = encode(lm, TEXT_A)
+    eager = run_encoded(lm, [encoded])[0].attentions
+    quarter = -(-encoded.n // 4)  # ceil(n / 4) pixels: cells of 4 tokens, since ceil(n / 2) > ceil(n / 4) for n > 4
+    assert encoded.n > 4
+    for width, rows in ((quarter, 3), (quarter, 100), (encoded.n, 2)):  # blocks of one cell, of all rows; b = 1
+        b = 1 if width == encoded.n else 4
+        got, got_b = reduced_maps(lm, encoded, width, rows)
+        assert got_b == b
+        # pooled by hand from the eager maps: the maximum over each b x b cell
+        cells = -(-encoded.n // b)
+        expected = np.zeros_like(got)
+        for r in range(cells):
+            for c in range(cells):
+                expected[..., r, c] = eager[..., r * b : (r + 1) * b, c * b : (c + 1) * b].max(axis=(-2, -1))
+        np.testing.assert_allclose(got, expected, rtol=0, atol=PROB_ATOL)
