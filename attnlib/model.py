@@ -160,16 +160,16 @@ def check_size(name: str, parameters: int, max_megabytes: float | None) -> None:
         )
 
 
-def parse_megabytes(value: str | float | None) -> float | None:
+def parse_megabytes(value: str | float | None, what: str = "model size limit") -> float | None:
     """A size limit in MB from a setting ('800', 800); None when unset or empty."""
     if value is None or str(value).strip() == "":
         return None
     try:
         megabytes = float(value)
     except ValueError:
-        raise ModelLoadError(f"The model size limit must be a number of megabytes, not {value!r}.") from None
+        raise ModelLoadError(f"The {what} must be a number of megabytes, not {value!r}.") from None
     if not megabytes > 0:
-        raise ModelLoadError(f"The model size limit must be more than 0 MB, not {value!r}.")
+        raise ModelLoadError(f"The {what} must be more than 0 MB, not {value!r}.")
     return megabytes
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +19,7 @@ from .families import (
     layout,
     unsupported_reason,
 )
+from .memory import check_memory, estimate_peak_bytes, memory_limit, run_size
 from .model import LoadedModel
 from .norm_batch import NormMaps, NormWeights, padded_norm_maps
 from .replay import hooks_removed
@@ -67,6 +68,7 @@ class RunResult(Encoded):
     block_scale: np.ndarray | None = None  # [layers, n]: s_i = sqrt(var(u_i) + eps), u_i the first LN's input
     norm_weights: NormWeights | None = None  # the model's output projections and first LayerNorms
     maps: NormMaps | None = None  # every §11-13 map, when the run was asked for them (norm_maps=True)
+    deferred: bool = False  # not run here: run_batches' defer chose it for a block-wise run (no attentions)
 
 
 def _check_text(text: TextOrWords | None, label: str) -> None:
@@ -343,6 +345,7 @@ def run_encoded(
     families.unsupported_reason); capture_norms each layer's input, value vectors and the model's NormWeights
     (METHODS §11-12); norm_maps (which implies it) also every §11-13 map, computed for the whole batch at once."""
     capture_norms = capture_norms or norm_maps
+    check_memory(run_size(lm, max(e.n for e in encoded), len(encoded)), memory_limit(device=lm.device))
     attentions, lay, captured = _forward(lm, model_inputs(lm, encoded), capture_qk, capture_norms)
     stacked_maps = torch.stack(attentions, dim=1).float().cpu()  # [batch, layers, heads, n_max, n_max]
     stacked = stacked_maps.numpy()
@@ -425,17 +428,19 @@ def run_batches(
     capture_norms: bool = False,
     norm_maps: bool = False,
     capture_qk: bool = False,
+    defer: Callable[[Encoded], bool] | None = None,
 ) -> Iterator[RunResult]:
     """Run many inputs in padded batches of similar length, yielding results in input order (run_encoded's
-    capture_norms, norm_maps and capture_qk for each)."""
+    capture_norms, norm_maps and capture_qk for each); an input that defer chooses is yielded unrun (deferred)."""
     buffer: list[Encoded] = []
+    options = (batch_size, capture_norms, norm_maps, capture_qk, defer)
     for text_a, text_b in inputs:
         buffer.append(encode(lm, text_a, text_b))
         if len(buffer) == window:
-            yield from _run_window(lm, buffer, batch_size, capture_norms, norm_maps, capture_qk)
+            yield from _run_window(lm, buffer, *options)
             buffer = []
     if buffer:
-        yield from _run_window(lm, buffer, batch_size, capture_norms, norm_maps, capture_qk)
+        yield from _run_window(lm, buffer, *options)
 
 
 def _run_window(
@@ -445,11 +450,23 @@ def _run_window(
     capture_norms: bool = False,
     norm_maps: bool = False,
     capture_qk: bool = False,
+    defer: Callable[[Encoded], bool] | None = None,
 ) -> Iterator[RunResult]:
     """Sort a window of inputs by length so batches carry little padding, then restore the order."""
-    order = sorted(range(len(encoded)), key=lambda i: encoded[i].n)
     out: list[RunResult | None] = [None] * len(encoded)
-    for idx in _batches(order, [e.n for e in encoded], batch_size):
+    kept = []
+    for i, e in enumerate(encoded):
+        if defer is not None and defer(e):
+            out[i] = RunResult(**vars(e), deferred=True)
+        else:
+            kept.append(i)
+    order = sorted(kept, key=lambda i: encoded[i].n)
+    limit = memory_limit(device=lm.device)
+
+    def fits(count: int, n: int) -> bool:
+        return limit is None or estimate_peak_bytes(run_size(lm, n, count)) <= limit
+
+    for idx in _batches(order, [e.n for e in encoded], batch_size, fits):
         batch = [encoded[i] for i in idx]
         for i, r in zip(idx, run_encoded(lm, batch, capture_qk, capture_norms, norm_maps)):
             out[i] = r
@@ -459,13 +476,17 @@ def _run_window(
 BATCH_CELLS = 32 * 48 * 48  # a batch's padded attention cells per head: batch_size inputs up to 48 tokens, fewer above
 
 
-def _batches(order: list[int], lengths: list[int], batch_size: int) -> Iterator[list[int]]:
+def _batches(
+    order: list[int], lengths: list[int], batch_size: int, fits: Callable[[int, int], bool] | None = None
+) -> Iterator[list[int]]:
     """Consecutive runs of order (sorted by length) of at most batch_size inputs and BATCH_CELLS padded cells, so
     a batch's transient memory (every layer's [batch, heads, n, n] maps, twice) does not depend on where the longest
-    inputs fall: peak memory stays flat in corpus size."""
+    inputs fall: peak memory stays flat in corpus size; and, given fits(inputs, n), batches within the memory guard's
+    limit (an input that does not fit alone is its own batch, which run_encoded refuses)."""
     batch: list[int] = []
     for i in order:
-        if batch and (len(batch) == batch_size or (len(batch) + 1) * lengths[i] ** 2 > BATCH_CELLS):
+        full = len(batch) == batch_size or (len(batch) + 1) * lengths[i] ** 2 > BATCH_CELLS
+        if batch and (full or (fits is not None and not fits(len(batch) + 1, lengths[i]))):
             yield batch
             batch = []
         batch.append(i)

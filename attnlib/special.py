@@ -12,7 +12,7 @@ import numpy as np
 
 from .corpus import CorpusInput
 from .results import ResultFileError, numeric_array
-from .runner import RunResult
+from .runner import Encoded, RunResult
 
 CLASS_KEYS = ("cls", "sep", "punct", "other")
 OFFSET_KEYS = ("prev", "self", "next")
@@ -65,8 +65,20 @@ def class_share(attn: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def offset_share(attn: np.ndarray, offset: int) -> np.ndarray:
     """METHODS §2: (1/n) sum_i A[..., i, i + offset]; rows without such a key add 0."""
-    n = attn.shape[-1]
-    return np.diagonal(attn, offset=offset, axis1=-2, axis2=-1).sum(axis=-1) / n
+    return row_offsets(attn, (offset,))[..., 0].sum(axis=-1) / attn.shape[-1]
+
+
+def row_offsets(attn: np.ndarray, offsets: Sequence[int] = (-1, 0, 1), first_row: int = 0) -> np.ndarray:
+    """[..., rows, len(offsets)]: each row's weight on key i + offset, row i = first_row + its place in the block
+    of rows [..., rows, n] (0 where there is no such key)."""
+    rows, n = attn.shape[-2:]
+    i = np.arange(rows)
+    out = np.zeros((*attn.shape[:-1], len(offsets)), attn.dtype)
+    for c, offset in enumerate(offsets):
+        j = first_row + i + offset
+        inside = (j >= 0) & (j < n)
+        out[..., inside, c] = attn[..., i[inside], j[inside]]
+    return out
 
 
 def rows_to_mask(attn: np.ndarray, rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -77,16 +89,17 @@ def rows_to_mask(attn: np.ndarray, rows: np.ndarray, mask: np.ndarray) -> np.nda
     return attn[..., rows, :][..., np.asarray(mask, bool)].sum(axis=-1).mean(axis=-1)
 
 
-def row_entropy(attn: np.ndarray, causal: bool = False) -> np.ndarray:
-    """METHODS §3: entropy in nats of each row of 0.9999 * A + 0.0001 / n; returns [..., n]. Causal (§18): row i
-    over its own i + 1 keys, smoothed with 0.0001 / (i + 1)."""
-    n = attn.shape[-1]
+def row_entropy(attn: np.ndarray, causal: bool = False, first_row: int = 0) -> np.ndarray:
+    """METHODS §3: entropy in nats of each row of 0.9999 * A + 0.0001 / n; returns [..., rows] for rows [..., rows, n]
+    whose first is row first_row. Causal (§18): row i over its own i + 1 keys, smoothed with 0.0001 / (i + 1)."""
+    rows, n = attn.shape[-2:]
     if not causal:
         p = attn * np.float32(1 - ENTROPY_SMOOTHING) + np.float32(ENTROPY_SMOOTHING / n)
         return -(p * np.log(p)).sum(axis=-1)
-    keys = np.arange(1, n + 1, dtype=np.float32)[:, None]  # row i has i + 1 keys
+    i = first_row + np.arange(rows)[:, None]
+    keys = (i + 1).astype(np.float32)  # row i has i + 1 keys
     p = attn * np.float32(1 - ENTROPY_SMOOTHING) + np.float32(ENTROPY_SMOOTHING) / keys
-    visible = np.tril(np.ones((n, n), bool))
+    visible = np.arange(n)[None, :] <= i
     return -np.where(visible, p * np.log(np.where(visible, p, 1)), 0).sum(axis=-1)
 
 
@@ -117,32 +130,67 @@ def class_row_mass(attn: np.ndarray, classes: np.ndarray) -> np.ndarray:
     return mass
 
 
+@dataclass
+class InputRows:
+    """Per-row statistics of one input's attention, filled block by block of query rows (METHODS §19): each row's
+    mass per class, its weight on the previous, own and next key, and its entropy; [layers, heads, n, ...] each."""
+
+    classes: np.ndarray  # [n, 4] class_masks
+    causal: bool
+    mass: np.ndarray  # [layers, heads, n, 4]
+    offsets: np.ndarray  # [layers, heads, n, 3]: OFFSETS' keys
+    entropy: np.ndarray  # [layers, heads, n]
+
+    @classmethod
+    def empty(cls, layers: int, heads: int, classes: np.ndarray, causal: bool, dtype=np.float32) -> InputRows:
+        """Rows yet to be filled for an input of len(classes) tokens."""
+        n = len(classes)
+        return cls(
+            classes,
+            causal,
+            np.zeros((layers, heads, n, len(CLASS_KEYS)), dtype),
+            np.zeros((layers, heads, n, len(OFFSETS)), dtype),
+            np.zeros((layers, heads, n), dtype),
+        )
+
+    def add_block(self, probs: np.ndarray, first_row: int, layer: int | slice = slice(None)) -> None:
+        """Fill the rows of a block of attention: [heads, rows, n] of one layer, or [layers, heads, rows, n]."""
+        rows = slice(first_row, first_row + probs.shape[-2])
+        self.mass[layer, :, rows] = class_row_mass(probs, self.classes)
+        self.offsets[layer, :, rows] = row_offsets(probs, tuple(OFFSETS.values()), first_row)
+        self.entropy[layer, :, rows] = row_entropy(probs, self.causal, first_row)
+
+    def statistics(self) -> dict[str, np.ndarray]:
+        """Every statistic of the input as [layers, heads] arrays (sep_to_sep NaN without SEP): input_statistics."""
+        layers, heads, n = self.entropy.shape
+        shares = self.mass.mean(axis=2)
+        stats = {key: shares[..., c] for c, key in enumerate(CLASS_KEYS)}
+        rows = slice(1, None) if self.causal and n > 1 else slice(None)  # row 0 of a decoder sees only itself
+        if self.causal:
+            stats["cls"] = self.mass[..., rows, 0].mean(axis=-1)
+        for c, key in enumerate(OFFSETS):
+            stats[key] = self.offsets[..., c].sum(axis=-1) / n
+        stats["entropy"] = self.entropy[..., rows].mean(axis=-1)
+        stats["cls_entropy"] = self.entropy[..., 0]
+        sep_rows = self.classes[:, 1].astype(bool)
+        to_sep = self.mass[..., 1]
+        nan = np.full((layers, heads), np.nan)
+        stats["sep_to_sep"] = to_sep[..., sep_rows].mean(axis=-1) if sep_rows.any() else nan
+        stats["rest_to_sep"] = to_sep[..., ~sep_rows].mean(axis=-1) if (~sep_rows).any() else nan
+        return stats
+
+
 def input_statistics(
     attn: np.ndarray, cls_mask: np.ndarray, sep_mask: np.ndarray, punct: np.ndarray, causal: bool = False
 ) -> dict[str, np.ndarray]:
     """Every statistic of one input's attention [layers, heads, n, n] as [layers, heads] arrays (sep_to_sep NaN without SEP).
 
     Causal (a decoder, METHODS §18): cls_mask is FIRST (position 0), its share and the entropy over rows i >= 1."""
+    dtype = np.result_type(attn.dtype, np.float32)
     layers, heads = attn.shape[:2]
-    classes = class_masks(cls_mask, sep_mask, punct)
-    row_mass = class_row_mass(attn, classes)  # [layers, heads, n, 4]
-    shares = row_mass.mean(axis=2)
-    stats = {key: shares[..., c] for c, key in enumerate(CLASS_KEYS)}
-    rows = slice(1, None) if causal and attn.shape[-1] > 1 else slice(None)  # row 0 of a decoder sees only itself
-    if causal:
-        stats["cls"] = row_mass[..., rows, 0].mean(axis=-1)
-    for key, offset in OFFSETS.items():
-        stats[key] = offset_share(attn, offset)
-    entropy = row_entropy(attn, causal)
-    stats["entropy"] = entropy[..., rows].mean(axis=-1)
-    stats["cls_entropy"] = entropy[..., 0]
-    sep_rows = classes[:, 1].astype(bool)
-    to_sep = row_mass[..., 1]
-    stats["sep_to_sep"] = to_sep[..., sep_rows].mean(axis=-1) if sep_rows.any() else np.full((layers, heads), np.nan)
-    stats["rest_to_sep"] = (
-        to_sep[..., ~sep_rows].mean(axis=-1) if (~sep_rows).any() else np.full((layers, heads), np.nan)
-    )
-    return stats
+    rows = InputRows.empty(layers, heads, class_masks(cls_mask, sep_mask, punct), causal, dtype)
+    rows.add_block(attn, 0)
+    return rows.statistics()
 
 
 @dataclass
@@ -236,9 +284,18 @@ class SpecialTokenStats:
 
     def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
         """Add one input's statistics (its attention has no padding)."""
-        attn = result.attentions
         punct = punct_mask(result.tokens, result.special_mask, self.all_punct)
-        stats = input_statistics(attn, result.cls_mask, result.sep_mask, punct, self.causal)
+        stats = input_statistics(result.attentions, result.cls_mask, result.sep_mask, punct, self.causal)
+        self.add_statistics(stats, result)
+
+    def row_consumer(self, encoded: Encoded, item: CorpusInput | None = None) -> SpecialRows:
+        """A consumer of one input's attention in blocks of rows (METHODS §19) that adds it here when finished."""
+        punct = punct_mask(encoded.tokens, encoded.special_mask, self.all_punct)
+        classes = class_masks(encoded.cls_mask, encoded.sep_mask, punct)
+        return SpecialRows(self, encoded, InputRows.empty(self.n_layers, self.n_heads, classes, self.causal))
+
+    def add_statistics(self, stats: dict[str, np.ndarray], encoded: Encoded) -> None:
+        """Add one input's input_statistics."""
         counted = {key: not np.isnan(value).all() for key, value in stats.items()}  # only the SEP row means can be NaN
         for key, value in stats.items():
             if counted[key]:
@@ -246,8 +303,8 @@ class SpecialTokenStats:
         self.n_inputs += 1
         self.n_with_sep_rows += counted["sep_to_sep"]
         self.n_with_rest_rows += counted["rest_to_sep"]
-        self.log_n_sum += uniform_entropy(attn.shape[-1], self.causal)
-        self.n_truncated += int(result.truncated)
+        self.log_n_sum += uniform_entropy(encoded.n, self.causal)
+        self.n_truncated += int(encoded.truncated)
 
     def merge(self, other: SpecialTokenStats) -> SpecialTokenStats:
         """The accumulator over both input sets; neither operand changes."""
@@ -282,6 +339,23 @@ class SpecialTokenStats:
         }
         uniform = self.log_n_sum / self.n_inputs if self.n_inputs else float("nan")
         return SpecialTokenResult(self.n_inputs, heads, uniform, self.all_punct, self.n_truncated, self.causal)
+
+
+@dataclass
+class SpecialRows:
+    """One input's block-wise consumer for SpecialTokenStats (blockwise.RowConsumer)."""
+
+    stats: SpecialTokenStats
+    encoded: Encoded
+    rows: InputRows
+
+    def block(self, layer: int, first_row: int, probs: np.ndarray) -> None:
+        """Take a block of one layer's attention, [heads, rows, n]."""
+        self.rows.add_block(probs, first_row, layer)
+
+    def finish(self) -> None:
+        """Add the input, every block taken, to the accumulator."""
+        self.stats.add_statistics(self.rows.statistics(), self.encoded)
 
 
 def heads_above(values: np.ndarray, threshold: float = 0.5) -> list[tuple[int, int, float]]:
