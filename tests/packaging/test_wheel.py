@@ -21,9 +21,10 @@ SHIPPED = ("data", "docs", "static")  # the folders the wheel carries as attnlib
 
 
 def tracked(folder: str) -> set[str]:
-    """The repository's files under a folder, relative to the checkout."""
+    """The repository's files under a folder, relative to the checkout; of docs/, METHODS.md (the rest of docs/ is the
+    documentation site, mkdocs.yml, which the wheel does not carry)."""
     out = subprocess.run(["git", "ls-files", folder], cwd=CHECKOUT, capture_output=True, text=True, check=True)
-    return set(out.stdout.split())
+    return {name for name in out.stdout.split() if folder != "docs" or name == "docs/METHODS.md"}
 
 
 def run_json(python: Path, args: list[str], cwd: Path) -> dict:
