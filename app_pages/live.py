@@ -26,6 +26,7 @@ from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_ter
 from attnlib.words import ROW_RULES
 from ui.compare import compared_model, model_columns
 from ui.data_table import data_table
+from ui.encoder_decoder import encoder_decoder_live
 from ui.family_notes import explain_unsupported, local_layers_note, unsupported_for
 from ui.head_finder import show_finder
 from ui.head_switches import clicked_heads, head_switches
@@ -620,6 +621,10 @@ SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": ne
 
 st.title("Live attention")
 facts = current_model().facts
+if facts.kind == "encoder-decoder":
+    encoder_decoder_live(facts)
+    cite_methods(6)
+    st.stop()
 text_a, text_b = text_inputs()
 result = run_or_explain(facts.name, text_a, text_b)
 bind(OPTIONS)

@@ -1,0 +1,54 @@
+"""An encoder-decoder on the Live page: the source and target boxes, the switch between encoder, decoder and cross
+attention kept in the URL, and the head and model views of the part chosen equal to the model's own attentions."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlib.model import load_model
+from attnlib.seq2seq import TARGET_FROM_TEXT, run_seq2seq
+from support.models import save_tiny
+from support.pages import open_live, rerun, view_datas
+
+pytestmark = pytest.mark.slow
+SOURCE, TARGET = "The cat sat on the mat.", "A dog ran."
+
+
+@pytest.fixture(scope="module")
+def bart_dir(tmp_path_factory):
+    return save_tiny("bart", tmp_path_factory.mktemp("bart-pages"))
+
+
+def _pretty(tokens: list[str]) -> list[str]:
+    return [t.replace("Ġ", " ").replace("▁", " ") for t in tokens]
+
+
+def test_live_page_switches_between_encoder_decoder_and_cross_attention(bart_dir):
+    at = open_live(model=str(bart_dir), a=SOURCE, target=TARGET, part="cross", layer="2")
+    maps = run_seq2seq(load_model(str(bart_dir)), SOURCE, TARGET)
+    source, target = _pretty(maps.source.tokens), _pretty(maps.target.tokens)
+    (data,) = view_datas(at)
+    assert at.slider(key="live_layer").value == 2
+    assert (data["left"], data["right"]) == (target, source)  # cross: the target's tokens on the left
+    assert (at.query_params["part"], at.query_params["target"]) == ("cross", TARGET)
+    at.radio(key="live_part").set_value("decoder")
+    (data,) = view_datas(rerun(at))
+    assert data["left"] == data["right"] == target
+    assert at.query_params["part"] == "decoder"
+    at.radio(key="live_view").set_value("model")
+    at.radio(key="live_part").set_value("encoder")
+    (data,) = view_datas(rerun(at))
+    assert data["left"] == data["right"] == source
+    at.radio(key="live_view").set_value("neuron")
+    rerun(at)
+    assert not view_datas(at) and any("bart" in i.value for i in at.info)
+
+
+def test_live_page_without_a_target_says_where_the_target_came_from(bart_dir):
+    at = open_live(model=str(bart_dir), a=SOURCE)
+    maps = run_seq2seq(load_model(str(bart_dir)), SOURCE)
+    said = TARGET_FROM_TEXT[maps.target.source]
+    assert any(said in i.value and maps.target.text in i.value for i in at.info), [i.value for i in at.info]
+    (data,) = view_datas(at)
+    assert data["left"] == data["right"] == _pretty(maps.source.tokens)  # the encoder, by default
+    assert any("encoder-decoder" in c.value for c in at.sidebar.caption)
