@@ -4,11 +4,14 @@ attention kept in the URL, and the head and model views of the part chosen equal
 from __future__ import annotations
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from attnlib.model import load_model
 from attnlib.seq2seq import TARGET_FROM_TEXT, run_seq2seq
+from attnlib.shipped import ROOT
+from attnlib.tour import STEPS
 from support.models import save_tiny
-from support.pages import open_live, rerun, view_datas
+from support.pages import PAGES, open_live, rerun, run_computing, view_datas
 
 pytestmark = pytest.mark.slow
 SOURCE, TARGET = "The cat sat on the mat.", "A dog ran."
@@ -52,3 +55,28 @@ def test_live_page_without_a_target_says_where_the_target_came_from(bart_dir):
     (data,) = view_datas(at)
     assert data["left"] == data["right"] == _pretty(maps.source.tokens)  # the encoder, by default
     assert any("encoder-decoder" in c.value for c in at.sidebar.caption)
+
+
+@pytest.fixture(scope="module")
+def t5_dir(tmp_path_factory):
+    return save_tiny("t5", tmp_path_factory.mktemp("t5-pages"))
+
+
+def test_every_page_and_tour_step_opens_with_an_encoder_decoder(t5_dir):
+    """T5 (no [CLS]) on each page and at each Tour step: the Live page draws it, every other page says in words that it
+    is not written for encoder-decoders; nothing raises."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.query_params["model"], at.query_params["limit"] = str(t5_dir), "4"
+    run_computing(at, "start")
+    for page in PAGES:
+        at.switch_page(page)
+        run_computing(at, page)
+        assert at.title, page
+        said = any("not written for encoder-decoders" in i.value for i in at.info)
+        assert said == (page != "app_pages/live.py"), page
+    for step in range(1, len(STEPS) + 1):
+        at.switch_page("app_pages/tour.py")
+        at.query_params["step"] = str(step)
+        at.session_state["tour_step"] = step
+        run_computing(at, f"tour step {step}")
+        assert any("not written for encoder-decoders" in i.value for i in at.info)
