@@ -240,7 +240,7 @@ def test_cli_model_errors(t5_dir, monkeypatch, capsys):
     )
     assert code == 2 and "not reachable" in _one_clear_line(err)
     code, _, err = _cli("attention", "--text", VALID, "--model", str(t5_dir), "--json", capsys=capsys)
-    assert code == 2 and "encoder-decoder" in _one_clear_line(err)
+    assert code == 2 and "is not the model's own" in _one_clear_line(err)
 
 
 @pytest.mark.parametrize("case", CONLLU_BAD, ids=CONLLU_BAD.keys())
@@ -345,9 +345,9 @@ def test_app_sidebar_unknown_id_and_no_network(monkeypatch):
     _assert_kept_default(at, "bert-base-uncased", "Hugging Face Hub is not reachable")
 
 
-def test_app_sidebar_encoder_decoder(t5_dir):
+def test_app_sidebar_encoder_decoder_without_its_tokenizer(t5_dir):
     at = _choose_other(_sidebar(), str(t5_dir))
-    _assert_kept_default(at, str(t5_dir), "is an encoder-decoder .* not yet encoder-decoders")
+    _assert_kept_default(at, str(t5_dir), "tokenizer .* is not the model's own")
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
