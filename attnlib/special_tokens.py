@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .analysis import Analysis, Options, option
-from .families import UnsupportedModelError, unsupported_reason
+from .families import unsupported_reason
 from .head_distances import HeadDistances, HeadMap, head_map, special_from_json
 from .model import LoadedModel
 from .norms import NormShareResult, NormShareStats, special_norms_from_json
@@ -92,11 +92,6 @@ def largest_weight_norm_gap(
 def special_accumulators(lm: LoadedModel, options: SpecialOptions) -> list:
     """Empty accumulators: the special-token statistics, then the head distances and the norm statistics if asked."""
     f = lm.facts
-    if f.kind == "encoder-decoder" and not f.cls_token:
-        raise UnsupportedModelError(
-            f"special: '{f.name}' ({f.model_type}) puts no [CLS] or BOS token before its source text, so the share of "
-            "attention on [CLS] has no meaning for it."
-        )
     accumulators: list = [SpecialTokenStats(f.n_layers, f.n_heads, all_punct=options.all_punct, causal=f.causal)]
     if options.head_map:
         accumulators.append(HeadDistances(f.n_layers, f.n_heads))
