@@ -120,7 +120,7 @@ def _encoder_decoder_maps(lm: LoadedModel, item: CorpusInput, options: Attention
         )
     t = maps.target
     return AttentionMaps(
-        t.tokens, [0] * len(t.tokens), t.words, t.word_ids, t.truncated, len(t.tokens), attentions, about
+        t.tokens, [0] * len(t.tokens), t.words, t.word_ids, t.truncated, t.n_tokens_full, attentions, about
     )
 
 

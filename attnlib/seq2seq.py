@@ -45,6 +45,7 @@ class Target:
     words: list[str]
     word_ids: list[int | None]  # [n] index into words, None for the start token and special tokens
     truncated: bool
+    n_tokens_full: int  # length before truncation (the decoder reads as many tokens as the target has labels)
 
 
 @dataclass
@@ -118,7 +119,7 @@ def encode_target(lm: LoadedModel, text: str, source: TargetFrom = "given") -> T
     if not any(w is not None for w in label_word_ids):
         raise InputError("The target has nothing the model can read: the tokenizer removed every character.")
     word_ids = [None, *label_word_ids[: len(ids) - 1]]
-    return Target(text, source, ids, tok.convert_ids_to_tokens(ids), words, word_ids, n_full > limit)
+    return Target(text, source, ids, tok.convert_ids_to_tokens(ids), words, word_ids, n_full > limit, n_full)
 
 
 def run_seq2seq(lm: LoadedModel, source_text: str, target_text: str | None = None) -> Seq2SeqMaps:

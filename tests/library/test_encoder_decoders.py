@@ -135,6 +135,7 @@ def test_attention_flags_of_encoder_decoders_are_refused_for_other_models_in_one
         assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "encoder-decoder" in err, err
 
 
+@pytest.mark.slow
 def test_an_encoder_decoder_reads_no_pair_and_no_empty_target(encdec, capsys):
     model = str(encdec["folder"])
     for extra, said in ((["--pair", TARGET], "not a pair"), (["--target", " "], None)):
@@ -143,3 +144,22 @@ def test_an_encoder_decoder_reads_no_pair_and_no_empty_target(encdec, capsys):
             assert code == 0 and data["target_from"] in ("greedy", "source"), err
         else:
             assert code == 2 and err.count("\n") == 1 and said in err, err
+
+
+def test_an_encoder_decoders_attention_result_reads_back(encdec, one_thread):
+    from attnlib.analyses import analyse
+    from attnlib.attention import AttentionMaps
+    from attnlib.results import json_ready
+
+    maps = analyse("attention", encdec["lm"], text=SOURCE, target=TARGET, part="cross")
+    back = AttentionMaps.from_json(json.loads(json.dumps(json_ready(maps.to_json()))))
+    assert back.encoder_decoder == maps.encoder_decoder and back.tokens == maps.tokens
+    np.testing.assert_array_equal(back.attentions, maps.attentions)
+    assert back.attentions.shape[2:] == (len(maps.tokens), len(maps.encoder_decoder["key_tokens"]))
+
+
+def test_a_long_target_is_cut_to_the_models_length(encdec, one_thread):
+    maps = run_seq2seq(encdec["lm"], SOURCE, " ".join([TARGET] * 30))
+    limit = encdec["lm"].facts.max_length
+    assert maps.target.truncated and maps.target.n_tokens_full > limit == len(maps.target.tokens)
+    assert maps.decoder.shape[2:] == (limit, limit) and maps.cross.shape[2] == limit
