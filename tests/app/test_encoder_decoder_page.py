@@ -42,6 +42,11 @@ def test_live_page_switches_between_encoder_decoder_and_cross_attention(bart_dir
     at.radio(key="live_part").set_value("encoder")
     (data,) = view_datas(rerun(at))
     assert data["left"] == data["right"] == source
+    at.radio(key="live_part").set_value("cross")
+    at.selectbox(key="live_head").set_value(3)
+    (data,) = view_datas(rerun(at))
+    assert (data["left"], data["right"], data["L"], data["H"]) == (target, source, 2, 4)
+    assert data["sel"] == [1, 2]  # layer 2, head 3, 0-based
     at.radio(key="live_view").set_value("neuron")
     rerun(at)
     assert not view_datas(at) and any("bart" in i.value for i in at.info)
