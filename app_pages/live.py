@@ -623,7 +623,7 @@ st.title("Live attention")
 facts = current_model().facts
 if facts.kind == "encoder-decoder":
     encoder_decoder_live(facts)
-    cite_methods(6)
+    cite_methods(18)
     st.stop()
 text_a, text_b = text_inputs()
 result = run_or_explain(facts.name, text_a, text_b)
