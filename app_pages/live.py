@@ -296,6 +296,11 @@ def controls(view: str, facts: ModelFacts, result: RunResult, text_a: str, text_
 
 def compared_view(s: LiveView, facts: ModelFacts) -> LiveView | None:
     """The same input, level and measure in a second model (its own tokens), the layer and head kept in its range."""
+    if facts.kind == "encoder-decoder":
+        st.info(
+            f"{facts.name} is an encoder-decoder: open it as the model to see its encoder, decoder and cross attention."
+        )
+        return None
     try:
         r = cached_run(facts.name, s.text_a, s.text_b)
     except InputError as exc:

@@ -11,6 +11,7 @@ from attnlib.runner import InputError
 from attnlib.seq2seq import PART_NAMES, PARTS, TARGET_FROM_TEXT, Part, Seq2SeqMaps, run_seq2seq
 from attnlib.views.head_view import head_view
 from attnlib.views.model_view import model_view
+from ui.compare import compared_model
 from ui.family_notes import explain_unsupported
 from ui.live_inputs import text_options
 from ui.model_sidebar import model_named
@@ -74,6 +75,8 @@ def encoder_decoder_live(facts: ModelFacts) -> None:
     """The whole Live page of an encoder-decoder."""
     source, target = source_and_target()
     bind(OPTIONS)
+    if compared_model() is not None:
+        st.caption("A second model is not drawn beside an encoder-decoder.")
     try:
         maps = cached_seq2seq(facts.name, source, target)
     except InputError as exc:

@@ -85,3 +85,11 @@ def test_every_page_and_tour_step_opens_with_an_encoder_decoder(t5_dir):
         at.session_state["tour_step"] = step
         run_computing(at, f"tour step {step}")
         assert any("not written for encoder-decoders" in i.value for i in at.info)
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_an_encoder_decoder_is_not_drawn_beside_another_model(bart_dir, tiny_model_dir):
+    at = open_live(model=str(tiny_model_dir), cmp=str(bart_dir), a=SOURCE)
+    assert len(view_datas(at)) == 1 and any("is an encoder-decoder: open it as the model" in i.value for i in at.info)
+    at = open_live(model=str(bart_dir), cmp=str(tiny_model_dir), a=SOURCE)
+    assert len(view_datas(at)) == 1 and any("not drawn beside an encoder-decoder" in c.value for c in at.caption)
