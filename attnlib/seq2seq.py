@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .model import LoadedModel
-from .runner import Encoded, InputError, _align_words, _check_tokens, encode
+from .runner import Encoded, InputError, _align_words, check_tokens, encode
 
 Part = Literal["encoder", "decoder", "cross"]
 PARTS: tuple[Part, ...] = ("encoder", "decoder", "cross")
@@ -127,7 +127,7 @@ def run_seq2seq(lm: LoadedModel, source_text: str, target_text: str | None = Non
     output for the source, or the source itself when that is empty)."""
     model = require_encoder_decoder(lm, "Targets and the decoder's attentions")
     source = encode(lm, source_text)
-    _check_tokens(source, False)
+    check_tokens(source, False)
     if target_text is not None and target_text.strip():
         target = encode_target(lm, target_text)
     else:
