@@ -9,7 +9,9 @@ included) is its own:
   blockwise  the library's block-wise forward pass (attnlib.blockwise), every block handed to a consumer that only
              reads it
   special    `special` statistics of the one input (block-wise above attnlib.blockwise.BLOCKWISE_FROM tokens)
-A configuration whose estimated peak (attnlib.memory) exceeds the machine's available memory is not run.
+The eager pass is not run where one layer's scores (heads x n^2 float32, three copies: scores, softmax, its
+output) would exceed the machine's available memory. est.: attnlib.memory's estimate beyond the weights of the
+library's runs (block-wise; `special`, eager with every layer's maps up to BLOCKWISE_FROM tokens).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import psutil  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks import ewt_dev  # noqa: E402
@@ -56,6 +60,8 @@ def save_model(folder: Path) -> None:
         pad_token_id=tokenizer.pad_token_id,
         cls_token_id=tokenizer.cls_token_id,
         sep_token_id=tokenizer.sep_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
     )
     torch.manual_seed(0)
     tf.ModernBertModel(config).save_pretrained(folder)
@@ -75,8 +81,23 @@ def text_of(lm, n: int) -> str:
     return lm.tokenizer.decode(ids)
 
 
+class PeakSampler(threading.Thread):
+    """The process's largest resident memory (MB) while it runs, sampled every 5 ms."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak, self.done = 0.0, threading.Event()
+
+    def run(self) -> None:
+        me = psutil.Process()
+        while not self.done.is_set():
+            self.peak = max(self.peak, me.memory_info().rss / 2**20)
+            time.sleep(0.005)
+
+
 def one(config: str, folder: str, n: int) -> dict:
-    """Run one configuration in this process: seconds of the measured call and the process's peak memory (MB)."""
+    """Run one configuration in this process: seconds of the measured call, resident memory after loading, the
+    peak while it ran and the process's peak over its whole life (loading included), in MB."""
     from attnlib.analyses import SPECIAL
     from attnlib.analysis import run_analysis
     from attnlib.blockwise import run_blockwise
@@ -89,6 +110,9 @@ def one(config: str, folder: str, n: int) -> dict:
     text = text_of(lm, n)
     encoded = encode(lm, text)
     batch = model_inputs(lm, [encoded])
+    loaded = psutil.Process().memory_info().rss / 2**20
+    sampler = PeakSampler()
+    sampler.start()
     start = time.perf_counter()
     if config == "eager":
         with torch.inference_mode():
@@ -96,22 +120,31 @@ def one(config: str, folder: str, n: int) -> dict:
     elif config == "blockwise":
         run_blockwise(lm, batch, lambda layer, row, probs: None)
     else:
-        run_analysis(SPECIAL, lm, SPECIAL.make_options(), inputs=[CorpusInput(text)])
+        run_analysis(SPECIAL, lm, SPECIAL.make_options(), inputs={"corpus": [CorpusInput(text)]})
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"config": config, "n": encoded.n, "seconds": seconds, "peak_mb": peak}
+    sampler.done.set()
+    sampler.join()
+    life = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"config": config, "n": encoded.n, "seconds": seconds, "loaded_mb": loaded, "run_peak_mb": sampler.peak,
+            "life_peak_mb": life}  # fmt: skip
 
 
 def estimate_mb(folder: str, n: int, config: str) -> float:
-    """attnlib.memory's estimate of the run beyond the weights, in MB."""
+    """attnlib.memory's estimate of the library's run beyond the weights, in MB (the eager pass: one layer's
+    scores, three copies)."""
     from transformers import AutoConfig
 
     from attnlib.blockwise import default_block_rows
     from attnlib.memory import RunSize, estimate_peak_bytes
 
+    from attnlib.blockwise import BLOCKWISE_FROM
+
     c = AutoConfig.from_pretrained(folder)
+    if config == "eager":
+        return 3 * c.num_attention_heads * n * n * 4 / 2**20
     size = RunSize(n, c.num_hidden_layers, c.num_attention_heads, c.hidden_size)
-    rows = None if config == "eager" else default_block_rows(n, c.num_attention_heads)
+    eager = config == "special" and n <= BLOCKWISE_FROM
+    rows = None if eager else default_block_rows(n, c.num_attention_heads)
     return estimate_peak_bytes(size, rows) / 2**20
 
 
@@ -130,23 +163,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         save_model(Path(tmp))
         print(f"ModernBERT-base-sized random model, {torch.get_num_threads()} threads")
-        print(f"{'n':>6} {'config':>10} {'seconds':>9} {'peak MB':>9} {'est. MB':>9} {'x eager':>8}")
+        print("MB: resident after loading, peak while the configuration ran, the process's peak (loading included);")
+        header = ("n", "config", "seconds", "x eager", "loaded", "run peak", "life peak", "est.")
+        print("".join(f"{h:>10}" for h in header))
         for n in args.lengths:
             eager_seconds = None
             for config in args.configs:
                 estimate = estimate_mb(tmp, n, config)
                 if config == "eager" and estimate * 2**20 > available_bytes():
-                    print(f"{n:>6} {config:>10} {'not run: estimate over available memory':>40}")
+                    print(f"{n:>10}{config:>10}  not run: the estimate is over the available memory")
                     continue
                 cmd = [sys.executable, "-m", "benchmarks.bench_long", "--one", config, tmp, str(n)]
                 out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
                 if out.returncode != 0:
-                    print(f"{n:>6} {config:>10} failed: {out.stderr.strip().splitlines()[-1]}")
+                    print(f"{n:>10}{config:>10}  failed: {out.stderr.strip().splitlines()[-1]}")
                     continue
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 eager_seconds = r["seconds"] if config == "eager" else eager_seconds
                 ratio = f"{r['seconds'] / eager_seconds:.2f}" if eager_seconds else "-"
-                print(f"{n:>6} {config:>10} {r['seconds']:>9.1f} {r['peak_mb']:>9.0f} {estimate:>9.0f} {ratio:>8}")
+                figures = (r["loaded_mb"], r["run_peak_mb"], r["life_peak_mb"], estimate)
+                print(f"{n:>10}{config:>10}{r['seconds']:>10.1f}{ratio:>10}" + "".join(f"{x:>10.0f}" for x in figures))
 
 
 if __name__ == "__main__":
