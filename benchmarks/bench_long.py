@@ -134,10 +134,8 @@ def estimate_mb(folder: str, n: int, config: str) -> float:
     scores, three copies)."""
     from transformers import AutoConfig
 
-    from attnlib.blockwise import default_block_rows
+    from attnlib.blockwise import BLOCKWISE_FROM, default_block_rows
     from attnlib.memory import RunSize, estimate_peak_bytes
-
-    from attnlib.blockwise import BLOCKWISE_FROM
 
     c = AutoConfig.from_pretrained(folder)
     if config == "eager":
