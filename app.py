@@ -3,6 +3,7 @@
 import streamlit as st
 
 from ui.compare import compare_sidebar
+from ui.encoder_decoder import only_on_the_live_page
 from ui.model_sidebar import model_sidebar
 
 st.set_page_config(page_title="BERT attention explorer", page_icon=":material/visibility:", layout="wide")
@@ -11,7 +12,7 @@ st.set_page_config(page_title="BERT attention explorer", page_icon=":material/vi
 # its legacy page registry, which answers a cold first request with "Page not found" or runs a page without this shell.
 PAGES = [
     st.Page("app_pages/tour.py", title="Tour", icon=":material/school:", url_path="tour"),
-    st.Page("app_pages/live.py", title="Live attention", icon=":material/visibility:", default=True),
+    LIVE := st.Page("app_pages/live.py", title="Live attention", icon=":material/visibility:", default=True),
     st.Page(
         "app_pages/special_tokens.py", title="Special tokens", icon=":material/push_pin:", url_path="special-tokens"
     ),
@@ -37,6 +38,7 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
-model_sidebar()
+lm = model_sidebar()
 compare_sidebar()
-page.run()
+if page.title == LIVE.title or not only_on_the_live_page(lm.facts, page.title):
+    page.run()

@@ -26,6 +26,7 @@ from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_ter
 from attnlib.words import ROW_RULES
 from ui.compare import compared_model, model_columns
 from ui.data_table import data_table
+from ui.encoder_decoder import encoder_decoder_live
 from ui.family_notes import explain_unsupported, local_layers_note, unsupported_for
 from ui.head_finder import show_finder
 from ui.head_switches import clicked_heads, head_switches
@@ -295,6 +296,11 @@ def controls(view: str, facts: ModelFacts, result: RunResult, text_a: str, text_
 
 def compared_view(s: LiveView, facts: ModelFacts) -> LiveView | None:
     """The same input, level and measure in a second model (its own tokens), the layer and head kept in its range."""
+    if facts.kind == "encoder-decoder":
+        st.info(
+            f"{facts.name} is an encoder-decoder: open it as the model to see its encoder, decoder and cross attention."
+        )
+        return None
     try:
         r = cached_run(facts.name, s.text_a, s.text_b)
     except InputError as exc:
@@ -620,6 +626,10 @@ SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": ne
 
 st.title("Live attention")
 facts = current_model().facts
+if facts.kind == "encoder-decoder":
+    encoder_decoder_live(facts)
+    cite_methods(18)
+    st.stop()
 text_a, text_b = text_inputs()
 result = run_or_explain(facts.name, text_a, text_b)
 bind(OPTIONS)

@@ -255,6 +255,7 @@ class AnalysisRun(Generic[R]):
     def to_json(self) -> dict:
         """The command's JSON; `model_dtype` (analysed, saved) when the weights are not a float32 checkpoint's."""
         data = self.analysis.to_json(self.result, self.facts.name)
+        data = {**data, **self.facts.stack_keys(), **{k: data[k] for k in ("part",) if k in data}}
         if self.facts.dtype_note() is not None:
             data["model_dtype"] = {"analysed": self.facts.dtype, "saved": self.facts.saved_dtype}
         return data

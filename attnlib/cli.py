@@ -13,7 +13,8 @@ from typing import NoReturn
 
 from . import commands
 from .analyses import ANALYSES
-from .analysis import Analysis, OptionError, Options, run_analysis
+from .analysis import Analysis, AnalysisRun, OptionError, Options, run_analysis
+from .attention import MAX_JSON_VALUES, AttentionMaps
 from .cli_options import (
     add_input_flags,
     add_model_option,
@@ -84,8 +85,33 @@ def handle_analysis(analysis: Analysis, args: argparse.Namespace) -> dict:
             **corpus_run_flags(args),
             strict=True,
         )
+    if isinstance(run.result, AttentionMaps):
+        return _attention_out(run, args.out)
     if args.out:
         write_result_file(args.out, run.result_file())
+    return run.to_json()
+
+
+def _attention_out(run: AnalysisRun, out: str | None) -> dict:
+    """`attention`'s JSON, or with --out FILE.npz the maps written as NumPy and the JSON without them; maps too large
+    to print are refused in words that name the options which make them smaller."""
+    maps = run.result
+    if out is not None and out.endswith(".npz"):
+        maps.save_npz(out)
+        return {
+            **{k: v for k, v in run.to_json().items() if k != "attentions"},
+            "npz": out,
+            "shape": maps.attentions.shape,
+        }
+    if maps.attentions.size > MAX_JSON_VALUES:
+        layers, heads, rows, keys = maps.attentions.shape
+        raise OptionError(
+            f"These maps hold {maps.attentions.size:,} weights ({layers} layers x {heads} heads x {rows} x {keys}), "
+            f"too many to print as JSON (at most {MAX_JSON_VALUES:,}): choose some with --layers, --heads or --rows, "
+            "or write them to a NumPy file with --out maps.npz."
+        )
+    if out:
+        write_result_file(out, run.result_file())
     return run.to_json()
 
 

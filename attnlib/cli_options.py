@@ -133,7 +133,12 @@ def options_from_args(options_type: type[Options], args: argparse.Namespace) -> 
 
 def add_out_option(parser: argparse.ArgumentParser) -> None:
     """--out of a one-input analysis (the corpus ones have it with the scale-out flags)."""
-    parser.add_argument("--out", default=None, metavar="FILE", help="also write the result as a JSON result file")
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="also write the result as a JSON result file (`attention`: FILE.npz writes the maps as NumPy instead)",
+    )
 
 
 OUT_HELP = "also write the result as a JSON file the app's corpus pages can load"

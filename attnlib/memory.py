@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import InputError
 from .model import LoadedModel, parse_megabytes
 
 MAX_RUN_MB_ENV = "ATTNLIB_MAX_RUN_MB"  # refuse (or run block-wise) runs whose estimated peak memory exceeds this
 
 
-class MemoryLimitError(ValueError):
+class MemoryLimitError(InputError):
     """A run would need more memory than this server allows; the message says how much and what to do."""
 
 

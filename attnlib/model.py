@@ -57,7 +57,7 @@ class ModelFacts:
     pad_token: str
     has_mlm_head: bool
     windows: tuple[int | None, ...] = ()  # per layer: local attention to keys with |i - j| <= w; None: global
-    kind: str = "encoder"  # "encoder" or "decoder" (causal self-attention: METHODS §18)
+    kind: str = "encoder"  # "encoder", "decoder" (causal self-attention: METHODS §18) or "encoder-decoder"
     parameters: int = 0
     dtype: str = "float32"  # what the weights are analysed in
     saved_dtype: str = "float32"  # what the checkpoint holds
@@ -80,6 +80,11 @@ class ModelFacts:
         """Whether each token attends only to itself and earlier tokens (a decoder)."""
         return self.kind == "decoder"
 
+    def stack_keys(self) -> dict:
+        """An encoder-decoder's {"kind", "part": "encoder"} for the JSON of a statistic of one stack (its encoder's
+        self-attention); nothing for other models."""
+        return {"kind": self.kind, "part": "encoder"} if self.kind == "encoder-decoder" else {}
+
     def window(self, layer: int) -> int | None:
         """Layer's local-attention half-width w (keys with |i - j| <= w), or None for global attention."""
         return self.windows[layer] if layer < len(self.windows) else None
@@ -87,7 +92,8 @@ class ModelFacts:
 
 @dataclass
 class LoadedModel:
-    """An encoder in eval mode, its tokenizer, its facts, and the masked-LM model when one is trained."""
+    """An encoder in eval mode, its tokenizer, its facts, and the masked-LM model when one is trained; for an
+    encoder-decoder, `encoder` is its encoder stack and `seq2seq` the whole model (encoder, decoder and LM head)."""
 
     encoder: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
@@ -95,6 +101,7 @@ class LoadedModel:
     mlm: torch.nn.Module | None
     device: str = "cpu"
     word_tokenizer: PreTrainedTokenizerBase | None = None  # for word lists (byte-level BPE needs a prefix space)
+    seq2seq: torch.nn.Module | None = None  # an encoder-decoder's whole model (T5, BART, Marian); None otherwise
 
 
 def bundled_model_path() -> Path:
@@ -295,7 +302,7 @@ def load_model(
     `allowed` is an allow-list of ids (None: any); `allow_local=False` refuses local folders; `dtype` "float32"
     converts half-precision weights, "saved" keeps them; `max_megabytes` (default: ATTNLIB_MAX_MODEL_MB) refuses
     larger models before their weights are read; `note` hears a large model's size before loading."""
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}.")
@@ -304,11 +311,6 @@ def load_model(
     source, config, kwargs = _source_and_config(name_or_path, allow_local)
     config._attn_implementation = "eager"  # whatever the saved config names: only eager attention returns weights
     kind = model_kind(config)
-    if kind == "encoder-decoder":
-        raise ModelLoadError(
-            f"'{name_or_path}' is an encoder-decoder ({config.model_type}) model; this version reads encoders (BERT, "
-            "RoBERTa, ...) and decoder-only models (GPT-2, Llama, Qwen, ...), not yet encoder-decoders."
-        )
     parameters = parameter_count(config)
     if note is not None and float32_megabytes(parameters) >= SIZE_NOTE_MB:
         note(f"{name_or_path}: {size_text(parameters)}")
@@ -316,7 +318,7 @@ def load_model(
         check_size(name_or_path, parameters, limit)
     saved_dtype = dtype_name(getattr(config, "dtype", None))
     load_dtype = torch.float32 if dtype == "float32" else "auto"
-    model_class = AutoModelForMaskedLM if kind == "encoder" else AutoModelForCausalLM
+    model_class = {"encoder": AutoModelForMaskedLM, "decoder": AutoModelForCausalLM}.get(kind, AutoModelForSeq2SeqLM)
     try:
         mlm, info = model_class.from_pretrained(
             source, config=config, dtype=load_dtype, output_loading_info=True, **kwargs
@@ -324,8 +326,8 @@ def load_model(
     except ValueError as exc:
         raise ModelLoadError(
             f"'{name_or_path}' ({config.model_type}) is not a model this tool supports: it needs an encoder with a "
-            "masked-language-model architecture (BERT, RoBERTa, DistilBERT, ...) or a decoder with a causal-LM one "
-            "(GPT-2, Llama, Qwen, ...)."
+            "masked-language-model architecture (BERT, RoBERTa, DistilBERT, ...), a decoder with a causal-LM one "
+            "(GPT-2, Llama, Qwen, ...) or an encoder-decoder with a sequence-to-sequence one (T5, BART, Marian, ...)."
         ) from exc
     except Exception as exc:
         raise ModelLoadError(f"Loading '{name_or_path}' failed: {_short(exc)}") from exc
@@ -347,14 +349,17 @@ def load_model(
             "it returns no attention weights."
         )
     mlm.eval().to(device)
-    encoder = mlm.base_model
+    seq2seq = mlm if kind == "encoder-decoder" else None
+    if seq2seq is not None and seq2seq.config.decoder_start_token_id is None:
+        raise ModelLoadError(f"'{name_or_path}' names no decoder_start_token_id: its decoder has no first input.")
+    encoder = mlm.get_encoder() if seq2seq is not None else mlm.base_model  # the statistics of one stack read it
     has_mlm = kind == "encoder" and _mlm_head_trained(
         info, mlm.base_model_prefix, getattr(config, "architectures", None)
     )
     facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
     running = dtype_name(next(mlm.parameters()).dtype)
     facts = replace(facts, kind=kind, parameters=parameters, dtype=running, saved_dtype=saved_dtype)
-    return LoadedModel(encoder, tokenizer, facts, mlm if has_mlm else None, device, word_tokenizer)
+    return LoadedModel(encoder, tokenizer, facts, mlm if has_mlm else None, device, word_tokenizer, seq2seq)
 
 
 def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .errors import InputError as InputError  # part of this module's API
 from .families import (
     HeadsCall,
     Layout,
@@ -26,10 +27,6 @@ from .replay import hooks_removed
 from .replay import this_thread_only as this_thread_only  # part of this module's API
 
 TextOrWords = str | Sequence[str]
-
-
-class InputError(ValueError):
-    """The text given to the model cannot be run (empty, say); the message is meant for users."""
 
 
 @dataclass
@@ -396,7 +393,7 @@ def run_encoded(
     return results
 
 
-def _check_tokens(encoded: Encoded, has_b: bool) -> None:
+def check_tokens(encoded: Encoded, has_b: bool) -> None:
     """Refuse a typed input of which the tokenizer kept nothing (only control or invisible characters)."""
     for segment, label in ((0, "Sentence A"), (1, "Sentence B"))[: 1 + has_b]:
         if not any(w is not None and s == segment for w, s in zip(encoded.word_ids, encoded.segments)):
@@ -416,7 +413,7 @@ def run(
     """Run one sentence or pair; attentions are float32 [layers, heads, n, n], queries and keys [layers, heads, n, d]."""
     encoded = encode(lm, text_a, text_b)
     if isinstance(text_a, str):  # typed text; corpus word lists keep their words without pieces (deps handles them)
-        _check_tokens(encoded, text_b is not None)
+        check_tokens(encoded, text_b is not None)
     return run_encoded(lm, [encoded], capture_qk=capture_qk, capture_norms=capture_norms)[0]
 
 

@@ -153,8 +153,9 @@ def model_sidebar() -> LoadedModel:
             state.model_name = DEFAULT_MODEL
             lm = model_named(DEFAULT_MODEL)  # the bundled model: a failure here is a broken install, shown as such
         f = lm.facts
+        kind = {"decoder": " (decoder: causal attention)", "encoder-decoder": " (encoder-decoder; the encoder's sizes)"}
         st.caption(
-            f"{f.model_type}{' (decoder: causal attention)' if f.causal else ''}: {f.n_layers} layers × "
+            f"{f.model_type}{kind.get(f.kind, '')}: {f.n_layers} layers × "
             f"{f.n_heads} heads, head size {f.head_dim}, max {f.max_length} tokens, "
             f"{'first and end tokens' if f.causal else 'special tokens'} {f.cls_token} {f.sep_token}; "
             f"{size_text(f.parameters)}" + (f". {f.dtype_note()}" if f.dtype_note() else "")

@@ -32,6 +32,7 @@ def handle(args: argparse.Namespace) -> dict:
     size = index.save(args.out)
     return {
         "model": lm.facts.name,
+        **lm.facts.stack_keys(),
         "corpus": index.meta["corpus"],
         "options": asdict(index.options),
         "n_inputs": index.n_inputs,

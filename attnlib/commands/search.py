@@ -115,7 +115,7 @@ def handle(args: argparse.Namespace) -> dict:
     options = options.for_model(lm.facts)
     heads = options.head_list(lm.facts.n_heads) if options.heads else None
     result = search_index(lm, index, args.text, args.token, pair=args.pair, k=args.k, heads=heads)
-    out = {"model": lm.facts.name, **result.to_json()}
+    out = {"model": lm.facts.name, **lm.facts.stack_keys(), **result.to_json()}
     if args.out:
         write_search_file(args.out, out, index, replace(options, dtype=index.options.dtype), args.k)
     return out

@@ -7,27 +7,14 @@ from streamlit.testing.v1 import AppTest
 
 from attnlib.shipped import ROOT
 from attnlib.tour import STEPS
+from support.pages import PAGES, run_computing
 
 pytestmark = pytest.mark.slow
 
-PAGES = sorted(f"app_pages/{p.name}" for p in (ROOT / "app_pages").glob("*.py") if p.stem != "tour")  # Tour: by step
-MAX_CLICKS = 6  # a page asks for each of its computations once; more would be a loop
 # The families whose layers differ most (local windows and pre-LN, relative terms, shared layers, rotary positions);
 # BERT's layout is every page's own test, and the Live page is drawn for every family in tests/library/test_families.py.
 # Two decoders (METHODS §18): GPT-2 (no BOS, Conv1D) and Gemma 2 (a BOS, grouped-query heads, a sliding layer).
 DISTINCT_FAMILIES = ["modernbert", "deberta", "deberta-v2", "mpnet", "albert", "roformer", "gpt2", "gemma2"]
-
-
-def run_computing(at: AppTest, where: str) -> AppTest:
-    """Run the page, clicking every "Compute" button it shows until none is left; no run may raise."""
-    at.run()
-    for _ in range(MAX_CLICKS):
-        assert not at.exception, (where, [e.value for e in at.exception])
-        asks = [b for b in at.button if str(b.key).startswith("compute:")]
-        if not asks:
-            return at
-        asks[0].click().run()
-    raise AssertionError(f"{where}: still asking to compute after {MAX_CLICKS} clicks")
 
 
 @pytest.mark.parametrize("family_dir", DISTINCT_FAMILIES, indirect=True)

@@ -47,7 +47,7 @@ def test_unknown_options_and_bad_values_name_the_analysis_and_its_options():
         SPECIAL.make_options(headmap=True)
     with pytest.raises(OptionError, match="positions: probes must be at least 1, not -2"):
         POSITIONS.make_options(probes=-2)
-    with pytest.raises(OptionError, match="attention has no option probes; its options: none"):
+    with pytest.raises(OptionError, match="attention has no option probes; its options: part, target"):
         analysis_named("attention").make_options(probes=2)
 
 

@@ -1,7 +1,8 @@
 """Tiny random models of every supported family, built from transformers' own config classes (2 layers, 4 heads,
 hidden 32), each saved with a tokenizer whose special tokens match the config's ids: the encoder families
 (FAMILY_KINDS) and the decoder-only ones (DECODER_KINDS: causal, grouped-query, some with sliding windows, each with a
-byte-level BPE trained here). tests/conftest.py serves them as fixtures; nothing here downloads anything."""
+byte-level BPE trained here) and the encoder-decoders (ENCODER_DECODER_KINDS: T5 and Marian with a SentencePiece-style
+Unigram, BART with RoBERTa's byte-level BPE). tests/conftest.py serves them as fixtures; nothing here downloads anything."""
 
 from __future__ import annotations
 
@@ -64,6 +65,14 @@ DECODER_KV_HEADS = {
     "gemma": 1,  # multi-query, as gemma-2b
     "gemma2": 2,
     "gemma3": 2,
+}
+
+# encoder-decoders: T5 (relative position bias, no CLS), BART (learned positions, <s> ... </s>), Marian (sinusoidal)
+ENCODER_DECODER_KINDS = ("t5", "bart", "marian")
+# each Unigram kind's special tokens as the vocabulary's first ids, its eos, unk and pad (the decoder's start token)
+UNIGRAM_SPECIALS = {
+    "t5": dict(vocabulary=("<pad>", "</s>", "<unk>"), eos="</s>", unk="<unk>", pad="<pad>"),
+    "marian": dict(vocabulary=("</s>", "<unk>", "<pad>"), eos="</s>", unk="<unk>", pad="<pad>"),
 }
 
 
@@ -148,7 +157,9 @@ def tokenizer_for(kind: str):
     """The tokenizer a tiny model of this kind is saved with."""
     if kind in DECODER_KINDS:
         return decoder_tokenizer_for(kind)
-    return roberta_tokenizer() if kind in BPE_KINDS else bert_tokenizer()
+    if kind in UNIGRAM_SPECIALS:
+        return unigram_tokenizer(kind)
+    return roberta_tokenizer() if kind in (*BPE_KINDS, "bart") else bert_tokenizer()
 
 
 def _ids(tokenizer) -> dict:
@@ -165,6 +176,8 @@ def tiny_config(kind: str, tokenizer):
 
     if kind in DECODER_KINDS:
         return tiny_decoder_config(kind, tokenizer)
+    if kind in ENCODER_DECODER_KINDS:
+        return tiny_encoder_decoder_config(kind, tokenizer)
     vocab, ids = len(tokenizer), _ids(tokenizer)
     positions = dict(max_position_embeddings=66 if kind in (*BPE_KINDS, "mpnet") else 64)
     if kind in ("bert", "bert-classifier"):
@@ -249,6 +262,8 @@ def tiny_model(kind: str, tokenizer):
         return tf.LlamaForSequenceClassification(config)
     if kind in DECODER_KINDS:
         return tf.AutoModelForCausalLM.from_config(config)
+    if kind in ENCODER_DECODER_KINDS:
+        return tf.AutoModelForSeq2SeqLM.from_config(config)
     if kind == "bert-classifier":
         return tf.BertForSequenceClassification(config)
     if kind == "deberta-v2-tokens":
@@ -335,6 +350,75 @@ def tiny_decoder_config(kind: str, tokenizer):
     if kind == "gemma3":  # the text model (model_type gemma3_text); q/k norms, local and global rotary bases
         return tf.Gemma3TextConfig(**gqa, **layers, query_pre_attn_scalar=8)
     raise ValueError(f"no tiny decoder config for {kind!r}")
+
+
+@cache
+def _trained_unigram_json(special_tokens: tuple[str, ...], unk: str) -> str:
+    """A SentencePiece-style Unigram trained on the classroom set, these special tokens first, as JSON."""
+    from tokenizers import SentencePieceUnigramTokenizer
+
+    unigram = SentencePieceUnigramTokenizer()
+    unigram.train_from_iterator(
+        _classroom_lines(), vocab_size=400, special_tokens=list(special_tokens), unk_token=unk, show_progress=False
+    )
+    return unigram._tokenizer.to_str()
+
+
+def unigram_tokenizer(kind: str):
+    """T5's or Marian's fast tokenizer: a Unigram with a metaspace pre-tokenizer that appends its eos to every text."""
+    from tokenizers import Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = UNIGRAM_SPECIALS[kind]
+    backend = Tokenizer.from_str(_trained_unigram_json(specials["vocabulary"], specials["unk"]))
+    eos = specials["eos"]
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"$A {eos}", pair=f"$A $B {eos}", special_tokens=[(eos, backend.token_to_id(eos))]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=eos,
+        unk_token=specials["unk"],
+        pad_token=specials["pad"],
+        model_max_length=64,
+    )
+    assert len(tokenizer) == backend.get_vocab_size(), f"{kind}: a special token missing from the vocabulary"
+    return tokenizer
+
+
+def tiny_encoder_decoder_config(kind: str, tokenizer):
+    """A 2+2-layer, 4-head, hidden-32 encoder-decoder config of this kind; the decoder starts from the family's own
+    token (T5 and Marian: pad; BART: </s>)."""
+    import transformers as tf
+
+    ids = dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    if kind == "t5":
+        return tf.T5Config(
+            **ids, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=tokenizer.pad_token_id,
+            relative_attention_num_buckets=8, relative_attention_max_distance=16,
+        )  # fmt: skip
+    sizes = dict(
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+    )
+    if kind == "bart":
+        return tf.BartConfig(
+            **ids, **sizes, bos_token_id=tokenizer.bos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+            forced_eos_token_id=tokenizer.eos_token_id,
+        )  # fmt: skip
+    if kind == "marian":
+        return tf.MarianConfig(**ids, **sizes, decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=None)
+    raise ValueError(f"no tiny encoder-decoder config for {kind!r}")
 
 
 def save_tiny(kind: str, folder: Path) -> Path:

@@ -16,6 +16,21 @@ from attnlib.shipped import CLASSROOM_SINGLE, ROOT
 from support.apptest import tables
 from ui.page_tabs import SPECIAL_TOKENS
 
+PAGES = sorted(f"app_pages/{p.name}" for p in (ROOT / "app_pages").glob("*.py") if p.stem != "tour")  # Tour: by step
+MAX_CLICKS = 6  # a page asks for each of its computations once; more would be a loop
+
+
+def run_computing(at: AppTest, where: str) -> AppTest:
+    """Run the page, clicking every "Compute" button it shows until none is left; no run may raise."""
+    at.run()
+    for _ in range(MAX_CLICKS):
+        assert not at.exception, (where, [e.value for e in at.exception])
+        asks = [b for b in at.button if str(b.key).startswith("compute:")]
+        if not asks:
+            return at
+        asks[0].click().run()
+    raise AssertionError(f"{where}: still asking to compute after {MAX_CLICKS} clicks")
+
 
 def open_live(**params: str) -> AppTest:
     """The app at its default page (live), opened with the given URL parameters."""

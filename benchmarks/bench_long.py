@@ -1,0 +1,187 @@
+"""Long inputs (issue 36): a ModernBERT-base-sized random model at 512, 2,048 and 8,192 tokens, side by side in one run.
+
+Run: python -m benchmarks.bench_long [--lengths 512 2048 8192] [--configs eager blockwise special]
+The model has ModernBERT-base's shapes (22 layers, 12 heads, hidden 768, feed-forward 1152, every third layer global,
+the others local within +-64, 8,192 positions), random weights, the default model's tokenizer; each input is EWT dev
+text cut to exactly n tokens. Each configuration runs in a fresh process, so its peak resident memory (model
+included) is its own:
+  eager      transformers' own eager forward pass (no attention weights returned: the least eager attention holds)
+  blockwise  the library's block-wise forward pass (attnlib.blockwise), every block handed to a consumer that only
+             reads it
+  special    `special` statistics of the one input (block-wise above attnlib.blockwise.BLOCKWISE_FROM tokens)
+The eager pass is not run where one layer's scores (heads x n^2 float32, three copies: scores, softmax, its
+output) would exceed the machine's available memory. est.: attnlib.memory's estimate beyond the weights of the
+library's runs (block-wise; `special`, eager with every layer's maps up to BLOCKWISE_FROM tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks import ewt_dev  # noqa: E402
+
+SIZE = dict(
+    hidden_size=768,
+    num_hidden_layers=22,
+    num_attention_heads=12,
+    intermediate_size=1152,
+    max_position_embeddings=8192,
+    global_attn_every_n_layers=3,
+    local_attention=128,
+)
+CONFIGS = ("eager", "blockwise", "special")
+
+
+def save_model(folder: Path) -> None:
+    """A random ModernBERT-base-sized model with the default model's tokenizer, saved in folder."""
+    import transformers as tf
+
+    from attnlib.model import bundled_model_path
+
+    tokenizer = tf.AutoTokenizer.from_pretrained(str(bundled_model_path()))
+    tokenizer.model_max_length = SIZE["max_position_embeddings"]
+    config = tf.ModernBertConfig(
+        **SIZE,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+    )
+    torch.manual_seed(0)
+    tf.ModernBertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def text_of(lm, n: int) -> str:
+    """EWT dev sentences joined and cut so that the tokenizer makes exactly n tokens (specials included)."""
+    words: list[str] = []
+    for sentence in ewt_dev():
+        words.extend(sentence if isinstance(sentence, list) else str(sentence).split())
+        if len(words) > n:
+            break
+    while len(words) < n:
+        words = words + words
+    ids = lm.tokenizer(" ".join(words), add_special_tokens=False)["input_ids"][: n - 2]
+    return lm.tokenizer.decode(ids)
+
+
+class PeakSampler(threading.Thread):
+    """The process's largest resident memory (MB) while it runs, sampled every 5 ms."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak, self.done = 0.0, threading.Event()
+
+    def run(self) -> None:
+        me = psutil.Process()
+        while not self.done.is_set():
+            self.peak = max(self.peak, me.memory_info().rss / 2**20)
+            time.sleep(0.005)
+
+
+def one(config: str, folder: str, n: int) -> dict:
+    """Run one configuration in this process: seconds of the measured call, resident memory after loading, the
+    peak while it ran and the process's peak over its whole life (loading included), in MB."""
+    from attnlib.analyses import SPECIAL
+    from attnlib.analysis import run_analysis
+    from attnlib.blockwise import run_blockwise
+    from attnlib.corpus import CorpusInput
+    from attnlib.model import load_model
+    from attnlib.runner import encode, model_inputs
+
+    torch.set_num_threads(torch.get_num_threads())
+    lm = load_model(folder)
+    text = text_of(lm, n)
+    encoded = encode(lm, text)
+    batch = model_inputs(lm, [encoded])
+    loaded = psutil.Process().memory_info().rss / 2**20
+    sampler = PeakSampler()
+    sampler.start()
+    start = time.perf_counter()
+    if config == "eager":
+        with torch.inference_mode():
+            lm.encoder(**batch)
+    elif config == "blockwise":
+        run_blockwise(lm, batch, lambda layer, row, probs: None)
+    else:
+        run_analysis(SPECIAL, lm, SPECIAL.make_options(), inputs={"corpus": [CorpusInput(text)]})
+    seconds = time.perf_counter() - start
+    sampler.done.set()
+    sampler.join()
+    life = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"config": config, "n": encoded.n, "seconds": seconds, "loaded_mb": loaded, "run_peak_mb": sampler.peak,
+            "life_peak_mb": life}  # fmt: skip
+
+
+def estimate_mb(folder: str, n: int, config: str) -> float:
+    """attnlib.memory's estimate of the library's run beyond the weights, in MB (the eager pass: one layer's
+    scores, three copies)."""
+    from transformers import AutoConfig
+
+    from attnlib.blockwise import BLOCKWISE_FROM, default_block_rows
+    from attnlib.memory import RunSize, estimate_peak_bytes
+
+    c = AutoConfig.from_pretrained(folder)
+    if config == "eager":
+        return 3 * c.num_attention_heads * n * n * 4 / 2**20
+    size = RunSize(n, c.num_hidden_layers, c.num_attention_heads, c.hidden_size)
+    eager = config == "special" and n <= BLOCKWISE_FROM
+    rows = None if eager else default_block_rows(n, c.num_attention_heads)
+    return estimate_peak_bytes(size, rows) / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192])
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument("--one", nargs=3, metavar=("CONFIG", "FOLDER", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        config, folder, n = args.one
+        print(json.dumps(one(config, folder, int(n))))
+        return
+    from attnlib.memory import available_bytes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_model(Path(tmp))
+        print(f"ModernBERT-base-sized random model, {torch.get_num_threads()} threads")
+        print("MB: resident after loading, peak while the configuration ran, the process's peak (loading included);")
+        header = ("n", "config", "seconds", "x eager", "loaded", "run peak", "life peak", "est.")
+        print("".join(f"{h:>10}" for h in header))
+        for n in args.lengths:
+            eager_seconds = None
+            for config in args.configs:
+                estimate = estimate_mb(tmp, n, config)
+                if config == "eager" and estimate * 2**20 > available_bytes():
+                    print(f"{n:>10}{config:>10}  not run: the estimate is over the available memory")
+                    continue
+                cmd = [sys.executable, "-m", "benchmarks.bench_long", "--one", config, tmp, str(n)]
+                out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+                if out.returncode != 0:
+                    print(f"{n:>10}{config:>10}  failed: {out.stderr.strip().splitlines()[-1]}")
+                    continue
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                eager_seconds = r["seconds"] if config == "eager" else eager_seconds
+                ratio = f"{r['seconds'] / eager_seconds:.2f}" if eager_seconds else "-"
+                figures = (r["loaded_mb"], r["run_peak_mb"], r["life_peak_mb"], estimate)
+                print(f"{n:>10}{config:>10}{r['seconds']:>10.1f}{ratio:>10}" + "".join(f"{x:>10.0f}" for x in figures))
+
+
+if __name__ == "__main__":
+    main()

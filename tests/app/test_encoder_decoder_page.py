@@ -1,0 +1,95 @@
+"""An encoder-decoder on the Live page: the source and target boxes, the switch between encoder, decoder and cross
+attention kept in the URL, and the head and model views of the part chosen equal to the model's own attentions."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from attnlib.model import load_model
+from attnlib.seq2seq import TARGET_FROM_TEXT, run_seq2seq
+from attnlib.shipped import ROOT
+from attnlib.tour import STEPS
+from support.models import save_tiny
+from support.pages import PAGES, open_live, rerun, run_computing, view_datas
+
+pytestmark = pytest.mark.slow
+SOURCE, TARGET = "The cat sat on the mat.", "A dog ran."
+
+
+@pytest.fixture(scope="module")
+def bart_dir(tmp_path_factory):
+    return save_tiny("bart", tmp_path_factory.mktemp("bart-pages"))
+
+
+def _pretty(tokens: list[str]) -> list[str]:
+    return [t.replace("Ġ", " ").replace("▁", " ") for t in tokens]
+
+
+def test_live_page_switches_between_encoder_decoder_and_cross_attention(bart_dir):
+    at = open_live(model=str(bart_dir), a=SOURCE, target=TARGET, part="cross", layer="2")
+    maps = run_seq2seq(load_model(str(bart_dir)), SOURCE, TARGET)
+    source, target = _pretty(maps.source.tokens), _pretty(maps.target.tokens)
+    (data,) = view_datas(at)
+    assert at.slider(key="live_layer").value == 2
+    assert (data["left"], data["right"]) == (target, source)  # cross: the target's tokens on the left
+    assert (at.query_params["part"], at.query_params["target"]) == ("cross", TARGET)
+    at.radio(key="live_part").set_value("decoder")
+    (data,) = view_datas(rerun(at))
+    assert data["left"] == data["right"] == target
+    assert at.query_params["part"] == "decoder"
+    at.radio(key="live_view").set_value("model")
+    at.radio(key="live_part").set_value("encoder")
+    (data,) = view_datas(rerun(at))
+    assert data["left"] == data["right"] == source
+    at.radio(key="live_part").set_value("cross")
+    at.selectbox(key="live_head").set_value(3)
+    (data,) = view_datas(rerun(at))
+    assert (data["left"], data["right"], data["L"], data["H"]) == (target, source, 2, 4)
+    assert data["sel"] == [1, 2]  # layer 2, head 3, 0-based
+    at.radio(key="live_view").set_value("neuron")
+    rerun(at)
+    assert not view_datas(at) and any("bart" in i.value for i in at.info)
+
+
+def test_live_page_without_a_target_says_where_the_target_came_from(bart_dir):
+    at = open_live(model=str(bart_dir), a=SOURCE)
+    maps = run_seq2seq(load_model(str(bart_dir)), SOURCE)
+    said = TARGET_FROM_TEXT[maps.target.source]
+    assert any(said in i.value and maps.target.text in i.value for i in at.info), [i.value for i in at.info]
+    (data,) = view_datas(at)
+    assert data["left"] == data["right"] == _pretty(maps.source.tokens)  # the encoder, by default
+    assert any("encoder-decoder" in c.value for c in at.sidebar.caption)
+
+
+@pytest.fixture(scope="module")
+def t5_dir(tmp_path_factory):
+    return save_tiny("t5", tmp_path_factory.mktemp("t5-pages"))
+
+
+def test_every_page_and_tour_step_opens_with_an_encoder_decoder(t5_dir):
+    """T5 (no [CLS]) on each page and at each Tour step: the Live page draws it, every other page says in words that it
+    is not written for encoder-decoders; nothing raises."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.query_params["model"], at.query_params["limit"] = str(t5_dir), "4"
+    run_computing(at, "start")
+    for page in PAGES:
+        at.switch_page(page)
+        run_computing(at, page)
+        assert at.title, page
+        said = any("not written for encoder-decoders" in i.value for i in at.info)
+        assert said == (page != "app_pages/live.py"), page
+    for step in range(1, len(STEPS) + 1):
+        at.switch_page("app_pages/tour.py")
+        at.query_params["step"] = str(step)
+        at.session_state["tour_step"] = step
+        run_computing(at, f"tour step {step}")
+        assert any("not written for encoder-decoders" in i.value for i in at.info)
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_an_encoder_decoder_is_not_drawn_beside_another_model(bart_dir, tiny_model_dir):
+    at = open_live(model=str(tiny_model_dir), cmp=str(bart_dir), a=SOURCE)
+    assert len(view_datas(at)) == 1 and any("is an encoder-decoder: open it as the model" in i.value for i in at.info)
+    at = open_live(model=str(bart_dir), cmp=str(tiny_model_dir), a=SOURCE)
+    assert len(view_datas(at)) == 1 and any("not drawn beside an encoder-decoder" in c.value for c in at.caption)

@@ -1,0 +1,165 @@
+"""Encoder-decoders (tiny random T5, BART and Marian of tests/support/models.py): loaded by the library's loader, their
+encoder, decoder and cross attention equal to the model's own eager forward pass (run here with transformers alone on
+inputs built by hand), the default target the model's own greedy output, and `attention --part` on the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnlib.cli import main as cli_main
+from attnlib.model import load_model
+from attnlib.runner import InputError
+from attnlib.seq2seq import GREEDY_TOKENS, PARTS, NotEncoderDecoderError, encode_target, run_seq2seq
+from support.models import ENCODER_DECODER_KINDS, save_tiny
+
+SOURCE = "The cat sat on the mat."
+TARGET = "A dog ran in the park."
+
+
+@pytest.fixture(scope="module", params=ENCODER_DECODER_KINDS)
+def encdec(request, tmp_path_factory):
+    """Each kind saved by save_tiny: its folder, the library's LoadedModel, and transformers' own model and tokenizer
+    read from the folder with eager attention."""
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    kind = request.param
+    folder = save_tiny(kind, tmp_path_factory.mktemp(f"encdec-{kind}"))
+    config = AutoConfig.from_pretrained(folder)
+    config._attn_implementation = "eager"
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, config=config).eval()
+    return dict(
+        kind=kind, folder=folder, lm=load_model(str(folder)), model=model, tok=AutoTokenizer.from_pretrained(folder)
+    )
+
+
+def _reference(encdec, source: str, target: str):
+    """transformers' own attentions: the source encoded, the decoder reading its start token and then the target's
+    labels without their last (eos) token, as teacher forcing does."""
+    tok, model = encdec["tok"], encdec["model"]
+    src = tok(source, return_tensors="pt")
+    labels = tok(text_target=target)["input_ids"]
+    assert labels[-1] == tok.eos_token_id
+    decoder_ids = torch.tensor([[model.config.decoder_start_token_id, *labels[:-1]]])
+    with torch.no_grad():
+        out = model(**src, decoder_input_ids=decoder_ids, output_attentions=True)
+    return src["input_ids"][0].tolist(), decoder_ids[0].tolist(), out
+
+
+def test_loads_as_an_encoder_decoder_whose_decoder_starts_with_the_familys_token(encdec):
+    lm, kind = encdec["lm"], encdec["kind"]
+    assert lm.facts.kind == "encoder-decoder" and lm.seq2seq is not None
+    assert lm.encoder is lm.seq2seq.get_encoder()
+    assert (lm.facts.n_layers, lm.facts.n_heads) == (2, 4)
+    start = lm.seq2seq.config.decoder_start_token_id
+    expected = {"t5": lm.tokenizer.pad_token_id, "marian": lm.tokenizer.pad_token_id, "bart": lm.tokenizer.eos_token_id}
+    assert start == expected[kind]
+
+
+def test_three_parts_equal_the_models_own_attentions(encdec, one_thread):
+    maps = run_seq2seq(encdec["lm"], SOURCE, TARGET)
+    src_ids, tgt_ids, out = _reference(encdec, SOURCE, TARGET)
+    assert maps.source.input_ids == src_ids and maps.target.input_ids == tgt_ids
+    assert maps.target.source == "given" and maps.target.text == TARGET
+    for mine, theirs in (
+        (maps.encoder, out.encoder_attentions),
+        (maps.decoder, out.decoder_attentions),
+        (maps.cross, out.cross_attentions),
+    ):
+        np.testing.assert_allclose(mine, torch.stack([a[0] for a in theirs]).numpy(), rtol=0, atol=1e-6)
+    n_src, n_tgt = len(src_ids), len(tgt_ids)
+    assert maps.encoder.shape == (2, 4, n_src, n_src)
+    assert maps.decoder.shape == (2, 4, n_tgt, n_tgt) and maps.cross.shape == (2, 4, n_tgt, n_src)
+    assert not np.triu(maps.decoder, k=1).any(), "the decoder attends to a later target token"
+    for name in PARTS:
+        attentions, queries, keys = maps.part(name)
+        assert attentions.shape[2:] == (len(queries), len(keys))
+
+
+def test_without_a_target_the_decoder_reads_the_models_greedy_output(encdec, one_thread):
+    maps = run_seq2seq(encdec["lm"], SOURCE)
+    tok, model = encdec["tok"], encdec["model"]
+    with torch.no_grad():
+        greedy = model.generate(**tok(SOURCE, return_tensors="pt"), max_new_tokens=GREEDY_TOKENS, do_sample=False)
+    text = tok.decode(greedy[0], skip_special_tokens=True).strip()
+    assert (maps.target.source, maps.target.text) == (("greedy", text) if text else ("source", SOURCE))
+    _, tgt_ids, out = _reference(encdec, SOURCE, maps.target.text)
+    assert maps.target.input_ids == tgt_ids
+    np.testing.assert_allclose(maps.cross, torch.stack([a[0] for a in out.cross_attentions]).numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_an_empty_target_and_a_model_without_a_decoder_are_refused_in_words(encdec, tiny_model):
+    with pytest.raises(InputError, match="target is empty"):
+        encode_target(encdec["lm"], " \t\u00a0")  # run_seq2seq takes a blank target as none given
+    with pytest.raises(NotEncoderDecoderError, match="for encoder-decoder models"):
+        run_seq2seq(tiny_model, SOURCE, TARGET)
+
+
+def _cli(capsys, *argv: str) -> tuple[int, dict | None, str]:
+    """The command line in-process: exit status, its JSON (None when it failed) and stderr."""
+    code = cli_main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else None), err
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_attention_command_prints_the_part_the_kind_and_both_token_lists(encdec, capsys, part, one_thread):
+    code, data, err = _cli(capsys, "attention", "--model", str(encdec["folder"]), "--text", SOURCE, "--target",
+                           TARGET, "--part", part)  # fmt: skip
+    assert code == 0, err
+    src_ids, tgt_ids, out = _reference(encdec, SOURCE, TARGET)
+    theirs = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    expected = torch.stack([a[0] for a in theirs[part]]).numpy()
+    np.testing.assert_allclose(np.array(data["attentions"]), expected, rtol=0, atol=1e-6)
+    tok = encdec["tok"]
+    source_tokens, target_tokens = tok.convert_ids_to_tokens(src_ids), tok.convert_ids_to_tokens(tgt_ids)
+    assert (data["kind"], data["part"], data["target"], data["target_from"]) == (
+        "encoder-decoder",
+        part,
+        TARGET,
+        "given",
+    )
+    assert data["tokens"] == (source_tokens if part == "encoder" else target_tokens)
+    assert data["key_tokens"] == (target_tokens if part == "decoder" else source_tokens)
+    assert len(data["word_ids"]) == len(data["tokens"])
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_attention_flags_of_encoder_decoders_are_refused_for_other_models_in_one_line(capsys, tiny_model_dir):
+    for extra in (["--part", "cross"], ["--target", TARGET]):
+        code, _, err = _cli(capsys, "attention", "--model", str(tiny_model_dir), "--text", SOURCE, *extra)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "encoder-decoder" in err, err
+
+
+@pytest.mark.slow
+def test_an_encoder_decoder_reads_no_pair_and_no_empty_target(encdec, capsys):
+    model = str(encdec["folder"])
+    for extra, said in ((["--pair", TARGET], "not a pair"), (["--target", " "], None)):
+        code, data, err = _cli(capsys, "attention", "--model", model, "--text", SOURCE, *extra)
+        if said is None:  # a blank target is none given: the model's own output
+            assert code == 0 and data["target_from"] in ("greedy", "source"), err
+        else:
+            assert code == 2 and err.count("\n") == 1 and said in err, err
+
+
+def test_an_encoder_decoders_attention_result_reads_back(encdec, one_thread):
+    from attnlib.analyses import analyse
+    from attnlib.attention import AttentionMaps
+    from attnlib.results import json_ready
+
+    maps = analyse("attention", encdec["lm"], text=SOURCE, target=TARGET, part="cross")
+    back = AttentionMaps.from_json(json.loads(json.dumps(json_ready(maps.to_json()))))
+    assert back.encoder_decoder == maps.encoder_decoder and back.tokens == maps.tokens
+    np.testing.assert_array_equal(back.attentions, maps.attentions)
+    assert back.attentions.shape[2:] == (len(maps.tokens), len(maps.encoder_decoder["key_tokens"]))
+
+
+def test_a_long_target_is_cut_to_the_models_length(encdec, one_thread):
+    maps = run_seq2seq(encdec["lm"], SOURCE, " ".join([TARGET] * 30))
+    limit = encdec["lm"].facts.max_length
+    assert maps.target.truncated and maps.target.n_tokens_full > limit == len(maps.target.tokens)
+    assert maps.decoder.shape[2:] == (limit, limit) and maps.cross.shape[2] == limit
