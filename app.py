@@ -1,4 +1,4 @@
-"""BERT attention explorer: the multipage app. Run with `streamlit run app.py`."""
+"""Attention explorer: the multipage app. Run with `streamlit run app.py`."""
 
 import streamlit as st
 
@@ -6,7 +6,7 @@ from ui.compare import compare_sidebar
 from ui.encoder_decoder import only_on_the_live_page
 from ui.model_sidebar import model_sidebar
 
-st.set_page_config(page_title="BERT attention explorer", page_icon=":material/visibility:", layout="wide")
+st.set_page_config(page_title="Attention explorer", page_icon=":material/visibility:", layout="wide")
 
 # The default page lives at /. The page files sit in app_pages/, not pages/: with a pages/ folder Streamlit also serves
 # its legacy page registry, which answers a cold first request with "Page not found" or runs a page without this shell.
