@@ -65,7 +65,14 @@ def class_share(attn: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def offset_share(attn: np.ndarray, offset: int) -> np.ndarray:
     """METHODS §2: (1/n) sum_i A[..., i, i + offset]; rows without such a key add 0."""
-    return row_offsets(attn, (offset,))[..., 0].sum(axis=-1) / attn.shape[-1]
+    return offset_sum(row_offsets(attn, (offset,))[..., 0], offset) / attn.shape[-1]
+
+
+def offset_sum(weights: np.ndarray, offset: int) -> np.ndarray:
+    """Sum over the rows [..., n] of each row's weight on key i + offset, over the rows that have that key only (the
+    same terms in the same order as the map's diagonal, so the float32 sum is the diagonal's)."""
+    n = weights.shape[-1]
+    return weights[..., max(0, -offset) : n - max(0, offset)].sum(axis=-1)
 
 
 def row_offsets(attn: np.ndarray, offsets: Sequence[int] = (-1, 0, 1), first_row: int = 0) -> np.ndarray:
@@ -168,8 +175,8 @@ class InputRows:
         rows = slice(1, None) if self.causal and n > 1 else slice(None)  # row 0 of a decoder sees only itself
         if self.causal:
             stats["cls"] = self.mass[..., rows, 0].mean(axis=-1)
-        for c, key in enumerate(OFFSETS):
-            stats[key] = self.offsets[..., c].sum(axis=-1) / n
+        for c, (key, offset) in enumerate(OFFSETS.items()):
+            stats[key] = offset_sum(self.offsets[..., c], offset) / n
         stats["entropy"] = self.entropy[..., rows].mean(axis=-1)
         stats["cls_entropy"] = self.entropy[..., 0]
         sep_rows = self.classes[:, 1].astype(bool)
