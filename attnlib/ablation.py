@@ -60,7 +60,7 @@ def unavailable_reason(lm: LoadedModel, measure: Measure | None = None) -> str |
             f"Head ablation (METHODS §15) is not available for '{model_type}' models: attnlib knows where the heads' "
             f"context vectors enter the attention output projection only for {SUPPORTED_NAMES}."
         )
-    replay = unsupported_reason(lm.encoder.config, "hta")  # ablation replays the layers as attribution does
+    replay = unsupported_reason(lm.encoder.config, "ablation")
     if replay is not None:
         return f"Head ablation (METHODS §15) replays the model's layers as attribution does, which it cannot here. {replay}"
     return mlm_reason(lm) if measure == "mlm" else None
@@ -339,7 +339,7 @@ def _recorded(lm: LoadedModel, batch: dict) -> tuple[Recording, tuple[torch.Tens
     seen: list = []
     keep = this_thread_only(lambda _module, _args, out: seen.append(out.attentions))
     with hooks_removed([lm.encoder.register_forward_hook(keep)]):
-        rec = record(lm, {**batch, "output_attentions": True})
+        rec = record(lm, {**batch, "output_attentions": True}, "ablation")
     attentions = seen[0]
     if not attentions or len(attentions) != rec.n_layers:
         raise AblationUnavailable(f"{lm.facts.name} returned no attention weights per layer (eager attention needed).")
@@ -475,7 +475,7 @@ def _served_start(
                     change = -terms[start][0][:, h].to(out.dtype)
                 else:
                     change = terms[start][1][:, h].to(out.dtype) - clean.contexts[..., head]
-                out[k] += change @ site.output.weight[:, head].T
+                out[k] += change @ _reading(site.output, head)
         return out.view(V * R, n, -1)
 
     with contextlib.ExitStack() as stack:
@@ -483,6 +483,11 @@ def _served_start(
             stack.enter_context(served_once(projection, of_replay(value)))
         stack.enter_context(served_once(site.output, changed_output))
         yield
+
+
+def _reading(output: torch.nn.Module, head: slice) -> torch.Tensor:
+    """The output projection's weights that read these input columns, [d, out] (GPT-2's Conv1D keeps W as [in, out])."""
+    return output.weight[:, head].T if isinstance(output, torch.nn.Linear) else output.weight[head]
 
 
 @functools.cache
@@ -568,7 +573,7 @@ def single_head_variants(n_layers: int, n_heads: int, changes: Sequence[Change] 
 
 def _layout(lm: LoadedModel):
     check_available(lm)
-    return layout(lm.encoder, "norms")
+    return layout(lm.encoder, "ablation")
 
 
 @contextlib.contextmanager
