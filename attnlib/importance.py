@@ -511,20 +511,25 @@ def sink_sentence(result: HeadImportance, model: str, measure: str | None = None
     most, _ = ranked_heads(ablation, 3)
     parts = [f"In {model}, switching one head off changes {words} most for heads {_names([h for h, _ in most])}."]
     drop, renormalise = result.effect("drop", measure), result.effect("renormalise", measure)
-    if not sinks.any():
+    if sinks.any():
+        parts.append(
+            f"{sinks.sum()} of {n} heads are sink heads (more than {SINK_THRESHOLD:.0%} of their attention on the "
+            "first token)."
+        )
+        heads, who = sinks, "For them"
+    else:
         parts.append(
             f"No head is a sink head, with more than {SINK_THRESHOLD:.0%} of its attention on the first token "
             f"(the most: {share.max():.0%})."
         )
-    elif drop is None or renormalise is None:
+        heads, who = np.ones_like(sinks), "Over all heads"
+    if drop is None or renormalise is None:
         parts.append(
-            f"{sinks.sum()} of {n} heads are sink heads (more than {SINK_THRESHOLD:.0%} of their attention on the "
-            f"first token); switching them off changes it by a median of {np.median(ablation[sinks]):.2g}"
-            + (f", against {np.median(ablation[~sinks]):.2g} for the others." if (~sinks).any() else ".")
-            + " Knock the first token out (the knockouts) to test whether the sink is a no-op."
+            f"{who}, switching the head off changes it by a median of {np.median(ablation[heads]):.2g}; knock the "
+            "first token out (the knockouts) to test whether the sink is a no-op."
         )
     else:
-        dropped, ablated, renormed = (float(np.median(x[sinks])) for x in (drop, ablation, renormalise))
+        dropped, ablated, renormed = (float(np.median(x[heads])) for x in (drop, ablation, renormalise))
         fraction = dropped / ablated if ablated > 0 else float("nan")
         verdict = (
             "the sink is close to a no-op"
@@ -532,10 +537,9 @@ def sink_sentence(result: HeadImportance, model: str, measure: str | None = None
             else "the sink is not a no-op"
         )
         parts.append(
-            f"{sinks.sum()} of {n} heads are sink heads (more than {SINK_THRESHOLD:.0%} of their attention on the "
-            f"first token). For them, dropping the first token's term (and the end token's, where the input has one) "
-            f"changes {words} by a median of {dropped:.2g}, {fraction:.0%} of what switching the head off does "
-            f"({ablated:.2g}): {verdict}. Renormalising the rest without it changes it by {renormed:.2g}"
+            f"{who}, dropping the first token's term (and the end token's, where the input has one) changes {words} "
+            f"by a median of {dropped:.2g}, {fraction:.0%} of what switching the head off does ({ablated:.2g}): "
+            f"{verdict}. Renormalising the rest without it changes it by {renormed:.2g}"
             + (", more than dropping." if renormed > dropped else ", no more than dropping.")
         )
     parts += _rho_sentence(result.no_op(measure), "first-token share")

@@ -233,3 +233,28 @@ def test_cli_refuses_the_lm_measure_of_a_classifier_in_one_line(tmp_path_factory
                            capsys=capsys)  # fmt: skip
     assert code == 0, err
     assert data["mlm"] is None and data["embedding"] > 0
+
+
+def test_sink_sentence_by_hand():
+    """Two sink heads of four whose first-token drop does 10% of what ablation does: close to a no-op, in a decoder's
+    words; an encoder's JSON has no `kind`, a decoder's says so."""
+    share = np.array([[0.9, 0.5], [0.1, 0.2]])
+    ablate = np.array([[1.0, 1.0], [0.5, 0.2]])
+    drop = np.array([[0.1, 0.1], [0.4, 0.1]])
+    renormalise = np.array([[0.3, 0.3], [0.4, 0.1]])
+    table = {"embedding": None, "hidden": None}
+    result = HeadImportance(
+        n_inputs=3,
+        measure="mlm",
+        ablation={**table, "mlm": ablate},
+        special_share=share,
+        knockout={"drop": {**table, "mlm": drop}, "renormalise": {**table, "mlm": renormalise}},
+        causal=True,
+    )
+    said = no_op_sentence(result, "m")
+    assert "changes the next-token loss most for heads 1-2, 1-1, 2-1." in said  # ties: the later head first
+    assert "2 of 4 heads are sink heads (more than 30% of their attention on the first token)." in said
+    assert "by a median of 0.1, 10% of what switching the head off does (1): the sink is close to a no-op." in said
+    assert "Renormalising the rest without it changes it by 0.3, more than dropping." in said
+    assert "kind" not in HeadImportance(**{**result.__dict__, "causal": False}).to_json()
+    assert result.to_json()["kind"] == "decoder"
