@@ -154,6 +154,14 @@ STEPS: tuple[Step, ...] = (
         "is a no-op, dropping it barely matters in the heads that give it most (Michel et al. 2019; Clark et al.).",
         "head-importance",
         "noop",
+        (
+            "Switch it off: which heads matter?",
+            "Step 3 knocked the first token out of each head; here the yardstick itself: each head switched off in "
+            "turn, and how much the sentence embedding moves (Michel et al. 2019). The points are the heads, by their "
+            "share of attention to the first token.",
+            "head-importance",
+            "effects",
+        ),
     ),
 )
 

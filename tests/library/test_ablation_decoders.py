@@ -214,9 +214,10 @@ def test_cli_ablate_and_importance_on_a_decoder(tmp_path_factory, tmp_path, caps
     corpus_file = tmp_path / "corpus.txt"
     corpus_file.write_text("\n".join(SENTENCES) + "\n")
     code, data, err = _cli("importance", "--model", str(folder), "--corpus", str(corpus_file), "--knockout",
-                           "--measure", "mlm", "--json", capsys=capsys)  # fmt: skip
+                           "--measure", "mlm", "--prune", "--json", capsys=capsys)  # fmt: skip
     assert code == 0, err
     assert data["kind"] == "decoder" and data["measure"] == "mlm" and np.isfinite(data["spearman"]["ablation"])
+    assert len(data["pruning"]["mlm"]["effect"]) == 10
     assert np.array(data["knockout"]["drop"]["mlm"]).shape == (2, 4) and "importance" not in data
 
 
