@@ -10,6 +10,10 @@ change of a model with L layers and H heads costs H (L + 1) / 2 forward passes, 
 changed layer, which are served from the clean pass (its output projection as o(c) plus a d-column product per
 changed head). `heads_off` switches a set of heads off in ordinary forward passes; `head_gradients` puts Michel's
 multipliers on the context vectors through the same hook. Every hook is removed in `finally`.
+
+Decoders (METHODS §18) take the same path: their own layers replayed with the recorded causal (and sliding-window)
+masks and rotary tables; K is FIRST (and SEP), and the LM measure is the next-token loss of the causal-LM head on the
+inputs' own rows.
 """
 
 from __future__ import annotations
