@@ -193,7 +193,9 @@ def _head_of(mlm: torch.nn.Module) -> MlmHead:
 
 def _causal_head(model: torch.nn.Module) -> MlmHead:
     """A ForCausalLM model's LM head as its forward applies it (with Gemma 2's final soft-capping)."""
-    project = model.get_output_embeddings()
+    if not hasattr(model, "lm_head"):  # a BERT saved as a decoder (BertLMHeadModel): its masked-LM-style head
+        return _head_of(model)
+    project = model.lm_head
     cap = getattr(model.config, "final_logit_softcapping", None)
     return project if not cap else lambda h: torch.tanh(project(h) / cap) * cap
 
