@@ -8,7 +8,14 @@ import pandas as pd
 import streamlit as st
 
 from attnlib.importance import no_op_sentence, ranked_heads
-from attnlib.views.importance import CHANGE_NAMES, MEASURE_NAMES, effect_heatmap, no_op_scatter, pruning_figure
+from attnlib.views.importance import (
+    change_names,
+    effect_heatmap,
+    measure_names,
+    no_op_scatter,
+    pruning_figure,
+    share_title,
+)
 from attnlib.views.special_tokens import head_label
 from ui.compare import difference_line, model_columns
 from ui.data_table import data_table
@@ -32,21 +39,39 @@ def side_by_side(views: list[ShownImportance], draw) -> None:
 def per_layer_means(view: ShownImportance) -> dict[str, dict[str, float]]:
     """Per layer, the mean over heads of the ablation effect and of the share (largest_difference's shape)."""
     r = view.result
-    out = {"CLS+SEP share": {f"layer {l + 1}": float(v) for l, v in enumerate(r.special_share.mean(1))}}
+    out = {SHARE_NAMES[r.causal]: {f"layer {l + 1}": float(v) for l, v in enumerate(r.special_share.mean(1))}}
     effect = r.effect("ablate")
     if effect is not None:
         out[f"ablation ({r.measure})"] = {f"layer {l + 1}": float(v) for l, v in enumerate(effect.mean(1))}
     return out
 
 
+SHARE_NAMES = {False: "CLS+SEP share", True: "first_share"}
+
+
+def causal(views: list[ShownImportance]) -> bool:
+    """Whether the page shows decoders only (a decoder beside an encoder keeps the encoder's words above the figures,
+    and each figure its own)."""
+    return all(v.result.causal for v in views)
+
+
 def effects_tab(views: list[ShownImportance]) -> None:
-    """A layer-by-head heatmap of each change's effect, with the [CLS]+[SEP] share beside it."""
+    """A layer-by-head heatmap of each change's effect, with the [CLS]+[SEP] share (a decoder's first_share) beside
+    it."""
     measure = views[0].result.measure
-    st.markdown(
-        f"Each cell is one head switched off alone (or its [CLS]/[SEP] attention knocked out), its effect on "
-        f"**{MEASURE_NAMES[measure]}** averaged over the corpus (METHODS §15). Beside it, the share of the head's "
-        "attention that goes to [CLS] and [SEP] on the same inputs (§2)."
-    )
+    if causal(views):
+        st.markdown(
+            f"Each cell is one head switched off alone (or its attention to the first token, and to the end token "
+            f"where the input has one, knocked out), its effect on **{measure_names(True)[measure]}** averaged over "
+            "the corpus (METHODS §15, §18). Beside it, the share of the head's attention that goes to the first "
+            "token, the attention sink, on the same inputs (first_share, §18)."
+        )
+    else:
+        st.markdown(
+            f"Each cell is one head switched off alone (or its [CLS]/[SEP] attention knocked out), its effect on "
+            f"**{measure_names(False)[measure]}** averaged over the corpus (METHODS §15). Beside it, the share of the "
+            "head's attention that goes to [CLS] and [SEP] on the same inputs (§2)."
+        )
     if len(views) == 2:
         difference_line([v.model for v in views], per_layer_means(views[0]), per_layer_means(views[1]))
 
@@ -54,11 +79,12 @@ def effects_tab(views: list[ShownImportance]) -> None:
         r = view.result
         shown = {c: r.effect(c) for c in ("ablate", "drop", "renormalise")}
         if shown["ablate"] is None:
-            st.info(f"{view.model}: the {measure} measure is not defined (no trained masked-LM head).")
+            head = "language-model" if r.causal else "masked-LM"
+            st.info(f"{view.model}: the {measure} measure is not defined (no trained {head} head).")
             return
-        figures = [("special_share", effect_heatmap(r.special_share, "Share of attention to [CLS] and [SEP]", "share"))]
+        figures = [("special_share", effect_heatmap(r.special_share, share_title(r.causal), "share"))]
         figures += [
-            (f"effect_{c}", effect_heatmap(values, f"Effect: {CHANGE_NAMES[c]}", "effect"))
+            (f"effect_{c}", effect_heatmap(values, f"Effect: {change_names(r.causal)[c]}", "effect"))
             for c, values in shown.items()
             if values is not None
         ]
@@ -78,12 +104,22 @@ def effects_tab(views: list[ShownImportance]) -> None:
 
 
 def no_op_tab(views: list[ShownImportance]) -> None:
-    """The scatter of share against effect with Spearman's rho, the sentence, and rho per layer."""
-    st.markdown(
-        "Clark et al. read attention to [SEP] as a *no-op*: a head with nothing to do parks its attention there. If so, "
-        "removing that attention (**drop**: its term taken out, no renormalisation) should change little in heads "
-        "that attend there most, and **renormalising** the rest without it more. Each point is one head."
-    )
+    """The scatter of share against effect with Spearman's rho, the sentence, and rho per layer (for a decoder, the
+    sink test)."""
+    if causal(views):
+        st.markdown(
+            "The sink test. A decoder's heads give much of their attention to the first token, the *attention sink* "
+            "(Gu et al. 2024): is that attention a no-op, as Clark et al. read attention to [SEP]? If so, removing it "
+            "(**drop**: the first token's term taken out, and the end token's where the input has one, no "
+            "renormalisation) should change little in the heads that attend there most, and **renormalising** the "
+            "rest without it more. Each point is one head; x is its first_share (METHODS §18)."
+        )
+    else:
+        st.markdown(
+            "Clark et al. read attention to [SEP] as a *no-op*: a head with nothing to do parks its attention there. "
+            "If so, removing that attention (**drop**: its term taken out, no renormalisation) should change little "
+            "in heads that attend there most, and **renormalising** the rest without it more. Each point is one head."
+        )
 
     def draw(view: ShownImportance, sfx: str) -> None:
         r = view.result
@@ -93,10 +129,11 @@ def no_op_tab(views: list[ShownImportance]) -> None:
             st.info(f"{view.model}: the {r.measure} measure is not defined.")
             return
         st.success(f"**What it shows.** {no_op_sentence(r, view.model)}", icon=":material/lightbulb:")
-        chart(no_op_scatter(r.special_share, effects, test.overall, r.measure), f"no_op{sfx}", f"{KEY}_no_op{sfx}")
+        figure = no_op_scatter(r.special_share, effects, test.overall, r.measure, r.causal)
+        chart(figure, f"no_op{sfx}", f"{KEY}_no_op{sfx}")
         rows = pd.DataFrame(
             {"layer": np.arange(1, len(r.special_share) + 1)}
-            | {f"ρ {CHANGE_NAMES[c]}": np.round(test.per_layer[c], 3) for c in effects}
+            | {f"ρ {change_names(r.causal)[c]}": np.round(test.per_layer[c], 3) for c in effects}
         )
         data_table(rows, key=f"{KEY}_rho{sfx}")
         download_table(rows, f"no_op_spearman{sfx}", key=f"{KEY}_rho_csv{sfx}")
@@ -111,7 +148,7 @@ def pruning_tab(views: list[ShownImportance]) -> None:
     drawn = {model: (c.removed, c.effect) for model, c in curves.items() if c is not None}
     st.markdown(
         f"Heads switched off together, least important first (by their own single-head effect on "
-        f"{MEASURE_NAMES[measure]}), and the effect after each tenth of them (Michel et al. Fig. 3)."
+        f"{measure_names(causal(views))[measure]}), and the effect after each tenth of them (Michel et al. Fig. 3)."
     )
     if not drawn:
         st.info("No pruning curve: tick *Pruning curve* in the sidebar (a second pass over the corpus).")
@@ -134,6 +171,9 @@ def gradient_tab(views: list[ShownImportance]) -> None:
 
     def draw(view: ShownImportance, sfx: str) -> None:
         normalised = view.result.importance_normalised
+        if normalised is None and view.result.causal:
+            st.info(f"{view.model} is a decoder: gradient importance is defined here with a masked-LM head only (§15).")
+            return
         if normalised is None:
             st.info(f"{view.model} has no trained masked-LM head: gradient importance is not defined for it.")
             return
@@ -152,7 +192,7 @@ def head_table(view: ShownImportance) -> pd.DataFrame:
             "model": view.model,
             "layer": np.repeat(np.arange(1, L + 1), H),
             "head": np.tile(np.arange(1, H + 1), L),
-            "cls_sep_share": r.special_share.ravel(),
+            "first_share" if r.causal else "cls_sep_share": r.special_share.ravel(),
         }
     )
     for change in ("ablate", "drop", "renormalise"):

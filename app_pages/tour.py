@@ -234,7 +234,11 @@ def _norms_panel(result: SpecialTokens, shown: str, model_name: str) -> Panel:
 
 
 def render_no_op(model_name: str, shown: str) -> None:
-    """Step 3: [SEP] attending to itself, gradient importance; further panels (e.g. norms) are appended to `panels`."""
+    """Step 3: [SEP] attending to itself, gradient importance; further panels (e.g. norms) are appended to `panels`.
+    A decoder's step 3 is the sink test, answered from the first-token knockouts."""
+    if model_named(model_name).facts.causal:
+        render_knockout(model_name, shown, STEPS[2])
+        return
     got = special_result(model_name)
     special: SpecialTokenResult = got.value.special  # type: ignore[attr-defined]
     nop = {k: special.heads[k] for k in NO_OP_NAMES}
@@ -315,8 +319,9 @@ def render_positions(model_name: str, shown: str) -> None:
     _notice(positions_notice(r, shown), got.source, _corpus_link(STEPS[5], model_name, "positions"))
 
 
-def render_knockout(model_name: str, shown: str) -> None:
-    """Step 7: each head's [CLS]/[SEP] attention knocked out against the head switched off, share against effect."""
+def render_knockout(model_name: str, shown: str, step: Step = STEPS[6]) -> None:
+    """Step 7: each head's [CLS]/[SEP] attention knocked out against the head switched off, share against effect (a
+    decoder's first token: its step 3, the sink test)."""
     try:
         got = _shipped_else_slice("importance", model_name, IMPORTANCE_SLICE)
     except AblationUnavailable as exc:
@@ -324,12 +329,14 @@ def render_knockout(model_name: str, shown: str) -> None:
         return
     result: HeadImportance = got.value  # type: ignore[assignment]
     effects = {c: e for c in CHANGES if (e := result.effect(c)) is not None}
-    _show(no_op_scatter(result.special_share, effects, result.no_op().overall, result.measure), "knockout")
-    _notice(no_op_sentence(result, shown), got.source, _corpus_link(STEPS[6], model_name, "importance"))
+    figure = no_op_scatter(result.special_share, effects, result.no_op().overall, result.measure, result.causal)
+    _show(figure, "knockout")
+    _notice(no_op_sentence(result, shown), got.source, _corpus_link(step, model_name, "importance"))
 
 
 def _corpus_link(step: Step, model_name: str, command: str) -> str:
-    return page_link(step.page, model=model_name, corpus=corpus_slug(TOUR_CORPORA[command]), tab=step.tab)
+    _, _, page, tab = step.shown(model_named(model_name).facts.causal)
+    return page_link(page, model=model_name, corpus=corpus_slug(TOUR_CORPORA[command]), tab=tab)
 
 
 RENDER: dict[str, Callable[[str, str], None]] = {
@@ -377,6 +384,7 @@ model_name = current_model().facts.name
 shown_name = Path(model_name).name if Path(model_name).is_dir() else model_name  # a folder by its own name
 step = current_step()
 step_buttons(step)
-st.header(f"{step.number}. {step.title}")
-st.markdown(f"<p style='font-size:1.25rem'>{step.explanation}</p>", unsafe_allow_html=True)
+title, explanation, _, _ = step.shown(current_model().facts.causal)
+st.header(f"{step.number}. {title}")
+st.markdown(f"<p style='font-size:1.25rem'>{explanation}</p>", unsafe_allow_html=True)
 RENDER[step.key](model_name, shown_name)

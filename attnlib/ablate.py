@@ -120,7 +120,7 @@ def ablate_input(lm: LoadedModel, item: CorpusInput, options: AblateOptions) -> 
         states = prep.output
     effects = prep.effects(states)
     predictions = []
-    if prep.head is not None:
+    if prep.head is not None and not lm.facts.causal:  # a decoder's text has no mask token to predict at
         typed = torch.nonzero(prep.batch["input_ids"][0] == lm.tokenizer.mask_token_id)[:, 0]
         before = top_predictions(prep.head, prep.output[0, typed], lm.tokenizer)
         after = top_predictions(prep.head, states[0, typed], lm.tokenizer)

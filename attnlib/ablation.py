@@ -10,6 +10,10 @@ change of a model with L layers and H heads costs H (L + 1) / 2 forward passes, 
 changed layer, which are served from the clean pass (its output projection as o(c) plus a d-column product per
 changed head). `heads_off` switches a set of heads off in ordinary forward passes; `head_gradients` puts Michel's
 multipliers on the context vectors through the same hook. Every hook is removed in `finally`.
+
+Decoders (METHODS §18) take the same path: their own layers replayed with the recorded causal (and sliding-window)
+masks and rotary tables; K is FIRST (and SEP), and the LM measure is the next-token loss of the causal-LM head on the
+inputs' own rows.
 """
 
 from __future__ import annotations
@@ -60,14 +64,23 @@ def unavailable_reason(lm: LoadedModel, measure: Measure | None = None) -> str |
             f"Head ablation (METHODS §15) is not available for '{model_type}' models: attnlib knows where the heads' "
             f"context vectors enter the attention output projection only for {SUPPORTED_NAMES}."
         )
-    replay = unsupported_reason(lm.encoder.config, "hta")  # ablation replays the layers as attribution does
+    replay = unsupported_reason(lm.encoder.config, "ablation")
     if replay is not None:
         return f"Head ablation (METHODS §15) replays the model's layers as attribution does, which it cannot here. {replay}"
     return mlm_reason(lm) if measure == "mlm" else None
 
 
 def mlm_reason(lm: LoadedModel) -> str | None:
-    """Why the masked-LM measures (the mlm effect, Michel's gradient importance) are not defined; None when they are."""
+    """Why the LM measures (the mlm effect: a decoder's next-token loss, §18; Michel's gradient importance) are not
+    defined; None when they are."""
+    if lm.facts.causal:
+        if lm.causal_lm is not None:
+            return None
+        return (
+            f"{lm.facts.name} has no trained language-model head (it is not a causal-LM checkpoint), so the LM "
+            "measure, the next-token loss of METHODS §15 and §18, is not defined for it (its embedding and hidden "
+            "measures are)."
+        )
     if gradient_unavailable_reason(lm) is None:  # §5's condition: a trained head and a mask token
         return None
     if lm.mlm is None:
@@ -178,25 +191,36 @@ def _head_of(mlm: torch.nn.Module) -> MlmHead:
     raise AblationUnavailable(f"attnlib does not know the masked-LM head of {type(mlm).__name__}.")
 
 
+def _causal_head(model: torch.nn.Module) -> MlmHead:
+    """A ForCausalLM model's LM head as its forward applies it (with Gemma 2's final soft-capping)."""
+    if not hasattr(model, "lm_head"):  # a BERT saved as a decoder (BertLMHeadModel): its masked-LM-style head
+        return _head_of(model)
+    project = model.lm_head
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return project if not cap else lambda h: torch.tanh(project(h) / cap) * cap
+
+
 def mlm_head(lm: LoadedModel) -> MlmHead:
-    """The model's masked-LM head, checked once per model against its own forward pass; AblationUnavailable when
-    the model has none or attnlib cannot apply it to replayed hidden states."""
+    """The model's masked-LM head (a decoder's causal-LM head), checked once per model against its own forward pass;
+    AblationUnavailable when the model has none or attnlib cannot apply it to replayed hidden states."""
     reason = mlm_reason(lm)
-    if reason is not None or lm.mlm is None:
+    model = lm.causal_lm if lm.facts.causal else lm.mlm
+    if reason is not None or model is None:
         raise AblationUnavailable(reason)
-    if lm.mlm not in _HEADS:
-        head = _head_of(lm.mlm)
+    if model not in _HEADS:
+        head = _causal_head(model) if lm.facts.causal else _head_of(model)
         batch = model_inputs(lm, [encode(lm, "The head is checked once.")])
         with torch.no_grad():
-            own = lm.mlm(**batch).logits
+            own = model(**batch).logits
             ours = head(lm.encoder(**batch).last_hidden_state)
         if ours.shape != own.shape or not torch.allclose(ours, own, rtol=1e-4, atol=1e-4):
+            what = "language-model" if lm.facts.causal else "masked-LM"
             raise AblationUnavailable(
-                f"The masked-LM head of {type(lm.mlm).__name__} does not reproduce the model's own predictions when "
+                f"The {what} head of {type(model).__name__} does not reproduce the model's own predictions when "
                 "applied to its encoder's output; the mlm measure cannot be computed for it."
             )
-        _HEADS[lm.mlm] = head
-    return _HEADS[lm.mlm]
+        _HEADS[model] = head
+    return _HEADS[model]
 
 
 def mlm_losses(head: MlmHead, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -247,7 +271,8 @@ def hidden_change(reference: torch.Tensor, changed: torch.Tensor, mask: torch.Te
 @dataclass
 class Prepared:
     """A batch of B inputs run once. Rows 0..B-1 are the inputs; with a masked-LM head, rows B..2B-1 are the same
-    inputs with §15's masked positions (the mlm measure), so R = B or 2B rows run in every replay."""
+    inputs with §15's masked positions (the mlm measure), so R = B or 2B rows run in every replay. A decoder's LM
+    measure reads the inputs' own rows (next-token targets), so its R is B; the LM rows are always the last B."""
 
     lm: LoadedModel
     batch: dict  # the R rows' model inputs
@@ -255,7 +280,7 @@ class Prepared:
     attentions: tuple[torch.Tensor, ...]  # per layer application [R, H, n, n]
     special: torch.Tensor  # [R, n] bool: the CLS and SEP keys (K of §15)
     n_inputs: int  # B
-    labels: torch.Tensor | None  # [B, n]: the masked rows' targets, -100 where not masked
+    labels: torch.Tensor | None  # [B, n]: the LM rows' targets (masked or next tokens), -100 elsewhere
     clean_loss: torch.Tensor | None  # [B]: L(x) of the unchanged model
     head: MlmHead | None
 
@@ -315,7 +340,7 @@ class Prepared:
             "hidden": hidden_change(self.reference, clean, mask).cpu().numpy(),
         }
         if self.labels is not None and self.head is not None and self.clean_loss is not None:
-            masked = out[:, B:].reshape(V * B, n, D)
+            masked = out[:, R - B :].reshape(V * B, n, D)
             losses = mlm_losses(self.head, masked, self.labels.repeat(V, 1)).reshape(V, B)
             found["mlm"] = (losses - self.clean_loss).to(torch.float64).cpu().numpy()
         return found
@@ -334,12 +359,20 @@ def masked_batch(
     return batch, labels
 
 
+def next_token_labels(batch: dict) -> torch.Tensor:
+    """METHODS §18: position i predicts token i + 1, for i = 0..n-2 of each input (-100 at its last and at padding)."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    labels = torch.full_like(ids, -100)
+    labels[:, :-1] = torch.where(mask[:, 1:].bool(), ids[:, 1:], -100)
+    return labels
+
+
 def _recorded(lm: LoadedModel, batch: dict) -> tuple[Recording, tuple[torch.Tensor, ...]]:
     """record() of the batch, with the attention weights of its forward pass."""
     seen: list = []
     keep = this_thread_only(lambda _module, _args, out: seen.append(out.attentions))
     with hooks_removed([lm.encoder.register_forward_hook(keep)]):
-        rec = record(lm, {**batch, "output_attentions": True})
+        rec = record(lm, {**batch, "output_attentions": True}, "ablation")
     attentions = seen[0]
     if not attentions or len(attentions) != rec.n_layers:
         raise AblationUnavailable(f"{lm.facts.name} returned no attention weights per layer (eager attention needed).")
@@ -362,17 +395,20 @@ def prepare(
     labels = head = None
     if with_mlm:
         head = mlm_head(lm)
-        masked, labels = masked_batch(lm, encoded, indices, seed)
-        batch = {key: torch.cat([value, masked[key]]) for key, value in batch.items()}
+        if lm.facts.causal:
+            labels = next_token_labels(batch)
+        else:
+            masked, labels = masked_batch(lm, encoded, indices, seed)
+            batch = {key: torch.cat([value, masked[key]]) for key, value in batch.items()}
     rec, attentions = _recorded(lm, batch)
+    # K of §15: CLS and SEP; a decoder's FIRST (position 0) and SEP (§18)
     special = np.stack([np.pad(e.cls_mask | e.sep_mask, (0, rec.input_mask.shape[1] - e.n)) for e in encoded])
     special_keys = torch.as_tensor(special, device=rec.input_mask.device)
-    if with_mlm:
-        special_keys = special_keys.repeat(2, 1)
+    special_keys = special_keys.repeat(rec.batch_size // len(encoded), 1)
     clean_loss = None
     if head is not None and labels is not None:
         with torch.no_grad():
-            clean_loss = mlm_losses(head, rec.last_hidden_state[len(encoded) :], labels)  # type: ignore[index]
+            clean_loss = mlm_losses(head, rec.last_hidden_state[rec.batch_size - len(encoded) :], labels)  # type: ignore[index]
     return Prepared(lm, batch, rec, attentions, special_keys, len(encoded), labels, clean_loss, head)
 
 
@@ -394,9 +430,11 @@ def knockout_terms(prep: Prepared, layer: int) -> tuple[torch.Tensor, torch.Tens
         n = attn.shape[-1]
         allowed = (prep.mask.bool() & ~prep.special)[:, None, None, :].expand(-1, 1, n, n)
         window = prep.lm.facts.window(layer)
+        pos = torch.arange(n, device=attn.device)
         if window is not None:
-            pos = torch.arange(n, device=attn.device)
             allowed = allowed & ((pos[:, None] - pos[None, :]).abs() <= window)
+        if prep.lm.facts.causal:  # a decoder's row 0 has only FIRST: nothing is left, and its c' is 0
+            allowed = allowed & (pos[None, :] <= pos[:, None])
         uniform = allowed.to(attn.dtype) / allowed.sum(-1, keepdim=True).clamp(min=1)
         renormalised = torch.where(low, uniform, renormalised)
     return special_term, torch.matmul(renormalised, values)
@@ -475,7 +513,7 @@ def _served_start(
                     change = -terms[start][0][:, h].to(out.dtype)
                 else:
                     change = terms[start][1][:, h].to(out.dtype) - clean.contexts[..., head]
-                out[k] += change @ site.output.weight[:, head].T
+                out[k] += change @ _reading(site.output, head)
         return out.view(V * R, n, -1)
 
     with contextlib.ExitStack() as stack:
@@ -483,6 +521,11 @@ def _served_start(
             stack.enter_context(served_once(projection, of_replay(value)))
         stack.enter_context(served_once(site.output, changed_output))
         yield
+
+
+def _reading(output: torch.nn.Module, head: slice) -> torch.Tensor:
+    """The output projection's weights that read these input columns, [d, out] (GPT-2's Conv1D keeps W as [in, out])."""
+    return output.weight[:, head].T if isinstance(output, torch.nn.Linear) else output.weight[head]
 
 
 @functools.cache
@@ -568,7 +611,7 @@ def single_head_variants(n_layers: int, n_heads: int, changes: Sequence[Change] 
 
 def _layout(lm: LoadedModel):
     check_available(lm)
-    return layout(lm.encoder, "norms")
+    return layout(lm.encoder, "ablation")
 
 
 @contextlib.contextmanager

@@ -24,11 +24,12 @@ from typing import Literal
 import torch
 
 ScoreKind = Literal["absolute", "rotary", "relative_bias", "disentangled"]
-Statistic = Literal["queries_keys", "norms", "hta"]
+Statistic = Literal["queries_keys", "norms", "hta", "ablation"]
 STATISTICS: dict[Statistic, str] = {
     "queries_keys": "The query and key vectors of the neuron view",
     "norms": "Value-weighted norms, the residual and LayerNorm decomposition and the rollouts (METHODS §11-13)",
     "hta": "Hidden Token Attribution (METHODS §9, §13)",
+    "ablation": "Head ablation and the knockouts (METHODS §15)",
 }
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # queries, keys, values, each [batch, heads, n, head_dim]
 
@@ -270,7 +271,8 @@ def sliding_window(config, layer: int) -> int | None:
 
 def _decoder_exact(config) -> dict[Statistic, str]:
     """Decoders: the neuron view's queries and keys are exact, except under soft-capped scores; norms and attribution
-    are not written for causal, pre-RMSNorm layers yet."""
+    are not written for causal, pre-RMSNorm layers yet. Ablation is exact: it replays the model's own layers with
+    their recorded calls (causal and sliding masks, rotary tables) and edits only the output projection's input."""
     reasons: dict[Statistic, str] = {
         "norms": "they are not yet written for decoders (causal, pre-norm layers)",
         "hta": "it is not yet written for decoders (causal, pre-norm layers)",

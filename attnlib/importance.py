@@ -34,7 +34,7 @@ from .engines import corpus_index, plan_batches
 from .model import LoadedModel
 from .results import malformed, numeric_array
 from .runner import encode
-from .special import class_share
+from .special import SINK_THRESHOLD, class_share, first_token_share
 
 MEASURE_HELP = "the effect the no-op test and the pruning curve show: embedding, hidden, or mlm (default %(default)s)"
 SEED_HELP = "seed of the positions the mlm measure masks: default_rng(seed + input index) (default %(default)s)"
@@ -144,6 +144,8 @@ class HeadImportance:
     importance: np.ndarray | None = None  # Michel: mean |dL/dxi|
     pruning: dict[str, PruningCurve] | None = None  # measure -> its curve, in its own order
     n_truncated: int = 0
+    causal: bool = False  # a decoder (§18): special_share is first_share, knockouts remove FIRST (and SEP), mlm is
+    # the next-token loss, and the no-op test is the sink test
 
     def effect(self, change: str, measure: str | None = None) -> np.ndarray | None:
         """[layers, heads] of one change under one measure (the result's own by default); None when not computed."""
@@ -178,6 +180,8 @@ class HeadImportance:
             "special_share": self.special_share,
             "spearman": self.no_op().to_json(),
         }
+        if self.causal:  # an encoder's JSON stays as it was
+            out["kind"] = "decoder"
         if self.knockout is not None:
             out["knockout"] = {c: {m: self.knockout[c].get(m) for m in MEASURES} for c in KNOCKOUTS}
         if self.pruning is not None:
@@ -207,6 +211,7 @@ class HeadImportance:
                 importance=None if importance is None else numeric_array(importance, "importance", 2),
                 pruning=None if pruning is None else {m: PruningCurve.from_json(c) for m, c in pruning.items()},
                 n_truncated=int(data.get("n_truncated", 0)),
+                causal=data.get("kind") == "decoder",
             )
 
     def for_options(self, options: ImportanceOptions) -> HeadImportance:
@@ -234,6 +239,7 @@ class ImportanceSums:
     gradient: np.ndarray | None = None
     n_inputs: int = 0
     n_truncated: int = 0
+    causal: bool = False  # the share is a decoder's first_share (§18)
 
     def __post_init__(self) -> None:
         self.share = np.zeros((self.n_layers, self.n_heads)) if self.share is None else self.share
@@ -251,7 +257,10 @@ class ImportanceSums:
         for b in range(B):
             n = int(prep.mask[b].sum())
             attn = np.stack([a[b, :, :n, :n].float().cpu().numpy() for a in prep.attentions])  # [L, H, n, n]
-            self.share += class_share(attn, prep.special[b, :n].cpu().numpy())
+            if self.causal:
+                self.share += first_token_share(attn)
+            else:
+                self.share += class_share(attn, prep.special[b, :n].cpu().numpy())
         if gradient is not None:
             self.gradient = np.abs(gradient).sum(0) + (0 if self.gradient is None else self.gradient)
         self.n_inputs += B
@@ -273,6 +282,7 @@ class ImportanceSums:
             sum(gradients[1:], gradients[0]) if gradients else None,
             self.n_inputs + other.n_inputs,
             self.n_truncated + other.n_truncated,
+            self.causal,
         )
 
     def result(self, options: ImportanceOptions) -> HeadImportance:
@@ -291,6 +301,7 @@ class ImportanceSums:
             knockout={c: table(c) for c in KNOCKOUTS} if options.knockout else None,
             importance=None if self.gradient is None else self.gradient / n,
             n_truncated=self.n_truncated,
+            causal=self.causal,
         )
 
 
@@ -322,7 +333,7 @@ def batches(lm: LoadedModel, inputs: Sequence[CorpusInput], batch_size: int):
 
 def importance_accumulators(lm: LoadedModel, options: ImportanceOptions) -> list:
     """Empty accumulators of the first pass."""
-    return [ImportanceSums(lm.facts.n_layers, lm.facts.n_heads)]
+    return [ImportanceSums(lm.facts.n_layers, lm.facts.n_heads, causal=lm.facts.causal)]
 
 
 def importance_fill(lm: LoadedModel, inputs: Sequence[CorpusInput], accumulators: list, batch_size: int,
@@ -337,7 +348,7 @@ def importance_fill(lm: LoadedModel, inputs: Sequence[CorpusInput], accumulators
     for indices, encoded in batches(lm, inputs, batch_size):
         prep = prepare(lm, encoded, indices, options.seed)
         gradient = None
-        if prep.labels is not None:
+        if prep.labels is not None and not lm.facts.causal:  # Michel's gradients: a masked-LM head only (§15)
             masked = {key: value[prep.n_inputs :] for key, value in prep.batch.items()}
             gradient = head_gradients(lm, masked, prep.labels).float().cpu().numpy()
         sums.add_batch(prep, variant_effects(prep, variants), changes, gradient, sum(e.truncated for e in encoded))
@@ -417,6 +428,7 @@ IMPORTANCE: Analysis[ImportanceOptions, HeadImportance] = Analysis(
 SPECIAL_HEAVY = 0.5  # a head that gives more than this share of its attention to [CLS] and [SEP]
 NO_OP_FRACTION = 0.25  # dropping the [CLS]/[SEP] term does less than this fraction of what ablating the head does
 MEASURE_WORDS = {"embedding": "the sentence embedding", "hidden": "the last hidden states", "mlm": "the masked-LM loss"}
+DECODER_MEASURE_WORDS = {**MEASURE_WORDS, "mlm": "the next-token loss"}
 
 
 def ranked_heads(effect: np.ndarray, top: int = 5) -> tuple[list[tuple[Head, float]], list[tuple[Head, float]]]:
@@ -435,6 +447,8 @@ def no_op_sentence(result: HeadImportance, model: str, measure: str | None = Non
     """What the no-op test shows for this model, in words (heads 1-based): do the heads that attend most to
     [CLS]/[SEP] change the output when that attention is dropped, against switching them off?"""
     measure = measure or result.measure
+    if result.causal:
+        return sink_sentence(result, model, measure)
     words = MEASURE_WORDS.get(measure, measure)
     share, ablation = result.special_share, result.effect("ablate", measure)
     if ablation is None:
@@ -474,8 +488,59 @@ def no_op_sentence(result: HeadImportance, model: str, measure: str | None = Non
                 else ", no more than dropping."
             )
         )
+    parts += _rho_sentence(test, "share")
+    return " ".join(parts)
+
+
+def _rho_sentence(test: NoOpTest, share: str) -> list[str]:
     rho = test.overall
     known = [f"{c} {rho[c]:+.2f}" for c in CHANGES if np.isfinite(rho[c])]
-    if known:
-        parts.append(f"Spearman's ρ of share against effect over all heads: {', '.join(known)}.")
+    return [f"Spearman's ρ of {share} against effect over all heads: {', '.join(known)}."] if known else []
+
+
+def sink_sentence(result: HeadImportance, model: str, measure: str | None = None) -> str:
+    """A decoder's no-op test, the sink test (METHODS §18), in words (heads 1-based): do the sink heads change the
+    output when their attention to the first token (and the end token) is dropped, against switching them off?"""
+    measure = measure or result.measure
+    words = DECODER_MEASURE_WORDS.get(measure, measure)
+    share, ablation = result.special_share, result.effect("ablate", measure)
+    if ablation is None:
+        return f"In {model}, the {measure} measure is not defined."
+    sinks = share > SINK_THRESHOLD
+    n = share.size
+    most, _ = ranked_heads(ablation, 3)
+    parts = [f"In {model}, switching one head off changes {words} most for heads {_names([h for h, _ in most])}."]
+    drop, renormalise = result.effect("drop", measure), result.effect("renormalise", measure)
+    if sinks.any():
+        parts.append(
+            f"{sinks.sum()} of {n} heads are sink heads (more than {SINK_THRESHOLD:.0%} of their attention on the "
+            "first token)."
+        )
+        heads, who = sinks, "For them"
+    else:
+        parts.append(
+            f"No head is a sink head, with more than {SINK_THRESHOLD:.0%} of its attention on the first token "
+            f"(the most: {share.max():.0%})."
+        )
+        heads, who = np.ones_like(sinks), "Over all heads"
+    if drop is None or renormalise is None:
+        parts.append(
+            f"{who}, switching the head off changes it by a median of {np.median(ablation[heads]):.2g}; knock the "
+            "first token out (the knockouts) to test whether the sink is a no-op."
+        )
+    else:
+        dropped, ablated, renormed = (float(np.median(x[heads])) for x in (drop, ablation, renormalise))
+        fraction = dropped / ablated if ablated > 0 else float("nan")
+        verdict = (
+            "the sink is close to a no-op"
+            if np.isfinite(fraction) and fraction < NO_OP_FRACTION
+            else "the sink is not a no-op"
+        )
+        parts.append(
+            f"{who}, dropping the first token's term (and the end token's, where the input has one) changes {words} "
+            f"by a median of {dropped:.2g}, {fraction:.0%} of what switching the head off does ({ablated:.2g}): "
+            f"{verdict}. Renormalising the rest without it changes it by {renormed:.2g}"
+            + (", more than dropping." if renormed > dropped else ", no more than dropping.")
+        )
+    parts += _rho_sentence(result.no_op(measure), "first-token share")
     return " ".join(parts)

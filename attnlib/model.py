@@ -102,6 +102,7 @@ class LoadedModel:
     device: str = "cpu"
     word_tokenizer: PreTrainedTokenizerBase | None = None  # for word lists (byte-level BPE needs a prefix space)
     seq2seq: torch.nn.Module | None = None  # an encoder-decoder's whole model (T5, BART, Marian); None otherwise
+    causal_lm: torch.nn.Module | None = None  # a decoder's causal-LM model, when its LM head is trained
 
 
 def bundled_model_path() -> Path:
@@ -219,13 +220,16 @@ def _is_cached(repo_id: str) -> bool:
         return False
 
 
-def _mlm_head_trained(loading_info: dict, base_prefix: str, architectures: list[str] | None) -> bool:
-    """A masked-LM head is trained when no weight outside the base encoder was missing from the checkpoint and the
-    checkpoint was saved from a model with such a head (a classifier's own head may share the MLM head's names)."""
+def _mlm_head_trained(
+    loading_info: dict, base_prefix: str, architectures: list[str] | None, saved_as: tuple[str, ...] = MLM_ARCHITECTURES
+) -> bool:
+    """A masked-LM head (a causal-LM one with saved_as=DECODER_ARCHITECTURES) is trained when no weight outside the
+    base model was missing from the checkpoint and the checkpoint was saved from a model with such a head (a
+    classifier's own head may share the LM head's names)."""
     missing = loading_info.get("missing_keys", [])
     if any(not key.startswith(base_prefix + ".") for key in missing):
         return False
-    return not architectures or any(a.endswith(MLM_ARCHITECTURES) for a in architectures)
+    return not architectures or any(a.endswith(saved_as) for a in architectures)
 
 
 def _check_vocabulary(name: str, tokenizer, config) -> None:
@@ -359,7 +363,19 @@ def load_model(
     facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
     running = dtype_name(next(mlm.parameters()).dtype)
     facts = replace(facts, kind=kind, parameters=parameters, dtype=running, saved_dtype=saved_dtype)
-    return LoadedModel(encoder, tokenizer, facts, mlm if has_mlm else None, device, word_tokenizer, seq2seq)
+    architectures = getattr(config, "architectures", None)
+    lm_head = kind == "decoder" and _mlm_head_trained(info, mlm.base_model_prefix, architectures, DECODER_ARCHITECTURES)
+    causal_lm = mlm if lm_head else None
+    return LoadedModel(
+        encoder,
+        tokenizer,
+        facts,
+        mlm if has_mlm else None,
+        device,
+        word_tokenizer,
+        seq2seq=seq2seq,
+        causal_lm=causal_lm,
+    )
 
 
 def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:

@@ -197,7 +197,9 @@ def record(lm, batch: dict, statistic: Statistic = "hta") -> Recording:
             handles.append(
                 m.register_forward_hook(this_thread_only(lambda _m, _a, o: rec.outputs.append(first_output(o))))
             )
-        out = lm.encoder(**batch)
+        # a decoder's key-value cache would be passed to every layer and grow with each replay of it
+        cache = {"use_cache": False} if lm.facts.causal else {}
+        out = lm.encoder(**batch, **cache)
     rec.last_hidden_state = out.last_hidden_state
     if not len(rec.layers) == len(rec.blocks) == len(rec.heads) == len(lay.sites):
         raise RuntimeError(

@@ -63,6 +63,12 @@ def class_share(attn: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return attn[..., np.asarray(mask, bool)].sum(axis=-1).mean(axis=-1)
 
 
+def first_token_share(attn: np.ndarray) -> np.ndarray:
+    """METHODS §18: a decoder's first_share of one input, (1/(n-1)) sum_{i>=1} A[..., i, 0] (row 0 alone when n = 1)."""
+    rows = attn[..., 1:, 0] if attn.shape[-2] > 1 else attn[..., 0]
+    return rows.mean(axis=-1)
+
+
 def offset_share(attn: np.ndarray, offset: int) -> np.ndarray:
     """METHODS §2: (1/n) sum_i A[..., i, i + offset]; rows without such a key add 0."""
     return offset_sum(row_offsets(attn, (offset,))[..., 0], offset) / attn.shape[-1]

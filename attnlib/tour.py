@@ -64,6 +64,13 @@ class Step:
     explanation: str
     page: str  # url_path of the full page ("" is the Live page at /)
     tab: str | None = None  # the tab of that page it opens (its URL text)
+    decoder: tuple[str, str, str, str | None] | None = None  # a decoder's own title, explanation, page and tab
+
+    def shown(self, causal: bool) -> tuple[str, str, str, str | None]:
+        """(title, explanation, page, tab) for an encoder, or for a decoder (causal) where the step has its own."""
+        if causal and self.decoder is not None:
+            return self.decoder
+        return self.title, self.explanation, self.page, self.tab
 
 
 STEPS: tuple[Step, ...] = (
@@ -97,6 +104,16 @@ STEPS: tuple[Step, ...] = (
         "output: that also depends on the size of the vector it sends.",
         "special-tokens",
         "norms",
+        (
+            "Is the sink a no-op?",
+            "In a decoder each token sees only itself and the tokens before it, and many heads park much of their "
+            "attention on the first token: the attention sink (Gu et al. 2024). Is that attention a no-op, as Clark "
+            "et al. read attention to [SEP]? Test it: take one head at a time and remove only its attention to the "
+            "first token (drop), or remove it and spread the rest over the other tokens (renormalise), and measure "
+            "how much the output moves; switching the whole head off is the yardstick.",
+            "head-importance",
+            "noop",
+        ),
     ),
     Step(
         4,
@@ -137,6 +154,14 @@ STEPS: tuple[Step, ...] = (
         "is a no-op, dropping it barely matters in the heads that give it most (Michel et al. 2019; Clark et al.).",
         "head-importance",
         "noop",
+        (
+            "Switch it off: which heads matter?",
+            "Step 3 knocked the first token out of each head; here the yardstick itself: each head switched off in "
+            "turn, and how much the sentence embedding moves (Michel et al. 2019). The points are the heads, by their "
+            "share of attention to the first token.",
+            "head-importance",
+            "effects",
+        ),
     ),
 )
 

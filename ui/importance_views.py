@@ -13,7 +13,7 @@ from attnlib.corpus import CorpusError
 from attnlib.importance import IMPORTANCE, HeadImportance, ImportanceOptions
 from attnlib.model import LoadedModel
 from attnlib.runner import InputError
-from attnlib.views.importance import MEASURE_NAMES
+from attnlib.views.importance import measure_names
 from ui.compare import second_source
 from ui.corpus_picker import CorpusChoice, corpus_picker
 from ui.model_sidebar import model_named
@@ -60,7 +60,8 @@ def cost_sentence(lm: LoadedModel, choice: CorpusChoice, options: ImportanceOpti
     """What computing it costs, said before it starts."""
     f = lm.facts
     passes = f.n_heads * (f.n_layers + 1) / 2 * (3 if options.knockout else 1) * (2 if lm.mlm is not None else 1)
-    knock = " (and knocks out its [CLS]/[SEP] attention)" if options.knockout else ""
+    special = "first-token" if f.causal else "[CLS]/[SEP]"
+    knock = f" (and knocks out its {special} attention)" if options.knockout else ""
     prune = ", then a pruning pass" if options.prune else ""
     return (
         f"Nothing ships for {f.name} on {choice.label}: computing switches every head off in turn{knock}{prune}, about "
@@ -73,14 +74,18 @@ def options_sidebar(lm: LoadedModel) -> ImportanceOptions:
     options = FORM.bind()
     with st.sidebar:
         st.subheader("Options")
-        st.checkbox("[CLS]/[SEP] knockouts (drop, renormalise)", key=FIELDS["knockout"].key)
+        causal = lm.facts.causal
+        special = "First-token" if causal else "[CLS]/[SEP]"
+        st.checkbox(f"{special} knockouts (drop, renormalise)", key=FIELDS["knockout"].key)
         st.checkbox("Pruning curve (a second pass)", key=FIELDS["prune"].key)
         measures = [m for m in MEASURES if m != "mlm" or mlm_reason(lm) is None]
         if options.measure not in measures:
-            st.caption(f"{lm.facts.name} has no trained masked-LM head: the mlm measure is not defined for it.")
+            missing = "language-model head: the next-token loss" if causal else "masked-LM head: the mlm measure"
+            st.caption(f"{lm.facts.name} has no trained {missing} is not defined for it.")
             options = replace(options, measure="embedding")
             st.session_state[FIELDS["measure"].key] = "embedding"
-        st.radio("Effect measure", measures, format_func=MEASURE_NAMES.get, key=FIELDS["measure"].key)
+        names = measure_names(causal)
+        st.radio("Effect measure", measures, format_func=names.get, key=FIELDS["measure"].key)
         FORM.other_widgets()
     return options
 

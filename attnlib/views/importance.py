@@ -18,6 +18,24 @@ MEASURE_NAMES = {
     "hidden": "relative change of the last hidden states",
     "mlm": "change of the masked-LM loss",
 }
+# a decoder's (METHODS §18): knockouts of the first token (and the end token), the next-token loss, the sink test
+DECODER_CHANGE_NAMES = {**CHANGE_NAMES, "drop": "first token dropped"}
+DECODER_MEASURE_NAMES = {**MEASURE_NAMES, "mlm": "change of the next-token loss"}
+
+
+def change_names(causal: bool) -> dict[str, str]:
+    """The changes' names for an encoder, or for a decoder (causal)."""
+    return DECODER_CHANGE_NAMES if causal else CHANGE_NAMES
+
+
+def measure_names(causal: bool) -> dict[str, str]:
+    """The measures' names for an encoder, or for a decoder (causal)."""
+    return DECODER_MEASURE_NAMES if causal else MEASURE_NAMES
+
+
+def share_title(causal: bool) -> str:
+    """What special_share is: the CLS+SEP share (§2), or a decoder's first_share (§18)."""
+    return "Share of attention to the first token (first_share)" if causal else "Share of attention to [CLS] and [SEP]"
 
 
 def _labels(n_layers: int, n_heads: int) -> np.ndarray:
@@ -53,10 +71,11 @@ def effect_heatmap(values: np.ndarray, title: str, what: str, height: int = 330)
 
 @notebook_figure
 def no_op_scatter(
-    share: np.ndarray, effects: Mapping[str, np.ndarray], rho: Mapping[str, float], measure: str
+    share: np.ndarray, effects: Mapping[str, np.ndarray], rho: Mapping[str, float], measure: str, causal: bool = False
 ) -> go.Figure:
-    """Each head's [CLS]+[SEP] share (x) against its effect under each change (y, one colour per change), with
-    Spearman's rho over all heads in the legend."""
+    """Each head's [CLS]+[SEP] share (a decoder's first_share: the sink test) (x) against its effect under each
+    change (y, one colour per change), with Spearman's rho over all heads in the legend."""
+    names = change_names(causal)
     n_layers, n_heads = share.shape
     labels = _labels(n_layers, n_heads).ravel()
     fig = go.Figure()
@@ -67,16 +86,21 @@ def no_op_scatter(
                 x=share.ravel(),
                 y=effect.ravel(),
                 mode="markers",
-                name=f"{CHANGE_NAMES[change]} (ρ = {r:.2f})" if np.isfinite(r) else CHANGE_NAMES[change],
+                name=f"{names[change]} (ρ = {r:.2f})" if np.isfinite(r) else names[change],
                 marker={"color": head_color(k), "size": 8, "opacity": 0.8},
                 customdata=labels,
                 hovertemplate="head %{customdata}<br>share %{x:.3f}<br>effect %{y:.4g}<extra></extra>",
             )
         )
-    fig.update_xaxes(title="share of attention to [CLS] and [SEP] (§2)")
-    fig.update_yaxes(title=MEASURE_NAMES.get(measure, measure))
+    shared = (
+        "first_share: attention to the first token (§18)" if causal else "share of attention to [CLS] and [SEP] (§2)"
+    )
+    fig.update_xaxes(title=shared)
+    fig.update_yaxes(title=measure_names(causal).get(measure, measure))
     fig.update_layout(
-        title="Does attention to [CLS]/[SEP] matter? Share against effect, every head",
+        title="Is the attention sink a no-op? first_share against effect, every head"
+        if causal
+        else "Does attention to [CLS]/[SEP] matter? Share against effect, every head",
         height=440,
         legend={"orientation": "h", "y": -0.2},
         margin=dict(l=10, r=10, t=60, b=10),

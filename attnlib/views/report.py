@@ -302,7 +302,7 @@ def importance_figures(results: Sequence[PartResult]) -> list[go.Figure]:
         figures.append(effect_heatmap(effect, f"{r.model}: effect of switching each head off", "1 − cos"))
         effects = {c: e for c in ("ablate", "drop", "renormalise") if (e := result.effect(c, "embedding")) is not None}
         test = result.no_op("embedding")
-        figures.append(no_op_scatter(result.special_share, effects, test.overall, "embedding"))
+        figures.append(no_op_scatter(result.special_share, effects, test.overall, "embedding", result.causal))
     curves = {r.model: r.result.pruning["embedding"] for r in results if r.result.pruning}
     if curves:
         drawn = {m: (c.removed, c.effect) for m, c in curves.items()}

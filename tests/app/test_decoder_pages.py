@@ -69,3 +69,33 @@ def test_special_tokens_sinks_of_a_decoder_beside_an_encoder(gpt2_dir, tiny_mode
     (rates,) = [t for t in tables(at) if "sink heads" in t.columns]
     assert set(rates["kind"]) == {"decoder", "encoder"}
     assert list(rates[rates["model"] == str(gpt2_dir)]["layer"]) == ["all", "1", "2"]
+
+
+def test_head_importance_of_a_decoder_is_the_sink_test(gpt2_dir):
+    """Head importance on a decoder: first-token knockouts, the next-token loss as the LM measure, the sink test."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.query_params.update(model=str(gpt2_dir), limit="3", tab="noop", ko="1", measure="mlm")
+    at.run()
+    at.switch_page("app_pages/head_importance.py")
+    at.run()
+    asks = [b for b in at.button if str(b.key).startswith("compute:")]
+    assert asks and "first-token attention" in " ".join(i.value for i in at.info)
+    asks[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "First-token knockouts (drop, renormalise)" in [c.label for c in at.sidebar.checkbox]
+    assert any(m.value.startswith("The sink test.") for m in at.markdown)
+    (said,) = [s.value for s in at.success]
+    assert "next-token loss" in said and "first-token share against effect" in said and "[CLS]" not in said
+
+
+def test_tour_asks_whether_the_sink_is_a_no_op(gpt2_dir):
+    """The Tour's step 3 for a decoder: the sink test, answered from the first-token knockouts."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.query_params.update(model=str(gpt2_dir), step="3")
+    at.run()
+    at.switch_page("app_pages/tour.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.header[0].value == "3. Is the sink a no-op?"
+    (said,) = [s.value for s in at.success]
+    assert "first token" in said and "first-token share against effect" in said and "[SEP]" not in said
