@@ -151,7 +151,7 @@ def table_options() -> tuple[DepsOptions, bool]:
 
 
 def _table_frame(table: DependencyTable) -> pd.DataFrame:
-    """The table as shown and downloaded: heads 1-based, accuracies in percent."""
+    """The table as shown and downloaded: heads 1-based, accuracies in percent; a decoder's ceilings last."""
     return pd.DataFrame(
         [
             {
@@ -166,6 +166,7 @@ def _table_frame(table: DependencyTable) -> pd.DataFrame:
                 "baseline accuracy %": 100 * r.baseline_accuracy,
                 "margin (points)": 100 * r.margin,
             }
+            | ({} if r.ceiling is None else {f"ceiling {d} %": 100 * r.ceiling[d] for d in DIRECTIONS})
             for r in table.rows
         ]
     )
@@ -187,6 +188,14 @@ def _paper_frame() -> pd.DataFrame:
 
 
 COLUMNS = {"accuracy %": PERCENT, "baseline accuracy %": PERCENT, "margin (points)": "%+.1f"}  # printf formats
+CEILING_COLUMNS = {f"ceiling {d} %": PERCENT for d in DIRECTIONS}
+CEILING_NOTE = (
+    "A decoder's word sees only earlier words: *dep->head* can find a head only to the left of its dependent, "
+    "*head<-dep* only to the right (the first word has no dep->head candidate, the last none for head<-dep). The "
+    "ceiling columns give, per direction, the share of the relation's dependents whose gold head lies on that visible "
+    "side: the best accuracy any head can reach in that direction (METHODS §18). Accuracy is over all dependents, as "
+    "for an encoder."
+)
 
 
 def _show_paper_table(is_silver: bool) -> None:
@@ -342,8 +351,11 @@ def table_section(tables: dict[str, DependencyTable], label: str, min_count: int
             compared_tables(tables)
         else:
             frame = _table_frame(table)
-            data_table(frame, key="deps_table", formats=COLUMNS)
+            causal = any(r.ceiling is not None for r in table.rows)
+            data_table(frame, key="deps_table", formats=COLUMNS | (CEILING_COLUMNS if causal else {}))
             download_table(frame, "dependency_heads", key="deps_table_download")
+            if causal:
+                st.caption(CEILING_NOTE)
     with paper or st.expander("Reference: Clark et al. (2019) Table 1 for BERT-base uncased"):
         _show_paper_table(is_silver)
 
