@@ -269,3 +269,23 @@ def test_positions_command_on_a_decoder_and_an_encoder(kind_dir, tmp_path, capsy
     h = data["histograms"]
     assert h["offsets"] == offsets.tolist() and h["counts"] == counts.tolist()
     np.testing.assert_allclose(np.array(h["attention"]), sums / counts, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.slow
+def test_probe_command_runs_on_a_decoder_with_causal_single_heads(kind_dir, tmp_path, capsys):
+    """METHODS §18: the probe reads causal maps as they are; its best single head predicts from the visible side, so
+    on the hand-made treebank (no punctuation) it cannot pass the pooled ceiling, 3/7."""
+    from attnlib.probe import extract_maps
+
+    kind, folder = kind_dir
+    treebank = tmp_path / "hand.conllu"
+    treebank.write_text(CONLLU)
+    code, data, err = _cli(
+        "probe", "--train", str(treebank), "--test", str(treebank), "--model", str(folder), "--json", capsys=capsys
+    )
+    assert code == 0, err
+    assert data["n_words"] == 7 and 0 <= data["uas"] <= 1
+    counts = extract_maps(load_model(str(folder)), [A, B]).counts
+    assert counts is not None and counts.causal == (kind != "bert")
+    if kind != "bert":
+        assert data["best_head_accuracy"] <= 3 / 7 + 1e-12
