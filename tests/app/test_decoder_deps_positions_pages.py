@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from attnlib.shipped import ROOT
-from support.apptest import figures, tables
+from support.apptest import figures, open_tab, tables
 from support.models import save_tiny
 from ui.page_tabs import LOCAL_GLOBAL
 
@@ -71,3 +71,7 @@ def test_local_global_page_draws_a_decoders_attention_over_offsets_up_to_zero(gp
         bars = [t for t in spec["data"] if t.get("type") == "bar"]
         assert bars and {t["name"] for t in bars} == {"attention"}  # no attribution series
         assert all(values(t["x"]).max() <= 0 for t in bars)
+    open_tab(at, "lg_tab", LOCAL_GLOBAL["example"])  # the one-example tab says so instead of offering to compute
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("No attribution for this decoder" in i.value for i in at.info)
+    assert not [b for b in at.button if b.key == "lg_example_go"]
