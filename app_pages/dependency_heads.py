@@ -298,7 +298,8 @@ def compared_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
     groups = [first[["count"]]]
     for model, table in tables.items():
         frame = _table_frame(table).set_index("relation")
-        groups.append(frame[["best head", "direction", "accuracy %", "margin (points)"]].add_prefix(f"{model}: "))
+        shown = ["best head", "direction", "accuracy %", "margin (points)", *(c for c in CEILING_COLUMNS if c in frame)]
+        groups.append(frame[shown].add_prefix(f"{model}: "))
     return pd.concat(groups, axis=1, join="outer").loc[first.index].reset_index()
 
 
@@ -309,11 +310,13 @@ def long_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
 
 def compared_tables(tables: dict[str, DependencyTable]) -> None:
     """Both models' Table 1 side by side, where their best-head accuracies differ most, and the long download."""
-    columns = {f"{m}: {c}": config for m in tables for c, config in COLUMNS.items()}
+    columns = {f"{m}: {c}": config for m in tables for c, config in (COLUMNS | CEILING_COLUMNS).items()}
     data_table(compared_frame(tables), key="deps_compared_table", formats=columns)
     accuracy = [{"best-head accuracy": {r.relation: r.accuracy for r in t.rows}} for t in tables.values()]
     difference_line(list(tables), accuracy[0], accuracy[1])
     download_table(long_frame(tables), "dependency_heads_compared", key="deps_table_download")
+    if any(r.ceiling is not None for t in tables.values() for r in t.rows):
+        st.caption(CEILING_NOTE)
 
 
 def table_notes(table: DependencyTable, lm: LoadedModel, from_file: bool, held_out: bool) -> None:

@@ -75,3 +75,14 @@ def test_local_global_page_draws_a_decoders_attention_over_offsets_up_to_zero(gp
     assert not at.exception, [e.value for e in at.exception]
     assert any("No attribution for this decoder" in i.value for i in at.info)
     assert not [b for b in at.button if b.key == "lg_example_go"]
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_compared_dependency_tables_give_the_decoders_ceilings_only(gpt2_dir, tiny_model_dir):
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.query_params.update(model=str(gpt2_dir), cmp=str(tiny_model_dir), limit="6", min_count="1")
+    computed(at, "app_pages/dependency_heads.py")
+    (table, *_) = tables(at)
+    assert f"{gpt2_dir}: ceiling head<-dep %" in table.columns and f"{gpt2_dir}: accuracy %" in table.columns
+    assert f"{tiny_model_dir}: accuracy %" in table.columns
+    assert not [c for c in table.columns if c.startswith(f"{tiny_model_dir}: ceiling")]
