@@ -151,7 +151,7 @@ def table_options() -> tuple[DepsOptions, bool]:
 
 
 def _table_frame(table: DependencyTable) -> pd.DataFrame:
-    """The table as shown and downloaded: heads 1-based, accuracies in percent."""
+    """The table as shown and downloaded: heads 1-based, accuracies in percent; a decoder's ceilings last."""
     return pd.DataFrame(
         [
             {
@@ -166,6 +166,7 @@ def _table_frame(table: DependencyTable) -> pd.DataFrame:
                 "baseline accuracy %": 100 * r.baseline_accuracy,
                 "margin (points)": 100 * r.margin,
             }
+            | ({} if r.ceiling is None else {f"ceiling {d} %": 100 * r.ceiling[d] for d in DIRECTIONS})
             for r in table.rows
         ]
     )
@@ -187,6 +188,14 @@ def _paper_frame() -> pd.DataFrame:
 
 
 COLUMNS = {"accuracy %": PERCENT, "baseline accuracy %": PERCENT, "margin (points)": "%+.1f"}  # printf formats
+CEILING_COLUMNS = {f"ceiling {d} %": PERCENT for d in DIRECTIONS}
+CEILING_NOTE = (
+    "A decoder's word sees only earlier words: *dep->head* can find a head only to the left of its dependent, "
+    "*head<-dep* only to the right (the first word has no dep->head candidate, the last none for head<-dep). The "
+    "ceiling columns give, per direction, the share of the relation's dependents whose gold head lies on that visible "
+    "side: the best accuracy any head can reach in that direction (METHODS §18). Accuracy is over all dependents, as "
+    "for an encoder."
+)
 
 
 def _show_paper_table(is_silver: bool) -> None:
@@ -289,7 +298,8 @@ def compared_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
     groups = [first[["count"]]]
     for model, table in tables.items():
         frame = _table_frame(table).set_index("relation")
-        groups.append(frame[["best head", "direction", "accuracy %", "margin (points)"]].add_prefix(f"{model}: "))
+        shown = ["best head", "direction", "accuracy %", "margin (points)", *(c for c in CEILING_COLUMNS if c in frame)]
+        groups.append(frame[shown].add_prefix(f"{model}: "))
     return pd.concat(groups, axis=1, join="outer").loc[first.index].reset_index()
 
 
@@ -300,11 +310,13 @@ def long_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
 
 def compared_tables(tables: dict[str, DependencyTable]) -> None:
     """Both models' Table 1 side by side, where their best-head accuracies differ most, and the long download."""
-    columns = {f"{m}: {c}": config for m in tables for c, config in COLUMNS.items()}
+    columns = {f"{m}: {c}": config for m in tables for c, config in (COLUMNS | CEILING_COLUMNS).items()}
     data_table(compared_frame(tables), key="deps_compared_table", formats=columns)
     accuracy = [{"best-head accuracy": {r.relation: r.accuracy for r in t.rows}} for t in tables.values()]
     difference_line(list(tables), accuracy[0], accuracy[1])
     download_table(long_frame(tables), "dependency_heads_compared", key="deps_table_download")
+    if any(r.ceiling is not None for t in tables.values() for r in t.rows):
+        st.caption(CEILING_NOTE)
 
 
 def table_notes(table: DependencyTable, lm: LoadedModel, from_file: bool, held_out: bool) -> None:
@@ -342,8 +354,11 @@ def table_section(tables: dict[str, DependencyTable], label: str, min_count: int
             compared_tables(tables)
         else:
             frame = _table_frame(table)
-            data_table(frame, key="deps_table", formats=COLUMNS)
+            causal = any(r.ceiling is not None for r in table.rows)
+            data_table(frame, key="deps_table", formats=COLUMNS | (CEILING_COLUMNS if causal else {}))
             download_table(frame, "dependency_heads", key="deps_table_download")
+            if causal:
+                st.caption(CEILING_NOTE)
     with paper or st.expander("Reference: Clark et al. (2019) Table 1 for BERT-base uncased"):
         _show_paper_table(is_silver)
 

@@ -65,11 +65,13 @@ def _corpus_result(model_name: str, fingerprint: str, options: PositionOptions, 
         return run_analysis(POSITIONS, lm, options, inputs={"corpus": _inputs}, progress=report).result.to_json()
 
 
-def options_sidebar(head_dim: int) -> PositionOptions:
+def options_sidebar(head_dim: int, causal: bool = False) -> PositionOptions:
     """Attribution and filtering options, kept in the URL."""
     options = FORM.bind()
     with st.sidebar:
         st.subheader("Attribution")
+        if causal:
+            st.caption("Not available for decoders yet: the mode and probes are not used.")
         st.radio(
             "Mode for the corpus",
             list(MODE_LABELS),
@@ -110,7 +112,11 @@ def positions_result(
             st.error(f"{model_name}: {exc}")
             return None
 
-    ask = f"{model_name}: each input needs its own attribution run ({per_input_cost(options.mode)} per input)."
+    ask = (
+        f"{model_name}: attention histograms of the corpus (a decoder: no attribution)."
+        if model_named(model_name).facts.causal
+        else f"{model_name}: each input needs its own attribution run ({per_input_cost(options.mode)} per input)."
+    )
     return shipped_or_computed("positions", model_name, choice, options, compute, ask_first=ask)
 
 
@@ -140,15 +146,15 @@ def positions_part(lm: LoadedModel, choice: CorpusChoice | None, options: Positi
 
 
 def _summary_table(r: PositionsResult) -> pd.DataFrame:
-    """Per layer (1-based): centres of mass and median correlations."""
+    """Per layer (1-based): centres of mass and median correlations (the attention's alone without attribution)."""
     table = pd.DataFrame(
         {
             "layer": np.arange(1, len(r.attention_center_of_mass) + 1),
             "attention centre of mass": r.attention_center_of_mass,
-            "input-contribution centre of mass": r.attribution_center_of_mass,
         }
+        | ({} if r.attribution_note else {"input-contribution centre of mass": r.attribution_center_of_mass})
     )
-    for name in CORRELATIONS:
+    for name in () if r.attribution_note else CORRELATIONS:
         table[f"median {name.replace('_', ' ')}"] = r.median_correlation(name)
     return table.round(4)
 
@@ -162,10 +168,10 @@ def summary_table(results: Results) -> pd.DataFrame:
 
 def positions_comparable(r: PositionsResult) -> dict[str, dict[str, float]]:
     """What the largest-difference line compares: centres of mass and median correlations per layer."""
-    stats = {
-        "attention centre of mass": r.attention_center_of_mass,
-        "input-contribution centre of mass": r.attribution_center_of_mass,
-    }
+    stats = {"attention centre of mass": r.attention_center_of_mass}
+    if r.attribution_note:
+        return {name: layer_values(values) for name, values in stats.items()}
+    stats["input-contribution centre of mass"] = r.attribution_center_of_mass
     stats |= {f"median {name.replace('_', ' ')}": r.median_correlation(name) for name in CORRELATIONS}
     return {name: layer_values(values) for name, values in stats.items()}
 
@@ -177,7 +183,18 @@ def corpus_notes(r: PositionsResult, source: str, label: str, model: str = "") -
         if r.options.mode == "estimate"
         else "exact mode"
     )
-    st.caption(f"{model + ': ' if model else ''}{r.n_inputs} inputs of {label}; attribution in {how}; {source}.")
+    what = "attention only, no attribution" if r.attribution_note else f"attribution in {how}"
+    st.caption(f"{model + ': ' if model else ''}{r.n_inputs} inputs of {label}; {what}; {source}.")
+    if r.causal:
+        st.info(
+            f"{model + ': ' if model else ''}a decoder (METHODS §18): each token attends only to itself and earlier "
+            "tokens, so the histograms show offsets k <= 0 only, each divided by the number of (input, query) pairs "
+            "with i + k >= 0."
+        )
+    if r.attribution_note:
+        st.info(
+            f"{model + ': ' if model else ''}no attribution (input contribution, correlations): {r.attribution_note}"
+        )
     if r.n_truncated:
         st.warning(f"{r.n_truncated} inputs were longer than the model takes and were truncated to its maximum length.")
     if r.options.identifiable_only and r.n_skipped:
@@ -208,11 +225,14 @@ def centre_of_mass_section(results: Results) -> None:
         )
     if len(results) == 1:
         r = next(iter(results.values()))
-        fig = center_of_mass_chart(r.attention_center_of_mass, r.attribution_center_of_mass)
+        fig = center_of_mass_chart(
+            r.attention_center_of_mass, None if r.attribution_note else r.attribution_center_of_mass
+        )
     else:
         titles = {"attention": "attention", "attribution": "input contribution (HTA)"}
         lines = {
-            m: {"attention": r.attention_center_of_mass, "attribution": r.attribution_center_of_mass}
+            m: {"attention": r.attention_center_of_mass}
+            | ({} if r.attribution_note else {"attribution": r.attribution_center_of_mass})
             for m, r in results.items()
         }
         fig = compared_lines(lines, titles, "centre of mass (offset)", columns=2)
@@ -225,7 +245,7 @@ def centre_of_mass_section(results: Results) -> None:
 def histogram_options(results: Results) -> tuple[int, int]:
     """The offset window and the layer of the per-head grid, kept in the URL."""
     n_layers = max(r.attention_histograms.shape[0] for r in results.values())  # a loaded file may be of another model
-    widest = max(max(int(r.offsets.max()) if len(r.offsets) else 1, 1) for r in results.values())
+    widest = max(max(int(np.abs(r.offsets).max()) if len(r.offsets) else 1, 1) for r in results.values())
     window, layer = (
         Option("lg_window", "window", min(10, widest), lo=1, hi=widest),
         Option("lg_layer", "layer", 1, lo=1, hi=n_layers),
@@ -241,14 +261,14 @@ def model_histograms(r: PositionsResult, window: int, layer: int, model: str, ke
     n_layers, n_heads = r.attention_histograms.shape[:2]
     prefix = f"{model}: " if model else ""
     layers = [f"layer {l + 1}" for l in range(n_layers)]
-    means = (r.attention_histograms.mean(1), r.attribution_histograms.mean(1))
+    means = (r.attention_histograms.mean(1), None if r.attribution_note else r.attribution_histograms.mean(1))
     title = f"{prefix}per layer (mean over heads)"
     local = r.windows  # local layers (ModernBERT): attention stops at the window
     fig = position_histograms(r.offsets, *means, layers, window, min(n_layers, 3), title, windows=local)
     chart(fig, "histograms_per_layer", f"{key}_layers")
     l = min(layer, n_layers)
     heads = [f"{l}-{h + 1}" for h in range(n_heads)]
-    maps = (r.attention_histograms[l - 1], r.attribution_histograms[l - 1])
+    maps = (r.attention_histograms[l - 1], None if r.attribution_note else r.attribution_histograms[l - 1])
     title = f"{prefix}layer {l}, every head (layer-head)"
     fig = position_histograms(
         r.offsets, *maps, heads, max_offset=window, title=title, windows=[r.window(l - 1)] * n_heads
@@ -271,7 +291,14 @@ def histogram_section(results: Results) -> None:
 
 
 def correlation_figures(results: Results) -> None:
-    """Per-head correlations (two heatmaps per model side by side when compared) and their medians per layer."""
+    """Per-head correlations (two heatmaps per model side by side when compared) and their medians per layer; a model
+    without attribution is named and left out."""
+    for model, r in results.items():
+        if r.attribution_note:
+            st.info(f"{model}: no correlations: {r.attribution_note}")
+    results = {m: r for m, r in results.items() if not r.attribution_note}
+    if not results:
+        return
     local = "Attention vs previous-layer contribution (local, Pascual Fig. 1)"
     glob = "Attention vs input contribution (global, Pascual Fig. 6)"
     if len(results) == 1:
@@ -335,7 +362,7 @@ CORPUS_SECTIONS = {
 }
 lm = current_model()
 local_layers_note(lm.facts)
-options = options_sidebar(lm.facts.head_dim)
+options = options_sidebar(lm.facts.head_dim, lm.facts.causal)
 positions_file = loaded_result(KEY, "positions", parse_positions, section="positions")
 aggregation_file = loaded_result("aggregation", "aggregation", parse_aggregation, section="aggregation")
 from_files = positions_file is not None or aggregation_file is not None

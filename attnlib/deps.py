@@ -180,6 +180,7 @@ class DependencyRow:
     accuracy: float
     baseline_offset: int
     baseline_accuracy: float
+    ceiling: dict[str, float] | None = None  # a decoder's (§18): direction -> share of heads on its visible side
 
     @property
     def margin(self) -> float:
@@ -204,8 +205,24 @@ class DependencyTable:
             "n_sentences": self.n_sentences,
             "n_words": self.n_words,
             "n_skipped": self.n_skipped,
-            "rows": [asdict(r) for r in self.rows],
+            "rows": [_row_json(r) for r in self.rows],
         }
+
+
+def _row_json(row: DependencyRow) -> dict:
+    """One row's JSON object; `ceiling` only where there is one (a decoder's), so an encoder's rows read as before."""
+    out = asdict(row)
+    if row.ceiling is None:
+        del out["ceiling"]
+    return out
+
+
+def visible_heads(heads: Sequence[int] | np.ndarray) -> np.ndarray:
+    """bool [2, m]: whether word i's gold head (1-based; 0 = root) lies left of it (dep->head sees it in a causal
+    map) and right of it (head<-dep does)."""
+    gold = np.asarray(heads)
+    position = np.arange(1, len(gold) + 1)
+    return np.stack([(gold >= 1) & (gold < position), gold > position])
 
 
 @dataclass
@@ -215,6 +232,7 @@ class _View:
     totals: np.ndarray  # [R]
     head_hits: np.ndarray  # [R, L, H, 2]
     offset_hits: np.ndarray  # [R, K]
+    visible: np.ndarray  # [R, 2]
     n_sentences: int
     n_words: int
 
@@ -223,6 +241,12 @@ class _View:
         if index is None:
             return int(self.totals.sum()), self.head_hits.sum(axis=0), self.offset_hits.sum(axis=0)
         return int(self.totals[index]), self.head_hits[index], self.offset_hits[index]
+
+    def ceiling(self, index: int | None) -> dict[str, float] | None:
+        """Per direction, the share of the relation's dependents (all pooled: None) whose head a causal map can see."""
+        total = self.totals.sum() if index is None else self.totals[index]
+        visible = self.visible.sum(axis=0) if index is None else self.visible[index]
+        return {d: float(v / total) for d, v in zip(DIRECTIONS, visible)} if total else None
 
 
 @dataclass
@@ -237,6 +261,7 @@ class DependencyCounts:
     totals: np.ndarray = MADE_IN_POST_INIT  # [2, R] dependents
     head_hits: np.ndarray = MADE_IN_POST_INIT  # [2, R, L, H, 2] correct predictions, direction last (0 = dep->head)
     offset_hits: np.ndarray = MADE_IN_POST_INIT  # [2, R, K] correct baseline predictions per offset in OFFSETS
+    visible: np.ndarray = MADE_IN_POST_INIT  # [2, R, 2] dependents whose gold head is left / right of them
     n_sentences: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
     n_words: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
     n_skipped: int = 0  # sentences longer than the model takes
@@ -247,6 +272,8 @@ class DependencyCounts:
             self.totals = np.zeros((2, r), dtype=np.int64)
             self.head_hits = np.zeros((2, r, self.n_layers, self.n_heads, 2), dtype=np.int64)
             self.offset_hits = np.zeros((2, r, len(OFFSETS)), dtype=np.int64)
+        if self.visible is None:
+            self.visible = np.zeros((2, r, 2), dtype=np.int64)
 
     def _relation_ids(self, deprels: Sequence[str]) -> np.ndarray:
         """Index of each label, growing the count arrays for labels not seen before."""
@@ -262,6 +289,7 @@ class DependencyCounts:
                 [self.head_hits, np.zeros((2, grow) + self.head_hits.shape[2:], np.int64)], axis=1
             )
             self.offset_hits = np.concatenate([self.offset_hits, np.zeros((2, grow, len(OFFSETS)), np.int64)], axis=1)
+            self.visible = np.concatenate([self.visible, np.zeros((2, grow, 2), np.int64)], axis=1)
         return np.array([index[r] for r in deprels], dtype=np.int64)
 
     def add(self, result: RunResult, item: CorpusInput) -> None:
@@ -294,6 +322,7 @@ class DependencyCounts:
         half = sentence_half(item)
         self.head_hits[half, used] += head_hits.astype(np.int64)
         self.offset_hits[half, used] += (offset_hits(gold).astype(np.float32) @ onehot).T.astype(np.int64)
+        self.visible[half, used] += (visible_heads(gold).astype(np.float32) @ onehot).T.astype(np.int64)
         self.totals[half, used] += onehot.sum(axis=0).astype(np.int64)
         self.n_sentences[half] += 1
         self.n_words[half] += m
@@ -322,6 +351,7 @@ class DependencyCounts:
             out.totals[:, ids] += part.totals
             out.head_hits[:, ids] += part.head_hits
             out.offset_hits[:, ids] += part.offset_hits
+            out.visible[:, ids] += part.visible
         return out
 
     def view(self, half: int | None = None) -> _View:
@@ -331,6 +361,7 @@ class DependencyCounts:
             self.totals[parts].sum(axis=0),
             self.head_hits[parts].sum(axis=0),
             self.offset_hits[parts].sum(axis=0),
+            self.visible[parts].sum(axis=0),
             int(self.n_sentences[parts].sum()),
             int(self.n_words[parts].sum()),
         )
@@ -375,6 +406,7 @@ class DependencyCounts:
                     float(hits[layer, head, direction] / count),
                     int(OFFSETS[k]),
                     float(offsets[k] / count),
+                    report.ceiling(index) if self.causal else None,
                 )
             )
         whole = self.view()
@@ -384,21 +416,26 @@ class DependencyCounts:
 
 
 DEPENDENCY_ARRAYS = {"totals": 2, "head_hits": 5, "offset_hits": 3, "n_sentences": 1, "n_words": 1}  # name -> rank
+CAUSAL_ARRAYS = {"visible": 3}  # only a decoder's counts carry them
 
 
 def dependency_counts_to_json(counts: DependencyCounts) -> dict:
-    """Every count of a DependencyCounts, so a page can rebuild its tables and grids (`causal` only for a decoder's,
-    so an encoder's counts read as before)."""
+    """Every count of a DependencyCounts, so a page can rebuild its tables and grids (`causal` and the ceilings' counts
+    only for a decoder's, so an encoder's counts read as before)."""
     state = {f.name: getattr(counts, f.name) for f in fields(counts)}
     if not counts.causal:
-        del state["causal"]
+        del state["causal"], state["visible"]
     return state
 
 
 def dependency_counts_from_json(state: dict) -> DependencyCounts:
     """The DependencyCounts written by dependency_counts_to_json, shapes checked; ResultFileError when malformed."""
     with malformed("`deps` counts"):
-        arrays = {name: numeric_array(state[name], name, ndim, np.int64) for name, ndim in DEPENDENCY_ARRAYS.items()}
+        causal = bool(state.get("causal", False))
+        if causal and "visible" not in state:
+            raise ResultFileError("this decoder's `deps` counts have no ceilings ('visible'): compute them again.")
+        ranks = DEPENDENCY_ARRAYS | (CAUSAL_ARRAYS if causal else {})
+        arrays = {name: numeric_array(state[name], name, ndim, np.int64) for name, ndim in ranks.items()}
         relations = [str(r) for r in state["relations"]]
         layers, heads, r = int(state["n_layers"]), int(state["n_heads"]), len(relations)
         shapes = {
@@ -407,8 +444,10 @@ def dependency_counts_from_json(state: dict) -> DependencyCounts:
             "offset_hits": (2, r, len(OFFSETS)),
             "n_sentences": (2,),
             "n_words": (2,),
+            "visible": (2, r, 2),
         }
-        for name, shape in shapes.items():
+        for name in arrays:
+            shape = shapes[name]
             if arrays[name].shape != shape:
                 raise ResultFileError(f"{name!r} has shape {arrays[name].shape}, expected {shape}.")
         rule = str(state["rule"])
@@ -419,7 +458,7 @@ def dependency_counts_from_json(state: dict) -> DependencyCounts:
             heads,
             cast(RowRule, rule),
             relations,
-            causal=bool(state.get("causal", False)),
+            causal=causal,
             n_skipped=int(state["n_skipped"]),
             **arrays,
         )

@@ -14,6 +14,7 @@ from .analysis import Analysis, Options, option, own_loop, single_result
 from .attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
 from .corpus import CorpusInput
 from .engine import Progress
+from .families import unsupported_reason
 from .model import LoadedModel
 from .results import json_ready, malformed
 from .runner import RunResult, run_batches
@@ -188,6 +189,8 @@ class PositionsResult:
     options: PositionOptions
     n_truncated: int = 0  # inputs longer than the model takes, cut to its maximum length
     windows: tuple[int | None, ...] = ()  # per layer: a local layer's half-width (ModelFacts.windows); () unknown
+    causal: bool = False  # a decoder's (METHODS §18): offsets k <= 0 only
+    attribution_note: str | None = None  # why there is no attribution (its arrays are then NaN); None: there is
 
     def window(self, layer: int) -> int | None:
         """Layer's local-attention half-width, or None (global, or not recorded)."""
@@ -207,7 +210,10 @@ class PositionsResult:
         return _layer_statistic(self.correlation[name], np.median)
 
     def to_json(self) -> dict:
-        """The `positions` command's JSON (numbers as lists, NaN as None; layers and heads 0-based)."""
+        """The `positions` command's JSON (numbers as lists, NaN as None; layers and heads 0-based); a decoder's says
+        so (`kind`) and, without attribution, says why (`attribution_unavailable`) and leaves its keys out."""
+        if self.causal or self.attribution_note is not None:
+            return json_ready(self._decoder_json())
         return json_ready(
             {
                 "n_inputs": self.n_inputs,
@@ -232,6 +238,36 @@ class PositionsResult:
             | ({"windows": list(self.windows)} if any(w is not None for w in self.windows) else {})
         )
 
+    def _decoder_json(self) -> dict:
+        """to_json's object for a decoder (or any model without attribution)."""
+        attribution = self.attribution_note is None
+        histograms = {"offsets": self.offsets, "counts": self.offset_counts, "attention": self.attention_histograms}
+        return (
+            {
+                "kind": "decoder" if self.causal else "encoder",
+                "n_inputs": self.n_inputs,
+                "n_skipped_longer_than_head_dim": self.n_skipped,
+                "n_longer_than_head_dim": self.n_longer,
+                "head_dim": self.head_dim,
+                "n_truncated": self.n_truncated,
+                "options": asdict(self.options),
+                "attention_center_of_mass": self.attention_center_of_mass,
+                "attention_head_center_of_mass": self.attention_head_com,
+            }
+            | (
+                {
+                    "attribution_center_of_mass": self.attribution_center_of_mass,
+                    "attribution_head_center_of_mass": self.attribution_head_com,
+                    "histograms": histograms | {"attribution": self.attribution_histograms},
+                    "correlation": dict(self.correlation),
+                    "median_correlation": {name: self.median_correlation(name) for name in CORRELATIONS},
+                }
+                if attribution
+                else {"histograms": histograms, "attribution_unavailable": self.attribution_note}
+            )
+            | ({"windows": list(self.windows)} if any(w is not None for w in self.windows) else {})
+        )
+
     @classmethod
     def from_json(cls, d: dict) -> PositionsResult:
         """Read back what to_json wrote; ResultFileError when malformed."""
@@ -241,6 +277,14 @@ class PositionsResult:
 
         with malformed("`positions` result"):
             h = d["histograms"]
+            note = d.get("attribution_unavailable")
+            if note is not None:  # no attribution: NaN in its place, of the attention's shapes
+                blank = np.full_like(arr(h["attention"]), np.nan)
+                h = h | {"attribution": blank}
+                d = d | {
+                    "attribution_head_center_of_mass": blank[..., 0],
+                    "correlation": {name: blank[..., 0] for name in CORRELATIONS},
+                }
             return cls(
                 n_inputs=d["n_inputs"],
                 n_skipped=d["n_skipped_longer_than_head_dim"],
@@ -256,6 +300,8 @@ class PositionsResult:
                 options=PositionOptions(**d["options"]),
                 n_truncated=d.get("n_truncated", 0),
                 windows=tuple(d.get("windows", ())),
+                causal=d.get("kind") == "decoder",
+                attribution_note=note,
             )
 
 
@@ -281,6 +327,8 @@ class PositionAccumulator:
     n_longer: int = 0
     n_truncated: int = 0
     windows: tuple[int | None, ...] = ()  # ModelFacts.windows, carried into the result
+    causal: bool = False  # a decoder's maps: the result keeps offsets k <= 0 only
+    attribution_note: str | None = None  # why attribution is left out (attention histograms only); None: it is added
 
     def __post_init__(self) -> None:
         L, H = self.n_layers, self.n_heads
@@ -297,21 +345,22 @@ class PositionAccumulator:
         """Count an input left out for its length."""
         self.n_skipped += 1
 
-    def add(self, result: RunResult, attribution: Attribution) -> None:
-        """Add one input: its attention maps and its attribution."""
+    def add(self, result: RunResult, attribution: Attribution | None) -> None:
+        """Add one input: its attention maps and its attribution (None: attention only)."""
         keep = ~(result.cls_mask | result.sep_mask) if self.options.drop_special else None
         self.attention.add_maps(result.attentions, keep)
-        self.attribution.add_maps(attribution.input, keep)
-        self.previous_correlation.add_maps(result.attentions, attribution.previous)
-        self.input_correlation.add_maps(result.attentions, attribution.input)
+        if attribution is not None:
+            self.attribution.add_maps(attribution.input, keep)
+            self.previous_correlation.add_maps(result.attentions, attribution.previous)
+            self.input_correlation.add_maps(result.attentions, attribution.input)
         self.n_inputs += 1
         self.n_longer += int(result.n > self.head_dim)
         self.n_truncated += int(result.truncated)
 
     def merge(self, other: PositionAccumulator) -> PositionAccumulator:
         """The accumulator over both corpora (same options)."""
-        if other.options != self.options:
-            raise ValueError("Cannot merge position statistics made with different options.")
+        if (other.options, other.causal, other.attribution_note) != (self.options, self.causal, self.attribution_note):
+            raise ValueError("Cannot merge position statistics made with different options or of different kinds.")
         return PositionAccumulator(
             self.n_layers,
             self.n_heads,
@@ -326,27 +375,44 @@ class PositionAccumulator:
             self.n_longer + other.n_longer,
             self.n_truncated + other.n_truncated,
             self.windows or other.windows,
+            self.causal,
+            self.attribution_note,
         )
 
     def result(self) -> PositionsResult:
         """Histograms, centres of mass and mean correlations."""
         pearson_prev, spearman_prev = self.previous_correlation.means()
         pearson_in, spearman_in = self.input_correlation.means()
+        correlation = dict(zip(CORRELATIONS, (pearson_prev, spearman_prev, pearson_in, spearman_in)))
+        offsets = self.attention.offsets
+        # a causal row i has keys 0..i: offset k <= 0 occurs in the n + k rows with i + k >= 0, as counted for any map
+        kept = slice(0, self.attention.max_offset + 1) if self.causal else slice(None)  # a view keeps sums' order
+        counts = self.attention.counts[kept]
+        attention = self.attention.histograms()[..., kept]
+        if self.attribution_note is None:
+            attribution = self.attribution.histograms()[..., kept]
+            attribution_com = center_of_mass(attribution, offsets[kept], self.attribution.counts[kept] > 0)
+        else:
+            attribution = np.full_like(attention, np.nan)
+            attribution_com = np.full(attention.shape[:2], np.nan)
+            correlation = {name: np.full(attention.shape[:2], np.nan) for name in CORRELATIONS}
         return PositionsResult(
             n_inputs=self.n_inputs,
             n_skipped=self.n_skipped,
             n_longer=self.n_longer,
             head_dim=self.head_dim,
-            offsets=self.attention.offsets,
-            offset_counts=self.attention.counts.copy(),
-            attention_histograms=self.attention.histograms(),
-            attribution_histograms=self.attribution.histograms(),
-            attention_head_com=self.attention.center_of_mass(),
-            attribution_head_com=self.attribution.center_of_mass(),
-            correlation=dict(zip(CORRELATIONS, (pearson_prev, spearman_prev, pearson_in, spearman_in))),
+            offsets=offsets[kept],
+            offset_counts=counts,
+            attention_histograms=attention,
+            attribution_histograms=attribution,
+            attention_head_com=center_of_mass(attention, offsets[kept], counts > 0),
+            attribution_head_com=attribution_com,
+            correlation=correlation,
             options=self.options,
             n_truncated=self.n_truncated,
             windows=self.windows,
+            causal=self.causal,
+            attribution_note=self.attribution_note,
         )
 
 
@@ -372,16 +438,16 @@ def accumulate_variants(
     first = variants[0]
     if any((v.mode, v.probes, v.seed) != (first.mode, first.probes, first.seed) for v in variants):
         raise ValueError("Variants computed together must share the attribution mode, probes and seed.")
-    f = lm.facts
-    accs = [PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, v, windows=f.windows) for v in variants]
+    accs = [_empty_accumulator(lm, v) for v in variants]
+    attributed = accs[0].attribution_note is None
     pairs = ((item.text_a, item.text_b) for item in inputs)
     for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size), start=1):
         wanted = [acc.wants(result.n) for acc in accs]
         attribution = None
-        if any(wanted):
+        if any(wanted) and attributed:
             attribution = hidden_token_attribution(lm, result, mode=first.mode, probes=first.probes, seed=first.seed)
         for acc, wants in zip(accs, wanted):
-            if wants and attribution is not None:
+            if wants:
                 acc.add(result, attribution)
             else:
                 acc.skip()
@@ -390,9 +456,20 @@ def accumulate_variants(
     return accs
 
 
+def _empty_accumulator(lm: LoadedModel, options: PositionOptions) -> PositionAccumulator:
+    """An empty accumulator for the model; a decoder whose attribution is not written gets attention only."""
+    f = lm.facts
+    note = unsupported_reason(lm.encoder.config, "hta") if f.causal else None
+    return PositionAccumulator(
+        f.n_layers, f.n_heads, f.head_dim, options, windows=f.windows, causal=f.causal, attribution_note=note
+    )
+
+
 def position_accumulators(lm: LoadedModel, options: PositionOptions) -> list:
     """An empty position accumulator for the model."""
     f = lm.facts
+    if f.causal:
+        return [_empty_accumulator(lm, options)]
     return [PositionAccumulator(f.n_layers, f.n_heads, f.head_dim, options)]
 
 

@@ -108,6 +108,12 @@ class ProbeCorpus:
         return len(self.maps)
 
 
+def empty_corpus(lm: LoadedModel, table: np.ndarray | None) -> ProbeCorpus:
+    """An empty map store for the model; a decoder's section 7 counts predict from the visible side (METHODS §18)."""
+    f = lm.facts
+    return ProbeCorpus(f.n_layers, f.n_heads, table, counts=DependencyCounts(f.n_layers, f.n_heads, causal=f.causal))
+
+
 def extract_maps(
     lm: LoadedModel,
     sentences: Sequence[Sentence],
@@ -116,8 +122,7 @@ def extract_maps(
     progress: Progress | None = None,
 ) -> ProbeCorpus:
     """Run the model once over the sentences in batches and keep every head's word-level maps."""
-    table = word_embedding_table(lm) if with_embeddings else None
-    corpus = ProbeCorpus(lm.facts.n_layers, lm.facts.n_heads, table)
+    corpus = empty_corpus(lm, word_embedding_table(lm) if with_embeddings else None)
     accumulate(lm, sentences, [corpus], batch_size=batch_size, progress=progress)
     corpus.embedding_table = None
     return corpus
@@ -422,9 +427,9 @@ class ProbeOptions(Options):
 
 
 def probe_accumulators(lm: LoadedModel, options: ProbeOptions) -> list:
-    """An empty map store for the model (with its word embedding table for the words variant)."""
-    table = word_embedding_table(lm) if options.variant == "words" else None
-    return [ProbeCorpus(lm.facts.n_layers, lm.facts.n_heads, table)]
+    """An empty map store for the model (with its word embedding table for the words variant); a decoder's single
+    heads predict from the visible side (METHODS §18)."""
+    return [empty_corpus(lm, word_embedding_table(lm) if options.variant == "words" else None)]
 
 
 def train_and_score(

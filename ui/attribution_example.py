@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from attnlib.attribution import Attribution, attribute, exact_seconds
+from attnlib.families import unsupported_reason
 from attnlib.model import LoadedModel
 from attnlib.precomputed import shipped_example
 from attnlib.runner import InputError, RunResult
@@ -32,6 +33,10 @@ def example_attribution(lm: LoadedModel, run: RunResult, text_a: str, text_b: st
     shipped = shipped_example(f.name, text_a, text_b)
     if shipped is not None:
         return shipped
+    reason = unsupported_reason(lm.encoder.config, "hta") if f.causal else None
+    if reason is not None:  # a decoder: say so before offering a computation that cannot run
+        st.info(f"No attribution for this decoder: {reason}")
+        return None
     seconds = exact_seconds(f, run.n)
     if seconds > EXACT_EXAMPLE_MAX_SECONDS:
         st.warning(

@@ -270,6 +270,11 @@ def probe_section(lm: LoadedModel) -> None:
     from a result file or trained here."""
     st.header("All heads together")
     st.markdown(PROBE_HOW)
+    if lm.facts.causal:
+        st.info(
+            "A decoder: the probe reads its causal maps as they are (METHODS §18). A word's row covers only itself and "
+            "earlier words, so the dep->head features of a later head are zero and the head<-dep features carry it."
+        )
     cite_methods(14)
     loaded = loaded_result("probe", "probe", parse_probe, section="probe")
     chosen = probe_corpora() if loaded is None else None

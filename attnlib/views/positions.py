@@ -26,7 +26,7 @@ def _window(offsets: np.ndarray, max_offset: int) -> np.ndarray:
 def position_histograms(
     offsets: np.ndarray,
     attention: np.ndarray,
-    attribution: np.ndarray,
+    attribution: np.ndarray | None,
     titles: Sequence[str],
     max_offset: int = 10,
     columns: int = 4,
@@ -36,12 +36,15 @@ def position_histograms(
 ) -> go.Figure:
     """A grid of histograms over relative position, attention and input contribution side by side in each panel.
 
-    attention, attribution: [panels, offsets]; all panels share the x and y axes; `names` labels the two series.
+    attention, attribution: [panels, offsets] (attribution None: attention alone); all panels share the x and y axes;
+    `names` labels the two series.
     `windows` (per panel, a local layer's half-width or None): a local panel's attention stops at +-w, where dotted
     lines mark the window, and its title says so.
     """
     keep = _window(offsets, max_offset)
     x = offsets[keep]
+    series = [(attention, names[0], ATTENTION_COLOR)]
+    series += [] if attribution is None else [(attribution, names[1], ATTRIBUTION_COLOR)]
     panels = len(titles)
     windows = [windows[p] if p < len(windows) else None for p in range(panels)]
     titles = [t if w is None else f"{t} (local ±{w})" for t, w in zip(titles, windows)]
@@ -59,7 +62,7 @@ def position_histograms(
         r, c = divmod(p, columns)
         w = windows[p]
         outside = np.zeros(len(x), bool) if w is None else np.abs(x) > w
-        for values, name, color in ((attention, names[0], ATTENTION_COLOR), (attribution, names[1], ATTRIBUTION_COLOR)):
+        for values, name, color in series:
             y = np.asarray(values[p][keep], dtype=np.float64)
             if name == names[0] and w is not None:
                 y = np.where(outside, np.nan, y)  # a local layer's attention has no weight beyond its window
@@ -79,10 +82,7 @@ def position_histograms(
             for edge in (-w - 0.5, w + 0.5):
                 fig.add_vline(x=edge, line_dash="dot", line_color="#9467bd", line_width=1, row=r + 1, col=c + 1)
     # A colour key in the title instead of a legend, which themes place over the top row's panel titles.
-    key = "   ".join(
-        f"<span style='color:{color}'>■</span> {name}"
-        for name, color in ((names[0], ATTENTION_COLOR), (names[1], ATTRIBUTION_COLOR))
-    )
+    key = "   ".join(f"<span style='color:{color}'>■</span> {name}" for _, name, color in series)
     fig.update_layout(
         title=f"{title}<br><sup>{key}</sup>" if title else key,
         barmode="group",
@@ -96,13 +96,13 @@ def position_histograms(
 
 
 @notebook_figure
-def center_of_mass_chart(attention: np.ndarray, attribution: np.ndarray, title: str = "") -> go.Figure:
-    """Centre of mass per layer (mean over heads) for attention and for input contribution (Pascual Fig. 4, 5)."""
+def center_of_mass_chart(attention: np.ndarray, attribution: np.ndarray | None, title: str = "") -> go.Figure:
+    """Centre of mass per layer (mean over heads) for attention and for input contribution (Pascual Fig. 4, 5; None:
+    attention alone)."""
     fig = go.Figure()
-    for values, name, color in (
-        (attention, "attention", ATTENTION_COLOR),
-        (attribution, "input contribution (HTA)", ATTRIBUTION_COLOR),
-    ):
+    series = [(attention, "attention", ATTENTION_COLOR)]
+    series += [] if attribution is None else [(attribution, "input contribution (HTA)", ATTRIBUTION_COLOR)]
+    for values, name, color in series:
         fig.add_trace(layer_line(values, name, marker_color=color))
     fig.add_hline(y=0, line_dash="dot", line_color="gray")
     return per_layer_layout(fig, title, "centre of mass (offset)", 380)
