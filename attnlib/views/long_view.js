@@ -8,12 +8,13 @@
 // and, with a window, left/right labels, leftPos/rightPos (1-based) and lines (pack_sparse [heads, rows, keys]).
 
 const mapCv = document.getElementById('map'), cv = document.getElementById('cv');
-const SIDE = 512, PAD = 44, TOP = 16;  // the map's size in CSS pixels, the room for position ticks left and on top
+const SIDE = 512, PAD = 44, TOP = 16, RIGHT = 24;  // the map's size in CSS pixels; room for ticks left, on top, right
 const px = SIDE / D.cells;  // CSS pixels per cell
 const hidden = new Set();  // heads (indices into D.heads) hidden
 let grey = [];  // per head: its cells' grey values, row-major
 let band = D.window ? [D.window[0], D.window[1]] : null;  // the window drawn on the map, 0-based [start, end)
 let drag = null;  // the token row where a drag started
+let active = -1;  // the window's query row (index into D.left) whose lines alone are shown while hovered, or -1
 
 document.getElementById('ttl').textContent = (D.title ? D.title + ' — ' : '') + 'Layer ' + D.layer + ', ' + D.n + ' tokens';
 document.getElementById('hint').textContent =
@@ -58,14 +59,14 @@ function merged() {
   x.putImageData(d, 0, 0);
 }
 
-const mctx = hidpi(mapCv, PAD + SIDE + 4, TOP + SIDE + 4);
+const mctx = hidpi(mapCv, PAD + SIDE + RIGHT, TOP + SIDE + 4);
 // y (or x) in CSS pixels of token position t (0-based)
 const at = t => t / D.cell * px;
 
 function drawMap() {
   merged();
   mctx.fillStyle = THEME.bg;
-  mctx.fillRect(0, 0, PAD + SIDE + 4, TOP + SIDE + 4);
+  mctx.fillRect(0, 0, PAD + SIDE + RIGHT, TOP + SIDE + 4);
   mctx.imageSmoothingEnabled = false;
   mctx.drawImage(image, PAD, TOP, SIDE, SIDE);
   mctx.strokeStyle = THEME.frame;
@@ -78,9 +79,9 @@ function drawMap() {
     mctx.textAlign = 'right';
     mctx.textBaseline = 'middle';
     mctx.fillText(String(t + 1), PAD - 4, y);
-    mctx.textAlign = 'center';
+    mctx.textAlign = q === 0 ? 'left' : q === 4 ? 'right' : 'center';
     mctx.textBaseline = 'alphabetic';
-    mctx.fillText(String(t + 1), PAD + at(t + .5), TOP - 4);
+    mctx.fillText(String(t + 1), q === 4 ? PAD + SIDE : q === 0 ? PAD : PAD + at(t + .5), TOP - 4);
   }
   if (band) {  // the window: a frame across the map over its rows
     mctx.strokeStyle = '#d62728';
@@ -145,6 +146,7 @@ let S = null, ctx = null, W = 0, H = 0, g = null, wl = 0, wr = 0, xr = 0;
 function layoutWindow() {
   if (!D.window) {
     document.getElementById('wcap').textContent = 'No window: drag on the map to choose one.';
+    document.getElementById('box').style.display = 'none';
     return;
   }
   S = unpack(D.lines);
@@ -162,7 +164,7 @@ function layoutWindow() {
   D.leftText = left;
   D.rightText = right;
   document.getElementById('wcap').textContent = 'Window: query rows ' + (D.window[0] + 1) + '–' + D.window[1] +
-    ' at full resolution, lines from ' + D.minWeight + ' (' + D.right.length + ' keys reached).';
+    ' at full resolution, lines from ' + D.minWeight + ' (' + D.right.length + ' keys reached; hover a query token to see only its lines).';
 }
 
 function drawWindow() {
@@ -171,6 +173,10 @@ function drawWindow() {
   ctx.fillRect(0, 0, W, H);
   ctx.font = FONT;
   ctx.textBaseline = 'middle';
+  if (active >= 0) {
+    ctx.fillStyle = THEME.hover;
+    ctx.fillRect(4, g.y0 + ROW * active, g.x1 - 8, ROW);
+  }
   ctx.fillStyle = THEME.ink;
   ctx.textAlign = 'right';
   D.leftText.forEach((s, i) => ctx.fillText(fit(ctx, s, wl), g.x1 - 6, g.y0 + ROW * (i + .5)));
@@ -181,8 +187,27 @@ function drawWindow() {
       ctx.fillRect(xr, g.y0 + ROW * j, wr, .5);
     }
   });
-  for (let k = 0; k < D.heads.length; k++) if (!hidden.has(k)) drawLines(ctx, S, k, D.colors[k], g, -1);
+  for (let k = 0; k < D.heads.length; k++) if (!hidden.has(k)) drawLines(ctx, S, k, D.colors[k], g, active);
 }
+
+// Hover a query token of the window to see only its lines.
+cv.onmousemove = e => {
+  if (!ctx) return;
+  const r = cv.getBoundingClientRect(), row = Math.floor((e.clientY - r.top - g.y0) / ROW);
+  const over = e.clientX - r.left < g.x1 && row >= 0 && row < D.left.length ? row : -1;
+  if (over !== active) {
+    active = over;
+    drawWindow();
+  }
+  tip(e, over >= 0 ? D.leftText[over] + '  (position ' + D.leftPos[over] + ')' : null);
+};
+cv.onmouseleave = e => {
+  tip(e, null);
+  if (active >= 0) {
+    active = -1;
+    drawWindow();
+  }
+};
 
 document.getElementById('png').onclick = () => savePNG([mapCv, cv], 'long-view-layer-' + D.layer);
 
