@@ -5,7 +5,8 @@
 // and sends the window's lines back. Click a head number to hide it.
 // Data D: title, layer, heads (1-based), colors, n, cell, cells, top (the largest cell: the darkest colour), maps
 // (base64 grey PNGs, one per head, 255 = top), quantity, minWeight, maxWindow, window ([start, end) 0-based or null)
-// and, with a window, left/right labels, leftPos/rightPos (1-based) and lines (pack_sparse [heads, rows, keys]).
+// and, with a window, left/right labels, leftPos/rightPos (1-based), lines (pack_sparse [heads, rows, keys]) and reached
+// (the keys some line reaches: more than those drawn right when long_view.py's MAX_KEYS cut them).
 
 const mapCv = document.getElementById('map'), cv = document.getElementById('cv');
 const SIDE = 512, PAD = 44, TOP = 16, RIGHT = 24;  // the map's size in CSS pixels; room for ticks left, on top, right
@@ -140,9 +141,11 @@ window.addEventListener('mouseup', () => {
 });
 
 // The window's lines: its query tokens on the left, the keys they reach on the right (in order; a gap in positions
-// is marked by a rule), one colour per head.
-const ROW = 14, FONT = '11px system-ui,sans-serif';
-let S = null, ctx = null, W = 0, H = 0, g = null, wl = 0, wr = 0, xr = 0;
+// is marked by a rule), one colour per head. The canvas is only as tall as the scroll box shows (VIEW px at most),
+// kept in view (sticky) above a spacer as tall as the rest, and drawn again for what a scroll shows: Chromium
+// rasterizes a canvas of thousands of rows of lines and labels for seconds, a box-high one at once.
+const ROW = 14, FONT = '11px system-ui,sans-serif', VIEW = 640, box = document.getElementById('box');
+let S = null, ctx = null, W = 0, H = 0, VH = 0, g = null, wl = 0, wr = 0, xr = 0;
 function layoutWindow() {
   if (!D.window) {
     document.getElementById('wcap').textContent = 'No window: drag on the map to choose one.';
@@ -160,17 +163,24 @@ function layoutWindow() {
   W = xr + wr + 8;
   H = 4 + ROW * Math.max(D.left.length, D.right.length, 1) + 6;
   g = {x1: x1, x2: x2, y0: 4, rowL: ROW, rowR: ROW, lw: 1.5};
-  ctx = hidpi(cv, W, H);
+  VH = Math.min(H, VIEW);
+  ctx = hidpi(cv, W, VH);
+  document.getElementById('spacer').style.height = (H - VH) + 'px';
   D.leftText = left;
   D.rightText = right;
   document.getElementById('wcap').textContent = 'Window: query rows ' + (D.window[0] + 1) + '–' + D.window[1] +
-    ' at full resolution, lines from ' + D.minWeight + ' (' + D.right.length + ' keys reached; hover a query token to see only its lines).';
+    ' at full resolution, lines from ' + D.minWeight + ' (' + (D.reached > D.right.length
+      ? 'of the ' + D.reached + ' keys they reach, the ' + D.right.length + ' with the strongest lines; lines to the others are not drawn'
+      : D.right.length + ' keys reached') + '; hover a query token to see only its lines).';
 }
 
 function drawWindow() {
   if (!ctx) return;
+  const off = box.scrollTop, first = Math.max(0, Math.floor((off - g.y0) / ROW)), last = Math.ceil((off + VH) / ROW);
   ctx.fillStyle = THEME.bg;
-  ctx.fillRect(0, 0, W, H);
+  ctx.fillRect(0, 0, W, VH);
+  ctx.save();
+  ctx.translate(0, -off);
   ctx.font = FONT;
   ctx.textBaseline = 'middle';
   if (active >= 0) {
@@ -179,21 +189,33 @@ function drawWindow() {
   }
   ctx.fillStyle = THEME.ink;
   ctx.textAlign = 'right';
-  D.leftText.forEach((s, i) => ctx.fillText(fit(ctx, s, wl), g.x1 - 6, g.y0 + ROW * (i + .5)));
+  for (let i = first; i < Math.min(last, D.leftText.length); i++) {
+    ctx.fillText(fit(ctx, D.leftText[i], wl), g.x1 - 6, g.y0 + ROW * (i + .5));
+  }
   ctx.textAlign = 'left';
-  D.rightText.forEach((s, j) => {
-    ctx.fillText(fit(ctx, s, wr), xr, g.y0 + ROW * (j + .5));
+  for (let j = first; j < Math.min(last, D.rightText.length); j++) {
+    ctx.fillText(fit(ctx, D.rightText[j], wr), xr, g.y0 + ROW * (j + .5));
     if (j > 0 && D.rightPos[j] !== D.rightPos[j - 1] + 1) {  // a gap in key positions
       ctx.fillRect(xr, g.y0 + ROW * j, wr, .5);
     }
-  });
+  }
   for (let k = 0; k < D.heads.length; k++) if (!hidden.has(k)) drawLines(ctx, S, k, D.colors[k], g, active);
+  ctx.restore();
 }
+let scrolled = false;
+box.onscroll = () => {
+  if (scrolled) return;
+  scrolled = true;
+  requestAnimationFrame(() => {
+    scrolled = false;
+    drawWindow();
+  });
+};
 
 // Hover a query token of the window to see only its lines.
 cv.onmousemove = e => {
   if (!ctx) return;
-  const r = cv.getBoundingClientRect(), row = Math.floor((e.clientY - r.top - g.y0) / ROW);
+  const r = cv.getBoundingClientRect(), row = Math.floor((e.clientY - r.top + box.scrollTop - g.y0) / ROW);
   const over = e.clientX - r.left < g.x1 && row >= 0 && row < D.left.length ? row : -1;
   if (over !== active) {
     active = over;

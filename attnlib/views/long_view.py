@@ -15,6 +15,7 @@ LONG_FROM = 512  # inputs longer than this get the reduced map in the Live page'
 MAP_WIDTH = 512  # cells a side of the reduced map at most (METHODS §19's width)
 MAX_WINDOW = 256  # query rows of a window at most: their lines draw fast
 MIN_WEIGHT = 0.01  # window lines below this are not sent (as the head view's)
+MAX_KEYS = 512  # keys drawn right of a window at most: those its strongest lines reach (the caption says how many more)
 
 
 @dataclass
@@ -25,12 +26,18 @@ class WindowLines:
     end: int  # past the last query row
     keys: list[int]  # 0-based key positions that receive a line >= min_weight from some row of some head shown
     maps: np.ndarray  # [heads, end - start, len(keys)]
+    reached: int  # keys that some line reaches; more than len(keys) when MAX_KEYS cut them
 
 
-def window_lines(rows: np.ndarray, start: int, min_weight: float = MIN_WEIGHT) -> WindowLines:
-    """The keys of a window's rows [heads, rows, n] that some line reaches (weight >= min_weight), and those columns."""
-    keys = np.flatnonzero((rows >= min_weight).any(axis=(0, 1))).tolist()
-    return WindowLines(start, start + rows.shape[1], keys, np.ascontiguousarray(rows[:, :, keys]))
+def window_lines(rows: np.ndarray, start: int, min_weight: float = MIN_WEIGHT, max_keys: int = MAX_KEYS) -> WindowLines:
+    """The keys of a window's rows [heads, rows, n] that some line reaches (weight >= min_weight), in order, and those
+    columns; of more than max_keys, the max_keys with the largest weights."""
+    strongest = rows.max(axis=(0, 1))
+    keys = np.flatnonzero(strongest >= min_weight)
+    reached = len(keys)
+    if reached > max_keys:
+        keys = np.sort(keys[np.argsort(-strongest[keys], kind="stable")[:max_keys]])
+    return WindowLines(start, start + rows.shape[1], keys.tolist(), np.ascontiguousarray(rows[:, :, keys]), reached)
 
 
 def gray_cells(pooled: np.ndarray, top: float) -> np.ndarray:
@@ -89,6 +96,7 @@ def long_view_html(
             "right": [str(labels[j]) for j in found.keys],
             "rightPos": [j + 1 for j in found.keys],
             "lines": pack_sparse(found.maps, min_weight),
+            "reached": found.reached,
         }
     body = (
         "<div class='bar'><b id='ttl'></b><span id='legend'></span><button id='png'>Save PNG</button></div>"
@@ -96,6 +104,7 @@ def long_view_html(
         "<div style='display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start'>"
         "<div><canvas id='map'></canvas><div class='note' id='scale'></div></div>"
         "<div><div class='note' id='wcap'></div>"
-        "<div class='scroll' id='box' style='max-height:640px'><canvas id='cv'></canvas></div></div></div>"
+        "<div class='scroll' id='box' style='max-height:640px;width:max-content'><canvas id='cv' style='position:sticky;top:0;display:block'>"
+        "</canvas><div id='spacer'></div></div></div></div>"
     )
     return html_page(title or f"Long view, layer {layer + 1}", payload, body, view_script("long_view.js"))
