@@ -53,6 +53,13 @@ def test_long_head_view_draws_the_map_and_a_dragged_window(streamlit_server, bro
         assert frame.evaluate(f"() => ({INK})('#cv')") > 2000
         print(f"{N}-token head view with a 97-row window drawn in {drawn_ms(frame)} ms")
         assert page.get_by_role("spinbutton", name="Window from").input_value() == "4097"
+        # the lines' canvas is box-high and drawn again for what a scroll shows: the box's foot has its labels too
+        frame.evaluate("() => { box.scrollTop = box.scrollHeight; }")
+        frame.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        assert frame.evaluate("() => box.scrollTop") > 0 and frame.evaluate(f"() => ({INK})('#cv')") > 2000
+        page.locator("iframe").first.screenshot(path=str(screenshot_dir / "live-long-8192-window-scrolled.png"))
+        frame.evaluate("() => { box.scrollTop = 0; }")
+        frame.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
         page.locator("iframe").first.screenshot(path=str(screenshot_dir / "live-long-8192-window.png"))
         page.get_by_text(f"{N} tokens: the map").first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "live-long-8192-page.png"))
