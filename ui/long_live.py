@@ -108,6 +108,10 @@ def explain_long(encoded: Encoded, cell: int) -> None:
         f"{encoded.n} tokens: the map is drawn in cells of {cell}×{cell} tokens, each the largest weight; "
         f"choose a window (at most {MAX_WINDOW} rows: drag on the map, or type its rows) to see its lines."
     )
+    st.caption(
+        f"Long inputs are drawn at token level, as attention weights, for the model chosen alone: words, norms and a "
+        f"second model apply to inputs of up to {LONG_FROM} tokens."
+    )
     if encoded.truncated:
         st.warning(
             f"The input has {encoded.n_tokens_full} tokens; the model takes {encoded.n}, "
@@ -130,7 +134,12 @@ def long_views(
     labels = [pretty_token(t) for t in encoded.tokens]
     if view == "model":
         cells = [f"{i * cell + 1}–{min(encoded.n, (i + 1) * cell)}" for i in range(pooled.shape[-1])]
-        html = model_view_html(pooled, cells, (layer, heads[0]), title="Reduced maps (cells of tokens)")
+        html = model_view_html(
+            pooled,
+            cells,
+            (layer, heads[0]),
+            title=f"Reduced maps: cells of {cell}×{cell} tokens, each the largest weight (positions: a cell's tokens)",
+        )
         st.iframe(html, height="content")
     rows = None
     if window is not None:

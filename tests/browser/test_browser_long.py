@@ -63,3 +63,11 @@ def test_long_head_view_draws_the_map_and_a_dragged_window(streamlit_server, bro
         page.locator("iframe").first.screenshot(path=str(screenshot_dir / "live-long-8192-window.png"))
         page.get_by_text(f"{N} tokens: the map").first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "live-long-8192-page.png"))
+
+        page.get_by_text("Model view", exact=True).click()  # every head's reduced map, the chosen head's window below
+        wait_idle(page)
+        grid = view_frame(page, "#grid")
+        assert grid.evaluate(f"() => ({INK})('#grid')") > 2000
+        assert "start=4097" in page.url and page.locator("iframe").count() >= 2
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.locator("iframe").first.screenshot(path=str(screenshot_dir / "live-long-8192-model-view.png"))
