@@ -40,6 +40,7 @@ from ui.live_inputs import (
     units,
     value_norm,
 )
+from ui.long_live import WINDOW_OPTIONS, long_input, long_views, needs_window
 from ui.methods import cite_methods
 from ui.model_sidebar import current_model
 from ui.page_state import Option, bind, publish, set_value
@@ -624,6 +625,29 @@ def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -
 
 SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": neuron_view_section}
 
+
+def long_page(facts: ModelFacts, text_a: str, text_b: str, encoded) -> None:
+    """A long input (METHODS §19): the head and model views draw the reduced map and a window's lines, computed
+    block-wise; the neuron view and the head finder say why they are not drawn."""
+    bind(OPTIONS + WINDOW_OPTIONS)
+    st.caption(f"{encoded.n} tokens. Layers, heads and token positions are numbered from 1 on this page.")
+    view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key=VIEW.key)
+    clamp_options(facts.n_layers, facts.n_heads, encoded.n)
+    if view in ("neuron", "finder"):
+        publish(OPTIONS + WINDOW_OPTIONS)
+        needs_window(view, encoded)
+        return
+    c_layer, c_head, _ = st.columns([2.2, 1.2, 3])
+    layer, head = head_controls(view, facts, c_layer, c_head)
+    heads = [h - 1 for h in st.session_state[HEADS.key]] if view == "head" else [head]
+    if not heads:
+        publish(OPTIONS + WINDOW_OPTIONS)
+        st.info("Choose at least one head.")
+        return
+    long_views(view, facts, (text_a, text_b), encoded, layer, heads)
+    publish(OPTIONS + WINDOW_OPTIONS)
+
+
 st.title("Live attention")
 facts = current_model().facts
 if facts.kind == "encoder-decoder":
@@ -631,6 +655,11 @@ if facts.kind == "encoder-decoder":
     cite_methods(18)
     st.stop()
 text_a, text_b = text_inputs()
+long = long_input(facts.name, text_a, text_b)
+if long is not None:
+    long_page(facts, text_a, text_b, long)
+    cite_methods(19)
+    st.stop()
 result = run_or_explain(facts.name, text_a, text_b)
 bind(OPTIONS)
 if result is None:

@@ -1,0 +1,102 @@
+"""AppTest of the Live page on a long input (METHODS §19, issue 36): a tiny ModernBERT of 600 positions, whose head and
+model views draw the reduced map (equal to reduce_map of the eager maps) and a window's rows (equal to the eager rows),
+with the window in the URL; the neuron view and the head finder say in words why they are not drawn."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from attnlib.blockwise import reduce_map
+from attnlib.model import load_model
+from attnlib.runner import encode, run_encoded
+from attnlib.views.canvas_html import quantize
+from attnlib.views.long_view import MAP_WIDTH, gray_cells
+from support.long import long_text, save_long_modernbert
+from support.pages import open_live, rerun, view_datas
+
+pytestmark = pytest.mark.slow
+N = 600
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory):
+    """The tiny ModernBERT's folder, the text, and the eager maps [layers, heads, N, N] of its N tokens."""
+    folder = save_long_modernbert(tmp_path_factory.mktemp("long-modernbert"), N)
+    lm = load_model(str(folder))
+    text = long_text(N)
+    encoded = encode(lm, text)
+    assert encoded.n == N
+    return str(folder), text, run_encoded(lm, [encoded])[0].attentions
+
+
+def grey_of(b64: str) -> np.ndarray:
+    """A view's base64 grey PNG as an array."""
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(b64))))
+
+
+def dense_lines(packed: dict) -> np.ndarray:
+    """pack_sparse's payload back as byte weights [m, rows, cols] (0 where no line is sent)."""
+    raw = base64.b64decode(packed["b64"])
+    m, rows, cols, nnz = packed["m"], packed["rows"], packed["cols"], packed["nnz"]
+    counts = np.frombuffer(raw, "<u2", m * rows)
+    columns = np.frombuffer(raw, "<u2", nnz, 2 * m * rows)
+    weights = np.frombuffer(raw, np.uint8, nnz, 2 * m * rows + 2 * nnz)
+    out = np.zeros((m * rows, cols), np.uint8)
+    out[np.repeat(np.arange(m * rows), counts), columns] = weights
+    return out.reshape(m, rows, cols)
+
+
+def test_head_view_draws_the_reduced_map_of_the_eager_maps(long_model):
+    folder, text, eager = long_model
+    at = open_live(model=folder, a=text, b="", view="head", layer="2", heads="1,3")
+    assert any(f"{N} tokens: the map is drawn in cells of 2×2 tokens" in i.value for i in at.info)
+    (data,) = view_datas(at)
+    pooled, cell = reduce_map(eager[1][[0, 2]], MAP_WIDTH)
+    assert (data["cell"], data["cells"], data["heads"], data["layer"]) == (cell, 300, [1, 3], 2)
+    assert data["top"] == pytest.approx(float(pooled.max()), abs=1e-6)
+    drawn = np.stack([grey_of(b64) for b64 in data["maps"]])
+    expected = gray_cells(pooled, float(pooled.max()))
+    assert drawn.shape == expected.shape
+    # the page's maps come from block-wise runs, the expected ones from eager maps: equal within a grey level
+    assert np.abs(drawn.astype(int) - expected.astype(int)).max() <= 1
+    assert (drawn != gray_cells(reduce_map(eager[0][[0, 2]], MAP_WIDTH)[0], float(pooled.max()))).any()  # not layer 1
+    assert data["window"] is None and "start" not in at.query_params
+
+
+def test_window_rows_equal_the_eager_rows_and_stay_in_the_url(long_model):
+    folder, text, eager = long_model
+    at = open_live(model=folder, a=text, b="", view="head", layer="2", heads="2,4", start="101", end="164")
+    (data,) = view_datas(at)
+    assert data["window"] == [100, 164] and data["leftPos"] == list(range(101, 165))
+    rows = eager[1][[1, 3], 100:164]  # layer 2: local, |i - j| <= 2, so lines reach 68 keys
+    keys = np.flatnonzero((rows >= 0.01).any(axis=(0, 1)))
+    assert len(keys) > 60 and data["rightPos"] == (keys + 1).tolist()
+    lines = dense_lines(data["lines"]).astype(int)
+    expected = quantize(rows[:, :, keys]).astype(int)
+    expected[expected < 3] = 0  # bytes below 0.01 * 255 are not sent
+    assert np.abs(lines - expected).max() <= 1
+    assert at.query_params["start"] == "101" and at.query_params["end"] == "164"
+
+
+def test_window_is_bounded_and_the_model_view_draws_every_head(long_model):
+    folder, text, eager = long_model
+    at = open_live(model=folder, a=text, b="", view="model", layer="2", head="3", start="10", end="600")
+    grid, long = view_datas(at)
+    pooled, _ = reduce_map(eager, MAP_WIDTH)
+    assert len(grid["full"]) > 0 and long["heads"] == [3] and long["window"] == [9, 265]  # 256 rows at most
+    assert at.query_params["end"] == "265"
+    assert np.abs(grey_of(long["maps"][0]).astype(int) - gray_cells(pooled[1, 2], float(pooled[1, 2].max()))).max() <= 1
+
+
+@pytest.mark.parametrize("view", ["neuron", "finder"])
+def test_neuron_view_and_finder_say_why_they_are_not_drawn(long_model, view):
+    folder, text, _ = long_model
+    at = open_live(model=folder, a=text, b="", view=view)
+    assert not at.get("iframe")
+    assert any(f"{N} tokens make too large" in i.value for i in at.info)
+    rerun(at)
