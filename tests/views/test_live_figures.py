@@ -13,6 +13,7 @@ import pytest
 from attnlib.runner import run
 from attnlib.views.canvas_html import pack_sparse, quantize
 from attnlib.views.head_view import filter_positions, head_view_data, head_view_html
+from attnlib.views.long_view import long_view_html
 from attnlib.views.model_view import model_view_html, pooled_maps, scaled_to_max, thumbnail_atlas
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html
 from support.reference import independent_norms
@@ -167,6 +168,7 @@ VIEW_BUILDERS = {
     "model_view.js": lambda: model_view_html(np.full((1, 2, 3, 3), 1 / 3, np.float32), ["a", "b", "c"]),
     "neuron_view.js": lambda: neuron_view_html(np.eye(3, 4), np.ones((3, 4)), ["a", "b", "c"], 0, layer=0, head=0),
     "qk_grid.js": _tiny_grid_html,
+    "long_view.js": lambda: long_view_html(np.full((2, 2, 2), 0.5, np.float32), 2, ["a", "b", "c", "d"], [0, 1], 0),
 }
 
 
@@ -181,7 +183,7 @@ def test_view_html_inlines_its_js_files_and_loads_no_script(script):
     own = (FIGURES / script).read_text(encoding="utf-8")
     assert common in code and own in code and code.index(common) < code.index(own)  # helpers defined before use
     others = [p.read_text(encoding="utf-8") for p in FIGURES.glob("*_view.js") if p.name != script]
-    assert len(others) == (2 if script.endswith("_view.js") else 3) and not any(other in code for other in others)
+    assert len(others) == (3 if script.endswith("_view.js") else 4) and not any(other in code for other in others)
 
 
 def test_js_files_are_package_data():
