@@ -48,7 +48,7 @@ venv_for() {  # .venv-pyX.Y with the project's requirements, made once (a stamp 
     [ -x "$uv" ] || bash scripts/setup_env.sh requirements-dev.txt >&2
     echo "Making $venv with $("$python" --version)" >&2
     rm -rf "$venv"
-    "$uv" venv -q --python "$python" "$venv" >&2
+    "$uv" venv -q --seed --python "$python" "$venv" >&2  # --seed: pip too (tests run it)
     requirements_from_pypi "$venv"
     "$uv" pip install -q --python "$venv/bin/python" -r "$venv/requirements-dev.txt" >&2
     "$uv" pip install -q --python "$venv/bin/python" --no-deps -e . >&2
