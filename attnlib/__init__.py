@@ -1,4 +1,4 @@
-"""attnlib: attention maps and statistics of BERT-family encoders, without any UI.
+"""attnlib: attention maps and statistics of transformers (encoders, decoders, encoder-decoders), without any UI.
 
     import attnlib
     lm = attnlib.load_model()                     # the default model; any BERT-family id or folder
@@ -8,18 +8,27 @@
     attnlib.search_corpus(lm, "The cat sat.", 2, corpus="data/classroom_single.txt", layer=2).matches
 
 `attnlib.ANALYSES` names every analysis (each one a command of the command line with the same options).
+
+Layout: `core` (models, families, the runner, hooks, corpora), `stats` (plain functions of arrays), `analyses` (one
+module per analysis), `search`, `results` (files, shipped data), `present` (report, tour, tables), `cli`, `views`.
 """
 
 __version__ = "0.1.0"
 
-from .analyses import ANALYSES, analyse
-from .analysis import Analysis, OptionError
-from .corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
-from .model import DEFAULT_MODEL, LoadedModel, ModelFacts, ModelLoadError, load_model
-from .results import ResultFile, ResultFileError, read_result_file
-from .runner import Encoded, InputError, RunResult, encode, run, run_batches
-from .search import CorpusIndex, build_index, search_corpus
-from .words import word_level_attention
+import importlib
+from typing import Any
+
+from attnlib import moved
+from attnlib.analyses.base import Analysis, OptionError
+from attnlib.analyses.registry import ANALYSES, analyse
+from attnlib.core.corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
+from attnlib.core.model import DEFAULT_MODEL, LoadedModel, ModelFacts, ModelLoadError, load_model
+from attnlib.core.runner import Encoded, InputError, RunResult, encode, run, run_batches
+from attnlib.core.words import word_level_attention
+from attnlib.results.files import ResultFile, ResultFileError, read_result_file
+from attnlib.search.by_example import CorpusIndex, build_index, search_corpus
+
+moved.install()
 
 __all__ = [
     "ANALYSES",
@@ -51,3 +60,10 @@ __all__ = [
     "search_corpus",
     "word_level_attention",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`attnlib.special` and the other modules of the flat layout, at their new homes (see `attnlib.moved`)."""
+    if name in moved.MOVED:
+        return importlib.import_module(f"attnlib.{name}")
+    raise AttributeError(f"module 'attnlib' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """Entry point for `python -m attnlib`."""
 
-from .cli import run
+from attnlib.cli.entry import run
 
 run()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from attnlib.shipped import EWT_DEV
+from attnlib.results.shipped import EWT_DEV
 
 
 def ewt_dev(limit: int | None = None) -> list:
     """The first `limit` sentences of UD English EWT dev (all when None), as the repository ships it."""
-    from attnlib.corpus import read_conllu
+    from attnlib.core.corpus import read_conllu
 
     return read_conllu(EWT_DEV)[:limit]
 
@@ -16,7 +16,7 @@ def default_model_on_ewt_dev(limit: int | None, batch_size: int, repeats: int) -
     """(the default model, the first `limit` EWT dev sentences), after printing what a run measures on."""
     import torch
 
-    from attnlib.model import DEFAULT_MODEL, load_model
+    from attnlib.core.model import DEFAULT_MODEL, load_model
 
     lm = load_model(DEFAULT_MODEL)
     sentences = ewt_dev(limit)

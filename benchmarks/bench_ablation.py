@@ -25,11 +25,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from attnlib.ablation import head_gradients, masked_batch  # noqa: E402
-from attnlib.engines import plan_batches  # noqa: E402
-from attnlib.importance import ImportanceOptions, importance_accumulators, importance_fill  # noqa: E402
-from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
-from attnlib.runner import encode, model_inputs  # noqa: E402
+from attnlib.analyses.importance import ImportanceOptions, importance_accumulators, importance_fill  # noqa: E402
+from attnlib.core.engines import plan_batches  # noqa: E402
+from attnlib.core.model import DEFAULT_MODEL, load_model  # noqa: E402
+from attnlib.core.runner import encode, model_inputs  # noqa: E402
+from attnlib.stats.head_ablation import head_gradients, masked_batch  # noqa: E402
 from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev, peak_resident_mb  # noqa: E402
 
 

@@ -64,7 +64,7 @@ TOUR_MAIN = {
     5: TABLE,
     6: PLOT,
     7: PLOT,
-}  # app_pages/tour.py, render_* per step
+}  # app_pages/tour/page.py, render_* per step
 PAGES: tuple[PageCase, ...] = (
     *(PageCase(f"tour-{n}", f"/tour?step={n}", main) for n, main in TOUR_MAIN.items()),
     PageCase("live", "/", HEAD_VIEW),
@@ -77,7 +77,7 @@ PAGES: tuple[PageCase, ...] = (
 )
 
 # Injected into every new page: poll until the main element is laid out, every figure on the first screen is drawn
-# (ui/plotly_figure.js marks a drawn plot; it draws the figures below the screen as they come near) and no status
+# (ui/widgets/plotly_figure.js marks a drawn plot; it draws the figures below the screen as they come near) and no status
 # widget shows, and keep the moment that state began once it has held STABLE_MS; `window.__benchFinished` is then ms
 # since navigation start.
 FINISH_WATCH = """
@@ -323,9 +323,9 @@ def exact_added_mb(n_tokens: int) -> tuple[int, float]:
     import itertools
     import threading
 
-    import attnlib.attribution as attribution
-    from attnlib.model import DEFAULT_MODEL, load_model
-    from attnlib.runner import run
+    import attnlib.stats.attribution as attribution
+    from attnlib.core.model import DEFAULT_MODEL, load_model
+    from attnlib.core.runner import run
 
     lm = load_model(DEFAULT_MODEL)
     words = ("the committee approved a new budget after a long debate and everyone went home early " * 40).split()
@@ -357,8 +357,8 @@ def exact_added_mb(n_tokens: int) -> tuple[int, float]:
 
 def exact_memory_report(lengths: list[int]) -> None:
     """Each length in a fresh process (so one run's freed memory does not hide the next one's)."""
-    from attnlib.attribution import exact_seconds
-    from attnlib.model import DEFAULT_MODEL, load_model
+    from attnlib.core.model import DEFAULT_MODEL, load_model
+    from attnlib.stats.attribution import exact_seconds
 
     facts = load_model(DEFAULT_MODEL).facts
     print(f"{'tokens':>7}{'added MB':>10}{'exact_seconds':>15}")

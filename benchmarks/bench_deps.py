@@ -14,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib.deps import DependencyCounts  # noqa: E402
-from attnlib.engine import accumulate  # noqa: E402
+from attnlib.analyses.deps import DependencyCounts  # noqa: E402
+from attnlib.core.batches import accumulate  # noqa: E402
 from benchmarks import default_model_on_ewt_dev  # noqa: E402
 
 CONFIGS = ("forward pass alone", "+ dependency table (mean rows)", "+ dependency table (max rows)")

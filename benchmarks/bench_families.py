@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from attnlib.model import DEFAULT_MODEL, bundled_model_path, load_model  # noqa: E402
-from attnlib.positions import PositionOptions, accumulate_positions  # noqa: E402
+from attnlib.analyses.positions import PositionOptions, accumulate_positions  # noqa: E402
+from attnlib.core.model import DEFAULT_MODEL, bundled_model_path, load_model  # noqa: E402
 from benchmarks import ewt_dev  # noqa: E402
 from benchmarks.bench_norms import CONFIGS, config_seconds  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Figures for a new visitor: st.plotly_chart (Streamlit's own plotly.js, 4.7 MB) against ui.plotly_figure
+"""Figures for a new visitor: st.plotly_chart (Streamlit's own plotly.js, 4.7 MB) against ui.widgets.plotly_figure
 (the app's plotly.js bundle from static/), side by side in one run.
 
 Two one-page apps draw the same three figures side by side (a layer line chart with a dot per head, a 2x2 grid of
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
-from attnlib.tour import SHARE_NAMES
+from attnlib.present.tour import SHARE_NAMES
 from attnlib.views.deps import head_accuracy_heatmaps
 from attnlib.views.special_tokens import head_heatmaps, layer_lines_with_head_dots
 from benchmarks.bench_deploy import BROWSER_ARGS, CHROMIUM, ROOT, Server
@@ -28,13 +28,13 @@ from benchmarks.bench_deploy import BROWSER_ARGS, CHROMIUM, ROOT, Server
 N_FIGURES = 3
 DRAW = {
     "st.plotly_chart": "st.plotly_chart(fig, key=f'f{i}')",
-    "ui.plotly_figure": "plotly_figure(fig, key=f'f{i}')",
+    "ui.widgets.plotly_figure": "plotly_figure(fig, key=f'f{i}')",
 }
 APP = """import sys
 sys.path.insert(0, {root!r})
 import streamlit as st
 from benchmarks.bench_figures import sample_figures
-from ui.plotly_figure import plotly_figure
+from ui.widgets.plotly_figure import plotly_figure
 
 st.set_page_config(layout="wide")
 st.title("Three figures")
@@ -126,7 +126,9 @@ def main() -> int:
     print(f"{'drawn by':<18}{'median s':>10}{'min-max s':>14}{'JavaScript MB':>15}")
     for name, times in seconds.items():
         print(f"{name:<18}{median[name]:>10.2f}{f'{min(times):.2f}-{max(times):.2f}':>14}{script_mb[name]:>15.2f}")
-    print(f"ratio, st.plotly_chart / ui.plotly_figure: {median['st.plotly_chart'] / median['ui.plotly_figure']:.2f}x")
+    print(
+        f"ratio, st.plotly_chart / ui.widgets.plotly_figure: {median['st.plotly_chart'] / median['ui.widgets.plotly_figure']:.2f}x"
+    )
     return 0
 
 

@@ -23,10 +23,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnlib.attribution import DEFAULT_PROBES, hidden_token_attribution
-from attnlib.model import DEFAULT_MODEL, load_model
-from attnlib.reverse_mode import reverse_graphs
-from attnlib.runner import encode
+from attnlib.core.model import DEFAULT_MODEL, load_model
+from attnlib.core.runner import encode
+from attnlib.stats.attribution import DEFAULT_PROBES, hidden_token_attribution
+from attnlib.stats.reverse_mode import reverse_graphs
 
 PAIR = (
     "The teacher said that she would grade all of the exams tonight.",

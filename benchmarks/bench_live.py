@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
-from attnlib.runner import encode, model_inputs, run  # noqa: E402
+from attnlib.core.model import DEFAULT_MODEL, load_model  # noqa: E402
+from attnlib.core.runner import encode, model_inputs, run  # noqa: E402
 from attnlib.views.head_view import head_view_html  # noqa: E402
 from attnlib.views.model_view import model_view_html  # noqa: E402
 from attnlib.views.neuron_view import neuron_view_html  # noqa: E402

@@ -6,11 +6,11 @@ the others local within +-64, 8,192 positions), random weights, the default mode
 text cut to exactly n tokens. Each configuration runs in a fresh process, so its peak resident memory (model
 included) is its own:
   eager      transformers' own eager forward pass (no attention weights returned: the least eager attention holds)
-  blockwise  the library's block-wise forward pass (attnlib.blockwise), every block handed to a consumer that only
+  blockwise  the library's block-wise forward pass (attnlib.core.blockwise), every block handed to a consumer that only
              reads it
-  special    `special` statistics of the one input (block-wise above attnlib.blockwise.BLOCKWISE_FROM tokens)
+  special    `special` statistics of the one input (block-wise above attnlib.core.blockwise.BLOCKWISE_FROM tokens)
 The eager pass is not run where one layer's scores (heads x n^2 float32, three copies: scores, softmax, its
-output) would exceed the machine's available memory. est.: attnlib.memory's estimate beyond the weights of the
+output) would exceed the machine's available memory. est.: attnlib.core.memory's estimate beyond the weights of the
 library's runs (block-wise; `special`, eager with every layer's maps up to BLOCKWISE_FROM tokens).
 """
 
@@ -50,7 +50,7 @@ def save_model(folder: Path) -> None:
     """A random ModernBERT-base-sized model with the default model's tokenizer, saved in folder."""
     import transformers as tf
 
-    from attnlib.model import bundled_model_path
+    from attnlib.core.model import bundled_model_path
 
     tokenizer = tf.AutoTokenizer.from_pretrained(str(bundled_model_path()))
     tokenizer.model_max_length = SIZE["max_position_embeddings"]
@@ -98,12 +98,12 @@ class PeakSampler(threading.Thread):
 def one(config: str, folder: str, n: int) -> dict:
     """Run one configuration in this process: seconds of the measured call, resident memory after loading, the
     peak while it ran and the process's peak over its whole life (loading included), in MB."""
-    from attnlib.analyses import SPECIAL
-    from attnlib.analysis import run_analysis
-    from attnlib.blockwise import run_blockwise
-    from attnlib.corpus import CorpusInput
-    from attnlib.model import load_model
-    from attnlib.runner import encode, model_inputs
+    from attnlib.analyses.base import run_analysis
+    from attnlib.analyses.registry import SPECIAL
+    from attnlib.core.blockwise import run_blockwise
+    from attnlib.core.corpus import CorpusInput
+    from attnlib.core.model import load_model
+    from attnlib.core.runner import encode, model_inputs
 
     torch.set_num_threads(torch.get_num_threads())
     lm = load_model(folder)
@@ -130,12 +130,12 @@ def one(config: str, folder: str, n: int) -> dict:
 
 
 def estimate_mb(folder: str, n: int, config: str) -> float:
-    """attnlib.memory's estimate of the library's run beyond the weights, in MB (the eager pass: one layer's
+    """attnlib.core.memory's estimate of the library's run beyond the weights, in MB (the eager pass: one layer's
     scores, three copies)."""
     from transformers import AutoConfig
 
-    from attnlib.blockwise import BLOCKWISE_FROM, default_block_rows
-    from attnlib.memory import RunSize, estimate_peak_bytes
+    from attnlib.core.blockwise import BLOCKWISE_FROM, default_block_rows
+    from attnlib.core.memory import RunSize, estimate_peak_bytes
 
     c = AutoConfig.from_pretrained(folder)
     if config == "eager":
@@ -156,7 +156,7 @@ def main() -> None:
         config, folder, n = args.one
         print(json.dumps(one(config, folder, int(n))))
         return
-    from attnlib.memory import available_bytes
+    from attnlib.core.memory import available_bytes
 
     with tempfile.TemporaryDirectory() as tmp:
         save_model(Path(tmp))

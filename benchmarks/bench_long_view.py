@@ -4,7 +4,7 @@ today's head view of 512 tokens, side by side in one run.
 The views are the library's own HTML (attnlib.views), opened from files in headless Chromium, each round in a new
 page; a view is drawn at its first animation frame after the long view's `drawMs` mark (long_view.js) or, for the
 head view, after its load event. Its maps are ModernBERT-base's shape (12 heads) of seeded random attention: a local
-band (+-64 tokens) and a few far spikes per row, every row summing to 1, max-pooled by attnlib.blockwise.reduce_map
+band (+-64 tokens) and a few far spikes per row, every row summing to 1, max-pooled by attnlib.core.blockwise.reduce_map
 block by block as the app does; the 256-row window holds the exact rows. Prints each view's page size and the median
 of its draw times (navigation start to drawn).
 
@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib.blockwise import cell_size, reduce_map  # noqa: E402
+from attnlib.core.blockwise import cell_size, reduce_map  # noqa: E402
 from attnlib.views.head_view import head_view_html  # noqa: E402
 from attnlib.views.long_view import MAP_WIDTH, MAX_WINDOW, long_view_html  # noqa: E402
 from benchmarks.bench_deploy import BROWSER_ARGS, CHROMIUM  # noqa: E402

@@ -17,13 +17,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib.aggregation import AggregationOptions, accumulate_aggregation  # noqa: E402
-from attnlib.attribution import hidden_token_attribution  # noqa: E402
-from attnlib.engine import accumulate  # noqa: E402
-from attnlib.norms import NormShareStats, norm_maps  # noqa: E402
-from attnlib.positions import PositionOptions, accumulate_positions  # noqa: E402
-from attnlib.runner import run_batches  # noqa: E402
-from attnlib.special import SpecialTokenStats  # noqa: E402
+from attnlib.analyses.aggregation import AggregationOptions, accumulate_aggregation  # noqa: E402
+from attnlib.analyses.positions import PositionOptions, accumulate_positions  # noqa: E402
+from attnlib.core.batches import accumulate  # noqa: E402
+from attnlib.core.runner import run_batches  # noqa: E402
+from attnlib.stats.attribution import hidden_token_attribution  # noqa: E402
+from attnlib.stats.shares import SpecialTokenStats  # noqa: E402
+from attnlib.stats.value_norms import NormShareStats, norm_maps  # noqa: E402
 from benchmarks import default_model_on_ewt_dev  # noqa: E402
 
 CONFIGS = ("forward only", "+ special --norms", "+ special --norms + rolled-out maps")
@@ -71,8 +71,8 @@ def time_map_products(lm, sentences, repeats: int, batch_size: int) -> float:
     cost depends on shapes only). What the maps cannot go below with these products on this CPU."""
     import torch
 
-    from attnlib.engines import plan_batches
-    from attnlib.runner import encode
+    from attnlib.core.engines import plan_batches
+    from attnlib.core.runner import encode
 
     f = lm.facts
     heads, hidden, layers = f.n_heads, f.hidden_size, f.n_layers

@@ -15,11 +15,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib.corpus import read_conllu  # noqa: E402
-from attnlib.engine import accumulate  # noqa: E402
-from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
-from attnlib.probe import ProbeCorpus, score_probe, train_probe, word_embedding_table  # noqa: E402
-from attnlib.shipped import EWT_DEV, EWT_TEST  # noqa: E402
+from attnlib.analyses.probe import ProbeCorpus, score_probe, train_probe, word_embedding_table  # noqa: E402
+from attnlib.core.batches import accumulate  # noqa: E402
+from attnlib.core.corpus import read_conllu  # noqa: E402
+from attnlib.core.model import DEFAULT_MODEL, load_model  # noqa: E402
+from attnlib.results.shipped import EWT_DEV, EWT_TEST  # noqa: E402
 
 
 def timed(function, *args, **kwargs):

@@ -13,8 +13,8 @@ import argparse
 import os
 import time
 
-from attnlib.engine import accumulate
-from attnlib.qk import QKCollector, QKOptions, qk_accumulators, qk_result
+from attnlib.analyses.qk import QKCollector, QKOptions, qk_accumulators, qk_result
+from attnlib.core.batches import accumulate
 from benchmarks import default_model_on_ewt_dev
 
 CONFIGS = ("forward only", "+ queries and keys of head 0-0", "+ queries and keys of every head")

@@ -18,9 +18,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from attnlib.cli import build_parser
-from attnlib.model import DEFAULT_MODEL, bundled_model_path
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, EWT_TEST
+from attnlib.cli.entry import build_parser
+from attnlib.core.model import DEFAULT_MODEL, bundled_model_path
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, EWT_TEST
 from benchmarks import peak_resident_mb
 
 
@@ -66,7 +66,7 @@ def first_sentences(path: Path, n: int, out: Path) -> str:
 
 def memory_peaks(model: str, limits: tuple[int, ...]) -> dict[int, int]:
     """Peak memory tracemalloc sees (Python and numpy) while the report runs on growing corpora: it should stay flat."""
-    from attnlib.report import ReportOptions, run_report
+    from attnlib.present.report import ReportOptions, run_report
 
     run_report(model, str(CLASSROOM_SINGLE), str(EWT_DEV), options=ReportOptions(limit=2))  # imports and caches
     peaks = {}

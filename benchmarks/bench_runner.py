@@ -8,8 +8,8 @@ import time
 import numpy as np
 import torch
 
-from attnlib.model import DEFAULT_MODEL, bundled_model_path, load_model
-from attnlib.runner import run_batches
+from attnlib.core.model import DEFAULT_MODEL, bundled_model_path, load_model
+from attnlib.core.runner import run_batches
 from benchmarks import ewt_dev
 
 

@@ -21,10 +21,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib.engines import ray_runtime_env, run_accumulators  # noqa: E402
-from attnlib.model import DEFAULT_MODEL  # noqa: E402
-from attnlib.special import STAT_KEYS  # noqa: E402
-from attnlib.special_tokens import SPECIAL, SpecialOptions  # noqa: E402
+from attnlib.analyses.special import SPECIAL, SpecialOptions  # noqa: E402
+from attnlib.core.engines import ray_runtime_env, run_accumulators  # noqa: E402
+from attnlib.core.model import DEFAULT_MODEL  # noqa: E402
+from attnlib.stats.shares import STAT_KEYS  # noqa: E402
 from benchmarks import ewt_dev  # noqa: E402
 
 

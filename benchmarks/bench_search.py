@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from attnlib.engine import accumulate
-from attnlib.search import CorpusIndex, IndexOptions, build_index, cosine_scores, query_of, top_k
+from attnlib.core.batches import accumulate
+from attnlib.search.by_example import CorpusIndex, IndexOptions, build_index, cosine_scores, query_of, top_k
 from benchmarks import default_model_on_ewt_dev
 
 QUERIES = [  # (text, token): a teacher's queries, cycled over the 100
@@ -198,7 +198,7 @@ def queries_over_files(paths: list[str]) -> None:
     """Queries over saved indexes: their size on disk and in memory, then query_table."""
     from pathlib import Path
 
-    from attnlib.model import load_model
+    from attnlib.core.model import load_model
 
     lm = load_model()
     indexes = {}

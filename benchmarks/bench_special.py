@@ -21,15 +21,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib import head_distances  # noqa: E402
-from attnlib.engine import accumulate  # noqa: E402
-from attnlib.head_distances import TILE_COLUMNS, HeadDistances, threaded_sum  # noqa: E402
-from attnlib.model import DEFAULT_MODEL, load_model  # noqa: E402
-from attnlib.special import SpecialTokenStats  # noqa: E402
+from attnlib.core.batches import accumulate  # noqa: E402
+from attnlib.core.model import DEFAULT_MODEL, load_model  # noqa: E402
+from attnlib.stats import head_distances  # noqa: E402
+from attnlib.stats.head_distances import TILE_COLUMNS, HeadDistances, threaded_sum  # noqa: E402
+from attnlib.stats.shares import SpecialTokenStats  # noqa: E402
 from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev, peak_resident_mb  # noqa: E402
 
 CONFIGS = ("forward only", "+ special-token stats", "+ special stats + JS head distances")
-BASELINE = "  same, JS with numpy's log (before)"  # the JS pass before attnlib.js_kernel, timed side by side
+BASELINE = "  same, JS with numpy's log (before)"  # the JS pass before attnlib.stats.js_kernel, timed side by side
 
 
 def _numpy_tile_pair_sums(p: np.ndarray) -> np.ndarray:
@@ -48,7 +48,7 @@ def _numpy_tile_pair_sums(p: np.ndarray) -> np.ndarray:
 
 
 def numpy_pairwise_block(p: np.ndarray, columns: int) -> np.ndarray:
-    """attnlib.head_distances._pairwise_block as it was before the numba kernel (the baseline of BASELINE)."""
+    """attnlib.stats.head_distances._pairwise_block as it was before the numba kernel (the baseline of BASELINE)."""
     p = p[:, :columns]
     plogp = (p * np.log(p)).sum(axis=1, dtype=np.float64)
     mass = p.sum(axis=1, dtype=np.float64)

@@ -1,4 +1,4 @@
-"""The polynomial of attnlib.js_kernel's float32 log: fit it, or check the log on every float32 in [2^-24, 4).
+"""The polynomial of attnlib.stats.js_kernel's float32 log: fit it, or check the log on every float32 in [2^-24, 4).
 
 Run: python scripts/fit_log_polynomial.py [--degree 7]   (prints Q's float32 coefficients, as js_kernel holds them)
      python scripts/fit_log_polynomial.py --check         (the kernel's log against float64, with and without FMA)
@@ -40,7 +40,7 @@ def check() -> None:
     """Largest relative error of the kernel's log over every float32 in [2^-24, 4), with and without FMA contraction."""
     from numba import njit
 
-    from attnlib.js_kernel import LOG_REL_ERROR, _ln
+    from attnlib.stats.js_kernel import LOG_REL_ERROR, _ln
 
     def log_loop(fastmath):
         @njit(fastmath=fastmath)

@@ -1,7 +1,7 @@
 """Make every shipped result of the default model in data/precomputed/, so each corpus page opens at once.
 
 Run from anywhere: python scripts/precompute.py [--only PATTERN ...] [--check] [--restamp] [--list] [--readme]
-Each job runs `python -m attnlib <command> ... --out FILE` in this process (attnlib.cli.main), so the shipped files
+Each job runs `python -m attnlib <command> ... --out FILE` in this process (attnlib.cli.entry.main), so the shipped files
 are genuine result files (floats rounded to 6 significant digits), then the same command on the first CHECK_INPUTS
 inputs into check/ (tests/library/test_precomputed_slow.py and --check recompute that slice and compare). The index.json written
 last lists every file with its analysis, model, corpus (repository-relative path, SHA-1, inputs), options (as the
@@ -30,10 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlib import cli  # noqa: E402
-from attnlib.cli import command_options, parse_command  # noqa: E402
-from attnlib.model import DEFAULT_MODEL  # noqa: E402
-from attnlib.precomputed import (  # noqa: E402
+from attnlib.cli import entry as cli  # noqa: E402
+from attnlib.cli.entry import command_options, parse_command  # noqa: E402
+from attnlib.core.model import DEFAULT_MODEL  # noqa: E402
+from attnlib.results.files import ResultFile, read_result_file, text_pair_sha1, write_result_file  # noqa: E402
+from attnlib.results.precomputed import (  # noqa: E402
     EXAMPLE_COMMAND,
     TOLERANCES,
     ShippedEntry,
@@ -43,8 +44,7 @@ from attnlib.precomputed import (  # noqa: E402
     stale_reasons,
     write_index,
 )
-from attnlib.results import ResultFile, read_result_file, text_pair_sha1, write_result_file  # noqa: E402
-from attnlib.shipped import (  # noqa: E402
+from attnlib.results.shipped import (  # noqa: E402
     CLASSROOM_PAIRS,
     CLASSROOM_SINGLE,
     EWT_DEV,
@@ -117,7 +117,7 @@ def with_limit(argv: list[str], limit: int) -> list[str]:
 
 
 def run_cli(argv: list[str]) -> dict:
-    """attnlib.cli.main on these arguments, its JSON output returned (a user error stops the script)."""
+    """attnlib.cli.entry.main on these arguments, its JSON output returned (a user error stops the script)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         status = cli.main(argv)

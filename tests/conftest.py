@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlib.model import DEFAULT_MODEL, load_model
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
+from attnlib.core.model import DEFAULT_MODEL, load_model
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from support.browser import BROWSER_ARGS, free_port, server_log
 from support.models import FAMILY_KINDS, save_tiny
 from support.notebook import EXAMPLE_NOTEBOOK, LIMIT
@@ -195,7 +195,7 @@ def pytest_collection_modifyitems(items):
 def _fresh_shipped_results():
     """The app parses each shipped result once per process; tests that swap `shipped_result` must not see another
     test's parse."""
-    from ui.result_source import _shipped
+    from ui.sources.result_source import _shipped
 
     _shipped.clear()
 

@@ -8,10 +8,10 @@ modules here (`special_tokens`, `deps`, `positions`, `norms`, `probe`, ...) retu
 shows itself the same way. Needs the `views` extra (plotly).
 """
 
-from .display import View
-from .figure import Figure, as_figure
-from .head_view import head_view
-from .model_view import model_view
-from .neuron_view import neuron_view
+from attnlib.views.display import View
+from attnlib.views.figure import Figure, as_figure
+from attnlib.views.head_view import head_view
+from attnlib.views.model_view import model_view
+from attnlib.views.neuron_view import neuron_view
 
 __all__ = ["Figure", "View", "as_figure", "head_view", "model_view", "neuron_view"]

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .figure import notebook_figure
+from attnlib.views.figure import notebook_figure
 
 DIRECTION_TITLES = ("dep->head: the dependent attends to its head", "head<-dep: the head attends to its dependent")
 GOLD_FOCUS, GOLD_OTHER, HIT, MISS = "#1f3b73", "#b8bec9", "#2a9d47", "#d1343b"

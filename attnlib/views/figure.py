@@ -9,8 +9,8 @@ from typing import Any, ParamSpec
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .display import NotebookView
-from .plotly_js import plotly_js
+from attnlib.views.display import NotebookView
+from attnlib.views.plotly_js import plotly_js
 
 P = ParamSpec("P")
 CONFIG = {"displaylogo": False}

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..runner import RunResult
-from .canvas_html import (
+from attnlib.core.runner import RunResult
+from attnlib.views.canvas_html import (
     display_theme,
     head_color,
     html_page,
@@ -19,9 +19,9 @@ from .canvas_html import (
     round_list,
     view_script,
 )
-from .display import View, check_html_action
-from .inputs import PAIR_FILTERS as PAIR_FILTERS  # the app imports the pair filters from here
-from .inputs import Kind, check_index, chosen, describe, filter_positions, kinds_of, subset
+from attnlib.views.display import View, check_html_action
+from attnlib.views.inputs import PAIR_FILTERS as PAIR_FILTERS  # the app imports the pair filters from here
+from attnlib.views.inputs import Kind, check_index, chosen, describe, filter_positions, kinds_of, subset
 
 MIN_WEIGHT = 0.01  # lines below this are invisible at any opacity scale and are not sent
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .figure import notebook_figure
+from attnlib.views.figure import notebook_figure
 
 
 @notebook_figure

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runner import RunResult
+from attnlib.core.runner import RunResult
 
 # Pair filter: name -> (segment of the query tokens, segment of the key tokens); None keeps every token.
 PAIR_FILTERS: dict[str, tuple[int | None, int | None]] = {

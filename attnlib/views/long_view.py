@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .canvas_html import head_color, html_page, pack_sparse, png_b64, view_script
+from attnlib.views.canvas_html import head_color, html_page, pack_sparse, png_b64, view_script
 
 LONG_FROM = 512  # inputs longer than this get the reduced map in the Live page's head and model views
 MAP_WIDTH = 512  # cells a side of the reduced map at most (METHODS §19's width)

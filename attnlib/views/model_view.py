@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..runner import RunResult
-from .canvas_html import (
+from attnlib.core.runner import RunResult
+from attnlib.views.canvas_html import (
     display_theme,
     head_color,
     html_page,
@@ -20,8 +20,8 @@ from .canvas_html import (
     round_list,
     view_script,
 )
-from .display import View, check_html_action
-from .inputs import Kind, check_index, chosen, describe, kinds_of, subset
+from attnlib.views.display import View, check_html_action
+from attnlib.views.inputs import Kind, check_index, chosen, describe, kinds_of, subset
 
 LINES_MAX_TOKENS = 48  # beyond this, thumbnail lines blur into one another, so thumbnails become heatmaps
 THUMB_PX = 64  # heatmap thumbnails are max-pooled to at most this many cells a side
@@ -148,7 +148,7 @@ def model_view_html(
 
     `quantity` names what the maps hold in the hint and tooltips; `windows` (ModelFacts.windows) marks local layers,
     which attend only to keys within +-w tokens. With `switches`, a click also switches a head off or on (the heads in
-    `off` start crossed out) and tells the page that embeds it (ui/head_switches.py)."""
+    `off` start crossed out) and tells the page that embeds it (app_pages/live/head_switches.py)."""
     payload = shared_payload(title, min_weight, quantity, lines_max_tokens)
     payload |= {"switches": switches, "off": [list(h) for h in off]}
     payload |= model_part(attentions, (labels, labels), selected, lines_max_tokens, min_weight, windows)

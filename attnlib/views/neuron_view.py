@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from ..runner import RunResult
-from .canvas_html import html_page, round_list, view_script
-from .display import View
-from .figure import notebook_figure
-from .inputs import attention_of, check_index, per_layer, tokens_of
+from attnlib.core.runner import RunResult
+from attnlib.views.canvas_html import html_page, round_list, view_script
+from attnlib.views.display import View
+from attnlib.views.figure import notebook_figure
+from attnlib.views.inputs import attention_of, check_index, per_layer, tokens_of
 
 
 @dataclass

@@ -6,10 +6,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .figure import notebook_figure
-from .layers import MARGIN, layer_axis_title, layer_line, per_layer_layout
-from .positions import ATTENTION_COLOR, ATTRIBUTION_COLOR, compared_lines
-from .special_tokens import (
+from attnlib.views.figure import notebook_figure
+from attnlib.views.layers import MARGIN, layer_axis_title, layer_line, per_layer_layout
+from attnlib.views.positions import ATTENTION_COLOR, ATTRIBUTION_COLOR, compared_lines
+from attnlib.views.special_tokens import (
     COLOURS,
     add_model_lines,
     layer_lines_by_model,

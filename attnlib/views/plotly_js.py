@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from ..shipped import PLOTLY_BUNDLE
+from attnlib.results.shipped import PLOTLY_BUNDLE
 
 
 @cache

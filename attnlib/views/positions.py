@@ -9,8 +9,15 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .figure import notebook_figure
-from .layers import MODEL_COLOURS, differ_in_depth, layer_axis_title, layer_line, layer_positions, per_layer_layout
+from attnlib.views.figure import notebook_figure
+from attnlib.views.layers import (
+    MODEL_COLOURS,
+    differ_in_depth,
+    layer_axis_title,
+    layer_line,
+    layer_positions,
+    per_layer_layout,
+)
 
 ATTENTION_COLOR = "#1f77b4"
 ATTRIBUTION_COLOR = "#ff7f0e"

@@ -8,8 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .deps import DIRECTION_TITLES, arc_diagram
-from .figure import notebook_figure
+from attnlib.views.deps import DIRECTION_TITLES, arc_diagram
+from attnlib.views.figure import notebook_figure
 
 SERIES = (("uas", "probe", "#1f3b73"), ("best_head_accuracy", "best single head", "#2a9d47"))
 BASELINE = ("baseline_accuracy", "best fixed offset", "#b8bec9")

@@ -9,9 +9,9 @@ import base64
 import numpy as np
 import plotly.graph_objects as go
 
-from ..qk import METHOD_NAMES, QKResult
-from .canvas_html import html_page, view_script
-from .figure import notebook_figure
+from attnlib.analyses.qk import METHOD_NAMES, QKResult
+from attnlib.views.canvas_html import html_page, view_script
+from attnlib.views.figure import notebook_figure
 
 COLOURINGS = {
     "kind": "query or key",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.shipped import ROOT
+from attnlib.results.shipped import ROOT
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from attnlib.shipped import ROOT
+from attnlib.results.shipped import ROOT
 
 
 def test_default_page_is_live_with_tutorial_pair(app):
@@ -19,7 +19,7 @@ def test_default_page_is_live_with_tutorial_pair(app):
 
 def _sidebar_only():
     """The model sidebar alone (AppTest drops the entrypoint's elements on reruns of a st.navigation app)."""
-    from ui.model_sidebar import model_sidebar
+    from ui.sources.model_sidebar import model_sidebar
 
     model_sidebar()
 

@@ -7,19 +7,19 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.shipped import ROOT
+from attnlib.results.shipped import ROOT
 from support.apptest import tables
 
 pytestmark = pytest.mark.slow
 
 
 PAGE_FILES = [
-    "app_pages/live.py",
-    "app_pages/special_tokens.py",
-    "app_pages/dependency_heads.py",
-    "app_pages/local_global.py",
-    "app_pages/head_importance.py",
-    "app_pages/queries_keys.py",
+    "app_pages/live/page.py",
+    "app_pages/special_tokens/page.py",
+    "app_pages/dependency_heads/page.py",
+    "app_pages/local_global/page.py",
+    "app_pages/head_importance/page.py",
+    "app_pages/queries_keys/page.py",
 ]
 
 
@@ -37,7 +37,7 @@ def test_exact_example_states_its_time_and_refuses_long_inputs(words, expect_but
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.query_params["tab"] = "example"
     at.run()
-    at.switch_page("app_pages/local_global.py").run()
+    at.switch_page("app_pages/local_global/page.py").run()
     at.text_area[0].input(" ".join(["river"] * words)).run()
     assert not at.exception, at.exception
     buttons = [b.label for b in at.button]
@@ -52,11 +52,11 @@ def test_exact_example_states_its_time_and_refuses_long_inputs(words, expect_but
 @pytest.mark.slow
 def test_corpus_choice_survives_a_visit_to_another_page():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     at.selectbox(key="special_corpus").select("Classroom set: sentence pairs").run()
     at.number_input(key="special_limit").set_value(30).run()
-    at.switch_page("app_pages/live.py").run()
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/live/page.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     assert not at.exception, at.exception
     assert at.selectbox(key="special_corpus").value == "Classroom set: sentence pairs"
     assert at.number_input(key="special_limit").value == 30
@@ -66,7 +66,7 @@ def test_corpus_choice_survives_a_visit_to_another_page():
 @pytest.mark.slow
 def test_deps_example_follows_a_new_relation_and_the_url():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("app_pages/dependency_heads.py")
+    at.switch_page("app_pages/dependency_heads/page.py")
     at.session_state["deps_limit"] = 15
     at.session_state["deps_min_count"] = 5
     at.run()

@@ -9,7 +9,7 @@ import pytest
 
 
 def test_caveats_name_another_corpus_another_size_and_other_options():
-    from attnlib.results import ResultFile, comparison_caveats
+    from attnlib.results.files import ResultFile, comparison_caveats
 
     corpus = {"name": "a.txt", "sha1": "1" * 40, "n_inputs": 5}
     second = ResultFile("positions", "m", dict(corpus), {"mode": "exact", "probes": 12, "seed": 1}, "0", "", {})
@@ -28,8 +28,8 @@ def test_caveats_name_another_corpus_another_size_and_other_options():
 
 
 def test_probe_files_of_another_variant_or_malformed_are_result_file_errors():
-    from attnlib.probe import ProbeResult
-    from attnlib.results import ResultFileError
+    from attnlib.analyses.probe import ProbeResult
+    from attnlib.results.files import ResultFileError
 
     with pytest.raises(ResultFileError, match="incomplete or malformed"):
         ProbeResult.from_json({"uas": 0.5})

@@ -11,9 +11,9 @@ import re
 import numpy as np
 import pytest
 
-from attnlib import cli
-from attnlib.results import read_result_file
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, ROOT
+from attnlib.cli import entry as cli
+from attnlib.results.files import read_result_file
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, ROOT
 from support.apptest import across_tabs, figures, open_tab, tables
 from support.pages import SPECIAL_TABS, check_weights_vs_norms, table_with
 
@@ -38,7 +38,7 @@ def app(page: str, **params: str):
     for key, value in params.items():
         at.query_params[key] = value
     at.run()
-    return at.switch_page(f"app_pages/{page}.py").run()
+    return at.switch_page(f"app_pages/{page}/page.py").run()
 
 
 def upload(at, key: str, name: str, data: bytes):
@@ -125,8 +125,8 @@ def test_special_bad_compare_files_are_errors(tmp_path, tiny_model_dir):
 @pytest.mark.slow
 @TINY_BERT
 def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_model_dir, minilm, one_thread):
-    from attnlib.analyses import analyse
-    from attnlib.deps import dependency_counts_from_json
+    from attnlib.analyses.deps import dependency_counts_from_json
+    from attnlib.analyses.registry import analyse
 
     data, _ = cli_file(
         tmp_path, "tiny", "deps", "--conllu", str(EWT_DEV), "--limit", "10", "--model", str(tiny_model_dir)
@@ -276,8 +276,8 @@ def test_a_loaded_result_file_survives_another_tab_and_page_until_removed(tmp_pa
     shown = f"{100 * out['uas']:.1f}%"
     assert {m.label: m.value for m in at.metric}["UAS, attention-only probe"] == shown
     open_tab(at, "deps_tab", "Best head per relation")  # the probe's uploader is not drawn: Streamlit drops its file
-    at.switch_page("app_pages/live.py").run()
-    at.switch_page("app_pages/dependency_heads.py").run()
+    at.switch_page("app_pages/live/page.py").run()
+    at.switch_page("app_pages/dependency_heads/page.py").run()
     open_tab(at, "deps_tab", "All heads together")
     assert not at.exception, [e.value for e in at.exception]
     assert any("Using **tiny-probe.json**, loaded earlier" in c.value for c in at.caption)

@@ -9,7 +9,7 @@ import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 from support.apptest import tables
-from ui.data_table import cell_text, table_data
+from ui.widgets.data_table import cell_text, table_data
 
 
 def test_cells_are_shown_as_a_reader_expects():
@@ -41,7 +41,7 @@ def test_the_page_gets_raw_cells_to_sort_and_their_text():
 def _app() -> None:
     import pandas as pd
 
-    from ui.data_table import data_table
+    from ui.widgets.data_table import data_table
 
     data_table(pd.DataFrame({"head": ["1-1", "2-3"], "score": [0.25, 0.75]}), key="scores")
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.shipped import ROOT
+from attnlib.results.shipped import ROOT
 from support.apptest import figures, open_tab, tables
 from support.models import save_tiny
-from ui.page_tabs import LOCAL_GLOBAL
+from ui.widgets.page_tabs import LOCAL_GLOBAL
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def computed(at: AppTest, page: str) -> AppTest:
 def test_dependency_heads_page_shows_a_decoders_ceilings(gpt2_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), limit="6", min_count="1")
-    computed(at, "app_pages/dependency_heads.py")
+    computed(at, "app_pages/dependency_heads/page.py")
     (table, *_) = tables(at)
     ceilings = ["ceiling dep->head %", "ceiling head<-dep %"]
     assert set(ceilings) <= set(table.columns)
@@ -61,7 +61,7 @@ def test_dependency_heads_page_shows_a_decoders_ceilings(gpt2_dir):
 def test_local_global_page_draws_a_decoders_attention_over_offsets_up_to_zero(gpt2_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), limit="4", tab="histograms")
-    computed(at, "app_pages/local_global.py")
+    computed(at, "app_pages/local_global/page.py")
     assert at.session_state["lg_tab"] == LOCAL_GLOBAL["histograms"]
     notes = " ".join(i.value for i in at.info)
     assert "offsets k <= 0" in notes and "not yet written for decoders" in notes
@@ -81,7 +81,7 @@ def test_local_global_page_draws_a_decoders_attention_over_offsets_up_to_zero(gp
 def test_compared_dependency_tables_give_the_decoders_ceilings_only(gpt2_dir, tiny_model_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), cmp=str(tiny_model_dir), limit="6", min_count="1")
-    computed(at, "app_pages/dependency_heads.py")
+    computed(at, "app_pages/dependency_heads/page.py")
     (table, *_) = tables(at)
     assert f"{gpt2_dir}: ceiling head<-dep %" in table.columns and f"{gpt2_dir}: accuracy %" in table.columns
     assert f"{tiny_model_dir}: accuracy %" in table.columns

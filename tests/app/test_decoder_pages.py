@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.model import load_model
-from attnlib.runner import run
-from attnlib.shipped import ROOT
+from attnlib.core.model import load_model
+from attnlib.core.runner import run
+from attnlib.results.shipped import ROOT
 from support.apptest import tables
 from support.models import save_tiny
 from support.pages import view_datas
-from ui.live_inputs import pretty_token
+from ui.sources.live_inputs import pretty_token
 
 pytestmark = pytest.mark.slow
 TEXT = "The cat sat on the mat."
@@ -56,7 +56,7 @@ def test_special_tokens_sinks_of_a_decoder_beside_an_encoder(gpt2_dir, tiny_mode
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), cmp=str(tiny_model_dir), limit="4", tab="sinks")
     at.run()
-    at.switch_page("app_pages/special_tokens.py")
+    at.switch_page("app_pages/special_tokens/page.py")
     at.run()
     for _ in range(4):  # compute each model's statistics on request
         assert not at.exception, [e.value for e in at.exception]
@@ -76,7 +76,7 @@ def test_head_importance_of_a_decoder_is_the_sink_test(gpt2_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), limit="3", tab="noop", ko="1", measure="mlm")
     at.run()
-    at.switch_page("app_pages/head_importance.py")
+    at.switch_page("app_pages/head_importance/page.py")
     at.run()
     asks = [b for b in at.button if str(b.key).startswith("compute:")]
     assert asks and "first-token attention" in " ".join(i.value for i in at.info)
@@ -93,7 +93,7 @@ def test_tour_asks_whether_the_sink_is_a_no_op(gpt2_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), step="3")
     at.run()
-    at.switch_page("app_pages/tour.py")
+    at.switch_page("app_pages/tour/page.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.header[0].value == "3. Is the sink a no-op?"

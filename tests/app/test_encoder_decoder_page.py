@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.model import load_model
-from attnlib.seq2seq import TARGET_FROM_TEXT, run_seq2seq
-from attnlib.shipped import ROOT
-from attnlib.tour import STEPS
+from attnlib.core.model import load_model
+from attnlib.core.seq2seq import TARGET_FROM_TEXT, run_seq2seq
+from attnlib.present.tour import STEPS
+from attnlib.results.shipped import ROOT
 from support.models import save_tiny
 from support.pages import PAGES, open_live, rerun, run_computing, view_datas
 
@@ -78,9 +78,9 @@ def test_every_page_and_tour_step_opens_with_an_encoder_decoder(t5_dir):
         run_computing(at, page)
         assert at.title, page
         said = any("not written for encoder-decoders" in i.value for i in at.info)
-        assert said == (page != "app_pages/live.py"), page
+        assert said == (page != "app_pages/live/page.py"), page
     for step in range(1, len(STEPS) + 1):
-        at.switch_page("app_pages/tour.py")
+        at.switch_page("app_pages/tour/page.py")
         at.query_params["step"] = str(step)
         at.session_state["tour_step"] = step
         run_computing(at, f"tour step {step}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.shipped import ROOT
-from attnlib.tour import STEPS
+from attnlib.present.tour import STEPS
+from attnlib.results.shipped import ROOT
 from support.pages import PAGES, run_computing
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ def test_every_page_and_tour_step_opens(family_dir):
         run_computing(at, page)
         assert at.title, page
     for step in range(1, len(STEPS) + 1):
-        at.switch_page("app_pages/tour.py")
+        at.switch_page("app_pages/tour/page.py")
         at.query_params["step"] = str(step)
         at.session_state["tour_step"] = step
         run_computing(at, f"tour step {step}")

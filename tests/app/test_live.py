@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.runner import run
-from attnlib.words import word_level_attention
+from attnlib.core.runner import run
+from attnlib.core.words import word_level_attention
 from support.apptest import figures
 from support.pages import TEXT_A, TEXT_B, open_live, rerun, view_data
 from support.reference import independent_norms

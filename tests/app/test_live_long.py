@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attnlib.blockwise import reduce_map
-from attnlib.model import load_model
-from attnlib.runner import encode, run_encoded
+from attnlib.core.blockwise import reduce_map
+from attnlib.core.model import load_model
+from attnlib.core.runner import encode, run_encoded
 from attnlib.views.canvas_html import quantize
 from attnlib.views.long_view import MAP_WIDTH, gray_cells
 from support.long import long_text, save_long_modernbert

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib.runner import run
+from attnlib.core.runner import run
 from support.apptest import tables
 from support.pages import TEXT_A, TEXT_B, open_live, rerun, view_data, view_datas
 

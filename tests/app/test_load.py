@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from attnlib.shipped import ROOT
+from attnlib.results.shipped import ROOT
 from support.load import SESSIONS, _sentence
 
 # ---------- bounded caches -----------------------------------------------------------------------------------------
@@ -15,7 +15,7 @@ from support.load import SESSIONS, _sentence
 def _cache_decorators():
     """(file, function, keyword names) of every st.cache_data / st.cache_resource in ui/ and app_pages/."""
     for folder in ("ui", "app_pages"):
-        for path in sorted((ROOT / folder).glob("*.py")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     continue
@@ -27,7 +27,7 @@ def _cache_decorators():
                         keywords = {k.arg for k in call.keywords} if call else set()
                         if not node.args.args:  # no argument, so one entry at most
                             keywords.add("no arguments")
-                        yield f"{folder}/{path.name}", node.name, keywords
+                        yield str(path.relative_to(ROOT)), node.name, keywords
 
 
 def test_every_cache_is_bounded():
@@ -41,7 +41,7 @@ def test_live_run_cache_is_small():
     """A 512-token run holds about 85 MB (attention, queries and keys of 6 x 12 heads), and every visitor shares it."""
     keys = {fn: kw for f, fn, kw in _cache_decorators()}
     assert "cached_run" in keys
-    source = (ROOT / "ui" / "live_inputs.py").read_text()
+    source = (ROOT / "ui" / "sources" / "live_inputs.py").read_text()
     tree = ast.parse(source)
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "cached_run")
     entries = next(
@@ -81,7 +81,7 @@ def test_concurrent_runs_on_one_model_do_not_mix(minilm):
 
     import numpy as np
 
-    from attnlib.runner import run, run_batches
+    from attnlib.core.runner import run, run_batches
 
     texts = [_sentence(i) * (1 + i % 3) for i in range(SESSIONS)]  # different lengths, so a mix-up cannot hide
     alone = [run(minilm, t) for t in texts]

@@ -1,11 +1,11 @@
-"""ui.page_state: options read from the URL once, kept while their widget is not drawn, written back as short keys."""
+"""ui.sources.page_state: options read from the URL once, kept while their widget is not drawn, written back as short keys."""
 
 from __future__ import annotations
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ui.page_state import Option
+from ui.sources.page_state import Option
 
 MODE = Option("t_mode", "mode", "a", ["a", "b"])
 SIZE = Option("t_size", "size", 5, lo=1, hi=10)
@@ -18,7 +18,7 @@ def _page():
     """A page with three bound widgets; the session flag `hide` leaves them undrawn, as another page would."""
     import streamlit as st
 
-    from ui.page_state import Option, bind
+    from ui.sources.page_state import Option, bind
 
     options = [
         Option("t_mode", "mode", "a", ["a", "b"]),
@@ -100,7 +100,7 @@ def test_kept_values_win_over_a_later_url():
 def _forgetting_page():
     import streamlit as st
 
-    from ui.page_state import Option, bind, forget
+    from ui.sources.page_state import Option, bind, forget
 
     size = Option("t_size", "size", 5, lo=1, hi=10)
     bind([size])
@@ -149,8 +149,8 @@ def _form_page():
     """A page laying out one option of `positions` itself and fixing the seed: the others get plain widgets."""
     import streamlit as st
 
-    from attnlib.positions import PositionOptions
-    from ui.page_state import AnalysisForm, field_option
+    from attnlib.analyses.positions import PositionOptions
+    from ui.sources.page_state import AnalysisForm, field_option
 
     mode = field_option(PositionOptions(), "mode", "f_mode", "m", choices=["exact", "estimate"])
     form = AnalysisForm(PositionOptions(), {"mode": mode}, "f", fixed=("seed",))
@@ -161,7 +161,7 @@ def _form_page():
 
 
 def test_an_analysis_form_draws_every_option_it_does_not_lay_out():
-    from attnlib.positions import PositionOptions
+    from attnlib.analyses.positions import PositionOptions
 
     at = AppTest.from_function(_form_page, default_timeout=30)
     at.query_params["m"] = "exact"

@@ -12,11 +12,11 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from streamlit.testing.v1 import AppTest
 
-from attnlib.shipped import PLOTLY_BUNDLE as BUNDLE
-from attnlib.shipped import ROOT
+from attnlib.results.shipped import PLOTLY_BUNDLE as BUNDLE
+from attnlib.results.shipped import ROOT
 from attnlib.views.margins import fitted_margins
 from support.apptest import figures
-from ui.plotly_figure import APP_FONT, app_look, figure_page
+from ui.widgets.plotly_figure import APP_FONT, app_look, figure_page
 
 
 def _version(js_head: str) -> str:
@@ -36,7 +36,7 @@ def _app() -> None:
     import plotly.graph_objects as go
     import streamlit as st
 
-    from ui.plotly_figure import plotly_figure
+    from ui.widgets.plotly_figure import plotly_figure
 
     fig = go.Figure(go.Scatter(x=[1, 2, 3], y=[0.5, 0.25, 0.125], name="share"))
     fig.update_layout(title="Share", height=300, font_size=20)
@@ -89,8 +89,8 @@ def test_the_bundle_holds_every_trace_the_figures_draw():
     in_bundle = set(re.findall(r'moduleType:"trace",name:"(\w+)"', BUNDLE.read_text()))
     sources = [
         *Path(ROOT, "attnlib", "views").glob("*.py"),
-        *Path(ROOT, "ui").glob("*.py"),
-        *Path(ROOT, "app_pages").glob("*.py"),
+        *Path(ROOT, "ui").rglob("*.py"),
+        *Path(ROOT, "app_pages").rglob("*.py"),
     ]
     drawn = {name.lower() for path in sources for name in re.findall(r"\bgo\.(\w+)\(", path.read_text())} - {"figure"}
     assert drawn == {"scatter", "bar", "heatmap"}  # go.Scatter, go.Bar, go.Heatmap

@@ -5,12 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib.deps import DependencyRow, DependencyTable
-from attnlib.gradient_importance import GradientImportanceResult
-from attnlib.patterns import PATTERNS
-from attnlib.positions import CORRELATIONS, PositionOptions, PositionsResult
-from attnlib.special import STAT_KEYS, SpecialTokenResult
-from attnlib.tour import (
+from attnlib.analyses.deps import DependencyRow, DependencyTable
+from attnlib.analyses.positions import CORRELATIONS, PositionOptions, PositionsResult
+from attnlib.present.tour import (
     LINK_KEYS,
     STEPS,
     entropy_notice,
@@ -24,7 +21,10 @@ from attnlib.tour import (
     step_number,
     syntax_notice,
 )
-from ui.page_tabs import HEAD_IMPORTANCE, SPECIAL_TOKENS
+from attnlib.stats.gradients import GradientImportanceResult
+from attnlib.stats.patterns import PATTERNS
+from attnlib.stats.shares import STAT_KEYS, SpecialTokenResult
+from ui.widgets.page_tabs import HEAD_IMPORTANCE, SPECIAL_TOKENS
 
 M = "model-x"
 
@@ -268,8 +268,8 @@ def test_positions_notice_not_falling():
 
 
 def test_norms_notice_follows_the_gap():
-    from attnlib.special_tokens import WeightNormGap
-    from attnlib.tour import norms_notice
+    from attnlib.analyses.special import WeightNormGap
+    from attnlib.present.tour import norms_notice
 
     small_vectors = norms_notice(WeightNormGap("cls", 2, 0.60, 0.17), "M")
     assert small_vectors == (

@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from attnlib.tour import (
+from attnlib.present.tour import (
     STEPS,
     entropy_notice,
     heads_notice,
@@ -25,13 +25,13 @@ def _walk_tour(model: str | None) -> list[str]:
     """Open the tour (optionally ?model=<folder>), click Next through every step; the notice line of each."""
     from streamlit.testing.v1 import AppTest
 
-    from attnlib.shipped import ROOT
+    from attnlib.results.shipped import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     if model is not None:
         at.query_params["model"] = model
     at.run()
-    at.switch_page("app_pages/tour.py").run()
+    at.switch_page("app_pages/tour/page.py").run()
     notices = []
     for step in STEPS:
         assert not at.exception, at.exception
@@ -51,17 +51,24 @@ def _walk_tour(model: str | None) -> list[str]:
 
 def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str | None]:
     """The notice of each step, computed here from the library on the slices the tour documents."""
-    from attnlib.analyses import analyse
-    from attnlib.corpus import read_conllu, read_corpus
-    from attnlib.deps import DEPS
-    from attnlib.engine import accumulate
-    from attnlib.gradient_importance import gradient_importance, unavailable_reason
-    from attnlib.importance import IMPORTANCE, no_op_sentence
-    from attnlib.patterns import PatternAccumulator
-    from attnlib.precomputed import shipped_result
-    from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
-    from attnlib.special_tokens import largest_weight_norm_gap
-    from attnlib.tour import IMPORTANCE_SLICE, POSITIONS_SLICE, SLICE, SLICE_MIN_COUNT, TOUR_OPTIONS, norms_notice
+    from attnlib.analyses.deps import DEPS
+    from attnlib.analyses.importance import IMPORTANCE, no_op_sentence
+    from attnlib.analyses.registry import analyse
+    from attnlib.analyses.special import largest_weight_norm_gap
+    from attnlib.core.batches import accumulate
+    from attnlib.core.corpus import read_conllu, read_corpus
+    from attnlib.present.tour import (
+        IMPORTANCE_SLICE,
+        POSITIONS_SLICE,
+        SLICE,
+        SLICE_MIN_COUNT,
+        TOUR_OPTIONS,
+        norms_notice,
+    )
+    from attnlib.results.precomputed import shipped_result
+    from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
+    from attnlib.stats.gradients import gradient_importance, unavailable_reason
+    from attnlib.stats.patterns import PatternAccumulator
 
     f = lm.facts
     patterns = PatternAccumulator(f.n_layers, f.n_heads)

@@ -31,7 +31,7 @@ from benchmarks.bench_classroom import (
 
 
 def test_every_page_and_every_tour_step_is_measured():
-    from attnlib.tour import STEPS
+    from attnlib.present.tour import STEPS
 
     paths = [c.path for c in PAGES]
     steps = len(STEPS)

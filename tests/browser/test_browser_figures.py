@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib.shipped import PLOTLY_BUNDLE
+from attnlib.results.shipped import PLOTLY_BUNDLE
 from support.browser import FIGURE, FIGURES_DRAWN, IDLE, browser_page, offline_page
 
 BUNDLE = f"/app/static/{PLOTLY_BUNDLE.name}"
@@ -89,7 +89,7 @@ def test_first_screen_figures_are_laid_out_once(path, streamlit_server, browser,
 def test_a_downloaded_figure_draws_offline(browser, tmp_path):
     import plotly.graph_objects as go
 
-    from ui.plotly_figure import figure_page
+    from ui.widgets.plotly_figure import figure_page
 
     saved = tmp_path / "figure.html"
     saved.write_text(figure_page(go.Figure(go.Bar(x=["[CLS]", "[SEP]", "other"], y=[0.5, 0.1, 0.4]))))

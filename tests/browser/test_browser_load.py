@@ -17,11 +17,11 @@ import psutil
 import pytest
 from playwright.sync_api import expect
 
-from attnlib.model import DEFAULT_MODEL
-from attnlib.shipped import ROOT
+from attnlib.core.model import DEFAULT_MODEL
+from attnlib.results.shipped import ROOT
 from support.browser import IDLE, server_log
 from support.load import SESSIONS, _sentence
-from ui.model_sidebar import LOAD_LOG_LINE
+from ui.sources.model_sidebar import LOAD_LOG_LINE
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

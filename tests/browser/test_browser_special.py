@@ -6,8 +6,8 @@ from urllib.parse import quote
 
 import pytest
 
-from attnlib import cli
-from attnlib.shipped import CLASSROOM_SINGLE
+from attnlib.cli import entry as cli
+from attnlib.results.shipped import CLASSROOM_SINGLE
 from support.browser import FIGURES_DRAWN, IDLE, browser_page
 
 VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib.tour import STEPS
+from attnlib.present.tour import STEPS
 from support.browser import FIGURES_DRAWN, IDLE, browser_page
 
 

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from attnlib.runner import run
+from attnlib.core.runner import run
 from attnlib.views import head_view, model_view, neuron_view
 from attnlib.views.canvas_html import quantize
 from attnlib.views.deps import head_accuracy_heatmaps

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib import cli
-from attnlib.corpus import read_conllu
-from attnlib.engine import accumulate
-from attnlib.engines import ray_runtime_env
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
+from attnlib.cli import entry as cli
+from attnlib.core.batches import accumulate
+from attnlib.core.corpus import read_conllu
+from attnlib.core.engines import ray_runtime_env
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV
 from support.bad_input import _live
 from support.scale import BATCH, N_SENTENCES, all_accumulators, torch_threads
 

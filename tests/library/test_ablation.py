@@ -13,8 +13,21 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.ablate import ABLATE, AblateOptions, InputAblation
-from attnlib.ablation import (
+from attnlib.analyses.ablate import ABLATE, AblateOptions, InputAblation
+from attnlib.analyses.base import OptionError, run_analysis
+from attnlib.analyses.importance import (
+    IMPORTANCE,
+    HeadImportance,
+    ImportanceOptions,
+    no_op_test,
+    pruning_order,
+    spearman,
+)
+from attnlib.core.families import layout
+from attnlib.core.model import load_model
+from attnlib.core.replay import editing_contexts, served_once
+from attnlib.core.runner import encode, run
+from attnlib.stats.head_ablation import (
     CHANGES,
     Variant,
     changed_states,
@@ -27,19 +40,6 @@ from attnlib.ablation import (
     single_head_variants,
     variant_effects,
 )
-from attnlib.analysis import OptionError, run_analysis
-from attnlib.families import layout
-from attnlib.importance import (
-    IMPORTANCE,
-    HeadImportance,
-    ImportanceOptions,
-    no_op_test,
-    pruning_order,
-    spearman,
-)
-from attnlib.model import load_model
-from attnlib.replay import editing_contexts, served_once
-from attnlib.runner import encode, run
 from support.ablation import (
     SENTENCES,
     check_batched_path_equals_a_plain_forward_with_the_hook,
@@ -237,7 +237,7 @@ def test_a_model_compared_with_itself_differs_nowhere(tmp_path):
     h = torch.randn(2, 5, 8)
     mask = torch.ones(2, 5)
     assert embedding_change(h, h.clone(), mask).abs().max() == 0 and hidden_change(h, h.clone(), mask).max() == 0
-    from attnlib.comparison import largest_difference
+    from attnlib.present.comparison import largest_difference
 
     first, again = (
         run_analysis(IMPORTANCE, lm, ImportanceOptions(), inputs={"corpus": SENTENCES[:2]}).result for _ in "ab"

@@ -10,13 +10,13 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from attnlib.ablation import Variant, changed_states, prepare, single_head_variants, variant_effects
-from attnlib.analysis import run_analysis
-from attnlib.corpus import CorpusInput
-from attnlib.importance import IMPORTANCE, HeadImportance, ImportanceOptions, no_op_sentence
-from attnlib.model import load_model
-from attnlib.runner import encode
-from attnlib.special_tokens import SPECIAL, SpecialOptions
+from attnlib.analyses.base import run_analysis
+from attnlib.analyses.importance import IMPORTANCE, HeadImportance, ImportanceOptions, no_op_sentence
+from attnlib.analyses.special import SPECIAL, SpecialOptions
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.model import load_model
+from attnlib.core.runner import encode
+from attnlib.stats.head_ablation import Variant, changed_states, prepare, single_head_variants, variant_effects
 from support.ablation import REPLAY_ATOL, SENTENCES
 from support.bad_input import _cli
 from support.models import save_tiny

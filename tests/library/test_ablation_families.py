@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib.model import load_model
+from attnlib.core.model import load_model
 from support.ablation import (
     check_batched_path_equals_a_plain_forward_with_the_hook,
     check_every_head_of_a_layer_ablated_is_a_zero_attention_output,

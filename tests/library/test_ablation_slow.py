@@ -13,14 +13,14 @@ import sys
 import numpy as np
 import pytest
 
-from attnlib.ablate import ABLATE, AblateOptions
-from attnlib.ablation import AblationUnavailable
-from attnlib.analysis import run_analysis
-from attnlib.corpus import CorpusInput
-from attnlib.engines import fill_shard, numbered, plan_batches, shard_batches
-from attnlib.importance import IMPORTANCE, ImportanceOptions, importance_accumulators, importance_fill
-from attnlib.model import load_model
-from attnlib.shipped import ROOT
+from attnlib.analyses.ablate import ABLATE, AblateOptions
+from attnlib.analyses.base import run_analysis
+from attnlib.analyses.importance import IMPORTANCE, ImportanceOptions, importance_accumulators, importance_fill
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.engines import fill_shard, numbered, plan_batches, shard_batches
+from attnlib.core.model import load_model
+from attnlib.results.shipped import ROOT
+from attnlib.stats.head_ablation import AblationUnavailable
 from support.ablation import (
     SENTENCES,
     check_batched_path_equals_a_plain_forward_with_the_hook,

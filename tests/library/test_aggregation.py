@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from attnlib.aggregation import AggregationAccumulator, AggregationResult
-from attnlib.attribution import hidden_token_attribution
-from attnlib.cli import main
-from attnlib.norms import MEASURES
-from attnlib.runner import encode
+from attnlib.analyses.aggregation import AggregationAccumulator, AggregationResult
+from attnlib.cli.entry import main
+from attnlib.core.runner import encode
+from attnlib.stats.attribution import hidden_token_attribution
+from attnlib.stats.value_norms import MEASURES
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

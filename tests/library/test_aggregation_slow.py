@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.aggregation import AGGREGATION, AggregationOptions, accumulate_aggregation
-from attnlib.attribution import hidden_token_attribution
-from attnlib.cli import main
-from attnlib.corpus import read_corpus
-from attnlib.norms import MEASURES
-from attnlib.results import read_result_file
-from attnlib.runner import encode, model_inputs
-from attnlib.shipped import CLASSROOM_SINGLE
+from attnlib.analyses.aggregation import AGGREGATION, AggregationOptions, accumulate_aggregation
+from attnlib.cli.entry import main
+from attnlib.core.corpus import read_corpus
+from attnlib.core.runner import encode, model_inputs
+from attnlib.results.files import read_result_file
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from attnlib.stats.attribution import hidden_token_attribution
+from attnlib.stats.value_norms import MEASURES
 from support.apptest import figures, tables
 from support.pages import assert_table_equals_cli, cli_aggregation, page_with
 from support.tolerances import FORWARD_RTOL

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 import attnlib
-from attnlib.analyses import ANALYSES, analyse, analysis_named
-from attnlib.analysis import OptionError, Options, read_inputs
-from attnlib.cli import build_parser, command_options
-from attnlib.corpus import CorpusError
-from attnlib.deps import DEPS, DepsOptions
-from attnlib.positions import POSITIONS, PositionOptions
-from attnlib.results import ResultFileError, read_result_file, write_result_file
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, PUD_TEST
-from attnlib.special_tokens import SPECIAL, SpecialOptions
+from attnlib.analyses.base import OptionError, Options, read_inputs
+from attnlib.analyses.deps import DEPS, DepsOptions
+from attnlib.analyses.positions import POSITIONS, PositionOptions
+from attnlib.analyses.registry import ANALYSES, analyse, analysis_named
+from attnlib.analyses.special import SPECIAL, SpecialOptions
+from attnlib.cli.entry import build_parser, command_options
+from attnlib.core.corpus import CorpusError
+from attnlib.results.files import ResultFileError, read_result_file, write_result_file
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, PUD_TEST
 
 MINIMAL_ARGS = {  # what each kind of analysis reads, as flags
     "text": ["--text", "A cat."],
@@ -160,7 +160,7 @@ def test_inputs_cover_every_analysis():
 def test_each_result_survives_its_json_and_a_result_file(name, tiny_model, tmp_path, one_thread):
     """analyse's result, its to_json through strict JSON and from_json, and a result file written and read, say the
     same (arrays compared as JSON: every number the command prints)."""
-    from attnlib.analysis import run_analysis
+    from attnlib.analyses.base import run_analysis
 
     analysis, given = ANALYSES[name], dict(INPUTS[name])
     inputs = {s: given.pop(s) for s in analysis.sources}

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import attnlib.cli as cli
-from attnlib.analysis import OptionError
-from attnlib.attention import parse_indices, parse_rows
+import attnlib.cli.entry as cli
+from attnlib.analyses.attention import parse_indices, parse_rows
+from attnlib.analyses.base import OptionError
 from support.bad_input import _cli
 from support.models import save_tiny
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib import attribution
-from attnlib.attribution import attribute, hidden_token_attribution
-from attnlib.runner import encode
+from attnlib.core.runner import encode
+from attnlib.stats import attribution
+from attnlib.stats.attribution import attribute, hidden_token_attribution
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

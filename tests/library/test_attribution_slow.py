@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib.attribution import hidden_token_attribution
-from attnlib.runner import encode
+from attnlib.core.runner import encode
+from attnlib.stats.attribution import hidden_token_attribution
 from support.reference import reverse_mode_reference
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

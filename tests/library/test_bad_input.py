@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.corpus import CorpusError, parse_conllu, parse_text_corpus, read_conllu, read_corpus, read_text_corpus
-from attnlib.model import DEFAULT_MODEL, ModelLoadError, check_allowed, load_model, parse_model_list
-from attnlib.runner import InputError, run
-from attnlib.shipped import ROOT
+from attnlib.core.corpus import CorpusError, parse_conllu, parse_text_corpus, read_conllu, read_corpus, read_text_corpus
+from attnlib.core.model import DEFAULT_MODEL, ModelLoadError, check_allowed, load_model, parse_model_list
+from attnlib.core.runner import InputError, run
+from attnlib.results.shipped import ROOT
 from support.bad_input import (
     CONLLU_BAD,
     CONLLU_OK,
@@ -90,7 +90,7 @@ def _as_if_online_but_unknown(monkeypatch) -> None:
     """The Hub looks reachable but every request fails at once, as for an id the Hub does not know."""
     import huggingface_hub.constants
 
-    import attnlib.model as model
+    import attnlib.core.model as model
 
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
@@ -104,7 +104,7 @@ def test_library_unknown_model_id(monkeypatch, name):
 
 
 def test_library_model_id_without_network(monkeypatch):
-    import attnlib.model as model
+    import attnlib.core.model as model
 
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
     monkeypatch.setattr(model, "_is_cached", lambda repo_id: False)
@@ -231,7 +231,7 @@ def test_cli_roberta(tiny_model_dir, capsys):
 
 
 def test_cli_model_errors(t5_dir, monkeypatch, capsys):
-    import attnlib.model as model
+    import attnlib.core.model as model
 
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
     monkeypatch.setattr(model, "_is_cached", lambda repo_id: False)
@@ -334,7 +334,7 @@ def test_app_live_roberta(tiny_model_dir):
 
 
 def test_app_sidebar_unknown_id_and_no_network(monkeypatch):
-    import attnlib.model as model
+    import attnlib.core.model as model
 
     _as_if_online_but_unknown(monkeypatch)
     at = _choose_other(_sidebar(), "no-such-user/no-such-model-xyz")
@@ -353,7 +353,7 @@ def test_app_sidebar_encoder_decoder_without_its_tokenizer(t5_dir):
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_app_sidebar_allow_list_beats_cached_model(tiny_model_dir, monkeypatch):
     """A model loaded before the allow-list was set (still in the process cache) is refused all the same."""
-    from ui.model_sidebar import cached_model, try_load
+    from ui.sources.model_sidebar import cached_model, try_load
 
     cached_model(str(tiny_model_dir), True)
     monkeypatch.setenv("ATTNLIB_ALLOWED_MODELS", "roberta-base")
@@ -366,7 +366,7 @@ def test_app_sidebar_allow_list_beats_cached_model(tiny_model_dir, monkeypatch):
 def _picker_only():
     import streamlit as st
 
-    from ui.corpus_picker import corpus_picker
+    from ui.sources.corpus_picker import corpus_picker
 
     choice = corpus_picker("t", kind="any")
     if choice is not None:
@@ -393,7 +393,7 @@ def test_app_upload_errors(picker, case):
 
 
 def test_app_upload_over_size_limit(picker):
-    from ui.corpus_picker import MAX_UPLOAD_BYTES
+    from ui.sources.corpus_picker import MAX_UPLOAD_BYTES
 
     at = _upload(picker, "huge.txt", b"A sentence.\n" * (MAX_UPLOAD_BYTES // 12 + 1))
     assert not at.exception and any("the limit is" in e.value for e in at.error)
@@ -401,7 +401,7 @@ def test_app_upload_over_size_limit(picker):
 
 def test_upload_limit_set_in_config():
     """Streamlit refuses bigger uploads itself (server.maxUploadSize, in MB); the picker's own check says the same."""
-    from ui.corpus_picker import MAX_UPLOAD_BYTES
+    from ui.sources.corpus_picker import MAX_UPLOAD_BYTES
 
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["server"]["maxUploadSize"] * 1024 * 1024 == MAX_UPLOAD_BYTES

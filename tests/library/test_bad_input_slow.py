@@ -12,9 +12,9 @@ import subprocess
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.corpus import CorpusError, read_conllu, read_text_corpus
-from attnlib.model import DEFAULT_MODEL
-from attnlib.shipped import ROOT
+from attnlib.core.corpus import CorpusError, read_conllu, read_text_corpus
+from attnlib.core.model import DEFAULT_MODEL
+from attnlib.results.shipped import ROOT
 from support.bad_input import (
     CONLLU_OK,
     EMPTY_TEXTS,
@@ -51,10 +51,10 @@ def test_app_typed_text_follows_the_visitor_across_pages(live_app):
     """Streamlit drops widget values and the URL on a page change; the typed sentence must survive both."""
     at = _type(live_app, "My own sentence about a purple owl.", "")
     at.session_state["lg_tab"] = "One example"  # the Local vs global tab with the sentence inputs
-    for page in ("app_pages/local_global.py", "app_pages/dependency_heads.py", "app_pages/live.py"):
+    for page in ("app_pages/local_global/page.py", "app_pages/dependency_heads/page.py", "app_pages/live/page.py"):
         at.switch_page(page).run()
         assert not at.exception, (page, at.exception)
-        if page != "app_pages/dependency_heads.py":  # a page without the sentence inputs in between
+        if page != "app_pages/dependency_heads/page.py":  # a page without the sentence inputs in between
             assert at.text_area(key="text_a").value == "My own sentence about a purple owl.", page
             assert (
                 at.text_area(key="text_b").value == "" and at.query_params["a"] == "My own sentence about a purple owl."
@@ -73,7 +73,7 @@ BAD_TYPED = {
 @pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
 def test_app_local_global_example_bad_text(live_app, text):
     live_app.session_state["lg_tab"] = "One example"
-    at = live_app.switch_page("app_pages/local_global.py").run()
+    at = live_app.switch_page("app_pages/local_global/page.py").run()
     assert not at.exception, at.exception
     at = _type(at, text)
     assert not at.exception, at.exception
@@ -85,7 +85,7 @@ def test_app_local_global_example_bad_text(live_app, text):
 @pytest.mark.slow
 @pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
 def test_app_deps_typed_text_bad(live_app, text):
-    at = live_app.switch_page("app_pages/dependency_heads.py").run()
+    at = live_app.switch_page("app_pages/dependency_heads/page.py").run()
     at.radio(key="deps_source").set_value("silver").run()
     at.selectbox(key="deps_text_choice").select("Type or paste text").run()
     at.text_area(key="deps_text").input(text).run()
@@ -144,8 +144,8 @@ def test_app_corpus_pages_show_upload_errors(case):
     at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
     at.session_state["deps_corpus"] = "Upload a CoNLL-U file"
     for page, key, upload_label in (
-        ("app_pages/special_tokens.py", "special", "Upload a text or CoNLL-U file"),
-        ("app_pages/dependency_heads.py", "deps", "Upload a CoNLL-U file"),
+        ("app_pages/special_tokens/page.py", "special", "Upload a text or CoNLL-U file"),
+        ("app_pages/dependency_heads/page.py", "deps", "Upload a CoNLL-U file"),
     ):
         at.switch_page(page).run()
         assert not at.exception, (page, at.exception)
@@ -161,10 +161,10 @@ def test_app_corpus_pages_show_upload_errors(case):
 def test_upload_is_kept_when_leaving_the_page():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
     at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     at = _upload(at, "ok.conllu", CONLLU_OK.encode(), "special")
-    at.switch_page("app_pages/live.py").run()
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/live/page.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.selectbox(key="special_corpus").value == "Upload a text or CoNLL-U file"
     assert any("ok.conllu, uploaded earlier" in c.value for c in at.caption)
@@ -191,7 +191,7 @@ def test_remote_code_never_trusted():
     enabled = re.compile(r"trust_remote_code\s*=\s*(True|1|\"|')")
     hits = [str(p.relative_to(ROOT)) for p in _repo_sources() if enabled.search(p.read_text(errors="replace"))]
     assert hits == []
-    assert "trust_remote_code=False" in (ROOT / "attnlib" / "model.py").read_text()
+    assert "trust_remote_code=False" in (ROOT / "attnlib" / "core" / "model.py").read_text()
 
 
 PICKLE_SPRUNG = []
@@ -213,8 +213,8 @@ def test_uploads_are_never_unpickled():
     """Uploads (corpora, result files) are parsed as text or JSON: a pickle is refused and its code never runs."""
     import pickle
 
-    from attnlib.results import ResultFileError, read_result_file
-    from ui.corpus_picker import parse_upload
+    from attnlib.results.files import ResultFileError, read_result_file
+    from ui.sources.corpus_picker import parse_upload
 
     payload = pickle.dumps(_Trap())
     for read in (
@@ -228,7 +228,7 @@ def test_uploads_are_never_unpickled():
     with pytest.raises(ResultFileError, match="not a JSON file"):
         read_result_file(payload)
     assert PICKLE_SPRUNG == []
-    # and nothing that serves visitors calls a deserialiser that can run code; attnlib/engines.py pickles only the
+    # and nothing that serves visitors calls a deserialiser that can run code; attnlib/core/engines.py pickles only the
     # payloads it makes itself for its Ray workers
     risky = re.compile(r"\b(pickle|cPickle|dill|joblib)\.loads?\b|\btorch\.load\(|allow_pickle=True")
     folders = ("attnlib", "ui", "app_pages")

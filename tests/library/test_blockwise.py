@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-import attnlib.engine
-from attnlib.analysis import run_analysis
-from attnlib.blockwise import (
+import attnlib.core.batches
+from attnlib.analyses.base import run_analysis
+from attnlib.analyses.special import SPECIAL, SpecialOptions
+from attnlib.core.blockwise import (
     BlockwiseUnsupportedError,
     default_block_rows,
     reduce_map,
@@ -21,11 +22,10 @@ from attnlib.blockwise import (
     run_rows,
     supports_blockwise,
 )
-from attnlib.memory import MAX_RUN_MB_ENV, MemoryLimitError, RunSize, check_memory, estimate_peak_bytes, run_size
-from attnlib.model import ModelLoadError, load_model
-from attnlib.runner import encode, model_inputs, run_encoded
-from attnlib.special import STAT_KEYS, SpecialTokenStats
-from attnlib.special_tokens import SPECIAL, SpecialOptions
+from attnlib.core.memory import MAX_RUN_MB_ENV, MemoryLimitError, RunSize, check_memory, estimate_peak_bytes, run_size
+from attnlib.core.model import ModelLoadError, load_model
+from attnlib.core.runner import encode, model_inputs, run_encoded
+from attnlib.stats.shares import STAT_KEYS, SpecialTokenStats
 from support.models import DECODER_KINDS, FAMILY_KINDS, save_tiny
 
 TEXT_A = "The cat sat on the mat because it was warm, and then it slept."
@@ -110,9 +110,9 @@ def test_the_special_analysis_switches_to_blockwise_with_the_same_result(tmp_pat
     lm = load_model(str(save_tiny("modernbert", tmp_path / "modernbert")))
     eager = run_analysis(SPECIAL, lm, SpecialOptions(), inputs={"corpus": SENTENCES}).to_json()
     ran: list[int] = []
-    original = attnlib.engine.run_rows
-    monkeypatch.setattr(attnlib.engine, "run_rows", lambda lm, e, c: ran.append(e.n) or original(lm, e, c))
-    monkeypatch.setattr(attnlib.engine, "BLOCKWISE_FROM", 15)  # the inputs longer than 15 tokens run block-wise
+    original = attnlib.core.batches.run_rows
+    monkeypatch.setattr(attnlib.core.batches, "run_rows", lambda lm, e, c: ran.append(e.n) or original(lm, e, c))
+    monkeypatch.setattr(attnlib.core.batches, "BLOCKWISE_FROM", 15)  # the inputs longer than 15 tokens run block-wise
     mixed = run_analysis(SPECIAL, lm, SpecialOptions(), inputs={"corpus": SENTENCES}).to_json()
     lengths = [encode(lm, s).n for s in SENTENCES]
     assert ran == [n for n in lengths if n > 15] and 0 < len(ran) < len(SENTENCES)

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.attribution import hidden_token_attribution
-from attnlib.families import UnsupportedModelError
-from attnlib.model import DEFAULT_MODEL, ModelLoadError, load_model, model_parameters
-from attnlib.runner import encode, run
+from attnlib.core.families import UnsupportedModelError
+from attnlib.core.model import DEFAULT_MODEL, ModelLoadError, load_model, model_parameters
+from attnlib.core.runner import encode, run
+from attnlib.stats.attribution import hidden_token_attribution
 from support.bad_input import _assert_kept_default, _choose_other, _cli, _sidebar
 from support.models import save_tiny
 

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from attnlib import cli
-from attnlib.results import json_ready
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
+from attnlib.cli import entry as cli
+from attnlib.results.files import json_ready
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 
 CORPUS_COMMANDS = {
     "special": ["special", "--corpus", str(CLASSROOM_SINGLE)],
@@ -95,13 +95,9 @@ def test_commands_import_at_module_level():
     import ast
 
     def views_extra(node: ast.Import | ast.ImportFrom) -> bool:
-        return isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "views" and node.level == 2
+        return isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnlib.views")
 
-    files = [
-        ROOT / "attnlib" / "cli.py",
-        ROOT / "attnlib" / "cli_options.py",
-        *(ROOT / "attnlib" / "commands").glob("*.py"),
-    ]
+    files = sorted((ROOT / "attnlib" / "cli").rglob("*.py"))
     inner = [
         f"{path.name}:{ast.unparse(node)}"
         for path in files
@@ -114,12 +110,14 @@ def test_commands_import_at_module_level():
 
 
 def test_the_library_imports_nothing_above_it():
-    """Every library module (all of attnlib but the command line, attnlib.commands and attnlib.views) imported in a
+    """Every library module (all of attnlib but the command line, attnlib.cli, and attnlib.views) imported in a
     fresh process loads neither the command line, the views, Streamlit, Plotly nor the app's `ui`."""
     code = """
-import importlib, pkgutil, sys, attnlib
-above = ("attnlib.cli", "attnlib.commands", "attnlib.views", "attnlib.__main__")
-names = [m.name for m in pkgutil.iter_modules(attnlib.__path__, "attnlib.") if not m.name.startswith(above)]
+import importlib, pathlib, sys, attnlib
+above = ("attnlib.cli", "attnlib.views", "attnlib.__main__")
+root = pathlib.Path(attnlib.__file__).parent
+modules = (".".join(("attnlib", *p.relative_to(root).with_suffix("").parts)) for p in root.rglob("*.py"))
+names = [m.removesuffix(".__init__") for m in modules if not m.startswith(above)]
 for name in names:
     importlib.import_module(name)
 loaded = sorted(m for m in sys.modules if m.startswith(above) or m.split(".")[0] in ("streamlit", "plotly", "ui"))

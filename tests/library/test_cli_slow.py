@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.model import bundled_model_path
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
+from attnlib.core.model import bundled_model_path
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -90,12 +90,12 @@ def test_every_command_but_the_report_runs_without_plotly(tmp_path):
         ["aggregation", "--corpus", str(CLASSROOM_SINGLE), "--limit", "1", "--probes", "1"],
         ["probe", "--train", str(pud), "--test", str(EWT_DEV), "--limit", "3"],
     ]
-    code = "from attnlib.cli import main\nimport json, sys\nfor argv in json.loads(sys.argv[1]):\n"
+    code = "from attnlib.cli.entry import main\nimport json, sys\nfor argv in json.loads(sys.argv[1]):\n"
     code += "    assert main([*argv, '--json']) == 0, argv\n"
     assert _without_plotly("import plotly").returncode != 0  # the hook works
     out = _without_plotly(code, json.dumps(runs))
     assert out.returncode == 0, out.stderr[-2000:]
     printed = [json.loads(line) for line in out.stdout.splitlines()]
     assert [set(p) >= {"tokens"} for p in printed[:3]] == [True] * 3 and len(printed) == len(runs)
-    report = _without_plotly("from attnlib.cli import main\nmain(['report', '--help'])")
+    report = _without_plotly("from attnlib.cli.entry import main\nmain(['report', '--help'])")
     assert report.returncode == 0 and "--compare" in report.stdout  # its flags, at least, need no plotly

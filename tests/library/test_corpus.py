@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib.corpus import CorpusError, parse_conllu, parse_text_corpus, read_conllu, read_corpus, read_text_corpus
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
+from attnlib.core.corpus import CorpusError, parse_conllu, parse_text_corpus, read_conllu, read_corpus, read_text_corpus
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
 
 GOOD = """# sent_id = s1
 # text = Don't go.
@@ -85,7 +85,7 @@ def test_ewt_dev_reads_whole():
 
 
 def test_methods_sections_are_in_the_repository():
-    from attnlib.shipped import METHODS, methods_section
+    from attnlib.results.shipped import METHODS, methods_section
 
     assert METHODS.is_file()
     for number in range(1, 20):

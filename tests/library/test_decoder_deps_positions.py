@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from attnlib.corpus import Sentence
-from attnlib.deps import DependencyCounts, DepsResult, dependency_counts_from_json, dependency_counts_to_json
-from attnlib.model import load_model
-from attnlib.positions import PositionAccumulator, PositionsResult
-from attnlib.results import json_ready
-from attnlib.runner import RunResult, run
+from attnlib.analyses.deps import DependencyCounts, DepsResult, dependency_counts_from_json, dependency_counts_to_json
+from attnlib.analyses.positions import PositionAccumulator, PositionsResult
+from attnlib.core.corpus import Sentence
+from attnlib.core.model import load_model
+from attnlib.core.runner import RunResult, run
+from attnlib.results.files import json_ready
 from support.bad_input import _cli
 from support.models import save_tiny
 
@@ -77,7 +77,7 @@ def _counts(causal: bool) -> DependencyCounts:
 
 
 def test_causal_predictions_on_a_hand_made_map():
-    from attnlib.deps import predict_heads, sentence_word_map
+    from attnlib.analyses.deps import predict_heads, sentence_word_map
 
     word_map, _ = sentence_word_map(_result([None, 0, 1, 2, 3], A_MAP, A.words), A.words)
     assert predict_heads(word_map[0, 0], causal=True).tolist() == A_PREDICTED
@@ -275,7 +275,7 @@ def test_positions_command_on_a_decoder_and_an_encoder(kind_dir, tmp_path, capsy
 def test_probe_command_runs_on_a_decoder_with_causal_single_heads(kind_dir, tmp_path, capsys):
     """METHODS §18: the probe reads causal maps as they are; its best single head predicts from the visible side, so
     on the hand-made treebank (no punctuation) it cannot pass the pooled ceiling, 3/7."""
-    from attnlib.probe import extract_maps
+    from attnlib.analyses.probe import extract_maps
 
     kind, folder = kind_dir
     treebank = tmp_path / "hand.conllu"

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.analysis import run_analysis
-from attnlib.model import load_model
-from attnlib.runner import run
-from attnlib.special import (
+from attnlib.analyses.base import run_analysis
+from attnlib.analyses.special import SPECIAL, SpecialOptions
+from attnlib.core.model import load_model
+from attnlib.core.runner import run
+from attnlib.stats.shares import (
     STAT_KEYS,
     SpecialTokenResult,
     input_statistics,
@@ -20,7 +21,6 @@ from attnlib.special import (
     sink_rate,
     uniform_entropy,
 )
-from attnlib.special_tokens import SPECIAL, SpecialOptions
 from support.bad_input import _cli
 from support.models import DECODER_KINDS, save_tiny
 
@@ -119,7 +119,7 @@ def test_decoder_reads_a_pair_as_its_tokenizer_joins_it(tmp_path_factory):
 
 def test_causal_dependency_predictions_by_hand():
     """METHODS §18: dep->head among earlier words, head<-dep among later ones; the first and last word: none."""
-    from attnlib.deps import predict_heads
+    from attnlib.analyses.deps import predict_heads
 
     w = np.zeros((5, 5))  # slot 0 (a BOS), three words, slot 4 empty (no end token)
     w[1, :2] = [0.5, 0.5]
@@ -167,7 +167,7 @@ def test_queries_and_keys_give_a_decoders_logits(kind, tmp_path_factory):
 
 
 def test_soft_capped_scores_hide_queries_and_keys_in_words(tmp_path_factory):
-    from attnlib.families import unsupported_reason
+    from attnlib.core.families import unsupported_reason
 
     lm = load_model(str(save_tiny("gemma2", tmp_path_factory.mktemp("gemma2-qk"))))
     assert "soft-capped" in unsupported_reason(lm.encoder.config, "queries_keys")
@@ -179,7 +179,7 @@ def test_soft_capped_scores_hide_queries_and_keys_in_words(tmp_path_factory):
 def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory):
     from streamlit.testing.v1 import AppTest
 
-    from attnlib.shipped import ROOT
+    from attnlib.results.shipped import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.query_params.update(model=str(save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-live"))), view="neuron")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib import deps
-from attnlib.analyses import analyse
-from attnlib.corpus import Sentence
-from attnlib.deps import DependencyCounts, best_offset_baseline, predict_heads, sentence_word_map
-from attnlib.runner import RunResult
+from attnlib.analyses import deps
+from attnlib.analyses.deps import DependencyCounts, best_offset_baseline, predict_heads, sentence_word_map
+from attnlib.analyses.registry import analyse
+from attnlib.core.corpus import Sentence
+from attnlib.core.runner import RunResult
 from support.apptest import tables
 from support.pages import _deps_page
 
@@ -134,7 +134,7 @@ def test_predict_heads_tie_and_root_are_never_right():
 
 
 def test_head_on_sentence_by_hand():
-    from attnlib.deps import ALL, head_on_sentence
+    from attnlib.analyses.deps import ALL, head_on_sentence
 
     # "The cat slept": The -det-> cat, cat -nsubj-> slept (root). One layer, two heads; word units 1..3.
     sentence = Sentence(text_a=["The", "cat", "slept"], heads=[2, 3, 0], deprels=["det", "nsubj", "root"])
@@ -240,7 +240,7 @@ def test_word_without_pieces_is_never_right():
 
 
 def test_real_tokenizer_word_without_pieces(minilm):
-    from attnlib.runner import run
+    from attnlib.core.runner import run
 
     words = ["a", "\u200b", "b"]  # BERT's tokenizer gives the zero-width space no piece
     result = run(minilm, words, capture_qk=False)
@@ -250,7 +250,7 @@ def test_real_tokenizer_word_without_pieces(minilm):
 
 
 def test_tiny_models_word_maps_and_skips(tiny_model):
-    from attnlib.runner import run
+    from attnlib.core.runner import run
 
     words = ["The", "gardener", "watered", "the", "strawberries", "."]
     result = run(tiny_model, words, capture_qk=False)
@@ -272,7 +272,7 @@ def test_tiny_models_word_maps_and_skips(tiny_model):
 
 
 def test_cli_refuses_bad_input(tmp_path, capsys):
-    from attnlib.cli import main
+    from attnlib.cli.entry import main
 
     bad = tmp_path / "bad.conllu"
     bad.write_text("1\tword\n")

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from attnlib.analyses import analyse
-from attnlib.shipped import EWT_DEV, ROOT
+from attnlib.analyses.registry import analyse
+from attnlib.results.shipped import EWT_DEV, ROOT
 from support.apptest import figures, tables
 from support.pages import _deps_page
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def _independent_table(lm, path, limit, min_count):
     import conllu
 
-    from attnlib.runner import run_batches
+    from attnlib.core.runner import run_batches
 
     sentences = []
     with open(path, encoding="utf-8") as f:
@@ -81,7 +81,7 @@ def _independent_table(lm, path, limit, min_count):
 
 @pytest.mark.slow
 def test_cli_on_ewt_dev_slice_matches_independent_computation(minilm, capsys):
-    from attnlib.cli import main
+    from attnlib.cli.entry import main
 
     assert main(["deps", "--conllu", str(EWT_DEV), "--limit", "40", "--min-count", "15", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -98,7 +98,7 @@ def test_cli_on_ewt_dev_slice_matches_independent_computation(minilm, capsys):
 
 @pytest.mark.slow
 def test_page_gold_table_heatmap_and_example(minilm):
-    from attnlib.corpus import read_conllu
+    from attnlib.core.corpus import read_conllu
 
     at = _deps_page("gold", deps_limit=15)
     assert not at.exception, at.exception
@@ -123,14 +123,14 @@ def test_page_gold_table_heatmap_and_example(minilm):
 def test_page_compares_two_models_table_and_probe(minilm, tiny_model_dir, tiny_model, one_thread):
     from streamlit.testing.v1 import AppTest
 
-    from attnlib.corpus import read_conllu
-    from attnlib.report import largest_difference
+    from attnlib.core.corpus import read_conllu
+    from attnlib.present.report import largest_difference
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     for key, value in {"limit": "10", "min": "1", "probe_limit": "4", "cmp": str(tiny_model_dir)}.items():
         at.query_params[key] = value
     at.run()
-    at.switch_page("app_pages/dependency_heads.py").run()
+    at.switch_page("app_pages/dependency_heads/page.py").run()
     assert not at.exception, [e.value for e in at.exception]
     first, second = minilm.facts.name, str(tiny_model_dir)
     sentences = read_conllu(EWT_DEV)[:10]
@@ -167,16 +167,16 @@ def test_page_opens_the_shipped_table_at_once_and_says_so(monkeypatch):
 
     from streamlit.testing.v1 import AppTest
 
-    from attnlib.deps import DepsOptions, dependency_counts_from_json
-    from attnlib.model import DEFAULT_MODEL
-    from attnlib.precomputed import shipped_result
+    from attnlib.analyses.deps import DepsOptions, dependency_counts_from_json
+    from attnlib.core.model import DEFAULT_MODEL
+    from attnlib.results.precomputed import shipped_result
 
     def no_counting(*args, **kwargs):
         raise AssertionError("the page ran the model over the corpus although its result ships")
 
-    monkeypatch.setattr("attnlib.analysis.run_analysis", no_counting)
+    monkeypatch.setattr("attnlib.analyses.base.run_analysis", no_counting)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("app_pages/dependency_heads.py").run()
+    at.switch_page("app_pages/dependency_heads/page.py").run()
     assert not at.exception, [e.value for e in at.exception]
     record = shipped_result("deps", DEFAULT_MODEL, hashlib.sha1(EWT_DEV.read_bytes()).hexdigest(), 2001, DepsOptions())
     assert record is not None

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.cli import main as cli_main
-from attnlib.model import load_model
-from attnlib.runner import InputError
-from attnlib.seq2seq import GREEDY_TOKENS, PARTS, NotEncoderDecoderError, encode_target, run_seq2seq
+from attnlib.cli.entry import main as cli_main
+from attnlib.core.model import load_model
+from attnlib.core.runner import InputError
+from attnlib.core.seq2seq import GREEDY_TOKENS, PARTS, NotEncoderDecoderError, encode_target, run_seq2seq
 from support.models import ENCODER_DECODER_KINDS, save_tiny
 
 SOURCE = "The cat sat on the mat."
@@ -147,9 +147,9 @@ def test_an_encoder_decoder_reads_no_pair_and_no_empty_target(encdec, capsys):
 
 
 def test_an_encoder_decoders_attention_result_reads_back(encdec, one_thread):
-    from attnlib.analyses import analyse
-    from attnlib.attention import AttentionMaps
-    from attnlib.results import json_ready
+    from attnlib.analyses.attention import AttentionMaps
+    from attnlib.analyses.registry import analyse
+    from attnlib.results.files import json_ready
 
     maps = analyse("attention", encdec["lm"], text=SOURCE, target=TARGET, part="cross")
     back = AttentionMaps.from_json(json.loads(json.dumps(json_ready(maps.to_json()))))

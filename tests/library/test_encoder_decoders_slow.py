@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from attnlib.cli import main as cli_main
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
+from attnlib.cli.entry import main as cli_main
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV
 from support.models import save_tiny
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Every family of attnlib.families on its tiny random model (tests/support/models.py): attention is the model's own,
+"""Every family of attnlib.core.families on its tiny random model (tests/support/models.py): attention is the model's own,
 q.k (plus the family's relative terms) gives the logits, the norms rebuild the attention block's output, replay and
 context edits reproduce the model's forward pass, and HTA equals reverse mode."""
 
@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib import attribution, norms
-from attnlib.attribution import hidden_token_attribution
-from attnlib.families import BY_MODEL_TYPE, FAMILIES, UnsupportedModelError, layout
-from attnlib.replay import captured_contexts, editing_contexts, record
-from attnlib.runner import encode, model_inputs, run, run_encoded
-from attnlib.shipped import CLASSROOM_SINGLE
+from attnlib.core.families import BY_MODEL_TYPE, FAMILIES, UnsupportedModelError, layout
+from attnlib.core.replay import captured_contexts, editing_contexts, record
+from attnlib.core.runner import encode, model_inputs, run, run_encoded
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from attnlib.stats import attribution
+from attnlib.stats import value_norms as norms
+from attnlib.stats.attribution import hidden_token_attribution
 from support.families import TEXT_A, TEXT_B, _cli
 from support.models import MODERNBERT_WINDOW
 from support.reference import reverse_mode_reference
@@ -237,8 +238,8 @@ def unknown_dir(tmp_path_factory):
 def test_unknown_family_is_refused_in_words(unknown_dir, capsys):
     """An encoder attnlib has no layout for: attention works; norms and attribution say why not, in the library and
     as one `error:` line of the command line."""
-    from attnlib.cli import main
-    from attnlib.model import load_model
+    from attnlib.cli.entry import main
+    from attnlib.core.model import load_model
 
     lm = load_model(str(unknown_dir))
     r = run(lm, TEXT_A)  # capture_qk=True by default: no queries and keys, no error
@@ -267,7 +268,7 @@ def test_unknown_family_on_the_pages(unknown_dir):
     """The Live page, Special tokens and the Tour's step 3 show what attention gives and say why norms are missing."""
     from streamlit.testing.v1 import AppTest
 
-    from attnlib.shipped import ROOT
+    from attnlib.results.shipped import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.query_params["model"], at.query_params["view"], at.query_params["show"] = str(unknown_dir), "neuron", "norms"
@@ -278,11 +279,11 @@ def test_unknown_family_on_the_pages(unknown_dir):
     at.run()
     assert not at.exception and any("Value-weighted norms" in i.value for i in at.info)
     at.query_params["tab"], at.query_params["limit"] = "norms", "3"
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     assert not at.exception and not at.error, (at.exception, at.error)
     assert any("are not available for 'megatron-bert'" in i.value for i in at.info)
     at.query_params["step"] = "3"
-    at.switch_page("app_pages/tour.py").run()
+    at.switch_page("app_pages/tour/page.py").run()
     assert not at.exception and any("are not available for 'megatron-bert'" in i.value for i in at.info)
 
 
@@ -387,7 +388,7 @@ def test_edits_are_removed_on_failure_and_stay_in_their_thread(family_model):
 
 def test_deberta_v2_convolution_after_the_first_layer(tmp_path):
     """deberta-v2-xlarge's ConvLayer follows layer 0 in the encoder, not in a layer: replay and HTA include it."""
-    from attnlib.model import load_model
+    from attnlib.core.model import load_model
     from support.models import save_tiny
 
     folder = save_tiny("deberta-v2", tmp_path)
@@ -433,7 +434,7 @@ def test_live_page_draws_every_view(family_dir, family_model):
     softmax equals the model's attention row."""
     from streamlit.testing.v1 import AppTest
 
-    from attnlib.shipped import ROOT
+    from attnlib.results.shipped import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.query_params["model"] = str(family_dir)
@@ -454,7 +455,7 @@ def test_live_page_draws_every_view(family_dir, family_model):
 
 
 def test_folder_without_tokenizer_files_is_refused(tmp_path):
-    from attnlib.model import ModelLoadError, load_model
+    from attnlib.core.model import ModelLoadError, load_model
     from support.models import save_tiny
 
     folder = save_tiny("bert", tmp_path / "full")
@@ -482,7 +483,7 @@ def test_local_layers_are_marked_in_words_and_figures():
     import json
     import re
 
-    from attnlib.families import local_layers_text
+    from attnlib.core.families import local_layers_text
     from attnlib.views.model_view import model_view_html
     from attnlib.views.positions import position_histograms
 
@@ -508,9 +509,9 @@ def test_local_layers_are_marked_in_words_and_figures():
 
 @pytest.mark.parametrize("family_dir", ["modernbert"], indirect=True)
 def test_positions_of_a_local_layer_stop_at_its_window(family_model):
-    from attnlib.analysis import run_analysis
-    from attnlib.corpus import read_corpus
-    from attnlib.positions import POSITIONS, PositionOptions
+    from attnlib.analyses.base import run_analysis
+    from attnlib.analyses.positions import POSITIONS, PositionOptions
+    from attnlib.core.corpus import read_corpus
 
     corpus = read_corpus(CLASSROOM_SINGLE, 4)
     r = run_analysis(POSITIONS, family_model, PositionOptions(probes=2), inputs={"corpus": corpus}).result

@@ -1,4 +1,4 @@
-"""Every family of attnlib.families on its tiny random model (tests/support/models.py): attention is the model's own,
+"""Every family of attnlib.core.families on its tiny random model (tests/support/models.py): attention is the model's own,
 q.k (plus the family's relative terms) gives the logits, the norms rebuild the attention block's output, replay and
 context edits reproduce the model's forward pass, and HTA equals reverse mode.
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib.attribution import hidden_token_attribution
-from attnlib.runner import encode
+from attnlib.core.runner import encode
+from attnlib.stats.attribution import hidden_token_attribution
 from support.families import TEXT_A, TEXT_B, _cli
 from support.reference import reverse_mode_reference
 
@@ -32,7 +32,7 @@ def test_attribution_equals_reverse_mode_on_every_head(family_model):
 @pytest.fixture(scope="module")
 def small_conllu(tmp_path_factory):
     """The first six sentences of UD EWT dev, as a file (the commands read whole files)."""
-    from attnlib.shipped import EWT_DEV
+    from attnlib.results.shipped import EWT_DEV
 
     blocks = EWT_DEV.read_text(encoding="utf-8").split("\n\n")[:6]
     path = tmp_path_factory.mktemp("conllu") / "six.conllu"
@@ -43,7 +43,7 @@ def small_conllu(tmp_path_factory):
 @pytest.mark.slow
 def test_corpus_commands_run(family_dir, family_model, small_conllu, capsys):
     """special (with --norms), deps, positions, aggregation and probe on each family, each JSON sane."""
-    from attnlib.shipped import CLASSROOM_PAIRS
+    from attnlib.results.shipped import CLASSROOM_PAIRS
 
     f, model = family_model.facts, ["--model", str(family_dir)]
     corpus = ["--corpus", str(CLASSROOM_PAIRS), "--limit", "4"]

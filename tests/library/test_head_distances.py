@@ -9,8 +9,8 @@ import pytest
 import torch
 from scipy.spatial.distance import jensenshannon, pdist, squareform
 
-from attnlib import js_kernel
-from attnlib.head_distances import (
+from attnlib.stats import js_kernel
+from attnlib.stats.head_distances import (
     BEHAVIOURS,
     TILE_COLUMNS,
     HeadDistances,
@@ -22,7 +22,7 @@ from attnlib.head_distances import (
     pairwise_js,
     smoothed,
 )
-from attnlib.special import STAT_KEYS, SpecialTokenResult
+from attnlib.stats.shares import STAT_KEYS, SpecialTokenResult
 from support.results import random_input
 from support.tolerances import EPS32, JS_RTOL
 

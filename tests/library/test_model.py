@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib.model import ModelLoadError, load_model, resolve_model_source
+from attnlib.core.model import ModelLoadError, load_model, resolve_model_source
 
 
 def test_tiny_model_with_trained_head_reports_it(tiny_model):

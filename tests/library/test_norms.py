@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib import norms
-from attnlib.cli import main
-from attnlib.corpus import read_corpus
-from attnlib.engine import accumulate
-from attnlib.families import layout
-from attnlib.norms import special_norms_from_json
-from attnlib.results import read_result_file
-from attnlib.runner import encode, run, run_encoded
-from attnlib.shipped import CLASSROOM_SINGLE
-from attnlib.special import class_masks
+from attnlib.cli.entry import main
+from attnlib.core.batches import accumulate
+from attnlib.core.corpus import read_corpus
+from attnlib.core.families import layout
+from attnlib.core.runner import encode, run, run_encoded
+from attnlib.results.files import read_result_file
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from attnlib.stats import value_norms as norms
+from attnlib.stats.shares import class_masks
+from attnlib.stats.value_norms import special_norms_from_json
 from support.reference import _reference_vectors
 from support.tolerances import FORWARD_RTOL
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib import norms
-from attnlib.families import layout
-from attnlib.runner import run
+from attnlib.core.families import layout
+from attnlib.core.runner import run
+from attnlib.stats import value_norms as norms
 from support.reference import _reference_vectors
 
 pytestmark = pytest.mark.slow

@@ -10,15 +10,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from attnlib import cli
-from attnlib.analyses import analyse
-from attnlib.attribution import EXACT_SECONDS_AT_34_TOKENS, exact_seconds
-from attnlib.corpus import read_text_corpus
-from attnlib.export import attention_table
-from attnlib.model import DEFAULT_MODEL
-from attnlib.positions import POSITIONS, PositionOptions
-from attnlib.precomputed import shipped_result
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.analyses.positions import POSITIONS, PositionOptions
+from attnlib.analyses.registry import analyse
+from attnlib.cli import entry as cli
+from attnlib.core.corpus import read_text_corpus
+from attnlib.core.model import DEFAULT_MODEL
+from attnlib.present.export import attention_table
+from attnlib.results.precomputed import shipped_result
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.stats.attribution import EXACT_SECONDS_AT_34_TOKENS, exact_seconds
 
 
 def test_exact_seconds_follows_the_formula(minilm):

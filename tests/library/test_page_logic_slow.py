@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from attnlib import cli
-from attnlib.attribution import exact_seconds
+from attnlib.cli import entry as cli
+from attnlib.stats.attribution import exact_seconds
 
 pytestmark = pytest.mark.slow
 

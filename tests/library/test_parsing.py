@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib import parsing
-from attnlib.corpus import CorpusError
-from attnlib.parsing import parse_text
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.core import parsing
+from attnlib.core.corpus import CorpusError
+from attnlib.core.parsing import parse_text
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
 
 
 def _check_tree(sentence) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib.corpus import CorpusInput, read_text_corpus
-from attnlib.engine import accumulate
-from attnlib.patterns import PATTERNS, PatternAccumulator, input_scores, rank_heads, same_word_mask
-from attnlib.runner import RunResult, run
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.core.batches import accumulate
+from attnlib.core.corpus import CorpusInput, read_text_corpus
+from attnlib.core.runner import RunResult, run
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.stats.patterns import PATTERNS, PatternAccumulator, input_scores, rank_heads, same_word_mask
 from support.results import fake_result
 
 P = {name: i for i, name in enumerate(PATTERNS)}

@@ -9,10 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from attnlib.attribution import Attribution
-from attnlib.cli import main
-from attnlib.corpus import read_corpus
-from attnlib.positions import (
+from attnlib.analyses.positions import (
     CorrelationSums,
     PositionAccumulator,
     PositionOptions,
@@ -23,7 +20,10 @@ from attnlib.positions import (
     relative_position_sums,
     row_correlations,
 )
-from attnlib.shipped import ROOT
+from attnlib.cli.entry import main
+from attnlib.core.corpus import read_corpus
+from attnlib.results.shipped import ROOT
+from attnlib.stats.attribution import Attribution
 from support.apptest import across_tabs, figures, open_tab
 from support.positions import TABS
 
@@ -211,7 +211,7 @@ def test_page_opens_with_the_shipped_result():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("app_pages/local_global.py").run()
+    at.switch_page("app_pages/local_global/page.py").run()
     assert not at.exception, at.exception
     assert at.title[0].value == "Local versus global"
     assert len(figures(at)) == 1  # only the open tab, Centre of mass, is drawn

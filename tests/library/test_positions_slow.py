@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from attnlib.norms import MEASURES
-from attnlib.shipped import ROOT
+from attnlib.results.shipped import ROOT
+from attnlib.stats.value_norms import MEASURES
 from support.apptest import across_tabs, figures, open_tab, tables
 from support.positions import TABS
 
@@ -22,7 +22,7 @@ def test_page_computes_a_small_corpus_on_request():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("app_pages/local_global.py").run()
+    at.switch_page("app_pages/local_global/page.py").run()
     at.number_input(key="local_global_limit").set_value(3).run()
     at.number_input(key="lg_k").set_value(2).run()
     compute = [b for b in at.button if b.label.startswith("Compute for")]

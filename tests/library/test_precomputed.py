@@ -10,11 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlib.cli import parse_command
-from attnlib.deps import DepsOptions
-from attnlib.model import DEFAULT_MODEL
-from attnlib.positions import PositionOptions
-from attnlib.precomputed import (
+from attnlib.analyses.deps import DepsOptions
+from attnlib.analyses.positions import PositionOptions
+from attnlib.analyses.probe import ProbeOptions
+from attnlib.analyses.special import SpecialOptions
+from attnlib.cli.entry import parse_command
+from attnlib.core.model import DEFAULT_MODEL
+from attnlib.results.files import RESULT_FORMAT, read_result_file, text_pair_sha1
+from attnlib.results.precomputed import (
     EXAMPLE_COMMAND,
     INDEX,
     result_differences,
@@ -23,10 +26,7 @@ from attnlib.precomputed import (
     shipped_result,
     stale_reasons,
 )
-from attnlib.probe import ProbeOptions
-from attnlib.results import RESULT_FORMAT, read_result_file, text_pair_sha1
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, PRECOMPUTED, PUD_TEST, ROOT
-from attnlib.special_tokens import SpecialOptions
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, PRECOMPUTED, PUD_TEST, ROOT
 from support.precomputed import ENTRIES
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -219,7 +219,7 @@ def test_shipped_result_refuses_another_corpus_size_option_model_or_command():
 
 
 def test_shipped_example_is_the_live_pages_default_pair():
-    from ui.live_inputs import DEFAULT_A, DEFAULT_B
+    from ui.sources.live_inputs import DEFAULT_A, DEFAULT_B
 
     example = shipped_example(DEFAULT_MODEL, DEFAULT_A, DEFAULT_B + "  ")
     assert example is not None and example.mode == "exact" and example.probes is None

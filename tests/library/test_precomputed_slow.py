@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import pdist, squareform
 
-from attnlib import cli
-from attnlib.precomputed import EXAMPLE_COMMAND, TOLERANCES, result_differences
-from attnlib.results import read_result_file
-from attnlib.shipped import PRECOMPUTED, ROOT
+from attnlib.cli import entry as cli
+from attnlib.results.files import read_result_file
+from attnlib.results.precomputed import EXAMPLE_COMMAND, TOLERANCES, result_differences
+from attnlib.results.shipped import PRECOMPUTED, ROOT
 from support.precomputed import ENTRIES
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

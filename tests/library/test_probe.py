@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.corpus import Sentence
-from attnlib.deps import best_offset_baseline, predict_heads, sentence_word_map
-from attnlib.probe import (
+from attnlib.analyses.deps import best_offset_baseline, predict_heads, sentence_word_map
+from attnlib.analyses.probe import (
     AttentionProbe,
     ProbeCorpus,
     ProbeOptions,
@@ -21,8 +20,9 @@ from attnlib.probe import (
     score_probe,
     train_probe,
 )
-from attnlib.runner import RunResult
-from attnlib.shipped import EWT_DEV, EWT_TEST
+from attnlib.core.corpus import Sentence
+from attnlib.core.runner import RunResult
+from attnlib.results.shipped import EWT_DEV, EWT_TEST
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hand-made sentences: one piece per word, so the token maps given to the runner result are the word-level maps.
@@ -312,7 +312,7 @@ def test_tiny_models_maps_skips_and_embeddings(tiny_model, one_thread):
     corpus = extract_maps(lm, sentences, with_embeddings=True)
     assert (len(corpus), corpus.n_skipped) == (2, 1)
     k = lm.facts.n_layers * lm.facts.n_heads
-    from attnlib.runner import run
+    from attnlib.core.runner import run
 
     for sentence, maps, vectors in zip([sentences[0], sentences[2]], corpus.maps, corpus.embeddings):
         m = len(sentence.words)
@@ -336,7 +336,7 @@ def test_tiny_models_maps_skips_and_embeddings(tiny_model, one_thread):
 
 @pytest.mark.parametrize("bad", [["--epochs", "0"], ["--limit", "0"]])
 def test_cli_refuses_zero_epochs_and_limit(bad, capsys):
-    from attnlib.cli import main
+    from attnlib.cli.entry import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), *bad, "--json"])

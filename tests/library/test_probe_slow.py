@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from attnlib.corpus import read_conllu
-from attnlib.probe import PROBE, ProbeOptions, ProbeResult, run_probe
-from attnlib.shipped import EWT_DEV, EWT_TEST
+from attnlib.analyses.probe import PROBE, ProbeOptions, ProbeResult, run_probe
+from attnlib.core.corpus import read_conllu
+from attnlib.results.shipped import EWT_DEV, EWT_TEST
 from support.apptest import figures, tables
 
 pytestmark = pytest.mark.slow
@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.slow
 def test_cli_on_ewt_agrees_with_the_library(minilm, tmp_path, capsys):
-    from attnlib.cli import main
-    from attnlib.results import read_result_file
+    from attnlib.cli.entry import main
+    from attnlib.results.files import read_result_file
 
     out_file = tmp_path / "probe.json"
     args = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "6", "--json", "--out", str(out_file)]
@@ -42,7 +42,7 @@ def _probe_page(model: str | None = None, compare: str | None = None, limit: int
     """The Dependency heads page with a small Table 1 (10 sentences) and the probe on `limit` sentences of each file."""
     from streamlit.testing.v1 import AppTest
 
-    from attnlib.shipped import ROOT
+    from attnlib.results.shipped import ROOT
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     params = {"limit": "10", "min": "1", "probe_limit": str(limit), "tab": "probe"}
@@ -51,11 +51,11 @@ def _probe_page(model: str | None = None, compare: str | None = None, limit: int
     for key, value in params.items():
         at.query_params[key] = value
     at.run()
-    return at.switch_page("app_pages/dependency_heads.py").run()
+    return at.switch_page("app_pages/dependency_heads/page.py").run()
 
 
 def _cli_probe(model: str, limit: int, capsys, out_file=None) -> dict:
-    from attnlib.cli import main
+    from attnlib.cli.entry import main
 
     args = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", str(limit), "--model", model]
     assert main([*args, "--json", *(["--out", str(out_file)] if out_file else [])]) == 0
@@ -97,7 +97,7 @@ def test_page_probe_uas_equals_the_cli(tiny_model_dir, capsys, one_thread):
 
 
 def _cli_probe_words(model: str, capsys) -> dict:
-    from attnlib.cli import main
+    from attnlib.cli.entry import main
 
     args = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "6", "--model", model]
     assert main([*args, "--variant", "words", "--json"]) == 0
@@ -107,9 +107,9 @@ def _cli_probe_words(model: str, capsys) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_page_probe_opens_a_shipped_result_without_training(tiny_model_dir, tmp_path, capsys, monkeypatch):
-    import ui.result_source
-    from attnlib import probe
-    from attnlib.results import read_result_file
+    import ui.sources.result_source
+    from attnlib.analyses import probe
+    from attnlib.results.files import read_result_file
 
     out_file = tmp_path / "probe.json"
     out = _cli_probe(str(tiny_model_dir), 6, capsys, out_file)
@@ -117,7 +117,7 @@ def test_page_probe_opens_a_shipped_result_without_training(tiny_model_dir, tmp_
     asked = []
 
     def shipped(command, model, sha1, n_inputs, options, train=None):
-        """The CLI's file when the page asks for what it holds (the options compared as attnlib.precomputed does)."""
+        """The CLI's file when the page asks for what it holds (the options compared as attnlib.results.precomputed does)."""
         asked.append((command, options, train))
         same = (command, model, sha1, n_inputs) == ("probe", record.model, record.corpus["sha1"], 6)
         trained_on = (record.corpus["train"]["sha1"], record.corpus["train"]["n_inputs"])
@@ -126,7 +126,7 @@ def test_page_probe_opens_a_shipped_result_without_training(tiny_model_dir, tmp_
     def no_training(*args, **kwargs):
         raise AssertionError("the page trained a probe although a shipped result matches")
 
-    monkeypatch.setattr(ui.result_source, "shipped_result", shipped)
+    monkeypatch.setattr(ui.sources.result_source, "shipped_result", shipped)
     monkeypatch.setattr(probe, "run_probe", no_training)
     at = _probe_page(model=str(tiny_model_dir))
     assert not at.exception, [e.value for e in at.exception]

@@ -12,9 +12,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlib.corpus import CorpusInput
-from attnlib.patterns import PATTERNS, input_scores
-from attnlib.special import (
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.words import ROW_RULES, word_groups, word_level_attention
+from attnlib.stats.patterns import PATTERNS, input_scores
+from attnlib.stats.shares import (
     CLASS_KEYS,
     class_share,
     input_statistics,
@@ -23,7 +24,6 @@ from attnlib.special import (
     row_entropy,
     rows_to_mask,
 )
-from attnlib.words import ROW_RULES, word_groups, word_level_attention
 from support.properties import HEADS, LAYERS, WORDS, concentrations, fake_run, runs, seeds
 
 EPS = 2e-6  # float32 rows sum to 1 within a few ulps

@@ -15,16 +15,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlib.attribution import Attribution
-from attnlib.corpus import CorpusInput, Sentence, read_text_corpus
-from attnlib.deps import DependencyCounts
-from attnlib.engine import accumulate
-from attnlib.head_distances import HeadDistances
-from attnlib.patterns import PatternAccumulator
-from attnlib.positions import PositionAccumulator, PositionOptions, RelativePositionHistogram, accumulate_positions
-from attnlib.runner import RunResult
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
-from attnlib.special import SpecialTokenStats
+from attnlib.analyses.deps import DependencyCounts
+from attnlib.analyses.positions import (
+    PositionAccumulator,
+    PositionOptions,
+    RelativePositionHistogram,
+    accumulate_positions,
+)
+from attnlib.core.batches import accumulate
+from attnlib.core.corpus import CorpusInput, Sentence, read_text_corpus
+from attnlib.core.runner import RunResult
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.stats.attribution import Attribution
+from attnlib.stats.head_distances import HeadDistances
+from attnlib.stats.patterns import PatternAccumulator
+from attnlib.stats.shares import SpecialTokenStats
 from support.properties import HEADS, LAYERS, concentrations, fake_run, runs, seeds, sentences, stochastic
 
 pytestmark = pytest.mark.slow

@@ -10,11 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib import cli
-from attnlib.analysis import OptionError, run_analysis
-from attnlib.corpus import CorpusInput
-from attnlib.families import layout
-from attnlib.qk import (
+from attnlib.analyses.base import OptionError, run_analysis
+from attnlib.analyses.qk import (
     PACK_BITS,
     QK,
     Fidelity,
@@ -34,9 +31,12 @@ from attnlib.qk import (
     translated_keys,
     unpack,
 )
-from attnlib.results import read_result_file
-from attnlib.runner import run
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
+from attnlib.cli import entry as cli
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.families import layout
+from attnlib.core.runner import run
+from attnlib.results.files import read_result_file
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SENTENCES = [("The cat sat on the mat because it was warm.", "It slept."), ("A dog barked.", None), ("Why?", None)]
@@ -400,7 +400,7 @@ def test_fidelity_json_round_trip():
 def test_shipped_grid_is_a_fresh_pca_within_its_packing_step():
     """The shipped check slice's grid (packed codes, which a code can differ by across CPUs) decodes to within half
     a packing step (plus float32 rounding) of every head's PCA computed now; its fidelity numbers agree."""
-    from attnlib.precomputed import PRECOMPUTED, shipped_results
+    from attnlib.results.precomputed import PRECOMPUTED, shipped_results
 
     entry = next(e for e in shipped_results() if e.command == "qk")
     assert entry.options["all_heads"] and entry.check_file is not None

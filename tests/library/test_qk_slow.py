@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib.qk import project
+from attnlib.analyses.qk import project
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

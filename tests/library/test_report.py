@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from attnlib.analysis import Analysis
-from attnlib.attention import AttentionOptions
-from attnlib.cli import main
-from attnlib.comparison import Difference, largest_difference
-from attnlib.corpus import CorpusInput
-from attnlib.deps import CLARK_TABLE1
-from attnlib.report import PartResult, ReportOptions, ReportPart, methods_anchor, methods_sections, run_parts
-from attnlib.tables import paper_rows
+from attnlib.analyses.attention import AttentionOptions
+from attnlib.analyses.base import Analysis
+from attnlib.analyses.deps import CLARK_TABLE1
+from attnlib.cli.entry import main
+from attnlib.core.corpus import CorpusInput
+from attnlib.present.comparison import Difference, largest_difference
+from attnlib.present.report import PartResult, ReportOptions, ReportPart, methods_anchor, methods_sections, run_parts
+from attnlib.present.tables import paper_rows
 
 
 def test_largest_difference_by_hand():

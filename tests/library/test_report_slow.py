@@ -11,13 +11,13 @@ from html.parser import HTMLParser
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.corpus import CorpusInput
-from attnlib.norms import NORM_KEYS
-from attnlib.report import REPORT_PARTS, ReportOptions, run_parts, run_report
-from attnlib.shipped import CLASSROOM_SINGLE, ROOT
-from attnlib.special import STAT_KEYS
+from attnlib.core.corpus import CorpusInput
+from attnlib.present.report import REPORT_PARTS, ReportOptions, run_parts, run_report
+from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
+from attnlib.stats.shares import STAT_KEYS
+from attnlib.stats.value_norms import NORM_KEYS
 from attnlib.views.plotly_js import plotly_js
-from attnlib.views.report import render_report
+from attnlib.views.report_page import render_report
 from support.models import bert_tokenizer, tiny_config_with_vocab
 from support.report import MIN_COUNT, N_INPUTS, cli
 
@@ -221,7 +221,7 @@ def deeper_bert_dir(tmp_path_factory):
 
 @pytest.mark.slow
 def test_page_builds_a_self_contained_report_of_both_models(tiny_model_dir, deeper_bert_dir, one_thread):
-    at = AppTest.from_file(str(ROOT / "app_pages" / "report.py"), default_timeout=600)
+    at = AppTest.from_file(str(ROOT / "app_pages" / "report" / "page.py"), default_timeout=600)
     at.session_state["model_name"] = str(tiny_model_dir)
     at.session_state["compare_name"] = str(deeper_bert_dir)
     at.run()
@@ -258,7 +258,7 @@ def test_page_builds_a_self_contained_report_of_both_models(tiny_model_dir, deep
 
 @pytest.mark.slow
 def test_positions_and_aggregation_share_each_inputs_attribution(tiny_model, monkeypatch, one_thread):
-    import attnlib.report as report
+    import attnlib.present.report as report
 
     calls = []
     real = report.hidden_token_attribution

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.model import bundled_model_path
-from attnlib.runner import InputError, encode, run, run_batches
+from attnlib.core.model import bundled_model_path
+from attnlib.core.runner import InputError, encode, run, run_batches
 
 PAIR = ("I went to the store.", "At the store, I bought fresh strawberries.")
 SENTENCES = [

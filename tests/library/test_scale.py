@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib import cli, runner
-from attnlib.deps import dependency_counts_from_json, dependency_counts_to_json
-from attnlib.engines import engine_fill, fill_shard, merge_all, plan_batches, shard_batches
-from attnlib.head_distances import special_from_json
-from attnlib.positions import PositionsResult
-from attnlib.results import ResultFileError, json_ready, make_result_file, read_result_file, write_result_file
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
+from attnlib.analyses.deps import dependency_counts_from_json, dependency_counts_to_json
+from attnlib.analyses.positions import PositionsResult
+from attnlib.cli import entry as cli
+from attnlib.core import runner
+from attnlib.core.engines import engine_fill, fill_shard, merge_all, plan_batches, shard_batches
+from attnlib.results.files import ResultFileError, json_ready, make_result_file, read_result_file, write_result_file
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV
+from attnlib.stats.head_distances import special_from_json
 from support.scale import BATCH, N_SENTENCES, all_accumulators, assert_same_statistics, requires_ray, torch_threads
 
 # --- shards of whole batches, without Ray ---------------------------------------------------------------------------

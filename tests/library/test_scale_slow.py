@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from attnlib import cli
-from attnlib.engines import run_accumulators
-from attnlib.results import json_ready, read_result_file
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
+from attnlib.cli import entry as cli
+from attnlib.core.engines import run_accumulators
+from attnlib.results.files import json_ready, read_result_file
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from support.apptest import figures, open_tab
 from support.scale import BATCH, N_SENTENCES, all_accumulators, assert_same_statistics, requires_ray, torch_threads
 
@@ -48,7 +48,7 @@ def _special_page():
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.session_state["special_limit"] = 2  # the page computes once before the file is chosen
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     return at
 
 
@@ -83,7 +83,7 @@ def test_dependency_page_loads_a_result_file(tmp_path):
     )
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.session_state["deps_limit"] = 2  # the page computes once before the file is chosen
-    at.switch_page("app_pages/dependency_heads.py").run()
+    at.switch_page("app_pages/dependency_heads/page.py").run()
     open_result_file(at, "deps_result_file", path.read_bytes())
     assert any("computed by `python -m attnlib deps` on en_ewt-ud-dev.conllu (30 inputs)" in i.value for i in at.info)
     assert [m.value for m in at.metric][:1] == ["30"]
@@ -132,7 +132,7 @@ def test_local_global_page_loads_a_result_file(tmp_path, tiny_model_dir):
         == 0
     )
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("app_pages/local_global.py").run()
+    at.switch_page("app_pages/local_global/page.py").run()
     open_result_file(at, "local_global_result_file", path.read_bytes())
     assert any(
         "computed by `python -m attnlib positions` on classroom_single.txt (2 inputs)" in i.value

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.corpus import CorpusInput, read_corpus
-from attnlib.model import load_model
-from attnlib.runner import encode, model_inputs, run
-from attnlib.search import (
+from attnlib.core.corpus import CorpusInput, read_corpus
+from attnlib.core.model import load_model
+from attnlib.core.runner import encode, model_inputs, run
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV
+from attnlib.search.by_example import (
     FLOAT16_SCORE_BOUND,
     CorpusIndex,
     IndexedInput,
@@ -26,8 +27,7 @@ from attnlib.search import (
     search_corpus,
     top_k,
 )
-from attnlib.shipped import CLASSROOM_SINGLE, EWT_DEV
-from attnlib.special import CLASS_KEYS
+from attnlib.stats.shares import CLASS_KEYS
 from support.search import QUERY, check_top_k_equals_brute_force_cosine, ewt_dev_head, sentences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -314,7 +314,7 @@ def test_heads_mode_of_an_unknown_family_is_refused_in_words(tmp_path):
 
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:
-    from attnlib import cli
+    from attnlib.cli import entry as cli
 
     try:
         code = cli.main(list(args))

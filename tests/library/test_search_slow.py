@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib.corpus import read_corpus
-from attnlib.search import search_corpus
-from attnlib.shipped import CLASSROOM_SINGLE
+from attnlib.core.corpus import read_corpus
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from attnlib.search.by_example import search_corpus
 from support.search import check_top_k_equals_brute_force_cosine
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

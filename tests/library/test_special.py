@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib import cli
-from attnlib.corpus import CorpusInput, read_text_corpus
-from attnlib.engine import accumulate
-from attnlib.gradient_importance import (
+from attnlib.cli import entry as cli
+from attnlib.core.batches import accumulate
+from attnlib.core.corpus import CorpusInput, read_text_corpus
+from attnlib.core.model import bundled_model_path
+from attnlib.core.runner import encode
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
+from attnlib.stats.gradients import (
     GradientImportanceSums,
     GradientImportanceUnavailable,
     _masked_batch,
@@ -23,10 +26,7 @@ from attnlib.gradient_importance import (
     masked_positions,
     unavailable_reason,
 )
-from attnlib.model import bundled_model_path
-from attnlib.runner import encode
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
-from attnlib.special import (
+from attnlib.stats.shares import (
     STAT_KEYS,
     SpecialTokenStats,
     class_share,
@@ -367,7 +367,7 @@ def test_attention_gradient_matches_finite_differences(tiny_model_dir, tiny_mode
 
 
 def test_largest_weight_norm_gap_by_hand():
-    from attnlib.special_tokens import largest_weight_norm_gap
+    from attnlib.analyses.special import largest_weight_norm_gap
 
     weights = {"cls": np.array([0.1, 0.6, 0.3]), "sep": np.array([0.2, 0.1, 0.7])}
     norms = {"cls": np.array([0.1, 0.2, 0.3]), "sep": np.array([0.1, np.nan, 0.2])}
@@ -380,7 +380,7 @@ def test_largest_weight_norm_gap_by_hand():
 
 
 def test_weight_norm_gap_verdict_by_hand():
-    from attnlib.special_tokens import WeightNormGap
+    from attnlib.analyses.special import WeightNormGap
 
     def verdict(weight_share: float, norm_share: float) -> str:
         return WeightNormGap("cls", 0, weight_share, norm_share).verdict
@@ -392,9 +392,9 @@ def test_weight_norm_gap_verdict_by_hand():
 
 
 def test_special_tokens_from_json_round_trip(minilm):
-    from attnlib.analyses import analyse
-    from attnlib.results import json_ready
-    from attnlib.special_tokens import SpecialTokens
+    from attnlib.analyses.registry import analyse
+    from attnlib.analyses.special import SpecialTokens
+    from attnlib.results.files import json_ready
 
     inputs = read_text_corpus(CLASSROOM_SINGLE)[:3]
     run = analyse("special", minilm, corpus=inputs, head_map=True, norms=True)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib.corpus import read_text_corpus
-from attnlib.gradient_importance import gradient_importance
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, ROOT
-from attnlib.special_tokens import SPECIAL, SpecialOptions
+from attnlib.analyses.special import SPECIAL, SpecialOptions
+from attnlib.core.corpus import read_text_corpus
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, ROOT
+from attnlib.stats.gradients import gradient_importance
 from support.apptest import figures
 from support.pages import SPECIAL_TABS, check_weights_vs_norms, table_with
 from support.special import run_cli
@@ -34,7 +34,7 @@ def test_page_runs_on_a_small_corpus():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     at.number_input(key="special_limit").set_value(20).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -51,10 +51,10 @@ def test_page_runs_on_a_small_corpus():
 def test_page_shows_gradient_importance_for_a_model_with_an_mlm_head(tiny_model_dir):
     from streamlit.testing.v1 import AppTest
 
-    from ui.model_sidebar import OTHER
+    from ui.sources.model_sidebar import OTHER
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     at.selectbox(key="model_choice").set_value(OTHER).run()
     at.text_input(key="model_custom").set_value(str(tiny_model_dir)).run()
     at.number_input(key="special_limit").set_value(6).run()
@@ -74,7 +74,7 @@ def test_page_options_pairs_all_punctuation_no_map():
     at.query_params["map"] = "0"
     at.query_params["tab"] = "map"
     at.run()
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     at.selectbox(key="special_corpus").set_value("Classroom set: sentence pairs").run()
     at.number_input(key="special_limit").set_value(10).run()
     assert not at.exception, [e.value for e in at.exception]
@@ -90,7 +90,7 @@ def page_at(**params):
     for key, value in params.items():
         at.query_params[key] = value
     at.run()
-    at.switch_page("app_pages/special_tokens.py").run()
+    at.switch_page("app_pages/special_tokens/page.py").run()
     return at
 
 
@@ -134,7 +134,7 @@ def test_weights_vs_norms_tab_equals_the_cli(capsys, one_thread):
 
 @pytest.mark.slow
 def test_page_shows_a_shipped_result_without_running_the_model(capsys, tmp_path, monkeypatch, one_thread):
-    from attnlib.results import read_result_file
+    from attnlib.results.files import read_result_file
 
     out = tmp_path / "special.json"
     argv = ["--corpus", str(CLASSROOM_SINGLE), "--limit", "8", "--norms", "--head-map", "--out", str(out)]
@@ -150,9 +150,9 @@ def test_page_shows_a_shipped_result_without_running_the_model(capsys, tmp_path,
     def no_model_run(*args, **kwargs):
         raise AssertionError("the model was run although a shipped result matches")
 
-    monkeypatch.setattr("ui.result_source.shipped_result", shipped)
-    monkeypatch.setattr("attnlib.analysis.run_analysis", no_model_run)
-    monkeypatch.setattr("attnlib.gradient_importance.gradient_importance", no_model_run)
+    monkeypatch.setattr("ui.sources.result_source.shipped_result", shipped)
+    monkeypatch.setattr("attnlib.analyses.base.run_analysis", no_model_run)
+    monkeypatch.setattr("attnlib.stats.gradients.gradient_importance", no_model_run)
     at = page_at(norms="1", limit="8", punct="clark")
     assert not at.exception, [e.value for e in at.exception]
     assert ("special", record.model, 8, SpecialOptions(all_punct=False, head_map=True, norms=True)) in asked
@@ -189,9 +189,9 @@ def test_page_compares_two_models(capsys, tiny_model_dir, one_thread):
 
 @pytest.mark.slow
 def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thread):
-    from attnlib.precomputed import shipped_results
-    from attnlib.results import read_result_file
-    from attnlib.shipped import PRECOMPUTED
+    from attnlib.results.files import read_result_file
+    from attnlib.results.precomputed import shipped_results
+    from attnlib.results.shipped import PRECOMPUTED
 
     entry = next(e for e in shipped_results() if e.name == "special_classroom-single")
     shipped = read_result_file((PRECOMPUTED / entry.file).read_bytes()).result
@@ -199,7 +199,7 @@ def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thr
     def no_model_run(*args, **kwargs):
         raise AssertionError("the model was run although a shipped result matches")
 
-    monkeypatch.setattr("attnlib.analysis.run_analysis", no_model_run)
+    monkeypatch.setattr("attnlib.analyses.base.run_analysis", no_model_run)
     at = page_at()  # the defaults: classroom single sentences, Clark's punctuation, head map and norms on
     assert not at.exception, [e.value for e in at.exception]
     assert any("precomputed, shipped with the app" in c.value for c in at.caption)
@@ -214,21 +214,21 @@ def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thr
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_gradients_beside_a_shipped_result_wait_for_a_click(capsys, tmp_path, monkeypatch, tiny_model_dir, one_thread):
-    from attnlib.results import read_result_file
+    from attnlib.results.files import read_result_file
 
     out = tmp_path / "special.json"
     argv = ["--corpus", str(CLASSROOM_SINGLE), "--limit", "4", "--head-map", "--model", str(tiny_model_dir)]
     run_cli(capsys, *argv, "--out", str(out))
     record = read_result_file(out.read_bytes())
     monkeypatch.setattr(
-        "ui.result_source.shipped_result", lambda *a: record if (a[1], a[3]) == (record.model, 4) else None
+        "ui.sources.result_source.shipped_result", lambda *a: record if (a[1], a[3]) == (record.model, 4) else None
     )
 
     def no_model_run(*args, **kwargs):
         raise AssertionError("the statistics were computed although a shipped result matches")
 
-    monkeypatch.setattr("attnlib.analysis.run_analysis", no_model_run)
-    from ui.model_sidebar import OTHER
+    monkeypatch.setattr("attnlib.analyses.base.run_analysis", no_model_run)
+    from ui.sources.model_sidebar import OTHER
 
     at = page_at(limit="4", tab="gradient")
     at.selectbox(key="model_choice").set_value(OTHER).run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib.words import unit_labels, word_groups, word_level_attention
+from attnlib.core.words import unit_labels, word_groups, word_level_attention
 
 # Tokens: [CLS] straw ##berries are [SEP]  -> units: [CLS], strawberries, are, [SEP]
 WORD_IDS = [None, 0, 0, 1, None]

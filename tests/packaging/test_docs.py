@@ -9,8 +9,8 @@ import re
 
 import yaml
 
-from attnlib.cli import build_parser
-from attnlib.shipped import CHECKOUT
+from attnlib.cli.entry import build_parser
+from attnlib.results.shipped import CHECKOUT
 
 README = CHECKOUT / "README.md"
 DOCS = CHECKOUT / "docs"

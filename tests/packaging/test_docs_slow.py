@@ -13,8 +13,9 @@ import sys
 import pytest
 
 import attnlib
-from attnlib import analysis, blockwise, memory
-from attnlib.shipped import CHECKOUT
+from attnlib.analyses import base as analysis
+from attnlib.core import blockwise, memory
+from attnlib.results.shipped import CHECKOUT
 
 pytestmark = pytest.mark.slow  # a build takes 3-6 s on the 2-core machine
 

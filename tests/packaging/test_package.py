@@ -10,7 +10,7 @@ import tomllib
 
 from setuptools import find_packages
 
-from attnlib.shipped import CHECKOUT, shipped_root
+from attnlib.results.shipped import CHECKOUT, shipped_root
 
 SHIPPED = ("data", "docs", "static")  # the folders the wheel carries as attnlib/_shipped/<folder>
 
@@ -40,7 +40,12 @@ def imported(code: str) -> list[str]:
 
 def test_the_library_and_the_command_line_import_neither_plotly_nor_streamlit():
     assert imported("import attnlib") == []
-    assert imported("import attnlib.cli, attnlib.precomputed, attnlib.report; attnlib.cli.build_parser()") == []
+    assert (
+        imported(
+            "import attnlib.cli.entry, attnlib.results.precomputed, attnlib.present.report; attnlib.cli.entry.build_parser()"
+        )
+        == []
+    )
     views = imported("import attnlib.views")
     assert "plotly" in views and not any(m.startswith("streamlit") for m in views)
 
@@ -49,7 +54,7 @@ def test_without_plotly_every_command_starts_and_report_names_the_extra(tmp_path
     """Core only (plotly made unimportable): the parser builds and `report` stops in one error line, exit 2."""
     code = (
         "import sys; sys.modules['plotly'] = None\n"
-        "from attnlib.cli import build_parser, main\n"
+        "from attnlib.cli.entry import build_parser, main\n"
         "build_parser()\n"
         f"sys.exit(main(['report', '--corpus', {str(CHECKOUT / 'data' / 'classroom_single.txt')!r}, '--out', 'r.html']))"
     )

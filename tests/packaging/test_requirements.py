@@ -22,7 +22,7 @@ import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from attnlib.shipped import CHECKOUT
+from attnlib.results.shipped import CHECKOUT
 
 PAGE = "https://download.pytorch.org/whl/torch/"  # the find-links line requirements.txt must hold
 PYTHONS = ("3.11", "3.12", "3.13")

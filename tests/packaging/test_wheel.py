@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlib.shipped import CHECKOUT
+from attnlib.results.shipped import CHECKOUT
 
 SHIPPED = ("data", "docs", "static")  # the folders the wheel carries as attnlib/_shipped/<folder>
 
@@ -67,7 +67,7 @@ def test_the_wheel_works_without_a_checkout(tmp_path, execute_notebook):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     probe = (
-        "import sys, json, attnlib, attnlib.cli, attnlib.shipped as s; "
+        "import sys, json, attnlib, attnlib.cli.entry, attnlib.results.shipped as s; "
         "print(json.dumps({'modules': sorted(m for m in sys.modules if m.split('.')[0] in ('plotly', 'streamlit')), "
         "'file': attnlib.__file__, 'root': str(s.ROOT), 'paths': [str(p) for p in "
         "(s.CLASSROOM_SINGLE, s.CLASSROOM_PAIRS, s.EWT_DEV, s.PUD_TEST, s.METHODS, s.PLOTLY_BUNDLE)]}))"

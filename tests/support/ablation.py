@@ -8,10 +8,17 @@ import copy
 import numpy as np
 import torch
 
-from attnlib.ablation import Variant, changed_states, heads_off, prepare, single_head_variants, variant_effects
-from attnlib.families import layout
-from attnlib.replay import editing_contexts
-from attnlib.runner import encode, model_inputs, run
+from attnlib.core.families import layout
+from attnlib.core.replay import editing_contexts
+from attnlib.core.runner import encode, model_inputs, run
+from attnlib.stats.head_ablation import (
+    Variant,
+    changed_states,
+    heads_off,
+    prepare,
+    single_head_variants,
+    variant_effects,
+)
 
 SENTENCES = ["The cat sat on the mat.", "I went to the store.", "At the store, I bought fresh strawberries."]
 

@@ -18,7 +18,7 @@ class ShownFigure:
 
 def figures(node) -> list[ShownFigure]:
     """Every figure under an AppTest node (the app, a tab, a column), in page order."""
-    from ui.plotly_figure import COMPONENT
+    from ui.widgets.plotly_figure import COMPONENT
 
     shown = [c for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
     return [ShownFigure(str(c.key), json.loads(c.proto.json)["figure"]) for c in shown]
@@ -26,7 +26,7 @@ def figures(node) -> list[ShownFigure]:
 
 def tables(node) -> list[pd.DataFrame]:
     """Every table under an AppTest node (ui/data_table), in page order, as the DataFrame its cells were sent from."""
-    from ui.data_table import COMPONENT
+    from ui.widgets.data_table import COMPONENT
 
     shown = [json.loads(c.proto.json) for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
     return [pd.DataFrame(t["rows"], columns=t["columns"]) for t in shown]

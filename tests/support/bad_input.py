@@ -7,9 +7,9 @@ import re
 
 from streamlit.testing.v1 import AppTest
 
-from attnlib.cli import main as cli_main
-from attnlib.model import DEFAULT_MODEL
-from attnlib.shipped import ROOT
+from attnlib.cli.entry import main as cli_main
+from attnlib.core.model import DEFAULT_MODEL
+from attnlib.results.shipped import ROOT
 
 EMPTY_TEXTS = {"empty": "", "whitespace": "  \n\t  ", "unicode spaces": "\u00a0\u2003\u3000"}
 
@@ -75,7 +75,7 @@ def _type(at: AppTest, text_a: str, text_b: str = "") -> AppTest:
 
 
 def _sidebar_only():
-    from ui.model_sidebar import model_sidebar
+    from ui.sources.model_sidebar import model_sidebar
 
     model_sidebar()
 

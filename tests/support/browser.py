@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from attnlib.shipped import ROOT
+from attnlib.results.shipped import ROOT
 
 BROWSER_ARGS = [
     "--no-sandbox",
@@ -46,10 +46,10 @@ def free_port() -> int:
 IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"  # a browser page's run has ended
 
 
-FIGURE = ".attn-figure"  # a figure in a browser page (ui/plotly_figure.js); its plot is `.js-plotly-plot[data-drawn]`
+FIGURE = ".attn-figure"  # a figure in a browser page (ui/widgets/plotly_figure.js); its plot is `.js-plotly-plot[data-drawn]`
 
 
-# Every figure and table of the page drawn (figures below the first screen a moment after the rest; ui/plotly_figure.js).
+# Every figure and table of the page drawn (figures below the first screen a moment after the rest; ui/widgets/plotly_figure.js).
 FIGURES_DRAWN = """() => [...document.querySelectorAll("[data-testid='stMain'] .stBidiComponent")]
   .every((el) => el.querySelector('.js-plotly-plot[data-drawn], .attn-table table, canvas[data-drawn], .attn-nothing-to-draw') !== null)"""
 

@@ -7,7 +7,7 @@ def _cli(capsys, argv: list[str]) -> dict:
     """Run one command in-process; it must succeed and print one JSON object."""
     import json
 
-    from attnlib.cli import main
+    from attnlib.cli.entry import main
 
     assert main([*argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)

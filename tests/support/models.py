@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from attnlib.model import bundled_model_path
-from attnlib.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
+from attnlib.core.model import bundled_model_path
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
 
 # every family the library supports, and fine-tuned (classification-head) checkpoints of two of them
 FAMILY_KINDS = (

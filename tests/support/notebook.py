@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnlib.shipped import ROOT
+from attnlib.results.shipped import ROOT
 
 EXAMPLE_NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 

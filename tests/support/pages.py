@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.cli import main
-from attnlib.norms import MEASURES
-from attnlib.shipped import CLASSROOM_SINGLE, ROOT
+from attnlib.cli.entry import main
+from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
+from attnlib.stats.value_norms import MEASURES
 from support.apptest import tables
-from ui.page_tabs import SPECIAL_TOKENS
+from ui.widgets.page_tabs import SPECIAL_TOKENS
 
-PAGES = sorted(f"app_pages/{p.name}" for p in (ROOT / "app_pages").glob("*.py") if p.stem != "tour")  # Tour: by step
+PAGES = sorted(
+    f"app_pages/{p.parent.name}/page.py" for p in (ROOT / "app_pages").glob("*/page.py") if p.parent.name != "tour"
+)  # Tour: by step
 MAX_CLICKS = 6  # a page asks for each of its computations once; more would be a loop
 
 
@@ -88,7 +90,7 @@ def page_with(model: str, compare: str = "", limit: int = 3, probes: int = 2, ta
     if compare:
         at.query_params["cmp"] = compare
     at.run()
-    at.switch_page("app_pages/local_global.py").run()
+    at.switch_page("app_pages/local_global/page.py").run()
     at.number_input(key="local_global_limit").set_value(limit).run()
     at.number_input(key="lg_k").set_value(probes).run()
     return at
@@ -115,7 +117,7 @@ def _deps_page(source: str, **state):
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("app_pages/dependency_heads.py")
+    at.switch_page("app_pages/dependency_heads/page.py")
     defaults = dict(deps_source=source, deps_min_count=5, deps_rule="mean", deps_split="same")
     for key, value in {**defaults, **state}.items():
         at.session_state[key] = value

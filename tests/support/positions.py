@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ui.page_tabs import LOCAL_GLOBAL
+from ui.widgets.page_tabs import LOCAL_GLOBAL
 
 TABS = LOCAL_GLOBAL

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from attnlib.precomputed import shipped_results
+from attnlib.results.precomputed import shipped_results
 
 ENTRIES = {e.name: e for e in shipped_results()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from attnlib.runner import RunResult
+from attnlib.core.runner import RunResult
 from support.results import fake_result
 
 WORDS = ["the", "cat", "sat", "on", "mat", ".", ",", "!", "dog", "ran"]  # few words: repeats and punctuation are common

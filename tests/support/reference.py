@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnlib.families import layout
-from attnlib.reverse_mode import reverse_graphs
+from attnlib.core.families import layout
+from attnlib.stats.reverse_mode import reverse_graphs
 
 
 def _normalised_norms(grads: np.ndarray) -> np.ndarray:

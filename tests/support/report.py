@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnlib.cli import build_parser
+from attnlib.cli.entry import build_parser
 
 N_INPUTS = 6  # of each file
 

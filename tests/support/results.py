@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlib.runner import RunResult
+from attnlib.core.runner import RunResult
 
 
 def fake_result(

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.deps import DependencyCounts
-from attnlib.head_distances import HeadDistances
-from attnlib.special import STAT_KEYS, SpecialTokenStats
+from attnlib.analyses.deps import DependencyCounts
+from attnlib.stats.head_distances import HeadDistances
+from attnlib.stats.shares import STAT_KEYS, SpecialTokenStats
 from support.tolerances import FORWARD_RTOL, JS_RTOL
 
 requires_ray = pytest.mark.skipif(

@@ -8,10 +8,10 @@ from functools import cache
 import numpy as np
 import torch
 
-from attnlib.corpus import Sentence, read_conllu
-from attnlib.runner import encode, model_inputs
-from attnlib.search import IndexOptions, build_index, query_of
-from attnlib.shipped import EWT_DEV
+from attnlib.core.corpus import Sentence, read_conllu
+from attnlib.core.runner import encode, model_inputs
+from attnlib.results.shipped import EWT_DEV
+from attnlib.search.by_example import IndexOptions, build_index, query_of
 
 QUERY = "The cat sat on the mat."
 

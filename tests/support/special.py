@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from attnlib import cli
+from attnlib.cli import entry as cli
 
 
 def run_cli(capsys, *argv: str) -> dict:

@@ -12,7 +12,7 @@ Typical differences are far smaller (rounding errors add like a random walk: 1e-
 EPS32 = 2.0**-24
 TINY_MODEL_SUM, TINY_MODEL_LAYERS = 64, 2
 FORWARD_RTOL = 2 * TINY_MODEL_SUM * TINY_MODEL_LAYERS * EPS32  # tiny models' outputs, two batchings or CPUs
-# attnlib.head_distances derives the JS pass's float32 error: <= 4.4 eps * 2 ln(500 n) + eps per row of n tokens, worst
+# attnlib.stats.head_distances derives the JS pass's float32 error: <= 4.4 eps * 2 ln(500 n) + eps per row of n tokens, worst
 # case (js_row_error); two tilings of the same rows differ by at most twice that, relative to JS values of at least
 # 0.05 per row.
 JS_RTOL = 2 * (4.4 * EPS32 * 26 + EPS32) / 0.05  # n <= 512: 2 ln(500 n) < 26

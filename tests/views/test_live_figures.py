@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlib.runner import run
+from attnlib.core.runner import run
 from attnlib.views.canvas_html import pack_sparse, quantize
 from attnlib.views.head_view import filter_positions, head_view_data, head_view_html
 from attnlib.views.long_view import long_view_html
@@ -153,7 +153,7 @@ FIGURES = Path(__file__).resolve().parents[2] / "attnlib" / "views"
 
 def _tiny_grid_html() -> str:
     """The queries-and-keys grid of a made-up result: one input of three tokens, two heads."""
-    from attnlib.qk import Fidelity, Picture, QKInput, QKResult
+    from attnlib.analyses.qk import Fidelity, Picture, QKInput, QKResult
     from attnlib.views.qk import grid_html
 
     inputs = [QKInput("a", None, 1, ["[CLS]", "a", "[SEP]"], ["cls", "other", "sep"], None, False)]
@@ -197,7 +197,7 @@ def test_js_files_are_package_data():
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert", "roberta"], indirect=True)
 def test_norm_rows_of_the_library_match_the_independent_computation(tiny_model):
-    from attnlib.norms import row_normalised, value_norms_from_values, weighted_norms
+    from attnlib.stats.value_norms import row_normalised, value_norms_from_values, weighted_norms
 
     text_a, text_b = "The cat sat on the mat.", "The dog slept."
     r = run(tiny_model, text_a, text_b, capture_norms=True)
@@ -209,7 +209,7 @@ def test_norm_rows_of_the_library_match_the_independent_computation(tiny_model):
 
 
 def test_norm_rows_by_hand():
-    from attnlib.norms import row_normalised, weighted_norms
+    from attnlib.stats.value_norms import row_normalised, weighted_norms
 
     attn = np.array([[[[0.5, 0.5], [0.25, 0.75]]]])  # [1, 1, 2, 2]
     value_norm = np.array([[[1.0, 3.0]]])  # ||f(x_0)|| = 1, ||f(x_1)|| = 3

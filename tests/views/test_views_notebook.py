@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.runner import run
+from attnlib.core.runner import run
 from attnlib.views import Figure, as_figure, head_view, model_view, neuron_view
 from attnlib.views.canvas_html import quantize
 from attnlib.views.plotly_js import plotly_js

@@ -1,0 +1,1 @@
+"""The dependency heads page and its own helpers."""

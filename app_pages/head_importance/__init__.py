@@ -1,0 +1,1 @@
+"""The head importance page and its own helpers."""

@@ -1,0 +1,1 @@
+"""The live page and its own helpers."""

@@ -1,0 +1,126 @@
+"""The Live page of an encoder-decoder (T5, BART, Marian): a source and a target text, a switch between the encoder's,
+the decoder's and the cross attention (as in bertviz), and the head, model and neuron views of the part chosen, all
+kept in the URL."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from attnlib.core.model import ModelFacts
+from attnlib.core.runner import InputError
+from attnlib.core.seq2seq import PART_NAMES, PARTS, TARGET_FROM_TEXT, Part, Seq2SeqMaps, run_seq2seq
+from attnlib.views.head_view import head_view
+from attnlib.views.model_view import model_view
+from ui.sources.compare import compared_model
+from ui.sources.live_inputs import text_options
+from ui.sources.model_sidebar import model_named
+from ui.sources.page_state import Option, bind, publish
+from ui.widgets.family_notes import explain_unsupported
+
+VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view"}
+PART_LABELS: dict[Part, str] = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross"}
+VIEW = Option("live_view", "view", "head", list(VIEWS))  # the Live page's own view option, without the head finder
+PART = Option("live_part", "part", "encoder", list(PARTS))
+TARGET = Option("live_target", "target", "")
+LAYER = Option("live_layer", "layer", 1, lo=1)
+HEAD = Option("live_head", "head", 1, lo=1)
+OPTIONS = [VIEW, PART, LAYER, HEAD]  # bound after the text boxes (TARGET is bound with the source)
+
+
+def only_on_the_live_page(facts: ModelFacts, title: str) -> bool:
+    """For an encoder-decoder, a page other than the Live page says in words that it is not written for one (its
+    statistics read one self-attention) and is not run; False for other models."""
+    if facts.kind != "encoder-decoder":
+        return False
+    st.title(title)
+    st.info(
+        f"{facts.name} is an encoder-decoder ({facts.model_type}). This page reads one self-attention and its "
+        "statistics are not written for encoder-decoders yet; the Live attention page shows their encoder, decoder "
+        "and cross attention. The command line runs the statistics of the encoder's self-attention where they have a "
+        "meaning (attnlib attention --part, special, deps, probe, index, search)."
+    )
+    return True
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def cached_seq2seq(model_name: str, source: str, target: str) -> Seq2SeqMaps:
+    """The three attentions once per (model, source, target); a blank target: the model's own output."""
+    return run_seq2seq(model_named(model_name), source, target.strip() or None)
+
+
+def source_and_target() -> tuple[str, str]:
+    """The source (sentence A's box and URL key, so a link or another page keeps it) and the target, in the URL."""
+    option_a, _ = text_options()
+    values = bind([option_a, TARGET])
+    left, right = st.columns(2)
+    left.text_area("Source (the encoder's input)", key=option_a.key, height=80)
+    right.text_area(
+        "Target (the decoder's input)",
+        key=TARGET.key,
+        height=80,
+        help="The decoder reads its start token, then the target's tokens, as in training. Left empty, the target is "
+        "the model's own greedy output for the source.",
+    )
+    return values[option_a.param], values[TARGET.param]
+
+
+def clamp(n_layers: int, n_heads: int) -> None:
+    """Keep the layer and head inside the model (a link made for a larger model may name more)."""
+    state = st.session_state
+    state[LAYER.key] = min(max(int(state[LAYER.key]), 1), n_layers)
+    state[HEAD.key] = min(max(int(state[HEAD.key]), 1), n_heads)
+
+
+def encoder_decoder_live(facts: ModelFacts) -> None:
+    """The whole Live page of an encoder-decoder."""
+    source, target = source_and_target()
+    bind(OPTIONS)
+    if compared_model() is not None:
+        st.caption("A second model is not drawn beside an encoder-decoder.")
+    try:
+        maps = cached_seq2seq(facts.name, source, target)
+    except InputError as exc:
+        st.warning(str(exc))
+        return
+    if maps.target.source != "given":
+        st.info(f"Target: {TARGET_FROM_TEXT[maps.target.source]}: “{maps.target.text}”. Type a target to change it.")
+    if maps.source.truncated or maps.target.truncated:
+        st.warning(f"The source or the target was truncated to the {facts.max_length} tokens the model takes.")
+    st.caption(
+        f"{maps.source.n} source tokens, {len(maps.target.tokens)} target tokens (the decoder's start token first). "
+        "Layers and heads are numbered from 1 on this page."
+    )
+    view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key=VIEW.key)
+    part = st.radio(
+        "Attention",
+        list(PARTS),
+        format_func=PART_LABELS.get,
+        horizontal=True,
+        key=PART.key,
+        help="Encoder: the source's self-attention. Decoder: the target's causal self-attention. Cross: each target "
+        "token (left) to the source's tokens (right).",
+    )
+    attentions, _, _ = maps.part(part)
+    clamp(attentions.shape[0], attentions.shape[1])
+    c_layer, c_head = st.columns([3, 1])
+    layer = int(c_layer.slider("Layer", 1, attentions.shape[0], key=LAYER.key)) - 1
+    head = int(c_head.selectbox("Head", list(range(1, attentions.shape[1] + 1)), key=HEAD.key)) - 1
+    publish(OPTIONS)
+    st.caption(f"{PART_LABELS[part]}: {PART_NAMES[part]}.")
+    if view == "neuron":
+        if not explain_unsupported(facts, "queries_keys"):
+            st.info(
+                "The neuron view of encoder-decoders is not written yet: attnlib does not capture the query and key "
+                "vectors of their encoder, decoder and cross attention."
+            )
+        return
+    parts = {
+        f"{part}_attention": attentions,
+        "encoder_tokens": maps.source.tokens,
+        "decoder_tokens": maps.target.tokens,
+    }
+    if view == "head":
+        drawn = head_view(**parts, layer=layer, html_action="return", display_mode="light")
+    else:
+        drawn = model_view(**parts, layer=layer, head=head, html_action="return", display_mode="light")
+    st.iframe(drawn.html, height="content")

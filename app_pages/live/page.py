@@ -1,0 +1,683 @@
+"""Live attention: head view, model view and neuron view of any sentence or pair (weights or value-weighted norms,
+one model or two side by side), a head finder, and exports."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app_pages.live.encoder_decoder import encoder_decoder_live
+from app_pages.live.head_finder import show_finder
+from app_pages.live.head_switches import clicked_heads, head_switches
+from app_pages.live.long_live import WINDOW_OPTIONS, long_input, long_views, needs_window
+from app_pages.live.token_pick import listen_for_picks
+from attnlib.core.model import LoadedModel, ModelFacts
+from attnlib.core.runner import InputError, RunResult
+from attnlib.core.words import ROW_RULES
+from attnlib.present.comparison import largest_difference
+from attnlib.present.export import attention_table
+from attnlib.present.labels import STAT_NAMES
+from attnlib.present.tables import by_layer
+from attnlib.stats.head_ablation import AblationUnavailable, heads_text, unavailable_reason
+from attnlib.stats.shares import input_statistics, punct_mask
+from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
+from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
+from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
+from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_terms, value_norm_figure
+from ui.sources.compare import compared_model, model_columns
+from ui.sources.live_inputs import (
+    cached_ablation,
+    cached_run,
+    run_or_explain,
+    text_inputs,
+    text_options,
+    token_maps,
+    units,
+    value_norm,
+)
+from ui.sources.model_sidebar import current_model
+from ui.sources.page_state import Option, bind, publish, set_value
+from ui.widgets.data_table import data_table
+from ui.widgets.family_notes import explain_unsupported, local_layers_note, unsupported_for
+from ui.widgets.methods import cite_methods
+from ui.widgets.plotly_figure import plotly_figure
+
+VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
+LEVELS = {"token": "Tokens", "word": "Words"}
+FILTER_PARAMS = {"all": "All", "aa": "A→A", "bb": "B→B", "ab": "A→B", "ba": "B→A"}
+SHOWS = {"weights": "Weights", "norms": "Norms"}
+QUANTITY = {"weights": "attention weight", "norms": "‖α f(x)‖ normalised over the row"}
+DIFFER_KEYS = ("cls", "sep", "punct", "prev", "self", "next")  # shares compared between two models on one input
+
+VIEW = Option("live_view", "view", "head", list(VIEWS))
+LEVEL = Option("live_level", "level", "token", list(LEVELS))
+RULE = Option("live_rule", "rule", "mean", list(ROW_RULES))
+LAYER = Option("live_layer", "layer", 1, lo=1)
+HEAD = Option("live_head", "head", 1, lo=1)
+HEADS = Option("live_heads", "heads", None)  # None: every head
+TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # 0: no token selected
+PAIR_FILTER = Option("live_filter", "filter", "All", FILTER_PARAMS)
+SHOW = Option("live_show", "show", "weights", list(SHOWS))
+OFF = Option("live_off", "off", "")  # heads switched off, 1-based layer-head: "3-10,1-2"
+CLICK = Option("live_click", "click", False)  # clicks in the model view switch heads off
+OFF_PICK = "live_off_pick"  # the multiselect of the heads off (OFF is its text in the URL)
+SWITCHES = "live_switches"  # the model view whose clicks switch heads
+FIND = Option("live_find", "find", False, omit_default=True)  # the "Find similar tokens in a corpus" section is open
+OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER, OFF, CLICK, FIND]
+
+
+@dataclass
+class LiveView:
+    """What the views draw: the run, its units (tokens or words) and the chosen layer, head and token (0-based)."""
+
+    facts: ModelFacts
+    text_a: str
+    text_b: str
+    result: RunResult
+    level: str
+    rule: str
+    show: str  # "weights" or "norms"
+    attn: np.ndarray  # [layers, heads, u, u]: attention weights, or norms normalised over each row
+    labels: list[str]
+    segments: np.ndarray  # [u]
+    layer: int
+    head: int
+    selected: int | None
+
+    @property
+    def stem(self) -> str:
+        """The start of download file names."""
+        norms = "-norms" if self.show == "norms" else ""
+        return f"{self.facts.name.replace('/', '_')}{norms}-L{self.layer + 1}"
+
+    @property
+    def level_title(self) -> str:
+        words = f" (word rows: {self.rule})" if self.level == "word" else ""
+        return LEVELS[self.level] + words + (", norms ‖α f(x)‖ per row" if self.show == "norms" else "")
+
+    @property
+    def quantity(self) -> str:
+        """What the maps hold, for hints and tooltips."""
+        return QUANTITY[self.show]
+
+    @property
+    def value_key(self) -> str:
+        """The name of the maps' numbers in downloads."""
+        return "norm_share" if self.show == "norms" else "attention"
+
+    def export(self, **extra) -> dict:
+        """The JSON download: where the numbers come from, 0-based indices, and the view's own fields."""
+        origin = {"model": self.facts.name, "text_a": self.text_a, "text_b": self.text_b or None, "shows": self.show}
+        return {**origin, "indices": "0-based", "layer": self.layer, "labels": self.labels, **extra}
+
+
+def clamp_options(n_layers: int, n_heads: int, n_units: int) -> None:
+    """Keep the controls inside the model's layers and heads and the input's positions."""
+    state = st.session_state
+    state[LAYER.key] = min(max(int(state[LAYER.key]), 1), n_layers)
+    state[HEAD.key] = min(max(int(state[HEAD.key]), 1), n_heads)
+    heads = state[HEADS.key]
+    state[HEADS.key] = sorted({h for h in (heads if heads is not None else range(1, n_heads + 1)) if 1 <= h <= n_heads})
+    if not 0 <= int(state[TOKEN.key]) <= n_units:
+        state[TOKEN.key] = 0
+
+
+def _open_head(layer: int, head: int) -> None:
+    """Button callback of the head finder: show one head (0-based) in the head view."""
+    for option, value in [(VIEW, "head"), (LAYER, layer + 1), (HEAD, head + 1), (HEADS, [head + 1]), (TOKEN, 0)]:
+        set_value(option, value)
+    set_value(PAIR_FILTER, "All")
+
+
+def _pick_token(position: int) -> None:
+    """A click on a query token in the head view (1-based, 0: unpinned) selects it, as the token selector does."""
+    set_value(TOKEN, position)
+
+
+def _open_match(text_a: str, text_b: str, token: int) -> None:
+    """Button callback of a corpus match: its sentence (or pair) in the head view, its token (0-based) selected."""
+    option_a, option_b = text_options()
+    set_value(option_a, text_a)
+    set_value(option_b, text_b)
+    for option, value in [(VIEW, "head"), (LEVEL, "token"), (TOKEN, token + 1), (PAIR_FILTER, "All")]:
+        set_value(option, value)
+
+
+def _reset_token() -> None:
+    """A new level numbers the positions differently: forget the selected one."""
+    st.session_state[TOKEN.key] = 0
+
+
+def export_buttons(
+    name: str, csv_maker: Callable[[], pd.DataFrame], json_maker: Callable[[], dict], views: list, key: str
+):
+    """CSV and JSON of the current maps (made on click) and each figure as offline HTML (views: [(LiveView, html)])."""
+    c1, c2, *figure_columns = st.columns(2 + len(views))
+    csv = lambda: csv_maker().to_csv(index=False).encode()  # noqa: E731
+    c1.download_button("Download attention (CSV)", csv, f"{name}.csv", "text/csv", key=f"{key}_csv", on_click="ignore")
+    as_json = lambda: json.dumps(json_maker()).encode()  # noqa: E731
+    c2.download_button(
+        "Download attention (JSON)", as_json, f"{name}.json", "application/json", key=f"{key}_json", on_click="ignore"
+    )
+    for k, (column, (view, html)) in enumerate(zip(figure_columns, views)):
+        column.download_button(
+            "Download figure (HTML)" if k == 0 else f"Figure of {view.facts.name} (HTML)",
+            html.encode(),
+            f"{name}.html" if k == 0 else f"{view.stem}.html",
+            "text/html",
+            key=f"{key}_html" if k == 0 else f"{key}_html{k}",
+            on_click="ignore",
+            help="A standalone page that opens offline (no CDN).",
+        )
+    st.caption(
+        "PNG: the **Save PNG** button inside the figure. Downloads use 0-based indices; "
+        "`layer_head` is the 1-based label shown on the page."
+    )
+
+
+def show(html: str) -> None:
+    """Embed a self-contained view; the iframe takes the height of its content (the views scroll inside)."""
+    st.iframe(html, height="content")
+
+
+def _choice(column, label: str, choices: dict, option: Option, view: str, help: str, on_change=None) -> None:
+    """A horizontal radio of the head and model views, greyed out in the neuron view."""
+    column.radio(
+        label,
+        list(choices),
+        format_func=choices.get,
+        horizontal=True,
+        key=option.key,
+        on_change=on_change,
+        disabled=view == "neuron",
+        help=help,
+    )
+
+
+def show_control(view: str, column) -> str:
+    """The weights / norms switch of the head and model views; the neuron view always shows weights."""
+    _choice(
+        column,
+        "Shows",
+        SHOWS,
+        SHOW,
+        view,
+        "Weights: the attention α. Norms: ‖α f(x_j)‖ (METHODS §11), each query's row normalised to sum 1: "
+        "how much each token actually moves into the query. The neuron view shows weights, value norms beside it.",
+    )
+    return "weights" if view == "neuron" else st.session_state[SHOW.key]
+
+
+def level_controls(view: str, result: RunResult, facts: ModelFacts, texts: tuple[str, str], columns) -> tuple:
+    """Token or word level, the word row rule and weights / norms; returns (level, rule, show, maps, labels, segments)."""
+    c_level, c_rule, c_show = columns
+    _choice(
+        c_level,
+        "Level",
+        LEVELS,
+        LEVEL,
+        view,
+        "Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
+        "The neuron view is always at token level.",
+        on_change=_reset_token,
+    )
+    rule = c_rule.selectbox(
+        "Word rows",
+        ROW_RULES,
+        key=RULE.key,
+        disabled=st.session_state[LEVEL.key] != "word" or view == "neuron",
+        help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.",
+    )
+    shows = show_control(view, c_show)
+    shows = "weights" if shows == "norms" and explain_unsupported(facts, "norms") else shows
+    level = "token" if view == "neuron" else st.session_state[LEVEL.key]
+    return level, rule, shows, *units(result, level, facts.name, texts, rule, shows)
+
+
+def head_controls(view: str, facts: ModelFacts, c_layer, c_head) -> tuple[int, int]:
+    """The layer slider, and the heads shown (head view) or the one head (other views); 0-based."""
+    layer = int(c_layer.slider("Layer", 1, facts.n_layers, key=LAYER.key)) - 1
+    state = st.session_state
+    if view == "head":
+        st.pills(
+            "Heads shown",
+            list(range(1, facts.n_heads + 1)),
+            selection_mode="multi",
+            key=HEADS.key,
+            help="Heads drawn in the head view, one colour each (click a number inside the figure to hide it too).",
+        )
+        if len(state[HEADS.key]) == 1:
+            state[HEAD.key] = state[HEADS.key][0]
+    else:
+        c_head.selectbox("Head", list(range(1, facts.n_heads + 1)), key=HEAD.key)
+    return layer, int(state[HEAD.key]) - 1
+
+
+def token_controls(view: str, labels: list[str], is_pair: bool) -> int | None:
+    """The selected (or query) token and, for a pair in the head view, the pair filter; the token 0-based or None."""
+    c_token, c_filter = st.columns([2, 3])
+    if view != "model":
+        none = "none (first token)" if view == "neuron" else "none"
+        c_token.selectbox(
+            "Query token" if view == "neuron" else "Selected token",
+            list(range(0, len(labels) + 1)),
+            key=TOKEN.key,
+            format_func=lambda i: none if i == 0 else f"{i}: {labels[i - 1]}",
+            help="Positions are numbered from 1. In the head view only this token's lines are drawn.",
+        )
+    if view == "head" and is_pair:
+        c_filter.radio(
+            "Pair filter",
+            list(PAIR_FILTERS),
+            horizontal=True,
+            key=PAIR_FILTER.key,
+            help="Queries of one sentence to keys of the other (or the same); weights are not renormalised.",
+        )
+    token = st.session_state[TOKEN.key]
+    return int(token) - 1 if token else None
+
+
+def controls(view: str, facts: ModelFacts, result: RunResult, text_a: str, text_b: str) -> LiveView:
+    """Every control of the three views, kept in the URL; what they choose."""
+    c_level, c_rule, c_show, c_layer, c_head = st.columns([1.2, 1, 1.2, 2.2, 1.2])
+    level, rule, shows, attn, labels, segments = level_controls(
+        view, result, facts, (text_a, text_b), (c_level, c_rule, c_show)
+    )
+    clamp_options(facts.n_layers, facts.n_heads, len(labels))
+    layer, head = head_controls(view, facts, c_layer, c_head)
+    selected = token_controls(view, labels, bool(text_b.strip()))
+    publish(OPTIONS)
+    return LiveView(facts, text_a, text_b, result, level, rule, shows, attn, labels, segments, layer, head, selected)
+
+
+def compared_view(s: LiveView, facts: ModelFacts) -> LiveView | None:
+    """The same input, level and measure in a second model (its own tokens), the layer and head kept in its range."""
+    if facts.kind == "encoder-decoder":
+        st.info(
+            f"{facts.name} is an encoder-decoder: open it as the model to see its encoder, decoder and cross attention."
+        )
+        return None
+    try:
+        r = cached_run(facts.name, s.text_a, s.text_b)
+    except InputError as exc:
+        st.warning(f"{facts.name}: {exc}")
+        return None
+    attn, labels, segments = units(r, s.level, facts.name, (s.text_a, s.text_b), s.rule, s.show)
+    selected = s.selected if s.selected is not None and s.selected < len(labels) else None
+    layer, head = min(s.layer, facts.n_layers - 1), min(s.head, facts.n_heads - 1)
+    return LiveView(
+        facts, s.text_a, s.text_b, r, s.level, s.rule, s.show, attn, labels, segments, layer, head, selected
+    )
+
+
+def layer_shares(v: LiveView) -> dict[str, dict[str, float]]:
+    """Token-level shares of the shown measure per layer (mean over heads), as largest_difference compares them."""
+    r = v.result
+    maps = token_maps(v.facts.name, v.text_a, v.text_b, v.show)
+    stats = input_statistics(maps, r.cls_mask, r.sep_mask, punct_mask(r.tokens, r.special_mask), v.facts.causal)
+    return by_layer({key: stats[key].mean(axis=1) for key in DIFFER_KEYS}, DIFFER_KEYS, STAT_NAMES)
+
+
+def side_by_side(views: list[LiveView]) -> list:
+    """One column per model (the page itself for one model), each headed by its model and layer when two."""
+    columns = model_columns(
+        [f"**{v.facts.name}** · layer {v.layer + 1} of {v.facts.n_layers}, {v.facts.n_heads} heads" for v in views]
+    )
+    if len(views) == 1:
+        return columns
+    difference = largest_difference(layer_shares(views[0]), layer_shares(views[1]))
+    if difference is not None:
+        st.caption(
+            f"{views[0].facts.name} vs {views[1].facts.name} on this input ({SHOWS[views[0].show].lower()}, "
+            f"token level, mean over heads, layers by number): {difference.text()}"
+        )
+    return columns
+
+
+def long_table(views: list[LiveView], tables: list[pd.DataFrame], value_key: str) -> pd.DataFrame:
+    """The views' tables in one, with a `model` column first when there are two models."""
+    if len(views) > 1:
+        tables = [t.assign(model=v.facts.name)[["model", *t.columns]] for v, t in zip(views, tables)]
+    table = pd.concat(tables, ignore_index=True)
+    return table.rename(columns={"weight": "norm_share"}) if value_key == "norm_share" else table
+
+
+def exports(views: list[LiveView], parts: list[dict]) -> dict:
+    """The JSON download: one model's export, or {"models": [...]} with each model's."""
+    return parts[0] if len(views) == 1 else {"models": parts}
+
+
+def head_view_part(v: LiveView, heads: list[int], pair_filter: str, two: bool):
+    """One model's head view (heads outside its range left out) drawn in the current column: (html, data)."""
+    own = [h for h in heads if h < v.facts.n_heads] or [min(max(heads), v.facts.n_heads - 1)]
+    title = (f"{v.facts.name} · " if two else "") + v.level_title
+    data = head_view_data(v.attn[v.layer], own, v.segments, pair_filter)
+    html = head_view_html(
+        v.attn[v.layer], v.labels, own, v.layer, v.segments, pair_filter, v.selected, title=title, quantity=v.quantity
+    )
+    show(html)
+    return html, data
+
+
+def head_view_section(s: LiveView, second: ModelFacts | None) -> None:
+    """The head view of the chosen heads of one layer (of each model), and its exports."""
+    heads = [h - 1 for h in st.session_state[HEADS.key]]
+    pair_filter = st.session_state[PAIR_FILTER.key] if s.text_b.strip() else "All"
+    if not heads:
+        st.info("Choose at least one head.")
+        return
+    views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    drawn = []
+    listen_for_picks(_pick_token)
+    for column, v in zip(side_by_side(views), views):
+        with column:
+            drawn.append(head_view_part(v, heads, pair_filter, len(views) > 1))
+    words = f" Word level: rows merged by **{s.rule}**, columns summed (METHODS §6)." if s.level == "word" else ""
+    norms = " Norms: ‖α f(x)‖ of each key, each row normalised to sum 1 (METHODS §11)." if s.show == "norms" else ""
+    st.caption(f"Lines below {HEAD_MIN_WEIGHT} are not drawn." + words + norms)
+    export_buttons(
+        f"{s.stem}-heads",
+        lambda: long_table(
+            views,
+            [attention_table(d.maps, v.layer, d.heads, d.left, d.right, v.labels) for v, (_, d) in zip(views, drawn)],
+            s.value_key,
+        ),
+        lambda: exports(views, [head_export(v, d, pair_filter) for v, (_, d) in zip(views, drawn)]),
+        [(v, html) for v, (html, _) in zip(views, drawn)],
+        "live_head_export",
+    )
+
+
+def head_export(v: LiveView, data, pair_filter: str) -> dict:
+    """One model's head view as JSON."""
+    maps = np.round(data.maps.astype(np.float64), 6).tolist()
+    fields = {"level": v.level, "rule": v.rule, "pair_filter": pair_filter, "heads": data.heads}
+    return v.export(**fields, query_index=data.left, key_index=data.right, **{v.value_key: maps})
+
+
+def model_view_section(s: LiveView, second: ModelFacts | None) -> None:
+    """Every head of every layer as thumbnails (of each model), the chosen one enlarged, and the chosen layer's exports."""
+    views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    drawn = []
+    for column, v in zip(side_by_side(views), views):
+        with column:
+            if len(v.labels) > LINES_MAX_TOKENS:
+                st.caption(f"More than {LINES_MAX_TOKENS} {v.level}s: thumbnails are heatmaps so they stay readable.")
+            title = (f"{v.facts.name} · " if len(views) > 1 else "") + v.level_title
+            clicks = v is s and bool(st.session_state[CLICK.key]) and unavailable_reason(current_model()) is None
+            off = heads_off_now(v.facts) if clicks else []
+            kwargs = {"title": title, "quantity": v.quantity, "switches": clicks, "off": off}
+            drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), windows=v.facts.windows, **kwargs))
+            if clicks:
+                head_switches(drawn[-1], SWITCHES, on_change=_clicked)
+            else:
+                show(drawn[-1])
+
+    local_layers_note(s.facts)
+
+    def table(v: LiveView) -> pd.DataFrame:
+        every = list(range(len(v.labels)))
+        return attention_table(v.attn[v.layer], v.layer, list(range(v.facts.n_heads)), every, every, v.labels)
+
+    def export(v: LiveView) -> dict:
+        return v.export(level=v.level, rule=v.rule, **{v.value_key: np.round(v.attn[v.layer], 6).tolist()})
+
+    export_buttons(
+        f"{s.stem}-all-heads",
+        lambda: long_table(views, [table(v) for v in views], s.value_key),
+        lambda: exports(views, [export(v) for v in views]),
+        list(zip(views, drawn)),
+        "live_model_export",
+    )
+    st.caption("The downloads hold the chosen layer (all heads); the enlarged head is the chosen layer and head.")
+
+
+def neuron_view_section(s: LiveView, second: ModelFacts | None) -> None:
+    """Query and key vectors of one head and query token, their softmax against the model's row, the value norms; of
+    each model, side by side."""
+    views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    views = [v for v in views if not explain_unsupported(v.facts, "queries_keys")]
+    if not views:
+        return
+    drawn = []
+    for k, (column, v) in enumerate(zip(side_by_side(views), views)):
+        with column:
+            drawn.append(neuron_part(v, len(views) > 1, "live_value_norms" if k == 0 else f"live_value_norms{k}"))
+    st.caption("‖f(x_j)‖ = ‖v_j W_O‖ of each key token in this head (METHODS §11): how large a vector it moves.")
+    export_buttons(
+        f"{s.stem}-H{s.head + 1}-neuron",
+        lambda: long_table(views, [pd.DataFrame(table) for _, table, _ in drawn], "attention"),
+        lambda: exports(views, [v.export(**fields) for v, (_, _, fields) in zip(views, drawn)]),
+        [(v, html) for v, (html, _, _) in zip(views, drawn)],
+        "live_neuron_export",
+    )
+
+
+def neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict]:
+    """One model's neuron view and its value norms (beside it; below it when two models share the width), and
+    whether softmax(q·k/√d) reproduces its row; returns (html, CSV columns, JSON fields)."""
+    r, layer, head = v.result, v.layer, v.head
+    query = v.selected if v.selected is not None else 0
+    q, k = r.queries[layer, head], r.keys[layer, head]
+    terms = score_terms(r.qk_scale, r.score_bias, layer, head, query, v.facts.window(layer), v.facts.causal)
+    ns = neuron_scores(q, k, query, **terms)
+    row = r.attentions[layer, head, query]
+    title = f"{v.facts.name} · Neuron view" if two else ""
+    html = neuron_view_html(q, k, v.labels, query, layer, head, row, title=title, **terms)
+    no_norms = unsupported_for(v.facts.name, "norms")
+    norms = None if no_norms else value_norm(v.facts.name, v.text_a, v.text_b)[layer, head]
+    left, right = (st.container(), st.container()) if two else st.columns([4, 1])
+    with left:
+        show(html)
+    with right:
+        if norms is None:
+            st.caption(f"No value norms: {no_norms}")
+        else:
+            plotly_figure(value_norm_figure(norms, v.labels, layer, head), key=chart_key)
+    neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label)
+    table = {"key_index": np.arange(r.n), "key": v.labels, "score": ns.scores, "softmax": ns.softmax}
+    fields = {
+        "head": head,
+        "query_index": query,
+        "query": ns.query.tolist(),
+        "keys": ns.keys.tolist(),
+        "scores": ns.scores.tolist(),
+        "softmax": ns.softmax.tolist(),
+        "model_attention": row.astype(np.float64).tolist(),
+    }
+    columns = table | {"model_attention": row}
+    if norms is not None:
+        fields["value_norm"] = norms.astype(np.float64).tolist()
+        columns["value_norm"] = norms
+    return html, columns, fields
+
+
+def neuron_notes(diff: float, label: str) -> None:
+    """Whether the softmax of the scores of the captured vectors reproduces the model's attention row."""
+    if diff > 1e-4:
+        st.warning(
+            f"For this model softmax({label}) differs from the returned attention by up to {diff:.2g}: "
+            "its attention adds terms that the query and key vectors do not show."
+        )
+    else:
+        st.caption(
+            f"softmax({label}) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
+            "The neuron view is always at token level."
+        )
+
+
+def heads_off_now(facts: ModelFacts) -> list[tuple[int, int]]:
+    """The heads switched off (0-based), from the URL's 1-based text; those outside the model left out."""
+    heads = []
+    for part in str(st.session_state.get(OFF.key, "")).split(","):
+        layer, _, head = part.strip().partition("-")
+        if layer.isdigit() and head.isdigit() and 1 <= int(layer) <= facts.n_layers and 1 <= int(head) <= facts.n_heads:
+            heads.append((int(layer) - 1, int(head) - 1))
+    return sorted(set(heads))
+
+
+def _label(head: tuple[int, int]) -> str:
+    return f"{head[0] + 1}-{head[1] + 1}"
+
+
+def _picked() -> None:
+    """Multiselect callback: its heads become the URL's."""
+    set_value(OFF, ",".join(st.session_state[OFF_PICK]))
+
+
+def _clicked() -> None:
+    """Model view callback: the heads a click left off become the URL's."""
+    set_value(OFF, ",".join(_label(h) for h in clicked_heads(SWITCHES)))
+
+
+def _share(p: float) -> str:
+    """A probability as a percentage, small ones with two significant digits."""
+    return f"{p:.1%}" if p >= 0.001 else f"{100 * p:.2g}%"
+
+
+def switches_section(s: LiveView) -> None:
+    """Heads switched off on this input (a multiselect, or clicks in the model view) and their effect: the sentence
+    embedding's similarity to the unchanged model's, the hidden states' change and, for a masked-LM model, the
+    predictions at each mask token typed in the text before and after (METHODS §15)."""
+    st.subheader("Switch heads off")
+    reason = unavailable_reason(current_model())
+    if reason is not None:
+        st.info(reason)
+        return
+    facts = s.facts
+    off = heads_off_now(facts)
+    st.session_state[OFF_PICK] = [_label(h) for h in off]
+    everyone = [_label((l, h)) for l in range(facts.n_layers) for h in range(facts.n_heads)]
+    pick, click = st.columns([3, 1])
+    pick.multiselect(
+        "Heads switched off (layer-head)",
+        everyone,
+        key=OFF_PICK,
+        on_change=_picked,
+        help="Each head's context vectors are set to zero before the attention output projection (Michel et al.'s "
+        "ablation); the rest of the model runs unchanged. The views above still show the unchanged model.",
+    )
+    click.toggle("Click heads in the model view", key=CLICK.key, help="In the model view, a click on a thumbnail "
+                 "switches that head off, or on again.")  # fmt: skip
+    if not off:
+        st.caption(
+            "No head is switched off: choose heads above, or turn on the toggle and click them in the model view."
+        )
+        return
+    try:
+        found = cached_ablation(facts.name, s.text_a, s.text_b, heads_text(off))
+    except AblationUnavailable as exc:
+        st.info(str(exc))
+        return
+    first, second, third = st.columns(3)
+    first.metric(
+        "Sentence-embedding similarity",
+        f"{found.similarity:.4f}",
+        delta=f"1 − cos = {found.embedding:.2g}",
+        delta_color="off",
+        help="cos between the mean-pooled last hidden states with and without the heads (1 = unchanged).",
+    )
+    second.metric("Hidden states changed by", f"{found.hidden:.1%}", help="Mean over tokens of ||h − h′|| / ||h||.")
+    if found.mlm is not None:
+        third.metric("Masked-LM loss change", f"{found.mlm:+.2g}", help="At 15% of the tokens masked (METHODS §15).")
+    mask = current_model().tokenizer.mask_token
+    if found.mlm is None:
+        return
+    if not found.predictions:
+        st.caption(f"Type {mask} in the text to see the model's top predictions there before and after.")
+        return
+    rows = [
+        {
+            "position": p.position + 1,
+            "rank": k + 1,
+            "before": f"{b[0]} ({_share(b[1])})",
+            "after": f"{a[0]} ({_share(a[1])})",
+        }
+        for p in found.predictions
+        for k, (b, a) in enumerate(zip(p.before, p.after))
+    ]
+    st.markdown(f"Top predictions at each {mask} typed in the text, before and after:")
+    data_table(pd.DataFrame(rows), key="live_predictions")
+
+
+def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -> None:
+    """ "Find similar tokens in a corpus" (METHODS §16): off by default, and nothing of it loads until switched on."""
+    st.divider()
+    if not st.toggle(
+        "Find similar tokens in a corpus",
+        key=FIND.key,
+        help="exBERT's search by example: the tokens of a corpus whose vectors (this layer's output, or the heads "
+        "shown) are most like the selected token's, with their parts of speech, relations and what they attend to.",
+    ):
+        return
+    from app_pages.live.similar_tokens import Ask, find_similar, first_piece
+
+    token = first_piece(s.result, s.selected, s.level)
+    heads = tuple(h - 1 for h in st.session_state[HEADS.key]) if view == "head" else (s.head,)
+    ask = None if token is None else Ask(s.text_a, s.text_b, token, s.layer, heads)
+    find_similar(current_model(), second, ask, s.result, _open_match)
+
+
+SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": neuron_view_section}
+
+
+def long_page(facts: ModelFacts, text_a: str, text_b: str, encoded) -> None:
+    """A long input (METHODS §19): the head and model views draw the reduced map and a window's lines, computed
+    block-wise; the neuron view and the head finder say why they are not drawn."""
+    bind(OPTIONS + WINDOW_OPTIONS)
+    st.caption(f"{encoded.n} tokens. Layers, heads and token positions are numbered from 1 on this page.")
+    view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key=VIEW.key)
+    clamp_options(facts.n_layers, facts.n_heads, encoded.n)
+    if view in ("neuron", "finder"):
+        publish(OPTIONS + WINDOW_OPTIONS)
+        needs_window(view, encoded)
+        return
+    c_layer, c_head, _ = st.columns([2.2, 1.2, 3])
+    layer, head = head_controls(view, facts, c_layer, c_head)
+    heads = [h - 1 for h in st.session_state[HEADS.key]] if view == "head" else [head]
+    if not heads:
+        publish(OPTIONS + WINDOW_OPTIONS)
+        st.info("Choose at least one head.")
+        return
+    long_views(view, facts, (text_a, text_b), encoded, layer, heads)
+    publish(OPTIONS + WINDOW_OPTIONS)
+
+
+st.title("Live attention")
+facts = current_model().facts
+if facts.kind == "encoder-decoder":
+    encoder_decoder_live(facts)
+    cite_methods(18)
+    st.stop()
+text_a, text_b = text_inputs()
+long = long_input(facts.name, text_a, text_b)
+if long is not None:
+    long_page(facts, text_a, text_b, long)
+    cite_methods(19)
+    st.stop()
+result = run_or_explain(facts.name, text_a, text_b)
+bind(OPTIONS)
+if result is None:
+    st.stop()
+st.caption(
+    f"{result.n} tokens. Layers, heads and token positions are numbered from 1 on this page "
+    '("layer-head" as in Clark et al. 2019, so 3-10 is layer 3, head 10).'
+)
+view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key=VIEW.key)
+if view == "finder":
+    clamp_options(facts.n_layers, facts.n_heads, result.n)
+    publish(OPTIONS)
+    show_finder(facts, text_a, text_b, on_pick=_open_head)
+else:
+    compared = compared_model()
+    live = controls(view, facts, result, text_a, text_b)
+    SECTIONS[view](live, compared.facts if compared else None)
+    switches_section(live)
+    if view != "model":
+        similar_tokens_section(live, view, compared)
+cite_methods(6, 11, 15, 16)

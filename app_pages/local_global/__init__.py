@@ -1,0 +1,1 @@
+"""The local global page and its own helpers."""

@@ -1,0 +1,1 @@
+"""The queries keys page and its own helpers."""

@@ -1,0 +1,1 @@
+"""The report page and its own helpers."""

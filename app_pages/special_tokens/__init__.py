@@ -1,0 +1,1 @@
+"""The special tokens page and its own helpers."""

@@ -1,0 +1,111 @@
+"""What the Special tokens page's tabs share: one model's result as shown (`ShownResult`), the statistics' names,
+and the helpers that draw a figure, put two models side by side and say where they differ most."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+
+from attnlib.analyses.special import SpecialTokens
+from attnlib.present.tables import by_layer
+from attnlib.stats.gradients import GradientImportanceResult
+from attnlib.stats.head_distances import HeadMap
+from attnlib.stats.shares import SpecialTokenResult
+from attnlib.stats.value_norms import NormShareResult
+from ui.sources.compare import difference_line, model_columns
+from ui.widgets.downloads import chart
+
+KEY = "special"  # widget keys and download names of the page start with it
+NAMES = {
+    "cls": "[CLS]",
+    "sep": "[SEP]",
+    "punct": "punctuation",
+    "other": "other tokens",
+    "prev": "previous token",
+    "self": "the token itself",
+    "next": "next token",
+    "sep_to_sep": "[SEP] rows to [SEP]",
+    "rest_to_sep": "other rows to [SEP]",
+    "entropy": "entropy",
+    "cls_entropy": "[CLS]-row entropy",
+}
+
+
+DECODER_NAMES = {"cls": "first token", "sep": "end token", "cls_entropy": "first-row entropy"}  # METHODS §18
+
+
+def names_for(views: list[ShownResult]) -> dict[str, str]:
+    """The statistics' names for these results: a decoder's FIRST and SEP classes named as such, both names when an
+    encoder and a decoder stand side by side."""
+    kinds = {v.special.causal for v in views}
+    if kinds == {False}:
+        return NAMES
+    if kinds == {True}:
+        return NAMES | DECODER_NAMES
+    return NAMES | {key: f"{NAMES[key]} / {name}" for key, name in DECODER_NAMES.items()}
+
+
+@dataclass
+class ShownResult:
+    """One model's result as the page shows it: the statistics, where they come from, and gradient importance."""
+
+    run: SpecialTokens
+    gradients: GradientImportanceResult | None
+    corpus: str
+    model: str
+    grad_reason: str | None  # why gradient importance cannot be computed for this model (None when it can)
+    source: str  # "computed here", "precomputed, shipped ..." or the loaded file's provenance
+    from_file: bool = False
+    fingerprint: str = ""
+
+    @property
+    def special(self) -> SpecialTokenResult:
+        return self.run.special
+
+    @property
+    def head_map(self) -> HeadMap | None:
+        return self.run.head_map
+
+    @property
+    def norms(self) -> NormShareResult | None:
+        return self.run.norms
+
+
+def show_figure(fig: go.Figure, name: str) -> None:
+    """A figure with its HTML download (`name`.html)."""
+    chart(fig, name, f"{KEY}_{name}_chart")
+
+
+def models_difference(views: list[ShownResult], per_layer: list[dict], keys: list[str], names: dict[str, str]) -> None:
+    """With two models: where their per-layer values differ most (per_layer: one {key: [layers]} per view)."""
+    if len(views) < 2:
+        return
+    depths = {len(values[keys[0]]) for values in per_layer}
+    a, b = (comparable(values, keys, names, len(depths) > 1) for values in per_layer)
+    none = "The two models have no layer at the same relative depth to compare."
+    difference_line([v.model for v in views], a, b, none)
+
+
+def comparable(per_layer: dict, keys: list[str], names: dict[str, str], relative: bool) -> dict[str, dict]:
+    """by_layer's {name: {"layer 3": value}}; models of different depth meet at equal fractions of their depth."""
+    if not relative:
+        return by_layer(per_layer, keys, names)
+    return {
+        names[k]: {f"relative depth {(l + 1) / len(per_layer[k]):.2f}": float(v) for l, v in enumerate(per_layer[k])}
+        for k in keys
+    }
+
+
+def per_model(views: list[ShownResult], keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """{model: {key: [layers, heads]}} of some statistics."""
+    return {v.model: {k: v.special.heads[k] for k in keys} for v in views}
+
+
+def side_by_side(views: list[ShownResult], draw: Callable[[ShownResult, str], None]) -> None:
+    """draw(view, suffix) for each view, in columns when there are two."""
+    for i, (column, view) in enumerate(zip(model_columns([f"**{v.model}**" for v in views]), views)):
+        with column:
+            draw(view, "" if len(views) == 1 else f"_{i + 1}")

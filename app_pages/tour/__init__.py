@@ -1,0 +1,1 @@
+"""The tour page and its own helpers."""

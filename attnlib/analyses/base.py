@@ -1,0 +1,399 @@
+"""The shape of an analysis: its options, what it reads, how it is computed and its result, and running one.
+
+Each analysis module (attention, special_tokens, deps, positions, ...) defines one `Analysis` and registers it in
+attnlib.analyses.registry. The command line builds its flags from the options dataclass, result files store `asdict(options)`,
+and the pages, the Tour, the report and a notebook all run it through `run_analysis` (or `attnlib.analyse`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+from attnlib import __version__
+from attnlib.core.batches import Progress
+from attnlib.core.corpus import CorpusError, CorpusInput, read_conllu, read_corpus
+from attnlib.core.engines import CorpusRun, Fill, check_device, engine_fill, run_accumulators
+from attnlib.core.families import Statistic, UnsupportedModelError, unsupported_reason
+from attnlib.core.model import LoadedModel, ModelFacts, load_model
+from attnlib.results.files import ResultFile, ResultFileError, corpus_record, json_ready, text_record
+
+Reads = Literal["text", "corpus", "conllu", "treebanks"]
+SOURCES: dict[str, tuple[str, ...]] = {  # the inputs of each kind, as the command line's flags name them
+    "text": (),
+    "corpus": ("corpus",),
+    "conllu": ("conllu",),
+    "treebanks": ("train", "test"),
+}
+DEFAULT_BATCH_SIZE = 32
+Inputs = Sequence[CorpusInput] | str | Path  # a file's path, or inputs already read (plain strings are sentences)
+
+
+class OptionError(ValueError):
+    """An option an analysis does not have, or a value it does not take."""
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    minimum: int | None = None,
+    compare: bool = False,
+    adds: bool = False,
+    view: bool = False,
+) -> Any:
+    """A field of an options dataclass: its default (the command line's, the pages' and the Tour's) and its help
+    (argparse's: `%(default)s` is the default).
+
+    `minimum`: the smallest value an int takes; `compare`: two models' results compare only when it agrees; `adds`: a
+    bool that only adds a part to the result, so a result computed with it answers a request without it; `view`: it
+    only chooses what the result shows of what was computed, so a result answers any value of it. A result type
+    with `for_options(options)` trims or remakes those parts for the options asked."""
+    return field(
+        default=default, metadata={"help": help, "minimum": minimum, "compare": compare, "adds": adds, "view": view}
+    )
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def option_types(options_type: type) -> dict[str, Any]:
+    """The options' field types (annotations resolved), once per class."""
+    if options_type not in _HINTS:
+        _HINTS[options_type] = get_type_hints(options_type)
+    return _HINTS[options_type]
+
+
+def choices_of(kind: Any) -> tuple | None:
+    """The values a Literal annotation allows (None for other types)."""
+    return get_args(kind) if get_origin(kind) is Literal else None
+
+
+def _check(name: str, kind: Any, value: Any, minimum: int | None) -> None:
+    choices = choices_of(kind)
+    if choices is not None:
+        if value not in choices:
+            raise OptionError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
+        return
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise OptionError(f"{name} must be True or False, not {value!r}")
+        return
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise OptionError(f"{name} must be a whole number, not {value!r}")
+    if kind is float and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise OptionError(f"{name} must be a number, not {value!r}")
+    if kind is str and not isinstance(value, str):
+        raise OptionError(f"{name} must be a string, not {value!r}")
+    if minimum is not None and value < minimum:
+        raise OptionError(f"{name} must be at least {minimum}, not {value!r}")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Base of every analysis's options (frozen dataclasses of `option` fields), checked when made."""
+
+    def __post_init__(self) -> None:
+        hints = option_types(type(self))
+        for f in fields(self):
+            _check(f.name, hints[f.name], getattr(self, f.name), f.metadata.get("minimum"))
+
+
+O = TypeVar("O", bound=Options)
+R = TypeVar("R")
+MakeAccumulators = Callable[..., list]  # (lm, options) -> empty accumulators
+OwnFill = Callable[..., list]  # (lm, inputs, accumulators, batch_size, progress, options) -> filled accumulators
+
+
+@dataclass(frozen=True)
+class FollowUp(Generic[R]):
+    """A second pass over the same inputs that the first pass's result decides (importance's pruning curve: the
+    order of the heads is known only once every head's effect is): its accumulators and fill as the engines take
+    them (they must pickle for Ray), and how its filled accumulators complete the first result."""
+
+    make_accumulators: Callable[[LoadedModel], list]
+    fill: Fill
+    finish: Callable[[R, list], R]
+
+
+@dataclass(frozen=True)
+class Analysis(Generic[O, R]):
+    """One analysis: its name (the CLI command and the result file's `command`), options, inputs, computation, result.
+
+    A one-input analysis (reads "text") gives `compute(lm, item, options)`. A corpus analysis gives `accumulators(lm,
+    options)` (empty mergeable accumulators, so the local and Ray engines both run it), optionally `fill` (its own
+    corpus loop, as engines.Fill with the options last), and `finish(*accumulators_per_source, options)`. The result
+    type has `to_json()` (the command's JSON, without the model) and `from_json(data)` raising ResultFileError; a
+    result that keeps more than its JSON in a result file (deps: its counts) has `state_json()` and
+    `from_json(data, state)`."""
+
+    name: str
+    help: str
+    options: type[O]
+    reads: Reads
+    result: type[R]
+    methods: tuple[int, ...]  # the sections of docs/METHODS.md that define it
+    compute: Callable[[LoadedModel, CorpusInput, O], R] | None = None
+    accumulators: MakeAccumulators | None = None
+    finish: Callable[..., R] | None = None
+    fill: OwnFill | None = None
+    json_model: bool = True  # the JSON names the model first (deps and probe never did)
+    note: Callable[[LoadedModel, CorpusInput, O], str | None] | None = None  # said on stderr before a long run
+    needs: Callable[[O], tuple[Statistic, ...]] | None = None  # what these options ask of the model's family, if any
+    follow: Callable[[R, O], FollowUp[R] | None] | None = None  # a second pass the first result decides
+    conllu_flag: bool = False  # a corpus analysis whose corpus may be given as --conllu PATH too (a CoNLL-U file)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The inputs it reads, by their command-line names ("corpus"; "train" and "test"; none for a text)."""
+        return SOURCES[self.reads]
+
+    def make_options(self, **values: Any) -> O:
+        """Its options from keyword values (the rest at their defaults); OptionError for unknown names or bad values."""
+        names = [f.name for f in fields(self.options)]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            has = ", ".join(names) or "none"
+            raise OptionError(f"{self.name} has no option {', '.join(unknown)}; its options: {has}.")
+        try:
+            return self.options(**values)
+        except OptionError as exc:
+            raise OptionError(f"{self.name}: {exc}.") from None
+
+    def options_from_json(self, stored: Mapping[str, Any]) -> O:
+        """The options a result file stores (asdict); ResultFileError when they are not this analysis's."""
+        try:
+            options = self.make_options(**stored)
+        except (OptionError, TypeError) as exc:
+            raise ResultFileError(f"the file's options are not those of `{self.name}` ({exc}).") from exc
+        if asdict(options) != dict(stored):  # an option added since the file was written
+            missing = sorted(set(asdict(options)) - set(stored))
+            raise ResultFileError(f"the file's options lack {', '.join(missing)} (written by an older attnlib).")
+        return options
+
+    def compared(self) -> tuple[str, ...]:
+        """The options that must agree for two models' results to compare like for like."""
+        return tuple(f.name for f in fields(self.options) if f.metadata.get("compare"))
+
+    def answers(self, stored: Mapping[str, Any], wanted: O) -> bool:
+        """Whether a result computed with the stored options answers a request for `wanted` (an `adds` part may be
+        there without being asked for; `view` options never matter). Options of another analysis answer nothing."""
+        if type(wanted) is not self.options:
+            return False
+        try:
+            have = self.options_from_json(stored)
+        except ResultFileError:
+            return False
+        for f in fields(self.options):
+            got, asked = getattr(have, f.name), getattr(wanted, f.name)
+            if got != asked and not f.metadata.get("view") and not (f.metadata.get("adds") and got and not asked):
+                return False
+        return True
+
+    def computed(self, options: O) -> O:
+        """The options that decide what is computed: the `view` ones at their defaults (a cache key)."""
+        return replace(options, **{f.name: f.default for f in fields(self.options) if f.metadata.get("view")})
+
+    def for_options(self, result: R, options: O) -> R:
+        """A result (shipped, cached) as these options show it: the result type's for_options, else as it is."""
+        adapt = getattr(result, "for_options", None)
+        return result if adapt is None else adapt(options)
+
+    def to_json(self, result: R, model: str) -> dict:
+        """The command's JSON (strict: NaN as null), the model named first where the command always did."""
+        data = result.to_json()  # type: ignore[attr-defined]
+        return json_ready({"model": model, **data} if self.json_model else data)
+
+    def from_record(self, record: ResultFile) -> R:
+        """The result a result file holds; ResultFileError when it is of another analysis or malformed."""
+        if record.command != self.name:
+            raise ResultFileError(f"this file holds the result of `{record.command}`, not `{self.name}`.")
+        reader = self.result.from_json  # type: ignore[attr-defined]
+        return reader(record.result, record.state) if hasattr(self.result, "state_json") else reader(record.result)
+
+    def read(self, record: ResultFile, options: O) -> R:
+        """A result file's result as these options show it (a shipped file may hold more, or another view)."""
+        return self.for_options(self.from_record(record), options)
+
+    def make_accumulators(self, options: O) -> Callable[[LoadedModel], list]:
+        """make_accumulators(lm) for the engines (a partial of a module function: it pickles for Ray)."""
+        assert self.accumulators is not None, f"{self.name} reads one input"
+        return partial(self.accumulators, options=options)
+
+    def make_fill(self, options: O) -> Fill:
+        """The engines' Fill: the analysis's own corpus loop with its options, else the plain engine pass."""
+        return engine_fill if self.fill is None else partial(self.fill, options=options)
+
+
+def own_loop(loop: Callable, lm: LoadedModel, inputs: Sequence[CorpusInput], accumulators: list, batch_size: int,
+             progress: Progress | None, options: Options) -> list:  # fmt: skip
+    """The Fill of an analysis with its own corpus loop, `loop(lm, inputs, options, progress, batch_size)` into one
+    accumulator (attribution runs per input after the batched pass): run it and merge. Give `partial(own_loop, loop)`."""
+    return [accumulators[0].merge(loop(lm, inputs, options, progress, batch_size))]
+
+
+def single_result(accumulators: list, options: Options) -> Any:
+    """The finish of an analysis with one accumulator whose result() is its result."""
+    return accumulators[0].result()
+
+
+@dataclass
+class AnalysisRun(Generic[R]):
+    """One analysis run: its result, the model's facts, its options, what it read and how it ran."""
+
+    analysis: Analysis
+    options: Options
+    result: R
+    facts: ModelFacts
+    corpus: dict  # as result files describe it (a text: its sentences; treebanks: the test file, with "train")
+    run: dict = field(default_factory=dict)  # engine, device, workers, seconds
+
+    def to_json(self) -> dict:
+        """The command's JSON; `model_dtype` (analysed, saved) when the weights are not a float32 checkpoint's."""
+        data = self.analysis.to_json(self.result, self.facts.name)
+        data = {**data, **self.facts.stack_keys(), **{k: data[k] for k in ("part",) if k in data}}
+        if self.facts.dtype_note() is not None:
+            data["model_dtype"] = {"analysed": self.facts.dtype, "saved": self.facts.saved_dtype}
+        return data
+
+    def result_file(self) -> ResultFile:
+        """The run as a result file (`--out`): its options as asdict, stamped with this library's version and time."""
+        state = self.result.state_json() if hasattr(self.result, "state_json") else None
+        created = datetime.now(UTC).isoformat(timespec="seconds")
+        return ResultFile(
+            self.analysis.name,
+            self.facts.name,
+            self.corpus,
+            asdict(self.options),
+            __version__,
+            created,
+            self.to_json(),
+            self.run,
+            json_ready(state),
+        )
+
+
+def read_inputs(source: str, given: Inputs, limit: int | None = None) -> list[CorpusInput]:
+    """One input of an analysis: a corpus (text or CoNLL-U file), or a CoNLL-U treebank (conllu, train, test); a
+    sequence is taken as read (plain strings as sentences). At most `limit` inputs; CorpusError when none."""
+    if isinstance(given, str | Path):
+        if source == "corpus":
+            return read_corpus(given, limit)
+        sentences = list[CorpusInput](read_conllu(given)[:limit])
+        if not sentences:
+            raise CorpusError(f"{given}: no sentence in the file.")
+        return sentences
+    items = [CorpusInput(x) if isinstance(x, str) else x for x in list(given)[:limit]]
+    if not items:
+        raise CorpusError(f"the {source} given has no input.")
+    return items
+
+
+def describe_inputs(given: Mapping[str, Inputs], inputs: Mapping[str, Sequence[CorpusInput]]) -> dict:
+    """The inputs as result files describe them: a file by its path and SHA-1 (a probe's test file, with "train")."""
+
+    def one(source: str) -> dict:
+        path, n = given[source], len(inputs[source])
+        if isinstance(path, str | Path):
+            return corpus_record(path, n)
+        return {"name": f"{n} inputs", "path": None, "n_inputs": n, "sha1": None}
+
+    *first, last = inputs
+    return {**one(last), **{source: one(source) for source in first}}
+
+
+def run_analysis(
+    analysis: Analysis[O, R],
+    model: str | LoadedModel,
+    options: O,
+    *,
+    text: str | None = None,
+    pair: str | None = None,
+    inputs: Mapping[str, Inputs] | None = None,
+    limit: int | None = None,
+    engine: str = "local",
+    device: str = "cpu",
+    workers: int = 2,
+    cpus_per_worker: float = 1.0,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Progress | None = None,
+    note: Callable[[str], None] | None = None,
+    strict: bool = False,
+) -> AnalysisRun[R]:
+    """Run an analysis on one text (and pair), or on its inputs (source -> a file's path or the inputs themselves,
+    at most `limit` of each).
+
+    A loaded model is used as it is (the local engine); a name is loaded here, or by each Ray worker with
+    engine="ray". `note` is told, before a long one-input run, what it will cost. A part a model's family cannot give
+    (families.unsupported_reason) is left out, or with `strict` (the command line) refused: UnsupportedModelError."""
+    if analysis.reads == "text":
+        if text is None:
+            raise CorpusError(f"{analysis.name} analyses one text: give text= (and pair=).")
+        check_device(device)
+        lm = _loaded(model, device)
+        item = CorpusInput(text, pair)
+        said = None if note is None or analysis.note is None else analysis.note(lm, item, options)
+        if said:
+            note(said)  # type: ignore[misc]
+        assert analysis.compute is not None
+        result = analysis.compute(lm, item, options)
+        return AnalysisRun(analysis, options, result, lm.facts, text_record(text, pair))
+    given = inputs or {}
+    missing = [s for s in analysis.sources if given.get(s) is None]
+    if missing:
+        needs = " and ".join(f"{s}=" for s in analysis.sources)
+        raise CorpusError(f"{analysis.name} reads {needs}; {', '.join(missing)} is missing.")
+    read = {source: read_inputs(source, given[source], limit) for source in analysis.sources}
+    if strict and analysis.needs is not None and analysis.needs(options) and engine == "local":
+        check_device(device)
+        model = _loaded(model, device)
+        for statistic in analysis.needs(options):
+            reason = unsupported_reason(model.encoder.config, statistic)
+            if reason is not None:
+                raise UnsupportedModelError(reason)
+    if engine == "local" and not isinstance(model, LoadedModel) and (len(read) > 1 or analysis.follow is not None):
+        check_device(device)
+        model = load_model(model, device=device)  # loaded once for every file it reads
+    total = sum(len(items) for items in read.values())
+    runs: list[CorpusRun] = []
+    for items in read.values():
+        before = sum(len(read[s]) for s in analysis.sources[: len(runs)])
+        report = None if progress is None else partial(_offset_progress, progress, before, total)
+        runs.append(
+            run_accumulators(
+                model,
+                items,
+                analysis.make_accumulators(options),
+                analysis.make_fill(options),
+                engine=engine,
+                device=device,
+                workers=workers,
+                batch_size=batch_size,
+                cpus_per_worker=cpus_per_worker,
+                progress=report,
+            )
+        )
+    assert analysis.finish is not None
+    result = analysis.finish(*[r.accumulators for r in runs], options)
+    follow = None if analysis.follow is None else analysis.follow(result, options)
+    if follow is not None:
+        again = run_accumulators(model, list(read.values())[-1], follow.make_accumulators, follow.fill, engine=engine,
+                                 device=device, workers=workers, batch_size=batch_size, cpus_per_worker=cpus_per_worker,
+                                 progress=progress)  # fmt: skip
+        result = follow.finish(result, again.accumulators)
+        runs.append(again)
+    last = runs[-1]
+    last.seconds = sum(r.seconds for r in runs)
+    return AnalysisRun(analysis, options, result, last.facts, describe_inputs(given, read), last.describe())
+
+
+def _loaded(model: str | LoadedModel, device: str) -> LoadedModel:
+    return model if isinstance(model, LoadedModel) else load_model(model, device=device)
+
+
+def _offset_progress(progress: Progress, before: int, total: int, done: int, _: int) -> None:
+    progress(before + done, total)

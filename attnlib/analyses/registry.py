@@ -1,0 +1,98 @@
+"""Every analysis, by name (the command line's commands, the result files' `command`), and `analyse`, the notebook's way
+to run one. Adding an analysis: its module (options, accumulators, result, an `Analysis`) and one line here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnlib.analyses.ablate import ABLATE
+from attnlib.analyses.aggregation import AGGREGATION
+from attnlib.analyses.attention import ATTENTION
+from attnlib.analyses.base import DEFAULT_BATCH_SIZE, Analysis, Inputs, run_analysis
+from attnlib.analyses.deps import DEPS
+from attnlib.analyses.hta import HTA
+from attnlib.analyses.importance import IMPORTANCE
+from attnlib.analyses.norms import NORMS
+from attnlib.analyses.positions import POSITIONS
+from attnlib.analyses.probe import PROBE
+from attnlib.analyses.qk import QK
+from attnlib.analyses.special import SPECIAL
+from attnlib.core.batches import Progress
+from attnlib.core.corpus import CorpusError
+from attnlib.core.model import DEFAULT_MODEL, LoadedModel
+
+ANALYSES: dict[str, Analysis] = {
+    a.name: a
+    for a in (
+        ATTENTION,
+        HTA,
+        NORMS,
+        SPECIAL,
+        DEPS,
+        POSITIONS,
+        AGGREGATION,
+        PROBE,
+        ABLATE,
+        IMPORTANCE,
+        QK,
+    )
+}
+
+
+def analysis_named(name: str) -> Analysis:
+    """The analysis of this name; ValueError naming the others when there is none."""
+    if name not in ANALYSES:
+        raise ValueError(f"no analysis {name!r}; the analyses: {', '.join(sorted(ANALYSES))}.")
+    return ANALYSES[name]
+
+
+def analyse(
+    name: str,
+    model: str | LoadedModel = DEFAULT_MODEL,
+    *,
+    text: str | None = None,
+    pair: str | None = None,
+    corpus: Inputs | None = None,
+    conllu: Inputs | None = None,
+    train: Inputs | None = None,
+    test: Inputs | None = None,
+    limit: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Progress | None = None,
+    engine: str = "local",
+    device: str = "cpu",
+    workers: int = 2,
+    cpus_per_worker: float = 1.0,
+    **options: Any,
+) -> Any:
+    """Run one analysis and return its result: on a text (and pair), or on what it reads (a corpus, a CoNLL-U
+    treebank, or train and test treebanks: a file's path or the inputs themselves), with its options as keywords.
+
+    >>> lm = attnlib.load_model()
+    >>> special = attnlib.analyse("special", lm, corpus="data/classroom_pairs.tsv", head_map=True)
+    >>> special.special.layers["sep"], special.to_json()
+
+    Unknown options, bad values (OptionError) and inputs the analysis does not read (CorpusError) raise clear errors;
+    `progress(done, total)` is called as inputs are done."""
+    analysis = analysis_named(name)
+    given = {"corpus": corpus, "conllu": conllu, "train": train, "test": test}
+    extra = [source for source, value in given.items() if value is not None and source not in analysis.sources]
+    if extra or (analysis.reads != "text" and (text is not None or pair is not None)):
+        reads = " and ".join(f"{s}=" for s in analysis.sources) or "text= (and pair=)"
+        raise CorpusError(f"{name} reads {reads}, not {', '.join(extra) or 'text='}.")
+    run = run_analysis(
+        analysis,
+        model,
+        analysis.make_options(**options),
+        text=text,
+        pair=pair,
+        inputs={source: value for source, value in given.items() if value is not None},
+        limit=limit,
+        engine=engine,
+        device=device,
+        workers=workers,
+        cpus_per_worker=cpus_per_worker,
+        batch_size=batch_size,
+        progress=progress,
+    )
+    return run.result

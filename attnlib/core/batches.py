@@ -1,0 +1,92 @@
+"""The corpus engine: run a corpus in padded batches and feed every result to mergeable accumulators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from attnlib.core.blockwise import BLOCKWISE_FROM, run_rows, supports_blockwise
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.memory import estimate_peak_bytes, memory_limit, run_size
+from attnlib.core.model import LoadedModel
+from attnlib.core.runner import Encoded, RunResult, run_batches
+
+A = TypeVar("A", bound="Accumulator")
+MADE_IN_POST_INIT: Any = None  # default of an accumulator's arrays, which __post_init__ makes from its sizes
+
+
+class Accumulator(Protocol):
+    """Sums and counts over inputs; two accumulators over two halves merge into the one over the whole."""
+
+    def add(self, result: RunResult, item: CorpusInput) -> None:
+        """Add one input's run (padding already removed) to the sums."""
+
+    def merge(self: A, other: A) -> A:
+        """Return the accumulator over both inputs sets; neither operand is changed."""
+
+
+Progress = Callable[[int, int], None]
+
+
+def blockwise_inputs(lm: LoadedModel, accumulators: Sequence) -> Callable[[Encoded], bool] | None:
+    """Which inputs run block-wise for these accumulators (None: every input runs eager): those longer than
+    BLOCKWISE_FROM, or whose eager run's estimated peak exceeds the memory limit."""
+    if (
+        not accumulators
+        or not all(hasattr(acc, "row_consumer") for acc in accumulators)
+        or not supports_blockwise(lm.encoder)
+    ):
+        return None
+    limit = memory_limit(device=lm.device)
+
+    def defer(encoded: Encoded) -> bool:
+        eager = estimate_peak_bytes(run_size(lm, encoded.n))
+        return encoded.n > BLOCKWISE_FROM or (limit is not None and eager > limit)
+
+    return defer
+
+
+def accumulate(
+    lm: LoadedModel,
+    inputs: Sequence[CorpusInput],
+    accumulators: Iterable[Accumulator],
+    batch_size: int = 32,
+    progress: Progress | None = None,
+    skip: Callable[[RunResult, CorpusInput], bool] | None = None,
+) -> int:
+    """Run every input once and add it to each accumulator; returns how many inputs were added.
+
+    When every accumulator takes attention block by block (a `row_consumer(encoded, item)` method giving a
+    blockwise.RowConsumer) and the model's family can, inputs longer than BLOCKWISE_FROM tokens, or whose eager run
+    would exceed the memory limit, run block-wise (METHODS §19: the same statistics, within float32 error).
+
+    An accumulator with a true `needs_norms` attribute gets value vectors and layer inputs (METHODS §11-12), one
+    with a true `needs_norm_maps` also every §11-13 map (result.maps), one with a true `needs_qk` the queries and keys
+    (result.queries, result.keys: METHODS §17)."""
+    accumulators = list(accumulators)
+    added = 0
+    pairs = ((item.text_a, item.text_b) for item in inputs)
+    capture_norms = any(getattr(acc, "needs_norms", False) for acc in accumulators)
+    norm_maps = any(getattr(acc, "needs_norm_maps", False) for acc in accumulators)
+    capture_qk = any(getattr(acc, "needs_qk", False) for acc in accumulators)
+    defer = blockwise_inputs(lm, accumulators)
+    results = run_batches(
+        lm,
+        pairs,
+        batch_size=batch_size,
+        capture_norms=capture_norms,
+        norm_maps=norm_maps,
+        capture_qk=capture_qk,
+        defer=defer,
+    )
+    for done, (result, item) in enumerate(zip(results, inputs), start=1):
+        if skip is None or not skip(result, item):
+            if result.deferred:
+                run_rows(lm, result, [acc.row_consumer(result, item) for acc in accumulators])  # type: ignore[attr-defined]
+            else:
+                for acc in accumulators:
+                    acc.add(result, item)
+            added += 1
+        if progress is not None and (done % batch_size == 0 or done == len(inputs)):
+            progress(done, len(inputs))
+    return added

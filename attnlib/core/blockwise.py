@@ -1,0 +1,263 @@
+"""Exact block-wise attention for long inputs (METHODS §19): each layer's attention computed by the library in blocks
+of query rows, from the family's own projected, normed and rotated queries and keys, its masks (causal, padding,
+local windows) and soft-cap, so that no more than heads x one block x n scores are held at a time.
+
+Families whose attention modules call transformers' attention interface (`ALL_ATTENTION_FUNCTIONS`) run block-wise:
+while `blockwise_attention` is active, their configs name this module's attention function, which hands each
+block's probabilities to a consumer and accumulates the layer's output from them. The others (DeBERTa, MPNet,
+RoFormer, which compute attention in their own code) run on the eager path (`supports_blockwise` says which).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from attnlib.core.memory import check_memory, memory_limit, run_size
+from attnlib.core.model import LoadedModel
+from attnlib.core.runner import Encoded, model_inputs
+
+NAME = "attnlib_blockwise"
+BLOCKWISE_FROM = 1024  # inputs longer than this run block-wise when every statistic asked can take blocks
+BLOCK_BYTES = 64 * 2**20  # scores of one block: heads x rows x n floats within this
+Consumer = Callable[[int, int, torch.Tensor], None]  # (layer, first row, probabilities [batch, heads, rows, n])
+
+
+@dataclass
+class _Active:
+    """The block-wise run of one thread: its consumer, block height and the layer applications seen so far."""
+
+    consumer: Consumer
+    block_rows: int
+    calls: int = 0
+
+
+_ACTIVE = threading.local()
+
+
+def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs):
+    """The attention function registered as NAME: eager attention's arithmetic, one block of query rows at a time.
+
+    In a thread with no block-wise run (another visitor of a shared model), one block of every row, whose weights
+    are returned as eager attention returns them."""
+    active: _Active | None = getattr(_ACTIVE, "run", None)
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:  # grouped-query attention: query head h reads key/value head h // groups, as repeat_kv does
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    n_rows = query.shape[2]
+    rows = n_rows if active is None else active.block_rows
+    layer = -1
+    if active is not None:
+        layer, active.calls = active.calls, active.calls + 1
+    out = query.new_empty(*query.shape[:3], value.shape[-1])
+    kept = []
+    for start in range(0, n_rows, rows):
+        scores = torch.matmul(query[:, :, start : start + rows], key.transpose(2, 3)) * scaling
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
+        if attention_mask is not None:
+            mask = attention_mask[:, :, start : start + rows] if attention_mask.shape[2] > 1 else attention_mask
+            if mask.dtype == torch.bool:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            else:
+                scores = scores + mask
+        probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        del scores
+        if active is not None:
+            active.consumer(layer, start, probs)
+        else:
+            kept.append(probs)
+        out[:, :, start : start + rows] = torch.matmul(probs, value)
+    return out.transpose(1, 2).contiguous(), (torch.cat(kept, dim=2) if kept else None)
+
+
+def _mask(*args, **kwargs):
+    """The mask function registered as NAME: in a block-wise run, transformers' boolean mask (True: attend), always
+    made (never left to is_causal); in any other thread, eager attention's float mask, so a forward pass that runs
+    while another thread's block-wise run has switched the config gets the masks eager attention expects."""
+    from transformers.masking_utils import eager_mask, sdpa_mask
+
+    if getattr(_ACTIVE, "run", None) is None:
+        return eager_mask(*args, **kwargs)
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
+@functools.cache
+def _register() -> None:
+    """Register the attention and mask functions with transformers, once (on first use: importing attnlib does not
+    import transformers)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, _attention)
+    AttentionMaskInterface.register(NAME, _mask)
+
+
+def supports_blockwise(encoder: torch.nn.Module) -> bool:
+    """Whether the model's attention goes through transformers' attention interface (so it can run block-wise)."""
+    modules = {sys.modules.get(type(m).__module__) for m in encoder.modules()}
+    return any(m is not None and "ALL_ATTENTION_FUNCTIONS" in vars(m) for m in modules)
+
+
+def _configs(encoder: torch.nn.Module) -> list:
+    """Every distinct config the model's modules read their attention implementation from."""
+    found = {
+        id(m.config): m.config for m in encoder.modules() if hasattr(getattr(m, "config", None), "_attn_implementation")
+    }
+    return list(found.values())
+
+
+_SWITCH_LOCK = threading.Lock()
+_SWITCHED: dict[int, list] = {}  # id(config) -> [config, its implementation before the first run, runs using it]
+
+
+@contextlib.contextmanager
+def blockwise_attention(encoder: torch.nn.Module, consumer: Consumer, block_rows: int) -> Iterator[_Active]:
+    """Within the block, the model's attention runs block-wise in this thread, each block handed to consumer.
+
+    The configs name NAME until the last block-wise run on them ends (threads of the app share a model); other
+    threads' forward passes meanwhile compute eager attention in `_attention`. The internal attribute is set, not
+    the property, which would also overwrite sub-configs restored before their parent."""
+    if block_rows < 1:
+        raise ValueError(f"block_rows must be at least 1, not {block_rows}.")
+    _register()
+    configs = _configs(encoder)
+    with _SWITCH_LOCK:
+        for c in configs:
+            entry = _SWITCHED.setdefault(id(c), [c, c._attn_implementation_internal, 0])
+            entry[2] += 1
+        for c in configs:
+            c._attn_implementation_internal = NAME
+    active = _Active(consumer, block_rows)
+    _ACTIVE.run = active
+    try:
+        yield active
+    finally:
+        _ACTIVE.run = None
+        with _SWITCH_LOCK:
+            for c in configs:
+                entry = _SWITCHED[id(c)]
+                entry[2] -= 1
+                if entry[2] == 0:
+                    c._attn_implementation_internal = entry[1]
+                    del _SWITCHED[id(c)]
+
+
+def default_block_rows(n: int, heads: int, budget: int = BLOCK_BYTES) -> int:
+    """Rows per block so that one block's float32 scores (heads x rows x n) stay within budget bytes."""
+    return max(1, min(n, budget // (4 * heads * max(n, 1))))
+
+
+def run_blockwise(lm: LoadedModel, batch: dict, consumer: Consumer, block_rows: int | None = None) -> torch.Tensor:
+    """One forward pass of a batch with block-wise attention; returns the last hidden state [batch, n, hidden].
+
+    consumer(layer, first_row, probs) sees every layer application's probabilities [batch, heads, rows, n] once,
+    in order of rows; it must copy what it keeps (the tensor is freed after the call)."""
+    if not supports_blockwise(lm.encoder):
+        raise BlockwiseUnsupportedError(
+            f"{lm.facts.model_type} computes attention in its own code, not through transformers' attention "
+            "interface: it runs on the eager path."
+        )
+    b, n = batch["input_ids"].shape
+    rows = default_block_rows(n, lm.facts.n_heads) if block_rows is None else block_rows
+    check_memory(run_size(lm, n, b), memory_limit(device=lm.device), rows)
+    with blockwise_attention(lm.encoder, consumer, rows) as active, torch.inference_mode():
+        out = lm.encoder(**batch, output_attentions=False)
+    if active.calls != lm.facts.n_layers:
+        raise BlockwiseUnsupportedError(
+            f"block-wise attention saw {active.calls} layer applications, not the model's {lm.facts.n_layers}."
+        )
+    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+    return hidden
+
+
+class BlockwiseUnsupportedError(RuntimeError):
+    """The model's family cannot run block-wise attention."""
+
+
+def cell_size(n: int, width: int) -> int:
+    """METHODS §19: the smallest power of two b with ceil(n / b) <= width."""
+    b = 1
+    while math.ceil(n / b) > width:
+        b *= 2
+    return b
+
+
+def _max_pool(x: np.ndarray, b: int) -> np.ndarray:
+    """[..., rows, cols] pooled into b x b cells (the last ones cut short), each the maximum of its values."""
+    rows, cols = math.ceil(x.shape[-2] / b), math.ceil(x.shape[-1] / b)
+    padded = np.full((*x.shape[:-2], rows * b, cols * b), -np.inf, dtype=x.dtype)
+    padded[..., : x.shape[-2], : x.shape[-1]] = x
+    return padded.reshape(*x.shape[:-2], rows, b, cols, b).max(axis=(-3, -1))
+
+
+def reduce_map(attn: np.ndarray, width: int) -> tuple[np.ndarray, int]:
+    """METHODS §19's reduced map of [..., n, n] attention: cells of b x b tokens (b = cell_size(n, width)), each the
+    maximum of its weights, so a single strong link is never averaged away; returns the pooled map and b."""
+    b = cell_size(attn.shape[-1], width)
+    return _max_pool(attn, b), b
+
+
+def reduced_maps(
+    lm: LoadedModel, encoded: Encoded, width: int, block_rows: int | None = None
+) -> tuple[np.ndarray, int]:
+    """reduce_map of one input's every layer and head, [layers, heads, cells, cells], computed block-wise (never the
+    whole [heads, n, n] map of a layer); and b. The blocks are whole cells high: block_rows rounded down to b's
+    multiple (at least b)."""
+    n, f = encoded.n, lm.facts
+    b = cell_size(n, width)
+    out = np.zeros((f.n_layers, f.n_heads, math.ceil(n / b), math.ceil(n / b)), np.float32)
+    rows = default_block_rows(n, f.n_heads) if block_rows is None else block_rows
+    rows = max(b, rows // b * b)
+
+    def take(layer: int, first_row: int, probs: torch.Tensor) -> None:
+        pooled = _max_pool(probs[0].float().cpu().numpy(), b)
+        out[layer, :, first_row // b : first_row // b + pooled.shape[1]] = pooled
+
+    run_blockwise(lm, model_inputs(lm, [encoded]), take, rows)
+    return out, b
+
+
+def stack_blocks(blocks: Sequence[tuple[int, int, np.ndarray]], layers: int) -> np.ndarray:
+    """[layers, heads, n, n] from (layer, first_row, [heads, rows, n]) blocks (tests and short inputs only)."""
+    heads, _, n = blocks[0][2].shape
+    out = np.zeros((layers, heads, n, n), np.float32)
+    for layer, start, probs in blocks:
+        out[layer, :, start : start + probs.shape[1]] = probs
+    return out
+
+
+class RowConsumer(Protocol):
+    """One input's statistic taken block by block of query rows, then finished (added to its accumulator)."""
+
+    def block(self, layer: int, first_row: int, probs: np.ndarray) -> None:
+        """Take one layer's attention for rows first_row.., [heads, rows, n] float32 (copy what is kept)."""
+
+    def finish(self) -> None:
+        """Every block taken: add the input."""
+
+
+def run_rows(
+    lm: LoadedModel, encoded: Encoded, consumers: Sequence[RowConsumer], block_rows: int | None = None
+) -> None:
+    """Run one input block-wise, handing each block of each layer to every consumer, then finish them."""
+
+    def take(layer: int, first_row: int, probs: torch.Tensor) -> None:
+        block = probs[0].float().cpu().numpy()
+        for consumer in consumers:
+            consumer.block(layer, first_row, block)
+
+    run_blockwise(lm, model_inputs(lm, [encoded]), take, block_rows)
+    for consumer in consumers:
+        consumer.finish()

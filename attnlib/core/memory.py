@@ -1,0 +1,105 @@
+"""The memory guard (METHODS §19): a forward pass's peak memory estimated from n, layers, heads and dtype before it
+runs, and refused in words above the server's limit (ATTNLIB_MAX_RUN_MB, else the memory available now)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from attnlib.core.errors import InputError
+from attnlib.core.model import LoadedModel, parse_megabytes
+
+MAX_RUN_MB_ENV = "ATTNLIB_MAX_RUN_MB"  # refuse (or run block-wise) runs whose estimated peak memory exceeds this
+
+
+class MemoryLimitError(InputError):
+    """A run would need more memory than this server allows; the message says how much and what to do."""
+
+
+@dataclass(frozen=True)
+class RunSize:
+    """What decides a forward pass's peak memory: batch, length, layers, heads, hidden width, bytes per value."""
+
+    n: int
+    layers: int
+    heads: int
+    hidden: int
+    dtype_bytes: int = 4
+    batch: int = 1
+
+
+def estimate_peak_bytes(size: RunSize, block_rows: int | None = None) -> int:
+    """An upper estimate of a forward pass's peak memory beyond the weights.
+
+    Eager (block_rows None): every layer's [batch, heads, n, n] maps kept for output_attentions, a float32 copy
+    when the runner stacks them and one more per input when it cuts them, and one layer's scores while softmax
+    makes the next. Block-wise: six blocks of [batch, heads, rows, n] float32 values (scores, probabilities, their
+    numpy copy and the statistics' temporaries), a boolean mask of [batch, n, n] per mask kind (full and local: two)
+    and the per-row statistics. Both: hidden states of every layer and a layer's activations (16 values of hidden
+    width per token). Measured (ModernBERT, 4 layers, 12 heads, hidden 384, n = 2,246, CPU): eager +2.9 GB of
+    resident memory against 3.3 GB estimated, block-wise +0.3 GB against 0.5 GB."""
+    b, n, h = size.batch, size.n, size.heads
+    activations = (size.layers + 16) * b * n * size.hidden * size.dtype_bytes
+    if block_rows is None:
+        maps = (
+            b * h * n * n * (size.layers * (size.dtype_bytes + 4) + 2 * size.dtype_bytes) + size.layers * h * n * n * 4
+        )
+        return maps + b * n * n * size.dtype_bytes + activations
+    rows = min(block_rows, n)
+    return 6 * b * h * rows * n * 4 + 2 * b * n * n + size.layers * b * h * n * 8 * 4 + activations
+
+
+def available_bytes(device: str = "cpu") -> int:
+    """Memory a run may take now: the GPU's free memory, or the machine's available memory (Linux), else 0."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def memory_limit(max_megabytes: float | None = None, device: str = "cpu") -> int | None:
+    """The byte limit of one run: max_megabytes, else ATTNLIB_MAX_RUN_MB, else the memory available now (None when
+    unknown)."""
+    limit = (
+        max_megabytes
+        if max_megabytes is not None
+        else parse_megabytes(os.environ.get(MAX_RUN_MB_ENV), "run memory limit")
+    )
+    if limit is not None:
+        return int(limit * 2**20)
+    free = available_bytes(device)
+    return free or None
+
+
+def _megabytes(size: float) -> str:
+    """'8,192 MB', or for less than 10 MB two significant digits ('0.37 MB')."""
+    mb = size / 2**20
+    return f"{mb:,.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
+
+
+def check_memory(size: RunSize, limit: int | None, block_rows: int | None = None) -> None:
+    """MemoryLimitError, in words, when the run's estimated peak exceeds limit bytes (None: no limit)."""
+    need = estimate_peak_bytes(size, block_rows)
+    if limit is None or need <= limit:
+        return
+    how = "block-wise" if block_rows is not None else "with every layer's full attention maps"
+    raise MemoryLimitError(
+        f"An input of {size.n:,} tokens run {how} needs about {_megabytes(need)} ({size.layers} layers x "
+        f"{size.heads} heads x {size.n:,}^2 attention weights); this server allows {_megabytes(limit)} per run. "
+        "Use a shorter text, or a statistic that runs block-wise."
+    )
+
+
+def run_size(lm: LoadedModel, n: int, batch: int = 1) -> RunSize:
+    """The RunSize of a batch of inputs of n tokens on this model."""
+    dtype_bytes = torch.finfo(getattr(torch, lm.facts.dtype, torch.float32)).bits // 8
+    f = lm.facts
+    return RunSize(n, f.n_layers, f.n_heads, f.hidden_size, dtype_bytes, batch)

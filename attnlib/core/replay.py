@@ -1,0 +1,299 @@
+"""Record every layer application's call in one clean forward pass, replay layers from any hidden state, and edit the
+heads' context vectors where the attention output projection reads them; for every family of attnlib.core.families.
+
+- `record(lm, batch)` runs the encoder once (no_grad) and keeps, per layer application, the layer's call, the
+  attention block's call and the heads module's call (their arguments: masks, rotary tables, relative positions).
+- `Recording.replay(hidden, start, stop)` runs layers start..stop-1 from a hidden state, with the recorded
+  arguments; a batch of V variants of the recorded batch of B inputs is stacked along the batch dimension
+  (variant v of input b at row v * B + b) and the recorded batch-shaped tensors are repeated to match.
+- `editing_contexts(layout, edit)`: at the input of every layer application's output projection, the concatenated
+  context vectors c[l, h, i] = sum_j A[l, h, i, j] v[l, h, j] ([batch, n, heads * head_dim], head h in columns
+  h*d:(h+1)*d) go through edit(layer_index, c), which returns a replacement or None (unchanged).
+Hooks fire only in the thread that made them (the app shares models between visitors' threads) and are removed in
+`finally`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+
+from attnlib.core.families import HeadsCall, Layout, Statistic, bound_arguments, layout
+
+Edit = Callable[[int, torch.Tensor], torch.Tensor | None]  # (layer index, c [batch, n, heads * d]) -> new c or None
+
+
+def this_thread_only(hook: Callable) -> Callable:
+    """A module hook that fires only for forward passes of the thread that made it.
+
+    The app shares one model between its visitors' threads: without this, a hook registered for one visitor's
+    run would also record the forward passes that other visitors make at the same time."""
+    owner = threading.get_ident()
+
+    def hook_in_owner_thread(*args, **kwargs):
+        return hook(*args, **kwargs) if threading.get_ident() == owner else None
+
+    return hook_in_owner_thread
+
+
+@contextlib.contextmanager
+def hooks_removed(handles: list) -> Iterator[list]:
+    """Yield a list to append hook handles to; every handle in it is removed on exit, whatever happens."""
+    try:
+        yield handles
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def first_output(out):
+    """A module's main output: the first element of a tuple, or the output itself."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+@dataclass
+class Call:
+    """One module call of the clean pass: its arguments and its hidden-state input."""
+
+    module: torch.nn.Module
+    args: tuple
+    kwargs: dict
+    hidden: torch.Tensor  # [batch, n, hidden]
+
+    @cached_property
+    def _positional_names(self) -> list[str]:
+        parameters = inspect.signature(self.module.forward).parameters.values()
+        return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def with_hidden(self, x: torch.Tensor, unbatched: Sequence[str] = ()) -> tuple[tuple, dict]:
+        """The same arguments with the hidden input replaced by x [V * batch, n, hidden]; for V > 1 every other
+        tensor whose first dimension is the recorded batch (and whose name is not in unbatched) repeated V times."""
+        batch = self.hidden.shape[0]
+        variants = x.shape[0] // batch
+        if variants * batch != x.shape[0]:
+            raise ValueError(f"a replayed batch must be a multiple of the recorded {batch} inputs, not {x.shape[0]}")
+
+        def swap(value, name: str | None):
+            return _swapped(value, self.hidden, x, batch, 1 if name in unbatched else variants)
+
+        names = self._positional_names
+        args = tuple(swap(a, names[i] if i < len(names) else None) for i, a in enumerate(self.args))
+        return args, {k: swap(v, k) for k, v in self.kwargs.items()}
+
+
+def _swapped(value, hidden: torch.Tensor, x: torch.Tensor, batch: int, repeats: int):
+    """x for the recorded hidden input; a batch-shaped tensor (or a tuple of them) repeated `repeats` times.
+
+    A module-level function: a nested one that calls itself is a reference cycle, which kept every replayed layer's
+    input alive until the garbage collector ran (25 MB per replay of a long batch)."""
+    if value is hidden:
+        return x
+    if repeats > 1:
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
+            return value.repeat(repeats, *([1] * (value.dim() - 1)))
+        if isinstance(value, tuple):
+            return tuple(_swapped(v, hidden, x, batch, repeats) for v in value)
+    return value
+
+
+def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+@dataclass
+class Recording:
+    """Every layer application of one clean forward pass of a batch (B inputs, padded to n)."""
+
+    layout: Layout
+    encoder: torch.nn.Module
+    input_mask: torch.Tensor  # [B, n]: the 2-D attention mask, 1 for a token, 0 for padding
+    layers: list[Call] = field(default_factory=list)  # per application: the layer's call; .hidden = its input e(l)
+    blocks: list[Call] = field(default_factory=list)  # per application: the attention block's call
+    heads: list[HeadsCall] = field(default_factory=list)  # per application: the heads module's call, by name
+    outputs: list[torch.Tensor] = field(default_factory=list)  # per application: the layer's own output
+    last_hidden_state: torch.Tensor | None = None  # [B, n, hidden]: the encoder's output (after a final norm)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def batch_size(self) -> int:
+        return self.input_mask.shape[0]
+
+    def hidden_states(self) -> list[torch.Tensor]:
+        """The input of every layer, then the last layer's output: n_layers + 1 tensors [B, n, hidden]."""
+        return [c.hidden for c in self.layers] + [self._after_layer(self.n_layers - 1, self.outputs[-1])]
+
+    def _after_layer(self, index: int, output: torch.Tensor, layer_input: torch.Tensor | None = None) -> torch.Tensor:
+        """A layer's output as the next layer sees it (DeBERTa-v2's convolution follows its first layer)."""
+        conv = self.layout.after_first_layer
+        if index != 0 or conv is None:
+            return output
+        x = self.layers[0].hidden if layer_input is None else layer_input
+        mask = self.input_mask.repeat(output.shape[0] // self.batch_size, 1)
+        return conv(x, output, mask)
+
+    def replay(self, hidden: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """Run layers start..stop-1 (stop: every layer) from hidden [V * B, n, hidden] (the input of layer start) and
+        return the output of layer stop-1 as the next layer sees it, [V * B, n, hidden]; no final norm."""
+        stop = self.n_layers if stop is None else stop
+        if not 0 <= start <= stop <= self.n_layers:
+            raise ValueError(f"layers {start}..{stop} are not within 0..{self.n_layers}")
+        h = hidden
+        for index in range(start, stop):
+            call = self.layers[index]
+            args, kwargs = call.with_hidden(h, self.layout.family.unbatched)
+            h = self._after_layer(index, first_output(call.module(*args, **kwargs)), h)
+        return h
+
+    def replay_block(self, index: int, layer_input: torch.Tensor) -> torch.Tensor:
+        """Layer `index`'s attention block alone from its layer input [V * B, n, hidden] (pre-LN families apply their
+        LayerNorm first), returning the block module's main output; hook its output projection to see c."""
+        site = self.layout.sites[index]
+        x = layer_input if self.layout.family.post_layer_norm else site.norm(layer_input)
+        args, kwargs = self.blocks[index].with_hidden(x, self.layout.family.unbatched)
+        return first_output(site.block(*args, **kwargs))
+
+    def final(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The encoder's output from its last layer's output (ModernBERT's final LayerNorm; nothing elsewhere)."""
+        norm = self.layout.final_norm
+        return hidden if norm is None else norm(hidden)
+
+
+def record(lm, batch: dict, statistic: Statistic = "hta") -> Recording:
+    """One clean forward pass of the model inputs `batch` (no_grad), recording every layer application's calls.
+
+    UnsupportedModelError (naming `statistic`) for a family whose layers attnlib does not know."""
+    lay = layout(lm.encoder, statistic)
+    mask = batch.get("attention_mask")
+    ids = batch["input_ids"]
+    rec = Recording(lay, lm.encoder, torch.ones_like(ids) if mask is None else mask)
+
+    def on_layer(module, args, kwargs):
+        rec.layers.append(Call(module, args, dict(kwargs), _hidden_of(args, kwargs)))
+
+    def on_block(module, args, kwargs):
+        rec.blocks.append(Call(module, args, dict(kwargs), _hidden_of(args, kwargs)))
+
+    def on_heads(module, args, kwargs):
+        rec.heads.append(HeadsCall(module, bound_arguments(module, args, kwargs)))
+
+    with hooks_removed([]) as handles, torch.no_grad():
+        for modules, hook in (
+            ([s.layer for s in lay.sites], on_layer),
+            ([s.block for s in lay.sites], on_block),
+            ([s.heads for s in lay.sites], on_heads),
+        ):
+            for m in dict.fromkeys(modules):
+                handles.append(m.register_forward_pre_hook(this_thread_only(hook), with_kwargs=True))
+        for m in dict.fromkeys(s.layer for s in lay.sites):
+            handles.append(
+                m.register_forward_hook(this_thread_only(lambda _m, _a, o: rec.outputs.append(first_output(o))))
+            )
+        # a decoder's key-value cache would be passed to every layer and grow with each replay of it
+        cache = {"use_cache": False} if lm.facts.causal else {}
+        out = lm.encoder(**batch, **cache)
+    rec.last_hidden_state = out.last_hidden_state
+    if not len(rec.layers) == len(rec.blocks) == len(rec.heads) == len(lay.sites):
+        raise RuntimeError(
+            f"expected {len(lay.sites)} layer applications, recorded {len(rec.layers)} layers, "
+            f"{len(rec.blocks)} attention blocks and {len(rec.heads)} heads modules"
+        )
+    return rec
+
+
+@contextlib.contextmanager
+def editing_contexts(lay: Layout, edit: Edit, layers: Sequence[int] | None = None) -> Iterator[None]:
+    """Within the context, every layer application's context vectors c [batch, n, heads * head_dim] pass through
+    edit(layer_index, c) at the input of its attention output projection (None keeps c).
+
+    `layers`: the applications the forward passes run, in order (default all; a replay from layer `start` passes
+    range(start, stop)). A module shared by several applications (ALBERT) maps its k-th call to the k-th of its
+    applications in `layers`, cyclically, so one context can serve several passes over the same layers."""
+    order = list(range(len(lay.sites))) if layers is None else list(layers)
+    applications: dict[torch.nn.Module, list[int]] = {}
+    for index in order:
+        applications.setdefault(lay.sites[index].output, []).append(index)
+    calls = dict.fromkeys(applications, 0)
+
+    def hook(module, args):
+        indices = applications[module]
+        index = indices[calls[module] % len(indices)]
+        calls[module] += 1
+        new = edit(index, args[0])
+        return None if new is None else (new, *args[1:])
+
+    with hooks_removed([]) as handles:
+        for module in applications:
+            handles.append(module.register_forward_pre_hook(this_thread_only(hook)))
+        yield
+
+
+class _ServedModule:
+    """A module's forward that, in a thread with something to serve, returns it once instead of running."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        self.own_forward = module.__dict__.get("forward")  # an instance's own forward (accelerate's), kept
+        self.run = module.forward
+        self.serving: dict[int, Callable[[torch.Tensor], torch.Tensor | None]] = {}
+        self.contexts = 0
+
+    def __call__(self, x: torch.Tensor, *args, **kwargs):
+        thread = threading.get_ident()
+        serve = self.serving.get(thread)
+        out = None if serve is None else serve(x)
+        if out is None:
+            return self.run(x, *args, **kwargs)
+        del self.serving[thread]
+        return out
+
+
+_SERVED: dict[torch.nn.Module, _ServedModule] = {}
+_SERVED_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def served_once(module: torch.nn.Module, serve: Callable[[torch.Tensor], torch.Tensor | None]) -> Iterator[None]:
+    """Within the context, the first call of `module` in this thread for which serve(its input) gives a tensor
+    returns that tensor without running the module (a replay skips work whose result it knows); every other call,
+    and every call of another thread, runs as usual. The module's forward is restored in `finally`."""
+    thread = threading.get_ident()
+    with _SERVED_LOCK:
+        served = _SERVED.get(module)
+        if served is None:
+            served = _SERVED[module] = _ServedModule(module)
+            module.forward = served
+        served.serving[thread] = serve
+        served.contexts += 1
+    try:
+        yield
+    finally:
+        with _SERVED_LOCK:
+            served.serving.pop(thread, None)
+            served.contexts -= 1
+            if served.contexts == 0:
+                del _SERVED[module]
+                if served.own_forward is None:
+                    del module.forward
+                else:
+                    module.forward = served.own_forward
+
+
+@contextlib.contextmanager
+def captured_contexts(lay: Layout, layers: Sequence[int] | None = None) -> Iterator[list[tuple[int, torch.Tensor]]]:
+    """Collect (layer index, c [batch, n, heads * head_dim]) of every application, in call order, unchanged."""
+    seen: list[tuple[int, torch.Tensor]] = []
+
+    def keep(index: int, c: torch.Tensor) -> None:
+        seen.append((index, c))
+
+    with editing_contexts(lay, keep, layers):
+        yield seen

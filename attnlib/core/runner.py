@@ -1,0 +1,491 @@
+"""Tokenize inputs, run the encoder, and return attention maps with their tokens, segments and words."""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from attnlib.core.errors import InputError as InputError  # part of this module's API
+from attnlib.core.families import (
+    HeadsCall,
+    Layout,
+    UnsupportedModelError,
+    bound_arguments,
+    layer_norm_parameters,
+    layout,
+    unsupported_reason,
+)
+from attnlib.core.memory import check_memory, estimate_peak_bytes, memory_limit, run_size
+from attnlib.core.model import LoadedModel
+from attnlib.core.replay import hooks_removed
+from attnlib.core.replay import this_thread_only as this_thread_only  # part of this module's API
+from attnlib.stats.batched_norms import NormMaps, NormWeights, padded_norm_maps
+
+TextOrWords = str | Sequence[str]
+
+
+@dataclass
+class Encoded:
+    """One tokenized input (a sentence or a pair) with its alignment to segments and words."""
+
+    input_ids: list[int]
+    token_type_ids: list[int] | None
+    tokens: list[str]
+    segments: np.ndarray  # [n] 0 for sentence A, 1 for sentence B (special tokens join the segment they close)
+    word_ids: list[int | None]  # [n] index into words, None for special tokens
+    words: list[str]
+    cls_mask: np.ndarray  # [n] bool
+    sep_mask: np.ndarray  # [n] bool
+    special_mask: np.ndarray  # [n] bool, every special token
+    truncated: bool = False
+    n_tokens_full: int = 0  # length before truncation
+
+    @property
+    def n(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass
+class RunResult(Encoded):
+    """An encoded input with its float32 attention maps [layers, heads, n, n] and, optionally, queries and keys."""
+
+    attentions: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0, 0), np.float32))
+    queries: np.ndarray | None = None  # [layers, heads, n, head_dim]: as q.k sees them (bias, rotary applied)
+    keys: np.ndarray | None = None  # [layers, heads, n, head_dim]
+    qk_scale: np.ndarray | None = None  # [layers]: logits = qk_scale * q.k + score_bias (+ mask), softmax over keys
+    score_bias: np.ndarray | None = None  # [layers, heads, n, n]: DeBERTa's c2p + p2c, MPNet's position bias; or None
+    layer_inputs: np.ndarray | None = None  # [layers, n, hidden]: x, each layer's input (hidden_states[l])
+    values: np.ndarray | None = None  # [layers, heads, n, head_dim]: v_j = x_j W_V^h + b_V^h
+    value_norm: np.ndarray | None = None  # [layers, heads, n]: ||v_j W_O^h||, §11's value norms
+    block_scale: np.ndarray | None = None  # [layers, n]: s_i = sqrt(var(u_i) + eps), u_i the first LN's input
+    norm_weights: NormWeights | None = None  # the model's output projections and first LayerNorms
+    maps: NormMaps | None = None  # every §11-13 map, when the run was asked for them (norm_maps=True)
+    deferred: bool = False  # not run here: run_batches' defer chose it for a block-wise run (no attentions)
+
+
+def _check_text(text: TextOrWords | None, label: str) -> None:
+    """Reject empty text with a clear message."""
+    if text is None:
+        return
+    if isinstance(text, str):
+        if not text.strip():
+            raise InputError(f"{label} is empty: type a sentence.")
+    elif not any(w.strip() for w in text):
+        raise InputError(f"{label} has no words.")
+
+
+def encode(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = None) -> Encoded:
+    """Tokenize a sentence or pair (strings, or lists of words), truncating to the model's maximum length."""
+    _check_text(text_a, "Sentence A")
+    _check_text(text_b, "Sentence B")
+    split = not isinstance(text_a, str)
+    tok = (lm.word_tokenizer or lm.tokenizer) if split else lm.tokenizer
+    texts = [text_a] if text_b is None else [text_a, text_b]
+    args = tuple(list(t) for t in texts) if split else tuple(texts)
+    kw = dict(is_split_into_words=split, return_special_tokens_mask=True)
+    n_full = len(tok(*args, truncation=False, **kw)["input_ids"])
+    truncated = n_full > lm.facts.max_length
+    enc = tok(*args, truncation=truncated, max_length=lm.facts.max_length, return_offsets_mapping=not split, **kw)
+    with_types = "token_type_ids" in enc and _takes(lm.encoder, "token_type_ids")
+    ids = list(enc["input_ids"])
+    special = np.array(enc["special_tokens_mask"], dtype=bool)
+    seq_ids = enc.sequence_ids()
+    segments = np.zeros(len(ids), dtype=np.int8)
+    current = 0
+    for i, s in enumerate(seq_ids):
+        if s is not None:
+            current = s
+        segments[i] = current
+    words, word_ids = _align_words(enc, seq_ids, text_a, text_b, split)
+    separator = _separator_id(tok)
+    return Encoded(
+        input_ids=ids,
+        token_type_ids=list(enc["token_type_ids"]) if with_types else None,
+        tokens=tok.convert_ids_to_tokens(ids),
+        segments=segments,
+        word_ids=word_ids,
+        words=words,
+        cls_mask=_first_mask(len(ids)) if lm.facts.causal else np.array([i == tok.cls_token_id for i in ids]) & special,
+        sep_mask=np.array([i == separator for i in ids]) & special,
+        special_mask=special,
+        truncated=truncated,
+        n_tokens_full=n_full,
+    )
+
+
+def _first_mask(n: int) -> np.ndarray:
+    """A decoder's FIRST class (METHODS §18): position 0, its BOS where the tokenizer adds one."""
+    mask = np.zeros(n, bool)
+    mask[:1] = True
+    return mask
+
+
+def _separator_id(tok) -> int | None:
+    """Id of the SEP class: the tokenizer's sep token, or a decoder's eos token inside the input (METHODS §18)."""
+    return tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id
+
+
+_TAKES: dict[tuple[type, str], bool] = {}
+
+
+def _takes(encoder: torch.nn.Module, name: str) -> bool:
+    """Whether the encoder's forward has a parameter of this name (DistilBERT, MPNet, ModernBERT: no token types)."""
+    key = (type(encoder), name)
+    if key not in _TAKES:
+        _TAKES[key] = name in inspect.signature(encoder.forward).parameters
+    return _TAKES[key]
+
+
+def _align_words(enc, seq_ids, text_a, text_b, split: bool) -> tuple[list[str], list[int | None]]:
+    """Number the words of A then B globally and name each token's word (None for special tokens)."""
+    raw_word_ids = enc.word_ids()
+    texts = [text_a, text_b]
+    words: list[str] = []
+    spans: dict[tuple[int, int], list[int]] = {}
+    for pos, (s, w) in enumerate(zip(seq_ids, raw_word_ids)):
+        if s is None or w is None:
+            continue
+        spans.setdefault((s, w), []).append(pos)
+    ordered = sorted(spans)
+    index: dict[tuple[int, int], int] = {}
+    for key in ordered:
+        s, w = key
+        index[key] = len(words)
+        if split:
+            words.append(texts[s][w])
+        else:
+            positions = spans[key]
+            start = enc["offset_mapping"][positions[0]][0]
+            end = enc["offset_mapping"][positions[-1]][1]
+            words.append(texts[s][start:end])
+    word_ids = [None if s is None or w is None else index[(s, w)] for s, w in zip(seq_ids, raw_word_ids)]
+    return words, word_ids
+
+
+_NORM_WEIGHTS: weakref.WeakKeyDictionary[torch.nn.Module, NormWeights] = weakref.WeakKeyDictionary()
+
+
+def norm_weights(encoder: torch.nn.Module) -> NormWeights:
+    """Every layer application's output projection (split per head) and the LayerNorm of its attention block, as
+    float32 numpy arrays (read once per model: the weights do not change); UnsupportedModelError for a family
+    whose layout attnlib does not know."""
+    if encoder not in _NORM_WEIGHTS:
+        _NORM_WEIGHTS[encoder] = _read_norm_weights(layout(encoder, "norms"))
+    return _NORM_WEIGHTS[encoder]
+
+
+def _read_norm_weights(lay: Layout) -> NormWeights:
+    """norm_weights, read from the modules of the layout (pre-LN families: gamma 1, beta 0, no LayerNorm after)."""
+    dense = [s.output for s in lay.sites]
+    hidden = dense[0].out_features
+
+    def numpy(t: torch.Tensor | None, fill: float) -> np.ndarray:
+        return (torch.full((hidden,), fill) if t is None else t).detach().float().cpu().numpy()
+
+    out_weight = np.stack([numpy(m.weight, 0).T.reshape(lay.n_heads, -1, hidden) for m in dense])
+    post = lay.family.post_layer_norm
+    norms = [layer_norm_parameters(s.norm, hidden) if post else (None, None, 0.0) for s in lay.sites]
+    return NormWeights(
+        out_weight=np.ascontiguousarray(out_weight),
+        out_bias=np.stack([numpy(m.bias, 0.0) for m in dense]),
+        gamma=np.stack([numpy(g, 1.0) for g, _, _ in norms]),
+        beta=np.stack([numpy(b, 0.0) for _, b, _ in norms]),
+        eps=np.array([e for _, _, e in norms], np.float32),
+        post_layer_norm=post,
+    )
+
+
+@dataclass
+class _Captured:
+    """What one forward pass recorded beyond the attentions (empty where not asked), per layer application."""
+
+    projections: list[list[torch.Tensor]] = field(default_factory=list)  # per projection: outputs [b, n, width]
+    heads_calls: list[HeadsCall] = field(default_factory=list)
+    layer_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: x, the residual
+    block_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: u, the first LN's input
+    heads_input: list[torch.Tensor | None] = field(default_factory=lambda: [None])  # the heads module's input now
+
+
+def _install_captures(lay: Layout, captured: _Captured, capture_qk: bool, capture_norms: bool, handles: list) -> None:
+    """Hooks that fill `captured` during one forward pass: the heads modules' calls, the projections' outputs
+    (only calls on the heads' own input: DeBERTa also projects its relative embeddings) and for norms each layer's
+    input and the first LayerNorm's input."""
+    sites = lay.sites
+    fused_or_rotary = len(sites[0].projections) == 1 or lay.family.positions is not None
+    wanted = range(len(sites[0].projections)) if capture_qk or fused_or_rotary else [2]  # values alone: v only
+    captured.projections = [[] for _ in sites[0].projections]
+
+    def on_heads(module, args, kwargs):
+        captured.heads_calls.append(HeadsCall(module, bound_arguments(module, args, kwargs)))
+        captured.heads_input[0] = args[0] if args else kwargs["hidden_states"]
+
+    def keep_projection(p: int):
+        def hook(_module, args, out):
+            if args[0] is captured.heads_input[0]:
+                captured.projections[p].append(out.detach())
+
+        return hook
+
+    for m in dict.fromkeys(s.heads for s in sites):
+        handles.append(m.register_forward_pre_hook(this_thread_only(on_heads), with_kwargs=True))
+    for p in wanted:
+        for m in dict.fromkeys(s.projections[p] for s in sites):
+            handles.append(m.register_forward_hook(this_thread_only(keep_projection(p))))
+
+    def on_layer(_module, args, kwargs):
+        captured.layer_inputs.append((args[0] if args else kwargs["hidden_states"]).detach())
+
+    def on_norm(_module, args):
+        captured.block_inputs.append(args[0].detach())
+
+    if capture_norms:
+        for m in dict.fromkeys(s.layer for s in sites):
+            handles.append(m.register_forward_pre_hook(this_thread_only(on_layer), with_kwargs=True))
+        if lay.family.post_layer_norm:
+            for m in dict.fromkeys(s.norm for s in sites):
+                handles.append(m.register_forward_pre_hook(this_thread_only(on_norm)))
+
+
+def _optional_layout(lm: LoadedModel, capture_qk: bool, capture_norms: bool) -> Layout | None:
+    """The model's layout when anything beyond attentions is captured; None for queries and keys of a family
+    attnlib does not know (the neuron view says why); norms of such a family raise UnsupportedModelError."""
+    if capture_norms:
+        return layout(lm.encoder, "norms")
+    if capture_qk and unsupported_reason(lm.encoder.config, "queries_keys") is None:
+        return layout(lm.encoder, "queries_keys")
+    return None
+
+
+def _check_attentions(attentions, n_layers: int, batch: dict) -> None:
+    """The model's attentions must be one [batch, heads, n, n] map per layer."""
+    b, n = batch["input_ids"].shape
+    if not attentions:
+        raise RuntimeError("The model returned no attention weights; it must run with eager attention.")
+    shapes = {tuple(a.shape[:1]) + tuple(a.shape[2:]) for a in attentions}
+    if len(attentions) != n_layers or shapes != {(b, n, n)}:
+        raise UnsupportedModelError(
+            f"This model returns {len(attentions)} attention maps of shape {tuple(attentions[0].shape)}, not one "
+            f"[batch, heads, {n}, {n}] map per layer ({n_layers}); its attention cannot be shown as token-to-token maps."
+        )
+
+
+def _forward(lm: LoadedModel, batch: dict, capture_qk: bool, capture_norms: bool = False):
+    """One forward pass returning attentions, the layout (when captures were asked) and what was captured."""
+    captured = _Captured()
+    lay = _optional_layout(lm, capture_qk, capture_norms)
+    with hooks_removed([]) as handles:
+        if lay is not None:
+            _install_captures(lay, captured, capture_qk, capture_norms, handles)
+        with torch.inference_mode():
+            out = lm.encoder(**batch, output_attentions=True)
+    _check_attentions(out.attentions, lm.facts.n_layers, batch)
+    return out.attentions, lay, captured
+
+
+def _queries_keys(lay: Layout, captured: _Captured, values_only: bool) -> tuple[list, list, list, list, list]:
+    """Per layer application: q, k, v [batch, heads, n, d], the scale of q.k and the logits' extra terms (or None)."""
+    qs, ks, vs, scales, biases = [], [], [], [], []
+    with torch.inference_mode():
+        for l, site in enumerate(lay.sites):
+            outputs = [p[l] if p else None for p in captured.projections]
+            if values_only and outputs[0] is None:
+                outputs = [outputs[2]] * 3  # only v was hooked; split's q and k are unused copies of it
+            qkv = lay.qkv(site, outputs, captured.heads_calls[l])
+            scale = lay.scale(site)
+            vs.append(qkv[2])
+            if not values_only:
+                qs.append(qkv[0])
+                ks.append(qkv[1])
+                scales.append(scale)
+                biases.append(lay.bias(captured.heads_calls[l], qkv, scale))
+    return qs, ks, vs, scales, biases
+
+
+def model_inputs(lm: LoadedModel, encoded: Sequence[Encoded]) -> dict:
+    """Pad a list of encodings into a batch of tensors the encoder accepts."""
+    n_max = max(e.n for e in encoded)
+    pad = lm.tokenizer.pad_token_id or 0
+    ids = torch.full((len(encoded), n_max), pad, dtype=torch.long)
+    mask = torch.zeros((len(encoded), n_max), dtype=torch.long)
+    types = torch.zeros((len(encoded), n_max), dtype=torch.long)
+    for b, e in enumerate(encoded):
+        ids[b, : e.n] = torch.tensor(e.input_ids)
+        mask[b, : e.n] = 1
+        if e.token_type_ids is not None:
+            types[b, : e.n] = torch.tensor(e.token_type_ids)
+    batch = {"input_ids": ids, "attention_mask": mask}
+    if encoded[0].token_type_ids is not None:
+        batch["token_type_ids"] = types
+    return {k: v.to(lm.device) for k, v in batch.items()}
+
+
+def _layers_of_input(per_layer: list[torch.Tensor], b: int, n: int) -> np.ndarray:
+    """Input b's [layers, heads, n, ...] from per-layer [batch, heads, n_max, ...] tensors: one copy, no batch stack."""
+    return torch.stack([x[b, :, :n] for x in per_layer]).numpy()
+
+
+def run_encoded(
+    lm: LoadedModel,
+    encoded: Sequence[Encoded],
+    capture_qk: bool = False,
+    capture_norms: bool = False,
+    norm_maps: bool = False,
+) -> list[RunResult]:
+    """Run a padded batch and cut each input's maps (and captures) back to its own length.
+
+    capture_qk adds queries, keys, qk_scale and score_bias (left None for a family attnlib does not know: see
+    families.unsupported_reason); capture_norms each layer's input, value vectors and the model's NormWeights
+    (METHODS §11-12); norm_maps (which implies it) also every §11-13 map, computed for the whole batch at once."""
+    capture_norms = capture_norms or norm_maps
+    check_memory(run_size(lm, max(e.n for e in encoded), len(encoded)), memory_limit(device=lm.device))
+    attentions, lay, captured = _forward(lm, model_inputs(lm, encoded), capture_qk, capture_norms)
+    stacked_maps = torch.stack(attentions, dim=1).float().cpu()  # [batch, layers, heads, n_max, n_max]
+    stacked = stacked_maps.numpy()
+    capture_qk = capture_qk and lay is not None
+    if lay is not None:
+        qs, ks, vs, scales, biases = _queries_keys(lay, captured, values_only=not capture_qk)
+    if capture_qk:
+        queries, keys = [q.float().cpu() for q in qs], [k.float().cpu() for k in ks]  # per layer [b, h, n_max, d]
+        has_bias = any(bias is not None for bias in biases)
+        if has_bias:
+            bias = torch.stack([torch.zeros_like(stacked_maps[:, 0]) if b is None else b.float() for b in biases], 1)
+    if capture_norms:
+        weights = norm_weights(lm.encoder)
+        stacked_inputs = torch.stack(captured.layer_inputs, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
+        inputs = stacked_inputs.numpy()
+        by_head = torch.stack(vs, dim=1).float().cpu()  # [batch, layers, heads, n_max, d]
+        b_, l_, h_, n_, d_ = by_head.shape
+        values = by_head.permute(0, 1, 3, 2, 4).reshape(b_, l_, n_, h_ * d_)  # [batch, layers, n_max, hidden]
+        values_np = by_head.numpy()
+        if weights.post_layer_norm:
+            # s_i = sqrt(var(u_i) + eps) of the LayerNorm's input u, centred by hand: torch's var is 5x slower here
+            variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in captured.block_inputs]
+            scales_t = torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
+        else:  # no LayerNorm follows a pre-LN block: the decomposition's divisor is 1
+            scales_t = torch.ones(b_, l_, n_)
+        if norm_maps:
+            padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales_t, weights)
+            value_norms = padded.value_norm.numpy()  # the maps' head Gram diagonals: not computed a second time
+        else:
+            out_gram = torch.from_numpy(weights.out_gram)
+            value_norms = torch.matmul(by_head, out_gram).mul_(by_head).sum(-1).clamp_(min=0).sqrt_().numpy()
+    results = []
+    for b, e in enumerate(encoded):
+        r = RunResult(**vars(e), attentions=np.ascontiguousarray(stacked[b, :, :, : e.n, : e.n]))
+        if capture_qk:
+            r.queries, r.keys = _layers_of_input(queries, b, e.n), _layers_of_input(keys, b, e.n)
+            r.qk_scale = np.array(scales, np.float32)
+            r.score_bias = np.ascontiguousarray(bias[b, :, :, : e.n, : e.n].numpy()) if has_bias else None
+        if capture_norms:
+            r.layer_inputs = np.ascontiguousarray(inputs[b, :, : e.n])
+            r.values = np.ascontiguousarray(values_np[b, :, :, : e.n])
+            r.value_norm = np.ascontiguousarray(value_norms[b, :, :, : e.n])
+            r.block_scale = np.ascontiguousarray(scales_t[b, :, : e.n].numpy())
+            r.norm_weights = weights
+        if norm_maps:
+            r.maps = padded.input_maps(b, list(e.tokens))
+        results.append(r)
+    return results
+
+
+def check_tokens(encoded: Encoded, has_b: bool) -> None:
+    """Refuse a typed input of which the tokenizer kept nothing (only control or invisible characters)."""
+    for segment, label in ((0, "Sentence A"), (1, "Sentence B"))[: 1 + has_b]:
+        if not any(w is not None and s == segment for w, s in zip(encoded.word_ids, encoded.segments)):
+            raise InputError(
+                f"{label} has nothing the model can read: the tokenizer removed every character "
+                "(control or invisible characters only). Type a sentence."
+            )
+
+
+def run(
+    lm: LoadedModel,
+    text_a: TextOrWords,
+    text_b: TextOrWords | None = None,
+    capture_qk: bool = True,
+    capture_norms: bool = False,
+) -> RunResult:
+    """Run one sentence or pair; attentions are float32 [layers, heads, n, n], queries and keys [layers, heads, n, d]."""
+    encoded = encode(lm, text_a, text_b)
+    if isinstance(text_a, str):  # typed text; corpus word lists keep their words without pieces (deps handles them)
+        check_tokens(encoded, text_b is not None)
+    return run_encoded(lm, [encoded], capture_qk=capture_qk, capture_norms=capture_norms)[0]
+
+
+def run_batches(
+    lm: LoadedModel,
+    inputs: Iterable[tuple[TextOrWords, TextOrWords | None]],
+    batch_size: int = 32,
+    window: int = 512,
+    capture_norms: bool = False,
+    norm_maps: bool = False,
+    capture_qk: bool = False,
+    defer: Callable[[Encoded], bool] | None = None,
+) -> Iterator[RunResult]:
+    """Run many inputs in padded batches of similar length, yielding results in input order (run_encoded's
+    capture_norms, norm_maps and capture_qk for each); an input that defer chooses is yielded unrun (deferred)."""
+    buffer: list[Encoded] = []
+    options = (batch_size, capture_norms, norm_maps, capture_qk, defer)
+    for text_a, text_b in inputs:
+        buffer.append(encode(lm, text_a, text_b))
+        if len(buffer) == window:
+            yield from _run_window(lm, buffer, *options)
+            buffer = []
+    if buffer:
+        yield from _run_window(lm, buffer, *options)
+
+
+def _run_window(
+    lm: LoadedModel,
+    encoded: list[Encoded],
+    batch_size: int,
+    capture_norms: bool = False,
+    norm_maps: bool = False,
+    capture_qk: bool = False,
+    defer: Callable[[Encoded], bool] | None = None,
+) -> Iterator[RunResult]:
+    """Sort a window of inputs by length so batches carry little padding, then restore the order."""
+    out: list[RunResult | None] = [None] * len(encoded)
+    kept = []
+    for i, e in enumerate(encoded):
+        if defer is not None and defer(e):
+            out[i] = RunResult(**vars(e), deferred=True)
+        else:
+            kept.append(i)
+    order = sorted(kept, key=lambda i: encoded[i].n)
+    limit = memory_limit(device=lm.device)
+
+    def fits(count: int, n: int) -> bool:
+        return limit is None or estimate_peak_bytes(run_size(lm, n, count)) <= limit
+
+    for idx in _batches(order, [e.n for e in encoded], batch_size, fits):
+        batch = [encoded[i] for i in idx]
+        for i, r in zip(idx, run_encoded(lm, batch, capture_qk, capture_norms, norm_maps)):
+            out[i] = r
+    yield from out  # type: ignore[misc]
+
+
+BATCH_CELLS = 32 * 48 * 48  # a batch's padded attention cells per head: batch_size inputs up to 48 tokens, fewer above
+
+
+def _batches(
+    order: list[int], lengths: list[int], batch_size: int, fits: Callable[[int, int], bool] | None = None
+) -> Iterator[list[int]]:
+    """Consecutive runs of order (sorted by length) of at most batch_size inputs and BATCH_CELLS padded cells, so
+    a batch's transient memory (every layer's [batch, heads, n, n] maps, twice) does not depend on where the longest
+    inputs fall: peak memory stays flat in corpus size; and, given fits(inputs, n), batches within the memory guard's
+    limit (an input that does not fit alone is its own batch, which run_encoded refuses)."""
+    batch: list[int] = []
+    for i in order:
+        full = len(batch) == batch_size or (len(batch) + 1) * lengths[i] ** 2 > BATCH_CELLS
+        if batch and (full or (fits is not None and not fits(len(batch) + 1, lengths[i]))):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch

@@ -1,0 +1,1 @@
+"""What the pages, the report and the tour say about results: tables, labels, comparisons, the report, the tour."""

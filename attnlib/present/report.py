@@ -1,0 +1,651 @@
+"""The whole study as one report: every corpus analysis for one model (or two compared), timed, with provenance.
+
+A report is a list of parts (REPORT_PARTS), one per analysis: the report's files it reads, its options (made from the
+report's) and how its result becomes long tables (a `model` column first, layers and heads 1-based as on the pages),
+per-layer values to compare and notes. Parts reading the same file share one engine pass, so the model runs once per
+file, and positions and aggregation attribute each input once between them; the probe's training treebank gets its
+own pass. The HTML is written by attnlib.views.report_page (this module runs no plotly).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import pandas as pd
+
+from attnlib.analyses.aggregation import AGGREGATION, AggregationOptions, AggregationResult
+from attnlib.analyses.base import Analysis, Options, read_inputs, run_analysis
+from attnlib.analyses.deps import DEPS, PAPER_MODELS, DepsOptions, DepsResult
+from attnlib.analyses.importance import IMPORTANCE, HeadImportance, ImportanceOptions, no_op_sentence
+from attnlib.analyses.positions import CORRELATIONS, POSITIONS, PositionOptions, PositionsResult
+from attnlib.analyses.probe import PROBE, ProbeOptions, ProbeResult
+from attnlib.analyses.special import SPECIAL, SpecialOptions, SpecialTokens
+from attnlib.core.batches import accumulate
+from attnlib.core.corpus import CorpusError, CorpusInput
+from attnlib.core.model import LoadedModel, load_model
+from attnlib.core.runner import RunResult
+from attnlib.present.comparison import Difference, largest_difference
+from attnlib.present.labels import NORM_NAMES, SHARE_KEYS, STAT_NAMES
+from attnlib.present.tables import by_layer, head_frame, layer_frame, layer_values, paper_rows
+from attnlib.results.files import corpus_record
+from attnlib.results.shipped import ROOT
+from attnlib.stats.attribution import DEFAULT_PROBES, Attribution, Mode, hidden_token_attribution
+from attnlib.stats.value_norms import MEASURES, NORM_KEYS
+
+METHODS_PATH = "docs/METHODS.md"  # links in the report point here, relative to the repository root
+ReportProgress = Callable[[str, int, int], None]  # (what runs now, inputs done, inputs in this pass)
+Inputs = Mapping[str, Sequence[CorpusInput]]  # the report's files ("corpus", "conllu", "train") -> their inputs
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """Options of every part (the commands' defaults; positions and aggregation in estimate mode)."""
+
+    limit: int | None = None  # at most this many inputs of each file
+    batch_size: int = 32
+    all_punct: bool = False
+    head_map: bool = True
+    min_count: int = 100  # deps: list relations with at least this many dependents
+    probes: int = DEFAULT_PROBES  # positions and aggregation: estimate mode with this many probes per token
+    probe_epochs: int = 1  # probe: passes over the training treebank
+    probe_seed: int = 0  # probe: torch seed while training
+
+
+@dataclass
+class PartResult:
+    """One part for one model: long tables, the analysis's result the figures draw, values to compare, seconds."""
+
+    part: str
+    model: str
+    tables: dict[str, pd.DataFrame]  # title -> table with a `model` column first
+    result: Any  # the analysis's result (attnlib.views.report_page draws it)
+    comparable: dict[str, dict[str, float]]  # statistic -> {"layer 3": value, ...} on one scale per part
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # this part's own work (statistics, attribution, training), not the shared forward pass
+
+
+@dataclass(frozen=True)
+class ReportPart:
+    """One part of the report: an analysis, the report's file for each of its sources, its options made from the
+    report's, and how its result is shown (`show(model, result, report options)`). `attributed` parts attribute each
+    input once between them in their pass (their accumulators take a run and its attribution)."""
+
+    analysis: Analysis
+    title: str
+    files: Mapping[str, str]  # the analysis's sources -> the report's files
+    options: Callable[[ReportOptions], Options]
+    show: Callable[[str, Any, ReportOptions], PartResult]
+    attributed: bool = False
+    own_loop: bool = False  # it runs its own corpus loop (importance replays every head), not in the shared pass
+
+    @property
+    def name(self) -> str:
+        return self.analysis.name
+
+    @property
+    def methods(self) -> tuple[int, ...]:
+        return self.analysis.methods
+
+    @property
+    def source(self) -> str:
+        """The report's file whose shared pass fills it (its analysis's last source: the probe's test treebank)."""
+        return self.files[self.analysis.sources[-1]]
+
+    def ready(self, inputs: Mapping[str, object]) -> bool:
+        """Whether every file it reads is given."""
+        return all(file in inputs for file in self.files.values())
+
+
+# ------------------------------------------------------------------------------------------------------ the parts
+
+
+def _special_show(model: str, found: SpecialTokens, options: ReportOptions) -> PartResult:
+    result, hm, norms = found.special, found.head_map, found.norms
+    assert norms is not None
+    per_head = dict(result.heads)
+    if hm is not None:
+        per_head["behaviour"] = hm.labels.reshape(result.heads["cls"].shape)
+    notes = [
+        f"{result.n_inputs} inputs ({result.n_truncated} truncated to the model's length); punctuation: "
+        f"{'every punctuation token' if result.all_punct else '. and ,'}; uniform attention's mean ln n = "
+        f"{result.uniform_entropy:.3f}; norm shares weigh attention by the value norm ||f(x)|| (Kobayashi et al.)."
+    ]
+    return PartResult(
+        "special",
+        model,
+        {
+            "Per layer (mean over heads)": layer_frame(model, result.layers),
+            "Per head": head_frame(model, per_head),
+            "Norm shares and value norms per layer (mean over heads)": layer_frame(model, norms.layers),
+            "Norm shares and value norms per head": head_frame(model, norms.heads),
+        },
+        found,
+        by_layer(result.layers, SHARE_KEYS, STAT_NAMES) | by_layer(norms.layers, list(NORM_KEYS[:4]), NORM_NAMES),
+        notes,
+    )
+
+
+def _deps_show(model: str, found: DepsResult, options: ReportOptions) -> PartResult:
+    table = found.table
+    frame = pd.DataFrame([asdict(r) for r in table.rows])
+    frame.insert(0, "model", model)
+    frame["layer"] += 1
+    frame["head"] += 1
+    tables = {"Best head per relation against the best fixed offset": frame}
+    notes = [
+        f"{table.n_sentences} sentences, {table.n_words} words, {table.n_skipped} skipped (longer than the model "
+        f"takes); relations with at least {options.min_count} dependents, root and punct pooled in 'all' only."
+    ]
+    if model in PAPER_MODELS:
+        paper = paper_rows(list(frame["relation"]))
+        tables["This model next to Clark et al. (2019) Table 1"] = frame[
+            ["model", "relation", "layer", "head", "accuracy", "baseline_accuracy"]
+        ].merge(paper, on="relation")
+        notes.append("Clark et al. used WSJ with Stanford labels; the UD label closest to each paper relation is used.")
+    accuracy = {r.relation: r.accuracy for r in table.rows}
+    return PartResult(
+        "deps", model, tables, found, {"best-head accuracy": {f"relation {k}": v for k, v in accuracy.items()}}, notes
+    )
+
+
+def _positions_show(model: str, result: PositionsResult, options: ReportOptions) -> PartResult:
+    per_layer = {
+        "attention_center_of_mass": result.attention_center_of_mass,
+        "attribution_center_of_mass": result.attribution_center_of_mass,
+        **{f"median_{name}": result.median_correlation(name) for name in CORRELATIONS},
+    }
+    per_head = {
+        "attention_center_of_mass": result.attention_head_com,
+        "attribution_center_of_mass": result.attribution_head_com,
+        **result.correlation,
+    }
+    names = {f"median_{name}": f"median {name.replace('_', ' ')} correlation" for name in CORRELATIONS}
+    notes = [
+        f"{result.n_inputs} inputs, {result.n_longer} of them longer than the head dimension ({result.head_dim}); "
+        f"Hidden Token Attribution in estimate mode with {result.options.probes} probes per token, seed "
+        f"{result.options.seed}."
+    ]
+    return PartResult(
+        "positions",
+        model,
+        {
+            "Per layer (mean over heads; correlations: median)": layer_frame(model, per_layer),
+            "Per head": head_frame(model, per_head),
+        },
+        result,
+        by_layer(per_layer, list(names), names),
+        notes,
+    )
+
+
+def _aggregation_show(model: str, result: AggregationResult, options: ReportOptions) -> PartResult:
+    per_layer = {
+        **{f"pearson_{m}": result.pearson[m] for m in MEASURES},
+        **{f"spearman_{m}": result.spearman[m] for m in MEASURES},
+    }
+    centres = {f"center_of_mass_{m}": v for m, v in result.center_of_mass.items()}
+    names = {f"spearman_{m}": f"{m.replace('_', ' ')} Spearman with G_out" for m in MEASURES}
+    notes = [
+        f"{result.n_inputs} inputs; layer-output attribution G_out in estimate mode with {result.options.probes} "
+        f"probes per token, seed {result.options.seed} (the same attributions as the positions part)."
+    ]
+    return PartResult(
+        "aggregation",
+        model,
+        {
+            "Agreement with layer-output attribution per layer (mean row correlation)": layer_frame(model, per_layer),
+            "Centre of mass per layer": layer_frame(model, centres),
+        },
+        result,
+        by_layer(per_layer, list(names), names),
+        notes,
+    )
+
+
+def probe_tables(model: str, result: ProbeResult) -> dict[str, pd.DataFrame]:
+    """The probe's summary row (layers and heads 1-based) and its accuracy per relation, as long tables."""
+    best = result.best_head
+    summary = {
+        "model": model,
+        "uas": result.uas,
+        "best_head_accuracy": result.best_head_accuracy,
+        "best_head_layer": best["layer"] + 1,
+        "best_head_head": best["head"] + 1,
+        "best_head_direction": best["direction"],
+        "baseline_accuracy": result.baseline_accuracy,
+        "baseline_offset": result.baseline_offset,
+        "n_train": result.n_train,
+        "n_test": result.n_test,
+        "n_words": result.n_words,
+        "n_skipped_train": result.n_skipped_train,
+        "n_skipped_test": result.n_skipped_test,
+    }
+    relations = pd.DataFrame([{"relation": r, **v} for r, v in result.uas_by_relation.items()])
+    relations.insert(0, "model", model)
+    return {
+        "Probe against the best single head and fixed offset": pd.DataFrame([summary]),
+        "UAS per relation": relations,
+    }
+
+
+def _probe_show(model: str, result: ProbeResult, options: ReportOptions) -> PartResult:
+    notes = [
+        f"trained on {result.n_train} sentences ({options.probe_epochs} epoch, seed {options.probe_seed}), scored on "
+        f"{result.n_test} ({result.n_words} words, punctuation excluded); {result.n_skipped} sentences skipped "
+        "(longer than the model takes)."
+    ]
+    uas = {"probe UAS": {f"relation {r}": v["uas"] for r, v in result.uas_by_relation.items()}}
+    return PartResult("probe", model, probe_tables(model, result), result, uas, notes)
+
+
+def _importance_show(model: str, result: HeadImportance, options: ReportOptions) -> PartResult:
+    L, H = result.special_share.shape
+    per_head = {"cls_sep_share": result.special_share}
+    for change in ("ablate", "drop", "renormalise"):
+        for measure in result.measures():
+            values = result.effect(change, measure)
+            if values is not None:
+                per_head[f"{change}_{measure}"] = values
+    if result.importance is not None:
+        per_head["gradient_importance"] = result.importance
+    test = result.no_op()
+    spearman = pd.DataFrame(
+        {"model": model, "layer": range(1, L + 1)} | {f"rho_{c}": test.per_layer[c] for c in test.per_layer}
+    )
+    tables = {"Per head (effects are corpus means; METHODS §15)": head_frame(model, per_head),
+              "No-op test: Spearman's rho of the share against each effect, per layer": spearman}  # fmt: skip
+    embedding = result.effect("ablate", "embedding")
+    assert embedding is not None  # every encoder has the embedding measure
+    comparable = {"ablation effect (embedding)": layer_values(embedding.mean(1))}
+    notes = [f"{result.n_inputs} inputs, {L} x {H} heads. {no_op_sentence(result, model)}"]
+    return PartResult("importance", model, tables, result, comparable, notes)
+
+
+REPORT_PARTS: tuple[ReportPart, ...] = (
+    ReportPart(
+        SPECIAL,
+        "Special tokens, offsets and entropy (Clark et al. §3), with value-weighted norms (Kobayashi et al.)",
+        {"corpus": "corpus"},
+        lambda o: SpecialOptions(all_punct=o.all_punct, head_map=o.head_map, norms=True),
+        _special_show,
+    ),
+    ReportPart(
+        POSITIONS,
+        "Local vs global: relative positions and Hidden Token Attribution (Pascual et al.)",
+        {"corpus": "corpus"},
+        lambda o: PositionOptions(mode="estimate", probes=o.probes),
+        _positions_show,
+        attributed=True,
+    ),
+    ReportPart(
+        AGGREGATION,
+        "Aggregation: attention, norms and rollouts against layer-output attribution (Kobayashi et al.; GlobEnc)",
+        {"corpus": "corpus"},
+        lambda o: AggregationOptions(mode="estimate", probes=o.probes),
+        _aggregation_show,
+        attributed=True,
+    ),
+    ReportPart(
+        IMPORTANCE,
+        "Head importance: every head switched off, its [CLS]/[SEP] attention knocked out, the no-op test (Michel et al.)",
+        {"corpus": "corpus"},
+        lambda o: ImportanceOptions(knockout=True, prune=True),
+        _importance_show,
+        own_loop=True,
+    ),
+    ReportPart(
+        DEPS,
+        "Dependency heads against the best fixed offset (Clark et al. Table 1)",
+        {"conllu": "conllu"},
+        lambda o: DepsOptions(min_count=o.min_count),
+        _deps_show,
+    ),
+    ReportPart(
+        PROBE,
+        "Attention probe: all heads together predict each word's head (Clark et al. §5)",
+        {"train": "train", "test": "conllu"},
+        lambda o: ProbeOptions(epochs=o.probe_epochs, seed=o.probe_seed),
+        _probe_show,
+    ),
+)
+
+
+# ----------------------------------------------------------------------------------------------- running the parts
+
+
+class SharedAttribution:
+    """Each input's Hidden Token Attribution, computed once for the parts of a pass that need it (positions, aggregation)."""
+
+    def __init__(self, lm: LoadedModel) -> None:
+        self.lm = lm
+        self.last: tuple[RunResult, tuple, Attribution] | None = None
+
+    def of(self, result: RunResult, mode: Mode, probes: int, seed: int) -> Attribution:
+        """The attribution of this run (the last one is kept: the engine hands every accumulator the same run)."""
+        key = (mode, probes, seed)
+        if self.last is None or self.last[0] is not result or self.last[1] != key:
+            # with the layer-output attribution: the aggregation part reads it, positions ignores it
+            attribution = hidden_token_attribution(self.lm, result, mode, probes, seed, with_output=True)
+            self.last = (result, key, attribution)
+        return self.last[2]
+
+
+class Attributed:
+    """Engine accumulator that hands an attributed analysis's accumulator (positions, aggregation) each run with its
+    shared attribution; an input its length leaves out (positions' identifiability filter) is only counted."""
+
+    def __init__(self, attribution: SharedAttribution, inner: Any) -> None:
+        self.attribution, self.inner = attribution, inner
+        self.needs_norms = getattr(inner, "needs_norms", False)  # aggregation's maps need the value vectors
+
+    def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
+        wants = getattr(self.inner, "wants", None)
+        if wants is not None and not wants(result.n):
+            self.inner.skip()
+            return
+        o = self.inner.options
+        self.inner.add(result, self.attribution.of(result, cast(Mode, o.mode), o.probes, o.seed))
+
+    def merge(self, other: Attributed) -> Attributed:
+        return Attributed(self.attribution, self.inner.merge(other.inner))
+
+
+def part_accumulators(part: ReportPart, lm: LoadedModel, options: Options, shared: dict) -> list:
+    """A part's empty accumulators for its shared pass (attributed ones wrapped around the pass's attribution)."""
+    accumulators = part.analysis.accumulators(lm, options)  # type: ignore[misc]
+    if not part.attributed:
+        return accumulators
+    attribution = cast(SharedAttribution, shared.setdefault("attribution", SharedAttribution(lm)))
+    return [Attributed(attribution, a) for a in accumulators]
+
+
+def unwrapped(accumulator: Any) -> Any:
+    """The analysis's own accumulator inside a pass's wrappers."""
+    while isinstance(accumulator, _Timed | Attributed):
+        accumulator = accumulator.inner
+    return accumulator
+
+
+class _Timed:
+    """Wraps an accumulator and adds up the seconds spent in its add()."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.seconds = inner, 0.0
+        self.needs_norms = getattr(inner, "needs_norms", False)  # the engine captures value vectors when asked
+
+    def add(self, result: RunResult, item: CorpusInput) -> None:
+        start = time.perf_counter()
+        self.inner.add(result, item)
+        self.seconds += time.perf_counter() - start
+
+    def merge(self, other: _Timed) -> _Timed:
+        merged = _Timed(self.inner.merge(other.inner))
+        merged.seconds = self.seconds + other.seconds
+        return merged
+
+
+class _Counter:
+    """Last accumulator of a pass: reports progress after every input."""
+
+    def __init__(self, label: str, total: int, progress: ReportProgress | None) -> None:
+        self.label, self.total, self.progress, self.done = label, total, progress, 0
+
+    def add(self, result: RunResult, item: CorpusInput) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.label, self.done, self.total)
+
+    def merge(self, other: _Counter) -> _Counter:
+        return self
+
+
+@dataclass
+class PassTiming:
+    """One engine pass over one file for one model: which parts shared it, its seconds and the forward part."""
+
+    model: str
+    source: str
+    parts: list[str]
+    n_inputs: int
+    seconds: float
+    forward_seconds: float  # the pass less the parts' own add() time: running the model, batching
+
+
+def run_parts(
+    lm: LoadedModel,
+    inputs: Inputs,
+    options: ReportOptions,
+    parts: Sequence[ReportPart] = REPORT_PARTS,
+    progress: ReportProgress | None = None,
+) -> tuple[list[PartResult], list[PassTiming]]:
+    """Run every part whose files are in `inputs`, one engine pass per file (a part's other files after it); with
+    timings."""
+    results: dict[str, PartResult] = {}
+    timings = []
+    for source, items in inputs.items():
+        for part in [p for p in parts if p.source == source and p.ready(inputs) and p.own_loop]:
+            results[part.name], timing = _own_loop_part(part, lm, inputs, options, progress)  # its own batches
+            timings.append(timing)
+        group = [p for p in parts if p.source == source and p.ready(inputs) and not p.own_loop]
+        if not group:
+            continue
+        shared: dict = {}
+        chosen = [p.options(options) for p in group]
+        timed = [[_Timed(a) for a in part_accumulators(p, lm, o, shared)] for p, o in zip(group, chosen)]
+        label = f"{lm.facts.name}: {' + '.join(p.name for p in group)}"
+        counter = _Counter(label, len(items), progress)
+        start = time.perf_counter()
+        accumulate(lm, items, [a for accs in timed for a in accs] + [counter], batch_size=options.batch_size)
+        seconds = time.perf_counter() - start
+        own = [sum(a.seconds for a in accs) for accs in timed]
+        timings.append(
+            PassTiming(lm.facts.name, source, [p.name for p in group], len(items), seconds, seconds - sum(own))
+        )
+        for part, part_options, accs, add_seconds in zip(group, chosen, timed, own):
+            start = time.perf_counter()
+            filled = {part.analysis.sources[-1]: [unwrapped(a) for a in accs]}
+            for other in part.analysis.sources[:-1]:  # the probe's training treebank
+                filled[other] = _own_pass(part, part_options, lm, inputs[part.files[other]], options, progress)
+            result = part.analysis.finish(*[filled[s] for s in part.analysis.sources], part_options)  # type: ignore
+            shown = part.show(lm.facts.name, result, options)
+            shown.seconds = add_seconds + time.perf_counter() - start
+            results[part.name] = shown
+    return [results[p.name] for p in parts if p.name in results], timings
+
+
+def _own_loop_part(
+    part: ReportPart, lm: LoadedModel, inputs: Inputs, options: ReportOptions, progress: ReportProgress | None
+) -> tuple[PartResult, PassTiming]:
+    """A part whose analysis runs its own corpus loop (importance replays every head): run it alone, and show it."""
+    label = f"{lm.facts.name}: {part.name}"
+    report = None if progress is None else (lambda done, total: progress(label, done, total))
+    given = {source: inputs[part.files[source]] for source in part.analysis.sources}
+    start = time.perf_counter()
+    run = run_analysis(part.analysis, lm, part.options(options), inputs=given, batch_size=options.batch_size,
+                       progress=report)  # fmt: skip
+    seconds = time.perf_counter() - start
+    shown = part.show(lm.facts.name, run.result, options)
+    shown.seconds = seconds
+    n = len(given[part.analysis.sources[-1]])
+    return shown, PassTiming(lm.facts.name, part.source, [part.name], n, seconds, 0.0)
+
+
+def _own_pass(
+    part: ReportPart,
+    part_options: Options,
+    lm: LoadedModel,
+    items: Sequence[CorpusInput],
+    options: ReportOptions,
+    progress: ReportProgress | None,
+) -> list:
+    """A part's accumulators filled over one more of its files, in a pass of its own."""
+    label = f"{lm.facts.name}: {part.name} ({', '.join(f for f in part.files.values() if f != part.source)})"
+    report = None if progress is None else (lambda done, total: progress(label, done, total))
+    fill = part.analysis.make_fill(part_options)
+    return fill(lm, items, part.analysis.accumulators(lm, part_options), options.batch_size, report)  # type: ignore
+
+
+# --------------------------------------------------------------------------------------------------- the report
+
+
+@dataclass
+class Report:
+    """Everything the HTML shows: the parts per model, how long each pass took, and where the numbers came from."""
+
+    models: list[str]
+    parts: list[ReportPart]
+    results: dict[str, list[PartResult]]  # part name -> one result per model, in model order
+    timings: list[PassTiming]
+    corpora: dict[str, dict]  # source -> name, path, sha1, bytes, n_inputs
+    options: ReportOptions
+    library_version: str
+    created: str  # ISO 8601, UTC
+    seconds: float = 0.0
+    load_seconds: dict[str, float] = field(default_factory=dict)
+    methods: dict[int, tuple[str, str]] = field(default_factory=dict)  # section -> (title, text)
+
+    def differences(self) -> dict[str, Difference | None]:
+        """For two models: each part's largest difference (None where nothing is comparable)."""
+        if len(self.models) < 2:
+            return {}
+        return {
+            name: largest_difference(results[0].comparable, results[1].comparable)
+            for name, results in self.results.items()
+        }
+
+    def summary(self) -> dict:
+        """The JSON summary the command prints: parts, seconds, corpora, models."""
+        return {
+            "models": self.models,
+            "parts": list(self.results),
+            "corpora": self.corpora,
+            "seconds": round(self.seconds, 3),
+            "part_seconds": {
+                f"{r.model}: {r.part}": round(r.seconds, 3) for results in self.results.values() for r in results
+            },
+            "passes": [
+                {**asdict(t), "seconds": round(t.seconds, 3), "forward_seconds": round(t.forward_seconds, 3)}
+                for t in self.timings
+            ],
+            "differences": {k: d.text() if d else None for k, d in self.differences().items()},
+        }
+
+
+def methods_sections(path: Path = ROOT / METHODS_PATH) -> dict[int, tuple[str, str]]:
+    """{section number: (heading, text)} of docs/METHODS.md ({} when the file is not there, e.g. an installed copy)."""
+    if not path.is_file():
+        return {}
+    sections: dict[int, tuple[str, str]] = {}
+    for block in re.split(r"^## ", path.read_text(encoding="utf-8"), flags=re.M)[1:]:
+        heading, _, body = block.partition("\n")
+        number = re.match(r"(\d+)\.", heading)
+        if number:
+            sections[int(number.group(1))] = (heading.strip(), body.strip())
+    return sections
+
+
+def methods_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def _read_inputs(paths: Mapping[str, str | None], limit: int | None) -> dict[str, list]:
+    inputs = {source: read_inputs(source, path, limit) for source, path in paths.items() if path is not None}
+    if "corpus" not in inputs and "conllu" not in inputs:
+        raise CorpusError("give a corpus, a CoNLL-U treebank or both.")
+    if "train" in inputs and "conllu" not in inputs:
+        raise CorpusError("a training treebank needs a treebank to test the probe on (--conllu).")
+    return inputs
+
+
+def _corpus_record(path: str, n_inputs: int) -> dict:
+    """Name, path, SHA-1 and number of inputs as result files record them, and the size in bytes."""
+    return {**corpus_record(path, n_inputs), "bytes": Path(path).stat().st_size}
+
+
+def run_report(
+    model: str | LoadedModel,
+    corpus_path: str | None,
+    conllu_path: str | None = None,
+    compare: str | LoadedModel | None = None,
+    options: ReportOptions = ReportOptions(),
+    progress: ReportProgress | None = None,
+    device: str = "cpu",
+    parts: Sequence[ReportPart] = REPORT_PARTS,
+    train_path: str | None = None,
+) -> Report:
+    """Run every part for the model (and the compared one) on the files given; the probe runs when a training treebank
+    is given."""
+    start = time.perf_counter()
+    paths = {"corpus": corpus_path, "conllu": conllu_path, "train": train_path}
+    inputs = _read_inputs(paths, options.limit)
+    corpora = {source: _corpus_record(str(paths[source]), len(items)) for source, items in inputs.items()}
+    models = [model] if compare is None else [model, compare]
+    report = report_of_inputs(models, inputs, corpora, options, progress, device, parts)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def report_of_inputs(
+    models: Sequence[str | LoadedModel],
+    inputs: Inputs,
+    corpora: dict[str, dict],
+    options: ReportOptions = ReportOptions(),
+    progress: ReportProgress | None = None,
+    device: str = "cpu",
+    parts: Sequence[ReportPart] = REPORT_PARTS,
+) -> Report:
+    """Run every part whose files are in `inputs` for each model, one model in memory at a time (a name is loaded
+    here, a LoadedModel used as it is); corpora: source -> name, sha1, n_inputs (and path, bytes) for the header."""
+    from attnlib import __version__
+
+    if "corpus" not in inputs and "conllu" not in inputs:
+        raise CorpusError("give a corpus, a CoNLL-U treebank or both.")
+    start = time.perf_counter()
+    results: dict[str, list[PartResult]] = {}
+    timings: list[PassTiming] = []
+    load_seconds = {}
+    names = []
+    for name in models:
+        loaded = time.perf_counter()
+        lm = name if isinstance(name, LoadedModel) else load_model(name, device=device)
+        load_seconds[lm.facts.name] = time.perf_counter() - loaded
+        names.append(lm.facts.name)
+        part_results, pass_timings = run_parts(lm, inputs, options, parts, progress)
+        timings += pass_timings
+        for result in part_results:
+            results.setdefault(result.part, []).append(result)
+        del lm
+    return Report(
+        names,
+        [p for p in parts if p.name in results],
+        results,
+        timings,
+        corpora,
+        options,
+        __version__,
+        datetime.now(UTC).isoformat(timespec="seconds"),
+        time.perf_counter() - start,
+        load_seconds,
+        methods_sections(),
+    )
+
+
+def terminal_progress(stream: Any = sys.stderr, width: int = 30) -> ReportProgress:
+    """A progress bar on one terminal line (stderr): what runs, a bar, done/total."""
+
+    def show(label: str, done: int, total: int) -> None:
+        filled = width * done // max(total, 1)
+        stream.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show

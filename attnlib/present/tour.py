@@ -1,0 +1,457 @@
+"""The classroom tour: the papers' findings as steps, and the "what to notice" line of each, computed from results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+import numpy as np
+
+from attnlib.analyses.base import Options
+from attnlib.analyses.deps import ALL, DependencyRow, DependencyTable, DepsOptions
+from attnlib.analyses.importance import ImportanceOptions
+from attnlib.analyses.positions import PositionOptions, PositionsResult
+from attnlib.analyses.special import SpecialOptions, WeightNormGap
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
+from attnlib.stats.gradients import GradientImportanceResult
+from attnlib.stats.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
+from attnlib.stats.patterns import PATTERNS, HeadPick, rank_heads
+from attnlib.stats.shares import SpecialTokenResult
+
+NOTICED_PATTERNS = ("prev", "next", "broad")  # step 1: the head finder's patterns the tour names
+MOST = 0.5  # "most attention": more than half of it
+FALL_MARGIN = 0.05
+PASCUAL_LOW = 0.5  # Pascual et al.: the input-contribution correlation falls below this after four layers  # step 6: a correlation "falls" when the last layer is at least this much below the first
+SYNTAX_SHOWN = 3  # step 5: relations named in the sentence
+SLICE = 40  # inputs computed on when nothing is shipped for the model: the tour must open in seconds
+POSITIONS_SLICE = 20  # attribution costs about a second per input for the default model
+SLICE_MIN_COUNT = 20  # step 5 on the slice: relations with at least this many dependents (Clark's 100 on a treebank)
+IMPORTANCE_SLICE = 10  # step 7: every head switched off three ways costs about 126 forward passes per input
+# Each analysis's corpus and options: its defaults (the command's), with the norms for the no-op step.
+TOUR_CORPORA = {
+    "special": CLASSROOM_PAIRS,
+    "deps": EWT_DEV,
+    "positions": CLASSROOM_SINGLE,
+    "importance": CLASSROOM_PAIRS,
+}
+TOUR_OPTIONS: dict[str, Options] = {
+    "special": SpecialOptions(norms=True),
+    "deps": DepsOptions(),
+    "positions": PositionOptions(),
+    "importance": ImportanceOptions(knockout=True),
+}
+LINK_KEYS = (
+    "model",
+    "a",
+    "b",
+    "layer",
+    "head",
+    "view",
+    "corpus",
+    "norms",
+    "tab",
+)  # URL keys of the full pages (see page_link)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One screen of the tour: its title, the plain-language explanation, and the full page it opens."""
+
+    number: int  # 1-based, as in ?step=
+    key: str
+    title: str
+    explanation: str
+    page: str  # url_path of the full page ("" is the Live page at /)
+    tab: str | None = None  # the tab of that page it opens (its URL text)
+    decoder: tuple[str, str, str, str | None] | None = None  # a decoder's own title, explanation, page and tab
+
+    def shown(self, causal: bool) -> tuple[str, str, str, str | None]:
+        """(title, explanation, page, tab) for an encoder, or for a decoder (causal) where the step has its own."""
+        if causal and self.decoder is not None:
+            return self.decoder
+        return self.title, self.explanation, self.page, self.tab
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        1,
+        "heads",
+        "Heads look at different things",
+        "Every layer has several attention heads, and each head learns its own way of reading a sentence. "
+        "Below are three heads of the loaded model on the pair from the bertviz tutorial: the head that "
+        "most looks at the previous token, the one that most looks at the next token, and the one that "
+        "spreads its attention most evenly (scores from the head finder over the classroom set).",
+        "",
+    ),
+    Step(
+        2,
+        "special",
+        "Most attention goes to a few tokens",
+        "Clark et al. (2019) found that much of BERT's attention goes to just three kinds of token: [CLS] at the "
+        "start, [SEP] at the end of each sentence, and the punctuation marks '.' and ','. The lines show, per "
+        "layer, the share of attention each kind receives (Clark Fig. 2).",
+        "special-tokens",
+        "shares",
+    ),
+    Step(
+        3,
+        "no-op",
+        "Is that attention a no-op?",
+        "If a head has nothing useful to look at, it can park its attention on [SEP]. Clark et al. saw that "
+        "[SEP] tokens attend almost only to [SEP] themselves, and that changing attention to [SEP] barely changes "
+        "the model's output (small gradients). Attention weights alone do not say how much a token moves the "
+        "output: that also depends on the size of the vector it sends.",
+        "special-tokens",
+        "norms",
+        (
+            "Is the sink a no-op?",
+            "In a decoder each token sees only itself and the tokens before it, and many heads park much of their "
+            "attention on the first token: the attention sink (Gu et al. 2024). Is that attention a no-op, as Clark "
+            "et al. read attention to [SEP]? Test it: take one head at a time and remove only its attention to the "
+            "first token (drop), or remove it and spread the rest over the other tokens (renormalise), and measure "
+            "how much the output moves; switching the whole head off is the yardstick.",
+            "head-importance",
+            "noop",
+        ),
+    ),
+    Step(
+        4,
+        "entropy",
+        "Broad and focused heads",
+        "Entropy measures how spread out a head's attention is: 0 when it looks at one token, ln n when it "
+        "looks at all n tokens equally. Clark et al. found broad heads in the lowest layers of BERT (Fig. 4). "
+        "The dashed line is uniform attention.",
+        "special-tokens",
+        "entropy",
+    ),
+    Step(
+        5,
+        "syntax",
+        "Heads that find syntax",
+        "Take each word, and let one head guess its syntactic head: the word it attends to most. Clark et al. "
+        "(Table 1) found single heads that do this far better than the best fixed rule 'the word k places "
+        "away'. Gold trees: Universal Dependencies English EWT.",
+        "dependency-heads",
+    ),
+    Step(
+        6,
+        "positions",
+        "Local and global",
+        "Attention says where a head looks; Hidden Token Attribution says which input tokens actually shape the "
+        "output (Pascual et al. 2021). The centre of mass is the mean offset a head reaches to (negative: "
+        "earlier tokens); the correlation between attention and attribution tells how far attention can be "
+        "read as an explanation.",
+        "local-global",
+    ),
+    Step(
+        7,
+        "knockout",
+        "Switch it off: is attention to [SEP] a no-op?",
+        "Step 3 looked at attention to [SEP]; now we test it. Take one head at a time and remove only its attention "
+        "to [CLS] and [SEP] (drop), or remove it and spread the rest over the other tokens (renormalise), and measure "
+        "how much the sentence embedding moves; switching the whole head off is the yardstick. If attention to [SEP] "
+        "is a no-op, dropping it barely matters in the heads that give it most (Michel et al. 2019; Clark et al.).",
+        "head-importance",
+        "noop",
+        (
+            "Switch it off: which heads matter?",
+            "Step 3 knocked the first token out of each head; here the yardstick itself: each head switched off in "
+            "turn, and how much the sentence embedding moves (Michel et al. 2019). The points are the heads, by their "
+            "share of attention to the first token.",
+            "head-importance",
+            "effects",
+        ),
+    ),
+)
+
+
+def step_number(raw: str | None) -> int:
+    """The step asked for in the URL (1-based), clamped to the tour; 1 when missing or not a number."""
+    try:
+        number = int(str(raw).strip())
+    except ValueError:
+        return 1
+    return min(max(number, 1), len(STEPS))
+
+
+def page_link(page: str, **params: str | int | None) -> str:
+    """Relative URL of a full page in the given state (None values left out); every tour link is built here."""
+    unknown = set(params) - set(LINK_KEYS)
+    if unknown:
+        raise ValueError(f"unknown URL keys {sorted(unknown)}")
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+    return f"{page}?{query}" if page else f"./?{query}"
+
+
+# ---------- formatting --------------------------------------------------------------------------------------------
+
+
+def pct(x: float) -> str:
+    """A share as a whole percentage: 0.523 -> '52%'."""
+    return f"{round(100 * float(x))}%"
+
+
+def pct_range(values: Sequence[float] | np.ndarray) -> str:
+    """'52 to 61%', or '52%' when they round alike."""
+    low, high = round(100 * float(min(values))), round(100 * float(max(values)))
+    return f"{low}%" if low == high else f"{low} to {high}%"
+
+
+def layer_span(layers: Sequence[int] | np.ndarray) -> str:
+    """0-based layers as 1-based words: 'layer 3', 'layers 2 to 5', 'layers 1, 3 and 5'."""
+    numbers = sorted(int(l) + 1 for l in layers)
+    if len(numbers) == 1:
+        return f"layer {numbers[0]}"
+    if numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"layers {numbers[0]} to {numbers[-1]}"
+    return "layers " + ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}"
+
+
+def head_name(layer: int, head: int) -> str:
+    """1-based layer-head, as in Clark et al."""
+    return f"{layer + 1}-{head + 1}"
+
+
+# ---------- step 1: heads look at different things ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeadsNotice:
+    """The best head for each pattern the tour names, whether it shows the pattern, and the sentence."""
+
+    picks: dict[str, HeadPick]
+    present: dict[str, bool]
+    sentence: str
+
+
+def heads_notice(scores: np.ndarray, model: str) -> HeadsNotice:
+    """From head-finder scores [patterns, layers, heads]: the best previous-token, next-token and broad heads."""
+    order = list(PATTERNS)
+    chosen = np.stack([scores[order.index(p)] for p in NOTICED_PATTERNS])
+    picks = {p.pattern: p for p in rank_heads(chosen, top=1, patterns=NOTICED_PATTERNS)}
+    present = {
+        p: p in picks and picks[p].score > (BROAD_ENTROPY_FRACTION if p == "broad" else SHARE_THRESHOLD)
+        for p in NOTICED_PATTERNS
+    }
+    parts = []
+    for p in ("prev", "next"):
+        target = "previous" if p == "prev" else "next"
+        if p not in picks:
+            parts.append(f"no head could be scored for the {target} token")
+        elif present[p]:
+            parts.append(f"head {picks[p].label} gives {pct(picks[p].score)} of its attention to the {target} token")
+        else:
+            parts.append(
+                f"no head gives more than half its attention to the {target} token "
+                f"(the best, {picks[p].label}, gives {pct(picks[p].score)})"
+            )
+    broad = picks.get("broad")
+    if broad is not None and present["broad"]:
+        parts.append(f"head {broad.label} spreads its attention almost evenly ({pct(broad.score)} of uniform entropy)")
+    elif broad is not None:
+        parts.append(f"no head is broad (the broadest, {broad.label}, reaches {pct(broad.score)} of uniform entropy)")
+    sentence = f"In {model}, " + "; ".join(parts) + "."
+    if all(present.values()):
+        sentence += " Three heads of one model, three different jobs."
+    return HeadsNotice(picks, present, sentence)
+
+
+# ---------- step 2: most attention goes to a few tokens -----------------------------------------------------------
+
+SPECIAL_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation"}
+SHARE_NAMES = {**SPECIAL_NAMES, "other": "other tokens"}
+NO_OP_NAMES = {"sep_to_sep": "[SEP] rows to [SEP]", "rest_to_sep": "other rows to [SEP]"}
+
+
+def special_notice(special: SpecialTokenResult, model: str) -> str:
+    """Which of [CLS], [SEP] and punctuation takes most attention, in which layers, or that none does."""
+    layers = special.layers
+    peaks = {key: float(np.nanmax(layers[key])) for key in SPECIAL_NAMES}
+    top = max(peaks, key=peaks.__getitem__)
+    over = np.flatnonzero(layers[top] > MOST)
+    if len(over) == 0:
+        best = ", ".join(
+            f"{SPECIAL_NAMES[k]} {pct(peaks[k])} ({layer_span([int(np.nanargmax(layers[k]))])})" for k in SPECIAL_NAMES
+        )
+        return f"In {model}, no single kind of token takes most attention in any layer; the peaks: {best}."
+    who = (
+        "[SEP] takes most attention, as in Clark et al."
+        if top == "sep"
+        else f"{SPECIAL_NAMES[top]}, not [SEP], takes most attention"
+    )
+    return f"In {model}, {who}: {pct_range(layers[top][over])} in {layer_span(over)}."
+
+
+# ---------- step 3: is that attention a no-op? --------------------------------------------------------------------
+
+
+def no_op_notice(
+    special: SpecialTokenResult,
+    gradients: GradientImportanceResult | None,
+    gradient_reason: str | None,
+    model: str,
+    extra: Sequence[str] = (),
+) -> str:
+    """[SEP] attending to itself, gradient importance (or why there is none), then any further sentences (norms)."""
+    sep_to_sep = special.layers["sep_to_sep"]
+    if np.isnan(sep_to_sep).all():
+        parts = [f"In {model}, no input had a [SEP] row, so [SEP] attending to itself cannot be measured."]
+    else:
+        over = np.flatnonzero(sep_to_sep > MOST)
+        if len(over):
+            parts = [
+                f"In {model}, [SEP] rows send {pct_range(sep_to_sep[over])} of their attention to [SEP] "
+                f"in {layer_span(over)}."
+            ]
+        else:
+            peak = int(np.nanargmax(sep_to_sep))
+            parts = [
+                f"In {model}, [SEP] rows send at most {pct(sep_to_sep[peak])} of their attention to [SEP] "
+                f"({layer_span([peak])}): [SEP] is not where they park it."
+            ]
+    if gradients is None:
+        parts.append(f"Gradient importance: {gradient_reason or 'not computed.'}")
+    else:
+        g = gradients.layers
+        low = np.flatnonzero(g["sep"] < g["all"])
+        if len(low):
+            parts.append(
+                f"The loss is less sensitive to attention to [SEP] than to attention in general in {layer_span(low)}."
+            )
+        else:
+            parts.append("In no layer is the loss less sensitive to attention to [SEP] than to attention in general.")
+    return " ".join([*parts, *extra])
+
+
+# ---------- step 4: broad and focused heads -----------------------------------------------------------------------
+
+
+def entropy_notice(special: SpecialTokenResult, model: str) -> str:
+    """The broadest and most focused layer against uniform attention, and how many heads are broad, and where."""
+    uniform = special.uniform_entropy
+    per_layer = special.layers["entropy"]
+    broadest, focused = int(np.argmax(per_layer)), int(np.argmin(per_layer))
+    if pct(per_layer[broadest] / uniform) == pct(per_layer[focused] / uniform):
+        sentence = (
+            f"In {model}, every layer has about the same mean entropy: {per_layer[focused]:.2f} to "
+            f"{per_layer[broadest]:.2f} nats, {pct(per_layer[focused] / uniform)} of uniform's {uniform:.2f}."
+        )
+    else:
+        sentence = (
+            f"In {model}, attention is broadest in {layer_span([broadest])} ({per_layer[broadest]:.2f} nats, "
+            f"{pct(per_layer[broadest] / uniform)} of uniform's {uniform:.2f}) and most focused in "
+            f"{layer_span([focused])} ({per_layer[focused]:.2f} nats, {pct(per_layer[focused] / uniform)})."
+        )
+    heads = special.heads["entropy"]
+    broad = np.argwhere(heads > BROAD_ENTROPY_FRACTION * uniform)
+    if len(broad) == 0:
+        return sentence + f" No head is broad: every head stays below {pct(BROAD_ENTROPY_FRACTION)} of uniform."
+    middle = (heads.shape[0] - 1) / 2
+    lower, upper = int((broad[:, 0] < middle).sum()), int((broad[:, 0] > middle).sum())
+    if lower > upper:
+        where = "mostly in the lower layers, as Clark et al. found for BERT"
+    elif upper > lower:
+        where = "mostly in the upper layers"
+    else:
+        where = "as many in the upper as in the lower layers"
+    return sentence + (
+        f" {len(broad)} of {heads.size} heads are broad (above {pct(BROAD_ENTROPY_FRACTION)} of uniform), {where}."
+    )
+
+
+# ---------- step 5: heads that find syntax ------------------------------------------------------------------------
+
+
+def _row_text(row: DependencyRow) -> str:
+    return (
+        f"{row.relation} (head {head_name(row.layer, row.head)}, {pct(row.accuracy)} against "
+        f"{pct(row.baseline_accuracy)} for offset {row.baseline_offset:+d})"
+    )
+
+
+def syntax_rows(table: DependencyTable) -> list[DependencyRow]:
+    """The table's relations (not the pooled 'all'), the largest margin over the baseline first."""
+    return sorted((r for r in table.rows if r.relation != ALL), key=lambda r: (-r.margin, r.relation))
+
+
+def syntax_notice(table: DependencyTable, model: str) -> str:
+    """How many relations have a head beating the best fixed offset, naming the clearest ones; or that none does."""
+    rows = syntax_rows(table)
+    if not rows:
+        return f"In {model}, no relation has enough dependents in these sentences to compare heads with offsets."
+    beating = [r for r in rows if r.margin > 0]
+    if not beating:
+        return (
+            f"In {model}, no single head beats the best fixed offset for any of the {len(rows)} relations; "
+            f"the closest is {_row_text(rows[0])}."
+        )
+    named = "; ".join(_row_text(r) for r in beating[:SYNTAX_SHOWN])
+    return (
+        f"In {model}, a single head beats the best fixed offset for {len(beating)} of {len(rows)} relations, "
+        f"most clearly {named}."
+    )
+
+
+# ---------- step 6: local and global -------------------------------------------------------------------------------
+
+
+def positions_notice(result: PositionsResult, model: str, correlation: str = "pearson_input") -> str:
+    """Whether attention's correlation with attribution falls with depth, and where the two centres of mass part most."""
+    corr = result.median_correlation(correlation)
+    finite = np.flatnonzero(np.isfinite(corr))
+    if len(finite) == 0:
+        return f"In {model}, no layer has a correlation between attention and attribution to show."
+    first, last = int(finite[0]), int(finite[-1])
+    lowest = int(finite[np.argmin(corr[finite])])
+    if lowest != first and corr[lowest] < corr[first] - FALL_MARGIN:
+        sentence = (
+            f"In {model}, attention agrees less with attribution as depth grows: the median correlation falls from "
+            f"{corr[first]:.2f} in {layer_span([first])} to {corr[lowest]:.2f} in {layer_span([lowest])}"
+        )
+        sentence += "." if lowest == last else f" ({corr[last]:.2f} in {layer_span([last])})."
+        below = [int(l) for l in finite if corr[l] < PASCUAL_LOW]
+        if below and corr[first] >= PASCUAL_LOW:
+            sentence += (
+                f" It is first below {PASCUAL_LOW} in {layer_span(below[:1])} (Pascual et al.: after four layers "
+                "in BERT-base)."
+            )
+    else:
+        sentence = (
+            f"In {model}, the median correlation of attention with attribution does not fall with depth: "
+            f"{corr[first]:.2f} in {layer_span([first])}, at least {np.nanmin(corr):.2f} in every layer, "
+            f"{corr[last]:.2f} in {layer_span([last])}."
+        )
+    att, attr = result.attention_center_of_mass, result.attribution_center_of_mass
+    gap = np.abs(att - attr)
+    if np.isfinite(gap).any():
+        far = int(np.nanargmax(gap))
+        sentence += (
+            f" The centres of mass are furthest apart in {layer_span([far])}: attention at {att[far]:+.2f} tokens, "
+            f"attribution at {attr[far]:+.2f}."
+        )
+    return sentence
+
+
+def norms_notice(gap: WeightNormGap | None, model: str) -> str:
+    """Weights against value-weighted norms (METHODS §11): where [CLS]/[SEP] take much weight but move small vectors."""
+    if gap is None:
+        return f"In {model}, no layer has a [CLS] or [SEP] share to compare."
+    name = SPECIAL_NAMES[gap.key]
+    where = f"{name} in layer {gap.layer + 1}"
+    if gap.verdict == "smaller":
+        return (
+            f"In {model}, {where} takes {pct(gap.weight_share)} of the attention weights but only "
+            f"{pct(gap.norm_share)} of what the heads actually move (the norms): large weights on small vectors, "
+            "close to a no-op."
+        )
+    if gap.verdict == "larger":
+        return (
+            f"In {model}, {where} takes {pct(gap.weight_share)} of the attention weights but "
+            f"{pct(gap.norm_share)} of what the heads actually move (the norms): its vectors are large, so it "
+            "carries more than its weight says."
+        )
+    return (
+        f"In {model}, weights and norms tell the same story: the largest gap is {where}, "
+        f"{pct(gap.weight_share)} of the weights against {pct(gap.norm_share)} of the norms."
+    )

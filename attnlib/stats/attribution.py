@@ -1,0 +1,679 @@
+"""Hidden Token Attribution per head (METHODS §9): how much each token feeds each head's output.
+
+Exact mode pushes one forward-mode derivative per input coordinate (n * hidden directions) through every layer,
+which gives every layer and head at once; estimate mode pushes k random standard-normal probes per input token
+instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2. Directions travel in chunks, each layer linearised at the input:
+- self-attention: the tangent of softmax(logits) v written out from the layer's own projections, with the family's
+  score terms read off its own code as linear maps (rotary's rotation per position, DeBERTa's c2p and p2c as
+  per-(i, k) terms in q_i and k_k; pre-LN families first pass the tangent through their LayerNorm's Jacobian), all
+  checked against the module's output;
+- the rest of the layer acts on each token alone, so it becomes one Jacobian per token (LayerNorm, feed-forward,
+  LayerNorm; pre-LN: the residual plus a LayerNorm and the feed-forward, gated in ModernBERT), built once and applied
+  as a batched matrix product.
+Two random directions are checked against torch.func.jvp through the model's own layers (attnlib.core.replay), which is
+the reference and the path taken wherever the linearisation does not reproduce it: layers of another shape (a
+convolution after the first layer, scores that mix heads), or Jacobians over LINEARISED_BUDGET. The previous-layer
+contribution is the first step of the same computation started at every layer's input (written out where
+linearised, else jvp through the attention block).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch.func import jvp, vmap
+
+from attnlib.core.families import (
+    HeadsCall,
+    LayerSite,
+    Layout,
+    UnsupportedModelError,
+    layer_norm_parameters,
+    unsupported_reason,
+)
+from attnlib.core.model import LoadedModel
+from attnlib.core.replay import Recording, captured_contexts, hooks_removed, record, this_thread_only
+from attnlib.core.runner import Encoded, TextOrWords, encode, model_inputs
+
+Mode = Literal["exact", "estimate"]
+MODES: tuple[Mode, ...] = ("exact", "estimate")
+DEFAULT_PROBES = 12  # benchmarks/bench_hta.py: Pearson >= 0.99 with exact mode at about 20x its speed
+DEFAULT_SEED = 0
+CHUNK_BUDGET = 4_000_000  # floats in the widest activation of one chunk of directions (about 16 MB)
+LINEARISED_BUDGET = 2**27  # floats of per-token Jacobians kept at once (512 MB)
+
+
+@dataclass
+class Attribution:
+    """Per-head and layer-output contributions, each row normalised to sum 1 over the input tokens."""
+
+    tokens: list[str]
+    input: np.ndarray  # [layers, heads, query j, input token i]: C(e0_i, o(l,h)_j)
+    previous: np.ndarray  # [layers, heads, query j, input token i]: C(e(l-1)_i, o(l,h)_j)
+    mode: str
+    probes: int | None  # k in estimate mode, None in exact mode
+    output: np.ndarray | None = None  # [layers, position j, input token i]: G_out, C(e0_i, e(l+1)_j) (METHODS §13)
+
+
+def _all_heads_function(rec: Recording, with_output: bool) -> Callable:
+    """e0 -> (o(l) of every layer, e(l+1) of every layer), each [layers, 1, n, hidden], running the layers themselves.
+
+    Without with_output the last layer runs only up to o and the layer outputs are an empty [0, 1, n, hidden]."""
+    last = rec.n_layers - 1
+
+    def heads_of_every_layer(e0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, outputs = e0, []
+        with captured_contexts(rec.layout) as seen:
+            for l in range(rec.n_layers if with_output else last):
+                h = rec.replay(h, l, l + 1)
+                outputs.append(h)
+            if not with_output:
+                rec.replay_block(last, h)
+        heads = torch.stack([c for _, c in seen])
+        return heads, torch.stack(outputs) if with_output else e0.new_zeros(0, *e0.shape)
+
+    return heads_of_every_layer
+
+
+def _block_heads_function(rec: Recording, index: int) -> Callable:
+    """e(l-1) -> (o(l) [1, 1, n, hidden], nothing [0, 1, n, hidden]) through layer `index`'s attention block alone."""
+
+    def heads_of_one_layer(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with captured_contexts(rec.layout, [index]) as seen:
+            rec.replay_block(index, x)
+        return seen[-1][1][None], x.new_zeros(0, *x.shape)
+
+    return heads_of_one_layer
+
+
+@dataclass
+class _LayerAtInput:
+    """One layer's self-attention at this input (per head [heads, n, d] or [heads, n, n]) and how a tangent of the
+    layer input moves its queries, keys, values and scores."""
+
+    qkv_t: torch.Tensor  # [hidden, 3 * hidden]: the projections' weights, transposed, columns as (q|k|v, head, d)
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    weights: torch.Tensor  # attention A [heads, n, n]
+    heads: torch.Tensor  # o(l) [heads, n, d]
+    scale: float
+    rotations: tuple[_PairRotation | None, ...]  # q, k, v: rotary's map per position, or None
+    relative: tuple[torch.Tensor, torch.Tensor] | None  # DeBERTa: logit terms per (i, k) linear in q_i and in k_k
+    norm: tuple[torch.Tensor, torch.Tensor] | None  # pre-LN: (gamma / sigma, x-hat) [n, hidden] of the LN before it
+
+
+def _column_order(lay: Layout, site: LayerSite) -> torch.Tensor:
+    """Where the family's split reads q, k and v in the projections' concatenated outputs: indices in (q|k|v, head, d)
+    order (the split is linear up to its own biases, which the split of zeros removes)."""
+    widths = [p.out_features for p in site.projections]
+    columns = torch.arange(sum(widths), dtype=torch.float64)[None, None]
+    split = lay.family.split
+    read = split(site.heads, list(columns.split(widths, -1)), lay.head_dim)
+    bias = split(site.heads, list(torch.zeros_like(columns).split(widths, -1)), lay.head_dim)
+    return torch.stack([(r - b)[0, :, 0] for r, b in zip(read, bias)]).round().long().flatten()
+
+
+def _unit_vectors(n_heads: int, n: int, d: int) -> torch.Tensor:
+    """[d, heads, n, d]: batch e holds the unit vector e_e at every head and position."""
+    return torch.eye(d).reshape(d, 1, 1, d).expand(d, n_heads, n, d).contiguous()
+
+
+@dataclass
+class _PairRotation:
+    """A linear map per position that mixes each coordinate e with one partner p(e): out_e = diag_e x_e + off_e x_p(e)
+    (rotary's rotation, by coordinate pairs), applied elementwise."""
+
+    diag: torch.Tensor  # [heads, n, d]
+    off: torch.Tensor  # [heads, n, d]
+    swap: torch.Tensor  # [d, d]: x @ swap = x_p(e) in place e (a permutation matrix: a small product, no gather)
+
+    def rows(self, t: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The map at positions tokens[p] applied to t [c, heads, d]."""
+        return t * self.diag[:, tokens].transpose(0, 1) + (t @ self.swap) * self.off[:, tokens].transpose(0, 1)
+
+    def dense(self, t: torch.Tensor) -> torch.Tensor:
+        """The map at every position applied to t [n, c, heads, d]."""
+        diag, off = self.diag.transpose(0, 1)[:, None], self.off.transpose(0, 1)[:, None]  # [n, 1, heads, d]
+        return t * diag + (t @ self.swap) * off
+
+
+def _pair_rotation(matrices: torch.Tensor) -> _PairRotation | None:
+    """matrices [heads, n, d_out, d_in] as a _PairRotation; None when they mix coordinates otherwise."""
+    diag = matrices.diagonal(dim1=-2, dim2=-1)
+    off_matrices = matrices - torch.diag_embed(diag)
+    partner = off_matrices.abs().sum((0, 1)).argmax(-1)  # [d]: p(e)
+    index = partner.expand(*matrices.shape[:2], -1)[..., None]
+    off = off_matrices.gather(-1, index)[..., 0]
+    if not torch.equal(torch.diag_embed(diag).scatter_add(-1, index, off[..., None]), matrices):
+        return None
+    swap = torch.zeros(len(partner), len(partner), dtype=matrices.dtype)
+    swap[partner, torch.arange(len(partner))] = 1.0
+    return _PairRotation(diag.contiguous(), off.contiguous(), swap)
+
+
+def _rotations(lay: Layout, call: HeadsCall, n: int) -> tuple[_PairRotation | None, ...] | None:
+    """Rotary's map of q, k and v at each position (None where the family leaves one alone), read off the family's
+    own rotation of unit vectors; None when a map is not a rotation by coordinate pairs."""
+    if lay.family.positions is None:
+        return (None, None, None)
+    units = _unit_vectors(lay.n_heads, n, lay.head_dim)
+    identity = units.permute(1, 2, 3, 0)
+    maps: list[_PairRotation | None] = []
+    for rotated in lay.family.positions(call, (units, units, units)):
+        matrices = rotated.permute(1, 2, 3, 0)  # [heads, n, out, in]
+        if torch.equal(matrices, identity):
+            maps.append(None)
+            continue
+        pair = _pair_rotation(matrices)
+        if pair is None:
+            return None
+        maps.append(pair)
+    return tuple(maps)
+
+
+def _relative_terms(lay: Layout, call: HeadsCall, n: int, scale: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """DeBERTa's c2p and p2c as (P_K, P_Q) [heads, n, n, d]: their logit at (i, k) is q_i . P_K[i, k] + k_k . P_Q[i, k],
+    read off the family's own bias of unit queries and keys; None when the call has no relative terms."""
+    if lay.family.scores != "disentangled":
+        return None
+    zeros, units = torch.zeros(lay.head_dim, lay.n_heads, n, lay.head_dim), _unit_vectors(lay.n_heads, n, lay.head_dim)
+    base = lay.bias(call, (zeros, zeros, zeros), scale)
+    if base is None:
+        return None
+    by_query = lay.bias(call, (units, zeros, zeros), scale) - base  # [e, heads, i, k] = P_K[h, i, k, e]
+    by_key = lay.bias(call, (zeros, units, zeros), scale) - base
+    return by_query.permute(1, 2, 3, 0).contiguous(), by_key.permute(1, 2, 3, 0).contiguous()
+
+
+def _is_layer_norm(module: torch.nn.Module) -> bool:
+    """torch's LayerNorm or DeBERTa's own (the same arithmetic, eps inside the root)."""
+    return isinstance(module, torch.nn.LayerNorm) or type(module).__name__ == "DebertaLayerNorm"
+
+
+def _layer_norm_stats(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gamma / sigma [n, hidden], x-hat [n, hidden]) of a LayerNorm at x [n, hidden]: its Jacobian is
+    diag(gamma / sigma)(I - 1 1^T / hidden - x-hat x-hat^T / hidden)."""
+    gamma, _, eps = layer_norm_parameters(module, x.shape[-1])
+    sigma = (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
+    return gamma / sigma, (x - x.mean(-1, keepdim=True)) / sigma
+
+
+def _layer_norm_tangent(stats: tuple[torch.Tensor, torch.Tensor], tangent: torch.Tensor) -> torch.Tensor:
+    """The LayerNorm's Jacobian applied to tangents [..., hidden] of rows whose stats are broadcast to them."""
+    scale, hat = stats
+    centred = tangent - tangent.mean(-1, keepdim=True)
+    return scale * (centred - hat * ((hat * tangent).sum(-1, keepdim=True) / tangent.shape[-1]))
+
+
+def _layer_at_input(
+    lay: Layout, site: LayerSite, call: HeadsCall, layer_input: torch.Tensor, expected: torch.Tensor
+) -> _LayerAtInput | None:
+    """Recompute a layer's heads from its own projections and the family's score terms; None when that does not
+    give what the module computed (the written-out tangent would not be exact for it)."""
+    x = call.hidden  # what the heads read: the layer input, or pre-LN its LayerNorm
+    n, hidden = x.shape[1:]
+    q, k, v = (t[0] for t in lay.qkv(site, [p(x) for p in site.projections], call))  # [heads, n, d]
+    scale = lay.scale(site)
+    logits = q @ k.transpose(1, 2) * scale
+    bias = lay.bias(call, (q[None], k[None], v[None]), scale)
+    if bias is not None:
+        logits = logits + bias[0]
+    mask = call.arguments.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        logits = logits.masked_fill(~mask[0], float("-inf")) if mask.dtype == torch.bool else logits + mask[0]
+    weights = torch.softmax(logits, dim=-1)
+    heads = weights @ v
+    if not torch.allclose(heads.transpose(0, 1).reshape(n, hidden), expected, atol=1e-4, rtol=1e-4):
+        return None
+    qkv_t = torch.cat([p.weight for p in site.projections])[_column_order(lay, site)].T.contiguous()
+    rotations = _rotations(lay, call, n)
+    if rotations is None:
+        return None
+    pre_norm = not lay.family.post_layer_norm and _is_layer_norm(site.norm)
+    norm = _layer_norm_stats(site.norm, layer_input[0]) if pre_norm else None
+    return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale, rotations, _relative_terms(lay, call, n, scale), norm)
+
+
+def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> list[torch.Tensor]:
+    """dq, dk, dv [c, heads, d] when layer input row tokens[p] moves along vectors[p] [c, hidden]."""
+    if layer.norm is not None:
+        vectors = _layer_norm_tangent(tuple(s[tokens] for s in layer.norm), vectors)
+    n_heads, _, d = layer.q.shape
+    raw = (vectors @ layer.qkv_t).reshape(len(tokens), 3, n_heads, d).unbind(1)
+    return [t if r is None else r.rows(t, tokens) for t, r in zip(raw, layer.rotations)]
+
+
+def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torch.Tensor]:
+    """dq, dk, dv [n, c, heads, d] for a tangent of the layer input [n, c, hidden]."""
+    if layer.norm is not None:
+        inputs = _layer_norm_tangent(tuple(s[:, None] for s in layer.norm), inputs)
+    n_heads, n, d = layer.q.shape
+    raw = (inputs @ layer.qkv_t).reshape(n, -1, 3, n_heads, d).unbind(2)
+    return [t if r is None else r.dense(t) for t, r in zip(raw, layer.rotations)]
+
+
+def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+    """Tangent of o(l) [n, c, heads, d] when layer input row tokens[p] moves along vectors[p] (and no other row).
+
+    Forward-mode derivative of softmax(logits) v written out for a one-row tangent: the logits move only in row i (a)
+    and column i (b), so no n x n tangent is ever formed.
+    """
+    c = len(tokens)
+    dq, dk, dv = _row_qkv_tangents(layer, tokens, vectors)  # [c, heads, d]
+    a = layer.scale * torch.einsum("hkd,chd->chk", layer.k, dq)  # logit tangent of row i, [c, heads, key]
+    b = layer.scale * torch.einsum("hjd,chd->chj", layer.q, dk)  # logit tangent of column i, [c, heads, query]
+    if layer.relative is not None:
+        by_query, by_key = layer.relative
+        a += torch.einsum("hckd,chd->chk", by_query[:, tokens], dq)
+        b += torch.einsum("hjcd,chd->chj", by_key[:, :, tokens], dk)
+    to_i = layer.weights[:, :, tokens].permute(2, 0, 1)  # A[h, j, i] as [c, heads, query]
+    from_i = layer.weights[:, tokens].transpose(0, 1) * a  # A[h, i, k] a_k as [c, heads, key]
+    heads_i = layer.heads[:, tokens].transpose(0, 1)  # o_i [c, heads, d]
+    v_i = layer.v[:, tokens].transpose(0, 1)
+    row_i = torch.einsum("chk,hkd->chd", from_i, layer.v) - from_i.sum(-1, keepdim=True) * heads_i
+    tangent = to_i[..., None] * (b[..., None] * (v_i[:, :, None] - layer.heads) + dv[:, :, None])  # [c, h, j, d]
+    tangent[torch.arange(c, device=tokens.device), :, tokens] += row_i
+    return tangent.permute(2, 0, 1, 3)
+
+
+def _dense_tangent_heads(layer: _LayerAtInput, inputs: torch.Tensor) -> torch.Tensor:
+    """Tangent of o(l) [n, c, heads, d] for a tangent of the layer input [n, c, hidden] (forward mode, written out)."""
+    dq, dk, dv = _dense_qkv_tangents(layer, inputs)  # [n, c, heads, d]
+    scores = torch.einsum("jchd,hkd->hcjk", dq, layer.k) + torch.einsum("hjd,kchd->hcjk", layer.q, dk)
+    scores *= layer.scale
+    if layer.relative is not None:
+        by_query, by_key = layer.relative
+        scores += torch.einsum("jchd,hjkd->hcjk", dq, by_query) + torch.einsum("kchd,hjkd->hcjk", dk, by_key)
+    weights = layer.weights[:, None]  # [heads, 1, query, key]
+    softmax = weights * (scores - (weights * scores).sum(-1, keepdim=True))
+    return torch.einsum("hcjk,hkd->jchd", softmax, layer.v) + torch.einsum("hjk,kchd->jchd", layer.weights, dv)
+
+
+def _direction_chunks(
+    n: int, hidden: int, mode: str, probes: int, seed: int, chunk: int, device
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Chunks of (input token i, direction vector in token i's hidden space [c, hidden])."""
+    if mode == "exact":
+        total, per_token = n * hidden, hidden
+    else:
+        total, per_token = n * probes, probes
+        generator = torch.Generator().manual_seed(seed)
+        probe_vectors = torch.randn(total, hidden, generator=generator).to(device)
+    for start in range(0, total, chunk):
+        index = torch.arange(start, min(start + chunk, total), device=device)
+        if mode == "exact":
+            vectors = torch.zeros(len(index), hidden, device=device)
+            vectors[torch.arange(len(index)), index % hidden] = 1.0
+        else:
+            vectors = probe_vectors[index]
+        yield index // per_token, vectors
+
+
+def _plain_input_norms(
+    fn: Callable, e0: torch.Tensor, n_heads: int, directions: Iterator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums over token i's directions v of ||d o(l,h)_j / d e0_i . v||^2 as [i, layers, j, heads], and of
+    ||d e(l+1)_j / d e0_i . v||^2 as [i, layers, j] (zeros where fn gives no layer outputs), through the model."""
+    _, n, hidden = e0.shape
+
+    def squared_norms(tangent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        heads, outputs = jvp(fn, (e0,), (tangent,))[1]  # [layers, 1, n, hidden] each; outputs may be [0, 1, n, hidden]
+        squared_heads = heads.reshape(heads.shape[0], n, n_heads, -1).square().sum(-1)
+        squared_outputs = outputs[:, 0].square().sum(-1) if len(outputs) else torch.zeros_like(squared_heads[..., 0])
+        return squared_heads, squared_outputs
+
+    batched = vmap(squared_norms)
+    totals: tuple[torch.Tensor, torch.Tensor] | None = None
+    for tokens, vectors in directions:
+        tangents = torch.zeros(len(tokens), 1, n, hidden, device=e0.device)
+        tangents[torch.arange(len(tokens)), 0, tokens] = vectors
+        sq = batched(tangents)
+        if totals is None:
+            totals = (
+                torch.zeros((n, *sq[0].shape[1:]), device=e0.device),
+                torch.zeros((n, *sq[1].shape[1:]), device=e0.device),
+            )
+        totals[0].index_add_(0, tokens, sq[0])
+        totals[1].index_add_(0, tokens, sq[1])
+    assert totals is not None  # every input has at least one direction
+    return totals
+
+
+@dataclass
+class _PositionWise:
+    """A layer after self-attention, linearised at this input: r = x + o W^T, then e(l)_j = f(r_j) per token."""
+
+    projection_t: torch.Tensor  # W^T [hidden, hidden]: the projection applied to the heads' outputs
+    jacobian_t: torch.Tensor  # [n, hidden_in, hidden_out]: d e(l)_j / d r_j of every token j, transposed
+
+
+@dataclass(eq=False)
+class _Step:
+    """One module call inside a layer: the module, its first input and its output."""
+
+    module: torch.nn.Module
+    input: torch.Tensor
+    output: torch.Tensor
+
+
+def _layer_steps(rec: Recording, index: int) -> tuple[list[_Step], torch.Tensor]:
+    """Every module call inside layer `index`, in order, with the heads' outputs o(l) of that run."""
+    steps: list[_Step] = []
+    site, call = rec.layout.sites[index], rec.layers[index]
+
+    def keep(module, args, output):
+        if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
+            steps.append(_Step(module, args[0], output))
+
+    with hooks_removed([]) as handles:
+        handles += [
+            m.register_forward_hook(this_thread_only(keep)) for m in site.layer.modules() if m is not site.layer
+        ]
+        with captured_contexts(rec.layout, [index]) as seen:
+            site.layer(*call.args, **call.kwargs)
+    return steps, seen[-1][1]
+
+
+def _ffn_jacobians(
+    down_weight: torch.Tensor, slopes: torch.Tensor, up_weight: torch.Tensor, chunk: int
+) -> torch.Tensor:
+    """W2 diag(slope_j) W1 for every token j [n, out, in], a chunk of tokens at a time."""
+    tokens_per_chunk = max(1, chunk // down_weight.numel())
+    return torch.cat(
+        [
+            torch.matmul(down_weight * slopes[s : s + tokens_per_chunk, None, :], up_weight)
+            for s in range(0, len(slopes), tokens_per_chunk)
+        ]
+    )
+
+
+def _times_layer_norm(jacobian: torch.Tensor, stats: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """M diag(gamma / sigma)(I - P) for per-token matrices M [n, out, hidden] (in place): M times the LN's Jacobian."""
+    scale, hat = stats
+    jacobian.mul_(scale[:, None, :])
+    jacobian -= jacobian.mean(-1, keepdim=True) + (jacobian @ hat[:, :, None]) * (hat[:, None, :] / hat.shape[-1])
+    return jacobian
+
+
+def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | None:
+    """Per-token Jacobians of the layer after its heads: e(l) = LN_b(y + W2 act(W1 y)), y = LN_a(r) post-LN (BERT),
+    e(l) = r + W2 act(W1 LN_b(r)) pre-LN (ModernBERT, whose act(W1 y) is a gated act(a) * g); r = x + o W^T.
+
+    The LayerNorm Jacobians are applied in their diagonal-minus-rank-two form. None when the layer is not laid out
+    one of these ways.
+    """
+    steps, heads = _layer_steps(rec, index)
+    post_ln = rec.layout.family.post_layer_norm
+
+    def first(kind: Callable[[torch.nn.Module], bool], after: _Step, fed_by: _Step | None = None) -> _Step | None:
+        """The first call of a module of this kind after step `after` (taking fed_by's output, if given)."""
+        return next(
+            (
+                s
+                for s in steps[steps.index(after) + 1 :]
+                if kind(s.module) and (fed_by is None or s.input is fed_by.output)
+            ),
+            None,
+        )
+
+    def linear(m: torch.nn.Module) -> bool:
+        return isinstance(m, torch.nn.Linear)
+
+    projection = next((s for s in steps if linear(s.module) and s.input is heads), None)
+    norm_a = projection and first(_is_layer_norm, projection)
+    up = norm_a and first(linear, norm_a, fed_by=norm_a)
+    down = up and first(linear, up)
+    norm_b = down and first(_is_layer_norm, down) if post_ln else None
+    if projection is None or norm_a is None or up is None or down is None or (post_ln and norm_b is None):
+        return None
+    gated = up.module.out_features == 2 * down.module.in_features
+    a, g = up.output[0].chunk(2, dim=-1) if gated else (up.output[0], None)
+    act = first(lambda m: not linear(m), up)
+    while act is not None and not (act.input.shape[1:] == a.shape and torch.equal(act.input[0], a)):
+        act = first(lambda m: not linear(m), act)
+    if act is None:
+        return None
+    slope = jvp(act.module, (a,), (torch.ones_like(a),))[1]  # act'(a) [n, ffn]
+    down_weight = down.module.weight
+    if g is not None:  # d(act(a) g) = act'(a) g da + act(a) dg, [a | g] = W1 y: W2 [diag(act' g) | diag(act)] W1
+        slope = torch.cat([slope * g, act.output[0]], dim=-1)
+        down_weight = torch.cat([down_weight, down_weight], dim=1)
+    ffn = _ffn_jacobians(down_weight, slope, up.module.weight, chunk)  # W2 diag(act') W1 [n, out, in]
+    hidden = down.module.out_features
+    stats_a = _layer_norm_stats(norm_a.module, norm_a.input[0])
+    if post_ln:  # LN_b (I + F) LN_a
+        ffn.diagonal(dim1=1, dim2=2).add_(1.0)
+        right = _times_layer_norm(ffn, stats_a)
+        scale_b, hat_b = _layer_norm_stats(norm_b.module, norm_b.input[0])  # type: ignore[union-attr]
+        right -= right.mean(1, keepdim=True) + hat_b[:, :, None] * ((hat_b[:, None, :] / hidden) @ right)
+        jacobian = right.mul_(scale_b[:, :, None])
+    else:  # I + F LN_b: here norm_a is the LayerNorm in front of the feed-forward block
+        jacobian = _times_layer_norm(ffn, stats_a)
+        jacobian.diagonal(dim1=1, dim2=2).add_(1.0)
+    return _PositionWise(projection.module.weight.T.contiguous(), jacobian.transpose(1, 2).contiguous())
+
+
+def _linearised_input_norms(
+    layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise], directions: Iterator, with_output: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same sums as _plain_input_norms, with each layer's position-wise part applied as per-token matrices
+    (without with_output the last layer stops at its heads and the layer-output sums stay zero)."""
+    n_heads, n, d = layers[0].q.shape
+    total = torch.zeros(n, len(layers), n, n_heads, device=layers[0].q.device)
+    output_total = torch.zeros(n, len(layers), n, device=layers[0].q.device)
+    for tokens, vectors in directions:
+        c = len(tokens)
+        inputs = None  # tangent of the layer input [n, c, hidden]; None while it is one row (the first layer)
+        for l, layer in enumerate(layers):
+            if inputs is None:
+                heads = _row_tangent_heads(layer, tokens, vectors)
+            else:
+                heads = _dense_tangent_heads(layer, inputs)
+            total[:, l].index_add_(0, tokens, heads.square().sum(-1).transpose(0, 1))
+            if l + 1 == len(layers) and not with_output:
+                break
+            residual = heads.reshape(n, c, n_heads * d) @ rest[l].projection_t
+            if inputs is None:
+                residual[tokens, torch.arange(c, device=tokens.device)] += vectors
+            else:
+                residual += inputs
+            inputs = torch.bmm(residual, rest[l].jacobian_t)  # tangent of the layer output e(l+1) [n, c, hidden]
+            if with_output:
+                output_total[:, l].index_add_(0, tokens, inputs.square().sum(-1).transpose(0, 1))
+    return total, output_total
+
+
+def _previous_norms(layers: Sequence[_LayerAtInput], directions: Iterator) -> torch.Tensor:
+    """Sum over token i's directions v of ||d o(l,h)_j / d e(l-1)_i . v||^2 (the layer alone), as [i, l, j, h]."""
+    n_heads, n, _ = layers[0].q.shape
+    total = torch.zeros(n, len(layers), n, n_heads, device=layers[0].q.device)
+    for tokens, vectors in directions:
+        for l, layer in enumerate(layers):
+            heads = _row_tangent_heads(layer, tokens, vectors)
+            total[:, l].index_add_(0, tokens, heads.square().sum(-1).transpose(0, 1))
+    return total
+
+
+def _normalise(squared: torch.Tensor) -> np.ndarray:
+    """[i, layers, j, heads] squared norms -> [layers, heads, j, i] Frobenius norms divided by their sum over i."""
+    norms = squared.clamp_min(0).sqrt().permute(1, 3, 2, 0)
+    sums = norms.sum(-1, keepdim=True)
+    return (norms / torch.where(sums > 0, sums, torch.ones_like(sums))).cpu().numpy().astype(np.float32)
+
+
+def _normalise_outputs(squared: torch.Tensor) -> np.ndarray:
+    """[i, layers, j] squared norms -> [layers, j, i] Frobenius norms divided by their sum over i."""
+    return _normalise(squared[..., None])[:, 0]
+
+
+def default_chunk(n: int, hidden: int, widest: int, n_heads: int) -> int:
+    """Directions per vmap chunk so that the widest activation of a chunk stays near CHUNK_BUDGET floats."""
+    per_direction = n * max(widest, n_heads * n, hidden)
+    return int(max(8, min(1024, CHUNK_BUDGET // per_direction)))
+
+
+def _widest_activation(encoder: torch.nn.Module, hidden: int) -> int:
+    """The widest Linear output in the encoder (the feed-forward size)."""
+    return max([m.out_features for m in encoder.modules() if isinstance(m, torch.nn.Linear)] + [hidden])
+
+
+def _jacobians_fit(n: int, hidden: int, n_layers: int) -> bool:
+    """Whether every layer's per-token Jacobians (n * hidden^2 floats each) fit in LINEARISED_BUDGET."""
+    return n_layers * n * hidden * hidden <= LINEARISED_BUDGET
+
+
+def _relative_terms_fit(lay: Layout, n: int, hidden: int) -> bool:
+    """Whether every layer's DeBERTa terms P_K and P_Q (n^2 * hidden floats each) fit in LINEARISED_BUDGET."""
+    return lay.family.scores != "disentangled" or len(lay.sites) * 2 * n * n * hidden <= LINEARISED_BUDGET
+
+
+def _linearise(rec: Recording, chunk: int) -> list[_PositionWise] | None:
+    """The position-wise part of every layer, or None where one cannot be linearised."""
+    rest = []
+    for index in range(rec.n_layers):
+        part = _position_wise(rec, index, chunk)
+        if part is None:
+            return None
+        rest.append(part)
+    return rest
+
+
+def _agrees_with_model(
+    fn: Callable,
+    e0: torch.Tensor,
+    layers: Sequence[_LayerAtInput],
+    rest: Sequence[_PositionWise],
+    n_heads: int,
+    with_output: bool,
+) -> bool:
+    """Whether the linearised layers give what the model's own layers give, on two random directions."""
+    _, n, hidden = e0.shape
+    generator = torch.Generator().manual_seed(DEFAULT_SEED)
+    sample = [(torch.tensor([0, n - 1], device=e0.device), torch.randn(2, hidden, generator=generator).to(e0.device))]
+    plain = _plain_input_norms(fn, e0, n_heads, iter(sample))
+    linearised = _linearised_input_norms(layers, rest, iter(sample), with_output)
+    return all(
+        bool(torch.allclose(lin, ref, rtol=1e-3, atol=1e-5 * float(ref.abs().max())))
+        for lin, ref in zip(linearised, plain)
+    )
+
+
+@contextlib.contextmanager
+def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
+    """Dropout off for the duration, whatever the module's mode was."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+def hidden_token_attribution(
+    lm: LoadedModel,
+    encoded: Encoded,
+    mode: Mode = "exact",
+    probes: int = DEFAULT_PROBES,
+    seed: int = DEFAULT_SEED,
+    chunk_size: int | None = None,
+    linearise: bool = True,
+    with_output: bool = False,
+) -> Attribution:
+    """Input and previous-layer contribution of every token to every head's output at every position (METHODS §9),
+    and with_output, input contribution to every layer's output (§13, Attribution.output), from the same tangents.
+
+    linearise=False pushes every direction through the model's own layers (slower, same numbers)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if mode == "estimate" and probes < 1:
+        raise ValueError("probes must be at least 1")
+    encoder = lm.encoder
+    reason = unsupported_reason(encoder.config, "hta")
+    if reason is not None:
+        raise UnsupportedModelError(reason)
+    f = lm.facts
+    n, hidden = encoded.n, f.hidden_size
+    batch = model_inputs(lm, [encoded])
+    widest = _widest_activation(encoder, hidden)
+    through_model, through_rows, through_layers = (
+        chunk_size or default_chunk(n, hidden, width, f.n_heads) for width in (widest, hidden, 3 * hidden)
+    )
+
+    def directions(chunk: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return _direction_chunks(n, hidden, mode, probes, seed, chunk, lm.device)
+
+    with _eval_mode(encoder), torch.no_grad():
+        rec = record(lm, batch, "hta")
+        lay = rec.layout
+        everything = _all_heads_function(rec, with_output)
+        e0 = rec.layers[0].hidden
+        head_outputs, _ = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
+        layers: list[_LayerAtInput] | None = None
+        if linearise and _relative_terms_fit(lay, n, hidden):
+            found = [
+                _layer_at_input(lay, site, rec.heads[l], rec.layers[l].hidden, head_outputs[l, 0])
+                for l, site in enumerate(lay.sites)
+            ]
+            layers = None if any(layer is None for layer in found) else found  # type: ignore[assignment]
+        if layers is not None:
+            previous_sq = _previous_norms(layers, directions(through_rows))
+        else:
+            previous_sq = torch.cat(
+                [
+                    _plain_input_norms(
+                        _block_heads_function(rec, l), rec.layers[l].hidden, f.n_heads, directions(through_model)
+                    )[0]
+                    for l in range(rec.n_layers)
+                ],
+                dim=1,
+            )
+        fits = layers is not None and _jacobians_fit(n, hidden, rec.n_layers) and lay.after_first_layer is None
+        rest = _linearise(rec, CHUNK_BUDGET) if fits else None
+        if (
+            layers is not None
+            and rest is not None
+            and _agrees_with_model(everything, e0, layers, rest, f.n_heads, with_output)
+        ):
+            input_sq, output_sq = _linearised_input_norms(layers, rest, directions(through_layers), with_output)
+        else:
+            input_sq, output_sq = _plain_input_norms(everything, e0, f.n_heads, directions(through_model))
+    return Attribution(
+        tokens=list(encoded.tokens),
+        input=_normalise(input_sq),
+        previous=_normalise(previous_sq),
+        mode=mode,
+        probes=probes if mode == "estimate" else None,
+        output=_normalise_outputs(output_sq) if with_output else None,
+    )
+
+
+def attribute(
+    lm: LoadedModel,
+    text_a: TextOrWords,
+    text_b: TextOrWords | None = None,
+    mode: Mode = "exact",
+    probes: int = DEFAULT_PROBES,
+    seed: int = DEFAULT_SEED,
+    with_output: bool = False,
+) -> Attribution:
+    """Tokenize a sentence or pair and attribute it (see hidden_token_attribution)."""
+    encoded = encode(lm, text_a, text_b)
+    return hidden_token_attribution(lm, encoded, mode=mode, probes=probes, seed=seed, with_output=with_output)
+
+
+# ------------------------------------------------------------------------------------------ cost of an exact run
+
+from attnlib.core.model import ModelFacts  # noqa: E402  (this section is appended; the file's imports are edited elsewhere)
+
+EXACT_SECONDS_AT_34_TOKENS = 32.0  # benchmarks/bench_hta.py: the default model (hidden 384, 6 layers) on 2 CPU cores
+
+
+def exact_seconds(facts: ModelFacts, n_tokens: int) -> float:
+    """Rough time of an exact attribution on 2 CPU cores: n * hidden directions, each ~ n * hidden^2 * layers."""
+    return EXACT_SECONDS_AT_34_TOKENS * (n_tokens / 34) ** 2 * (facts.hidden_size / 384) ** 3 * facts.n_layers / 6

@@ -1,0 +1,350 @@
+"""Value-weighted norms, the residual + LayerNorm decomposition and rollout (METHODS §11-13), and their corpus sums.
+
+Every map is a plain function of numpy arrays; `norm_maps` feeds them from a RunResult made with capture_norms=True.
+Norms of sums of vectors go through Gram matrices: ||sum_k w_k v_k||^2 = sum_{k,g} w_k w_g <v_k, v_g>, so no
+[n, n, hidden] array is formed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.runner import RunResult
+from attnlib.results.files import ResultFileError, numeric_array
+from attnlib.stats.batched_norms import NormMaps, NormWeights, padded_norm_maps, rollout_tensor, row_normalised_tensor
+from attnlib.stats.batched_norms import row_normalised as row_normalised  # part of this module's API
+from attnlib.stats.shares import CLASS_KEYS, class_masks, punct_mask
+
+MEASURES = ("attention", "layer_norm", "residual_ln", "attention_rollout", "residual_ln_rollout")
+VALUE_KEYS = tuple(f"value_{key}" for key in CLASS_KEYS)
+NORM_KEYS = CLASS_KEYS + VALUE_KEYS
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A numpy array as a torch tensor (shared memory when already contiguous)."""
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _head_vectors(values: torch.Tensor, out_weight: torch.Tensor) -> torch.Tensor:
+    """f_h(x_j) = v_j W_O^h, by key: values [layers, heads, n, d], out_weight [.., d, hidden] -> [layers, n, heads, hidden]."""
+    return torch.matmul(values, out_weight).transpose(1, 2).contiguous()
+
+
+def head_vectors(values: np.ndarray, out_weight: np.ndarray) -> np.ndarray:
+    """f_h(x_j) = v_j W_O^h: values [layers, heads, n, d] @ out_weight [layers, heads, d, hidden] -> [.., n, hidden]."""
+    return _head_vectors(_tensor(values), _tensor(out_weight)).transpose(1, 2).numpy()
+
+
+def value_norms(vectors: np.ndarray) -> np.ndarray:
+    """||f_h(x_j)||_2 of head vectors [layers, heads, n, hidden] -> [layers, heads, n]."""
+    return np.linalg.norm(vectors, axis=-1)
+
+
+def value_norms_from_values(values: np.ndarray, out_gram: np.ndarray) -> np.ndarray:
+    """||v_j W_O^h||_2 without forming f_h(x_j): values [layers, heads, n, d], out_gram (NormWeights) -> [layers, heads, n]."""
+    v = _tensor(values)
+    return torch.matmul(v, _tensor(out_gram)).mul_(v).sum(-1).clamp_(min=0.0).sqrt_().numpy()
+
+
+def weighted_norms(attentions: np.ndarray, value_norm: np.ndarray) -> np.ndarray:
+    """||A[l,h,i,j] f_h(x_j)|| = A * value_norm: attentions [layers, heads, n, n], value_norm [layers, heads, n]."""
+    return attentions * value_norm[..., None, :]
+
+
+def _gram(by_key: torch.Tensor) -> torch.Tensor:
+    """<v_k, v_g> per key j, float32: vectors [layers, n, k, hidden] -> [layers, n, k, k]."""
+    return torch.matmul(by_key, by_key.transpose(-1, -2))
+
+
+def _mixed_squared(weights: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    """sum_{k,g} w[l,k,i,j] w[l,g,i,j] gram[l,j,k,g] in float64: weights [layers, k, n, n] -> [layers, i, j]."""
+    w = weights.permute(0, 3, 2, 1).double()  # [layers, j, i, k]
+    return (torch.matmul(w, gram.double()) * w).sum(-1).transpose(1, 2)
+
+
+def _root(squared: torch.Tensor) -> torch.Tensor:
+    """sqrt of squared norms, rounding errors below zero clipped."""
+    return squared.clamp(min=0.0).sqrt()
+
+
+def mixed_norms(weights: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """||sum_k weights[l,k,i,j] vectors[l,k,j]||_2: weights [layers, k, n, n], vectors [layers, k, n, hidden] -> [layers, n, n]."""
+    gram = _gram(_tensor(vectors).transpose(1, 2))
+    return _root(_mixed_squared(_tensor(weights), gram)).float().numpy()
+
+
+def layer_norm_map(attentions: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """GlobEnc's N (§12): ||sum_h A[l,h,i,j] f_h(x_j)||: attentions [layers, heads, n, n], vectors [.., n, hidden] -> [layers, n, n]."""
+    return mixed_norms(attentions, vectors)
+
+
+def _block_scale(
+    attentions: torch.Tensor, by_key: torch.Tensor, layer_inputs: torch.Tensor, out_bias: np.ndarray, eps: np.ndarray
+) -> torch.Tensor:
+    """s_i (float64 [layers, n]) from attentions [layers, heads, n, n] and f_h(x_j) by key [layers, n, heads, hidden]."""
+    layers, heads, n, _ = attentions.shape
+    mixed = torch.matmul(
+        attentions.transpose(1, 2).reshape(layers, n, heads * n), by_key.transpose(1, 2).reshape(layers, heads * n, -1)
+    )
+    u = mixed + layer_inputs + _tensor(out_bias)[:, None, :]
+    return (u.double().var(-1, correction=0) + _tensor(eps).double()[:, None]).sqrt()
+
+
+def block_scale(
+    attentions: np.ndarray, vectors: np.ndarray, layer_inputs: np.ndarray, out_bias: np.ndarray, eps: np.ndarray
+) -> np.ndarray:
+    """s_i = sqrt(var(u_i) + eps), u_i = sum_h (A_h F_h)_i + x_i + b_O, the LayerNorm's divisor per row: [layers, n]."""
+    by_key = _tensor(vectors).transpose(1, 2)
+    return _block_scale(_tensor(attentions), by_key, _tensor(layer_inputs), out_bias, eps).numpy()
+
+
+def _residual_ln(
+    attentions: torch.Tensor,
+    by_key: torch.Tensor,
+    layer_inputs: torch.Tensor,
+    gamma: np.ndarray,
+    out_bias: np.ndarray,
+    eps: np.ndarray,
+    scale: torch.Tensor | None = None,
+    post_layer_norm: bool = True,
+) -> torch.Tensor:
+    """N_ResLN as float32 [layers, n, n] from torch attentions, f_h(x_j) by key [layers, n, heads, hidden] and x
+    (and s_i [layers, n] when the run captured it, else computed from the rest); pre-LN: N_Res, ||z_ij||."""
+    layers, heads, n, _ = attentions.shape
+    centred = torch.empty(layers, n, heads + 1, by_key.shape[-1], dtype=by_key.dtype)
+    centred[:, :, :heads] = by_key
+    centred[:, :, heads] = layer_inputs  # the residual x_j as one more head
+    if post_layer_norm:
+        centred.sub_(centred.mean(-1, keepdim=True)).mul_(_tensor(gamma).to(by_key.dtype)[:, None, None, :])
+    eye = torch.eye(n, dtype=attentions.dtype).expand(layers, 1, n, n)  # its weight is [i = j]
+    squared = _mixed_squared(torch.cat([attentions, eye], dim=1), _gram(centred))
+    if not post_layer_norm:
+        return _root(squared).float()
+    if scale is None:
+        scale = _block_scale(attentions, by_key, layer_inputs, out_bias, eps)
+    return (_root(squared) / scale[:, :, None]).float()
+
+
+def residual_ln_map(
+    attentions: np.ndarray,
+    vectors: np.ndarray,
+    layer_inputs: np.ndarray,
+    out_bias: np.ndarray,
+    gamma: np.ndarray,
+    eps: np.ndarray,
+    post_layer_norm: bool = True,
+) -> np.ndarray:
+    """GlobEnc's N_ResLN (§12): ||g_i(z_ij)||, g_i(z) = gamma (z - mean z) / s_i -> [layers, n, n]; for a pre-LN
+    family (post_layer_norm=False) N_Res, ||z_ij|| (§12, pre-LayerNorm encoders).
+
+    attentions [layers, heads, n, n], vectors f_h(x_j) [layers, heads, n, hidden], layer_inputs x [layers, n, hidden],
+    out_bias b_O, gamma [layers, hidden], eps [layers]. The residual enters as one more head with weight [i = j] and
+    vector x_j, so sum_k w[k,i,j] vec[k,j] = z_ij of §12."""
+    by_key = _tensor(vectors).transpose(1, 2)
+    return _residual_ln(
+        _tensor(attentions), by_key, _tensor(layer_inputs), gamma, out_bias, eps, post_layer_norm=post_layer_norm
+    ).numpy()
+
+
+@dataclass
+class LayerNormParts:
+    """One layer's block output split as sum_j g_i(z_ij) + g_i(b_O) + beta (§12); pre-LN: g_i is the identity and
+    beta 0, so the parts sum to the block's output x_i + c_i W_O + b_O."""
+
+    parts: np.ndarray  # [n, n, hidden]: g_i(z_ij)
+    bias: np.ndarray  # [n, hidden]: g_i(b_O)
+    beta: np.ndarray  # [hidden]
+    scale: np.ndarray  # [n]: s_i
+
+    def output(self) -> np.ndarray:
+        """LN(u_i) rebuilt from the parts: [n, hidden]."""
+        return self.parts.sum(1) + self.bias + self.beta
+
+
+def layer_norm_parts(
+    attentions: np.ndarray,
+    vectors: np.ndarray,
+    layer_input: np.ndarray,
+    out_bias: np.ndarray,
+    gamma: np.ndarray,
+    beta: np.ndarray,
+    eps: float,
+    post_layer_norm: bool = True,
+) -> LayerNormParts:
+    """The decomposition of one layer written out (attentions [heads, n, n], vectors [heads, n, hidden], x [n, hidden]);
+    post_layer_norm=False: the pre-LN decomposition (no LayerNorm after the residual)."""
+    x = layer_input.astype(np.float64)
+    z = np.einsum("hij,hjd->ijd", attentions.astype(np.float64), vectors.astype(np.float64))
+    z[np.arange(len(x)), np.arange(len(x))] += x
+    u = z.sum(1) + out_bias
+    if not post_layer_norm:
+        return LayerNormParts(
+            z, np.broadcast_to(out_bias, u.shape).astype(np.float64), np.zeros(len(beta)), np.ones(len(x))
+        )
+    scale = np.sqrt(u.var(-1) + eps)
+
+    def g(t: np.ndarray) -> np.ndarray:
+        return gamma * (t - t.mean(-1, keepdims=True)) / scale.reshape(-1, *([1] * (t.ndim - 1)))
+
+    return LayerNormParts(g(z), g(np.broadcast_to(out_bias, u.shape)), beta.astype(np.float64), scale)
+
+
+def rollout(per_layer: np.ndarray) -> np.ndarray:
+    """P_0 = R_0, P_l = R_l @ P_(l-1) for row-stochastic R [layers, n, n] -> P [layers, n, n]."""
+    return rollout_tensor(_tensor(per_layer)).numpy()
+
+
+def _attention_step(attentions: torch.Tensor) -> torch.Tensor:
+    """R_l = 0.5 mean_h A[l,h] + 0.5 I: attentions [layers, heads, n, n] -> [layers, n, n]."""
+    n = attentions.shape[-1]
+    return 0.5 * attentions.mean(1) + 0.5 * torch.eye(n, dtype=attentions.dtype)
+
+
+def attention_rollout(attentions: np.ndarray) -> np.ndarray:
+    """Abnar & Zuidema: R_l = 0.5 mean_h A[l,h] + 0.5 I, rolled out; attentions [layers, heads, n, n] -> [layers, n, n]."""
+    return rollout_tensor(_attention_step(_tensor(attentions))).numpy()
+
+
+def residual_ln_rollout(residual_ln: np.ndarray) -> np.ndarray:
+    """GlobEnc: R_l = the row-normalised residual_ln[l], rolled out; [layers, n, n] -> [layers, n, n]."""
+    return rollout_tensor(row_normalised_tensor(_tensor(residual_ln))).numpy()
+
+
+def _captured(result: RunResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, NormWeights]:
+    """(values, layer inputs, LayerNorm divisors, weights) of a result, or a clear error when it was run without
+    capture_norms."""
+    if (
+        result.values is None
+        or result.layer_inputs is None
+        or result.block_scale is None
+        or result.norm_weights is None
+    ):
+        raise ValueError("This run has no value vectors: run it with capture_norms=True.")
+    return result.values, result.layer_inputs, result.block_scale, result.norm_weights
+
+
+def norm_maps(result: RunResult) -> NormMaps:
+    """Every §11-13 map of one run made with capture_norms=True: the batch's when run with norm_maps=True, else
+    computed now as a batch of one."""
+    if result.maps is not None:
+        return result.maps
+    values, inputs, scale, w = _captured(result)
+    layers, _, n, _ = values.shape
+    padded = padded_norm_maps(
+        _tensor(result.attentions)[None],
+        _tensor(values).permute(0, 2, 1, 3).reshape(1, layers, n, -1),  # heads joined again, as the model has them
+        _tensor(inputs)[None],
+        _tensor(scale)[None],
+        w,
+    )
+    return padded.input_maps(0, list(result.tokens))
+
+
+def norm_class_statistics(
+    attentions: np.ndarray, value_norm: np.ndarray, classes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """§11 for one input: norm share of each class [layers, heads, 4], mean value norm per class [layers, heads, 4]
+    (NaN for a class with no position) and which classes occur [4]; classes is class_masks' [n, 4]."""
+    to_class = np.matmul(attentions, value_norm[..., None] * classes)  # sum_{j in C} A[i,j] vn[j]: [l, h, n, 4]
+    totals = to_class.sum(-1, keepdims=True)
+    shares = (to_class / np.where(totals > 0, totals, 1)).mean(-2)
+    present = classes.sum(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        by_class = (value_norm @ classes) / present
+    return shares, by_class, present > 0
+
+
+@dataclass
+class NormShareResult:
+    """Corpus means per head ([layers, heads]) of the §11 norm shares (cls, sep, punct, other) and value norms."""
+
+    n_inputs: int
+    heads: dict[str, np.ndarray]  # NORM_KEYS -> [layers, heads]
+
+    @property
+    def layers(self) -> dict[str, np.ndarray]:
+        """Each statistic per layer: the mean over that layer's heads."""
+        return {key: v.mean(axis=1) for key, v in self.heads.items()}
+
+    def to_json(self) -> dict:
+        """`norm_layers` (one object per layer) and `norm_heads` ([layer][head] per key), 0-based."""
+        layers = self.layers
+        n_layers = len(layers["cls"])
+        return {
+            "norm_layers": [{key: float(layers[key][l]) for key in NORM_KEYS} for l in range(n_layers)],
+            "norm_heads": {key: self.heads[key] for key in NORM_KEYS},
+        }
+
+
+@dataclass
+class NormShareStats:
+    """Accumulator of §11 statistics: per-input shares and class value norms summed per head, with their counts."""
+
+    needs_norms: ClassVar[bool] = True  # engine.accumulate captures value vectors for it
+    n_layers: int
+    n_heads: int
+    all_punct: bool = False
+    shares: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 4]
+    value_sums: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 4]
+    value_counts: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [4] inputs with such a position
+    n_inputs: int = 0
+
+    def __post_init__(self) -> None:
+        shape = (self.n_layers, self.n_heads, len(CLASS_KEYS))
+        self.shares = np.zeros(shape) if self.shares is None else self.shares
+        self.value_sums = np.zeros(shape) if self.value_sums is None else self.value_sums
+        self.value_counts = np.zeros(len(CLASS_KEYS), np.int64) if self.value_counts is None else self.value_counts
+
+    def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
+        """Add one input run with capture_norms=True (no padding in it)."""
+        values, _, _, w = _captured(result)
+        value_norm = value_norms_from_values(values, w.out_gram) if result.value_norm is None else result.value_norm
+        classes = class_masks(
+            result.cls_mask, result.sep_mask, punct_mask(result.tokens, result.special_mask, self.all_punct)
+        )
+        shares, by_class, present = norm_class_statistics(result.attentions, value_norm, classes)
+        self.shares += shares
+        self.value_sums[..., present] += by_class[..., present]
+        self.value_counts += present
+        self.n_inputs += 1
+
+    def merge(self, other: NormShareStats) -> NormShareStats:
+        """The accumulator over both input sets; neither operand changes."""
+        if (self.n_layers, self.n_heads, self.all_punct) != (other.n_layers, other.n_heads, other.all_punct):
+            raise ValueError("Cannot merge norm statistics of different models or punctuation options.")
+        return NormShareStats(
+            self.n_layers,
+            self.n_heads,
+            self.all_punct,
+            self.shares + other.shares,
+            self.value_sums + other.value_sums,
+            self.value_counts + other.value_counts,
+            self.n_inputs + other.n_inputs,
+        )
+
+    def result(self) -> NormShareResult:
+        """Unweighted means over inputs (a class's value norm over the inputs that have that class)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            shares = self.shares / self.n_inputs if self.n_inputs else np.full_like(self.shares, np.nan)
+            values = np.where(self.value_counts > 0, self.value_sums / np.maximum(self.value_counts, 1), np.nan)
+        heads = {key: shares[..., c] for c, key in enumerate(CLASS_KEYS)}
+        heads |= {key: values[..., c] for c, key in enumerate(VALUE_KEYS)}
+        return NormShareResult(self.n_inputs, heads)
+
+
+def special_norms_from_json(result: dict) -> NormShareResult | None:
+    """The NormShareResult of a `special --norms` JSON, or None when the run had no --norms."""
+    if result.get("norm_heads") is None:
+        return None
+    try:
+        heads = {key: numeric_array(result["norm_heads"][key], key, 2) for key in NORM_KEYS}
+        if len({v.shape for v in heads.values()}) != 1:
+            raise ResultFileError("the per-head norm statistics have different shapes.")
+        return NormShareResult(int(result["n_inputs"]), heads)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultFileError(f"the `special --norms` result is incomplete or malformed ({exc!r}).") from exc

@@ -1,0 +1,63 @@
+"""The import paths of the flat 0.1 layout still work for one release: the same module objects, with a warning."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from attnlib.moved import MOVED, new_name
+from attnlib.results.shipped import CHECKOUT
+
+
+def test_new_name_maps_a_module_and_what_is_below_it():
+    assert new_name("attnlib.special") == "attnlib.stats.shares"
+    assert new_name("attnlib.special_tokens") == "attnlib.analyses.special"
+    assert new_name("attnlib.commands.search") == "attnlib.cli.commands.search"
+    assert new_name("attnlib.views.report") == "attnlib.views.report_page"
+    assert new_name("attnlib.views.head_view") is None and new_name("attnlib.core.model") is None
+    assert new_name("attnlib.specialist") is None
+
+
+def test_every_old_path_is_the_module_at_its_new_home():
+    """In a fresh process: `import attnlib.<old>` and `attnlib.<old>` give the new module itself, and warn once."""
+    code = f"""
+import importlib, json, warnings
+warnings.simplefilter("always")
+out = {{}}
+for old, new in {dict(MOVED)!r}.items():
+    with warnings.catch_warnings(record=True) as caught:
+        module = importlib.import_module("attnlib." + old)
+    out[old] = [module is importlib.import_module("attnlib." + new), [str(w.message) for w in caught
+                if issubclass(w.category, DeprecationWarning) and "attnlib." + old + " is now" in str(w.message)]]
+import attnlib
+out["attribute"] = attnlib.special is importlib.import_module("attnlib.stats.shares")
+from attnlib.special_tokens import SpecialOptions
+from attnlib.analyses.special import SpecialOptions as New
+out["from import"] = SpecialOptions is New
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=CHECKOUT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out.pop("attribute") is True and out.pop("from import") is True
+    assert set(out) == set(MOVED)
+    for old, (same, warned) in out.items():
+        assert same, old
+        assert len(warned) == 1 and warned[0].startswith(f"attnlib.{old} is now attnlib.{MOVED[old]}"), (old, warned)
+
+
+def test_the_packages_named_like_old_modules_keep_their_names():
+    """`attnlib.analyses`, `attnlib.results`, `attnlib.search` and `attnlib.cli` were modules; their names still work."""
+    import attnlib.analyses
+    import attnlib.cli
+    import attnlib.results
+    import attnlib.search
+    from attnlib.analyses.registry import ANALYSES, analyse
+    from attnlib.cli.entry import main
+    from attnlib.results.files import read_result_file
+    from attnlib.search.by_example import search_corpus
+
+    assert attnlib.analyses.ANALYSES is ANALYSES and attnlib.analyses.analyse is analyse
+    assert attnlib.cli.main is main and attnlib.results.read_result_file is read_result_file
+    assert attnlib.search.search_corpus is search_corpus
