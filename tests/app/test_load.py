@@ -99,3 +99,29 @@ def test_concurrent_runs_on_one_model_do_not_mix(minilm):
             if i % 2 == 0:
                 np.testing.assert_allclose(b.queries, a.queries, atol=1e-4, err_msg=f"input {i}")
                 np.testing.assert_allclose(b.keys, a.keys, atol=1e-4, err_msg=f"input {i}")
+
+
+def test_run_limit_secret_refuses_a_long_run_in_words(monkeypatch):
+    """The secret max_run_mb becomes ATTNLIB_MAX_RUN_MB (no variable set); the Live page then refuses a run whose
+    estimate is above it, in words, keeping the text; a malformed secret is said in the sidebar and sets nothing."""
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.core.memory import MAX_RUN_MB_ENV
+
+    monkeypatch.setenv(MAX_RUN_MB_ENV, "")  # unset for the app; the fixture restores it after the test
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.secrets["max_run_mb"] = 0.01  # the default sentence's run needs about 0.03 MB of attention weights
+    at.query_params["a"] = "The cat sat on the mat."
+    at.run()
+    assert not at.exception and os.environ[MAX_RUN_MB_ENV] == "0.01"
+    (said,) = [w.value for w in at.warning if "this server allows" in w.value]
+    assert "0.01 MB per run" in said and at.text_area[0].value == "The cat sat on the mat."
+
+    monkeypatch.setenv(MAX_RUN_MB_ENV, "")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.secrets["max_run_mb"] = "lots"
+    at.run()
+    assert not at.exception and os.environ[MAX_RUN_MB_ENV] == ""
+    assert any("run memory limit must be a number of megabytes" in e.value for e in at.sidebar.error)

@@ -2,7 +2,7 @@
 
 Public deployments restrict it with ATTNLIB_ALLOWED_MODELS / ATTNLIB_ALLOW_LOCAL_MODELS=0 / ATTNLIB_MAX_MODEL_MB, or the
 secrets `allowed_models` / `allow_local_models = false` / `max_model_mb` in .streamlit/secrets.toml (an environment
-variable wins)."""
+variable wins); the secret `max_run_mb` sets ATTNLIB_MAX_RUN_MB, the memory guard's limit on one run."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import streamlit as st
 from streamlit.logger import get_logger
 
+from attnlib.core.memory import MAX_RUN_MB_ENV
 from attnlib.core.model import (
     ALLOW_LOCAL_ENV,
     ALLOWED_MODELS_ENV,
@@ -65,6 +66,20 @@ def max_model_megabytes() -> float | None:
     return parse_megabytes(_setting(MAX_MODEL_MB_ENV, "max_model_mb"))
 
 
+def apply_run_limit() -> None:
+    """The secret max_run_mb, where ATTNLIB_MAX_RUN_MB is unset, becomes that variable: the memory guard of the
+    library (attnlib.core.memory) reads it before every run, for every visitor of this server."""
+    if os.environ.get(MAX_RUN_MB_ENV, "").strip():
+        return
+    try:
+        value = parse_megabytes(_setting(MAX_RUN_MB_ENV, "max_run_mb"), "run memory limit")
+    except ModelLoadError as exc:  # a malformed secret: said, and no limit set from it
+        st.sidebar.error(str(exc))
+        return
+    if value is not None:
+        os.environ[MAX_RUN_MB_ENV] = str(value)
+
+
 @st.cache_resource(max_entries=3, show_spinner=False)
 def cached_model(name: str, allow_local: bool) -> LoadedModel:
     """Load a model once per process; every session shares it."""
@@ -116,6 +131,7 @@ def _requested_name() -> str:
 def model_sidebar() -> LoadedModel:
     """Draw the model chooser and return the model in use (the previous one if the new one fails)."""
     state = st.session_state
+    apply_run_limit()
     options = model_options(allowed_models())
     if "model_name" not in state:
         restore([MODEL])
