@@ -4,11 +4,10 @@ query positions, inclusive; 0: no window)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import streamlit as st
 
+from app_pages.live.view_messages import listen
 from attnlib.analyses.attention import ATTENTION, AttentionOptions
 from attnlib.analyses.base import run_analysis
 from attnlib.core.blockwise import reduced_maps, supports_blockwise
@@ -24,10 +23,6 @@ START = Option("live_start", "start", 0, lo=0, omit_default=True)  # first query
 END = Option("live_end", "end", 0, lo=0, omit_default=True)  # last query row of the window, 1-based, inclusive
 WINDOW_OPTIONS = [START, END]
 PICK_KEY = "live_window_pick"
-
-_listen = st.components.v2.component(
-    "attn_window_pick", js=Path(__file__).with_name("window_pick.js").read_text(), isolate_styles=False
-)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -63,9 +58,8 @@ def cached_window(model_name: str, text_a: str, text_b: str, layer: int, start: 
     return found.result.attentions[0]
 
 
-def _picked() -> None:
+def _picked(value) -> None:
     """A window dragged on the map (1-based, inclusive) becomes the page's."""
-    value = st.session_state[PICK_KEY].get("window")
     if isinstance(value, list) and len(value) == 2:
         set_value(START, int(value[0]))
         set_value(END, int(value[1]))
@@ -85,7 +79,7 @@ def clamp_window(n: int) -> tuple[int, int] | None:
 
 def window_controls(n: int) -> tuple[int, int] | None:
     """The window's first and last query positions (numbers, also set by a drag on the map); 0-based half-open."""
-    _listen(data={}, key=PICK_KEY, on_window_change=_picked)
+    listen("attnlibWindow", "window", PICK_KEY, _picked)
     window = clamp_window(n)
     c_start, c_end, _ = st.columns([1, 1, 3])
     c_start.number_input(
