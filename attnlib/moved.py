@@ -78,6 +78,9 @@ def new_name(old: str) -> str | None:
 class MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old path and hands back the module at its new one."""
 
+    def __init__(self) -> None:
+        self.specs: dict[str, importlib.machinery.ModuleSpec | None] = {}  # new name -> its own spec
+
     def find_spec(self, fullname, path, target=None):
         new = new_name(fullname)
         return None if new is None else importlib.util.spec_from_loader(fullname, self)
@@ -86,10 +89,14 @@ class MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = new_name(spec.name)
         assert new is not None
         warnings.warn(f"{spec.name} is now {new}; the old path goes in the next release", DeprecationWarning, 2)
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        self.specs[new] = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module was imported at its new path."""
+        """Nothing to run (the module was imported at its new path); its own spec, which the import system replaced
+        with the old path's, is put back."""
+        module.__spec__ = self.specs[module.__name__]
 
 
 def install() -> None:

@@ -79,6 +79,7 @@ def test_head_importance_sink_test_and_tour_step_of_a_decoder(
     model = quote(str(save_tiny("gpt2", tmp_path_factory.mktemp("gpt2-importance"))))
     with browser_page(browser, screenshot_dir / "decoder-importance-failure.png", 1500, 2200) as page:
         page.goto(f"{streamlit_server}/head-importance?model={model}&limit=3&tab=noop&ko=1", wait_until="commit")
+        page.get_by_role("heading", name="Head importance").wait_for(timeout=240_000)
         wait_idle(page, 240_000)
         for _ in range(3):  # computed on request
             ask = page.get_by_role("button", name="Compute")

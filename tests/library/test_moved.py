@@ -28,7 +28,8 @@ out = {{}}
 for old, new in {dict(MOVED)!r}.items():
     with warnings.catch_warnings(record=True) as caught:
         module = importlib.import_module("attnlib." + old)
-    out[old] = [module is importlib.import_module("attnlib." + new), [str(w.message) for w in caught
+    same = module is importlib.import_module("attnlib." + new) and module.__spec__.name == "attnlib." + new
+    out[old] = [same, [str(w.message) for w in caught
                 if issubclass(w.category, DeprecationWarning) and "attnlib." + old + " is now" in str(w.message)]]
 import attnlib
 out["attribute"] = attnlib.special is importlib.import_module("attnlib.stats.shares")
