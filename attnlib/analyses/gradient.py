@@ -29,7 +29,10 @@ GRADIENT_BATCH = 8  # a backward pass keeps every layer's activations: smaller b
 class GradientOptions(Options):
     """Which tokens the masked-LM loss masks: 15% of each input's non-special tokens, drawn by this seed."""
 
-    seed: int = option(DEFAULT_SEED, "seed of the masked positions (15 percent of the non-special tokens; default %(default)s)")
+    seed: int = option(
+        DEFAULT_SEED,
+        "seed of the masked positions, 15 percent of the tokens that are not special (default %(default)s)",
+    )
 
 
 @dataclass
@@ -42,7 +45,9 @@ class GradientImportance(GradientImportanceResult):
         """Read back what to_json wrote; ResultFileError when malformed."""
         with malformed("`gradient` result"):
             heads = data["heads"]
-            return cls(int(data["n_inputs"]), numeric_array(heads["sep"], "sep", 2), numeric_array(heads["all"], "all", 2))
+            return cls(
+                int(data["n_inputs"]), numeric_array(heads["sep"], "sep", 2), numeric_array(heads["all"], "all", 2)
+            )
 
 
 def gradient_accumulators(lm: LoadedModel, options: GradientOptions) -> list:
@@ -82,4 +87,3 @@ GRADIENT: Analysis[GradientOptions, GradientImportance] = Analysis(
     finish=gradient_result,
     fill=partial(own_loop, accumulate_gradients),
 )
-
