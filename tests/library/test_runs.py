@@ -118,3 +118,20 @@ def test_gradient_importance_is_autograd_of_the_masked_lm_loss(tiny_model_dir, t
     np.testing.assert_allclose(run.result.sep, sep_sum / 3, rtol=2e-4)
     np.testing.assert_allclose(run.result.all, all_sum / 3, rtol=2e-4)
     assert run.result.n_inputs == 3 and run.to_json()["layers"][0]["sep"] == pytest.approx(run.result.sep[0].mean())
+
+
+@pytest.mark.parametrize("name", ["deps_ewt-dev.json", "special_classroom-pairs.json"])
+def test_a_shipped_result_file_loads_as_a_run(name):
+    """Shipped files predate the stored model facts: the run knows the model by name; deps' JSON (no derived numbers)
+    comes back exactly, special's per-head numbers too (its per-layer means are recomputed from the rounded heads)."""
+    from attnlib.results.shipped import PRECOMPUTED
+
+    stored = json.loads((PRECOMPUTED / name).read_text(encoding="utf-8"))
+    run = attnlib.load(PRECOMPUTED / name)
+    assert run.model == stored["model"] and run.facts.kind == "encoder" and run.created == stored["created"]
+    printed = strict(run.to_json())
+    if name.startswith("deps"):
+        assert printed == stored["result"]
+    else:
+        assert printed["heads"] == stored["result"]["heads"]
+    assert set(run.to_pandas()["model"]) == {stored["model"]} and run.show()
