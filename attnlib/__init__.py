@@ -2,12 +2,14 @@
 
     import attnlib
     lm = attnlib.load_model()                     # the default model; any BERT-family id or folder
-    maps = attnlib.analyse("attention", lm, text="The cat sat.", pair="It was tired.")
-    special = attnlib.analyse("special", lm, corpus="data/classroom_pairs.tsv", head_map=True)
-    special.to_json()                             # what `attnlib special --json` prints, without the model
+    maps = attnlib.attention(lm, text="The cat sat.", pair="It was tired.").result
+    run = attnlib.special(lm, corpus="data/classroom_pairs.tsv", head_map=True)  # attnlib.analyse("special", ...)
+    run.show(); run.to_pandas(); run.to_json()   # its figures, its long table, what `attnlib special --json` prints
+    run.save("special.json"); attnlib.load("special.json")  # the result file the app's "Load a result file" opens
     attnlib.search_corpus(lm, "The cat sat.", 2, corpus="data/classroom_single.txt", layer=2).matches
 
-`attnlib.ANALYSES` names every analysis (each one a command of the command line with the same options).
+`attnlib.ANALYSES` names every analysis (each one a command of the command line with the same options, and a
+function here of the same name returning an `AnalysisRun`).
 
 Layout: `core` (models, families, the runner, hooks, corpora), `stats` (plain functions of arrays), `analyses` (one
 module per analysis), `search`, `results` (files, shipped data), `present` (report, tour, tables), `cli`, `views`.
@@ -16,11 +18,29 @@ module per analysis), `search`, `results` (files, shipped data), `present` (repo
 __version__ = "0.1.0"
 
 import importlib
+import sys
+import types
 from typing import Any
 
 from attnlib import moved
-from attnlib.analyses.base import Analysis, OptionError
-from attnlib.analyses.registry import ANALYSES, analyse
+from attnlib.analyses.base import Analysis, AnalysisRun, OptionError
+from attnlib.analyses.registry import (
+    ANALYSES,
+    ablate,
+    aggregation,
+    analyse,
+    attention,
+    deps,
+    gradient,
+    hta,
+    importance,
+    load,
+    norms,
+    positions,
+    probe,
+    qk,
+    special,
+)
 from attnlib.core.corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
 from attnlib.core.model import DEFAULT_MODEL, LoadedModel, ModelFacts, ModelLoadError, load_model
 from attnlib.core.runner import Encoded, InputError, RunResult, encode, run, run_batches
@@ -34,6 +54,7 @@ __all__ = [
     "ANALYSES",
     "DEFAULT_MODEL",
     "Analysis",
+    "AnalysisRun",
     "CorpusError",
     "CorpusIndex",
     "CorpusInput",
@@ -47,10 +68,22 @@ __all__ = [
     "ResultFileError",
     "RunResult",
     "Sentence",
+    "ablate",
+    "aggregation",
     "analyse",
+    "attention",
     "build_index",
+    "deps",
     "encode",
+    "gradient",
+    "hta",
+    "importance",
+    "load",
     "load_model",
+    "norms",
+    "positions",
+    "probe",
+    "qk",
     "read_conllu",
     "read_corpus",
     "read_result_file",
@@ -58,12 +91,27 @@ __all__ = [
     "run",
     "run_batches",
     "search_corpus",
+    "special",
     "word_level_attention",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """`attnlib.special` and the other modules of the flat layout, at their new homes (see `attnlib.moved`)."""
-    if name in moved.MOVED:
+    """`attnlib.special_tokens` and the other modules of the flat layout, at their new homes (see `attnlib.moved`);
+    the names of analyses (`attnlib.special`, `attnlib.attention`, ...) are their functions, not those modules."""
+    if name in moved.MOVED and name not in ANALYSES:
         return importlib.import_module(f"attnlib.{name}")
     raise AttributeError(f"module 'attnlib' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """attnlib itself, whose analysis functions stay in place when an old import path of the same name (`import
+    attnlib.special`, which imports attnlib.stats.shares) is imported: Python would set the module as the attribute."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ANALYSES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -7,12 +7,13 @@ and the pages, the Tour, the report and a notebook all run it through `run_analy
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from attnlib import __version__
 from attnlib.core.batches import Progress
@@ -20,7 +21,17 @@ from attnlib.core.corpus import CorpusError, CorpusInput, read_conllu, read_corp
 from attnlib.core.engines import CorpusRun, Fill, check_device, engine_fill, run_accumulators
 from attnlib.core.families import Statistic, UnsupportedModelError, unsupported_reason
 from attnlib.core.model import LoadedModel, ModelFacts, load_model
-from attnlib.results.files import ResultFile, ResultFileError, corpus_record, json_ready, text_record
+from attnlib.results.files import (
+    ResultFile,
+    ResultFileError,
+    corpus_record,
+    json_ready,
+    text_record,
+    write_result_file,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Reads = Literal["text", "corpus", "conllu", "treebanks"]
 SOURCES: dict[str, tuple[str, ...]] = {  # the inputs of each kind, as the command line's flags name them
@@ -241,9 +252,18 @@ def single_result(accumulators: list, options: Options) -> Any:
     return accumulators[0].result()
 
 
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 @dataclass
 class AnalysisRun(Generic[R]):
-    """One analysis run: its result, the model's facts, its options, what it read and how it ran."""
+    """One analysis run: its result, the model's facts, its options, what it read and how it ran (engine, device,
+    workers, seconds), with the attnlib version and the time it was made.
+
+    In a notebook: `.show()` draws its figures, `.to_pandas()` gives its main long table (`.tables()` all of them),
+    `.to_json()` is what `attnlib <command> --json` prints and `.save(path)` writes the `--out` result file that the
+    app's "Load a result file" opens; `attnlib.load(path)` reads one back."""
 
     analysis: Analysis
     options: Options
@@ -251,6 +271,19 @@ class AnalysisRun(Generic[R]):
     facts: ModelFacts
     corpus: dict  # as result files describe it (a text: its sentences; treebanks: the test file, with "train")
     run: dict = field(default_factory=dict)  # engine, device, workers, seconds
+    library_version: str = __version__
+    created: str = field(default_factory=_now)  # ISO 8601, UTC
+
+    @property
+    def model(self) -> str:
+        """The model's name, as the JSON and the tables give it."""
+        return self.facts.name
+
+    def __repr__(self) -> str:
+        seconds = self.run.get("seconds")
+        took = "" if seconds is None else f", {seconds:.1f} s"
+        return (f"<AnalysisRun {self.analysis.name} of {self.model} on {self.corpus.get('name', '?')} "
+                f"({self.corpus.get('n_inputs', '?')} inputs{took}); {self.options}>")  # fmt: skip
 
     def to_json(self) -> dict:
         """The command's JSON; `model_dtype` (analysed, saved) when the weights are not a float32 checkpoint's."""
@@ -261,20 +294,88 @@ class AnalysisRun(Generic[R]):
         return data
 
     def result_file(self) -> ResultFile:
-        """The run as a result file (`--out`): its options as asdict, stamped with this library's version and time."""
+        """The run as a result file (`--out`): its options as asdict, the model's facts, this run's version and time."""
         state = self.result.state_json() if hasattr(self.result, "state_json") else None
-        created = datetime.now(UTC).isoformat(timespec="seconds")
         return ResultFile(
             self.analysis.name,
             self.facts.name,
             self.corpus,
             asdict(self.options),
-            __version__,
-            created,
+            self.library_version,
+            self.created,
             self.to_json(),
             self.run,
             json_ready(state),
+            asdict(self.facts),
         )
+
+    def save(self, path: str | Path) -> None:
+        """Write the result file that `attnlib <command> ... --out PATH` writes (strict JSON)."""
+        write_result_file(path, self.result_file())
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Its long tables by title: a `model` column first, layers and heads numbered from 1."""
+        from attnlib.present.runs import run_tables
+
+        return run_tables(self)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """Its main long table (the first of `tables()`)."""
+        return next(iter(self.tables().values()))
+
+    def figures(self) -> list:
+        """Its figures (attnlib.views: needs the `views` extra), drawn as the app draws them."""
+        from attnlib.views.runs import run_figures
+
+        return run_figures(self)
+
+    def show(self) -> list:
+        """Draw its figures in a notebook (each shows itself) and return them; outside a notebook, only return them."""
+        figures = self.figures()
+        shell = _notebook_shell()
+        if shell is not None:
+            from IPython.display import display
+
+            for figure in figures:
+                display(figure)
+        return figures
+
+
+def _notebook_shell() -> Any:
+    """The running IPython shell, or None outside one."""
+    ipython = sys.modules.get("IPython")
+    return None if ipython is None else ipython.get_ipython()
+
+
+def run_of_record(analysis: Analysis, record: ResultFile) -> AnalysisRun:
+    """The run a result file holds; ResultFileError when it is malformed or of another analysis. Files written
+    before attnlib kept the model's facts give only the model's name, kind and dtype (the rest zero)."""
+    return AnalysisRun(
+        analysis,
+        analysis.options_from_json(record.options),
+        analysis.from_record(record),
+        facts_of_record(record),
+        record.corpus,
+        record.run,
+        record.library_version,
+        record.created,
+    )
+
+
+def facts_of_record(record: ResultFile) -> ModelFacts:
+    """The model's facts a result file stores, else what its JSON tells (name, kind, dtypes)."""
+    if record.facts is not None:
+        try:
+            stored = {**record.facts, "windows": tuple(record.facts.get("windows", ()))}
+            return ModelFacts(**stored)
+        except TypeError as exc:
+            raise ResultFileError(f"the file's model facts are malformed ({exc}).") from exc
+    data = record.result
+    dtype = data.get("model_dtype") or {}
+    kind = "encoder-decoder" if data.get("part") == "encoder" and data.get("kind") == "encoder-decoder" else None
+    kind = kind or ("decoder" if data.get("kind") == "decoder" else "encoder")
+    return ModelFacts(record.model, "", 0, 0, 0, 0, 0, "", "", "", False, kind=kind,
+                      dtype=dtype.get("analysed", "float32"), saved_dtype=dtype.get("saved", "float32"))  # fmt: skip
 
 
 def read_inputs(source: str, given: Inputs, limit: int | None = None) -> list[CorpusInput]:

@@ -1,25 +1,29 @@
-"""Every analysis, by name (the command line's commands, the result files' `command`), and `analyse`, the notebook's way
-to run one. Adding an analysis: its module (options, accumulators, result, an `Analysis`) and one line here."""
+"""Every analysis, by name (the command line's commands, the result files' `command`); `analyse`, the notebook's way
+to run one, with one function per analysis (`special(model, corpus=...)`, ...), and `load`, a result file's run.
+Adding an analysis: its module (options, accumulators, result, an `Analysis`), one line in ANALYSES and its function."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from attnlib.analyses.ablate import ABLATE
-from attnlib.analyses.aggregation import AGGREGATION
-from attnlib.analyses.attention import ATTENTION
-from attnlib.analyses.base import DEFAULT_BATCH_SIZE, Analysis, Inputs, run_analysis
-from attnlib.analyses.deps import DEPS
-from attnlib.analyses.hta import HTA
-from attnlib.analyses.importance import IMPORTANCE
-from attnlib.analyses.norms import NORMS
-from attnlib.analyses.positions import POSITIONS
-from attnlib.analyses.probe import PROBE
-from attnlib.analyses.qk import QK
-from attnlib.analyses.special import SPECIAL
+from attnlib.analyses.ablate import ABLATE, InputAblation
+from attnlib.analyses.aggregation import AGGREGATION, AggregationResult
+from attnlib.analyses.attention import ATTENTION, AttentionMaps
+from attnlib.analyses.base import DEFAULT_BATCH_SIZE, Analysis, AnalysisRun, Inputs, run_analysis, run_of_record
+from attnlib.analyses.deps import DEPS, DepsResult
+from attnlib.analyses.gradient import GRADIENT, GradientImportance
+from attnlib.analyses.hta import HTA, TokenAttribution
+from attnlib.analyses.importance import IMPORTANCE, HeadImportance
+from attnlib.analyses.norms import NORMS, InputNorms
+from attnlib.analyses.positions import POSITIONS, PositionsResult
+from attnlib.analyses.probe import PROBE, ProbeResult
+from attnlib.analyses.qk import QK, QKResult
+from attnlib.analyses.special import SPECIAL, SpecialTokens
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError
 from attnlib.core.model import DEFAULT_MODEL, LoadedModel
+from attnlib.results.files import read_result_file
 
 ANALYSES: dict[str, Analysis] = {
     a.name: a
@@ -35,6 +39,7 @@ ANALYSES: dict[str, Analysis] = {
         ABLATE,
         IMPORTANCE,
         QK,
+        GRADIENT,
     )
 }
 
@@ -64,13 +69,14 @@ def analyse(
     workers: int = 2,
     cpus_per_worker: float = 1.0,
     **options: Any,
-) -> Any:
-    """Run one analysis and return its result: on a text (and pair), or on what it reads (a corpus, a CoNLL-U
-    treebank, or train and test treebanks: a file's path or the inputs themselves), with its options as keywords.
+) -> AnalysisRun:
+    """Run one analysis and return the run (its `result`, the model's facts, options and provenance): on a text (and
+    pair), or on what it reads (a corpus, a CoNLL-U treebank, or train and test treebanks: a file's path or the inputs
+    themselves), with its options as keywords.
 
     >>> lm = attnlib.load_model()
-    >>> special = attnlib.analyse("special", lm, corpus="data/classroom_pairs.tsv", head_map=True)
-    >>> special.special.layers["sep"], special.to_json()
+    >>> run = attnlib.analyse("special", lm, corpus="data/classroom_pairs.tsv", head_map=True)
+    >>> run.result.special.layers["sep"], run.to_json(), run.to_pandas(), run.show(), run.save("special.json")
 
     Unknown options, bad values (OptionError) and inputs the analysis does not read (CorpusError) raise clear errors;
     `progress(done, total)` is called as inputs are done."""
@@ -95,4 +101,93 @@ def analyse(
         batch_size=batch_size,
         progress=progress,
     )
-    return run.result
+    return run
+
+
+def load(path: str | Path) -> AnalysisRun:
+    """The run a result file holds (`attnlib <command> ... --out PATH`, `AnalysisRun.save`); ResultFileError when the
+    file is not one, or is malformed."""
+    record = read_result_file(Path(path).read_bytes())
+    return run_of_record(analysis_named(record.command), record)
+
+
+# One function per analysis: `attnlib.special(model, corpus=...)` is `attnlib.analyse("special", model, corpus=...)`.
+# The keywords are analyse's (limit=, batch_size=, engine=, device=, progress=, ...) and the analysis's options (the
+# command's flags with underscores: head_map=True for --head-map); `attnlib <command> --help` lists them.
+
+
+def attention(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, pair: str | None = None,
+              **keywords: Any) -> AnalysisRun[AttentionMaps]:  # fmt: skip
+    """The attention maps of one sentence or pair (`attnlib attention`)."""
+    return analyse("attention", model, text=text, pair=pair, **keywords)
+
+
+def hta(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, pair: str | None = None,
+        **keywords: Any) -> AnalysisRun[TokenAttribution]:  # fmt: skip
+    """Hidden Token Attribution per head of one sentence or pair (`attnlib hta`, METHODS §9, §13)."""
+    return analyse("hta", model, text=text, pair=pair, **keywords)
+
+
+def norms(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, pair: str | None = None,
+          **keywords: Any) -> AnalysisRun[InputNorms]:  # fmt: skip
+    """Value-weighted norms, residual+LayerNorm norms and rollouts of one input (`attnlib norms`, METHODS §11-13)."""
+    return analyse("norms", model, text=text, pair=pair, **keywords)
+
+
+def ablate(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, pair: str | None = None,
+           **keywords: Any) -> AnalysisRun[InputAblation]:  # fmt: skip
+    """One input with some heads switched off, e.g. heads="1-2,3-0" (`attnlib ablate`, METHODS §15)."""
+    return analyse("ablate", model, text=text, pair=pair, **keywords)
+
+
+def special(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs,
+            **keywords: Any) -> AnalysisRun[SpecialTokens]:  # fmt: skip
+    """Attention to [CLS], [SEP], punctuation and the rest over a corpus (`attnlib special`, METHODS §1-4, §11)."""
+    return analyse("special", model, corpus=corpus, **keywords)
+
+
+def deps(model: str | LoadedModel = DEFAULT_MODEL, *, conllu: Inputs,
+         **keywords: Any) -> AnalysisRun[DepsResult]:  # fmt: skip
+    """The best head per dependency relation of a CoNLL-U treebank (`attnlib deps`, METHODS §6, §7, §10)."""
+    return analyse("deps", model, conllu=conllu, **keywords)
+
+
+def positions(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs,
+              **keywords: Any) -> AnalysisRun[PositionsResult]:  # fmt: skip
+    """Relative positions of attention and of attribution over a corpus (`attnlib positions`, METHODS §8, §9)."""
+    return analyse("positions", model, corpus=corpus, **keywords)
+
+
+def aggregation(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs,
+                **keywords: Any) -> AnalysisRun[AggregationResult]:  # fmt: skip
+    """Attention, norms and rollouts against layer-output attribution (`attnlib aggregation`, METHODS §11-13)."""
+    return analyse("aggregation", model, corpus=corpus, **keywords)
+
+
+def probe(model: str | LoadedModel = DEFAULT_MODEL, *, train: Inputs, test: Inputs,
+          **keywords: Any) -> AnalysisRun[ProbeResult]:  # fmt: skip
+    """The attention-only dependency probe, trained on one treebank and scored on another (`attnlib probe`)."""
+    return analyse("probe", model, train=train, test=test, **keywords)
+
+
+def importance(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs,
+               **keywords: Any) -> AnalysisRun[HeadImportance]:  # fmt: skip
+    """Every head switched off over a corpus, with the no-op test (`attnlib importance`, METHODS §15)."""
+    return analyse("importance", model, corpus=corpus, **keywords)
+
+
+def qk(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs | None = None, conllu: Inputs | None = None,
+       **keywords: Any) -> AnalysisRun[QKResult]:  # fmt: skip
+    """Queries and keys of one head in one picture (`attnlib qk`, METHODS §17); a CoNLL-U corpus as conllu=."""
+    return analyse("qk", model, corpus=corpus if conllu is None else conllu, **keywords)
+
+
+def gradient(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs,
+             **keywords: Any) -> AnalysisRun[GradientImportance]:  # fmt: skip
+    """Clark et al.'s gradient importance of attention over a corpus (`attnlib gradient`, METHODS §5); needs a model
+    with a trained masked-LM head."""
+    return analyse("gradient", model, corpus=corpus, **keywords)
+
+
+RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
+                                   importance, qk, gradient)}  # fmt: skip

@@ -108,28 +108,22 @@ class ReportPart:
 
 def _special_show(model: str, found: SpecialTokens, options: ReportOptions) -> PartResult:
     result, hm, norms = found.special, found.head_map, found.norms
-    assert norms is not None
     per_head = dict(result.heads)
     if hm is not None:
         per_head["behaviour"] = hm.labels.reshape(result.heads["cls"].shape)
     notes = [
         f"{result.n_inputs} inputs ({result.n_truncated} truncated to the model's length); punctuation: "
         f"{'every punctuation token' if result.all_punct else '. and ,'}; uniform attention's mean ln n = "
-        f"{result.uniform_entropy:.3f}; norm shares weigh attention by the value norm ||f(x)|| (Kobayashi et al.)."
+        f"{result.uniform_entropy:.3f}"
+        + ("; norm shares weigh attention by the value norm ||f(x)|| (Kobayashi et al.)." if norms else ".")
     ]
-    return PartResult(
-        "special",
-        model,
-        {
-            "Per layer (mean over heads)": layer_frame(model, result.layers),
-            "Per head": head_frame(model, per_head),
-            "Norm shares and value norms per layer (mean over heads)": layer_frame(model, norms.layers),
-            "Norm shares and value norms per head": head_frame(model, norms.heads),
-        },
-        found,
-        by_layer(result.layers, SHARE_KEYS, STAT_NAMES) | by_layer(norms.layers, list(NORM_KEYS[:4]), NORM_NAMES),
-        notes,
-    )
+    tables = {"Per layer (mean over heads)": layer_frame(model, result.layers), "Per head": head_frame(model, per_head)}
+    comparable = by_layer(result.layers, SHARE_KEYS, STAT_NAMES)
+    if norms is not None:  # the report always asks for them; a notebook's run may not
+        tables["Norm shares and value norms per layer (mean over heads)"] = layer_frame(model, norms.layers)
+        tables["Norm shares and value norms per head"] = head_frame(model, norms.heads)
+        comparable |= by_layer(norms.layers, list(NORM_KEYS[:4]), NORM_NAMES)
+    return PartResult("special", model, tables, found, comparable, notes)
 
 
 def _deps_show(model: str, found: DepsResult, options: ReportOptions) -> PartResult:

@@ -76,6 +76,7 @@ class ResultFile:
     result: dict
     run: dict = field(default_factory=dict)  # engine, device, workers, seconds
     state: dict | None = None  # accumulator counts a page needs beyond the result (deps)
+    facts: dict | None = None  # the model's facts (ModelFacts as a dict); None in files written before attnlib 0.2
 
     def provenance(self) -> str:
         """One line: computed by <command> on <corpus> with <model>, <date>."""
@@ -181,9 +182,11 @@ def read_result_file(data: bytes | str, command: str | None = None, max_bytes: i
             raise ResultFileError(f"the result file has no valid {key!r}.")
     if command is not None and record["command"] != command:
         raise ResultFileError(f"this file holds the result of `{record['command']}`; this page shows `{command}`.")
-    state = record.get("state")
+    state, facts = record.get("state"), record.get("facts")
     if state is not None and not isinstance(state, dict):
         raise ResultFileError("the result file has no valid 'state'.")
+    if facts is not None and not isinstance(facts, dict):
+        raise ResultFileError("the result file has no valid 'facts'.")
     return ResultFile(
         command=record["command"],
         model=record["model"],
@@ -194,6 +197,7 @@ def read_result_file(data: bytes | str, command: str | None = None, max_bytes: i
         result=record["result"],
         run=record["run"],
         state=state,
+        facts=facts,
     )
 
 

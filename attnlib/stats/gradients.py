@@ -10,6 +10,8 @@ import torch
 
 from attnlib.core.batches import MADE_IN_POST_INIT
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.engines import corpus_index
+from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import Encoded, encode, model_inputs
 
@@ -17,7 +19,7 @@ MASK_RATE = 0.15
 DEFAULT_SEED = 0
 
 
-class GradientImportanceUnavailable(ValueError):
+class GradientImportanceUnavailable(UnsupportedModelError):
     """The model cannot give gradient importance (no trained masked-LM head); the message says why."""
 
 
@@ -96,25 +98,30 @@ class GradientImportanceSums:
         return GradientImportanceResult(self.n_inputs, self.sep / n, self.all / n)
 
 
-def _masked_batch(lm: LoadedModel, encoded: Sequence[Encoded], first_index: int, seed: int, rate: float):
-    """Model inputs with masked tokens, and labels (-100 where not masked)."""
+def _masked_batch(lm: LoadedModel, encoded: Sequence[Encoded], indices: Sequence[int], seed: int, rate: float):
+    """Model inputs with masked tokens (each input's drawn by its corpus index), and labels (-100 where not masked)."""
     batch = model_inputs(lm, encoded)
     labels = torch.full_like(batch["input_ids"], -100)
-    for b, e in enumerate(encoded):
-        pos = torch.as_tensor(masked_positions(e.special_mask, seed, first_index + b, rate), device=labels.device)
+    for b, (e, index) in enumerate(zip(encoded, indices)):
+        pos = torch.as_tensor(masked_positions(e.special_mask, seed, index, rate), device=labels.device)
         labels[b, pos] = batch["input_ids"][b, pos]
         batch["input_ids"][b, pos] = lm.tokenizer.mask_token_id
     return batch, labels
 
 
 def batch_attention_gradients(
-    lm: LoadedModel, encoded: Sequence[Encoded], first_index: int = 0, seed: int = DEFAULT_SEED, rate: float = MASK_RATE
+    lm: LoadedModel,
+    encoded: Sequence[Encoded],
+    indices: Sequence[int] | None = None,
+    seed: int = DEFAULT_SEED,
+    rate: float = MASK_RATE,
 ) -> list[np.ndarray]:
-    """dLoss/dA [layers, heads, n, n] of each input, where each input's loss is its own mean masked-LM loss."""
+    """dLoss/dA [layers, heads, n, n] of each input, where each input's loss is its own mean masked-LM loss; the
+    masks are drawn by the inputs' corpus indices (0, 1, ... when not given)."""
     reason = unavailable_reason(lm)
     if reason is not None or lm.mlm is None:
-        raise ValueError(reason)
-    batch, labels = _masked_batch(lm, encoded, first_index, seed, rate)
+        raise GradientImportanceUnavailable(reason)
+    batch, labels = _masked_batch(lm, encoded, range(len(encoded)) if indices is None else indices, seed, rate)
     with torch.enable_grad():
         out = lm.mlm(**batch, output_attentions=True)
         token_loss = torch.nn.functional.cross_entropy(
@@ -125,6 +132,28 @@ def batch_attention_gradients(
         grads = torch.autograd.grad(per_input.sum(), list(out.attentions))
     stacked = torch.stack(grads, dim=1).float().cpu().numpy()  # [batch, layers, heads, n_max, n_max]
     return [stacked[b, :, :, : e.n, : e.n] for b, e in enumerate(encoded)]
+
+
+def add_gradients(
+    lm: LoadedModel,
+    inputs: Sequence[CorpusInput],
+    sums: GradientImportanceSums,
+    batch_size: int = 8,
+    seed: int = DEFAULT_SEED,
+    rate: float = MASK_RATE,
+    progress: Callable[[int, int], None] | None = None,
+) -> GradientImportanceSums:
+    """Add each input's gradient magnitudes to the sums, a forward and backward pass per batch; each input masked by
+    its corpus index (a Ray shard's inputs carry theirs), so every engine draws the same masks."""
+    for start in range(0, len(inputs), batch_size):
+        chunk = inputs[start : start + batch_size]
+        encoded = [encode(lm, item.text_a, item.text_b) for item in chunk]
+        indices = [corpus_index(item, start + b) for b, item in enumerate(chunk)]
+        for e, grad in zip(encoded, batch_attention_gradients(lm, encoded, indices, seed, rate)):
+            sums.add_input(grad, e.sep_mask)
+        if progress is not None:
+            progress(start + len(chunk), len(inputs))
+    return sums
 
 
 def gradient_importance(
@@ -140,11 +169,4 @@ def gradient_importance(
     if reason:
         raise GradientImportanceUnavailable(reason)
     sums = GradientImportanceSums(lm.facts.n_layers, lm.facts.n_heads)
-    for start in range(0, len(inputs), batch_size):
-        chunk = inputs[start : start + batch_size]
-        encoded = [encode(lm, item.text_a, item.text_b) for item in chunk]
-        for e, grad in zip(encoded, batch_attention_gradients(lm, encoded, start, seed, rate)):
-            sums.add_input(grad, e.sep_mask)
-        if progress is not None:
-            progress(start + len(chunk), len(inputs))
-    return sums.result()
+    return add_gradients(lm, inputs, sums, batch_size, seed, rate, progress).result()

@@ -175,6 +175,8 @@ def special_figures(results: Sequence[PartResult]) -> list[go.Figure]:
     ]
     if hm is not None:
         figures.append(head_map_figure(hm.coords, hm.layer, hm.head, hm.labels))
+    if norms is None:  # a notebook's run without norms=True (the report always has them)
+        return figures
     return figures + [
         weights_vs_norms_figure(stats.heads, norms.heads, "Attention weights vs value-weighted norms per token class"),
         value_norm_figure(norms.heads),

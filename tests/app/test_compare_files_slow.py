@@ -137,7 +137,7 @@ def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_
     assert not at.error, [e.value for e in at.error]
     assert not at.warning, [w.value for w in at.warning]
     expected = {
-        "all-MiniLM-L6-v2": analyse("deps", minilm, conllu=EWT_DEV, limit=10, min_count=1).table,
+        "all-MiniLM-L6-v2": analyse("deps", minilm, conllu=EWT_DEV, limit=10, min_count=1).result.table,
         second_model: dependency_counts_from_json(read_result_file(data).state or {}).table(min_count=1),
     }
     frame = tables(at)[0]

@@ -77,7 +77,7 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
     pairs = all_pairs[:SLICE]
     sha1_pairs = hashlib.sha1(CLASSROOM_PAIRS.read_bytes()).hexdigest()
     shipped = shipped_result("special", f.name, sha1_pairs, len(all_pairs), TOUR_OPTIONS["special"]) is not None
-    run = analyse("special", lm, corpus=all_pairs if shipped else pairs, norms=True)  # what the tour shows
+    run = analyse("special", lm, corpus=all_pairs if shipped else pairs, norms=True).result  # what the tour shows
     special = run.special
     norms = norms_notice(largest_weight_norm_gap(special.layers, run.norms.layers), shown)
     reason = unavailable_reason(lm)
@@ -88,15 +88,19 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
     if record is not None:  # the tour shows the shipped counts (test_precomputed checks them against a fresh run)
         table = DEPS.from_record(record).table
     else:
-        table = analyse("deps", lm, conllu=treebank[:SLICE], min_count=SLICE_MIN_COUNT).table
+        table = analyse("deps", lm, conllu=treebank[:SLICE], min_count=SLICE_MIN_COUNT).result.table
     positions = None
     if with_positions:
-        positions = positions_notice(analyse("positions", lm, corpus=CLASSROOM_SINGLE, limit=POSITIONS_SLICE), shown)
+        positions = positions_notice(
+            analyse("positions", lm, corpus=CLASSROOM_SINGLE, limit=POSITIONS_SLICE).result, shown
+        )
     importance = shipped_result("importance", f.name, sha1_pairs, len(all_pairs), TOUR_OPTIONS["importance"])
     if importance is not None:  # shipped for the default model (test_precomputed checks it)
         knockout = no_op_sentence(IMPORTANCE.read(importance, TOUR_OPTIONS["importance"]), shown)
     else:
-        knockout = no_op_sentence(analyse("importance", lm, corpus=all_pairs[:IMPORTANCE_SLICE], knockout=True), shown)
+        knockout = no_op_sentence(
+            analyse("importance", lm, corpus=all_pairs[:IMPORTANCE_SLICE], knockout=True).result, shown
+        )
     return [
         heads_notice(patterns.scores(), shown).sentence,
         special_notice(special, shown),

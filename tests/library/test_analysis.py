@@ -18,7 +18,8 @@ from attnlib.analyses.special import SPECIAL, SpecialOptions
 from attnlib.cli.entry import build_parser, command_options
 from attnlib.core.corpus import CorpusError
 from attnlib.results.files import ResultFileError, read_result_file, write_result_file
-from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, PUD_TEST
+from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
+from support.runs import INPUTS, split_inputs
 
 MINIMAL_ARGS = {  # what each kind of analysis reads, as flags
     "text": ["--text", "A cat."],
@@ -136,21 +137,6 @@ def test_the_package_names_the_api():
     assert attnlib.analyse is analyse and attnlib.ANALYSES is ANALYSES
 
 
-INPUTS = {  # a few inputs of each analysis, small enough for the quick tier
-    "attention": {"text": "The cat sat.", "pair": "It purred."},
-    "norms": {"text": "The cat sat."},
-    "hta": {"text": "A cat.", "mode": "estimate", "probes": 1},
-    "special": {"corpus": CLASSROOM_PAIRS, "limit": 3, "head_map": True, "norms": True},
-    "deps": {"conllu": EWT_DEV, "limit": 3, "min_count": 1},
-    "positions": {"corpus": CLASSROOM_SINGLE, "limit": 2, "probes": 1},
-    "aggregation": {"corpus": CLASSROOM_SINGLE, "limit": 2, "probes": 1},
-    "probe": {"train": PUD_TEST, "test": EWT_DEV, "limit": 3},
-    "ablate": {"text": "The cat sat.", "heads": "0-0,1-2"},
-    "importance": {"corpus": CLASSROOM_SINGLE, "limit": 2, "knockout": True, "prune": True},
-    "qk": {"corpus": CLASSROOM_SINGLE, "limit": 2, "all_heads": True},
-}
-
-
 def test_inputs_cover_every_analysis():
     assert set(INPUTS) == set(ANALYSES)
 
@@ -162,10 +148,8 @@ def test_each_result_survives_its_json_and_a_result_file(name, tiny_model, tmp_p
     same (arrays compared as JSON: every number the command prints)."""
     from attnlib.analyses.base import run_analysis
 
-    analysis, given = ANALYSES[name], dict(INPUTS[name])
-    inputs = {s: given.pop(s) for s in analysis.sources}
-    text = {k: given.pop(k) for k in ("text", "pair") if k in given}
-    limit = given.pop("limit", None)
+    analysis = ANALYSES[name]
+    inputs, text, limit, given = split_inputs(name)
     run = run_analysis(analysis, tiny_model, analysis.make_options(**given), inputs=inputs, limit=limit, **text)
     printed = json.loads(json.dumps(run.to_json(), allow_nan=False))
     assert ("model" in printed) == analysis.json_model
@@ -185,9 +169,9 @@ def test_each_result_survives_its_json_and_a_result_file(name, tiny_model, tmp_p
 
 
 def test_results_of_the_text_analyses_have_their_arrays(tiny_model):
-    maps = analyse("attention", tiny_model, text="The cat sat.")
+    maps = analyse("attention", tiny_model, text="The cat sat.").result
     n = len(maps.tokens)
     assert isinstance(maps.attentions, np.ndarray) and maps.attentions.shape[2:] == (n, n)
     np.testing.assert_allclose(maps.attentions.sum(-1), 1.0, atol=1e-5)
-    norms = analyse("norms", tiny_model, text="The cat sat.")
+    norms = analyse("norms", tiny_model, text="The cat sat.").result
     assert norms.weighted_norm.shape == maps.attentions.shape

@@ -260,7 +260,7 @@ def test_tiny_models_word_maps_and_skips(tiny_model):
     np.testing.assert_allclose(word_map.sum(-1), 1.0, atol=1e-5)
     short = Sentence(words, None, 1, heads=[2, 3, 0, 5, 3, 3], deprels=["det", "nsubj", "root", "det", "obj", "punct"])
     long = Sentence(["word"] * 200, None, 2, heads=[0] + [1] * 199, deprels=["root"] + ["dep"] * 199)
-    counts = analyse("deps", tiny_model, conllu=[short, long, short]).counts
+    counts = analyse("deps", tiny_model, conllu=[short, long, short]).result.counts
     table = counts.table(min_count=1)
     assert (table.n_sentences, table.n_words, table.n_skipped) == (2, 12, 1)
     assert table.rows[0].relation == "all" and table.rows[0].count == 12

@@ -104,7 +104,7 @@ def test_page_gold_table_heatmap_and_example(minilm):
     assert not at.exception, at.exception
     assert [m.value for m in at.metric][:3] == ["15", str(sum(len(s.words) for s in read_conllu(EWT_DEV)[:15])), "0"]
     frame = tables(at)[0]
-    expected = analyse("deps", minilm, conllu=EWT_DEV, limit=15, min_count=5).table
+    expected = analyse("deps", minilm, conllu=EWT_DEV, limit=15, min_count=5).result.table
     assert frame["relation"].tolist() == [r.relation for r in expected.rows]
     assert frame["best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in expected.rows]
     np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
@@ -135,7 +135,8 @@ def test_page_compares_two_models_table_and_probe(minilm, tiny_model_dir, tiny_m
     first, second = minilm.facts.name, str(tiny_model_dir)
     sentences = read_conllu(EWT_DEV)[:10]
     expected = {
-        m: analyse("deps", lm, conllu=sentences, min_count=1).table for m, lm in [(first, minilm), (second, tiny_model)]
+        m: analyse("deps", lm, conllu=sentences, min_count=1).result.table
+        for m, lm in [(first, minilm), (second, tiny_model)]
     }
     frame = tables(at)[0]
     assert frame["relation"].tolist() == [r.relation for r in expected[first].rows]

@@ -151,7 +151,7 @@ def test_an_encoder_decoders_attention_result_reads_back(encdec, one_thread):
     from attnlib.analyses.registry import analyse
     from attnlib.results.files import json_ready
 
-    maps = analyse("attention", encdec["lm"], text=SOURCE, target=TARGET, part="cross")
+    maps = analyse("attention", encdec["lm"], text=SOURCE, target=TARGET, part="cross").result
     back = AttentionMaps.from_json(json.loads(json.dumps(json_ready(maps.to_json()))))
     assert back.encoder_decoder == maps.encoder_decoder and back.tokens == maps.tokens
     np.testing.assert_array_equal(back.attentions, maps.attentions)

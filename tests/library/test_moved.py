@@ -1,10 +1,15 @@
-"""The import paths of the flat 0.1 layout still work for one release: the same module objects, with a warning."""
+"""The import paths of the flat 0.1 layout still work for one release: the same module objects, with a warning.
+Where an old module is named like an analysis (`attnlib.special`, `attnlib.attention`, ...), the attribute is the
+analysis's function; the import path (`import attnlib.special`, `from attnlib.special import ...`) still works."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
+
+import pytest
 
 from attnlib.moved import MOVED, new_name
 from attnlib.results.shipped import CHECKOUT
@@ -20,7 +25,8 @@ def test_new_name_maps_a_module_and_what_is_below_it():
 
 
 def test_every_old_path_is_the_module_at_its_new_home():
-    """In a fresh process: `import attnlib.<old>` and `attnlib.<old>` give the new module itself, and warn once."""
+    """In a fresh process: `import attnlib.<old>` gives the new module itself and warns once; `attnlib.<old>` is that
+    module too, except for the names of analyses, which stay their functions whatever was imported."""
     code = f"""
 import importlib, json, warnings
 warnings.simplefilter("always")
@@ -32,20 +38,37 @@ for old, new in {dict(MOVED)!r}.items():
     out[old] = [same, [str(w.message) for w in caught
                 if issubclass(w.category, DeprecationWarning) and "attnlib." + old + " is now" in str(w.message)]]
 import attnlib
-out["attribute"] = attnlib.special is importlib.import_module("attnlib.stats.shares")
+import attnlib.special, attnlib.attention
+out["attribute"] = attnlib.special_tokens is importlib.import_module("attnlib.analyses.special")
+out["functions"] = sorted(n for n in attnlib.ANALYSES if getattr(attnlib, n) is not getattr(attnlib.analyses.registry, n))
 from attnlib.special_tokens import SpecialOptions
 from attnlib.analyses.special import SpecialOptions as New
-out["from import"] = SpecialOptions is New
+from attnlib.special import SpecialTokenStats
+from attnlib.stats.shares import SpecialTokenStats as Shares
+out["from import"] = SpecialOptions is New and SpecialTokenStats is Shares
 print(json.dumps(out))
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=CHECKOUT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out.pop("attribute") is True and out.pop("from import") is True
+    assert out.pop("functions") == []  # every analysis's function survived the imports of old modules of its name
     assert set(out) == set(MOVED)
     for old, (same, warned) in out.items():
         assert same, old
         assert len(warned) == 1 and warned[0].startswith(f"attnlib.{old} is now attnlib.{MOVED[old]}"), (old, warned)
+
+
+def test_old_modules_named_like_analyses_are_no_attributes():
+    import attnlib
+
+    colliding = sorted(set(MOVED) & set(attnlib.ANALYSES))
+    assert "special" in colliding and "attention" in colliding
+    for name in colliding:
+        assert callable(getattr(attnlib, name)) and not isinstance(getattr(attnlib, name), type(attnlib)), name
+    assert attnlib.__getattr__("special_tokens") is importlib.import_module("attnlib.analyses.special")
+    with pytest.raises(AttributeError):
+        attnlib.__getattr__("special")  # not the old module behind the function's back
 
 
 def test_the_packages_named_like_old_modules_keep_their_names():

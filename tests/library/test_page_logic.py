@@ -45,7 +45,9 @@ def test_attention_table_rows_by_hand():
 def test_special_tokens_is_what_the_cli_prints(minilm, capsys):
     inputs = read_text_corpus(CLASSROOM_PAIRS)[:4]
     seen = []
-    run = analyse("special", minilm, corpus=inputs, all_punct=True, head_map=True, progress=lambda d, t: seen.append(t))
+    run = analyse(
+        "special", minilm, corpus=inputs, all_punct=True, head_map=True, progress=lambda d, t: seen.append(t)
+    ).result
     special, hm = run.special, run.head_map
     assert seen and seen[-1] == 4
     argv = ["special", "--corpus", str(CLASSROOM_PAIRS), "--limit", "4", "--all-punct", "--head-map", "--json"]
@@ -54,7 +56,7 @@ def test_special_tokens_is_what_the_cli_prints(minilm, capsys):
     assert out["n_inputs"] == special.n_inputs == 4
     np.testing.assert_allclose(np.array(out["heads"]["sep"]), special.heads["sep"], atol=1e-6)
     assert hm is not None and out["head_map"]["behaviour"] == list(hm.labels)
-    no_map = analyse("special", minilm, corpus=inputs, all_punct=True)
+    no_map = analyse("special", minilm, corpus=inputs, all_punct=True).result
     assert no_map.head_map is None and no_map.norms is None
     np.testing.assert_allclose(no_map.special.heads["punct"], special.heads["punct"], atol=1e-6)
 

@@ -345,7 +345,7 @@ def test_attention_gradient_matches_finite_differences(tiny_model_dir, tiny_mode
 
     def loss(eps: float) -> float:
         shift["eps"] = eps
-        batch, labels = _masked_batch(lm, encoded, 0, 0, 0.15)
+        batch, labels = _masked_batch(lm, encoded, [0], 0, 0.15)
         with torch.no_grad():
             logits = mlm(**batch).logits
         return float(torch.nn.functional.cross_entropy(logits[0], labels[0], ignore_index=-100))
@@ -397,7 +397,7 @@ def test_special_tokens_from_json_round_trip(minilm):
     from attnlib.results.files import json_ready
 
     inputs = read_text_corpus(CLASSROOM_SINGLE)[:3]
-    run = analyse("special", minilm, corpus=inputs, head_map=True, norms=True)
+    run = analyse("special", minilm, corpus=inputs, head_map=True, norms=True).result
     back = SpecialTokens.from_json(json.loads(json.dumps(json_ready(run.to_json()))))
     assert back.head_map is not None and back.norms is not None
     for key in STAT_KEYS:

@@ -52,6 +52,12 @@ def test_the_site_builds_strict_with_the_api_from_the_docstrings_and_methods_who
     documented = [
         attnlib.load_model,
         attnlib.analyse,
+        attnlib.special,
+        attnlib.gradient,
+        attnlib.load,
+        attnlib.AnalysisRun.show,
+        attnlib.AnalysisRun.to_pandas,
+        attnlib.AnalysisRun.save,
         attnlib.run,
         attnlib.read_result_file,
         attnlib.search_corpus,

@@ -25,6 +25,6 @@ def test_the_example_notebook_runs_and_shows_its_views(executed):
     errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert errors == []
     frames = [h for h in html_outputs(executed) if h.startswith("<iframe srcdoc=")]
-    # head, model and neuron views, the two special-token figures and the dependency heatmaps
-    assert len(frames) == 6
-    assert sum("plotly-graph-div" in h for h in frames) == 3 and sum("id=&#x27;cv&#x27;" in h for h in frames) == 2
+    # head, model and neuron views, the four figures of the special-token run's show() and the dependency heatmaps
+    assert len(frames) == 8
+    assert sum("plotly-graph-div" in h for h in frames) == 5 and sum("id=&#x27;cv&#x27;" in h for h in frames) == 2
