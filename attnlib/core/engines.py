@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 import pickle
 import time
 from collections.abc import Callable, Sequence
@@ -227,8 +228,17 @@ def run_on_ray(
     started_here = not ray.is_initialized()
     if started_here:
         # RAY_ADDRESS joins an existing cluster, else Ray starts a local one; a Ray started by the caller needs
-        # ray_runtime_env() (or attnlib installed on its nodes)
-        ray.init(include_dashboard=False, log_to_driver=False, logging_level="WARNING", runtime_env=ray_runtime_env())
+        # ray_runtime_env() (or attnlib installed on its nodes). Ray's note that it chose token authentication (its
+        # default) is not shown: stderr carries the command line's one error line.
+        quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            ray.init(
+                include_dashboard=False, log_to_driver=False, logging_level="WARNING", runtime_env=ray_runtime_env()
+            )
+        finally:
+            quiet.setLevel(level)
     try:
         gpus = 1.0 if device.startswith("cuda") else 0.0
         _check_cluster(ray, workers, cpus_per_worker, gpus)

@@ -110,14 +110,15 @@ def test_run_limit_secret_refuses_a_long_run_in_words(monkeypatch):
 
     from attnlib.core.memory import MAX_RUN_MB_ENV
 
+    TEXT = "A sentence for the run limit alone, about a heron on a wall."
     monkeypatch.setenv(MAX_RUN_MB_ENV, "")  # unset for the app; the fixture restores it after the test
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.secrets["max_run_mb"] = 0.01  # the default sentence's run needs about 0.03 MB of attention weights
-    at.query_params["a"] = "The cat sat on the mat."
+    at.secrets["max_run_mb"] = 0.01  # the sentence's run needs about 0.05 MB of attention weights
+    at.query_params["a"] = TEXT  # a sentence no other test runs: a cached run would be served without a new estimate
     at.run()
     assert not at.exception and os.environ[MAX_RUN_MB_ENV] == "0.01"
     (said,) = [w.value for w in at.warning if "this server allows" in w.value]
-    assert "0.01 MB per run" in said and at.text_area[0].value == "The cat sat on the mat."
+    assert "0.01 MB per run" in said and at.text_area[0].value == TEXT
 
     monkeypatch.setenv(MAX_RUN_MB_ENV, "")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
