@@ -58,9 +58,16 @@ def test_hooks_are_removed_after_the_block_and_after_an_exception_in_it(tiny_mod
     assert hook_count(encoder) == before
     lay = cache.layout
     assert lay is not None
-    with pytest.raises(RuntimeError, match="in the hook"), torch.no_grad():
-        with hooked(site_modules(lay, "output"), lambda _m, _a: (_ for _ in ()).throw(RuntimeError("in the hook"))):
-            encoder(**batch_of(tiny_model))
+
+    def failing(_module, _args):
+        raise RuntimeError("in the hook")
+
+    with (
+        pytest.raises(RuntimeError, match="in the hook"),
+        torch.no_grad(),
+        hooked(site_modules(lay, "output"), failing),
+    ):
+        encoder(**batch_of(tiny_model))
     assert hook_count(encoder) == before
 
 
