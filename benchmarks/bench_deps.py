@@ -26,6 +26,7 @@ class Timed:
 
     def __init__(self, inner: DependencyCounts) -> None:
         self.inner, self.seconds = inner, 0.0
+        self.captures = inner.captures
 
     def add(self, result, item) -> None:
         start = time.perf_counter()

@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 from attnlib.analyses.aggregation import AggregationOptions, accumulate_aggregation  # noqa: E402
 from attnlib.analyses.positions import PositionOptions, accumulate_positions  # noqa: E402
 from attnlib.core.batches import accumulate  # noqa: E402
+from attnlib.core.hooks import capture_set  # noqa: E402
 from attnlib.core.runner import run_batches  # noqa: E402
 from attnlib.stats.attribution import hidden_token_attribution  # noqa: E402
 from attnlib.stats.shares import SpecialTokenStats  # noqa: E402
@@ -32,7 +33,7 @@ CONFIGS = ("forward only", "+ special --norms", "+ special --norms + rolled-out 
 class EveryMap:
     """Computes every §11-13 map of each input (value and weighted norms, N, N_ResLN, both rollouts)."""
 
-    needs_norms = needs_norm_maps = True
+    captures = capture_set({"attn", "norm_maps"})
 
     def add(self, result, item) -> None:
         norm_maps(result)

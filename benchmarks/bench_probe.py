@@ -34,6 +34,7 @@ class Timed:
 
     def __init__(self, inner: ProbeCorpus) -> None:
         self.inner, self.seconds = inner, 0.0
+        self.captures = inner.captures
 
     def add(self, result, item) -> None:
         start = time.perf_counter()

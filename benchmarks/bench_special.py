@@ -63,6 +63,7 @@ class Timed:
 
     def __init__(self, inner) -> None:
         self.inner, self.seconds, self.cpu_seconds = inner, 0.0, 0.0
+        self.captures = inner.captures
 
     def add(self, result, item) -> None:
         start, cpu = time.perf_counter(), time.process_time()

@@ -19,6 +19,7 @@ from attnlib.analyses.base import Analysis, Options, option, own_loop, single_re
 from attnlib.analyses.positions import MODE_HELP, PROBES_HELP, SEED_HELP, CorrelationSums, RelativePositionHistogram
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.hooks import ATTENTION, NORMS, Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult, run_batches
 from attnlib.results.files import json_ready, malformed
@@ -87,7 +88,7 @@ class AggregationResult:
 class AggregationAccumulator:
     """Correlation sums per layer and measure, and relative-position sums per layer for each measure and G_out."""
 
-    needs_norms: ClassVar[bool] = True  # its maps are made from each run's value vectors
+    captures: ClassVar[frozenset[Capture]] = ATTENTION | NORMS  # its maps are made from each run's value vectors
     n_layers: int
     options: AggregationOptions = AggregationOptions()
     correlation: CorrelationSums = field(default=None)  # type: ignore[assignment]  # [layers, measures], set below
@@ -150,7 +151,7 @@ def accumulate_aggregation(
     """Run every input (attention and value vectors in batches, then its attribution) into one accumulator."""
     acc = AggregationAccumulator(lm.facts.n_layers, options)
     pairs = ((item.text_a, item.text_b) for item in inputs)
-    for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size, norm_maps=True), start=1):
+    for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size, capture={"norm_maps"}), start=1):
         attribution = hidden_token_attribution(
             lm, result, mode=options.mode, probes=options.probes, seed=options.seed, with_output=True
         )

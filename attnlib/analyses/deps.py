@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import cast
+from typing import ClassVar, cast
 
 import numpy as np
 
 from attnlib.analyses.base import Analysis, Options, option
 from attnlib.core.batches import MADE_IN_POST_INIT
 from attnlib.core.corpus import CorpusInput, Sentence
+from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult
 from attnlib.core.words import ROW_RULES, RowRule, word_groups, word_level_attention
@@ -265,6 +266,7 @@ class DependencyCounts:
     n_sentences: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
     n_words: np.ndarray = field(default_factory=lambda: np.zeros(2, dtype=np.int64))
     n_skipped: int = 0  # sentences longer than the model takes
+    captures: ClassVar[frozenset[Capture]] = ATTENTION  # what each input's run holds for it
 
     def __post_init__(self) -> None:
         r = len(self.relations)

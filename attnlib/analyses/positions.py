@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from typing import ClassVar
 
 import numpy as np
 from scipy.stats import rankdata
@@ -14,6 +15,7 @@ from attnlib.analyses.base import Analysis, Options, option, own_loop, single_re
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.families import unsupported_reason
+from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult, run_batches
 from attnlib.results.files import json_ready, malformed
@@ -326,6 +328,7 @@ class PositionAccumulator:
     n_skipped: int = 0
     n_longer: int = 0
     n_truncated: int = 0
+    captures: ClassVar[frozenset[Capture]] = ATTENTION  # what each input's run holds for it
     windows: tuple[int | None, ...] = ()  # ModelFacts.windows, carried into the result
     causal: bool = False  # a decoder's maps: the result keeps offsets k <= 0 only
     attribution_note: str | None = None  # why attribution is left out (attention histograms only); None: it is added

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -14,6 +14,7 @@ from attnlib.analyses.base import Analysis, Options, option
 from attnlib.analyses.deps import DIRECTIONS, OFFSETS, DependencyCounts
 from attnlib.core.batches import Progress, accumulate
 from attnlib.core.corpus import CorpusError, CorpusInput, Sentence
+from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult
 from attnlib.results.files import malformed
@@ -56,6 +57,7 @@ class ProbeCorpus:
     embeddings: list[np.ndarray] = field(default_factory=list)  # [m, hidden] float32, zero for a word without pieces
     counts: DependencyCounts | None = None
     n_skipped: int = 0  # sentences longer than the model takes
+    captures: ClassVar[frozenset[Capture]] = ATTENTION  # what each input's run holds for it
 
     def __post_init__(self) -> None:
         if self.counts is None:

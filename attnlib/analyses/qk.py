@@ -19,6 +19,7 @@ import numpy as np
 from attnlib.analyses.base import Analysis, OptionError, Options, option
 from attnlib.core.corpus import CorpusInput, Sentence
 from attnlib.core.families import UnsupportedModelError, unsupported_reason
+from attnlib.core.hooks import Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult
 from attnlib.results.files import ResultFileError, malformed
@@ -330,7 +331,7 @@ class QKCollector:
     queries: list[np.ndarray] = field(default_factory=list)
     keys: list[np.ndarray] = field(default_factory=list)
     top_keys: list[np.ndarray] = field(default_factory=list)  # [heads kept, n] int32
-    needs_qk: ClassVar[bool] = True  # the engine captures queries and keys for it
+    captures: ClassVar[frozenset[Capture]] = frozenset({"attn", "qk"})  # each run's queries and keys
 
     def add(self, result: RunResult, item: CorpusInput) -> None:
         """Keep one input's tokens and the kept heads' queries, keys and top keys."""

@@ -7,6 +7,7 @@ from typing import Any, Protocol, TypeVar
 
 from attnlib.core.blockwise import BLOCKWISE_FROM, run_rows, supports_blockwise
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.hooks import Capturing, captures_of
 from attnlib.core.memory import estimate_peak_bytes, memory_limit, run_size
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import Encoded, RunResult, run_batches
@@ -15,8 +16,9 @@ A = TypeVar("A", bound="Accumulator")
 MADE_IN_POST_INIT: Any = None  # default of an accumulator's arrays, which __post_init__ makes from its sizes
 
 
-class Accumulator(Protocol):
-    """Sums and counts over inputs; two accumulators over two halves merge into the one over the whole."""
+class Accumulator(Capturing, Protocol):
+    """Sums and counts over inputs; two accumulators over two halves merge into the one over the whole; `captures`
+    names what each input's run must hold for it (attnlib.core.hooks.Capture)."""
 
     def add(self, result: RunResult, item: CorpusInput) -> None:
         """Add one input's run (padding already removed) to the sums."""
@@ -60,25 +62,13 @@ def accumulate(
     blockwise.RowConsumer) and the model's family can, inputs longer than BLOCKWISE_FROM tokens, or whose eager run
     would exceed the memory limit, run block-wise (METHODS §19: the same statistics, within float32 error).
 
-    An accumulator with a true `needs_norms` attribute gets value vectors and layer inputs (METHODS §11-12), one
-    with a true `needs_norm_maps` also every §11-13 map (result.maps), one with a true `needs_qk` the queries and keys
-    (result.queries, result.keys: METHODS §17)."""
+    Each run captures the union of what the accumulators capture (their `captures`: value vectors and layer inputs
+    for METHODS §11-12, every §11-13 map, queries and keys for §17...)."""
     accumulators = list(accumulators)
     added = 0
     pairs = ((item.text_a, item.text_b) for item in inputs)
-    capture_norms = any(getattr(acc, "needs_norms", False) for acc in accumulators)
-    norm_maps = any(getattr(acc, "needs_norm_maps", False) for acc in accumulators)
-    capture_qk = any(getattr(acc, "needs_qk", False) for acc in accumulators)
     defer = blockwise_inputs(lm, accumulators)
-    results = run_batches(
-        lm,
-        pairs,
-        batch_size=batch_size,
-        capture_norms=capture_norms,
-        norm_maps=norm_maps,
-        capture_qk=capture_qk,
-        defer=defer,
-    )
+    results = run_batches(lm, pairs, batch_size=batch_size, capture=captures_of(accumulators), defer=defer)
     for done, (result, item) in enumerate(zip(results, inputs), start=1):
         if skip is None or not skip(result, item):
             if result.deferred:

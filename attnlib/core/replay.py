@@ -9,8 +9,8 @@ heads' context vectors where the attention output projection reads them; for eve
 - `editing_contexts(layout, edit)`: at the input of every layer application's output projection, the concatenated
   context vectors c[l, h, i] = sum_j A[l, h, i, j] v[l, h, j] ([batch, n, heads * head_dim], head h in columns
   h*d:(h+1)*d) go through edit(layer_index, c), which returns a replacement or None (unchanged).
-Hooks fire only in the thread that made them (the app shares models between visitors' threads) and are removed in
-`finally`.
+Hooks go through attnlib.core.hooks: they fire only in the thread that made them (the app shares models between
+visitors' threads) and are removed in `finally`.
 """
 
 from __future__ import annotations
@@ -25,31 +25,10 @@ from functools import cached_property
 import torch
 
 from attnlib.core.families import HeadsCall, Layout, Statistic, bound_arguments, layout
+from attnlib.core.hooks import hooked, site_modules
+from attnlib.core.hooks import this_thread_only as this_thread_only  # part of this module's API
 
 Edit = Callable[[int, torch.Tensor], torch.Tensor | None]  # (layer index, c [batch, n, heads * d]) -> new c or None
-
-
-def this_thread_only(hook: Callable) -> Callable:
-    """A module hook that fires only for forward passes of the thread that made it.
-
-    The app shares one model between its visitors' threads: without this, a hook registered for one visitor's
-    run would also record the forward passes that other visitors make at the same time."""
-    owner = threading.get_ident()
-
-    def hook_in_owner_thread(*args, **kwargs):
-        return hook(*args, **kwargs) if threading.get_ident() == owner else None
-
-    return hook_in_owner_thread
-
-
-@contextlib.contextmanager
-def hooks_removed(handles: list) -> Iterator[list]:
-    """Yield a list to append hook handles to; every handle in it is removed on exit, whatever happens."""
-    try:
-        yield handles
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def first_output(out):
@@ -185,18 +164,16 @@ def record(lm, batch: dict, statistic: Statistic = "hta") -> Recording:
     def on_heads(module, args, kwargs):
         rec.heads.append(HeadsCall(module, bound_arguments(module, args, kwargs)))
 
-    with hooks_removed([]) as handles, torch.no_grad():
-        for modules, hook in (
-            ([s.layer for s in lay.sites], on_layer),
-            ([s.block for s in lay.sites], on_block),
-            ([s.heads for s in lay.sites], on_heads),
-        ):
-            for m in dict.fromkeys(modules):
-                handles.append(m.register_forward_pre_hook(this_thread_only(hook), with_kwargs=True))
-        for m in dict.fromkeys(s.layer for s in lay.sites):
-            handles.append(
-                m.register_forward_hook(this_thread_only(lambda _m, _a, o: rec.outputs.append(first_output(o))))
-            )
+    def on_layer_output(_module, _args, out):
+        rec.outputs.append(first_output(out))
+
+    with (
+        hooked(site_modules(lay, "layer"), on_layer, with_kwargs=True),
+        hooked(site_modules(lay, "block"), on_block, with_kwargs=True),
+        hooked(site_modules(lay, "heads"), on_heads, with_kwargs=True),
+        hooked(site_modules(lay, "layer"), on_layer_output, after=True),
+        torch.no_grad(),
+    ):
         # a decoder's key-value cache would be passed to every layer and grow with each replay of it
         cache = {"use_cache": False} if lm.facts.causal else {}
         out = lm.encoder(**batch, **cache)
@@ -230,9 +207,7 @@ def editing_contexts(lay: Layout, edit: Edit, layers: Sequence[int] | None = Non
         new = edit(index, args[0])
         return None if new is None else (new, *args[1:])
 
-    with hooks_removed([]) as handles:
-        for module in applications:
-            handles.append(module.register_forward_pre_hook(this_thread_only(hook)))
+    with hooked(applications, hook):
         yield
 
 

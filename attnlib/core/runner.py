@@ -11,19 +11,11 @@ import numpy as np
 import torch
 
 from attnlib.core.errors import InputError as InputError  # part of this module's API
-from attnlib.core.families import (
-    HeadsCall,
-    Layout,
-    UnsupportedModelError,
-    bound_arguments,
-    layer_norm_parameters,
-    layout,
-    unsupported_reason,
-)
+from attnlib.core.families import Layout, UnsupportedModelError, layer_norm_parameters, layout
+from attnlib.core.hooks import ATTENTION, NORMS, Capture, capture_set, hooks
+from attnlib.core.hooks import this_thread_only as this_thread_only  # part of this module's API
 from attnlib.core.memory import check_memory, estimate_peak_bytes, memory_limit, run_size
 from attnlib.core.model import LoadedModel
-from attnlib.core.replay import hooks_removed
-from attnlib.core.replay import this_thread_only as this_thread_only  # part of this module's API
 from attnlib.stats.batched_norms import NormMaps, NormWeights, padded_norm_maps
 
 TextOrWords = str | Sequence[str]
@@ -64,7 +56,7 @@ class RunResult(Encoded):
     value_norm: np.ndarray | None = None  # [layers, heads, n]: ||v_j W_O^h||, §11's value norms
     block_scale: np.ndarray | None = None  # [layers, n]: s_i = sqrt(var(u_i) + eps), u_i the first LN's input
     norm_weights: NormWeights | None = None  # the model's output projections and first LayerNorms
-    maps: NormMaps | None = None  # every §11-13 map, when the run was asked for them (norm_maps=True)
+    maps: NormMaps | None = None  # every §11-13 map, when the run was asked for them (capture norm_maps)
     deferred: bool = False  # not run here: run_batches' defer chose it for a block-wise run (no attentions)
 
 
@@ -200,67 +192,6 @@ def _read_norm_weights(lay: Layout) -> NormWeights:
     )
 
 
-@dataclass
-class _Captured:
-    """What one forward pass recorded beyond the attentions (empty where not asked), per layer application."""
-
-    projections: list[list[torch.Tensor]] = field(default_factory=list)  # per projection: outputs [b, n, width]
-    heads_calls: list[HeadsCall] = field(default_factory=list)
-    layer_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: x, the residual
-    block_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: u, the first LN's input
-    heads_input: list[torch.Tensor | None] = field(default_factory=lambda: [None])  # the heads module's input now
-
-
-def _install_captures(lay: Layout, captured: _Captured, capture_qk: bool, capture_norms: bool, handles: list) -> None:
-    """Hooks that fill `captured` during one forward pass: the heads modules' calls, the projections' outputs
-    (only calls on the heads' own input: DeBERTa also projects its relative embeddings) and for norms each layer's
-    input and the first LayerNorm's input."""
-    sites = lay.sites
-    fused_or_rotary = len(sites[0].projections) == 1 or lay.family.positions is not None
-    wanted = range(len(sites[0].projections)) if capture_qk or fused_or_rotary else [2]  # values alone: v only
-    captured.projections = [[] for _ in sites[0].projections]
-
-    def on_heads(module, args, kwargs):
-        captured.heads_calls.append(HeadsCall(module, bound_arguments(module, args, kwargs)))
-        captured.heads_input[0] = args[0] if args else kwargs["hidden_states"]
-
-    def keep_projection(p: int):
-        def hook(_module, args, out):
-            if args[0] is captured.heads_input[0]:
-                captured.projections[p].append(out.detach())
-
-        return hook
-
-    for m in dict.fromkeys(s.heads for s in sites):
-        handles.append(m.register_forward_pre_hook(this_thread_only(on_heads), with_kwargs=True))
-    for p in wanted:
-        for m in dict.fromkeys(s.projections[p] for s in sites):
-            handles.append(m.register_forward_hook(this_thread_only(keep_projection(p))))
-
-    def on_layer(_module, args, kwargs):
-        captured.layer_inputs.append((args[0] if args else kwargs["hidden_states"]).detach())
-
-    def on_norm(_module, args):
-        captured.block_inputs.append(args[0].detach())
-
-    if capture_norms:
-        for m in dict.fromkeys(s.layer for s in sites):
-            handles.append(m.register_forward_pre_hook(this_thread_only(on_layer), with_kwargs=True))
-        if lay.family.post_layer_norm:
-            for m in dict.fromkeys(s.norm for s in sites):
-                handles.append(m.register_forward_pre_hook(this_thread_only(on_norm)))
-
-
-def _optional_layout(lm: LoadedModel, capture_qk: bool, capture_norms: bool) -> Layout | None:
-    """The model's layout when anything beyond attentions is captured; None for queries and keys of a family
-    attnlib does not know (the neuron view says why); norms of such a family raise UnsupportedModelError."""
-    if capture_norms:
-        return layout(lm.encoder, "norms")
-    if capture_qk and unsupported_reason(lm.encoder.config, "queries_keys") is None:
-        return layout(lm.encoder, "queries_keys")
-    return None
-
-
 def _check_attentions(attentions, n_layers: int, batch: dict) -> None:
     """The model's attentions must be one [batch, heads, n, n] map per layer."""
     b, n = batch["input_ids"].shape
@@ -272,38 +203,6 @@ def _check_attentions(attentions, n_layers: int, batch: dict) -> None:
             f"This model returns {len(attentions)} attention maps of shape {tuple(attentions[0].shape)}, not one "
             f"[batch, heads, {n}, {n}] map per layer ({n_layers}); its attention cannot be shown as token-to-token maps."
         )
-
-
-def _forward(lm: LoadedModel, batch: dict, capture_qk: bool, capture_norms: bool = False):
-    """One forward pass returning attentions, the layout (when captures were asked) and what was captured."""
-    captured = _Captured()
-    lay = _optional_layout(lm, capture_qk, capture_norms)
-    with hooks_removed([]) as handles:
-        if lay is not None:
-            _install_captures(lay, captured, capture_qk, capture_norms, handles)
-        with torch.inference_mode():
-            out = lm.encoder(**batch, output_attentions=True)
-    _check_attentions(out.attentions, lm.facts.n_layers, batch)
-    return out.attentions, lay, captured
-
-
-def _queries_keys(lay: Layout, captured: _Captured, values_only: bool) -> tuple[list, list, list, list, list]:
-    """Per layer application: q, k, v [batch, heads, n, d], the scale of q.k and the logits' extra terms (or None)."""
-    qs, ks, vs, scales, biases = [], [], [], [], []
-    with torch.inference_mode():
-        for l, site in enumerate(lay.sites):
-            outputs = [p[l] if p else None for p in captured.projections]
-            if values_only and outputs[0] is None:
-                outputs = [outputs[2]] * 3  # only v was hooked; split's q and k are unused copies of it
-            qkv = lay.qkv(site, outputs, captured.heads_calls[l])
-            scale = lay.scale(site)
-            vs.append(qkv[2])
-            if not values_only:
-                qs.append(qkv[0])
-                ks.append(qkv[1])
-                scales.append(scale)
-                biases.append(lay.bias(captured.heads_calls[l], qkv, scale))
-    return qs, ks, vs, scales, biases
 
 
 def model_inputs(lm: LoadedModel, encoded: Sequence[Encoded]) -> dict:
@@ -329,65 +228,70 @@ def _layers_of_input(per_layer: list[torch.Tensor], b: int, n: int) -> np.ndarra
     return torch.stack([x[b, :, :n] for x in per_layer]).numpy()
 
 
-def run_encoded(
-    lm: LoadedModel,
-    encoded: Sequence[Encoded],
-    capture_qk: bool = False,
-    capture_norms: bool = False,
-    norm_maps: bool = False,
-) -> list[RunResult]:
+def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture: Iterable[Capture] = ATTENTION) -> list[RunResult]:
     """Run a padded batch and cut each input's maps (and captures) back to its own length.
 
-    capture_qk adds queries, keys, qk_scale and score_bias (left None for a family attnlib does not know: see
-    families.unsupported_reason); capture_norms each layer's input, value vectors and the model's NormWeights
-    (METHODS §11-12); norm_maps (which implies it) also every §11-13 map, computed for the whole batch at once."""
-    capture_norms = capture_norms or norm_maps
+    `capture` (attnlib.core.hooks; attention is always captured): qk adds queries, keys, qk_scale and score_bias
+    (left None for a family attnlib does not know: see families.unsupported_reason); values the value vectors and
+    their norms, layer_inputs each layer's input and norm_inputs the block scales, each with the model's NormWeights
+    (METHODS §11-12); norm_maps (which implies those three) also every §11-13 map, computed for the whole batch."""
     check_memory(run_size(lm, max(e.n for e in encoded), len(encoded)), memory_limit(device=lm.device))
-    attentions, lay, captured = _forward(lm, model_inputs(lm, encoded), capture_qk, capture_norms)
-    stacked_maps = torch.stack(attentions, dim=1).float().cpu()  # [batch, layers, heads, n_max, n_max]
+    batch = model_inputs(lm, encoded)
+    with hooks(lm, capture_set(capture) | ATTENTION) as cache, torch.inference_mode():
+        lm.encoder(**batch)
+    _check_attentions(cache.attn, lm.facts.n_layers, batch)
+    captured = cache.captured
+    stacked_maps = torch.stack(cache.attn, dim=1).float().cpu()  # [batch, layers, heads, n_max, n_max]
     stacked = stacked_maps.numpy()
-    capture_qk = capture_qk and lay is not None
-    if lay is not None:
-        qs, ks, vs, scales, biases = _queries_keys(lay, captured, values_only=not capture_qk)
-    if capture_qk:
-        queries, keys = [q.float().cpu() for q in qs], [k.float().cpu() for k in ks]  # per layer [b, h, n_max, d]
-        has_bias = any(bias is not None for bias in biases)
+    if captured & {"qk", "values"}:
+        heads = cache.heads()
+    if "qk" in captured:
+        queries, keys = [q.float().cpu() for q in heads.queries], [k.float().cpu() for k in heads.keys]
+        has_bias = any(bias is not None for bias in heads.biases)
         if has_bias:
-            bias = torch.stack([torch.zeros_like(stacked_maps[:, 0]) if b is None else b.float() for b in biases], 1)
-    if capture_norms:
+            zeros = torch.zeros_like(stacked_maps[:, 0])
+            bias = torch.stack([zeros if b is None else b.float() for b in heads.biases], 1)
+    if captured & NORMS:
         weights = norm_weights(lm.encoder)
-        stacked_inputs = torch.stack(captured.layer_inputs, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
+    b_, l_, _, n_, _ = stacked_maps.shape
+    if "layer_inputs" in captured:
+        stacked_inputs = torch.stack(cache.layer_inputs, dim=1).float().cpu()  # [batch, layers, n_max, hidden]
         inputs = stacked_inputs.numpy()
-        by_head = torch.stack(vs, dim=1).float().cpu()  # [batch, layers, heads, n_max, d]
-        b_, l_, h_, n_, d_ = by_head.shape
+    if "values" in captured:
+        by_head = torch.stack(heads.values, dim=1).float().cpu()  # [batch, layers, heads, n_max, d]
+        h_, d_ = by_head.shape[2], by_head.shape[4]
         values = by_head.permute(0, 1, 3, 2, 4).reshape(b_, l_, n_, h_ * d_)  # [batch, layers, n_max, hidden]
         values_np = by_head.numpy()
+    if "norm_inputs" in captured:
         if weights.post_layer_norm:
             # s_i = sqrt(var(u_i) + eps) of the LayerNorm's input u, centred by hand: torch's var is 5x slower here
-            variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in captured.block_inputs]
+            variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in cache.norm_inputs]
             scales_t = torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
         else:  # no LayerNorm follows a pre-LN block: the decomposition's divisor is 1
             scales_t = torch.ones(b_, l_, n_)
-        if norm_maps:
-            padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales_t, weights)
-            value_norms = padded.value_norm.numpy()  # the maps' head Gram diagonals: not computed a second time
-        else:
-            out_gram = torch.from_numpy(weights.out_gram)
-            value_norms = torch.matmul(by_head, out_gram).mul_(by_head).sum(-1).clamp_(min=0).sqrt_().numpy()
+    if "norm_maps" in captured:
+        padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales_t, weights)
+        value_norms = padded.value_norm.numpy()  # the maps' head Gram diagonals: not computed a second time
+    elif "values" in captured:
+        out_gram = torch.from_numpy(weights.out_gram)
+        value_norms = torch.matmul(by_head, out_gram).mul_(by_head).sum(-1).clamp_(min=0).sqrt_().numpy()
     results = []
     for b, e in enumerate(encoded):
         r = RunResult(**vars(e), attentions=np.ascontiguousarray(stacked[b, :, :, : e.n, : e.n]))
-        if capture_qk:
+        if "qk" in captured:
             r.queries, r.keys = _layers_of_input(queries, b, e.n), _layers_of_input(keys, b, e.n)
-            r.qk_scale = np.array(scales, np.float32)
+            r.qk_scale = np.array(heads.scales, np.float32)
             r.score_bias = np.ascontiguousarray(bias[b, :, :, : e.n, : e.n].numpy()) if has_bias else None
-        if capture_norms:
+        if "layer_inputs" in captured:
             r.layer_inputs = np.ascontiguousarray(inputs[b, :, : e.n])
+        if "values" in captured:
             r.values = np.ascontiguousarray(values_np[b, :, :, : e.n])
             r.value_norm = np.ascontiguousarray(value_norms[b, :, :, : e.n])
+        if "norm_inputs" in captured:
             r.block_scale = np.ascontiguousarray(scales_t[b, :, : e.n].numpy())
+        if captured & NORMS:
             r.norm_weights = weights
-        if norm_maps:
+        if "norm_maps" in captured:
             r.maps = padded.input_maps(b, list(e.tokens))
         results.append(r)
     return results
@@ -410,11 +314,13 @@ def run(
     capture_qk: bool = True,
     capture_norms: bool = False,
 ) -> RunResult:
-    """Run one sentence or pair; attentions are float32 [layers, heads, n, n], queries and keys [layers, heads, n, d]."""
+    """Run one sentence or pair; attentions are float32 [layers, heads, n, n], queries and keys [layers, heads, n, d]
+    (capture_qk: run_encoded's qk capture; capture_norms: its values, layer_inputs and norm_inputs)."""
     encoded = encode(lm, text_a, text_b)
     if isinstance(text_a, str):  # typed text; corpus word lists keep their words without pieces (deps handles them)
         check_tokens(encoded, text_b is not None)
-    return run_encoded(lm, [encoded], capture_qk=capture_qk, capture_norms=capture_norms)[0]
+    qk: frozenset[Capture] = frozenset({"qk"}) if capture_qk else frozenset()
+    return run_encoded(lm, [encoded], qk | (NORMS if capture_norms else frozenset()))[0]
 
 
 def run_batches(
@@ -422,15 +328,13 @@ def run_batches(
     inputs: Iterable[tuple[TextOrWords, TextOrWords | None]],
     batch_size: int = 32,
     window: int = 512,
-    capture_norms: bool = False,
-    norm_maps: bool = False,
-    capture_qk: bool = False,
+    capture: Iterable[Capture] = ATTENTION,
     defer: Callable[[Encoded], bool] | None = None,
 ) -> Iterator[RunResult]:
     """Run many inputs in padded batches of similar length, yielding results in input order (run_encoded's
-    capture_norms, norm_maps and capture_qk for each); an input that defer chooses is yielded unrun (deferred)."""
+    captures for each); an input that defer chooses is yielded unrun (deferred)."""
     buffer: list[Encoded] = []
-    options = (batch_size, capture_norms, norm_maps, capture_qk, defer)
+    options = (batch_size, capture_set(capture), defer)
     for text_a, text_b in inputs:
         buffer.append(encode(lm, text_a, text_b))
         if len(buffer) == window:
@@ -444,9 +348,7 @@ def _run_window(
     lm: LoadedModel,
     encoded: list[Encoded],
     batch_size: int,
-    capture_norms: bool = False,
-    norm_maps: bool = False,
-    capture_qk: bool = False,
+    capture: frozenset[Capture] = ATTENTION,
     defer: Callable[[Encoded], bool] | None = None,
 ) -> Iterator[RunResult]:
     """Sort a window of inputs by length so batches carry little padding, then restore the order."""
@@ -465,7 +367,7 @@ def _run_window(
 
     for idx in _batches(order, [e.n for e in encoded], batch_size, fits):
         batch = [encoded[i] for i in idx]
-        for i, r in zip(idx, run_encoded(lm, batch, capture_qk, capture_norms, norm_maps)):
+        for i, r in zip(idx, run_encoded(lm, batch, capture)):
             out[i] = r
     yield from out  # type: ignore[misc]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import pandas as pd
 
@@ -29,6 +29,7 @@ from attnlib.analyses.probe import PROBE, ProbeOptions, ProbeResult
 from attnlib.analyses.special import SPECIAL, SpecialOptions, SpecialTokens
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import CorpusError, CorpusInput
+from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.runner import RunResult
 from attnlib.present.comparison import Difference, largest_difference
@@ -337,7 +338,7 @@ class Attributed:
 
     def __init__(self, attribution: SharedAttribution, inner: Any) -> None:
         self.attribution, self.inner = attribution, inner
-        self.needs_norms = getattr(inner, "needs_norms", False)  # aggregation's maps need the value vectors
+        self.captures: frozenset[Capture] = inner.captures  # aggregation's maps need the value vectors
 
     def add(self, result: RunResult, item: CorpusInput | None = None) -> None:
         wants = getattr(self.inner, "wants", None)
@@ -372,7 +373,7 @@ class _Timed:
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.seconds = inner, 0.0
-        self.needs_norms = getattr(inner, "needs_norms", False)  # the engine captures value vectors when asked
+        self.captures: frozenset[Capture] = inner.captures  # the pass captures what the part needs
 
     def add(self, result: RunResult, item: CorpusInput) -> None:
         start = time.perf_counter()
@@ -387,6 +388,8 @@ class _Timed:
 
 class _Counter:
     """Last accumulator of a pass: reports progress after every input."""
+
+    captures: ClassVar[frozenset[Capture]] = ATTENTION
 
     def __init__(self, label: str, total: int, progress: ReportProgress | None) -> None:
         self.label, self.total, self.progress, self.done = label, total, progress, 0

@@ -36,8 +36,9 @@ from attnlib.core.families import (
     layer_norm_parameters,
     unsupported_reason,
 )
+from attnlib.core.hooks import hooked
 from attnlib.core.model import LoadedModel
-from attnlib.core.replay import Recording, captured_contexts, hooks_removed, record, this_thread_only
+from attnlib.core.replay import Recording, captured_contexts, record
 from attnlib.core.runner import Encoded, TextOrWords, encode, model_inputs
 
 Mode = Literal["exact", "estimate"]
@@ -371,12 +372,9 @@ def _layer_steps(rec: Recording, index: int) -> tuple[list[_Step], torch.Tensor]
         if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
             steps.append(_Step(module, args[0], output))
 
-    with hooks_removed([]) as handles:
-        handles += [
-            m.register_forward_hook(this_thread_only(keep)) for m in site.layer.modules() if m is not site.layer
-        ]
-        with captured_contexts(rec.layout, [index]) as seen:
-            site.layer(*call.args, **call.kwargs)
+    inside = [m for m in site.layer.modules() if m is not site.layer]
+    with hooked(inside, keep, after=True), captured_contexts(rec.layout, [index]) as seen:
+        site.layer(*call.args, **call.kwargs)
     return steps, seen[-1][1]
 
 

@@ -33,16 +33,9 @@ import torch
 
 from attnlib.analyses.base import OptionError
 from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family_of, layout, unsupported_reason
+from attnlib.core.hooks import ATTENTION, hooks
 from attnlib.core.model import LoadedModel
-from attnlib.core.replay import (
-    Recording,
-    captured_contexts,
-    editing_contexts,
-    hooks_removed,
-    record,
-    served_once,
-    this_thread_only,
-)
+from attnlib.core.replay import Recording, captured_contexts, editing_contexts, record, served_once
 from attnlib.core.runner import Encoded, encode, model_inputs
 from attnlib.stats.gradients import unavailable_reason as gradient_unavailable_reason
 
@@ -377,14 +370,11 @@ def next_token_labels(batch: dict) -> torch.Tensor:
 
 def _recorded(lm: LoadedModel, batch: dict) -> tuple[Recording, tuple[torch.Tensor, ...]]:
     """record() of the batch, with the attention weights of its forward pass."""
-    seen: list = []
-    keep = this_thread_only(lambda _module, _args, out: seen.append(out.attentions))
-    with hooks_removed([lm.encoder.register_forward_hook(keep)]):
-        rec = record(lm, {**batch, "output_attentions": True}, "ablation")
-    attentions = seen[0]
-    if not attentions or len(attentions) != rec.n_layers:
+    with hooks(lm, ATTENTION) as cache:
+        rec = record(lm, batch, "ablation")
+    if not cache.attn or len(cache.attn) != rec.n_layers:
         raise AblationUnavailable(f"{lm.facts.name} returned no attention weights per layer (eager attention needed).")
-    return rec, tuple(attentions)
+    return rec, tuple(cache.attn)
 
 
 def prepare(

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.runner import RunResult
 from attnlib.results.files import ResultFileError, numeric_array
 from attnlib.stats.shares import SpecialTokenResult
@@ -102,6 +104,8 @@ class HeadDistances:
 
     Smoothed maps are buffered side by side (bounded by buffer_columns) so the pairwise pass runs on large blocks.
     """
+
+    captures: ClassVar[frozenset[Capture]] = ATTENTION  # what each input's run holds for it
 
     def __init__(self, n_layers: int, n_heads: int, buffer_columns: int = DEFAULT_BUFFER_COLUMNS) -> None:
         self.n_layers, self.n_heads = n_layers, n_heads

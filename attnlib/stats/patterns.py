@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from attnlib.core.batches import MADE_IN_POST_INIT
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.runner import RunResult
 
 PATTERNS: dict[str, str] = {
@@ -85,6 +87,7 @@ class PatternAccumulator:
     n_heads: int
     sums: np.ndarray = MADE_IN_POST_INIT  # [patterns, layers, heads]
     counts: np.ndarray = MADE_IN_POST_INIT  # [patterns]
+    captures: ClassVar[frozenset[Capture]] = ATTENTION  # what each input's run holds for it
 
     def __post_init__(self) -> None:
         if self.sums is None:

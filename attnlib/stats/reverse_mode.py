@@ -1,9 +1,9 @@
 """Plain reverse-mode autograd graphs of every head's output: the reference that exact attribution is compared with.
 
-Independent of attnlib.stats.attribution and attnlib.core.replay: the encoder runs as transformers wrote it, with hooks that make
-the differentiated tensors leaves (the first layer's input e0 = hidden_states[0], or each layer's input e(l-1)) and
-record o(l), the input of each layer application's attention output projection. Only attnlib.core.families says where
-those modules are. Used by the tests and benchmarks/bench_hta.py (so it lives here: tests do not import benchmarks).
+Independent of attnlib.stats.attribution and attnlib.core.replay: the encoder runs as transformers wrote it, with
+hooks (attnlib.core.hooks) that make the differentiated tensors leaves (the first layer's input e0 = hidden_states[0],
+or each layer's input e(l-1)) and record o(l), the input of each layer application's attention output projection.
+Only attnlib.core.families says where those modules are. Used by the tests and benchmarks/bench_hta.py (so it lives here: tests do not import benchmarks).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from attnlib.core.families import layout
+from attnlib.core.hooks import hooked, site_modules
 
 
 def _as_leaf(args: tuple, kwargs: dict, store: list) -> tuple[tuple, dict]:
@@ -36,21 +37,17 @@ def _graph(lm, batch: dict, every_layer: bool) -> tuple[list[torch.Tensor], list
     def e0_for_the_convolution(_m, args):  # DeBERTa-v2's ConvLayer also reads the first layer's input
         return (leaves[0], *args[1:]) if args[0] is first_input[0] else None
 
-    hooks = [
-        m.register_forward_pre_hook(make_leaf, with_kwargs=True) for m in dict.fromkeys(s.layer for s in lay.sites)
-    ]
-    if lay.after_first_layer is not None:
-        hooks.append(lay.after_first_layer.register_forward_pre_hook(e0_for_the_convolution))
-    hooks += [
-        m.register_forward_pre_hook(lambda _m, args: outs.append(args[0]))
-        for m in dict.fromkeys(s.output for s in lay.sites)
-    ]
-    try:
-        with torch.enable_grad():
-            lm.encoder(**batch)
-    finally:
-        for h in hooks:
-            h.remove()
+    def keep_output_input(_m, args):
+        outs.append(args[0])
+
+    convolution = [] if lay.after_first_layer is None else [lay.after_first_layer]
+    with (
+        hooked(site_modules(lay, "layer"), make_leaf, with_kwargs=True),
+        hooked(convolution, e0_for_the_convolution),
+        hooked(site_modules(lay, "output"), keep_output_input),
+        torch.enable_grad(),
+    ):
+        lm.encoder(**batch)
     return outs, leaves if every_layer else leaves * len(outs)
 
 

@@ -7,10 +7,12 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import ClassVar
 
 import numpy as np
 
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.runner import Encoded, RunResult
 from attnlib.results.files import ResultFileError, numeric_array
 
@@ -290,6 +292,7 @@ class SpecialTokenStats:
     n_with_rest_rows: int = 0
     log_n_sum: float = 0.0
     n_truncated: int = 0
+    captures: ClassVar[frozenset[Capture]] = ATTENTION  # what each input's run holds for it
 
     def __post_init__(self) -> None:
         if not self.sums:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.hooks import ATTENTION, NORMS, Capture
 from attnlib.core.runner import RunResult
 from attnlib.results.files import ResultFileError, numeric_array
 from attnlib.stats.batched_norms import NormMaps, NormWeights, padded_norm_maps, rollout_tensor, row_normalised_tensor
@@ -229,7 +230,7 @@ def _captured(result: RunResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, No
 
 
 def norm_maps(result: RunResult) -> NormMaps:
-    """Every §11-13 map of one run made with capture_norms=True: the batch's when run with norm_maps=True, else
+    """Every §11-13 map of one run made with capture_norms=True: the batch's when it captured norm_maps, else
     computed now as a batch of one."""
     if result.maps is not None:
         return result.maps
@@ -285,7 +286,7 @@ class NormShareResult:
 class NormShareStats:
     """Accumulator of §11 statistics: per-input shares and class value norms summed per head, with their counts."""
 
-    needs_norms: ClassVar[bool] = True  # engine.accumulate captures value vectors for it
+    captures: ClassVar[frozenset[Capture]] = ATTENTION | NORMS  # value vectors, layer inputs, block scales
     n_layers: int
     n_heads: int
     all_punct: bool = False

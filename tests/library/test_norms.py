@@ -13,6 +13,7 @@ from attnlib.cli.entry import main
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import read_corpus
 from attnlib.core.families import layout
+from attnlib.core.hooks import NORMS
 from attnlib.core.runner import encode, run, run_encoded
 from attnlib.results.files import read_result_file
 from attnlib.results.shipped import CLASSROOM_SINGLE
@@ -113,7 +114,7 @@ def test_norms_from_the_models_weights(tiny_model):
 
 def test_captured_block_scale_equals_the_computed_one(tiny_model):
     """s_i taken from the LayerNorm's own input equals s_i rebuilt from attentions, f_h(x_j), x and b_O."""
-    for r in run_encoded(tiny_model, [encode(tiny_model, s) for s in SENTENCES[:3]], capture_norms=True):
+    for r in run_encoded(tiny_model, [encode(tiny_model, s) for s in SENTENCES[:3]], NORMS):
         w = r.norm_weights
         vectors = norms.head_vectors(r.values, w.out_weight)
         rebuilt = norms.block_scale(r.attentions, vectors, r.layer_inputs, w.out_bias, w.eps)
@@ -128,8 +129,8 @@ def test_padding_never_enters(tiny_model):
     equal the per-input functions of norms.py."""
     lm = tiny_model
     encoded = [encode(lm, s) for s in SENTENCES]
-    batched = run_encoded(lm, encoded, norm_maps=True)
-    alone = [run_encoded(lm, [e], capture_norms=True)[0] for e in encoded]
+    batched = run_encoded(lm, encoded, {"norm_maps"})
+    alone = [run_encoded(lm, [e], NORMS)[0] for e in encoded]
     for b, a in zip(batched, alone):
         assert b.values.shape == a.values.shape and b.layer_inputs.shape[1] == a.n
         assert b.maps is not None and a.maps is None

@@ -12,6 +12,7 @@ from attnlib.analyses.base import Analysis
 from attnlib.analyses.deps import CLARK_TABLE1
 from attnlib.cli.entry import main
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.hooks import ATTENTION
 from attnlib.present.comparison import Difference, largest_difference
 from attnlib.present.report import PartResult, ReportOptions, ReportPart, methods_anchor, methods_sections, run_parts
 from attnlib.present.tables import paper_rows
@@ -49,6 +50,8 @@ def test_paper_rows_follow_clark_table_1():
 
 class Count:
     """An accumulator of how many inputs were added."""
+
+    captures = ATTENTION
 
     def __init__(self, n: int = 0) -> None:
         self.n = n

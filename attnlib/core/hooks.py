@@ -1,0 +1,253 @@
+"""Named hook sites: what a forward pass captures, and the one place where attnlib hooks a module.
+
+After TransformerLens's `hooks()` and `run_with_cache(names_filter=...)`:
+
+- `with hooks(lm, capture={"attn", "qk"}) as cache: lm.encoder(**batch)`: every forward pass of the block records
+  what the named captures ask for into `cache`, per layer application in call order (`Capture` names them; each is
+  one hook site in `SITES`, so a new capture is one new site).
+- `with hooked(site_modules(layout, "output"), hook): ...`: the lower level, one hook on each module of a named site
+  (or on any modules), before or after their forward; replay, attribution, ablation and reverse mode go through it.
+
+Every hook fires only in the thread that made it (the app shares one model between visitors' threads) and is removed
+in `finally`, whatever happens in the block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, cast, get_args
+
+import torch
+
+from attnlib.core.families import HeadsCall, Layout, bound_arguments, layout, unsupported_reason
+from attnlib.core.model import LoadedModel
+
+Capture = Literal["attn", "qk", "values", "layer_inputs", "norm_inputs", "norm_maps"]
+"""attn: the model's attention maps; qk: queries and keys as q.k sees them (with the scale and the logits' extra
+terms; none for a family attnlib does not know); values: value vectors (and value norms); layer_inputs: each layer's
+input x (the residual); norm_inputs: the input u of the LayerNorm after attention (post-LN families); norm_maps: every
+METHODS §11-13 map, which the runner makes from values, layer_inputs and norm_inputs (it hooks nothing of its own)."""
+
+CAPTURES: tuple[Capture, ...] = get_args(Capture)
+ATTENTION: frozenset[Capture] = frozenset({"attn"})
+NORMS: frozenset[Capture] = frozenset({"values", "layer_inputs", "norm_inputs"})  # what METHODS §11-12 read
+_IMPLIED: dict[Capture, frozenset[Capture]] = {"norm_maps": NORMS}
+
+Site = Literal["layer", "block", "heads", "output", "norm"]  # a layer application's modules (families.LayerSite)
+
+
+class Capturing(Protocol):
+    """Something a forward pass is run for (an accumulator, a report part), which says what that pass captures."""
+
+    @property
+    def captures(self) -> frozenset[Capture]: ...
+
+
+def capture_set(names: Iterable[str]) -> frozenset[Capture]:
+    """The named captures with those they imply (norm_maps: the norms'); ValueError naming an unknown one."""
+    wanted: set[Capture] = set()
+    for name in names:
+        if name not in CAPTURES:
+            raise ValueError(f"unknown capture {name!r}: one of {', '.join(CAPTURES)}")
+        capture = cast(Capture, name)
+        wanted |= {capture} | _IMPLIED.get(capture, frozenset())
+    return frozenset(wanted)
+
+
+def captures_of(parts: Iterable[Capturing]) -> frozenset[Capture]:
+    """What a pass run for all these parts captures: the union of theirs."""
+    return capture_set(name for part in parts for name in part.captures)
+
+
+# ---------------------------------------------------------------------------------------------- the lower level
+
+
+def this_thread_only(hook: Callable) -> Callable:
+    """A module hook that fires only for forward passes of the thread that made it.
+
+    The app shares one model between its visitors' threads: without this, a hook registered for one visitor's
+    run would also record the forward passes that other visitors make at the same time."""
+    owner = threading.get_ident()
+
+    def hook_in_owner_thread(*args, **kwargs):
+        return hook(*args, **kwargs) if threading.get_ident() == owner else None
+
+    return hook_in_owner_thread
+
+
+def site_modules(lay: Layout, site: Site, layers: Iterable[int] | None = None) -> list[torch.nn.Module]:
+    """The modules at a named site of these layer applications (default every one), each once, in order (ALBERT's
+    applications share one module)."""
+    indices = range(len(lay.sites)) if layers is None else layers
+    return list(dict.fromkeys(getattr(lay.sites[i], site) for i in indices))
+
+
+@contextlib.contextmanager
+def hooked(
+    modules: Iterable[torch.nn.Module], hook: Callable, *, after: bool = False, with_kwargs: bool = False
+) -> Iterator[None]:
+    """Within the context, `hook` runs before (or `after`) every forward of each module (once per module however
+    often it is listed), in this thread only, as torch's forward (pre-)hooks do: a hook before may return new
+    arguments ((args, kwargs) with_kwargs), one after a new output. Every hook is removed in `finally`."""
+    handles = []
+    in_this_thread = this_thread_only(hook)
+    try:
+        for module in dict.fromkeys(modules):
+            if after:
+                handles.append(module.register_forward_hook(in_this_thread, with_kwargs=with_kwargs))
+            else:
+                handles.append(module.register_forward_pre_hook(in_this_thread, with_kwargs=with_kwargs))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+# ------------------------------------------------------------------------------------------- the named captures
+
+
+@dataclass
+class HeadTensors:
+    """Per layer application: queries, keys and values [batch, heads, n, d] as q.k and the weights see them, the
+    scale of q.k and the logits' extra terms [batch, heads, n, n] (or None); queries, keys, scales and biases stay
+    empty when only the values were captured."""
+
+    queries: list[torch.Tensor] = field(default_factory=list)
+    keys: list[torch.Tensor] = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)
+    biases: list[torch.Tensor | None] = field(default_factory=list)
+
+
+@dataclass
+class Cache:
+    """What the forward passes of a `hooks` block recorded, per layer application in call order (empty where not
+    captured). `captured`: the captures hooked (qk left out for a family attnlib does not know)."""
+
+    captured: frozenset[Capture]
+    layout: Layout | None  # None when only attention was asked for (or qk of an unknown family)
+    attn: list[torch.Tensor] = field(default_factory=list)  # [batch, heads, n, n]: the model's own attentions
+    heads_calls: list[HeadsCall] = field(default_factory=list)  # the heads module's calls (positions, masks)
+    projections: list[list[torch.Tensor]] = field(default_factory=list)  # per projection: outputs [batch, n, width]
+    layer_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: x, the residual
+    norm_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: u, the first LN's input
+    heads_input: torch.Tensor | None = None  # the heads module's input in the call now running
+
+    def heads(self) -> HeadTensors:
+        """Queries, keys, values, scales and biases of every application from its projections' outputs."""
+        assert self.layout is not None, "no heads were captured: capture qk or values"
+        lay, values_only = self.layout, "qk" not in self.captured
+        found = HeadTensors()
+        with torch.inference_mode():
+            for l, site in enumerate(lay.sites):
+                outputs = [p[l] if p else None for p in self.projections]
+                if values_only and outputs[0] is None:
+                    outputs = [outputs[2]] * 3  # only v was hooked; split's q and k are unused copies of it
+                qkv = lay.qkv(site, outputs, self.heads_calls[l])
+                found.values.append(qkv[2])
+                if not values_only:
+                    scale = lay.scale(site)
+                    found.queries.append(qkv[0])
+                    found.keys.append(qkv[1])
+                    found.scales.append(scale)
+                    found.biases.append(lay.bias(self.heads_calls[l], qkv, scale))
+        return found
+
+
+def _attention_site(encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.AbstractContextManager]:
+    """attn: the encoder asked for its attentions (output_attentions=True), and each pass's kept."""
+
+    def ask(_module, args, kwargs):
+        return args, {**kwargs, "output_attentions": True}
+
+    def keep(_module, _args, out):
+        cache.attn.extend(a.detach() for a in (out.attentions or ()))
+
+    return [hooked([encoder], ask, with_kwargs=True), hooked([encoder], keep, after=True)]
+
+
+def _heads_site(_encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.AbstractContextManager]:
+    """qk and values: the heads modules' calls and their projections' outputs (only calls on the heads' own input:
+    DeBERTa also projects its relative embeddings); values alone hook v only, unless q, k and v are one fused
+    projection or rotary positions need the call."""
+    lay = cache.layout
+    assert lay is not None
+    projections = lay.sites[0].projections
+    fused_or_rotary = len(projections) == 1 or lay.family.positions is not None
+    wanted = range(len(projections)) if "qk" in cache.captured or fused_or_rotary else [2]
+    cache.projections = [[] for _ in projections]
+
+    def on_heads(module, args, kwargs):
+        cache.heads_calls.append(HeadsCall(module, bound_arguments(module, args, kwargs)))
+        cache.heads_input = args[0] if args else kwargs["hidden_states"]
+
+    def keep_projection(p: int):
+        def keep(_module, args, out):
+            if args[0] is cache.heads_input:
+                cache.projections[p].append(out.detach())
+
+        return keep
+
+    return [hooked(site_modules(lay, "heads"), on_heads, with_kwargs=True)] + [
+        hooked(dict.fromkeys(s.projections[p] for s in lay.sites), keep_projection(p), after=True) for p in wanted
+    ]
+
+
+def _layer_inputs_site(_encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.AbstractContextManager]:
+    """layer_inputs: each layer application's hidden-state input."""
+    assert cache.layout is not None
+
+    def keep(_module, args, kwargs):
+        cache.layer_inputs.append((args[0] if args else kwargs["hidden_states"]).detach())
+
+    return [hooked(site_modules(cache.layout, "layer"), keep, with_kwargs=True)]
+
+
+def _norm_inputs_site(_encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.AbstractContextManager]:
+    """norm_inputs: the input of the LayerNorm after attention (post-LN families; a pre-LN block has none)."""
+    assert cache.layout is not None
+    if not cache.layout.family.post_layer_norm:
+        return []
+
+    def keep(_module, args):
+        cache.norm_inputs.append(args[0].detach())
+
+    return [hooked(site_modules(cache.layout, "norm"), keep)]
+
+
+SiteHooks = Callable[[torch.nn.Module, Cache], Sequence[contextlib.AbstractContextManager]]
+SITES: dict[Capture, SiteHooks] = {
+    "attn": _attention_site,
+    "qk": _heads_site,
+    "values": _heads_site,
+    "layer_inputs": _layer_inputs_site,
+    "norm_inputs": _norm_inputs_site,
+}  # norm_maps: made from the norms' captures, no site of its own
+
+
+def _layout_for(encoder: torch.nn.Module, wanted: frozenset[Capture]) -> Layout | None:
+    """The encoder's layout when anything beyond attention is captured; None for queries and keys of a family
+    attnlib does not know (the neuron view says why); the norms of such a family raise UnsupportedModelError."""
+    if wanted & NORMS:
+        return layout(encoder, "norms")
+    if "qk" in wanted and unsupported_reason(encoder.config, "queries_keys") is None:
+        return layout(encoder, "queries_keys")
+    return None
+
+
+@contextlib.contextmanager
+def hooks(lm: LoadedModel, capture: Iterable[Capture]) -> Iterator[Cache]:
+    """Within the block, every forward pass of lm.encoder records the named captures (and those they imply) into
+    the yielded Cache; attn also makes the encoder return its attentions. Hooks are removed in `finally`."""
+    wanted = capture_set(capture)
+    lay = _layout_for(lm.encoder, wanted)
+    cache = Cache(wanted if lay is not None else wanted - {"qk"}, lay)
+    sites = dict.fromkeys(SITES[name] for name in CAPTURES if name in cache.captured and name in SITES)
+    with contextlib.ExitStack() as stack:
+        for site in sites:
+            for hook in site(lm.encoder, cache):
+                stack.enter_context(hook)
+        yield cache

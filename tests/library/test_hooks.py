@@ -1,0 +1,187 @@
+"""Named hook sites (attnlib.core.hooks): hooks removed after the block whatever happens, the capture names filter what
+is kept, captured attention equals the model's own output_attentions (an encoder and decoders), captured queries and
+keys rebuild it, what a pass captures is the union of its accumulators', and a report part needing qk gets them."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import attnlib
+from attnlib.analyses.attention import AttentionOptions
+from attnlib.analyses.base import Analysis
+from attnlib.analyses.qk import QK, QKOptions
+from attnlib.core.batches import accumulate
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.hooks import ATTENTION, CAPTURES, NORMS, capture_set, captures_of, hooked, hooks, site_modules
+from attnlib.core.model import load_model
+from attnlib.core.runner import encode, model_inputs, run, run_encoded
+from attnlib.present.report import PartResult, ReportOptions, ReportPart, run_parts
+from support.models import save_tiny
+
+TEXTS = ["The cat sat on the mat.", "A dog barked at the moon, twice."]
+EPS = float(np.finfo(np.float32).eps)
+
+
+@pytest.fixture(scope="module", params=["bert", "gpt2", "llama"])
+def lm(request, tmp_path_factory):
+    """A tiny BERT, a tiny GPT-2 and a tiny Llama (rotary, grouped queries), loaded through the library's loader."""
+    return load_model(str(save_tiny(request.param, tmp_path_factory.mktemp(f"hooks-{request.param}"))))
+
+
+def hook_count(module: torch.nn.Module) -> int:
+    """Forward hooks and forward pre-hooks on the module and every submodule."""
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in module.modules())
+
+
+def batch_of(lm, texts=TEXTS) -> dict:
+    return model_inputs(lm, [encode(lm, t) for t in texts])
+
+
+def test_hooks_are_removed_after_the_block_and_after_an_exception_in_it(tiny_model):
+    encoder = tiny_model.encoder
+    with torch.no_grad():  # transformers installs its own (lasting) output-capturing hooks at the first such call
+        encoder(**batch_of(tiny_model), output_attentions=True, output_hidden_states=True)
+    before = hook_count(encoder)
+    with hooks(tiny_model, CAPTURES) as cache, torch.no_grad():
+        assert hook_count(encoder) > before  # every site is hooked inside the block
+        encoder(**batch_of(tiny_model))
+    assert hook_count(encoder) == before and len(cache.attn) == tiny_model.facts.n_layers
+    with pytest.raises(RuntimeError, match="inside the block"), hooks(tiny_model, CAPTURES):
+        raise RuntimeError("inside the block")
+    assert hook_count(encoder) == before
+    lay = cache.layout
+    assert lay is not None
+
+    def failing(_module, _args):
+        raise RuntimeError("in the hook")
+
+    with (
+        pytest.raises(RuntimeError, match="in the hook"),
+        torch.no_grad(),
+        hooked(site_modules(lay, "output"), failing),
+    ):
+        encoder(**batch_of(tiny_model))
+    assert hook_count(encoder) == before
+
+
+def test_capture_names_filter_what_is_kept(tiny_model):
+    batch = batch_of(tiny_model)
+    with hooks(tiny_model, {"attn"}) as cache, torch.no_grad():
+        tiny_model.encoder(**batch)
+    assert len(cache.attn) == tiny_model.facts.n_layers
+    assert cache.layout is None and not (cache.heads_calls or cache.projections or cache.layer_inputs)
+    with hooks(tiny_model, {"qk"}) as cache, torch.no_grad():
+        out = tiny_model.encoder(**batch)
+    assert out.attentions is None and not cache.attn  # attention was not asked for: the model was not made to return it
+    assert len(cache.heads().queries) == tiny_model.facts.n_layers and not cache.layer_inputs
+    encoded = [encode(tiny_model, t) for t in TEXTS]
+    plain = run_encoded(tiny_model, encoded)[0]
+    assert plain.queries is None and plain.values is None and plain.layer_inputs is None and plain.maps is None
+    values = run_encoded(tiny_model, encoded, {"values"})[0]
+    assert values.values is not None and values.value_norm is not None and values.queries is None
+    assert values.layer_inputs is None and values.block_scale is None
+    assert capture_set({"norm_maps"}) == NORMS | {"norm_maps"}
+    with pytest.raises(ValueError, match="unknown capture 'queries'"):
+        capture_set({"queries"})
+
+
+def test_captured_attention_is_the_models_own(lm):
+    """In the block the model runs as called (no output_attentions): the kept maps equal those it returns when asked."""
+    batch = batch_of(lm)
+    with torch.no_grad():
+        own = lm.encoder(**batch, output_attentions=True).attentions
+        with hooks(lm, {"attn", "qk"}) as cache:
+            lm.encoder(**batch)
+    assert len(cache.attn) == len(own) == lm.facts.n_layers
+    n = batch["input_ids"].shape[1]
+    for kept, theirs in zip(cache.attn, own):
+        np.testing.assert_allclose(kept.numpy(), theirs.numpy(), rtol=0, atol=n * EPS)  # a softmax row of n terms
+    # the queries and keys rebuild the maps: softmax(scale q.k + bias, over the keys the mask leaves), row by row
+    heads = cache.heads()
+    mask = batch["attention_mask"].bool()[:, None, None, :]
+    if lm.facts.causal:
+        mask = mask & torch.ones(n, n, dtype=torch.bool).tril()
+    for l, (q, k) in enumerate(zip(heads.queries, heads.keys)):
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # grouped queries: head h reads key head h // group
+        logits = heads.scales[l] * q @ k.transpose(-1, -2) + (0 if heads.biases[l] is None else heads.biases[l])
+        rebuilt = logits.masked_fill(~mask, float("-inf")).softmax(-1)
+        real = mask.expand_as(rebuilt)  # padded query rows of the model's map are not a softmax over these keys
+        np.testing.assert_allclose(rebuilt[real].numpy(), cache.attn[l][real].numpy(), atol=1e-5)
+
+
+def test_a_hook_fires_only_in_the_thread_that_made_it(tiny_model):
+    batch = batch_of(tiny_model)
+    with hooks(tiny_model, {"attn", "layer_inputs"}) as cache, torch.no_grad():
+        other = threading.Thread(target=lambda: tiny_model.encoder(**batch))
+        other.start()
+        other.join()
+        assert not cache.attn and not cache.layer_inputs
+        tiny_model.encoder(**batch)
+    assert len(cache.attn) == len(cache.layer_inputs) == tiny_model.facts.n_layers
+
+
+class Seen:
+    """An accumulator that keeps the queries of every run it is given."""
+
+    def __init__(self, captures=ATTENTION) -> None:
+        self.captures, self.queries = frozenset(captures), []
+
+    def add(self, result, item=None) -> None:
+        self.queries.append(result.queries)
+
+    def merge(self, other: Seen) -> Seen:
+        return self
+
+
+def test_a_pass_captures_the_union_of_its_accumulators(tiny_model):
+    inputs = [CorpusInput(t) for t in TEXTS]
+    attention_only, with_qk = Seen(), Seen({"attn", "qk"})
+    assert captures_of([attention_only, with_qk]) == {"attn", "qk"}
+    accumulate(tiny_model, inputs, [attention_only])
+    assert attention_only.queries == [None, None]
+    accumulate(tiny_model, inputs, [attention_only, with_qk])
+    for queries, text in zip(with_qk.queries, TEXTS):
+        alone = run(tiny_model, text, capture_qk=True).queries
+        np.testing.assert_allclose(queries, alone, atol=1e-5)  # padded in a batch of two, alone: float32 sums
+    assert all(a is b for a, b in zip(attention_only.queries[2:], with_qk.queries, strict=True))  # the same runs
+
+
+def test_a_report_part_needing_queries_and_keys_gets_them(tiny_model):
+    """Report parts run through the report's wrappers (timing), which pass their parts' captures on."""
+    inputs = [CorpusInput(t) for t in TEXTS]
+    seen = Seen({"attn", "qk"})
+    needs_qk = Analysis(
+        "needs-qk", "keeps queries", AttentionOptions, "corpus", list, (17,),
+        accumulators=lambda lm, options: [seen], finish=lambda accumulators, options: accumulators[0].queries,
+    )  # fmt: skip
+
+    def shown(name: str):
+        return lambda model, result, o: PartResult(name, model, {"n": pd.DataFrame({"model": [model]})}, result, {})
+
+    parts = [
+        ReportPart(needs_qk, "Queries", {"corpus": "corpus"}, lambda o: AttentionOptions(), shown("needs-qk")),
+        ReportPart(QK, "Queries and keys", {"corpus": "corpus"}, lambda o: QKOptions(), shown("qk")),
+    ]
+    results, _ = run_parts(tiny_model, {"corpus": inputs}, ReportOptions(), parts)
+    for queries, text in zip(results[0].result, TEXTS):
+        np.testing.assert_allclose(queries, run(tiny_model, text, capture_qk=True).queries, atol=1e-5)
+    assert len(results[1].result.inputs) == len(TEXTS)
+
+
+def test_every_hook_in_attnlib_is_registered_in_core_hooks():
+    root = Path(attnlib.__file__).parent
+    registering = re.compile(r"register_forward_(pre_)?hook|register_(full_)?backward(_pre)?_hook")
+    found = [
+        str(path.relative_to(root))
+        for path in sorted(root.rglob("*.py"))
+        if path != root / "core" / "hooks.py" and registering.search(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+    assert registering.search((root / "core" / "hooks.py").read_text(encoding="utf-8"))
