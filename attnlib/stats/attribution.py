@@ -664,7 +664,9 @@ def hidden_token_attribution(
         e0 = rec.layers[0].hidden
         head_outputs, _ = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
         layers: list[_LayerAtInput] | None = None
-        if linearise and _relative_terms_fit(lay, n, hidden):
+        # the written-out tangents differentiate scale * q.k (+ the family's terms): not soft-capped scores (Gemma 2)
+        scores_are_qk = unsupported_reason(encoder.config, "queries_keys") is None
+        if linearise and scores_are_qk and _relative_terms_fit(lay, n, hidden):
             found = [
                 _layer_at_input(lay, site, rec.heads[l], rec.layers[l].hidden, head_outputs[l, 0])
                 for l, site in enumerate(lay.sites)
