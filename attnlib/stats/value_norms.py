@@ -287,13 +287,17 @@ def norm_maps(result: RunResult) -> NormMaps:
 
 
 def norm_class_statistics(
-    attentions: np.ndarray, value_norm: np.ndarray, classes: np.ndarray
+    attentions: np.ndarray, value_norm: np.ndarray, classes: np.ndarray, causal: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """§11 for one input: norm share of each class [layers, heads, 4], mean value norm per class [layers, heads, 4]
-    (NaN for a class with no position) and which classes occur [4]; classes is class_masks' [n, 4]."""
+    (NaN for a class with no position) and which classes occur [4]; classes is class_masks' [n, 4]. Causal (a decoder,
+    §18): the first class (FIRST) over rows i >= 1, as its attention share."""
     to_class = np.matmul(attentions, value_norm[..., None] * classes)  # sum_{j in C} A[i,j] vn[j]: [l, h, n, 4]
     totals = to_class.sum(-1, keepdims=True)
-    shares = (to_class / np.where(totals > 0, totals, 1)).mean(-2)
+    row_shares = to_class / np.where(totals > 0, totals, 1)
+    shares = row_shares.mean(-2)
+    if causal and row_shares.shape[-2] > 1:  # row 0 of a decoder sees only itself
+        shares[..., 0] = row_shares[..., 1:, 0].mean(-1)
     present = classes.sum(0)
     with np.errstate(invalid="ignore", divide="ignore"):
         by_class = (value_norm @ classes) / present
@@ -330,6 +334,7 @@ class NormShareStats:
     n_layers: int
     n_heads: int
     all_punct: bool = False
+    causal: bool = False  # a decoder's (§18): FIRST's norm share over rows i >= 1
     shares: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 4]
     value_sums: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 4]
     value_counts: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [4] inputs with such a position
@@ -348,7 +353,7 @@ class NormShareStats:
         classes = class_masks(
             result.cls_mask, result.sep_mask, punct_mask(result.tokens, result.special_mask, self.all_punct)
         )
-        shares, by_class, present = norm_class_statistics(result.attentions, value_norm, classes)
+        shares, by_class, present = norm_class_statistics(result.attentions, value_norm, classes, self.causal)
         self.shares += shares
         self.value_sums[..., present] += by_class[..., present]
         self.value_counts += present
@@ -356,12 +361,18 @@ class NormShareStats:
 
     def merge(self, other: NormShareStats) -> NormShareStats:
         """The accumulator over both input sets; neither operand changes."""
-        if (self.n_layers, self.n_heads, self.all_punct) != (other.n_layers, other.n_heads, other.all_punct):
+        if (self.n_layers, self.n_heads, self.all_punct, self.causal) != (
+            other.n_layers,
+            other.n_heads,
+            other.all_punct,
+            other.causal,
+        ):
             raise ValueError("Cannot merge norm statistics of different models or punctuation options.")
         return NormShareStats(
             self.n_layers,
             self.n_heads,
             self.all_punct,
+            self.causal,
             self.shares + other.shares,
             self.value_sums + other.value_sums,
             self.value_counts + other.value_counts,
