@@ -229,6 +229,30 @@ def test_decoder_attribution_equals_reverse_mode_on_two_heads(decoder_model):
         assert not np.triu(exact.input[layer, head], 1).any()  # a query draws on no later token
 
 
+def test_post_layer_norm_opt_is_refused_in_words(tmp_path, capsys):
+    """OPT-350m's LayerNorm follows attention and the residual (do_layer_norm_before false): norms and attribution say
+    why not, in the library and as one `error:` line of the command line; attention still runs."""
+    import json
+
+    from attnlib.cli.entry import main
+    from attnlib.core.model import load_model
+
+    folder = save_tiny("opt", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"do_layer_norm_before": False}))
+    lm = load_model(str(folder))
+    assert run(lm, TEXT_A, capture_qk=False).attentions.shape[:2] == (2, 4)
+    capsys.readouterr()  # what saving the model printed
+    for statistic in ("norms", "hta"):
+        with pytest.raises(UnsupportedModelError, match="do_layer_norm_before false"):
+            layout(lm.encoder, statistic)
+    for command in (["norms", "--text", TEXT_A], ["hta", "--text", TEXT_A, "--mode", "estimate"]):
+        assert main([*command, "--model", str(folder), "--json"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+        assert "LayerNorm after attention" in err
+
+
 def test_replay_reproduces_the_forward_pass(family_model):
     """Replaying every layer from hidden_states[0] gives the encoder's output; V variants stacked along the batch
     give V copies; zeroing one head's context in a replay from layer 1 equals zeroing it in the full pass."""
