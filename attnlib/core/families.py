@@ -5,7 +5,7 @@ A `Family` names, per `model_type`, the modules of one layer (paths from the lay
 input is what the heads read; it holds the output projection), the module that computes the heads (its call carries
 the position inputs), the query/key/value projections (or one fused projection and how to split it), the attention
 output projection and the LayerNorm that belongs to attention (after the residual in post-LN families, before
-attention in pre-LN ones). It also says how the scores are built, so that the queries and keys shown are the ones
+attention in pre-LN ones, decoders included; Gemma 2 and 3 also normalise the attention output before the residual). It also says how the scores are built, so that the queries and keys shown are the ones
 the dot product sees, and which statistics are exact for the family (`unsupported_reason`). `layout(encoder)`
 binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
 times). Adding a family is one entry in FAMILIES and its tiny model in tests/support/models.py.
@@ -285,7 +285,7 @@ def _opt_exact(config) -> dict[Statistic, str]:
     attention block alone do not describe it."""
     reasons = _decoder_exact(config)
     if not getattr(config, "do_layer_norm_before", True):
-        why = "this OPT applies its LayerNorm after attention (do_layer_norm_before false), which attnlib does not write"
+        why = "this OPT applies its LayerNorm after attention (do_layer_norm_before false), not written here"
         reasons |= {"norms": why, "hta": why}
     return reasons
 
@@ -577,7 +577,7 @@ def _bind(encoder: torch.nn.Module, family: Family) -> Layout:
                     output=layer.get_submodule(family.output),
                     norm=layer.get_submodule(family.norm),
                     window=family.window(config, index),
-                    attention_norm=None if family.attention_norm is None else layer.get_submodule(family.attention_norm),
+                    attention_norm=_optional_submodule(layer, family.attention_norm),
                 )
             )
         final_norm = _optional_submodule(encoder, family.final_norm)

@@ -257,10 +257,10 @@ def _install_captures(lay: Layout, captured: _Captured, capture_qk: bool, captur
     if capture_norms:
         for m in dict.fromkeys(s.layer for s in sites):
             handles.append(m.register_forward_pre_hook(this_thread_only(on_layer), with_kwargs=True))
-        after = [s.attention_norm for s in sites] if lay.family.attention_norm else [s.norm for s in sites]
-        if lay.family.post_layer_norm or lay.family.attention_norm:
-            for m in dict.fromkeys(after):
-                handles.append(m.register_forward_pre_hook(this_thread_only(on_norm)))
+        # the norm whose input gives s_i: post-LN's LayerNorm, or Gemma 2's and 3's RMSNorm of the attention output
+        divided = [s.norm for s in sites] if lay.family.post_layer_norm else [s.attention_norm for s in sites]
+        for m in dict.fromkeys(m for m in divided if m is not None):
+            handles.append(m.register_forward_pre_hook(this_thread_only(on_norm)))
 
 
 def _optional_layout(lm: LoadedModel, capture_qk: bool, capture_norms: bool) -> Layout | None:

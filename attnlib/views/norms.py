@@ -58,7 +58,9 @@ def weights_vs_norms_figure(
 
 @notebook_figure
 def value_norm_figure(
-    per_head: dict[str, np.ndarray], title: str = "Value norm ||f(x)|| by token class", names: dict[str, str] = CLASS_NAMES
+    per_head: dict[str, np.ndarray],
+    title: str = "Value norm ||f(x)|| by token class",
+    names: dict[str, str] = CLASS_NAMES,
 ) -> go.Figure:
     """Mean ||f_h(x_j)|| per token class and layer, every head as a dot; per_head keys value_cls ... value_other."""
     renamed = {key: per_head[f"value_{key}"] for key in names}
