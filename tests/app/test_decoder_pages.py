@@ -127,3 +127,20 @@ def test_special_tokens_weights_vs_norms_of_a_decoder(gpt2_dir):
     corpus = {"corpus": read_corpus(CLASSROOM_SINGLE, limit=4)}  # the page's default corpus, limit 4
     own = run_analysis(SPECIAL, load_model(str(gpt2_dir)), SpecialOptions(norms=True), inputs=corpus).result.norms
     np.testing.assert_allclose(table["norm_cls"].to_numpy(float), own.layers["cls"], rtol=1e-6)
+
+
+def test_live_norms_view_of_a_decoder(gpt2_dir):
+    """The Live page's norms switch on a decoder: rows of ||A f(x)|| normalised, from the library's maps, causal."""
+    from attnlib.stats.value_norms import norm_maps
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(model=str(gpt2_dir), a=TEXT, show="norms")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("not exact" in i.value or "not available" in i.value for i in at.info)
+    (data,) = view_datas(at)
+    assert "norms" in data["title"] and "‖α f(x)‖" in data["quantity"]
+    for rows in unpacked(data["lines"]):  # causal: every line from query i goes to a key j <= i
+        assert all(max(keys, default=0) <= i for i, keys in enumerate(rows))
+    weighted = norm_maps(run(load_model(str(gpt2_dir)), TEXT, capture_norms=True)).weighted_norm
+    assert not np.triu(weighted, 1).any()
