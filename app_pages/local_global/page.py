@@ -18,6 +18,7 @@ from app_pages.local_global.aggregation_tab import (
 from app_pages.local_global.attribution_example import example_section
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.positions import CORRELATIONS, POSITIONS, PositionOptions, PositionsResult
+from attnlib.core.families import unsupported_reason
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
 from attnlib.present.tables import layer_values
@@ -112,9 +113,10 @@ def positions_result(
             st.error(f"{model_name}: {exc}")
             return None
 
+    lm = model_named(model_name)
     ask = (
         f"{model_name}: attention histograms of the corpus (a decoder: no attribution)."
-        if model_named(model_name).facts.causal
+        if lm.facts.causal and unsupported_reason(lm.encoder.config, "hta") is not None
         else f"{model_name}: each input needs its own attribution run ({per_input_cost(options.mode)} per input)."
     )
     return shipped_or_computed("positions", model_name, choice, options, compute, ask_first=ask)

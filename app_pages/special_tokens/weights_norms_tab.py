@@ -6,11 +6,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app_pages.special_tokens.special_views import KEY, NAMES, ShownResult, models_difference, show_figure
+from app_pages.special_tokens.special_views import KEY, ShownResult, models_difference, names_for, show_figure
 from attnlib.analyses.special import NORM_GAP_FACTOR, largest_weight_norm_gap
 from attnlib.present.tables import layer_frame
 from attnlib.stats.shares import CLASS_KEYS
 from attnlib.views.norms import (
+    CLASS_NAMES,
     value_norm_figure,
     value_norms_by_model,
     weights_vs_norms_by_model,
@@ -42,13 +43,14 @@ def weight_norm_table(views: list[ShownResult]) -> pd.DataFrame:
 
 
 def weights_norms_caption(view: ShownResult) -> str:
-    """What the figure shows: the largest gap between [CLS]/[SEP]'s weight share and norm share."""
+    """What the figure shows: the largest gap between [CLS]/[SEP]'s (a decoder's first and end tokens') weight share
+    and norm share."""
     assert view.norms is not None
     gap = largest_weight_norm_gap(view.special.layers, view.norms.layers)
     if gap is None:
         return "No layer has both a weight share and a norm share to compare."
     return (
-        f"{view.model}: the largest gap is {NAMES[gap.key]} in layer {gap.layer + 1}: "
+        f"{view.model}: the largest gap is {names_for([view])[gap.key]} in layer {gap.layer + 1}: "
         f"{gap.weight_share:.2f} of the attention weights but {gap.norm_share:.2f} of the norms: "
         f"{GAP_VERDICTS[gap.verdict]}."
     )
@@ -70,8 +72,10 @@ def weights_norms_tab(views: list[ShownResult]) -> None:
             else "Switch on *Weights vs norms* in the sidebar: the value norms come from the same forward pass."
         )
         return
+    names = names_for(views)
+    labels = CLASS_NAMES | {key: names[key] for key in ("cls", "sep")}  # a decoder's first and end tokens (§18)
     st.markdown(
-        "Is the attention to [CLS] and [SEP] a no-op? A weight says how much of a token a head takes; the norm "
+        f"Is the attention to {names['cls']} and {names['sep']} a no-op? A weight says how much of a token a head takes; the norm "
         "||α f(x)|| says how much that moves the output. Left: the share of attention *weights* to each class; "
         "right: the share of *value-weighted norms* (METHODS §11, Kobayashi et al. 2020, Fig. 2). Below: the mean "
         "value norm ||f(x)|| of each class's tokens."
@@ -82,19 +86,23 @@ def weights_norms_tab(views: list[ShownResult]) -> None:
     if len(views) == 1:
         weights, norms = shares[views[0].model]
         show_figure(
-            weights_vs_norms_figure(weights, norms, "Share of weights and of norms per layer"), "weights_vs_norms"
+            weights_vs_norms_figure(weights, norms, "Share of weights and of norms per layer", labels),
+            "weights_vs_norms",
         )
-        show_figure(value_norm_figure(views[0].norms.heads), "value_norms")  # type: ignore[union-attr]
+        show_figure(value_norm_figure(views[0].norms.heads, names=labels), "value_norms")  # type: ignore[union-attr]
     else:
-        show_figure(weights_vs_norms_by_model(shares, "Share of weights and of norms per layer"), "weights_vs_norms")
+        show_figure(
+            weights_vs_norms_by_model(shares, "Share of weights and of norms per layer", labels), "weights_vs_norms"
+        )
         per_layer = [{f"norm {k}": v.norms.layers[k] for k in CLASS_KEYS} for v in views if v.norms]
         models_difference(
             views,
             per_layer,
             [f"norm {k}" for k in CLASS_KEYS],
-            {f"norm {k}": f"{NAMES[k]} norm share" for k in CLASS_KEYS},
+            {f"norm {k}": f"{names[k]} norm share" for k in CLASS_KEYS},
         )
-        show_figure(value_norms_by_model({v.model: v.norms.heads for v in views if v.norms}), "value_norms")
+        value_norms = {v.model: v.norms.heads for v in views if v.norms}
+        show_figure(value_norms_by_model(value_norms, names=labels), "value_norms")
     table = weight_norm_table(views)
     data_table(table, key=f"{KEY}_weights_norms_table")
     download_table(table, "weights_vs_norms", key=f"{KEY}_weights_norms_csv")

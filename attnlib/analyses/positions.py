@@ -460,7 +460,7 @@ def accumulate_variants(
 
 
 def _empty_accumulator(lm: LoadedModel, options: PositionOptions) -> PositionAccumulator:
-    """An empty accumulator for the model; a decoder whose attribution is not written gets attention only."""
+    """An empty accumulator for the model; a decoder whose attribution is refused (OPT-350m) gets attention only."""
     f = lm.facts
     note = unsupported_reason(lm.encoder.config, "hta") if f.causal else None
     return PositionAccumulator(

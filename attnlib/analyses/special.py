@@ -96,7 +96,7 @@ def special_accumulators(lm: LoadedModel, options: SpecialOptions) -> list:
     if options.head_map:
         accumulators.append(HeadDistances(f.n_layers, f.n_heads))
     if options.norms and unsupported_reason(lm.encoder.config, "norms") is None:  # the rest holds for any family
-        accumulators.append(NormShareStats(f.n_layers, f.n_heads, all_punct=options.all_punct))
+        accumulators.append(NormShareStats(f.n_layers, f.n_heads, all_punct=options.all_punct, causal=f.causal))
     return accumulators
 
 

@@ -5,7 +5,7 @@ A `Family` names, per `model_type`, the modules of one layer (paths from the lay
 input is what the heads read; it holds the output projection), the module that computes the heads (its call carries
 the position inputs), the query/key/value projections (or one fused projection and how to split it), the attention
 output projection and the LayerNorm that belongs to attention (after the residual in post-LN families, before
-attention in pre-LN ones). It also says how the scores are built, so that the queries and keys shown are the ones
+attention in pre-LN ones, decoders included; Gemma 2 and 3 also normalise the attention output before the residual). It also says how the scores are built, so that the queries and keys shown are the ones
 the dot product sees, and which statistics are exact for the family (`unsupported_reason`). `layout(encoder)`
 binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
 times). Adding a family is one entry in FAMILIES and its tiny model in tests/support/models.py.
@@ -82,6 +82,7 @@ class Family:
     after_first_layer: str | None = None  # from the base model: f(layer 0 input, its output, 2-D mask) after layer 0
     unbatched: tuple[str, ...] = ()  # layer-call arguments the whole batch shares (replay does not repeat them)
     exact: Callable[[object], dict[Statistic, str]] = lambda _config: {}  # config -> statistics not exact, and why
+    attention_norm: str | None = None  # an RMSNorm of the attention output before the residual (Gemma 2 and 3)
 
     def __post_init__(self) -> None:
         if self.split is None:
@@ -270,15 +271,22 @@ def sliding_window(config, layer: int) -> int | None:
 
 
 def _decoder_exact(config) -> dict[Statistic, str]:
-    """Decoders: the neuron view's queries and keys are exact, except under soft-capped scores; norms and attribution
-    are not written for causal, pre-RMSNorm layers yet. Ablation is exact: it replays the model's own layers with
-    their recorded calls (causal and sliding masks, rotary tables) and edits only the output projection's input."""
-    reasons: dict[Statistic, str] = {
-        "norms": "they are not yet written for decoders (causal, pre-norm layers)",
-        "hta": "it is not yet written for decoders (causal, pre-norm layers)",
-    }
+    """Decoders: the neuron view's queries and keys are exact, except under soft-capped scores. Norms (METHODS §12,
+    pre-norm decoders) read the model's own weights and values; attribution and ablation replay the model's own layers
+    with their recorded calls (causal and sliding masks, rotary tables, soft-capping included)."""
+    reasons: dict[Statistic, str] = {}
     if getattr(config, "attn_logit_softcapping", None):
         reasons["queries_keys"] = "its scores are soft-capped (tanh(s / c) c), not scale * q.k"
+    return reasons
+
+
+def _opt_exact(config) -> dict[Statistic, str]:
+    """OPT-350m puts its LayerNorm after attention and the residual: the pre-norm decomposition and replay of the
+    attention block alone do not describe it."""
+    reasons = _decoder_exact(config)
+    if not getattr(config, "do_layer_norm_before", True):
+        why = "this OPT applies its LayerNorm after attention (do_layer_norm_before false), not written here"
+        reasons |= {"norms": why, "hta": why}
     return reasons
 
 
@@ -385,7 +393,8 @@ FAMILIES: tuple[Family, ...] = (
         window=_modernbert_window,
         final_norm="final_norm",
     ),
-    _llama_layout("Llama", ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")),
+    _llama_layout("Llama", ("llama", "mistral", "qwen2", "qwen3", "gemma")),
+    _llama_layout("Gemma 2", ("gemma2", "gemma3_text"), attention_norm="post_attention_layernorm"),
     _llama_layout("Phi-3", ("phi3",), projections=("qkv_proj",), split=_fused_grouped),
     Family(
         "GPT-NeoX",
@@ -416,7 +425,7 @@ FAMILIES: tuple[Family, ...] = (
         post_layer_norm=False,
         scale=_scaling,  # OPT multiplies its queries by it before the product
         final_norm="decoder.final_layer_norm",
-        exact=_decoder_exact,
+        exact=_opt_exact,
     ),
     Family(
         "GPT-2",
@@ -507,6 +516,7 @@ class LayerSite:
     output: torch.nn.Linear
     norm: torch.nn.Module  # post-LN: after attention + residual; pre-LN: before attention (Identity on ModernBERT's 0)
     window: int | None  # local attention: keys with |i - j| <= window; None: global
+    attention_norm: torch.nn.Module | None = None  # Gemma 2 and 3: the RMSNorm of the attention output
 
 
 @dataclass(frozen=True)
@@ -567,6 +577,7 @@ def _bind(encoder: torch.nn.Module, family: Family) -> Layout:
                     output=layer.get_submodule(family.output),
                     norm=layer.get_submodule(family.norm),
                     window=family.window(config, index),
+                    attention_norm=_optional_submodule(layer, family.attention_norm),
                 )
             )
         final_norm = _optional_submodule(encoder, family.final_norm)
@@ -577,7 +588,7 @@ def _bind(encoder: torch.nn.Module, family: Family) -> Layout:
             f"({exc}); its norms and attribution cannot be computed."
         ) from exc
     n_heads = int(getattr(config, "num_attention_heads", None) or config.n_heads)
-    width = getattr(sites[0].output, "in_features", None) or sites[0].output.nx  # GPT-2's Conv1D: nx inputs
+    width = linear_weight(sites[0].output).shape[1]
     return Layout(family, tuple(sites), n_heads, width // n_heads, final_norm, after_first)
 
 
@@ -598,6 +609,19 @@ def bound_arguments(module: torch.nn.Module, args: Sequence, kwargs: dict) -> di
     arguments = dict(bound.arguments)
     arguments.update(arguments.pop("kwargs", {}) or {})
     return arguments
+
+
+def linear_weight(module: torch.nn.Module) -> torch.Tensor:
+    """The [out, in] weight of a Linear, or of GPT-2's Conv1D (which keeps it as [in, out]: y = x W + b)."""
+    return module.weight.T if type(module).__name__ == "Conv1D" else module.weight
+
+
+def rms_norm_gamma(module: torch.nn.Module, hidden: int, eps: float) -> torch.Tensor:
+    """The per-coordinate factor of an RMSNorm, read off its own output for a row of ones (rms 1): Llama's weight,
+    Gemma's 1 + weight."""
+    ones = torch.ones(1, hidden, dtype=torch.float32, device=module.weight.device)
+    with torch.no_grad():
+        return (module(ones)[0].float() * math.sqrt(1.0 + eps)).detach()
 
 
 def layer_norm_parameters(module: torch.nn.Module, hidden: int) -> tuple[torch.Tensor, torch.Tensor, float]:

@@ -28,7 +28,8 @@ from attnlib.core.model import LoadedModel
 Capture = Literal["attn", "qk", "values", "layer_inputs", "norm_inputs", "norm_maps"]
 """attn: the model's attention maps; qk: queries and keys as q.k sees them (with the scale and the logits' extra
 terms; none for a family attnlib does not know); values: value vectors (and value norms); layer_inputs: each layer's
-input x (the residual); norm_inputs: the input u of the LayerNorm after attention (post-LN families); norm_maps: every
+input x (the residual); norm_inputs: the input u of the LayerNorm after attention (post-LN families; Gemma 2 and 3: of the RMSNorm of the
+attention output); norm_maps: every
 METHODS §11-13 map, which the runner makes from values, layer_inputs and norm_inputs (it hooks nothing of its own)."""
 
 CAPTURES: tuple[Capture, ...] = get_args(Capture)
@@ -36,7 +37,9 @@ ATTENTION: frozenset[Capture] = frozenset({"attn"})
 NORMS: frozenset[Capture] = frozenset({"values", "layer_inputs", "norm_inputs"})  # what METHODS §11-12 read
 _IMPLIED: dict[Capture, frozenset[Capture]] = {"norm_maps": NORMS}
 
-Site = Literal["layer", "block", "heads", "output", "norm"]  # a layer application's modules (families.LayerSite)
+Site = Literal[
+    "layer", "block", "heads", "output", "norm", "attention_norm"
+]  # a layer application's modules (families.LayerSite)
 
 
 class Capturing(Protocol):
@@ -207,15 +210,18 @@ def _layer_inputs_site(_encoder: torch.nn.Module, cache: Cache) -> Sequence[cont
 
 
 def _norm_inputs_site(_encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.AbstractContextManager]:
-    """norm_inputs: the input of the LayerNorm after attention (post-LN families; a pre-LN block has none)."""
+    """norm_inputs: the input of the norm that divides the block's output: the LayerNorm after attention (post-LN
+    families) or the RMSNorm of the attention output (Gemma 2 and 3); other pre-LN blocks have none."""
     assert cache.layout is not None
-    if not cache.layout.family.post_layer_norm:
+    family = cache.layout.family
+    site: Site | None = "norm" if family.post_layer_norm else "attention_norm" if family.attention_norm else None
+    if site is None:
         return []
 
     def keep(_module, args):
         cache.norm_inputs.append(args[0].detach())
 
-    return [hooked(site_modules(cache.layout, "norm"), keep)]
+    return [hooked(site_modules(cache.layout, site), keep)]
 
 
 SiteHooks = Callable[[torch.nn.Module, Cache], Sequence[contextlib.AbstractContextManager]]

@@ -11,7 +11,14 @@ import numpy as np
 import torch
 
 from attnlib.core.errors import InputError as InputError  # part of this module's API
-from attnlib.core.families import Layout, UnsupportedModelError, layer_norm_parameters, layout
+from attnlib.core.families import (
+    Layout,
+    UnsupportedModelError,
+    layer_norm_parameters,
+    layout,
+    linear_weight,
+    rms_norm_gamma,
+)
 from attnlib.core.hooks import ATTENTION, NORMS, Capture, capture_set, hooks
 from attnlib.core.hooks import this_thread_only as this_thread_only  # part of this module's API
 from attnlib.core.memory import check_memory, estimate_peak_bytes, memory_limit, run_size
@@ -172,23 +179,31 @@ def norm_weights(encoder: torch.nn.Module) -> NormWeights:
 
 
 def _read_norm_weights(lay: Layout) -> NormWeights:
-    """norm_weights, read from the modules of the layout (pre-LN families: gamma 1, beta 0, no LayerNorm after)."""
-    dense = [s.output for s in lay.sites]
-    hidden = dense[0].out_features
+    """norm_weights, read from the modules of the layout (pre-LN families: gamma 1, beta 0, no LayerNorm after; Gemma 2
+    and 3: gamma and eps of the RMSNorm of the attention output)."""
+    dense = [linear_weight(s.output) for s in lay.sites]  # [hidden, heads * head_dim] each
+    hidden = dense[0].shape[0]
 
     def numpy(t: torch.Tensor | None, fill: float) -> np.ndarray:
         return (torch.full((hidden,), fill) if t is None else t).detach().float().cpu().numpy()
 
-    out_weight = np.stack([numpy(m.weight, 0).T.reshape(lay.n_heads, -1, hidden) for m in dense])
+    out_weight = np.stack([numpy(w, 0).T.reshape(lay.n_heads, -1, hidden) for w in dense])
     post = lay.family.post_layer_norm
-    norms = [layer_norm_parameters(s.norm, hidden) if post else (None, None, 0.0) for s in lay.sites]
+    if lay.family.attention_norm is not None:
+        norms = []
+        for s in lay.sites:
+            _, _, eps = layer_norm_parameters(s.attention_norm, hidden)
+            norms.append((rms_norm_gamma(s.attention_norm, hidden, eps), None, eps))
+    else:
+        norms = [layer_norm_parameters(s.norm, hidden) if post else (None, None, 0.0) for s in lay.sites]
     return NormWeights(
         out_weight=np.ascontiguousarray(out_weight),
-        out_bias=np.stack([numpy(m.bias, 0.0) for m in dense]),
+        out_bias=np.stack([numpy(s.output.bias, 0.0) for s in lay.sites]),
         gamma=np.stack([numpy(g, 1.0) for g, _, _ in norms]),
         beta=np.stack([numpy(b, 0.0) for _, b, _ in norms]),
         eps=np.array([e for _, _, e in norms], np.float32),
         post_layer_norm=post,
+        attention_norm=lay.family.attention_norm is not None,
     )
 
 
@@ -267,6 +282,9 @@ def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture: Iterable[C
             # s_i = sqrt(var(u_i) + eps) of the LayerNorm's input u, centred by hand: torch's var is 5x slower here
             variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in cache.norm_inputs]
             scales_t = torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
+        elif weights.attention_norm:  # r_i = sqrt(mean(o_i^2) + eps) of the RMSNorm of the attention output o
+            squares = [o.float().square().mean(-1) for o in cache.norm_inputs]
+            scales_t = torch.stack(squares, dim=1).cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
         else:  # no LayerNorm follows a pre-LN block: the decomposition's divisor is 1
             scales_t = torch.ones(b_, l_, n_)
     if "norm_maps" in captured:

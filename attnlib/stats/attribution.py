@@ -34,6 +34,8 @@ from attnlib.core.families import (
     Layout,
     UnsupportedModelError,
     layer_norm_parameters,
+    linear_weight,
+    rms_norm_gamma,
     unsupported_reason,
 )
 from attnlib.core.hooks import hooked
@@ -106,13 +108,13 @@ class _LayerAtInput:
     scale: float
     rotations: tuple[_PairRotation | None, ...]  # q, k, v: rotary's map per position, or None
     relative: tuple[torch.Tensor, torch.Tensor] | None  # DeBERTa: logit terms per (i, k) linear in q_i and in k_k
-    norm: tuple[torch.Tensor, torch.Tensor] | None  # pre-LN: (gamma / sigma, x-hat) [n, hidden] of the LN before it
+    norm: _NormAt | None  # pre-LN: the LayerNorm or RMSNorm before it
 
 
 def _column_order(lay: Layout, site: LayerSite) -> torch.Tensor:
     """Where the family's split reads q, k and v in the projections' concatenated outputs: indices in (q|k|v, head, d)
     order (the split is linear up to its own biases, which the split of zeros removes)."""
-    widths = [p.out_features for p in site.projections]
+    widths = [linear_weight(p).shape[0] for p in site.projections]
     columns = torch.arange(sum(widths), dtype=torch.float64)[None, None]
     split = lay.family.split
     read = split(site.heads, list(columns.split(widths, -1)), lay.head_dim)
@@ -166,7 +168,10 @@ def _rotations(lay: Layout, call: HeadsCall, n: int) -> tuple[_PairRotation | No
     units = _unit_vectors(lay.n_heads, n, lay.head_dim)
     identity = units.permute(1, 2, 3, 0)
     maps: list[_PairRotation | None] = []
-    for rotated in lay.family.positions(call, (units, units, units)):
+    doubled = lay.family.positions(call, (2 * units, 2 * units, 2 * units))
+    for rotated, twice in zip(lay.family.positions(call, (units, units, units)), doubled):
+        if not torch.equal(2 * rotated, twice):  # not linear: a per-head q_norm and k_norm first (Qwen3, Gemma 3)
+            return None
         matrices = rotated.permute(1, 2, 3, 0)  # [heads, n, out, in]
         if torch.equal(matrices, identity):
             maps.append(None)
@@ -205,11 +210,39 @@ def _layer_norm_stats(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.T
     return gamma / sigma, (x - x.mean(-1, keepdim=True)) / sigma
 
 
-def _layer_norm_tangent(stats: tuple[torch.Tensor, torch.Tensor], tangent: torch.Tensor) -> torch.Tensor:
-    """The LayerNorm's Jacobian applied to tangents [..., hidden] of rows whose stats are broadcast to them."""
-    scale, hat = stats
-    centred = tangent - tangent.mean(-1, keepdim=True)
-    return scale * (centred - hat * ((hat * tangent).sum(-1, keepdim=True) / tangent.shape[-1]))
+def _is_rms_norm(module: torch.nn.Module) -> bool:
+    """An RMSNorm of the decoders (Llama's, Gemma's, Qwen's, ...): x / sqrt(mean(x^2) + eps) times a factor."""
+    return type(module).__name__.endswith("RMSNorm")
+
+
+@dataclass
+class _NormAt:
+    """A LayerNorm or RMSNorm at this input, per row: its Jacobian is diag(gamma / sigma)(I - 1 1^T / hidden
+    - x-hat x-hat^T / hidden), without the 1 1^T term for an RMSNorm (sigma its root mean square, x-hat = x / sigma)."""
+
+    scale: torch.Tensor  # gamma / sigma [n, hidden]
+    hat: torch.Tensor  # x-hat [n, hidden]
+    centred: bool  # a LayerNorm (centres its input); False: an RMSNorm
+
+    def at(self, index) -> _NormAt:
+        """The rows picked by an index of the first dimension (broadcast to the tangents they multiply)."""
+        return _NormAt(self.scale[index], self.hat[index], self.centred)
+
+    def tangent(self, tangent: torch.Tensor) -> torch.Tensor:
+        """The Jacobian applied to tangents [..., hidden] of rows whose stats are broadcast to them."""
+        centred = tangent - tangent.mean(-1, keepdim=True) if self.centred else tangent
+        return self.scale * (centred - self.hat * ((self.hat * tangent).sum(-1, keepdim=True) / tangent.shape[-1]))
+
+
+def _norm_at(module: torch.nn.Module, x: torch.Tensor) -> _NormAt | None:
+    """The LayerNorm or RMSNorm module at x [n, hidden]; None for any other module (ModernBERT's Identity)."""
+    if _is_layer_norm(module):
+        return _NormAt(*_layer_norm_stats(module, x), centred=True)
+    if not _is_rms_norm(module):
+        return None
+    _, _, eps = layer_norm_parameters(module, x.shape[-1])
+    sigma = (x.square().mean(-1, keepdim=True) + eps).sqrt()
+    return _NormAt(rms_norm_gamma(module, x.shape[-1], eps) / sigma, x / sigma, centred=False)
 
 
 def _layer_at_input(
@@ -232,19 +265,18 @@ def _layer_at_input(
     heads = weights @ v
     if not torch.allclose(heads.transpose(0, 1).reshape(n, hidden), expected, atol=1e-4, rtol=1e-4):
         return None
-    qkv_t = torch.cat([p.weight for p in site.projections])[_column_order(lay, site)].T.contiguous()
+    qkv_t = torch.cat([linear_weight(p) for p in site.projections])[_column_order(lay, site)].T.contiguous()
     rotations = _rotations(lay, call, n)
     if rotations is None:
         return None
-    pre_norm = not lay.family.post_layer_norm and _is_layer_norm(site.norm)
-    norm = _layer_norm_stats(site.norm, layer_input[0]) if pre_norm else None
+    norm = None if lay.family.post_layer_norm else _norm_at(site.norm, layer_input[0])
     return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale, rotations, _relative_terms(lay, call, n, scale), norm)
 
 
 def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> list[torch.Tensor]:
     """dq, dk, dv [c, heads, d] when layer input row tokens[p] moves along vectors[p] [c, hidden]."""
     if layer.norm is not None:
-        vectors = _layer_norm_tangent(tuple(s[tokens] for s in layer.norm), vectors)
+        vectors = layer.norm.at(tokens).tangent(vectors)
     n_heads, _, d = layer.q.shape
     raw = (vectors @ layer.qkv_t).reshape(len(tokens), 3, n_heads, d).unbind(1)
     return [t if r is None else r.rows(t, tokens) for t, r in zip(raw, layer.rotations)]
@@ -253,7 +285,7 @@ def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch
 def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torch.Tensor]:
     """dq, dk, dv [n, c, heads, d] for a tangent of the layer input [n, c, hidden]."""
     if layer.norm is not None:
-        inputs = _layer_norm_tangent(tuple(s[:, None] for s in layer.norm), inputs)
+        inputs = layer.norm.at((slice(None), None)).tangent(inputs)
     n_heads, n, d = layer.q.shape
     raw = (inputs @ layer.qkv_t).reshape(n, -1, 3, n_heads, d).unbind(2)
     return [t if r is None else r.dense(t) for t, r in zip(raw, layer.rotations)]
@@ -430,6 +462,8 @@ def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | No
     norm_b = down and first(_is_layer_norm, down) if post_ln else None
     if projection is None or norm_a is None or up is None or down is None or (post_ln and norm_b is None):
         return None
+    if up.output.dim() != 3:  # OPT runs its feed-forward on [batch * n, hidden]: not a layout written here
+        return None
     gated = up.module.out_features == 2 * down.module.in_features
     a, g = up.output[0].chunk(2, dim=-1) if gated else (up.output[0], None)
     act = first(lambda m: not linear(m), up)
@@ -562,6 +596,21 @@ def _agrees_with_model(
     )
 
 
+def _previous_agrees_with_model(rec: Recording, layers: Sequence[_LayerAtInput], n_heads: int) -> bool:
+    """Whether each written-out layer gives what jvp through its own attention block gives, on two random
+    directions (the previous-layer contribution reads the written-out layers alone)."""
+    n, hidden = layers[0].q.shape[1], rec.layers[0].hidden.shape[-1]
+    device = layers[0].q.device
+    generator = torch.Generator().manual_seed(DEFAULT_SEED)
+    sample = [(torch.tensor([0, n - 1], device=device), torch.randn(2, hidden, generator=generator).to(device))]
+    for l, layer in enumerate(layers):
+        written = _previous_norms([layer], iter(sample))
+        plain = _plain_input_norms(_block_heads_function(rec, l), rec.layers[l].hidden, n_heads, iter(sample))[0]
+        if not torch.allclose(written, plain, rtol=1e-3, atol=1e-5 * float(plain.abs().max())):
+            return False
+    return True
+
+
 @contextlib.contextmanager
 def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
     """Dropout off for the duration, whatever the module's mode was."""
@@ -613,12 +662,16 @@ def hidden_token_attribution(
         e0 = rec.layers[0].hidden
         head_outputs, _ = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
         layers: list[_LayerAtInput] | None = None
-        if linearise and _relative_terms_fit(lay, n, hidden):
+        # the written-out tangents differentiate scale * q.k (+ the family's terms): not soft-capped scores (Gemma 2)
+        scores_are_qk = unsupported_reason(encoder.config, "queries_keys") is None
+        if linearise and scores_are_qk and _relative_terms_fit(lay, n, hidden):
             found = [
                 _layer_at_input(lay, site, rec.heads[l], rec.layers[l].hidden, head_outputs[l, 0])
                 for l, site in enumerate(lay.sites)
             ]
             layers = None if any(layer is None for layer in found) else found  # type: ignore[assignment]
+        if layers is not None and not _previous_agrees_with_model(rec, layers, f.n_heads):
+            layers = None
         if layers is not None:
             previous_sq = _previous_norms(layers, directions(through_rows))
         else:

@@ -24,6 +24,9 @@ class NormWeights:
     beta: np.ndarray  # [layers, hidden]
     eps: np.ndarray  # [layers]
     post_layer_norm: bool = True  # False (pre-LN, ModernBERT): no LayerNorm follows; gamma 1, beta 0, s_i = 1
+    # True (Gemma 2 and 3, pre-LN): an RMSNorm scales the attention output before the residual; gamma and eps are its
+    # own, and s_i is its divisor r_i = sqrt(mean(o_i^2) + eps) of the attention output o_i (METHODS §12)
+    attention_norm: bool = False
 
     @cached_property
     def out_gram(self) -> np.ndarray:
@@ -124,8 +127,13 @@ def padded_norm_maps(
         layer_norm[:, l] = _mixed_squared(mix[..., :heads], gram).clamp_(min=0).sqrt_().transpose(1, 2)
         if w.post_layer_norm:  # g_i without its 1 / s_i: gamma (z - mean z); pre-LN: z itself (no LayerNorm follows)
             vectors.sub_(vectors.mean(-1, keepdim=True)).mul_(gamma[l])
+        elif w.attention_norm:  # the heads' part of z_ij is gamma f_h(x_j) A[i,j] / r_i; the residual's is x_i
+            vectors[:heads].mul_(gamma[l])
+            mix[..., :heads].div_(scale[:, l, None, :, None])
         centred = torch.matmul(by_key, by_key.transpose(1, 2)).view(batch, n, heads + 1, heads + 1)
-        residual_ln[:, l] = _mixed_squared(mix, centred).clamp_(min=0).sqrt_().transpose(1, 2) / scale[:, l, :, None]
+        residual_ln[:, l] = _mixed_squared(mix, centred).clamp_(min=0).sqrt_().transpose(1, 2)
+        if w.post_layer_norm:
+            residual_ln[:, l] /= scale[:, l, :, None]
     steps = torch.stack([0.5 * attentions.mean(2) + 0.5 * torch.eye(n), row_normalised_tensor(residual_ln)], dim=2)
     rollouts = rollout_tensor(steps.transpose(0, 1)).transpose(0, 1)
     return PaddedNormMaps(attentions, value_norm, layer_norm, residual_ln, rollouts)

@@ -85,23 +85,40 @@ def layer_norm_map(attentions: np.ndarray, vectors: np.ndarray) -> np.ndarray:
 
 
 def _block_scale(
-    attentions: torch.Tensor, by_key: torch.Tensor, layer_inputs: torch.Tensor, out_bias: np.ndarray, eps: np.ndarray
+    attentions: torch.Tensor,
+    by_key: torch.Tensor,
+    layer_inputs: torch.Tensor,
+    out_bias: np.ndarray,
+    eps: np.ndarray,
+    attention_norm: bool = False,
 ) -> torch.Tensor:
-    """s_i (float64 [layers, n]) from attentions [layers, heads, n, n] and f_h(x_j) by key [layers, n, heads, hidden]."""
+    """s_i (float64 [layers, n]) from attentions [layers, heads, n, n] and f_h(x_j) by key [layers, n, heads, hidden];
+    attention_norm: r_i of the attention output o_i, without the residual."""
     layers, heads, n, _ = attentions.shape
     mixed = torch.matmul(
         attentions.transpose(1, 2).reshape(layers, n, heads * n), by_key.transpose(1, 2).reshape(layers, heads * n, -1)
     )
+    if attention_norm:
+        o = (mixed + _tensor(out_bias)[:, None, :]).double()
+        return (o.square().mean(-1) + _tensor(eps).double()[:, None]).sqrt()
     u = mixed + layer_inputs + _tensor(out_bias)[:, None, :]
     return (u.double().var(-1, correction=0) + _tensor(eps).double()[:, None]).sqrt()
 
 
 def block_scale(
-    attentions: np.ndarray, vectors: np.ndarray, layer_inputs: np.ndarray, out_bias: np.ndarray, eps: np.ndarray
+    attentions: np.ndarray,
+    vectors: np.ndarray,
+    layer_inputs: np.ndarray,
+    out_bias: np.ndarray,
+    eps: np.ndarray,
+    attention_norm: bool = False,
 ) -> np.ndarray:
-    """s_i = sqrt(var(u_i) + eps), u_i = sum_h (A_h F_h)_i + x_i + b_O, the LayerNorm's divisor per row: [layers, n]."""
+    """s_i = sqrt(var(u_i) + eps), u_i = sum_h (A_h F_h)_i + x_i + b_O, the LayerNorm's divisor per row: [layers, n];
+    attention_norm (Gemma 2 and 3): r_i = sqrt(mean(o_i^2) + eps), o_i = sum_h (A_h F_h)_i + b_O."""
     by_key = _tensor(vectors).transpose(1, 2)
-    return _block_scale(_tensor(attentions), by_key, _tensor(layer_inputs), out_bias, eps).numpy()
+    return _block_scale(
+        _tensor(attentions), by_key, _tensor(layer_inputs), out_bias, eps, attention_norm=attention_norm
+    ).numpy()
 
 
 def _residual_ln(
@@ -113,17 +130,25 @@ def _residual_ln(
     eps: np.ndarray,
     scale: torch.Tensor | None = None,
     post_layer_norm: bool = True,
+    attention_norm: bool = False,
 ) -> torch.Tensor:
     """N_ResLN as float32 [layers, n, n] from torch attentions, f_h(x_j) by key [layers, n, heads, hidden] and x
-    (and s_i [layers, n] when the run captured it, else computed from the rest); pre-LN: N_Res, ||z_ij||."""
+    (and s_i [layers, n] when the run captured it, else computed from the rest); pre-LN: N_Res, ||z_ij||; with an
+    RMSNorm of the attention output (attention_norm): ||gamma (sum_h A f_h(x_j)) / r_i + [i = j] x_i||."""
     layers, heads, n, _ = attentions.shape
     centred = torch.empty(layers, n, heads + 1, by_key.shape[-1], dtype=by_key.dtype)
     centred[:, :, :heads] = by_key
     centred[:, :, heads] = layer_inputs  # the residual x_j as one more head
     if post_layer_norm:
         centred.sub_(centred.mean(-1, keepdim=True)).mul_(_tensor(gamma).to(by_key.dtype)[:, None, None, :])
+    weights = attentions
+    if attention_norm:
+        centred[:, :, :heads].mul_(_tensor(gamma).to(by_key.dtype)[:, None, None, :])
+        if scale is None:
+            scale = _block_scale(attentions, by_key, layer_inputs, out_bias, eps, attention_norm=True)
+        weights = attentions / scale[:, None, :, None].to(attentions.dtype)
     eye = torch.eye(n, dtype=attentions.dtype).expand(layers, 1, n, n)  # its weight is [i = j]
-    squared = _mixed_squared(torch.cat([attentions, eye], dim=1), _gram(centred))
+    squared = _mixed_squared(torch.cat([weights, eye], dim=1), _gram(centred))
     if not post_layer_norm:
         return _root(squared).float()
     if scale is None:
@@ -139,28 +164,38 @@ def residual_ln_map(
     gamma: np.ndarray,
     eps: np.ndarray,
     post_layer_norm: bool = True,
+    attention_norm: bool = False,
 ) -> np.ndarray:
     """GlobEnc's N_ResLN (§12): ||g_i(z_ij)||, g_i(z) = gamma (z - mean z) / s_i -> [layers, n, n]; for a pre-LN
-    family (post_layer_norm=False) N_Res, ||z_ij|| (§12, pre-LayerNorm encoders).
+    family (post_layer_norm=False) N_Res, ||z_ij|| (§12, pre-LayerNorm encoders); attention_norm (Gemma 2 and 3, with
+    post_layer_norm=False): z_ij with the heads' part through the RMSNorm of the attention output (§12, decoders).
 
     attentions [layers, heads, n, n], vectors f_h(x_j) [layers, heads, n, hidden], layer_inputs x [layers, n, hidden],
     out_bias b_O, gamma [layers, hidden], eps [layers]. The residual enters as one more head with weight [i = j] and
     vector x_j, so sum_k w[k,i,j] vec[k,j] = z_ij of §12."""
     by_key = _tensor(vectors).transpose(1, 2)
     return _residual_ln(
-        _tensor(attentions), by_key, _tensor(layer_inputs), gamma, out_bias, eps, post_layer_norm=post_layer_norm
+        _tensor(attentions),
+        by_key,
+        _tensor(layer_inputs),
+        gamma,
+        out_bias,
+        eps,
+        post_layer_norm=post_layer_norm,
+        attention_norm=attention_norm,
     ).numpy()
 
 
 @dataclass
 class LayerNormParts:
     """One layer's block output split as sum_j g_i(z_ij) + g_i(b_O) + beta (§12); pre-LN: g_i is the identity and
-    beta 0, so the parts sum to the block's output x_i + c_i W_O + b_O."""
+    beta 0, so the parts sum to the block's output x_i + c_i W_O + b_O; with an RMSNorm of the attention output (Gemma 2
+    and 3) the parts are gamma (sum_h A f_h(x_j)) / r_i + [i = j] x_i and they sum to x_i + RMSNorm(c_i W_O + b_O)."""
 
     parts: np.ndarray  # [n, n, hidden]: g_i(z_ij)
     bias: np.ndarray  # [n, hidden]: g_i(b_O)
     beta: np.ndarray  # [hidden]
-    scale: np.ndarray  # [n]: s_i
+    scale: np.ndarray  # [n]: s_i (r_i with an RMSNorm of the attention output)
 
     def output(self) -> np.ndarray:
         """LN(u_i) rebuilt from the parts: [n, hidden]."""
@@ -176,17 +211,23 @@ def layer_norm_parts(
     beta: np.ndarray,
     eps: float,
     post_layer_norm: bool = True,
+    attention_norm: bool = False,
 ) -> LayerNormParts:
     """The decomposition of one layer written out (attentions [heads, n, n], vectors [heads, n, hidden], x [n, hidden]);
-    post_layer_norm=False: the pre-LN decomposition (no LayerNorm after the residual)."""
+    post_layer_norm=False: the pre-LN decomposition (no LayerNorm after the residual); attention_norm as well: an
+    RMSNorm (gamma, eps) of the attention output before the residual."""
     x = layer_input.astype(np.float64)
     z = np.einsum("hij,hjd->ijd", attentions.astype(np.float64), vectors.astype(np.float64))
+    bias = np.broadcast_to(out_bias, x.shape).astype(np.float64)
+    if attention_norm:
+        r = np.sqrt(np.square(z.sum(1) + bias).mean(-1) + eps)
+        z *= gamma.astype(np.float64) / r[:, None, None]
+        bias = gamma * bias / r[:, None]
     z[np.arange(len(x)), np.arange(len(x))] += x
     u = z.sum(1) + out_bias
     if not post_layer_norm:
-        return LayerNormParts(
-            z, np.broadcast_to(out_bias, u.shape).astype(np.float64), np.zeros(len(beta)), np.ones(len(x))
-        )
+        scale = r if attention_norm else np.ones(len(x))
+        return LayerNormParts(z, bias, np.zeros(len(beta)), scale)
     scale = np.sqrt(u.var(-1) + eps)
 
     def g(t: np.ndarray) -> np.ndarray:
@@ -247,13 +288,17 @@ def norm_maps(result: RunResult) -> NormMaps:
 
 
 def norm_class_statistics(
-    attentions: np.ndarray, value_norm: np.ndarray, classes: np.ndarray
+    attentions: np.ndarray, value_norm: np.ndarray, classes: np.ndarray, causal: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """§11 for one input: norm share of each class [layers, heads, 4], mean value norm per class [layers, heads, 4]
-    (NaN for a class with no position) and which classes occur [4]; classes is class_masks' [n, 4]."""
+    (NaN for a class with no position) and which classes occur [4]; classes is class_masks' [n, 4]. Causal (a decoder,
+    §18): the first class (FIRST) over rows i >= 1, as its attention share."""
     to_class = np.matmul(attentions, value_norm[..., None] * classes)  # sum_{j in C} A[i,j] vn[j]: [l, h, n, 4]
     totals = to_class.sum(-1, keepdims=True)
-    shares = (to_class / np.where(totals > 0, totals, 1)).mean(-2)
+    row_shares = to_class / np.where(totals > 0, totals, 1)
+    shares = row_shares.mean(-2)
+    if causal and row_shares.shape[-2] > 1:  # row 0 of a decoder sees only itself
+        shares[..., 0] = row_shares[..., 1:, 0].mean(-1)
     present = classes.sum(0)
     with np.errstate(invalid="ignore", divide="ignore"):
         by_class = (value_norm @ classes) / present
@@ -290,6 +335,7 @@ class NormShareStats:
     n_layers: int
     n_heads: int
     all_punct: bool = False
+    causal: bool = False  # a decoder's (§18): FIRST's norm share over rows i >= 1
     shares: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 4]
     value_sums: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 4]
     value_counts: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [4] inputs with such a position
@@ -308,7 +354,7 @@ class NormShareStats:
         classes = class_masks(
             result.cls_mask, result.sep_mask, punct_mask(result.tokens, result.special_mask, self.all_punct)
         )
-        shares, by_class, present = norm_class_statistics(result.attentions, value_norm, classes)
+        shares, by_class, present = norm_class_statistics(result.attentions, value_norm, classes, self.causal)
         self.shares += shares
         self.value_sums[..., present] += by_class[..., present]
         self.value_counts += present
@@ -316,12 +362,18 @@ class NormShareStats:
 
     def merge(self, other: NormShareStats) -> NormShareStats:
         """The accumulator over both input sets; neither operand changes."""
-        if (self.n_layers, self.n_heads, self.all_punct) != (other.n_layers, other.n_heads, other.all_punct):
+        if (self.n_layers, self.n_heads, self.all_punct, self.causal) != (
+            other.n_layers,
+            other.n_heads,
+            other.all_punct,
+            other.causal,
+        ):
             raise ValueError("Cannot merge norm statistics of different models or punctuation options.")
         return NormShareStats(
             self.n_layers,
             self.n_heads,
             self.all_punct,
+            self.causal,
             self.shares + other.shares,
             self.value_sums + other.value_sums,
             self.value_counts + other.value_counts,

@@ -39,11 +39,14 @@ WEIGHTS_NORMS_TITLES = ["attention weights", "norms ||αf(x)||"]  # short: the t
 
 
 @notebook_figure
-def weights_vs_norms_figure(weights: dict[str, np.ndarray], norms: dict[str, np.ndarray], title: str = "") -> go.Figure:
-    """Share per layer (mean over heads of [layers, heads]) of each token class: weights left, norms right (Kobayashi Fig. 2)."""
+def weights_vs_norms_figure(
+    weights: dict[str, np.ndarray], norms: dict[str, np.ndarray], title: str = "", names: dict[str, str] = CLASS_NAMES
+) -> go.Figure:
+    """Share per layer (mean over heads of [layers, heads]) of each token class: weights left, norms right (Kobayashi Fig. 2);
+    names: each class's label (a decoder's first and end tokens)."""
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=WEIGHTS_NORMS_TITLES, horizontal_spacing=0.1)
     for col, per_head in enumerate((weights, norms), start=1):
-        for key, name in CLASS_NAMES.items():
+        for key, name in names.items():
             line = dict(color=COLOURS[key], width=3, dash="solid" if col == 1 else "dash")
             trace = layer_line(np.nanmean(per_head[key], axis=1), name, legendgroup=key, showlegend=col == 1, line=line)
             fig.add_trace(trace, row=1, col=col)
@@ -54,21 +57,27 @@ def weights_vs_norms_figure(weights: dict[str, np.ndarray], norms: dict[str, np.
 
 
 @notebook_figure
-def value_norm_figure(per_head: dict[str, np.ndarray], title: str = "Value norm ||f(x)|| by token class") -> go.Figure:
+def value_norm_figure(
+    per_head: dict[str, np.ndarray],
+    title: str = "Value norm ||f(x)|| by token class",
+    names: dict[str, str] = CLASS_NAMES,
+) -> go.Figure:
     """Mean ||f_h(x_j)|| per token class and layer, every head as a dot; per_head keys value_cls ... value_other."""
-    renamed = {key: per_head[f"value_{key}"] for key in CLASS_NAMES}
-    return layer_lines_with_head_dots(renamed, CLASS_NAMES, title, "||f(x)||", y_range=None)
+    renamed = {key: per_head[f"value_{key}"] for key in names}
+    return layer_lines_with_head_dots(renamed, names, title, "||f(x)||", y_range=None)
 
 
 @notebook_figure
 def weights_vs_norms_by_model(
-    per_model: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]], title: str = ""
+    per_model: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
+    title: str = "",
+    names: dict[str, str] = CLASS_NAMES,
 ) -> go.Figure:
     """Two models overlaid: {model: (weights, norms)}, each {class: [layers, heads]}; one colour per model."""
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=WEIGHTS_NORMS_TITLES, horizontal_spacing=0.1)
     for part, col in ((0, 1), (1, 2)):
-        stats = {model: {key: shares[part][key] for key in CLASS_NAMES} for model, shares in per_model.items()}
-        add_model_lines(fig, stats, CLASS_NAMES, row=1, col=col, showlegend=col == 1)
+        stats = {model: {key: shares[part][key] for key in names} for model, shares in per_model.items()}
+        add_model_lines(fig, stats, names, row=1, col=col, showlegend=col == 1)
     fig.update_xaxes(title_text=layer_axis_title(models_differ_in_depth(stats)))
     fig.update_yaxes(title_text="share", range=[0, 1], row=1, col=1)
     fig.update_layout(title=title, height=460, margin=dict(MARGIN, t=70))
@@ -77,11 +86,13 @@ def weights_vs_norms_by_model(
 
 @notebook_figure
 def value_norms_by_model(
-    per_model: dict[str, dict[str, np.ndarray]], title: str = "Value norm ||f(x)|| by token class"
+    per_model: dict[str, dict[str, np.ndarray]],
+    title: str = "Value norm ||f(x)|| by token class",
+    names: dict[str, str] = CLASS_NAMES,
 ) -> go.Figure:
     """Two models' mean ||f_h(x_j)|| per token class and layer overlaid; per_model: {model: {value_cls: ...}}."""
-    renamed = {model: {key: heads[f"value_{key}"] for key in CLASS_NAMES} for model, heads in per_model.items()}
-    return layer_lines_by_model(renamed, CLASS_NAMES, title, "||f(x)||", y_range=None)
+    renamed = {model: {key: heads[f"value_{key}"] for key in names} for model, heads in per_model.items()}
+    return layer_lines_by_model(renamed, names, title, "||f(x)||", y_range=None)
 
 
 @notebook_figure

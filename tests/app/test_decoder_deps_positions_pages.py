@@ -1,5 +1,5 @@
 """A decoder on the Dependency heads and Local vs global pages (METHODS §18): the ceiling columns, and histograms over
-offsets k <= 0 of attention alone, with the missing attribution said in words."""
+offsets k <= 0 of attention and attribution, and the one example's exact attribution (causal rows)."""
 
 from __future__ import annotations
 
@@ -58,23 +58,26 @@ def test_dependency_heads_page_shows_a_decoders_ceilings(gpt2_dir):
     assert any("visible side" in c.value for c in at.caption)
 
 
-def test_local_global_page_draws_a_decoders_attention_over_offsets_up_to_zero(gpt2_dir):
+def test_local_global_page_draws_a_decoders_attention_and_attribution_over_offsets_up_to_zero(gpt2_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), limit="4", tab="histograms")
     computed(at, "app_pages/local_global/page.py")
     assert at.session_state["lg_tab"] == LOCAL_GLOBAL["histograms"]
     notes = " ".join(i.value for i in at.info)
-    assert "offsets k <= 0" in notes and "not yet written for decoders" in notes
+    assert "offsets k <= 0" in notes and "no attribution" not in notes
     shown = [f.spec if isinstance(f.spec, dict) else json.loads(f.spec) for f in figures(at)]
     assert shown
     for spec in shown:
         bars = [t for t in spec["data"] if t.get("type") == "bar"]
-        assert bars and {t["name"] for t in bars} == {"attention"}  # no attribution series
+        assert bars and {t["name"] for t in bars} == {"attention", "input contribution (HTA)"}
         assert all(values(t["x"]).max() <= 0 for t in bars)
-    open_tab(at, "lg_tab", LOCAL_GLOBAL["example"])  # the one-example tab says so instead of offering to compute
+    open_tab(at, "lg_tab", LOCAL_GLOBAL["example"])  # the one-example tab offers the exact attribution, and draws it
     assert not at.exception, [e.value for e in at.exception]
-    assert any("No attribution for this decoder" in i.value for i in at.info)
-    assert not [b for b in at.button if b.key == "lg_example_go"]
+    assert not any("No attribution for this decoder" in i.value for i in at.info)
+    (go,) = [b for b in at.button if b.key == "lg_example_go"]
+    go.click().run()
+    assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
+    assert not [b for b in at.button if b.key == "lg_example_go"]  # computed: the offer is gone
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)

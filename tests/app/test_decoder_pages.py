@@ -99,3 +99,48 @@ def test_tour_asks_whether_the_sink_is_a_no_op(gpt2_dir):
     assert at.header[0].value == "3. Is the sink a no-op?"
     (said,) = [s.value for s in at.success]
     assert "first token" in said and "first-token share against effect" in said and "[SEP]" not in said
+
+
+def test_special_tokens_weights_vs_norms_of_a_decoder(gpt2_dir):
+    """The Weights vs norms tab for a decoder (METHODS §11 with §18's FIRST): computed, named as first and end tokens,
+    its norm shares those of the library's own `special --norms`."""
+    from attnlib.analyses.base import run_analysis
+    from attnlib.analyses.special import SPECIAL, SpecialOptions
+    from attnlib.core.corpus import read_corpus
+    from attnlib.results.shipped import CLASSROOM_SINGLE
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.query_params.update(model=str(gpt2_dir), limit="4", tab="norms")
+    at.run()
+    at.switch_page("app_pages/special_tokens/page.py")
+    at.run()
+    for _ in range(4):
+        assert not at.exception, [e.value for e in at.exception]
+        asks = [b for b in at.button if str(b.key).startswith("compute:")]
+        if not asks:
+            break
+        asks[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("not exact" in i.value or "not available" in i.value for i in at.info)
+    assert any(m.value.startswith("Is the attention to first token and end token a no-op?") for m in at.markdown)
+    (table,) = [t for t in tables(at) if "norm_cls" in t.columns]
+    corpus = {"corpus": read_corpus(CLASSROOM_SINGLE, limit=4)}  # the page's default corpus, limit 4
+    own = run_analysis(SPECIAL, load_model(str(gpt2_dir)), SpecialOptions(norms=True), inputs=corpus).result.norms
+    np.testing.assert_allclose(table["norm_cls"].to_numpy(float), own.layers["cls"], rtol=1e-6)
+
+
+def test_live_norms_view_of_a_decoder(gpt2_dir):
+    """The Live page's norms switch on a decoder: rows of ||A f(x)|| normalised, from the library's maps, causal."""
+    from attnlib.stats.value_norms import norm_maps
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(model=str(gpt2_dir), a=TEXT, show="norms")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("not exact" in i.value or "not available" in i.value for i in at.info)
+    (data,) = view_datas(at)
+    assert "norms" in data["title"] and "‖α f(x)‖" in data["quantity"]
+    for rows in unpacked(data["lines"]):  # causal: every line from query i goes to a key j <= i
+        assert all(max(keys, default=0) <= i for i, keys in enumerate(rows))
+    weighted = norm_maps(run(load_model(str(gpt2_dir)), TEXT, capture_norms=True)).weighted_norm
+    assert not np.triu(weighted, 1).any()

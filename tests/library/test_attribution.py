@@ -9,6 +9,7 @@ import torch
 from attnlib.core.runner import encode
 from attnlib.stats import attribution
 from attnlib.stats.attribution import attribute, hidden_token_attribution
+from support.tolerances import EPS32
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -35,16 +36,30 @@ def test_layer_norm_tangent_is_the_layer_norms_jacobian():
     torch.nn.init.normal_(norm.weight)
     x, tangents = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
     norm = norm.double()
-    stats = attribution._layer_norm_stats(norm, x)
+    at = attribution._norm_at(norm, x)
+    assert at is not None and at.centred
     for row in range(3):
         jacobian = torch.func.jacfwd(norm)(x[row])
         # float64: only rounding of a few length-8 sums separates the two
-        torch.testing.assert_close(
-            attribution._layer_norm_tangent((stats[0][row], stats[1][row]), tangents[row]),
-            jacobian @ tangents[row],
-            rtol=1e-12,
-            atol=1e-12,
-        )
+        torch.testing.assert_close(at.at(row).tangent(tangents[row]), jacobian @ tangents[row], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_rms_norm_tangent_is_the_rms_norms_jacobian(family):
+    """A decoder's RMSNorm (Llama's gamma = weight, Gemma's 1 + weight): diagonal minus rank one, as autograd's."""
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    torch.manual_seed(0)
+    norm = (LlamaRMSNorm if family == "llama" else GemmaRMSNorm)(8, eps=1e-6)
+    torch.nn.init.normal_(norm.weight)
+    x, tangents = torch.randn(3, 8), torch.randn(3, 8)
+    at = attribution._norm_at(norm, x)
+    assert at is not None and not at.centred
+    for row in range(3):
+        jacobian = torch.func.jacfwd(norm)(x[row])
+        # float32 (these norms compute in float32): sums of 8 terms ~1, and gamma read back through one rsqrt
+        torch.testing.assert_close(at.at(row).tangent(tangents[row]), jacobian @ tangents[row], rtol=0, atol=32 * EPS32)
 
 
 def test_pair_rotation_is_the_matrix_it_was_read_from():

@@ -255,8 +255,8 @@ def test_positions_command_on_a_decoder_and_an_encoder(kind_dir, tmp_path, capsy
     if kind == "bert":
         assert set(data) == ENCODER_POSITION_KEYS
         return
-    assert data["kind"] == "decoder" and "not yet written for decoders" in data["attribution_unavailable"]
-    assert not {"attribution_center_of_mass", "correlation"} & set(data)
+    assert data["kind"] == "decoder" and "attribution_unavailable" not in data
+    assert set(data) == ENCODER_POSITION_KEYS | {"kind"}  # attribution too (METHODS §9 with causal rows)
     # independently: the runner's causal maps, summed along each diagonal k <= 0, over the rows that have it
     lm = load_model(str(folder))
     maps = [run(lm, t).attentions.astype(np.float64) for t in texts]
@@ -269,6 +269,9 @@ def test_positions_command_on_a_decoder_and_an_encoder(kind_dir, tmp_path, capsy
     h = data["histograms"]
     assert h["offsets"] == offsets.tolist() and h["counts"] == counts.tolist()
     np.testing.assert_allclose(np.array(h["attention"]), sums / counts, rtol=1e-6, atol=1e-9)
+    # every attribution row sums to 1 (float32, within n eps) over tokens i <= j (causal): offsets k <= 0 hold it all
+    rows = sum(m.shape[-1] for m in maps)
+    np.testing.assert_allclose((np.array(h["attribution"]) * counts).sum(-1), rows, rtol=1e-5)
 
 
 @pytest.mark.slow

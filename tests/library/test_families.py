@@ -1,6 +1,7 @@
 """Every family of attnlib.core.families on its tiny random model (tests/support/models.py): attention is the model's own,
 q.k (plus the family's relative terms) gives the logits, the norms rebuild the attention block's output, replay and
-context edits reproduce the model's forward pass, and HTA equals reverse mode."""
+context edits reproduce the model's forward pass, and HTA equals reverse mode; for the decoder families (METHODS §12's
+pre-norm decoders, §18) the norms rebuild the residual stream after attention and HTA equals reverse mode as well."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from attnlib.stats import attribution
 from attnlib.stats import value_norms as norms
 from attnlib.stats.attribution import hidden_token_attribution
 from support.families import TEXT_A, TEXT_B, _cli
-from support.models import MODERNBERT_WINDOW
+from support.models import DECODER_KINDS, MODERNBERT_WINDOW, save_tiny
 from support.reference import reverse_mode_reference
+from support.tolerances import EPS32
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SENTENCES = ["A dog barked.", "The cat sat on the mat because it was warm.", "Why?"]
@@ -116,6 +118,139 @@ def test_norms_rebuild_the_attention_blocks_output(family_model):
     assert maps.residual_ln.shape == maps.layer_norm.shape == (lm.facts.n_layers, r.n, r.n)
     np.testing.assert_allclose(maps.residual_ln[-1], np.linalg.norm(parts.parts, axis=-1), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(maps.residual_ln_rollout.sum(-1), 1.0, atol=1e-5)
+
+
+# where each decoder kind's residual stream is x + the attention block's output: the input of the next module, by path
+# from the base model (read off the transformers sources, not attnlib's families); GPT-NeoX adds attention and
+# feed-forward to x in parallel, so there it is x + the attention module's own output
+AFTER_ATTENTION = {
+    "gpt2": "h.{}.ln_2",
+    "opt": "decoder.layers.{}.final_layer_norm",  # OPT reads it as [batch * n, hidden]
+    "gemma2": "layers.{}.pre_feedforward_layernorm",  # after Gemma 2's and 3's RMSNorm of the attention output
+    "gemma3": "layers.{}.pre_feedforward_layernorm",
+    "gpt-neox": None,
+}
+
+
+@pytest.fixture(scope="module", params=DECODER_KINDS)
+def decoder_model(request, tmp_path_factory):
+    """(kind, its tiny decoder loaded through the library's loader) with every norm's weight moved off its initial
+    value (Llama's 1, Gemma's 0 in 1 + w) at random, so that a misplaced gamma cannot pass."""
+    from attnlib.core.model import load_model
+
+    kind = request.param
+    lm = load_model(str(save_tiny(kind, tmp_path_factory.mktemp(f"decoder-{kind}"))))
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for module in lm.encoder.modules():
+            if "norm" in type(module).__name__.lower() and getattr(module, "weight", None) is not None:
+                module.weight.add_(0.5 * torch.randn(module.weight.shape, generator=generator))
+    return kind, lm
+
+
+def _residual_after_attention(lm, kind: str, text: str) -> list[np.ndarray]:
+    """x + the attention block's output [n, hidden] of every layer, from hooks on the model's own modules."""
+    seen: list[np.ndarray] = []
+    n_layers = lm.facts.n_layers
+    path = AFTER_ATTENTION.get(kind, "layers.{}.post_attention_layernorm")
+    if path is None:  # GPT-NeoX: x (the layer's input) + the attention module's output
+        inputs: list[torch.Tensor] = []
+        hooks = [lm.encoder.get_submodule(f"layers.{l}").register_forward_pre_hook(
+            lambda _m, args, kwargs: inputs.append((args[0] if args else kwargs["hidden_states"])[0]), with_kwargs=True
+        ) for l in range(n_layers)]  # fmt: skip
+        hooks += [lm.encoder.get_submodule(f"layers.{l}.attention").register_forward_hook(
+            lambda _m, _a, out: seen.append((inputs[len(seen)] + out[0][0]).numpy())
+        ) for l in range(n_layers)]  # fmt: skip
+    else:
+        hooks = [lm.encoder.get_submodule(path.format(l)).register_forward_pre_hook(
+            lambda _m, args: seen.append(args[0].reshape(-1, args[0].shape[-1]).numpy())
+        ) for l in range(n_layers)]  # fmt: skip
+    try:
+        with torch.no_grad():
+            lm.encoder(**model_inputs(lm, [encode(lm, text)]), use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def test_decoder_norms_rebuild_the_residual_stream_after_attention(decoder_model):
+    """METHODS §12 for pre-norm decoders: sum_j z_ij + g_i(b_O), from the captured values and the model's W_O (Gemma 2
+    and 3: through their RMSNorm of the attention output, with its captured r_i), is x_i + the attention block's output
+    that the model itself carries on; the batch maps' residual_ln are the parts' norms."""
+    kind, lm = decoder_model
+    r = run(lm, TEXT_A, capture_qk=False, capture_norms=True)
+    w = r.norm_weights
+    assert not w.post_layer_norm and w.attention_norm == (kind in ("gemma2", "gemma3"))
+    vectors = norms.head_vectors(r.values, w.out_weight)
+    actual = _residual_after_attention(lm, kind, TEXT_A)
+    maps = norms.norm_maps(r)
+    heads, d, hidden = lm.facts.n_heads, lm.facts.head_dim, lm.facts.hidden_size
+    for layer in range(lm.facts.n_layers):
+        parts = norms.layer_norm_parts(
+            r.attentions[layer],
+            vectors[layer],
+            r.layer_inputs[layer],
+            w.out_bias[layer],
+            w.gamma[layer],
+            w.beta[layer],
+            float(w.eps[layer]),
+            post_layer_norm=False,
+            attention_norm=w.attention_norm,
+        )
+        # the model's float32 sums: over n keys (A v), heads * d (W_O), hidden (the RMSNorm's mean square), then the
+        # residual; a sum of k terms errs by at most k eps sum|terms| (support.tolerances), so per element
+        magnitude = np.einsum(
+            "hij,hjc,hck->ik", np.abs(r.attentions[layer]), np.abs(r.values[layer]), np.abs(w.out_weight[layer])
+        ) + np.abs(w.out_bias[layer])
+        if w.attention_norm:
+            magnitude = magnitude * np.abs(w.gamma[layer]) / parts.scale[:, None]
+            np.testing.assert_allclose(r.block_scale[layer], parts.scale, rtol=(hidden + 2) * EPS32)
+        tolerance = (r.n + heads * d + hidden + 2) * EPS32 * (magnitude + np.abs(r.layer_inputs[layer]))
+        error = np.abs(parts.output() - actual[layer])
+        assert (error <= tolerance).all(), f"layer {layer}: error {error.max():.2e}, tolerance {tolerance.min():.2e}"
+        assert not np.triu(np.linalg.norm(parts.parts, axis=-1), 1).any()  # causal: no later key contributes
+        np.testing.assert_allclose(maps.residual_ln[layer], np.linalg.norm(parts.parts, axis=-1), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(maps.residual_ln_rollout.sum(-1), 1.0, atol=1e-5)
+
+
+def test_decoder_attribution_equals_reverse_mode_on_two_heads(decoder_model):
+    """Exact HTA of a decoder (causal rows, §18) against plain reverse mode through the model's own forward pass."""
+    _, lm = decoder_model
+    enc = encode(lm, "Cats sleep a lot.")
+    exact = hidden_token_attribution(lm, enc, mode="exact")
+    heads = [(0, 1), (lm.facts.n_layers - 1, 3)]
+    ref_in, ref_prev = reverse_mode_reference(lm, enc, heads)
+    # shares of sums of float32 squares; each derivative is a float32 sum of at most n + hidden products per layer
+    tolerance = (enc.n + lm.facts.hidden_size) * EPS32
+    for (layer, head), ref_i, ref_p in zip(heads, ref_in, ref_prev):
+        np.testing.assert_allclose(exact.input[layer, head], ref_i, atol=tolerance)
+        np.testing.assert_allclose(exact.previous[layer, head], ref_p, atol=tolerance)
+        assert not np.triu(exact.input[layer, head], 1).any()  # a query draws on no later token
+
+
+def test_post_layer_norm_opt_is_refused_in_words(tmp_path, capsys):
+    """OPT-350m's LayerNorm follows attention and the residual (do_layer_norm_before false): norms and attribution say
+    why not, in the library and as one `error:` line of the command line; attention still runs."""
+    import json
+
+    from attnlib.cli.entry import main
+    from attnlib.core.model import load_model
+
+    folder = save_tiny("opt", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"do_layer_norm_before": False}))
+    lm = load_model(str(folder))
+    assert run(lm, TEXT_A, capture_qk=False).attentions.shape[:2] == (2, 4)
+    capsys.readouterr()  # what saving the model printed
+    for statistic in ("norms", "hta"):
+        with pytest.raises(UnsupportedModelError, match="do_layer_norm_before false"):
+            layout(lm.encoder, statistic)
+    for command in (["norms", "--text", TEXT_A], ["hta", "--text", TEXT_A, "--mode", "estimate"]):
+        assert main([*command, "--model", str(folder), "--json"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+        assert "LayerNorm after attention" in err
 
 
 def test_replay_reproduces_the_forward_pass(family_model):

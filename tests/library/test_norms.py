@@ -171,6 +171,19 @@ def test_norm_share_by_hand():
     assert present.tolist() == [True, False, False, True]
 
 
+def test_causal_norm_share_by_hand():
+    """A decoder (METHODS §18): FIRST's norm share over rows i >= 1 (row 0 sees only itself), the others over all rows."""
+    attn = np.array([[[[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]]])
+    value_norm = np.array([[[1.0, 2.0, 4.0]]])
+    first = np.array([True, False, False])
+    classes = class_masks(first, np.zeros(3, bool), np.zeros(3, bool))
+    # weighted rows: [1, 0, 0], [0.5, 1, 0], [0.2, 0.6, 2]: FIRST 1/3 and 0.2/2.8 = 1/14 in rows 1 and 2
+    causal, _, _ = norms.norm_class_statistics(attn, value_norm, classes, causal=True)
+    np.testing.assert_allclose(causal[0, 0], [(1 / 3 + 1 / 14) / 2, 0, 0, (2 / 3 + 13 / 14) / 3])
+    plain, _, _ = norms.norm_class_statistics(attn, value_norm, classes)
+    np.testing.assert_allclose(plain[0, 0, 0], (1 + 1 / 3 + 1 / 14) / 3)
+
+
 def test_accumulator_halves_merge_to_whole(tiny_model):
     lm = tiny_model
     f = lm.facts
