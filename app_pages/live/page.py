@@ -14,10 +14,10 @@ import streamlit as st
 
 from app_pages.live.encoder_decoder import encoder_decoder_live
 from app_pages.live.head_finder import show_finder
-from app_pages.live.head_switches import clicked_heads, head_switches
+from app_pages.live.head_switches import head_switches
+from app_pages.live.heads_off import CLICK, OFF, SWITCHES, clicked, heads_off_now, switches_section
 from app_pages.live.long_live import WINDOW_OPTIONS, long_input, long_views, needs_window
 from app_pages.live.token_pick import listen_for_picks
-from attnlib.analyses.ablate import InputAblation
 from attnlib.core.model import LoadedModel, ModelFacts
 from attnlib.core.runner import InputError, RunResult
 from attnlib.core.words import ROW_RULES
@@ -25,7 +25,7 @@ from attnlib.present.comparison import largest_difference
 from attnlib.present.export import attention_table
 from attnlib.present.labels import STAT_NAMES
 from attnlib.present.tables import by_layer
-from attnlib.stats.head_ablation import AblationUnavailable, heads_text, unavailable_reason
+from attnlib.stats.head_ablation import unavailable_reason
 from attnlib.stats.shares import input_statistics, punct_mask
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
@@ -33,7 +33,6 @@ from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_terms, value_norm_figure
 from ui.sources.compare import compared_model
 from ui.sources.live_inputs import (
-    cached_ablation,
     cached_run,
     run_or_explain,
     text_inputs,
@@ -44,7 +43,6 @@ from ui.sources.live_inputs import (
 )
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, bind, publish, set_value
-from ui.widgets.data_table import data_table
 from ui.widgets.family_notes import explain_unsupported, local_layers_note, unsupported_for
 from ui.widgets.methods import cite_methods
 from ui.widgets.plotly_figure import plotly_figure
@@ -66,10 +64,6 @@ HEADS = Option("live_heads", "heads", None)  # None: every head
 TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # 0: no token selected
 PAIR_FILTER = Option("live_filter", "filter", "All", FILTER_PARAMS)
 SHOW = Option("live_show", "show", "weights", list(SHOWS))
-OFF = Option("live_off", "off", "")  # heads switched off, 1-based layer-head: "3-10,1-2"
-CLICK = Option("live_click", "click", False)  # clicks in the model view switch heads off
-OFF_PICK = "live_off_pick"  # the multiselect of the heads off (OFF is its text in the URL)
-SWITCHES = "live_switches"  # the model view whose clicks switch heads
 FIND = Option("live_find", "find", False, omit_default=True)  # the "Find similar tokens in a corpus" section is open
 T = TypeVar("T")
 OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER, OFF, CLICK, FIND]
@@ -416,7 +410,7 @@ def model_view_section(s: LiveView, second: ModelFacts | None) -> None:
         kwargs = {"title": title, "quantity": v.quantity, "switches": clicks, "off": off}
         html = model_view_html(v.attn, v.labels, (v.layer, v.head), windows=v.facts.windows, **kwargs)
         if clicks:
-            head_switches(html, SWITCHES, on_change=_clicked)
+            head_switches(html, SWITCHES, on_change=clicked)
         else:
             show(html)
         return html
@@ -516,114 +510,6 @@ def neuron_notes(diff: float, label: str) -> None:
         )
 
 
-def heads_off_now(facts: ModelFacts) -> list[tuple[int, int]]:
-    """The heads switched off (0-based), from the URL's 1-based text; those outside the model left out."""
-    heads = []
-    for part in str(st.session_state.get(OFF.key, "")).split(","):
-        layer, _, head = part.strip().partition("-")
-        if layer.isdigit() and head.isdigit() and 1 <= int(layer) <= facts.n_layers and 1 <= int(head) <= facts.n_heads:
-            heads.append((int(layer) - 1, int(head) - 1))
-    return sorted(set(heads))
-
-
-def _label(head: tuple[int, int]) -> str:
-    return f"{head[0] + 1}-{head[1] + 1}"
-
-
-def _picked() -> None:
-    """Multiselect callback: its heads become the URL's."""
-    set_value(OFF, ",".join(st.session_state[OFF_PICK]))
-
-
-def _clicked() -> None:
-    """Model view callback: the heads a click left off become the URL's."""
-    set_value(OFF, ",".join(_label(h) for h in clicked_heads(SWITCHES)))
-
-
-def _share(p: float) -> str:
-    """A probability as a percentage, small ones with two significant digits."""
-    return f"{p:.1%}" if p >= 0.001 else f"{100 * p:.2g}%"
-
-
-def heads_off_picker(facts: ModelFacts) -> list[tuple[int, int]]:
-    """The multiselect of the heads switched off and the toggle that lets model-view clicks switch them; the heads."""
-    off = heads_off_now(facts)
-    st.session_state[OFF_PICK] = [_label(h) for h in off]
-    everyone = [_label((l, h)) for l in range(facts.n_layers) for h in range(facts.n_heads)]
-    pick, click = st.columns([3, 1])
-    pick.multiselect(
-        "Heads switched off (layer-head)",
-        everyone,
-        key=OFF_PICK,
-        on_change=_picked,
-        help="Each head's context vectors are set to zero before the attention output projection (Michel et al.'s "
-        "ablation); the rest of the model runs unchanged. The views above still show the unchanged model.",
-    )
-    click.toggle("Click heads in the model view", key=CLICK.key, help="In the model view, a click on a thumbnail "
-                 "switches that head off, or on again.")  # fmt: skip
-    return off
-
-
-def ablation_metrics(found: InputAblation) -> None:
-    """What switching the heads off changed: the sentence embedding, the hidden states and the masked-LM loss."""
-    first, second, third = st.columns(3)
-    first.metric(
-        "Sentence-embedding similarity",
-        f"{found.similarity:.4f}",
-        delta=f"1 − cos = {found.embedding:.2g}",
-        delta_color="off",
-        help="cos between the mean-pooled last hidden states with and without the heads (1 = unchanged).",
-    )
-    second.metric("Hidden states changed by", f"{found.hidden:.1%}", help="Mean over tokens of ||h − h′|| / ||h||.")
-    if found.mlm is not None:
-        third.metric("Masked-LM loss change", f"{found.mlm:+.2g}", help="At 15% of the tokens masked (METHODS §15).")
-
-
-def mask_predictions(found: InputAblation) -> None:
-    """The top predictions at each mask token typed in the text, before and after (a masked-LM model's)."""
-    mask = current_model().tokenizer.mask_token
-    if not found.predictions:
-        st.caption(f"Type {mask} in the text to see the model's top predictions there before and after.")
-        return
-    rows = [
-        {
-            "position": p.position + 1,
-            "rank": k + 1,
-            "before": f"{b[0]} ({_share(b[1])})",
-            "after": f"{a[0]} ({_share(a[1])})",
-        }
-        for p in found.predictions
-        for k, (b, a) in enumerate(zip(p.before, p.after))
-    ]
-    st.markdown(f"Top predictions at each {mask} typed in the text, before and after:")
-    data_table(pd.DataFrame(rows), key="live_predictions")
-
-
-def switches_section(s: LiveView) -> None:
-    """Heads switched off on this input (a multiselect, or clicks in the model view) and their effect: the sentence
-    embedding's similarity to the unchanged model's, the hidden states' change and, for a masked-LM model, the
-    predictions at each mask token typed in the text before and after (METHODS §15)."""
-    st.subheader("Switch heads off")
-    reason = unavailable_reason(current_model())
-    if reason is not None:
-        st.info(reason)
-        return
-    off = heads_off_picker(s.facts)
-    if not off:
-        st.caption(
-            "No head is switched off: choose heads above, or turn on the toggle and click them in the model view."
-        )
-        return
-    try:
-        found = cached_ablation(s.facts.name, s.text_a, s.text_b, heads_text(off))
-    except AblationUnavailable as exc:
-        st.info(str(exc))
-        return
-    ablation_metrics(found)
-    if found.mlm is not None:
-        mask_predictions(found)
-
-
 def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -> None:
     """ "Find similar tokens in a corpus" (METHODS §16): off by default, and nothing of it loads until switched on."""
     st.divider()
@@ -696,7 +582,7 @@ else:
     compared = compared_model()
     live = controls(view, facts, result, text_a, text_b)
     SECTIONS[view](live, compared.facts if compared else None)
-    switches_section(live)
+    switches_section(live.facts, live.text_a, live.text_b)
     if view != "model":
         similar_tokens_section(live, view, compared)
 cite_methods(6, 11, 15, 16)
