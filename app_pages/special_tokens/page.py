@@ -9,7 +9,7 @@ import streamlit as st
 from app_pages.special_tokens.special_views import (
     GRADIENT_CAVEAT,
     KEY,
-    ShownSpecial,
+    ShownResult,
     models_difference,
     names_for,
     per_model,
@@ -100,9 +100,7 @@ def grad_asked_key(model: str, fingerprint: str) -> str:
     return f"_{KEY}_grad_asked:{model}:{fingerprint}"
 
 
-def model_result(
-    lm: LoadedModel, choice: CorpusChoice, options: SpecialOptions, gradients: bool
-) -> ShownSpecial | None:
+def model_result(lm: LoadedModel, choice: CorpusChoice, options: SpecialOptions, gradients: bool) -> ShownResult | None:
     """One model's result on the chosen corpus: shipped when one matches, else computed (None after an error)."""
     name = lm.facts.name
     try:
@@ -119,17 +117,17 @@ def model_result(
     if gradients and reason is None and asked:
         grads = compute_gradients(name, choice.fingerprint, choice.inputs)
     caveats = {} if reason is None else {GRADIENT_CAVEAT: reason}
-    return ShownSpecial(name, run, choice.label, source, choice, caveats, gradients=grads)
+    return ShownResult(name, run, choice.label, source, choice, caveats, gradients=grads)
 
 
-def file_view(found: FromFile[SpecialTokens], chosen: object = None) -> ShownSpecial:
+def file_view(found: FromFile[SpecialTokens], chosen: object = None) -> ShownResult:
     """A result file's statistics as the page shows them (no gradient importance: files do not hold it)."""
     reason = "result files hold no gradient importance; compute on the page to see it."
     source = f"from {found.name}, {found.record.provenance()}"
-    return ShownSpecial(found.model, found.value, found.corpus, source, caveats={GRADIENT_CAVEAT: reason})
+    return ShownResult(found.model, found.value, found.corpus, source, caveats={GRADIENT_CAVEAT: reason})
 
 
-PAGE: CorpusPage[tuple[SpecialOptions, bool], ShownSpecial] = CorpusPage(
+PAGE: CorpusPage[tuple[SpecialOptions, bool], ShownResult] = CorpusPage(
     KEY,
     "special",
     options=options_sidebar,
@@ -139,7 +137,7 @@ PAGE: CorpusPage[tuple[SpecialOptions, bool], ShownSpecial] = CorpusPage(
 )
 
 
-def _per_head_table(view: ShownSpecial) -> pd.DataFrame:
+def _per_head_table(view: ShownResult) -> pd.DataFrame:
     """Per head, layer-head from 1, with the model named in each row."""
     table = head_frame(view.model, {key: view.special.heads[key] for key in view.special.heads})
     table.insert(1, "layer-head", [head_label(l - 1, h - 1) for l, h in zip(table["layer"], table["head"])])
@@ -148,7 +146,7 @@ def _per_head_table(view: ShownSpecial) -> pd.DataFrame:
     return table
 
 
-def _heads_over_half(views: list[ShownSpecial], keys: list[str]) -> pd.DataFrame:
+def _heads_over_half(views: list[ShownResult], keys: list[str]) -> pd.DataFrame:
     rows = [
         {"model": v.model, "head": head_label(l, h), "attends to": names_for(views)[key], "share": round(value, 3)}
         for v in views
@@ -158,7 +156,7 @@ def _heads_over_half(views: list[ShownSpecial], keys: list[str]) -> pd.DataFrame
     return pd.DataFrame(rows, columns=["model", "head", "attends to", "share"])
 
 
-def lines_beside_heatmaps(views: list[ShownSpecial], keys: list[str], titles: tuple[str, str, str], names: str):
+def lines_beside_heatmaps(views: list[ShownResult], keys: list[str], titles: tuple[str, str, str], names: str):
     """Layer lines and per-head heatmaps of some statistics; one model side by side, two overlaid then paired."""
     line_title, y_title, heat_title = titles
     line_name, heat_name = names.split()
@@ -182,7 +180,7 @@ def lines_beside_heatmaps(views: list[ShownSpecial], keys: list[str], titles: tu
     )
 
 
-def shares_tab(views: list[ShownSpecial]) -> None:
+def shares_tab(views: list[ShownResult]) -> None:
     """Shares of attention to [CLS], [SEP], punctuation and the rest (Clark Fig. 2)."""
     st.markdown(
         "Mean share of attention each query row sends to [CLS], [SEP], punctuation and every other token "
@@ -192,7 +190,7 @@ def shares_tab(views: list[ShownSpecial]) -> None:
     lines_beside_heatmaps(views, list(CLASS_KEYS), titles, "shares_per_layer shares_per_head")
 
 
-def sep_tab(views: list[ShownSpecial]) -> None:
+def sep_tab(views: list[ShownResult]) -> None:
     """[SEP] as a no-op: attention to [SEP] from [SEP] rows and from the others."""
     st.markdown(
         "Clark et al. found that heads attending to [SEP] do not gather the segment there: the [SEP] rows "
@@ -205,7 +203,7 @@ def sep_tab(views: list[ShownSpecial]) -> None:
     lines_beside_heatmaps(views, ["sep_to_sep", "rest_to_sep"], titles, "sep_no_op sep_no_op_heads")
 
 
-def sinks_tab(views: list[ShownSpecial]) -> None:
+def sinks_tab(views: list[ShownResult]) -> None:
     """The attention sink (METHODS §18): each head's share to the first token, and the share of sink heads."""
     st.markdown(
         "A decoder's heads often park attention on the first token, the *attention sink* (Xiao et al. 2023; Gu et al. "
@@ -243,7 +241,7 @@ def sinks_tab(views: list[ShownSpecial]) -> None:
     download_table(rates, "sink_rates", key=f"{KEY}_sink_rates_csv")
 
 
-def offsets_tab(views: list[ShownSpecial]) -> None:
+def offsets_tab(views: list[ShownResult]) -> None:
     """Attention to the previous token, the token itself and the next one, and the heads above the threshold."""
     st.markdown(
         "Share of attention to the previous token, the token itself and the next token "
@@ -259,7 +257,7 @@ def offsets_tab(views: list[ShownSpecial]) -> None:
         download_table(named, "offset_heads", key=f"{KEY}_offset_heads_csv")
 
 
-def entropy_tab(views: list[ShownSpecial]) -> None:
+def entropy_tab(views: list[ShownResult]) -> None:
     """Mean entropy of each head's rows and of the [CLS] row (Clark Fig. 4)."""
     st.markdown(
         "Mean entropy (nats) of each head's attention rows, and of the [CLS] row alone (METHODS §3, "
@@ -268,14 +266,14 @@ def entropy_tab(views: list[ShownSpecial]) -> None:
     )
     models_difference(views, [v.special.layers for v in views], ["entropy", "cls_entropy"], names_for(views))
 
-    def draw(v: ShownSpecial, sfx: str) -> None:
+    def draw(v: ShownResult, sfx: str) -> None:
         heads = v.special.heads
         show_figure(entropy_figure(heads["entropy"], heads["cls_entropy"], v.special.uniform_entropy), "entropy" + sfx)
 
     side_by_side(views, draw)
 
 
-def head_map_tab(views: list[ShownSpecial]) -> None:
+def head_map_tab(views: list[ShownResult]) -> None:
     """The MDS map of the heads by Jensen-Shannon divergence, with the behaviour labels."""
     if all(v.head_map is None for v in views):
         for view in [v for v in views if v.from_file] or views[:1]:
@@ -296,7 +294,7 @@ def head_map_tab(views: list[ShownSpecial]) -> None:
     side_by_side(views, draw_head_map)
 
 
-def no_head_map(view: ShownSpecial) -> None:
+def no_head_map(view: ShownResult) -> None:
     """Why a model has no head map, and how to get one."""
     st.info(
         f"{view.model}: the result file has no head map; run the command with --head-map to include it."
@@ -305,7 +303,7 @@ def no_head_map(view: ShownSpecial) -> None:
     )
 
 
-def draw_head_map(view: ShownSpecial, sfx: str) -> None:
+def draw_head_map(view: ShownResult, sfx: str) -> None:
     """One model's head map and its JS-divergence table download."""
     hm = view.head_map
     if hm is None:
@@ -317,7 +315,7 @@ def draw_head_map(view: ShownSpecial, sfx: str) -> None:
     download_table(distances.reset_index(names="head"), "js_divergence" + sfx, key=f"{KEY}_js_csv{sfx}")
 
 
-def gradient_tab(views: list[ShownSpecial]) -> None:
+def gradient_tab(views: list[ShownResult]) -> None:
     """Gradient of the masked-LM loss with respect to attention, to [SEP] and to all keys (Clark Fig. 3)."""
     st.markdown(
         "Mean magnitude of the gradient of the masked-LM loss (15% of non-special tokens masked, fixed "
@@ -327,12 +325,12 @@ def gradient_tab(views: list[ShownSpecial]) -> None:
     side_by_side(views, draw_gradients)
 
 
-def ask_gradients(view: ShownSpecial) -> None:
+def ask_gradients(view: ShownResult) -> None:
     """Remember (button callback) that the visitor wants gradient importance beside a shipped result."""
     st.session_state[grad_asked_key(view.model, view.fingerprint)] = True
 
 
-def draw_gradients(view: ShownSpecial, sfx: str) -> None:
+def draw_gradients(view: ShownResult, sfx: str) -> None:
     """One model's gradient importance, or why it is missing (with a button when it only waits to be asked)."""
     if view.grad_reason is not None:
         st.info(f"Gradient importance is not shown: {view.grad_reason}")
@@ -353,7 +351,7 @@ def draw_gradients(view: ShownSpecial, sfx: str) -> None:
     download_table(grad_table, "gradient_importance" + sfx, key=f"{KEY}_grad_csv{sfx}")
 
 
-def view_json(view: ShownSpecial) -> dict:
+def view_json(view: ShownResult) -> dict:
     """One model's numbers as the JSON download holds them (0-based, as the command line)."""
     out = {"model": view.model, "corpus": view.corpus, "source": view.source, **view.run.to_json()}
     if view.gradients is not None:
@@ -361,7 +359,7 @@ def view_json(view: ShownSpecial) -> dict:
     return out
 
 
-def tables_tab(views: list[ShownSpecial]) -> None:
+def tables_tab(views: list[ShownResult]) -> None:
     """Per-layer and per-head tables (a model column in each) and everything as JSON (0-based)."""
     st.markdown("Per layer (mean over heads); layers from 1.")
     per_layer = pd.concat([layer_frame(v.model, v.special.layers) for v in views], ignore_index=True)
@@ -376,7 +374,7 @@ def tables_tab(views: list[ShownSpecial]) -> None:
     st.caption("The JSON counts layers and heads from 0, like the command line.")
 
 
-def summary(views: list[ShownSpecial]) -> None:
+def summary(views: list[ShownResult]) -> None:
     """Where the numbers come from, and how many inputs were truncated."""
     for view in views:
         special = view.special

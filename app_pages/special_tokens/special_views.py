@@ -1,4 +1,4 @@
-"""What the Special tokens page's tabs share: one model's result as shown (`ShownSpecial`), the statistics' names,
+"""What the Special tokens page's tabs share: one model's result as shown (`ShownResult`), the statistics' names,
 and the helpers that draw a figure and say where two models differ most."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ NAMES = {
 DECODER_NAMES = {"cls": "first token", "sep": "end token", "cls_entropy": "first-row entropy"}  # METHODS §18
 
 
-def names_for(views: list[ShownSpecial]) -> dict[str, str]:
+def names_for(views: list[ShownResult]) -> dict[str, str]:
     """The statistics' names for these results: a decoder's FIRST and SEP classes named as such, both names when an
     encoder and a decoder stand side by side."""
     kinds = {v.special.causal for v in views}
@@ -52,7 +52,7 @@ GRADIENT_CAVEAT = "gradients"  # the caveat saying why gradient importance canno
 
 
 @dataclass
-class ShownSpecial(Shown[SpecialTokens]):
+class ShownResult(Shown[SpecialTokens]):
     """One model's result as the page shows it (`Shown`), with gradient importance when it was computed."""
 
     gradients: GradientImportanceResult | None = None
@@ -88,7 +88,7 @@ def show_figure(fig: go.Figure, name: str) -> None:
     chart(fig, name, f"{KEY}_{name}_chart")
 
 
-def models_difference(views: list[ShownSpecial], per_layer: list[dict], keys: list[str], names: dict[str, str]) -> None:
+def models_difference(views: list[ShownResult], per_layer: list[dict], keys: list[str], names: dict[str, str]) -> None:
     """With two models: where their per-layer values differ most (per_layer: one {key: [layers]} per view)."""
     if len(views) < 2:
         return
@@ -108,6 +108,6 @@ def comparable(per_layer: dict, keys: list[str], names: dict[str, str], relative
     }
 
 
-def per_model(views: list[ShownSpecial], keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
+def per_model(views: list[ShownResult], keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
     """{model: {key: [layers, heads]}} of some statistics."""
     return {v.model: {k: v.special.heads[k] for k in keys} for v in views}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app_pages.special_tokens.special_views import KEY, NAMES, ShownSpecial, models_difference, show_figure
+from app_pages.special_tokens.special_views import KEY, NAMES, ShownResult, models_difference, show_figure
 from attnlib.analyses.special import NORM_GAP_FACTOR, largest_weight_norm_gap
 from attnlib.present.tables import layer_frame
 from attnlib.stats.shares import CLASS_KEYS
@@ -28,7 +28,7 @@ GAP_VERDICTS = {
 }  # by WeightNormGap.verdict
 
 
-def weight_norm_table(views: list[ShownSpecial]) -> pd.DataFrame:
+def weight_norm_table(views: list[ShownResult]) -> pd.DataFrame:
     """Per layer and model: the weight share and norm share of each class, and each class's value norm."""
     frames = []
     for v in views:
@@ -41,7 +41,7 @@ def weight_norm_table(views: list[ShownSpecial]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def weights_norms_caption(view: ShownSpecial) -> str:
+def weights_norms_caption(view: ShownResult) -> str:
     """What the figure shows: the largest gap between [CLS]/[SEP]'s weight share and norm share."""
     assert view.norms is not None
     gap = largest_weight_norm_gap(view.special.layers, view.norms.layers)
@@ -54,7 +54,7 @@ def weights_norms_caption(view: ShownSpecial) -> str:
     )
 
 
-def weights_norms_tab(views: list[ShownSpecial]) -> None:
+def weights_norms_tab(views: list[ShownResult]) -> None:
     """Share of weights and share of norms per class and layer (Kobayashi Fig. 2), and value norms by class."""
     missing = [v for v in views if v.norms is None]
     reasons = [r for v in missing if not v.from_file and (r := unsupported_for(v.model, "norms"))]
