@@ -92,7 +92,7 @@ def aggregation_file(found: FromFile[AggregationResult], options: PositionOption
 AGGREGATION_PAGE: CorpusPage[PositionOptions, Shown[AggregationResult]] = CorpusPage(
     "aggregation",
     "aggregation",
-    options=lambda lm, from_file: PositionOptions(),  # the tab takes the page's options (Local vs global's)
+    options=lambda lm, from_file: PositionOptions(),  # never drawn: the tab takes Local vs global's options
     result=aggregation_result,
     from_file=aggregation_file,
     analysis_options=aggregation_options,
