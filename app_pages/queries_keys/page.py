@@ -55,12 +55,12 @@ def attention_row(model_name: str, text_a, text_b, layer: int, head: int, positi
     return list(r.tokens), r.attentions[layer, head, position].tolist()
 
 
-def model_result(lm: LoadedModel, choice: CorpusChoice, options: QKOptions = GRID) -> ShownQK | None:
+def model_result(lm: LoadedModel, choice: CorpusChoice, options: QKOptions) -> ShownQK | None:
     """A model's grid on the chosen corpus: shipped when one matches, else computed (None after an error)."""
     name = lm.facts.name
     try:
         result, source = shipped_or_computed(
-            "qk", name, choice, GRID, lambda: compute(name, choice.fingerprint, GRID, choice.inputs)
+            "qk", name, choice, options, lambda: compute(name, choice.fingerprint, options, choice.inputs)
         )
     except (CorpusError, InputError, UnsupportedModelError, ValueError) as exc:
         st.error(f"Queries and keys of {name} cannot be shown: {exc}")
@@ -69,7 +69,7 @@ def model_result(lm: LoadedModel, choice: CorpusChoice, options: QKOptions = GRI
     return Shown(name, result, choice.label, source, choice)
 
 
-PAGE: CorpusPage[QKOptions, ShownQK] = CorpusPage(KEY, "qk", options=lambda lm, from_file: GRID, result=model_result)
+PAGE: CorpusPage[QKOptions, ShownQK] = CorpusPage(KEY, "qk", lambda lm, from_file: GRID, model_result)  # no widgets
 
 
 # ---------------------------------------------------------------------------------------------- state and clicks
