@@ -15,10 +15,10 @@ from attnlib.core.model import LoadedModel
 from attnlib.core.runner import run
 from attnlib.views.deps import arc_diagram
 from attnlib.views.heatmap import attention_heatmap
-from ui.sources.compare import model_columns
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind
 from ui.widgets.downloads import chart
+from ui.widgets.side_by_side import model_columns
 
 MAX_EXAMPLES = 500  # sentences offered in the example's picker
 DIRECTION_PARAMS = {"dep": DIRECTIONS[0], "head": DIRECTIONS[1]}

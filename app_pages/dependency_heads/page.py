@@ -20,11 +20,12 @@ from attnlib.present.tables import clark_table1
 from attnlib.results.files import ResultFile
 from attnlib.results.shipped import CLASSROOM
 from attnlib.views.deps import head_accuracy_heatmaps
-from ui.sources.compare import Second, difference_line, second_source
+from ui.sources.compare import Second, difference_line
+from ui.sources.corpus_page import CorpusPage, Inputs, Shown
 from ui.sources.corpus_picker import SHIPPED, CorpusChoice, corpus_picker, kept_upload
 from ui.sources.model_sidebar import current_model, model_named
 from ui.sources.page_state import AnalysisForm, Option, bind, field_option, forget, lazy_tabs
-from ui.sources.result_file import FromFile, loaded_result
+from ui.sources.result_file import FromFile
 from ui.sources.result_source import shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_table
@@ -104,8 +105,8 @@ def _silver_text() -> tuple[str, str] | None:
     return choice, CLASSROOM[choice].read_text(encoding="utf-8")
 
 
-def silver_corpus() -> tuple[str, str, list[Sentence]] | None:
-    """Text parsed by spaCy: (label, fingerprint, sentences), or None with a message shown."""
+def silver_corpus() -> CorpusChoice | None:
+    """Text parsed by spaCy (not CoNLL-U: its trees are predicted), or None with a message shown."""
     limit = int(bind([TEXT_CHOICE, TEXT_LIMIT])["limit"])
     text = _silver_text()
     if text is None:
@@ -118,7 +119,8 @@ def silver_corpus() -> tuple[str, str, list[Sentence]] | None:
         st.warning("The text has no sentence to analyse.")
         return None
     st.sidebar.caption(f"{len(sentences)} sentences parsed from {label}")
-    return label, f"spacy:{digest}:{limit}", sentences
+    fingerprint = f"spacy:{digest}:{limit}"  # also its SHA-1 in a result file's description of the corpus
+    return CorpusChoice(label, fingerprint, fingerprint, list(sentences), is_conllu=False)
 
 
 def table_options() -> tuple[DepsOptions, bool]:
@@ -212,28 +214,23 @@ def _show_paper_table(is_silver: bool) -> None:
     st.caption(labels + " The paper's corpus (WSJ) differs from ours, so the numbers are a reference, not a target.")
 
 
-def chosen_corpus(is_silver: bool) -> tuple[str, str, list[Sentence], CorpusChoice | None] | None:
-    """(label, fingerprint, sentences, the gold CorpusChoice) of the treebank or the parsed text; None with a message."""
+def chosen_corpus(is_silver: bool) -> CorpusChoice | None:
+    """The treebank or the parsed text; None with a message."""
     try:
-        if is_silver:
-            silver = silver_corpus()
-            return None if silver is None else (*silver, None)
-        choice = corpus_picker("deps", kind="conllu", default_limit=100_000)
-        return None if choice is None else (choice.label, choice.fingerprint, choice.inputs, choice)  # type: ignore
+        return silver_corpus() if is_silver else corpus_picker("deps", kind="conllu", default_limit=100_000)
     except CorpusError as exc:
         st.error(str(exc))
         return None
 
 
-def model_counts(model_name: str, corpus, options: DepsOptions) -> tuple[DependencyCounts | None, str]:
+def model_counts(model_name: str, choice: CorpusChoice, options: DepsOptions) -> tuple[DependencyCounts | None, str]:
     """One model's counts on the corpus and where they came from: shipped (gold trees), cached, or now."""
-    _, fingerprint, sentences, choice = corpus
     counted = DEPS.computed(options)  # the table's minimum count only chooses what is shown of the counts
 
     def compute() -> DependencyCounts:
-        return _counts(model_name, fingerprint, counted, sentences)
+        return _counts(model_name, choice.fingerprint, counted, choice.inputs)  # type: ignore[arg-type]
 
-    if choice is None:  # spaCy's parses ship nowhere
+    if not choice.is_conllu:  # spaCy's parses ship nowhere
         return compute(), "computed here"
     return shipped_or_computed("deps", model_name, choice, counted, compute, parse_deps)
 
@@ -243,53 +240,46 @@ def parse_deps(record: ResultFile) -> DependencyCounts:
     return DEPS.from_record(record).counts
 
 
-def corpus_counts(model_name: str, corpus, options: DepsOptions) -> DependencyCounts | None:
+def corpus_counts(lm: LoadedModel, choice: CorpusChoice, options: DepsOptions) -> Shown[DependencyCounts] | None:
     """One model's counts on the chosen corpus, where they came from said; None after an error."""
+    model_name = lm.facts.name
     try:
-        counts, source = model_counts(model_name, corpus, options)
+        counts, source = model_counts(model_name, choice, options)
     except (CorpusError, InputError, TypeError) as exc:
         st.error(f"{model_name}: {exc}")
         return None
-    if counts is not None:
-        st.caption(f"Table 1 of {model_name} on {corpus[0]}: {source}.")
-    return counts
-
-
-def described(corpus) -> dict | None:
-    """The chosen corpus as result files describe it (a parsed text by the digest of its text and limit)."""
-    if corpus is None:
+    if counts is None:
         return None
-    label, fingerprint, sentences, choice = corpus
-    return (
-        choice.described() if choice is not None else {"name": label, "sha1": fingerprint, "n_inputs": len(sentences)}
-    )
+    st.caption(f"Table 1 of {model_name} on {choice.label}: {source}.")
+    return Shown(model_name, counts, choice.label, source, choice)
+
+
+PAGE: CorpusPage[tuple[DepsOptions, bool], Shown[DependencyCounts]] = CorpusPage(
+    "deps",
+    "deps",
+    options=lambda lm, from_file: table_options(),
+    result=lambda lm, choice, chosen: corpus_counts(lm, choice, chosen[0]),
+    parse=parse_deps,
+    analysis_options=lambda chosen: chosen[0],
+    section="Table 1",
+)
 
 
 def compared_counts(
-    lm: LoadedModel, loaded, second: Second, corpus, options: DepsOptions
-) -> dict[str, DependencyCounts]:
+    lm: LoadedModel, given: Inputs[tuple[DepsOptions, bool]], second: Second
+) -> list[Shown[DependencyCounts]]:
     """The first model's counts (its loaded file, else on the corpus) and the second's (its file, else the compared
-    model's on the corpus), by model name; empty when the first has none."""
-    if loaded is None and corpus is None:
-        return {}
-    if loaded is None and corpus[3] is None:
+    model's on the corpus); empty when the first has none."""
+    if given.loaded is None and given.choice is not None and not given.choice.is_conllu:
         st.info(
             f"Predicted parses: these trees come from the spaCy parser {parser_name()}, not from annotators; "
             "the scores measure agreement with the parser."
         )
-    first = loaded.value if loaded is not None else corpus_counts(lm.facts.name, corpus, options)
-    if first is None:
-        return {}
-    found = {lm.facts.name if loaded is None else loaded.model: first}
-    if second.file is not None:
-        found[second.file.model] = second.file.value
-    elif second.model is not None and corpus is not None:
-        other = corpus_counts(second.model.facts.name, corpus, options)
-        found |= {second.model.facts.name: other} if other is not None else {}
-    rules = {model: counts.rule for model, counts in found.items()}
+    views = PAGE.results(lm, given, second)
+    rules = {v.model: v.result.rule for v in views}
     if len(set(rules.values())) > 1:
         st.warning("Word rows are merged differently: " + ", ".join(f"{m}: {r}" for m, r in rules.items()) + ".")
-    return found
+    return views
 
 
 def compared_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
@@ -389,7 +379,7 @@ def relation_section(counts: dict[str, DependencyCounts], tables: dict[str, Depe
 
 def sources_sidebar() -> tuple[FromFile[DependencyCounts] | None, bool]:
     """A loaded result file (or None) and whether the trees are spaCy's; the choice of trees kept in the URL."""
-    loaded = loaded_result("deps", "deps", parse_deps, section="Table 1")
+    loaded = PAGE.loaded()
     bind([SOURCE])
     st.sidebar.radio("Trees", list(SOURCES), key=SOURCE.key, format_func=SOURCES.get)
     return loaded, st.session_state[SOURCE.key] == "silver" and loaded is None
@@ -398,16 +388,15 @@ def sources_sidebar() -> tuple[FromFile[DependencyCounts] | None, bool]:
 def table_one(lm: LoadedModel) -> None:
     """Issues 7, 15, 17: the best head per relation for one or two models, every head on one relation, an example."""
     loaded, is_silver = sources_sidebar()
-    corpus = None if loaded is not None else chosen_corpus(is_silver)
-    options, held_out = table_options()
-    min_count, rule = options.min_count, options.rule
-    first_name = lm.facts.name if loaded is None else loaded.model
-    second = second_source("deps", "deps", parse_deps, first_name, loaded, described(corpus), options, "Table 1")
-    counts = compared_counts(lm, loaded, second, corpus, options)
-    if not counts:
+    given = Inputs(loaded, None if loaded is not None else chosen_corpus(is_silver), table_options())
+    (options, held_out), second = given.options, PAGE.second(lm, given)
+    views = compared_counts(lm, given, second)
+    if not views:
         return
+    min_count, rule = options.min_count, options.rule
+    counts = {v.model: v.result for v in views}
     tables = {model: c.table(min_count=min_count, held_out=held_out) for model, c in counts.items()}
-    table = tables[first_name]
+    table = tables[views[0].model]
     table_notes(table, lm, loaded is not None, held_out)
     if not table.rows:
         st.warning("No sentence could be analysed.")
@@ -415,10 +404,9 @@ def table_one(lm: LoadedModel) -> None:
     for model in [m for m, t in tables.items() if not t.rows]:
         st.warning(f"{model}: no sentence could be analysed; it is left out.")
         del tables[model]
-    label = corpus[0] if corpus is not None else loaded.corpus  # type: ignore[union-attr]
-    table_section(tables, label, min_count, is_silver)
+    table_section(tables, views[0].corpus, min_count, is_silver)
     relation = relation_section(counts, tables, held_out)
-    sentences = None if corpus is None else corpus[2]
+    sentences = views[0].inputs
     if sentences is None:
         st.info("The example sentence needs the corpus itself: remove the result file to choose one in the sidebar.")
         return

@@ -15,7 +15,7 @@ from attnlib.core.model import LoadedModel
 from attnlib.results.files import ResultFile, ResultFileError
 from attnlib.results.shipped import TREEBANKS, file_sha1
 from attnlib.views.probe import probe_sentence, relation_bars, weight_heatmaps
-from ui.sources.compare import difference_line, model_columns, second_source
+from ui.sources.compare import difference_line, second_source
 from ui.sources.corpus_picker import SHIPPED, CorpusChoice, kept_upload, parse_upload, read_path
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind
@@ -25,6 +25,7 @@ from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.methods import cite_methods
 from ui.widgets.progress import progress
+from ui.widgets.side_by_side import model_columns
 
 PERCENT = "%.1f"  # how a percentage column is shown (ui.widgets.data_table)
 PROBE_CORPORA = {k: v for k, v in SHIPPED.items() if v in TREEBANKS} | {"upload": "Upload a CoNLL-U file"}

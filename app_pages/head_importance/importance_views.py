@@ -3,7 +3,7 @@ from a result file), and the second model's beside it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import streamlit as st
 
@@ -14,11 +14,11 @@ from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
 from attnlib.stats.head_ablation import MEASURES, mlm_reason, unavailable_reason
 from attnlib.views.importance import measure_names
-from ui.sources.compare import second_source
-from ui.sources.corpus_picker import CorpusChoice, corpus_picker
+from ui.sources.corpus_page import CorpusPage, Shown, file_shown
+from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import AnalysisForm, field_option
-from ui.sources.result_file import FromFile, loaded_result
+from ui.sources.result_file import FromFile
 from ui.sources.result_source import shipped_or_computed
 from ui.widgets.progress import progress
 
@@ -31,21 +31,7 @@ FIELDS = {
     "measure": field_option(SHOWN_FIRST, "measure", f"{KEY}_measure", "measure", choices=list(MEASURES)),
 }
 FORM = AnalysisForm(SHOWN_FIRST, FIELDS, KEY)  # the seed (the gradient importance's masks) a plain widget
-
-
-@dataclass
-class ShownImportance:
-    """One model's importance as the page shows it: the result (in the chosen measure), where it comes from."""
-
-    result: HeadImportance
-    model: str
-    corpus: str
-    source: str
-    from_file: bool = False
-
-    @property
-    def n_heads(self) -> int:
-        return int(self.result.special_share.size)
+ShownImportance = Shown[HeadImportance]  # one model's importance as the page shows it (in the chosen measure)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -69,7 +55,7 @@ def cost_sentence(lm: LoadedModel, choice: CorpusChoice, options: ImportanceOpti
     )
 
 
-def options_sidebar(lm: LoadedModel) -> ImportanceOptions:
+def options_sidebar(lm: LoadedModel, from_file: bool = False) -> ImportanceOptions:
     """The page's options (kept in the URL): the knockouts, the pruning curve, and the measure shown."""
     options = FORM.bind()
     with st.sidebar:
@@ -112,26 +98,14 @@ def model_result(lm: LoadedModel, choice: CorpusChoice, options: ImportanceOptio
         return None
     if found is None:
         return None
-    return ShownImportance(found.for_options(options), name, choice.label, source)
+    return Shown(name, found.for_options(options), choice.label, source, choice)
 
 
 def file_view(found: FromFile[HeadImportance], options: ImportanceOptions) -> ShownImportance:
-    source = f"from {found.name}, {found.record.provenance()}"
-    return ShownImportance(found.value.for_options(options), found.model, found.corpus, source, from_file=True)
+    """A result file's importance, in the chosen measure."""
+    return replace(file_shown(found), result=found.value.for_options(options))
 
 
-def shown_results(lm: LoadedModel) -> list[ShownImportance]:
-    """The first model's result (its loaded file, else the chosen corpus's) and the second's beside it."""
-    loaded = loaded_result(KEY, "importance", IMPORTANCE.from_record)
-    choice = corpus_picker(KEY, default_limit=SHIPPED_LIMIT) if loaded is None else None
-    options = options_sidebar(lm)
-    first_name = lm.facts.name if loaded is None else loaded.model
-    corpus = None if choice is None else choice.described()
-    second = second_source(KEY, "importance", IMPORTANCE.from_record, first_name, loaded, corpus, options)
-    first = file_view(loaded, options) if loaded else (model_result(lm, choice, options) if choice else None)
-    if first is None:
-        return []
-    if second.file is not None:
-        return [first, file_view(second.file, options)]
-    other = model_result(second.model, choice, options) if second.model and choice else None
-    return [first] + ([other] if other else [])
+PAGE: CorpusPage[ImportanceOptions, ShownImportance] = CorpusPage(
+    KEY, "importance", options_sidebar, model_result, file_view, default_limit=SHIPPED_LIMIT
+)

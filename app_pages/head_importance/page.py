@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app_pages.head_importance.importance_views import KEY, ShownImportance, shown_results
+from app_pages.head_importance.importance_views import KEY, PAGE, ShownImportance
 from attnlib.analyses.importance import no_op_sentence, ranked_heads
 from attnlib.views.importance import (
     change_names,
@@ -18,22 +18,16 @@ from attnlib.views.importance import (
     share_title,
 )
 from attnlib.views.special_tokens import head_label
-from ui.sources.compare import difference_line, model_columns
+from ui.sources.compare import difference_line
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, lazy_tabs
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import HEAD_IMPORTANCE
+from ui.widgets.side_by_side import side_by_side
 
 TAB = Option(f"{KEY}_tab", "tab", HEAD_IMPORTANCE["effects"], HEAD_IMPORTANCE, omit_default=True)
-
-
-def side_by_side(views: list[ShownImportance], draw) -> None:
-    """draw(view, suffix) for each model, in columns when there are two."""
-    for i, (column, view) in enumerate(zip(model_columns([f"**{v.model}**" for v in views]), views)):
-        with column:
-            draw(view, "" if len(views) == 1 else f"_{i + 1}")
 
 
 def per_layer_means(view: ShownImportance) -> dict[str, dict[str, float]]:
@@ -94,7 +88,7 @@ def effects_tab(views: list[ShownImportance]) -> None:
                 chart(fig, f"importance_{name}{sfx}", f"{KEY}_{name}{sfx}")
         if r.knockout is None:
             st.caption("The knockouts are off: tick them in the sidebar (three times the work).")
-        most, least = ranked_heads(shown["ablate"], min(5, view.n_heads // 2))
+        most, least = ranked_heads(shown["ablate"], min(5, r.special_share.size // 2))
         st.markdown(
             "Matter most: " + ", ".join(f"**{head_label(*h)}** ({v:.3g})" for h, v in most)
             + ". Matter least: " + ", ".join(f"{head_label(*h)} ({v:.2g})" for h, v in least) + "."
@@ -153,7 +147,11 @@ def pruning_tab(views: list[ShownImportance]) -> None:
     if not drawn:
         st.info("No pruning curve: tick *Pruning curve* in the sidebar (a second pass over the corpus).")
         return
-    chart(pruning_figure(drawn, {v.model: v.n_heads for v in views}, measure), "pruning", f"{KEY}_pruning")
+    chart(
+        pruning_figure(drawn, {v.model: int(v.result.special_share.size) for v in views}, measure),
+        "pruning",
+        f"{KEY}_pruning",
+    )
     table = pd.DataFrame(
         [{"model": m, "heads removed": k, "effect": float(e)} for m, (removed, eff) in drawn.items()
          for k, e in zip(removed, eff)]
@@ -230,7 +228,7 @@ st.caption(
     "command line `attnlib importance` and the JSON count from 0."
 )
 cite_methods(2, 15)
-views = shown_results(current_model())
+views = PAGE.shown(current_model())
 if not views:
     st.stop()
 for view in views:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,8 @@ import streamlit as st
 
 from app_pages.live.encoder_decoder import encoder_decoder_live
 from app_pages.live.head_finder import show_finder
-from app_pages.live.head_switches import clicked_heads, head_switches
+from app_pages.live.head_switches import head_switches
+from app_pages.live.heads_off import CLICK, OFF, SWITCHES, clicked, heads_off_now, switches_section
 from app_pages.live.long_live import WINDOW_OPTIONS, long_input, long_views, needs_window
 from app_pages.live.token_pick import listen_for_picks
 from attnlib.core.model import LoadedModel, ModelFacts
@@ -23,15 +25,14 @@ from attnlib.present.comparison import largest_difference
 from attnlib.present.export import attention_table
 from attnlib.present.labels import STAT_NAMES
 from attnlib.present.tables import by_layer
-from attnlib.stats.head_ablation import AblationUnavailable, heads_text, unavailable_reason
+from attnlib.stats.head_ablation import unavailable_reason
 from attnlib.stats.shares import input_statistics, punct_mask
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_terms, value_norm_figure
-from ui.sources.compare import compared_model, model_columns
+from ui.sources.compare import compared_model
 from ui.sources.live_inputs import (
-    cached_ablation,
     cached_run,
     run_or_explain,
     text_inputs,
@@ -42,10 +43,10 @@ from ui.sources.live_inputs import (
 )
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, bind, publish, set_value
-from ui.widgets.data_table import data_table
 from ui.widgets.family_notes import explain_unsupported, local_layers_note, unsupported_for
 from ui.widgets.methods import cite_methods
 from ui.widgets.plotly_figure import plotly_figure
+from ui.widgets.side_by_side import side_by_side
 
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
 LEVELS = {"token": "Tokens", "word": "Words"}
@@ -63,11 +64,8 @@ HEADS = Option("live_heads", "heads", None)  # None: every head
 TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # 0: no token selected
 PAIR_FILTER = Option("live_filter", "filter", "All", FILTER_PARAMS)
 SHOW = Option("live_show", "show", "weights", list(SHOWS))
-OFF = Option("live_off", "off", "")  # heads switched off, 1-based layer-head: "3-10,1-2"
-CLICK = Option("live_click", "click", False)  # clicks in the model view switch heads off
-OFF_PICK = "live_off_pick"  # the multiselect of the heads off (OFF is its text in the URL)
-SWITCHES = "live_switches"  # the model view whose clicks switch heads
 FIND = Option("live_find", "find", False, omit_default=True)  # the "Find similar tokens in a corpus" section is open
+T = TypeVar("T")
 OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER, OFF, CLICK, FIND]
 
 
@@ -323,20 +321,22 @@ def layer_shares(v: LiveView) -> dict[str, dict[str, float]]:
     return by_layer({key: stats[key].mean(axis=1) for key in DIFFER_KEYS}, DIFFER_KEYS, STAT_NAMES)
 
 
-def side_by_side(views: list[LiveView]) -> list:
-    """One column per model (the page itself for one model), each headed by its model and layer when two."""
-    columns = model_columns(
-        [f"**{v.facts.name}** · layer {v.layer + 1} of {v.facts.n_layers}, {v.facts.n_heads} heads" for v in views]
-    )
+def models_side_by_side(views: list[LiveView], draw: Callable[[LiveView, str], T]) -> list[T]:
+    """draw(view, suffix) of each model, a column each headed by its model and layer when two, and where the two
+    differ most on this input; what the draws returned."""
+    headers = [
+        f"**{v.facts.name}** · layer {v.layer + 1} of {v.facts.n_layers}, {v.facts.n_heads} heads" for v in views
+    ]
+    drawn = side_by_side(views, draw, headers)
     if len(views) == 1:
-        return columns
+        return drawn
     difference = largest_difference(layer_shares(views[0]), layer_shares(views[1]))
     if difference is not None:
         st.caption(
             f"{views[0].facts.name} vs {views[1].facts.name} on this input ({SHOWS[views[0].show].lower()}, "
             f"token level, mean over heads, layers by number): {difference.text()}"
         )
-    return columns
+    return drawn
 
 
 def long_table(views: list[LiveView], tables: list[pd.DataFrame], value_key: str) -> pd.DataFrame:
@@ -372,11 +372,8 @@ def head_view_section(s: LiveView, second: ModelFacts | None) -> None:
         st.info("Choose at least one head.")
         return
     views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
-    drawn = []
     listen_for_picks(_pick_token)
-    for column, v in zip(side_by_side(views), views):
-        with column:
-            drawn.append(head_view_part(v, heads, pair_filter, len(views) > 1))
+    drawn = models_side_by_side(views, lambda v, sfx: head_view_part(v, heads, pair_filter, len(views) > 1))
     words = f" Word level: rows merged by **{s.rule}**, columns summed (METHODS §6)." if s.level == "word" else ""
     norms = " Norms: ‖α f(x)‖ of each key, each row normalised to sum 1 (METHODS §11)." if s.show == "norms" else ""
     st.caption(f"Lines below {HEAD_MIN_WEIGHT} are not drawn." + words + norms)
@@ -403,20 +400,22 @@ def head_export(v: LiveView, data, pair_filter: str) -> dict:
 def model_view_section(s: LiveView, second: ModelFacts | None) -> None:
     """Every head of every layer as thumbnails (of each model), the chosen one enlarged, and the chosen layer's exports."""
     views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
-    drawn = []
-    for column, v in zip(side_by_side(views), views):
-        with column:
-            if len(v.labels) > LINES_MAX_TOKENS:
-                st.caption(f"More than {LINES_MAX_TOKENS} {v.level}s: thumbnails are heatmaps so they stay readable.")
-            title = (f"{v.facts.name} · " if len(views) > 1 else "") + v.level_title
-            clicks = v is s and bool(st.session_state[CLICK.key]) and unavailable_reason(current_model()) is None
-            off = heads_off_now(v.facts) if clicks else []
-            kwargs = {"title": title, "quantity": v.quantity, "switches": clicks, "off": off}
-            drawn.append(model_view_html(v.attn, v.labels, (v.layer, v.head), windows=v.facts.windows, **kwargs))
-            if clicks:
-                head_switches(drawn[-1], SWITCHES, on_change=_clicked)
-            else:
-                show(drawn[-1])
+
+    def draw(v: LiveView, sfx: str) -> str:
+        if len(v.labels) > LINES_MAX_TOKENS:
+            st.caption(f"More than {LINES_MAX_TOKENS} {v.level}s: thumbnails are heatmaps so they stay readable.")
+        title = (f"{v.facts.name} · " if len(views) > 1 else "") + v.level_title
+        clicks = v is s and bool(st.session_state[CLICK.key]) and unavailable_reason(current_model()) is None
+        off = heads_off_now(v.facts) if clicks else []
+        kwargs = {"title": title, "quantity": v.quantity, "switches": clicks, "off": off}
+        html = model_view_html(v.attn, v.labels, (v.layer, v.head), windows=v.facts.windows, **kwargs)
+        if clicks:
+            head_switches(html, SWITCHES, on_change=clicked)
+        else:
+            show(html)
+        return html
+
+    drawn = models_side_by_side(views, draw)
 
     local_layers_note(s.facts)
 
@@ -444,10 +443,10 @@ def neuron_view_section(s: LiveView, second: ModelFacts | None) -> None:
     views = [v for v in views if not explain_unsupported(v.facts, "queries_keys")]
     if not views:
         return
-    drawn = []
-    for k, (column, v) in enumerate(zip(side_by_side(views), views)):
-        with column:
-            drawn.append(neuron_part(v, len(views) > 1, "live_value_norms" if k == 0 else f"live_value_norms{k}"))
+    first_key = {"": "live_value_norms", "_1": "live_value_norms"}  # the second model's chart: live_value_norms1
+    drawn = models_side_by_side(
+        views, lambda v, sfx: neuron_part(v, len(views) > 1, first_key.get(sfx, "live_value_norms1"))
+    )
     st.caption("‖f(x_j)‖ = ‖v_j W_O‖ of each key token in this head (METHODS §11): how large a vector it moves.")
     export_buttons(
         f"{s.stem}-H{s.head + 1}-neuron",
@@ -509,100 +508,6 @@ def neuron_notes(diff: float, label: str) -> None:
             f"softmax({label}) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
             "The neuron view is always at token level."
         )
-
-
-def heads_off_now(facts: ModelFacts) -> list[tuple[int, int]]:
-    """The heads switched off (0-based), from the URL's 1-based text; those outside the model left out."""
-    heads = []
-    for part in str(st.session_state.get(OFF.key, "")).split(","):
-        layer, _, head = part.strip().partition("-")
-        if layer.isdigit() and head.isdigit() and 1 <= int(layer) <= facts.n_layers and 1 <= int(head) <= facts.n_heads:
-            heads.append((int(layer) - 1, int(head) - 1))
-    return sorted(set(heads))
-
-
-def _label(head: tuple[int, int]) -> str:
-    return f"{head[0] + 1}-{head[1] + 1}"
-
-
-def _picked() -> None:
-    """Multiselect callback: its heads become the URL's."""
-    set_value(OFF, ",".join(st.session_state[OFF_PICK]))
-
-
-def _clicked() -> None:
-    """Model view callback: the heads a click left off become the URL's."""
-    set_value(OFF, ",".join(_label(h) for h in clicked_heads(SWITCHES)))
-
-
-def _share(p: float) -> str:
-    """A probability as a percentage, small ones with two significant digits."""
-    return f"{p:.1%}" if p >= 0.001 else f"{100 * p:.2g}%"
-
-
-def switches_section(s: LiveView) -> None:
-    """Heads switched off on this input (a multiselect, or clicks in the model view) and their effect: the sentence
-    embedding's similarity to the unchanged model's, the hidden states' change and, for a masked-LM model, the
-    predictions at each mask token typed in the text before and after (METHODS §15)."""
-    st.subheader("Switch heads off")
-    reason = unavailable_reason(current_model())
-    if reason is not None:
-        st.info(reason)
-        return
-    facts = s.facts
-    off = heads_off_now(facts)
-    st.session_state[OFF_PICK] = [_label(h) for h in off]
-    everyone = [_label((l, h)) for l in range(facts.n_layers) for h in range(facts.n_heads)]
-    pick, click = st.columns([3, 1])
-    pick.multiselect(
-        "Heads switched off (layer-head)",
-        everyone,
-        key=OFF_PICK,
-        on_change=_picked,
-        help="Each head's context vectors are set to zero before the attention output projection (Michel et al.'s "
-        "ablation); the rest of the model runs unchanged. The views above still show the unchanged model.",
-    )
-    click.toggle("Click heads in the model view", key=CLICK.key, help="In the model view, a click on a thumbnail "
-                 "switches that head off, or on again.")  # fmt: skip
-    if not off:
-        st.caption(
-            "No head is switched off: choose heads above, or turn on the toggle and click them in the model view."
-        )
-        return
-    try:
-        found = cached_ablation(facts.name, s.text_a, s.text_b, heads_text(off))
-    except AblationUnavailable as exc:
-        st.info(str(exc))
-        return
-    first, second, third = st.columns(3)
-    first.metric(
-        "Sentence-embedding similarity",
-        f"{found.similarity:.4f}",
-        delta=f"1 − cos = {found.embedding:.2g}",
-        delta_color="off",
-        help="cos between the mean-pooled last hidden states with and without the heads (1 = unchanged).",
-    )
-    second.metric("Hidden states changed by", f"{found.hidden:.1%}", help="Mean over tokens of ||h − h′|| / ||h||.")
-    if found.mlm is not None:
-        third.metric("Masked-LM loss change", f"{found.mlm:+.2g}", help="At 15% of the tokens masked (METHODS §15).")
-    mask = current_model().tokenizer.mask_token
-    if found.mlm is None:
-        return
-    if not found.predictions:
-        st.caption(f"Type {mask} in the text to see the model's top predictions there before and after.")
-        return
-    rows = [
-        {
-            "position": p.position + 1,
-            "rank": k + 1,
-            "before": f"{b[0]} ({_share(b[1])})",
-            "after": f"{a[0]} ({_share(a[1])})",
-        }
-        for p in found.predictions
-        for k, (b, a) in enumerate(zip(p.before, p.after))
-    ]
-    st.markdown(f"Top predictions at each {mask} typed in the text, before and after:")
-    data_table(pd.DataFrame(rows), key="live_predictions")
 
 
 def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -> None:
@@ -677,7 +582,7 @@ else:
     compared = compared_model()
     live = controls(view, facts, result, text_a, text_b)
     SECTIONS[view](live, compared.facts if compared else None)
-    switches_section(live)
+    switches_section(live.facts, live.text_a, live.text_b)
     if view != "model":
         similar_tokens_section(live, view, compared)
 cite_methods(6, 11, 15, 16)

@@ -19,12 +19,12 @@ from attnlib.core.runner import InputError, RunResult, run_batches
 from attnlib.results.shipped import EWT_DEV, TREEBANKS
 from attnlib.search.by_example import CorpusIndex, IndexOptions, SearchError, SearchResult, build_index, query_of
 from attnlib.views.search import attends_to_bars, count_bars, index_caption, match_caption, match_strip
-from ui.sources.compare import model_columns
 from ui.sources.corpus_picker import CorpusChoice, corpus_picker
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.progress import progress
+from ui.widgets.side_by_side import model_columns
 
 VECTORS = {
     "hidden": "Layer output (hidden state)",

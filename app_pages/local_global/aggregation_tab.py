@@ -12,7 +12,6 @@ from attnlib.analyses.positions import PositionOptions
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
 from attnlib.present.tables import layer_values
-from attnlib.results.files import ResultFile
 from attnlib.stats.value_norms import MEASURES
 from attnlib.views.norms import (
     MEASURE_NAMES,
@@ -22,10 +21,12 @@ from attnlib.views.norms import (
     measure_center_of_mass_figure,
 )
 from attnlib.views.positions import position_histograms
-from ui.sources.compare import Second, difference_line, second_source
+from ui.sources.compare import Second, difference_line
+from ui.sources.corpus_page import CorpusPage, Inputs, Shown
 from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind
+from ui.sources.result_file import FromFile
 from ui.sources.result_source import shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
@@ -42,11 +43,11 @@ def per_input_cost(mode: str) -> str:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _aggregation_result(model_name: str, fingerprint: str, options: AggregationOptions, _inputs) -> dict:
+def _aggregation_result(model_name: str, fingerprint: str, options: AggregationOptions, _inputs) -> AggregationResult:
     """Agreement of the measures with layer-output attribution over a corpus, once per (model, corpus, options)."""
     with progress(f"Running the model and layer-output attribution ({model_name})") as report:
         lm = model_named(model_name)
-        return run_analysis(AGGREGATION, lm, options, inputs={"corpus": _inputs}, progress=report).result.to_json()
+        return run_analysis(AGGREGATION, lm, options, inputs={"corpus": _inputs}, progress=report).result
 
 
 def aggregation_options(options: PositionOptions) -> AggregationOptions:
@@ -57,15 +58,16 @@ def aggregation_options(options: PositionOptions) -> AggregationOptions:
 Aggregations = dict[str, AggregationResult]  # model name -> its result
 
 
-def aggregation_result(model_name: str, choice: CorpusChoice, options: PositionOptions) -> AggregationResult | None:
+def aggregation_result(
+    lm: LoadedModel, choice: CorpusChoice, options: PositionOptions
+) -> Shown[AggregationResult] | None:
     """One model's aggregation result: shipped, computed earlier in this session, or computed when asked."""
+    model_name = lm.facts.name
     agg_options = aggregation_options(options)
 
     def compute() -> AggregationResult | None:
         try:
-            return AggregationResult.from_json(
-                _aggregation_result(model_name, choice.fingerprint, agg_options, choice.inputs)
-            )
+            return _aggregation_result(model_name, choice.fingerprint, agg_options, choice.inputs)
         except (InputError, ValueError) as exc:
             st.error(f"{model_name}: {exc}")
             return None
@@ -75,9 +77,28 @@ def aggregation_result(model_name: str, choice: CorpusChoice, options: PositionO
         f"({per_input_cost(options.mode)} per input on 2 CPU cores)."
     )
     result, source = shipped_or_computed("aggregation", model_name, choice, agg_options, compute, ask_first=ask)
-    if result is not None:
-        st.caption(f"{model_name}: {result.n_inputs} inputs of {choice.label}; {source}.")
-    return result
+    if result is None:
+        return None
+    st.caption(f"{model_name}: {result.n_inputs} inputs of {choice.label}; {source}.")
+    return Shown(model_name, result, choice.label, source, choice)
+
+
+def aggregation_file(found: FromFile[AggregationResult], options: PositionOptions) -> Shown[AggregationResult]:
+    """An `aggregation` result file's statistics, where they come from said."""
+    st.caption(f"{found.model}: {found.value.n_inputs} inputs of {found.corpus}; loaded from {found.name}.")
+    return Shown(found.model, found.value, found.corpus, f"loaded from {found.name}")
+
+
+AGGREGATION_PAGE: CorpusPage[PositionOptions, Shown[AggregationResult]] = CorpusPage(
+    "aggregation",
+    "aggregation",
+    options=lambda lm, from_file: PositionOptions(),  # never drawn: the tab takes Local vs global's options
+    result=aggregation_result,
+    from_file=aggregation_file,
+    analysis_options=aggregation_options,
+    section="aggregation",
+    first_needed=False,
+)
 
 
 def aggregation_table(results: Aggregations) -> pd.DataFrame:
@@ -139,41 +160,7 @@ def aggregation_histograms(results: Aggregations, measure: str) -> None:
         chart(fig, f"aggregation_histograms_{measure}", f"lg_agg_hist{i}")
 
 
-def parse_aggregation(record: ResultFile) -> AggregationResult:
-    """An `aggregation` result file's statistics."""
-    return AGGREGATION.from_record(record)
-
-
-def aggregation_second(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> Second:
-    """The second model's aggregation: its result file, else the compared model (drawn on every run, whichever tab is
-    open, so an uploaded file stays)."""
-    first_name = lm.facts.name if loaded is None else loaded.model
-    corpus = None if choice is None else choice.described()
-    return second_source(
-        "aggregation", "aggregation", parse_aggregation, first_name, loaded, corpus, aggregation_options(options),
-        "aggregation",
-    )  # fmt: skip
-
-
-def aggregation_results(
-    lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded, second: Second
-) -> Aggregations:
-    """The first model's aggregation (its loaded file, else on the corpus) and the second's (its result file, else the
-    compared model's on the same corpus)."""
-    results: Aggregations = {}
-    for model, found in ((lm, loaded), (second.model, second.file)):
-        if found is not None:
-            results[found.model] = found.value
-            st.caption(f"{found.model}: {found.value.n_inputs} inputs of {found.corpus}; loaded from {found.name}.")
-        elif model is not None and choice is not None:
-            result = aggregation_result(model.facts.name, choice, options)
-            results |= {model.facts.name: result} if result is not None else {}
-    return results
-
-
-def aggregation_section(
-    lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded, second: Second
-) -> None:
+def aggregation_section(lm: LoadedModel, given: Inputs[PositionOptions], second: Second) -> None:
     """Issue 14: each measure's agreement with layer-output attribution per layer, centres of mass, histograms."""
     st.subheader("Global aggregation")
     st.caption(
@@ -182,9 +169,9 @@ def aggregation_section(
         "Spearman solid, Pearson dashed, mean over query rows and inputs (METHODS §13). Same mode and probes as the other tabs."
     )
     cite_methods(13)
-    results = aggregation_results(lm, choice, options, loaded, second)
+    results = {v.model: v.result for v in AGGREGATION_PAGE.results(lm, given, second)}
     if not results:
-        if choice is None and loaded is None:
+        if given.choice is None and given.loaded is None:
             st.info(
                 "Nothing to show here yet: choose a corpus in the sidebar (a loaded positions result file "
                 "switches the corpus off), or load an aggregation result file."

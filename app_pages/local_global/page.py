@@ -9,10 +9,9 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.local_global.aggregation_tab import (
+    AGGREGATION_PAGE,
     NO_COMMON_LAYER,
-    aggregation_second,
     aggregation_section,
-    parse_aggregation,
     per_input_cost,
 )
 from app_pages.local_global.attribution_example import example_section
@@ -22,7 +21,6 @@ from attnlib.core.families import unsupported_reason
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
 from attnlib.present.tables import layer_values
-from attnlib.results.files import ResultFile
 from attnlib.views.positions import (
     center_of_mass_chart,
     compared_heatmaps,
@@ -31,11 +29,12 @@ from attnlib.views.positions import (
     median_correlation_chart,
     position_histograms,
 )
-from ui.sources.compare import difference_line, second_source
+from ui.sources.compare import difference_line
+from ui.sources.corpus_page import CorpusPage, Inputs, Shown
 from ui.sources.corpus_picker import CorpusChoice, corpus_picker
 from ui.sources.model_sidebar import current_model, model_named
 from ui.sources.page_state import AnalysisForm, Option, bind, field_option, lazy_tabs
-from ui.sources.result_file import loaded_result
+from ui.sources.result_file import FromFile
 from ui.sources.result_source import shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
@@ -59,11 +58,11 @@ TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _corpus_result(model_name: str, fingerprint: str, options: PositionOptions, _inputs) -> dict:
+def _corpus_result(model_name: str, fingerprint: str, options: PositionOptions, _inputs) -> PositionsResult:
     """Position statistics of a corpus, once per (model, corpus, options); the bar is made here so a hit replays it."""
     with progress(f"Running attribution ({model_name})") as report:
         lm = model_named(model_name)
-        return run_analysis(POSITIONS, lm, options, inputs={"corpus": _inputs}, progress=report).result.to_json()
+        return run_analysis(POSITIONS, lm, options, inputs={"corpus": _inputs}, progress=report).result
 
 
 def options_sidebar(head_dim: int, causal: bool = False) -> PositionOptions:
@@ -98,7 +97,7 @@ def options_sidebar(head_dim: int, causal: bool = False) -> PositionOptions:
     return options if options.mode == "estimate" else replace(options, probes=DEFAULTS.probes)  # no k in exact
 
 
-Results = dict[str, PositionsResult]  # model name -> its result, first model first
+Results = dict[str, PositionsResult]  # model name -> its result, first model first, as the views draw them
 
 
 def positions_result(
@@ -108,7 +107,7 @@ def positions_result(
 
     def compute() -> PositionsResult | None:
         try:
-            return PositionsResult.from_json(_corpus_result(model_name, choice.fingerprint, options, choice.inputs))
+            return _corpus_result(model_name, choice.fingerprint, options, choice.inputs)
         except (InputError, ValueError) as exc:  # ValueError: a model whose attention HTA cannot follow
             st.error(f"{model_name}: {exc}")
             return None
@@ -122,29 +121,27 @@ def positions_result(
     return shipped_or_computed("positions", model_name, choice, options, compute, ask_first=ask)
 
 
-def parse_positions(record: ResultFile) -> PositionsResult:
+def positions_shown(lm: LoadedModel, choice: CorpusChoice, options: PositionOptions) -> Shown[PositionsResult] | None:
+    """One model's positions result on the chosen corpus, None until there is one."""
+    result, source = positions_result(lm.facts.name, choice, options)
+    return None if result is None else Shown(lm.facts.name, result, choice.label, source, choice)
+
+
+def positions_file(found: FromFile[PositionsResult], options: PositionOptions) -> Shown[PositionsResult]:
     """A `positions` result file's statistics."""
-    return POSITIONS.from_record(record)
+    return Shown(found.model, found.value, found.corpus, f"loaded from {found.name}")
 
 
-def positions_part(lm: LoadedModel, choice: CorpusChoice | None, options: PositionOptions, loaded) -> Results:
-    """The corpus statistics of the first model (its loaded file, else on the corpus) and of the second (its result
-    file, else the compared model's on the same corpus), summarised; the results that have inputs."""
-    first_name = lm.facts.name if loaded is None else loaded.model
-    corpus = None if choice is None else choice.described()
-    second = second_source(KEY, "positions", parse_positions, first_name, loaded, corpus, options, "positions")
-    results: Results = {}
-    sources, labels = {}, {}
-    for model, found in ((lm, loaded), (second.model, second.file)):
-        if found is not None:
-            results[found.model], sources[found.model] = found.value, f"loaded from {found.name}"
-            labels[found.model] = found.corpus
-        elif model is not None and choice is not None:
-            result, source = positions_result(model.facts.name, choice, options)
-            if result is not None:
-                name = model.facts.name
-                results[name], sources[name], labels[name] = result, source, choice.label
-    return corpus_summary(results, sources, labels) if results else {}
+POSITIONS_PAGE: CorpusPage[PositionOptions, Shown[PositionsResult]] = CorpusPage(
+    KEY,
+    "positions",
+    options=lambda lm, from_file: options_sidebar(lm.facts.head_dim, lm.facts.causal),
+    result=positions_shown,
+    from_file=positions_file,
+    default_limit=100,
+    section="positions",
+    first_needed=False,  # the second model's result is shown while the first waits for its Compute button
+)
 
 
 def _summary_table(r: PositionsResult) -> pd.DataFrame:
@@ -333,11 +330,13 @@ def correlation_section(results: Results) -> None:
     download_json(data, "local_global", key="lg_json_dl")
 
 
-def corpus_summary(results: Results, sources: dict[str, str], labels: dict[str, str]) -> Results:
+def corpus_summary(views: list[Shown[PositionsResult]]) -> Results:
     """Where each result comes from and, for two models, where they differ most; the results that have inputs."""
-    for model, r in results.items():
-        corpus_notes(r, sources[model], labels[model], model if len(results) > 1 else "")
-    results = {m: r for m, r in results.items() if r.n_inputs}
+    if not views:
+        return {}
+    for v in views:
+        corpus_notes(v.result, v.source, v.corpus, v.model if len(views) > 1 else "")
+    results = {v.model: v.result for v in views if v.result.n_inputs}
     if not results:
         st.warning("No input is left to analyse.")
     if len(results) == 2:
@@ -364,18 +363,18 @@ CORPUS_SECTIONS = {
 }
 lm = current_model()
 local_layers_note(lm.facts)
-options = options_sidebar(lm.facts.head_dim, lm.facts.causal)
-positions_file = loaded_result(KEY, "positions", parse_positions, section="positions")
-aggregation_file = loaded_result("aggregation", "aggregation", parse_aggregation, section="aggregation")
-from_files = positions_file is not None or aggregation_file is not None
-choice = None if from_files else corpus_picker(KEY, default_limit=100)
-results = positions_part(lm, choice, options, positions_file)
-second_aggregation = aggregation_second(lm, choice, options, aggregation_file)
+options = POSITIONS_PAGE.options(lm, False)
+positions, aggregation = POSITIONS_PAGE.loaded(), AGGREGATION_PAGE.loaded()
+choice = None if positions or aggregation else corpus_picker(KEY, default_limit=POSITIONS_PAGE.default_limit)
+given = Inputs(positions, choice, options)
+results = corpus_summary(POSITIONS_PAGE.results(lm, given, POSITIONS_PAGE.second(lm, given)))
+given_aggregation = Inputs(aggregation, choice, options)
+second_aggregation = AGGREGATION_PAGE.second(lm, given_aggregation)  # drawn on every run: an uploaded file stays
 label, tab = lazy_tabs(TAB, list(TABS.values()))
 with tab:
     if label == TABS["example"]:
         example_section(lm)
     elif label == TABS["aggregation"]:
-        aggregation_section(lm, choice, options, aggregation_file, second_aggregation)
+        aggregation_section(lm, given_aggregation, second_aggregation)
     elif results:
         CORPUS_SECTIONS[label](results)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import numpy as np
@@ -18,17 +17,17 @@ from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError, run
 from attnlib.views.qk import COLOURINGS, MIN_LINE_WEIGHT, grid_html, picture_figure
-from ui.sources.compare import model_columns, second_source
-from ui.sources.corpus_picker import CorpusChoice, corpus_picker
+from ui.sources.corpus_page import CorpusPage, Shown
+from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import current_model, model_named, try_load
 from ui.sources.page_state import Option, bind, set_value
-from ui.sources.result_file import loaded_result
 from ui.sources.result_source import shipped, shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import download_figure, download_json, download_table
 from ui.widgets.methods import cite_methods
 from ui.widgets.plotly_figure import clicked_point, plotly_figure
 from ui.widgets.progress import progress
+from ui.widgets.side_by_side import side_by_side
 
 KEY = "qk"
 GRID = QKOptions(all_heads=True)  # the grid: every head's PCA (a shipped file holds their t-SNE and UMAP too)
@@ -38,20 +37,7 @@ LAYER = Option(f"{KEY}_layer", "layer", 1, lo=1)
 HEAD = Option(f"{KEY}_head", "head", 1, lo=1)
 QUERY = Option(f"{KEY}_query", "query", None)  # [input, token], 1-based: the query whose attention is drawn
 OPTIONS = [METHOD, COLOUR, LAYER, HEAD, QUERY]
-
-
-@dataclass
-class Shown:
-    """One model's result as the page shows it: the result, where it comes from, and the inputs it was made of."""
-
-    model: str
-    result: QKResult
-    source: str
-    choice: CorpusChoice | None = None  # the chosen corpus (None for a result file: its own texts are used)
-
-    @property
-    def inputs(self) -> list[CorpusInput] | None:
-        return None if self.choice is None else self.choice.inputs
+ShownQK = Shown[QKResult]  # a model's grid as the page shows it (a result file's: its own texts are used)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -69,38 +55,21 @@ def attention_row(model_name: str, text_a, text_b, layer: int, head: int, positi
     return list(r.tokens), r.attentions[layer, head, position].tolist()
 
 
-def model_result(lm: LoadedModel, choice: CorpusChoice) -> Shown | None:
+def model_result(lm: LoadedModel, choice: CorpusChoice, options: QKOptions) -> ShownQK | None:
     """A model's grid on the chosen corpus: shipped when one matches, else computed (None after an error)."""
     name = lm.facts.name
     try:
         result, source = shipped_or_computed(
-            "qk", name, choice, GRID, lambda: compute(name, choice.fingerprint, GRID, choice.inputs)
+            "qk", name, choice, options, lambda: compute(name, choice.fingerprint, options, choice.inputs)
         )
     except (CorpusError, InputError, UnsupportedModelError, ValueError) as exc:
         st.error(f"Queries and keys of {name} cannot be shown: {exc}")
         return None
     assert result is not None
-    return Shown(name, result, source, choice)
+    return Shown(name, result, choice.label, source, choice)
 
 
-def shown_results(lm: LoadedModel) -> list[Shown]:
-    """The first model's result (its loaded file, else the chosen corpus's) and the second's, when one is asked."""
-    loaded = loaded_result(KEY, "qk", QK.from_record)
-    choice = corpus_picker(KEY) if loaded is None else None
-    first_name = lm.facts.name if loaded is None else loaded.model
-    corpus = None if choice is None else choice.described()
-    second = second_source(KEY, "qk", QK.from_record, first_name, loaded, corpus, GRID)
-    if loaded is not None:
-        first: Shown | None = Shown(loaded.model, loaded.value, f"from {loaded.name}, {loaded.record.provenance()}")
-    else:
-        first = model_result(lm, choice) if choice else None
-    if first is None:
-        return []
-    if second.file is not None:
-        file = second.file
-        return [first, Shown(file.model, file.value, f"from {file.name}, {file.record.provenance()}")]
-    other = model_result(second.model, choice) if second.model and choice else None
-    return [first] + ([other] if other else [])
+PAGE: CorpusPage[QKOptions, ShownQK] = CorpusPage(KEY, "qk", lambda lm, from_file: GRID, model_result)  # no widgets
 
 
 # ---------------------------------------------------------------------------------------------- state and clicks
@@ -146,7 +115,7 @@ def selected_point(result: QKResult) -> int | None:
 # ------------------------------------------------------------------------------------------------------ sections
 
 
-def options_sidebar(views: list[Shown]) -> None:
+def options_sidebar(views: list[ShownQK]) -> None:
     """The projection, the colouring and the head (the grid picks it too), kept in the URL."""
     n_layers = min(v.result.n_layers for v in views)
     n_heads = min(v.result.n_heads for v in views)
@@ -164,7 +133,7 @@ def options_sidebar(views: list[Shown]) -> None:
         c_head.number_input("Head", 1, n_heads, key=HEAD.key)
 
 
-def grids(views: list[Shown]) -> None:
+def grids(views: list[ShownQK]) -> None:
     """Every head's PCA thumbnail for each model (layers as rows, heads as columns); a click opens a head."""
     st.markdown(
         "**Every head at a glance**: each cell is one head's PCA of every query (green) and key (orange) of the "
@@ -172,20 +141,22 @@ def grids(views: list[Shown]) -> None:
         "cluster. Click a head to open it below; hover to see how faithful its picture is."
     )
     colour = st.session_state[COLOUR.key]
-    for column, v in zip(model_columns([f"**{v.model}**" for v in views]), views):
-        with column:
-            if not v.result.has_grid:
-                st.info(f"{v.model}: this result has no grid; run `attnlib qk ... --all-heads --out FILE` for one.")
-                continue
-            key = f"{KEY}_grid_{views.index(v)}"
-            head_grid(v.result, colour, picked(), key, lambda key=key: pick_head(key))
-            st.download_button(
-                "Download grid (HTML)",
-                lambda v=v: grid_html(v.result, colour, f"Queries and keys of {v.model}").encode(),
-                f"qk_grid_{v.model.replace('/', '_')}.html",
-                "text/html",
-                key=f"{key}_html",
-            )
+
+    def grid(v: ShownQK, sfx: str) -> None:
+        if not v.result.has_grid:
+            st.info(f"{v.model}: this result has no grid; run `attnlib qk ... --all-heads --out FILE` for one.")
+            return
+        key = f"{KEY}_grid_{views.index(v)}"
+        head_grid(v.result, colour, picked(), key, lambda key=key: pick_head(key))
+        st.download_button(
+            "Download grid (HTML)",
+            lambda v=v: grid_html(v.result, colour, f"Queries and keys of {v.model}").encode(),
+            f"qk_grid_{v.model.replace('/', '_')}.html",
+            "text/html",
+            key=f"{key}_html",
+        )
+
+    side_by_side(views, grid)
 
 
 def fidelity_line(f: Fidelity) -> str:
@@ -197,7 +168,7 @@ def fidelity_line(f: Fidelity) -> str:
     )
 
 
-def picture_of(v: Shown, layer: int, head: int, method: str, index: int) -> QKResult | None:
+def picture_of(v: ShownQK, layer: int, head: int, method: str, index: int) -> QKResult | None:
     """The result holding this head's picture by this method: the shown one, or one computed on request."""
     if v.result.picture(layer, head, method) is not None:
         return v.result
@@ -221,7 +192,7 @@ def picture_of(v: Shown, layer: int, head: int, method: str, index: int) -> QKRe
         return None
 
 
-def query_lines(v: Shown, result: QKResult, layer: int, head: int, point: int) -> tuple[list | None, str]:
+def query_lines(v: ShownQK, result: QKResult, layer: int, head: int, point: int) -> tuple[list | None, str]:
     """The picked query's attention over its input's keys (None when the model cannot run it) and a caption."""
     table = result.point_table()
     item, position = table["input"][point], table["position"][point]
@@ -245,7 +216,7 @@ def query_lines(v: Shown, result: QKResult, layer: int, head: int, point: int) -
     )
 
 
-def large_picture(v: Shown, index: int) -> None:
+def large_picture(v: ShownQK, index: int) -> None:
     """The picked head of one model, large, with its fidelity, the picked query's lines and downloads."""
     layer, head = picked()
     method = st.session_state[METHOD.key]
@@ -274,7 +245,7 @@ def large_picture(v: Shown, index: int) -> None:
         download_json(result.to_json, name, key=f"{key}_json")
 
 
-def fidelity_table(views: list[Shown]) -> None:
+def fidelity_table(views: list[ShownQK]) -> None:
     """Every head's fidelity (PCA), per model: a table to sort and download."""
     rows = [
         {"model": v.model, "layer": l + 1, "head": h + 1, "top key nearest": round(p.fidelity.top_is_nearest, 3),
@@ -292,7 +263,7 @@ def fidelity_table(views: list[Shown]) -> None:
         download_table(table, "qk_fidelity", key=f"{KEY}_fidelity_csv")
 
 
-def summary(views: list[Shown]) -> None:
+def summary(views: list[ShownQK]) -> None:
     for v in views:
         r = v.result
         st.caption(
@@ -311,8 +282,7 @@ st.caption(
 )
 cite_methods(1, 17)
 bind(OPTIONS)
-lm = current_model()
-views = shown_results(lm)
+views = PAGE.shown(current_model())
 if not views:
     st.stop()
 options_sidebar(views)
@@ -320,7 +290,5 @@ summary(views)
 grids(views)
 layer, head = picked()
 st.subheader(f"Head {layer + 1}-{head + 1}, {METHOD_NAMES[st.session_state[METHOD.key]]}")
-for column, v in zip(model_columns([f"**{v.model}**" for v in views]), views):
-    with column:
-        large_picture(v, views.index(v))
+side_by_side(views, lambda v, sfx: large_picture(v, views.index(v)))
 fidelity_table(views)

@@ -7,13 +7,13 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.special_tokens.special_views import (
+    GRADIENT_CAVEAT,
     KEY,
     ShownResult,
     models_difference,
     names_for,
     per_model,
     show_figure,
-    side_by_side,
 )
 from app_pages.special_tokens.weights_norms_tab import weights_norms_tab
 from attnlib.analyses.base import run_analysis
@@ -34,17 +34,18 @@ from attnlib.views.special_tokens import (
     layer_lines_by_model,
     layer_lines_with_head_dots,
 )
-from ui.sources.compare import second_source
-from ui.sources.corpus_picker import CorpusChoice, corpus_picker
+from ui.sources.corpus_page import CorpusPage
+from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import current_model, model_named
 from ui.sources.page_state import AnalysisForm, Option, bind, field_option, lazy_tabs
-from ui.sources.result_file import FromFile, loaded_result
+from ui.sources.result_file import FromFile
 from ui.sources.result_source import shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import download_json, download_table
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import SPECIAL_TOKENS
 from ui.widgets.progress import progress
+from ui.widgets.side_by_side import side_by_side
 
 PUNCT_LABELS = {False: '"." and "," (Clark et al.)', True: "all punctuation"}
 SHOWN_FIRST = SpecialOptions(head_map=True, norms=True)  # the page draws the head map and the norms unless unticked
@@ -115,32 +116,25 @@ def model_result(lm: LoadedModel, choice: CorpusChoice, options: SpecialOptions,
     grads = None
     if gradients and reason is None and asked:
         grads = compute_gradients(name, choice.fingerprint, choice.inputs)
-    return ShownResult(run, grads, choice.label, name, reason, source, fingerprint=choice.fingerprint)
+    caveats = {} if reason is None else {GRADIENT_CAVEAT: reason}
+    return ShownResult(name, run, choice.label, source, choice, caveats, gradients=grads)
 
 
-def file_view(found: FromFile[SpecialTokens]) -> ShownResult:
+def file_view(found: FromFile[SpecialTokens], chosen: object = None) -> ShownResult:
     """A result file's statistics as the page shows them (no gradient importance: files do not hold it)."""
     reason = "result files hold no gradient importance; compute on the page to see it."
     source = f"from {found.name}, {found.record.provenance()}"
-    return ShownResult(found.value, None, found.corpus, found.model, reason, source, from_file=True)
+    return ShownResult(found.model, found.value, found.corpus, source, caveats={GRADIENT_CAVEAT: reason})
 
 
-def shown_results(lm: LoadedModel) -> list[ShownResult]:
-    """The first model's result (its loaded file, else the chosen corpus's) and the second's (its result file, else
-    the compared model's on the same corpus)."""
-    loaded = loaded_result(KEY, "special", SPECIAL.from_record)
-    choice = corpus_picker(KEY) if loaded is None else None
-    options, gradients = options_sidebar(lm, loaded is not None)
-    first_name = lm.facts.name if loaded is None else loaded.model
-    corpus = None if choice is None else choice.described()
-    second = second_source(KEY, "special", SPECIAL.from_record, first_name, loaded, corpus, options)
-    first = file_view(loaded) if loaded else (model_result(lm, choice, options, gradients) if choice else None)
-    if first is None:
-        return []
-    if second.file is not None:
-        return [first, file_view(second.file)]
-    other = model_result(second.model, choice, options, gradients) if second.model and choice else None
-    return [first] + ([other] if other else [])
+PAGE: CorpusPage[tuple[SpecialOptions, bool], ShownResult] = CorpusPage(
+    KEY,
+    "special",
+    options=options_sidebar,
+    result=lambda lm, choice, chosen: model_result(lm, choice, *chosen),
+    from_file=file_view,
+    analysis_options=lambda chosen: chosen[0],
+)
 
 
 def _per_head_table(view: ShownResult) -> pd.DataFrame:
@@ -414,8 +408,7 @@ st.caption(
     "`python -m attnlib special` count from 0."
 )
 cite_methods(1, 2, 3, 4, 5, 18)
-lm = current_model()
-views = shown_results(lm)
+views = PAGE.shown(current_model())
 if not views:
     st.stop()
 summary(views)

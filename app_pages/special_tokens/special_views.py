@@ -1,9 +1,8 @@
 """What the Special tokens page's tabs share: one model's result as shown (`ShownResult`), the statistics' names,
-and the helpers that draw a figure, put two models side by side and say where they differ most."""
+and the helpers that draw a figure and say where two models differ most."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +14,8 @@ from attnlib.stats.gradients import GradientImportanceResult
 from attnlib.stats.head_distances import HeadMap
 from attnlib.stats.shares import SpecialTokenResult
 from attnlib.stats.value_norms import NormShareResult
-from ui.sources.compare import difference_line, model_columns
+from ui.sources.compare import difference_line
+from ui.sources.corpus_page import Shown
 from ui.widgets.downloads import chart
 
 KEY = "special"  # widget keys and download names of the page start with it
@@ -48,18 +48,27 @@ def names_for(views: list[ShownResult]) -> dict[str, str]:
     return NAMES | {key: f"{NAMES[key]} / {name}" for key, name in DECODER_NAMES.items()}
 
 
-@dataclass
-class ShownResult:
-    """One model's result as the page shows it: the statistics, where they come from, and gradient importance."""
+GRADIENT_CAVEAT = "gradients"  # the caveat saying why gradient importance cannot be computed for a model
 
-    run: SpecialTokens
-    gradients: GradientImportanceResult | None
-    corpus: str
-    model: str
-    grad_reason: str | None  # why gradient importance cannot be computed for this model (None when it can)
-    source: str  # "computed here", "precomputed, shipped ..." or the loaded file's provenance
-    from_file: bool = False
-    fingerprint: str = ""
+
+@dataclass
+class ShownResult(Shown[SpecialTokens]):
+    """One model's result as the page shows it (`Shown`), with gradient importance when it was computed."""
+
+    gradients: GradientImportanceResult | None = None
+
+    @property
+    def run(self) -> SpecialTokens:
+        return self.result
+
+    @property
+    def grad_reason(self) -> str | None:
+        """Why gradient importance cannot be computed for this model (None when it can)."""
+        return self.caveats.get(GRADIENT_CAVEAT)
+
+    @property
+    def fingerprint(self) -> str:
+        return "" if self.choice is None else self.choice.fingerprint
 
     @property
     def special(self) -> SpecialTokenResult:
@@ -102,10 +111,3 @@ def comparable(per_layer: dict, keys: list[str], names: dict[str, str], relative
 def per_model(views: list[ShownResult], keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
     """{model: {key: [layers, heads]}} of some statistics."""
     return {v.model: {k: v.special.heads[k] for k in keys} for v in views}
-
-
-def side_by_side(views: list[ShownResult], draw: Callable[[ShownResult, str], None]) -> None:
-    """draw(view, suffix) for each view, in columns when there are two."""
-    for i, (column, view) in enumerate(zip(model_columns([f"**{v.model}**" for v in views]), views)):
-        with column:
-            draw(view, "" if len(views) == 1 else f"_{i + 1}")

@@ -120,16 +120,6 @@ def show_second_file(file: FromFile, first_model: str, corpus: dict | None, opti
         st.warning("The two results may not compare like for like: " + "; ".join(caveats) + ".")
 
 
-def model_columns(headers: list[str]) -> list:
-    """Where each model's figures go: the page itself for one model; for two, a column each under its header line."""
-    if len(headers) == 1:
-        return [st.container()]
-    columns = st.columns(len(headers))
-    for column, header in zip(columns, headers):
-        column.markdown(header)
-    return columns
-
-
 def difference_line(models: Sequence[str], a: dict, b: dict, none: str = "") -> None:
     """Where two models' statistics ({statistic: {place: value}}, largest_difference's shape) differ most, first
     model's value first; `none`, if given, is said when they have no place in common."""

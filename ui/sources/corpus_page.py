@@ -1,0 +1,117 @@
+"""The skeleton every corpus page fills: its inputs (a loaded result file, else the corpus picker), its options, the
+second model (its result file, else the compared model on the same corpus), each model's result (shipped, computed,
+or from a file) as one `Shown` type, which the page's views then draw."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from attnlib.analyses.base import Options
+from attnlib.analyses.registry import analysis_named
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.model import LoadedModel
+from attnlib.results.files import ResultFile
+from ui.sources.compare import Second, second_source
+from ui.sources.corpus_picker import CorpusChoice, corpus_picker
+from ui.sources.result_file import FromFile, loaded_result
+
+T = TypeVar("T")
+O = TypeVar("O")  # a page's options
+S = TypeVar("S", bound="Shown[Any]")  # a page's shown result: Shown, or a page's own with more fields
+
+
+@dataclass
+class Shown(Generic[T]):
+    """One model's result as a corpus page shows it: which model, the result, its corpus, where it came from, and its
+    caveats (a part the result lacks -> why)."""
+
+    model: str
+    result: T
+    corpus: str  # the corpus's name
+    source: str  # "computed here", "precomputed, shipped ..." or the result file's origin
+    choice: CorpusChoice | None = None  # the corpus chosen on the page; None for a result file (its own texts)
+    caveats: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def from_file(self) -> bool:
+        """Whether the result was loaded from a result file."""
+        return self.choice is None
+
+    @property
+    def inputs(self) -> list[CorpusInput] | None:
+        """The chosen corpus's inputs (None for a result file)."""
+        return None if self.choice is None else self.choice.inputs
+
+
+def file_shown(found: FromFile[T], options: Any = None) -> Shown[T]:
+    """A result file's result as shown, named by its file and provenance."""
+    return Shown(found.model, found.value, found.corpus, f"from {found.name}, {found.record.provenance()}")
+
+
+@dataclass
+class Inputs(Generic[O]):
+    """What the sidebar chose: the first model's result file (or None), the corpus (None beside a file), the options."""
+
+    loaded: FromFile[Any] | None
+    choice: CorpusChoice | None
+    options: O
+
+
+@dataclass
+class CorpusPage(Generic[O, S]):
+    """What a corpus page fills in: its key and command, its option widgets, how one model's result is found on the
+    chosen corpus (shipped or computed, None after a message) and how a result file is shown."""
+
+    key: str  # widget keys start with it
+    analysis: str  # the command whose result files the page opens
+    options: Callable[[LoadedModel, bool], O]  # draws the option widgets (told whether a file is loaded)
+    result: Callable[[LoadedModel, CorpusChoice, O], S | None]
+    from_file: Callable[[FromFile[Any], O], S] = file_shown  # type: ignore[assignment]
+    parse: Callable[[ResultFile], Any] | None = None  # default: the analysis's own reading of its files
+    analysis_options: Callable[[O], Options] = lambda options: options  # type: ignore[assignment,return-value]
+    default_limit: int = 200
+    section: str = ""  # the part of the page the files are for, when a page has several
+    first_needed: bool = True  # whether the second model is shown only beside the first's result
+
+    @property
+    def reader(self) -> Callable[[ResultFile], Any]:
+        """How the page reads the command's result files."""
+        return self.parse or analysis_named(self.analysis).from_record
+
+    def loaded(self) -> FromFile[Any] | None:
+        """The first model's result file (sidebar), or None."""
+        return loaded_result(self.key, self.analysis, self.reader, section=self.section)
+
+    def inputs(self, lm: LoadedModel) -> Inputs[O]:
+        """The sidebar in order: the result file, the corpus (when there is no file), the options."""
+        loaded = self.loaded()
+        choice = corpus_picker(self.key, default_limit=self.default_limit) if loaded is None else None
+        return Inputs(loaded, choice, self.options(lm, loaded is not None))
+
+    def second(self, lm: LoadedModel, given: Inputs[O]) -> Second[Any]:
+        """The second model: its result file, else the compared model to run on the corpus, else nothing."""
+        first_name = lm.facts.name if given.loaded is None else given.loaded.model
+        corpus = None if given.choice is None else given.choice.described()
+        options = self.analysis_options(given.options)
+        return second_source(
+            self.key, self.analysis, self.reader, first_name, given.loaded, corpus, options, self.section
+        )
+
+    def results(self, lm: LoadedModel, given: Inputs[O], second: Second[Any]) -> list[S]:
+        """The first model's result (its file, else on the corpus) and the second's (its file, else on the corpus)."""
+        loaded, choice, options = given.loaded, given.choice, given.options
+        first = self.from_file(loaded, options) if loaded else (self.result(lm, choice, options) if choice else None)
+        if first is None and self.first_needed:
+            return []
+        if second.file is not None:
+            other: S | None = self.from_file(second.file, options)
+        else:
+            other = self.result(second.model, choice, options) if second.model and choice else None
+        return [shown for shown in (first, other) if shown is not None]
+
+    def shown(self, lm: LoadedModel) -> list[S]:
+        """The whole skeleton: the inputs, the second model, and the results the views show (empty: nothing to)."""
+        given = self.inputs(lm)
+        return self.results(lm, given, self.second(lm, given))
