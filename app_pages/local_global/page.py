@@ -17,7 +17,14 @@ from app_pages.local_global.aggregation_tab import (
 )
 from app_pages.local_global.attribution_example import example_section
 from attnlib.analyses.base import run_analysis
-from attnlib.analyses.positions import CORRELATIONS, POSITIONS, PositionOptions, PositionsResult
+from attnlib.analyses.positions import (
+    CORRELATIONS,
+    POSITIONS,
+    LongAttributionReport,
+    PositionOptions,
+    PositionsResult,
+    reporting_long_attribution,
+)
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
 from attnlib.present.tables import layer_values
@@ -41,7 +48,7 @@ from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.family_notes import local_layers_note
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import LOCAL_GLOBAL
-from ui.widgets.progress import progress
+from ui.widgets.progress import estimated, progress
 
 KEY = "local_global"
 MODE_LABELS = {"estimate": "estimate (random probes, fast)", "exact": "exact (forward mode, slow)"}
@@ -60,9 +67,10 @@ TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
 @st.cache_data(max_entries=8, show_spinner=False)
 def _corpus_result(model_name: str, fingerprint: str, options: PositionOptions, _inputs) -> dict:
     """Position statistics of a corpus, once per (model, corpus, options); the bar is made here so a hit replays it."""
-    with progress(f"Running attribution ({model_name})") as report:
+    with progress(f"Running attribution ({model_name})") as report, estimated("Sampled attribution") as (say, rows):
         lm = model_named(model_name)
-        return run_analysis(POSITIONS, lm, options, inputs={"corpus": _inputs}, progress=report).result.to_json()
+        with reporting_long_attribution(LongAttributionReport(say, rows)):
+            return run_analysis(POSITIONS, lm, options, inputs={"corpus": _inputs}, progress=report).result.to_json()
 
 
 def options_sidebar(head_dim: int, causal: bool = False) -> PositionOptions:
