@@ -69,12 +69,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         save_tiny_modernbert(Path(tmp))
         lm = load_model(tmp)
-        print(f"tiny ModernBERT layout (4 x 4, hidden 64), {torch.get_num_threads()} threads, sample_rows {args.sample_rows}")
+        print(
+            f"tiny ModernBERT layout (4 x 4, hidden 64), {torch.get_num_threads()} threads, sample_rows {args.sample_rows}"
+        )
         for n in args.lengths:
-            said: list[str] = []
 
-            def estimate(line: str) -> None:
-                said.append(line)
+            def estimate(line: str, n: int = n) -> None:
                 print(f"  {n}: the library says {line}", flush=True)
                 if args.estimate_only:
                     raise Estimated

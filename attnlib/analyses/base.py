@@ -173,7 +173,7 @@ class Analysis(Generic[O, R]):
             raise ResultFileError(f"the file's options are not those of `{self.name}` ({exc}).") from exc
         later = {f.name for f in fields(self.options) if f.metadata.get("added_later") and f.name not in stored}
         if {k: v for k, v in asdict(options).items() if k not in later} != dict(stored):  # an option added since
-            missing = sorted(set(asdict(options)) - set(stored))
+            missing = sorted(set(asdict(options)) - set(stored) - later)
             raise ResultFileError(f"the file's options lack {', '.join(missing)} (written by an older attnlib).")
         return options
 
