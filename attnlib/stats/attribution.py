@@ -861,8 +861,9 @@ def row_attribution(
         ):
             rest = None
         if layers is not None:
-            directions = _direction_chunks(n, hidden, mode, probes, seed, default_chunk(n, hidden, hidden, f.n_heads),
-                                           lm.device)  # fmt: skip
+            # one row tangent is [n, heads, d]: a chunk of them within CHUNK_BUDGET floats
+            row_tangents = int(max(8, min(1024, CHUNK_BUDGET // (n * hidden))))
+            directions = _direction_chunks(n, hidden, mode, probes, seed, row_tangents, lm.device)
             previous = _previous_norms(layers, directions)[:, :, index].permute(1, 3, 2, 0)  # [layers, heads, m, i]
         else:
             previous = torch.stack(
