@@ -16,7 +16,14 @@ from app_pages.local_global.aggregation_tab import (
 )
 from app_pages.local_global.attribution_example import example_section
 from attnlib.analyses.base import run_analysis
-from attnlib.analyses.positions import CORRELATIONS, POSITIONS, PositionOptions, PositionsResult
+from attnlib.analyses.positions import (
+    CORRELATIONS,
+    POSITIONS,
+    LongAttributionReport,
+    PositionOptions,
+    PositionsResult,
+    reporting_long_attribution,
+)
 from attnlib.core.families import unsupported_reason
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
@@ -41,7 +48,7 @@ from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.family_notes import local_layers_note
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import LOCAL_GLOBAL
-from ui.widgets.progress import progress
+from ui.widgets.progress import estimated, progress
 
 KEY = "local_global"
 MODE_LABELS = {"estimate": "estimate (random probes, fast)", "exact": "exact (forward mode, slow)"}
@@ -60,18 +67,19 @@ TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
 @st.cache_data(max_entries=8, show_spinner=False)
 def _corpus_result(model_name: str, fingerprint: str, options: PositionOptions, _inputs) -> PositionsResult:
     """Position statistics of a corpus, once per (model, corpus, options); the bar is made here so a hit replays it."""
-    with progress(f"Running attribution ({model_name})") as report:
+    with progress(f"Running attribution ({model_name})") as report, estimated("Sampled attribution") as (say, rows):
         lm = model_named(model_name)
-        return run_analysis(POSITIONS, lm, options, inputs={"corpus": _inputs}, progress=report).result
+        with reporting_long_attribution(LongAttributionReport(say, rows)):
+            return run_analysis(POSITIONS, lm, options, inputs={"corpus": _inputs}, progress=report).result
 
 
-def options_sidebar(head_dim: int, causal: bool = False) -> PositionOptions:
+def options_sidebar(head_dim: int, attribution_refused: bool = False) -> PositionOptions:
     """Attribution and filtering options, kept in the URL."""
     options = FORM.bind()
     with st.sidebar:
         st.subheader("Attribution")
-        if causal:
-            st.caption("Not available for decoders yet: the mode and probes are not used.")
+        if attribution_refused:
+            st.caption("Not available for this model's family: the mode and probes are not used.")
         st.radio(
             "Mode for the corpus",
             list(MODE_LABELS),
@@ -135,7 +143,9 @@ def positions_file(found: FromFile[PositionsResult], options: PositionOptions) -
 POSITIONS_PAGE: CorpusPage[PositionOptions, Shown[PositionsResult]] = CorpusPage(
     KEY,
     "positions",
-    options=lambda lm, from_file: options_sidebar(lm.facts.head_dim, lm.facts.causal),
+    options=lambda lm, from_file: options_sidebar(
+        lm.facts.head_dim, unsupported_reason(lm.encoder.config, "hta") is not None
+    ),
     result=positions_shown,
     from_file=positions_file,
     default_limit=100,

@@ -56,6 +56,7 @@ def option(
     compare: bool = False,
     adds: bool = False,
     view: bool = False,
+    added_later: bool = False,
 ) -> Any:
     """A field of an options dataclass: its default (the command line's, the pages' and the Tour's) and its help
     (argparse's: `%(default)s` is the default).
@@ -63,10 +64,10 @@ def option(
     `minimum`: the smallest value an int takes; `compare`: two models' results compare only when it agrees; `adds`: a
     bool that only adds a part to the result, so a result computed with it answers a request without it; `view`: it
     only chooses what the result shows of what was computed, so a result answers any value of it. A result type
-    with `for_options(options)` trims or remakes those parts for the options asked."""
-    return field(
-        default=default, metadata={"help": help, "minimum": minimum, "compare": compare, "adds": adds, "view": view}
-    )
+    with `for_options(options)` trims or remakes those parts for the options asked. `added_later`: result files
+    written without it hold what its default gives (they are read with it)."""
+    metadata = {"help": help, "minimum": minimum, "compare": compare, "adds": adds, "view": view}
+    return field(default=default, metadata=metadata | {"added_later": added_later})
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -181,8 +182,9 @@ class Analysis(Generic[O, R]):
             options = self.make_options(**stored)
         except (OptionError, TypeError) as exc:
             raise ResultFileError(f"the file's options are not those of `{self.name}` ({exc}).") from exc
-        if asdict(options) != dict(stored):  # an option added since the file was written
-            missing = sorted(set(asdict(options)) - set(stored))
+        later = {f.name for f in fields(self.options) if f.metadata.get("added_later") and f.name not in stored}
+        if {k: v for k, v in asdict(options).items() if k not in later} != dict(stored):  # an option added since
+            missing = sorted(set(asdict(options)) - set(stored) - later)
             raise ResultFileError(f"the file's options lack {', '.join(missing)} (written by an older attnlib).")
         return options
 

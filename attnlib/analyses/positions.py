@@ -3,7 +3,9 @@ Attribution (METHODS §8), and their correlation per head (§9), over a corpus."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import ClassVar
@@ -19,7 +21,16 @@ from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult, run_batches
 from attnlib.results.files import json_ready, malformed
-from attnlib.stats.attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
+from attnlib.stats.attribution import (
+    DEFAULT_PROBES,
+    DEFAULT_SEED,
+    Attribution,
+    Mode,
+    RowAttribution,
+    hidden_token_attribution,
+    row_attribution,
+)
+from attnlib.stats.row_sampling import sampled_offset_sums, sampled_rows
 
 CORRELATIONS = ("pearson_previous", "spearman_previous", "pearson_input", "spearman_input")
 
@@ -33,8 +44,12 @@ def relative_position_sums(maps: np.ndarray, keep: np.ndarray | None = None) -> 
     keep = np.ones(n, bool) if keep is None else np.asarray(keep, bool)
     masked = maps * keep[:, None] * keep[None, :]
     sums = np.stack([np.diagonal(masked, offset=k, axis1=-2, axis2=-1).sum(-1) for k in range(-(n - 1), n)], axis=-1)
-    counts = np.correlate(keep.astype(np.int64), keep.astype(np.int64), mode="full")  # index k + n - 1
-    return sums, counts
+    return sums, offset_counts(keep)
+
+
+def offset_counts(keep: np.ndarray) -> np.ndarray:
+    """Per offset k = j - i in -(n-1)..n-1 (index k + n - 1): the number of rows i with i and i+k both kept."""
+    return np.correlate(keep.astype(np.int64), keep.astype(np.int64), mode="full")
 
 
 def center_of_mass(histograms: np.ndarray, offsets: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -54,6 +69,9 @@ class RelativePositionHistogram:
     max_offset: int = 0
     sums: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [layers, heads, 2 * max_offset + 1], float64
     counts: np.ndarray = field(default=None)  # type: ignore[arg-type]  # [2 * max_offset + 1], int64
+    variance: np.ndarray = field(default=None)  # type: ignore[arg-type]  # like sums: of the sampled inputs' sums
+    rows_sampled: int = 0  # query rows of the inputs whose rows were sampled (METHODS §19)
+    inputs_sampled: int = 0
 
     def __post_init__(self) -> None:
         width = 2 * self.max_offset + 1
@@ -61,6 +79,8 @@ class RelativePositionHistogram:
             self.sums = np.zeros((self.n_layers, self.n_heads, width))
         if self.counts is None:
             self.counts = np.zeros(width, np.int64)
+        if self.variance is None:
+            self.variance = np.zeros_like(self.sums)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -75,28 +95,66 @@ class RelativePositionHistogram:
             self.max_offset + grow,
             np.pad(self.sums, ((0, 0), (0, 0), (grow, grow))),
             np.pad(self.counts, (grow, grow)),
+            np.pad(self.variance, ((0, 0), (0, 0), (grow, grow))),
+            self.rows_sampled,
+            self.inputs_sampled,
         )
+
+    def _widen(self, n: int) -> int:
+        """Widen in place to take an input of n tokens; where its offset -(n-1) sits on the offset axis."""
+        if n - 1 > self.max_offset:
+            wider = self._widened(n - 1)
+            self.max_offset, self.sums, self.counts, self.variance = (
+                wider.max_offset,
+                wider.sums,
+                wider.counts,
+                wider.variance,
+            )
+        return self.max_offset - (n - 1)
 
     def add_maps(self, maps: np.ndarray, keep: np.ndarray | None = None) -> None:
         """Add one input's maps [layers, heads, n, n]."""
         n = maps.shape[-1]
-        if n - 1 > self.max_offset:
-            wider = self._widened(n - 1)
-            self.max_offset, self.sums, self.counts = wider.max_offset, wider.sums, wider.counts
+        lo = self._widen(n)
         sums, counts = relative_position_sums(maps.astype(np.float64), keep)
-        lo = self.max_offset - (n - 1)
         self.sums[..., lo : lo + 2 * n - 1] += sums
         self.counts[lo : lo + 2 * n - 1] += counts
+
+    def add_sampled_rows(self, row_maps: np.ndarray, rows: np.ndarray, keep: np.ndarray | None = None) -> None:
+        """Add one input of which only rows `rows` of its maps are known (row_maps [layers, heads, m, n]): its offset
+        sums estimated from them and their variance (attnlib.stats.row_sampling); the counts are the exact ones."""
+        n = row_maps.shape[-1]
+        lo = self._widen(n)
+        sums, variance = sampled_offset_sums(row_maps, rows, keep)
+        self.sums[..., lo : lo + 2 * n - 1] += sums
+        self.variance[..., lo : lo + 2 * n - 1] += variance
+        self.counts[lo : lo + 2 * n - 1] += offset_counts(np.ones(n, bool) if keep is None else np.asarray(keep, bool))
+        self.rows_sampled += len(rows)
+        self.inputs_sampled += 1
 
     def merge(self, other: RelativePositionHistogram) -> RelativePositionHistogram:
         """The histogram over both corpora."""
         width = max(self.max_offset, other.max_offset)
         a, b = self._widened(width), other._widened(width)
-        return RelativePositionHistogram(self.n_layers, self.n_heads, width, a.sums + b.sums, a.counts + b.counts)
+        return RelativePositionHistogram(
+            self.n_layers,
+            self.n_heads,
+            width,
+            a.sums + b.sums,
+            a.counts + b.counts,
+            a.variance + b.variance,
+            a.rows_sampled + b.rows_sampled,
+            a.inputs_sampled + b.inputs_sampled,
+        )
 
     def histograms(self) -> np.ndarray:
         """[layers, heads, offsets]: sum at each offset / number of (input, row) pairs with that offset (0 if none)."""
         return np.divide(self.sums, self.counts, out=np.zeros_like(self.sums), where=self.counts > 0)
+
+    def standard_errors(self) -> np.ndarray:
+        """[layers, heads, offsets]: the standard error of each histogram value from the sampled rows (0 where every
+        row was computed)."""
+        return np.divide(np.sqrt(self.variance), self.counts, out=np.zeros_like(self.sums), where=self.counts > 0)
 
     def center_of_mass(self) -> np.ndarray:
         """Per head [layers, heads]."""
@@ -157,7 +215,10 @@ class CorrelationSums:
 
 MODE_HELP = "exact or estimate (random probes; default %(default)s)"
 PROBES_HELP = "probes per token in estimate mode (default %(default)s)"
-SEED_HELP = "seed of the random probes (default %(default)s)"
+SEED_HELP = "seed of the random probes and of the sampled query rows (default %(default)s)"
+SAMPLE_ROWS = 128  # METHODS §19: query rows attributed per input longer than SAMPLE_FROM tokens
+SAMPLE_FROM = 512
+SAMPLING = ("sample_rows", "sample_from")  # in the JSON's options only when rows were sampled
 
 
 @dataclass(frozen=True)
@@ -171,6 +232,24 @@ class PositionOptions(Options):
     identifiable_only: bool = option(
         False, "keep only inputs no longer than the head dimension", compare=True
     )  # Brunner et al.: longer inputs have non-identifiable attention
+    sample_rows: int = option(
+        SAMPLE_ROWS,
+        "query rows attributed, drawn at random, per input longer than sample-from tokens (default %(default)s)",
+        minimum=2,
+        compare=True,
+        added_later=True,
+    )
+    sample_from: int = option(
+        SAMPLE_FROM,
+        "inputs up to this many tokens have every query row attributed (default %(default)s)",
+        minimum=1,
+        compare=True,
+        added_later=True,
+    )
+
+    def stored(self, sampled: bool) -> dict:
+        """The options as the JSON keeps them: the sampling options only when rows were sampled."""
+        return {k: v for k, v in asdict(self).items() if sampled or k not in SAMPLING}
 
 
 @dataclass
@@ -193,6 +272,24 @@ class PositionsResult:
     windows: tuple[int | None, ...] = ()  # per layer: a local layer's half-width (ModelFacts.windows); () unknown
     causal: bool = False  # a decoder's (METHODS §18): offsets k <= 0 only
     attribution_note: str | None = None  # why there is no attribution (its arrays are then NaN); None: there is
+    attribution_rows_sampled: int = 0  # query rows attributed in the inputs whose rows were sampled (METHODS §19)
+    attribution_inputs_sampled: int = 0
+    attribution_stderr: np.ndarray | None = None  # [layers, heads, offsets]: standard errors when rows were sampled
+
+    @property
+    def sampled(self) -> bool:
+        """Whether some input's attribution histograms come from a sample of its query rows."""
+        return self.attribution_inputs_sampled > 0
+
+    def _sampling_json(self) -> dict:
+        """The keys that say how rows were sampled, only when they were."""
+        if not self.sampled:
+            return {}
+        return {
+            "attribution_inputs_sampled": self.attribution_inputs_sampled,
+            "attribution_rows_sampled": self.attribution_rows_sampled,
+            "attribution_stderr": self.attribution_stderr,
+        }
 
     def window(self, layer: int) -> int | None:
         """Layer's local-attention half-width, or None (global, or not recorded)."""
@@ -223,7 +320,7 @@ class PositionsResult:
                 "n_longer_than_head_dim": self.n_longer,
                 "head_dim": self.head_dim,
                 "n_truncated": self.n_truncated,
-                "options": asdict(self.options),
+                "options": self.options.stored(self.sampled),
                 "attention_center_of_mass": self.attention_center_of_mass,
                 "attribution_center_of_mass": self.attribution_center_of_mass,
                 "attention_head_center_of_mass": self.attention_head_com,
@@ -238,6 +335,7 @@ class PositionsResult:
                 "median_correlation": {name: self.median_correlation(name) for name in CORRELATIONS},
             }
             | ({"windows": list(self.windows)} if any(w is not None for w in self.windows) else {})
+            | self._sampling_json()
         )
 
     def _decoder_json(self) -> dict:
@@ -252,7 +350,7 @@ class PositionsResult:
                 "n_longer_than_head_dim": self.n_longer,
                 "head_dim": self.head_dim,
                 "n_truncated": self.n_truncated,
-                "options": asdict(self.options),
+                "options": self.options.stored(self.sampled),
                 "attention_center_of_mass": self.attention_center_of_mass,
                 "attention_head_center_of_mass": self.attention_head_com,
             }
@@ -268,6 +366,7 @@ class PositionsResult:
                 else {"histograms": histograms, "attribution_unavailable": self.attribution_note}
             )
             | ({"windows": list(self.windows)} if any(w is not None for w in self.windows) else {})
+            | self._sampling_json()
         )
 
     @classmethod
@@ -304,6 +403,9 @@ class PositionsResult:
                 windows=tuple(d.get("windows", ())),
                 causal=d.get("kind") == "decoder",
                 attribution_note=note,
+                attribution_rows_sampled=d.get("attribution_rows_sampled", 0),
+                attribution_inputs_sampled=d.get("attribution_inputs_sampled", 0),
+                attribution_stderr=arr(d["attribution_stderr"]) if "attribution_stderr" in d else None,
             )
 
 
@@ -348,11 +450,17 @@ class PositionAccumulator:
         """Count an input left out for its length."""
         self.n_skipped += 1
 
-    def add(self, result: RunResult, attribution: Attribution | None) -> None:
-        """Add one input: its attention maps and its attribution (None: attention only)."""
+    def add(self, result: RunResult, attribution: Attribution | RowAttribution | None) -> None:
+        """Add one input: its attention maps and its attribution (None: attention only; a RowAttribution: of a sample
+        of its query rows, METHODS §19, whose correlations are means over those rows)."""
         keep = ~(result.cls_mask | result.sep_mask) if self.options.drop_special else None
         self.attention.add_maps(result.attentions, keep)
-        if attribution is not None:
+        if isinstance(attribution, RowAttribution):
+            attention_rows = result.attentions[:, :, attribution.rows]
+            self.attribution.add_sampled_rows(attribution.input, attribution.rows, keep)
+            self.previous_correlation.add_maps(attention_rows, attribution.previous)
+            self.input_correlation.add_maps(attention_rows, attribution.input)
+        elif attribution is not None:
             self.attribution.add_maps(attribution.input, keep)
             self.previous_correlation.add_maps(result.attentions, attribution.previous)
             self.input_correlation.add_maps(result.attentions, attribution.input)
@@ -392,8 +500,10 @@ class PositionAccumulator:
         kept = slice(0, self.attention.max_offset + 1) if self.causal else slice(None)  # a view keeps sums' order
         counts = self.attention.counts[kept]
         attention = self.attention.histograms()[..., kept]
+        stderr = None
         if self.attribution_note is None:
             attribution = self.attribution.histograms()[..., kept]
+            stderr = self.attribution.standard_errors()[..., kept] if self.attribution.inputs_sampled else None
             attribution_com = center_of_mass(attribution, offsets[kept], self.attribution.counts[kept] > 0)
         else:
             attribution = np.full_like(attention, np.nan)
@@ -416,6 +526,9 @@ class PositionAccumulator:
             windows=self.windows,
             causal=self.causal,
             attribution_note=self.attribution_note,
+            attribution_rows_sampled=self.attribution.rows_sampled,
+            attribution_inputs_sampled=self.attribution.inputs_sampled,
+            attribution_stderr=stderr,
         )
 
 
@@ -439,8 +552,9 @@ def accumulate_variants(
 ) -> list[PositionAccumulator]:
     """One accumulator per variant of the options, attributing each input once (the variants share mode, k, seed)."""
     first = variants[0]
-    if any((v.mode, v.probes, v.seed) != (first.mode, first.probes, first.seed) for v in variants):
-        raise ValueError("Variants computed together must share the attribution mode, probes and seed.")
+    shared = ("mode", "probes", "seed", "sample_rows", "sample_from")
+    if any(any(getattr(v, name) != getattr(first, name) for name in shared) for v in variants):
+        raise ValueError("Variants computed together must share the attribution mode, probes, seed and row sampling.")
     accs = [_empty_accumulator(lm, v) for v in variants]
     attributed = accs[0].attribution_note is None
     pairs = ((item.text_a, item.text_b) for item in inputs)
@@ -448,7 +562,7 @@ def accumulate_variants(
         wanted = [acc.wants(result.n) for acc in accs]
         attribution = None
         if any(wanted) and attributed:
-            attribution = hidden_token_attribution(lm, result, mode=first.mode, probes=first.probes, seed=first.seed)
+            attribution = _attribute(lm, result, first, done - 1, len(inputs))
         for acc, wants in zip(accs, wanted):
             if wants:
                 acc.add(result, attribution)
@@ -457,6 +571,62 @@ def accumulate_variants(
         if progress is not None:
             progress(done, len(inputs))
     return accs
+
+
+@dataclass(frozen=True)
+class LongAttributionReport:
+    """Where the attribution of a sampled (long) input says, before it runs, how long it will take, and then how far
+    it is: the command line's stderr, the page's bar."""
+
+    estimate: Callable[[str], None]
+    progress: Progress
+
+
+_REPORTS = threading.local()
+
+
+@contextlib.contextmanager
+def reporting_long_attribution(report: LongAttributionReport) -> Iterator[None]:
+    """Within this block, in this thread, long attributions tell `report`."""
+    before = getattr(_REPORTS, "report", None)
+    _REPORTS.report = report
+    try:
+        yield
+    finally:
+        _REPORTS.report = before
+
+
+def _attribute(
+    lm: LoadedModel, result: RunResult, options: PositionOptions, index: int, total: int
+) -> Attribution | RowAttribution:
+    """An input's attribution: every row, or above options.sample_from tokens a seeded sample of rows (METHODS §19)."""
+    mode, probes, seed = options.mode, options.probes, options.seed
+    rows = sampled_rows(result.n, options.sample_rows, options.sample_from, seed, index)
+    if rows is None:
+        return hidden_token_attribution(lm, result, mode=mode, probes=probes, seed=seed)
+    report: LongAttributionReport | None = getattr(_REPORTS, "report", None)
+    if report is None:
+        return row_attribution(lm, result, rows, mode=mode, probes=probes, seed=seed)
+    what = f"input {index + 1} of {total}: {len(rows)} of {result.n} query rows sampled, {mode} attribution"
+    return row_attribution(
+        lm,
+        result,
+        rows,
+        mode=mode,
+        probes=probes,
+        seed=seed,
+        progress=report.progress,
+        estimate=lambda seconds: report.estimate(f"{what}: about {_duration(seconds)}"),
+    )
+
+
+def _duration(seconds: float) -> str:
+    """Seconds in words: "40 s", "12 min", "3.5 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _empty_accumulator(lm: LoadedModel, options: PositionOptions) -> PositionAccumulator:

@@ -13,9 +13,11 @@ from typing import NoReturn
 
 from attnlib.analyses.attention import MAX_JSON_VALUES, AttentionMaps
 from attnlib.analyses.base import Analysis, AnalysisRun, OptionError, Options, run_analysis
+from attnlib.analyses.positions import LongAttributionReport, reporting_long_attribution
 from attnlib.analyses.registry import ANALYSES
 from attnlib.cli import commands
 from attnlib.cli.options import (
+    StderrProgress,
     add_input_flags,
     add_model_option,
     add_option_flags,
@@ -77,14 +79,15 @@ def handle_analysis(analysis: Analysis, args: argparse.Namespace) -> dict:
     if analysis.reads == "text":
         run = run_analysis(analysis, model, options, text=args.text, pair=args.pair, device=args.device, note=note)
     else:
-        run = run_analysis(
-            analysis,
-            model,
-            options,
-            inputs={source: getattr(args, source) for source in analysis.sources},
-            **corpus_run_flags(args),
-            strict=True,
-        )
+        with reporting_long_attribution(LongAttributionReport(note, StderrProgress("attribution"))):
+            run = run_analysis(
+                analysis,
+                model,
+                options,
+                inputs={source: getattr(args, source) for source in analysis.sources},
+                **corpus_run_flags(args),
+                strict=True,
+            )
     if isinstance(run.result, AttentionMaps):
         return _attention_out(run, args.out)
     if args.out:

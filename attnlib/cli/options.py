@@ -176,6 +176,19 @@ def note(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+class StderrProgress:
+    """A Progress that says on stderr how far some work is, one line each tenth of the way."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.said = what, -1
+
+    def __call__(self, done: int, total: int) -> None:
+        tenth = 10 * done // max(total, 1)
+        if tenth > self.said:
+            self.said = tenth
+            note(f"{self.what}: {100 * done // max(total, 1)} % ({done:,} of {total:,})")
+
+
 def loaded(args: argparse.Namespace, name: str | None = None) -> LoadedModel:
     """The command's model (or another one by name) loaded with its --device and --model-dtype; its size said first."""
     check_device(args.device)

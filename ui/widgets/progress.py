@@ -22,3 +22,22 @@ def progress(what: str, unit: str = "inputs") -> Iterator[Report]:
         yield report
     finally:
         bar.empty()
+
+
+@contextmanager
+def estimated(what: str) -> Iterator[tuple[Callable[[str], None], Report]]:
+    """For a long step: a line that says how long it will take (given once it is known) and a bar that shows how far
+    it is; yields (say, report); both are removed when the step ends, fails or is stopped."""
+    line, bar = st.empty(), st.empty()
+
+    def say(text: str) -> None:
+        line.info(f"{what}: {text}", icon="⏱️")
+
+    def report(done: int, total: int) -> None:
+        bar.progress(min(done / max(total, 1), 1.0), text=f"{what}: {100 * done // max(total, 1)} %")
+
+    try:
+        yield say, report
+    finally:
+        line.empty()
+        bar.empty()
