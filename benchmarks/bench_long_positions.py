@@ -22,17 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from benchmarks.bench_long import PeakSampler, text_of  # noqa: E402
+from benchmarks.bench_long import SIZE, PeakSampler, text_of  # noqa: E402
 
-TINY = dict(
-    hidden_size=64,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=128,
-    max_position_embeddings=8192,
-    global_attn_every_n_layers=3,
-    local_attention=128,
-)
+TINY = SIZE | dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128)
 
 
 class Estimated(Exception):
