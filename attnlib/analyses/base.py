@@ -105,6 +105,15 @@ def _check(name: str, kind: Any, value: Any, minimum: int | None) -> None:
         raise OptionError(f"{name} must be at least {minimum}, not {value!r}")
 
 
+def stored_options(options: Any) -> dict[str, Any]:
+    """asdict(options) as a result file stores it: an option added later is left out at its default, so the file is
+    the one an older attnlib wrote (options_from_json fills the default back in)."""
+    left_out = {
+        f.name for f in fields(options) if f.metadata.get("added_later") and getattr(options, f.name) == f.default
+    }
+    return {k: v for k, v in asdict(options).items() if k not in left_out}
+
+
 @dataclass(frozen=True)
 class Options:
     """Base of every analysis's options (frozen dataclasses of `option` fields), checked when made."""
@@ -302,7 +311,7 @@ class AnalysisRun(Generic[R]):
             self.analysis.name,
             self.facts.name,
             self.corpus,
-            asdict(self.options),
+            stored_options(self.options),
             self.library_version,
             self.created,
             self.to_json(),

@@ -173,7 +173,11 @@ def test_an_analysis_form_draws_every_option_it_does_not_lay_out():
         "Drop CLS/SEP as queries and keys of the histograms",
         "Keep only inputs no longer than the head dimension",
     ]
-    assert [n.label for n in at.number_input] == ["Probes per token in estimate mode (default 12)"]  # not the seed
+    assert [n.label for n in at.number_input] == [  # not the seed
+        "Probes per token in estimate mode (default 12)",
+        "Query rows attributed, drawn at random, per input longer than sample-from tokens (default 128)",
+        "Inputs up to this many tokens have every query row attributed (default 512)",
+    ]
     at.checkbox(key="f_drop_special").check().run()
     assert at.session_state["shown"] == PositionOptions(mode="exact", probes=4, drop_special=True)
     assert (at.query_params["drop_special"], at.query_params["probes"], at.query_params["m"]) == ("1", "4", "exact")

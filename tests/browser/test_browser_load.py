@@ -86,6 +86,8 @@ def _assert_no_exception(page, where: str) -> None:
 def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screenshot_dir):
     server = server_process(streamlit_server)
     log = server_log()
+    line = f"{LOAD_LOG_LINE} {DEFAULT_MODEL}\n"
+    before = log.read_text(errors="replace").count(line)  # other tests on this server may have loaded (and evicted) it
     sampler = RssSampler(server)
     sampler.start()
     started = time.time()
@@ -130,7 +132,7 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
             c.close()
         peak_during = sampler.stop()
     elapsed = time.time() - started
-    loads = log.read_text(errors="replace").count(f"{LOAD_LOG_LINE} {DEFAULT_MODEL}\n")
+    loads = log.read_text(errors="replace").count(line) - before
     report = {
         "sessions": SESSIONS,
         "seconds": round(elapsed, 1),
@@ -140,4 +142,4 @@ def test_eight_sessions_type_and_switch_pages(streamlit_server, browser, screens
     }
     (ROOT / "test-output" / "load-test.json").write_text(json.dumps(report, indent=1))
     print(f"\nload test: {report}")
-    assert loads == 1, f"the default model was loaded {loads} times by the server"
+    assert loads <= 1, f"the default model was loaded {loads} times by the server for 8 sessions"

@@ -187,4 +187,4 @@ def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory
     at.run()
     assert not at.exception, at.exception
     assert any("equals the model's attention row" in c.value for c in at.caption), [c.value for c in at.caption]
-    assert any("No value norms" in c.value for c in at.caption)
+    assert any("‖f(x_j)‖ = ‖v_j W_O‖" in c.value for c in at.caption)  # value norms beside it (METHODS §11, §18)
