@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import attnlib
-from attnlib.analyses.base import OptionError, Options, read_inputs
+from attnlib.analyses.base import OptionError, Options, read_inputs, stored_options
 from attnlib.analyses.deps import DEPS, DepsOptions
 from attnlib.analyses.positions import POSITIONS, PositionOptions
 from attnlib.analyses.registry import ANALYSES, analyse, analysis_named
@@ -156,7 +156,7 @@ def test_each_result_survives_its_json_and_a_result_file(name, tiny_model, tmp_p
     path = tmp_path / "result.json"
     write_result_file(path, run.result_file())
     record = read_result_file(path.read_bytes(), name)
-    assert record.options == asdict(run.options) and record.result == printed
+    assert record.options == stored_options(run.options) and record.result == printed
     back = analysis.from_record(record)
     assert json.loads(json.dumps(analysis.to_json(back, tiny_model.facts.name), allow_nan=False)) == printed
     if analysis.reads == "text":
@@ -175,3 +175,17 @@ def test_results_of_the_text_analyses_have_their_arrays(tiny_model):
     np.testing.assert_allclose(maps.attentions.sum(-1), 1.0, atol=1e-5)
     norms = analyse("norms", tiny_model, text="The cat sat.").result
     assert norms.weighted_norm.shape == maps.attentions.shape
+
+
+def test_an_option_added_later_is_stored_only_away_from_its_default():
+    """Result files keep the shape older attnlib wrote (positions' sampling options at their defaults left out), and
+    read back to the same options either way."""
+    from dataclasses import replace
+
+    from attnlib.analyses.positions import POSITIONS, PositionOptions
+
+    default, sampled = PositionOptions(), replace(PositionOptions(), sample_rows=64)
+    assert "sample_rows" not in stored_options(default) and "sample_from" not in stored_options(default)
+    assert stored_options(sampled)["sample_rows"] == 64 and "sample_from" not in stored_options(sampled)
+    for options in (default, sampled):
+        assert POSITIONS.options_from_json(stored_options(options)) == options
