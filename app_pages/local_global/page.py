@@ -194,6 +194,12 @@ def corpus_notes(r: PositionsResult, source: str, label: str, model: str = "") -
     )
     what = "attention only, no attribution" if r.attribution_note else f"attribution in {how}"
     st.caption(f"{model + ': ' if model else ''}{r.n_inputs} inputs of {label}; {what}; {source}.")
+    if r.sampled and not r.attribution_note:
+        st.caption(
+            f"{model + ': ' if model else ''}attribution of {r.attribution_inputs_sampled} long inputs from "
+            f"{r.attribution_rows_sampled} sampled query rows (METHODS §19): the input-contribution bars carry ±1 "
+            "standard error."
+        )
     if r.causal:
         st.info(
             f"{model + ': ' if model else ''}a decoder (METHODS §18): each token attends only to itself and earlier "
@@ -271,16 +277,33 @@ def model_histograms(r: PositionsResult, window: int, layer: int, model: str, ke
     prefix = f"{model}: " if model else ""
     layers = [f"layer {l + 1}" for l in range(n_layers)]
     means = (r.attention_histograms.mean(1), None if r.attribution_note else r.attribution_histograms.mean(1))
+    errors = r.attribution_stderr if r.sampled and not r.attribution_note else None
     title = f"{prefix}per layer (mean over heads)"
     local = r.windows  # local layers (ModernBERT): attention stops at the window
-    fig = position_histograms(r.offsets, *means, layers, window, min(n_layers, 3), title, windows=local)
+    # the mean of the heads' standard errors bounds the standard error of their mean (the heads share the rows)
+    fig = position_histograms(
+        r.offsets,
+        *means,
+        layers,
+        window,
+        min(n_layers, 3),
+        title,
+        windows=local,
+        attribution_errors=None if errors is None else errors.mean(1),
+    )
     chart(fig, "histograms_per_layer", f"{key}_layers")
     l = min(layer, n_layers)
     heads = [f"{l}-{h + 1}" for h in range(n_heads)]
     maps = (r.attention_histograms[l - 1], None if r.attribution_note else r.attribution_histograms[l - 1])
     title = f"{prefix}layer {l}, every head (layer-head)"
     fig = position_histograms(
-        r.offsets, *maps, heads, max_offset=window, title=title, windows=[r.window(l - 1)] * n_heads
+        r.offsets,
+        *maps,
+        heads,
+        max_offset=window,
+        title=title,
+        windows=[r.window(l - 1)] * n_heads,
+        attribution_errors=None if errors is None else errors[l - 1],
     )
     chart(fig, f"histograms_layer_{l}", f"{key}_heads")
 

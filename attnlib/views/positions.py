@@ -40,18 +40,20 @@ def position_histograms(
     title: str = "",
     names: tuple[str, str] = ("attention", "input contribution (HTA)"),
     windows: Sequence[int | None] = (),
+    attribution_errors: np.ndarray | None = None,
 ) -> go.Figure:
     """A grid of histograms over relative position, attention and input contribution side by side in each panel.
 
     attention, attribution: [panels, offsets] (attribution None: attention alone); all panels share the x and y axes;
-    `names` labels the two series.
+    `names` labels the two series. `attribution_errors` ([panels, offsets], from sampled rows: METHODS §19) draws
+    +-1 standard error on the input-contribution bars.
     `windows` (per panel, a local layer's half-width or None): a local panel's attention stops at +-w, where dotted
     lines mark the window, and its title says so.
     """
     keep = _window(offsets, max_offset)
     x = offsets[keep]
-    series = [(attention, names[0], ATTENTION_COLOR)]
-    series += [] if attribution is None else [(attribution, names[1], ATTRIBUTION_COLOR)]
+    series = [(attention, names[0], ATTENTION_COLOR, None)]
+    series += [] if attribution is None else [(attribution, names[1], ATTRIBUTION_COLOR, attribution_errors)]
     panels = len(titles)
     windows = [windows[p] if p < len(windows) else None for p in range(panels)]
     titles = [t if w is None else f"{t} (local ±{w})" for t, w in zip(titles, windows)]
@@ -69,10 +71,11 @@ def position_histograms(
         r, c = divmod(p, columns)
         w = windows[p]
         outside = np.zeros(len(x), bool) if w is None else np.abs(x) > w
-        for values, name, color in series:
+        for values, name, color, errors in series:
             y = np.asarray(values[p][keep], dtype=np.float64)
             if name == names[0] and w is not None:
                 y = np.where(outside, np.nan, y)  # a local layer's attention has no weight beyond its window
+            error = None if errors is None else np.asarray(errors[p][keep], dtype=np.float64)
             fig.add_trace(
                 go.Bar(
                     x=x,
@@ -80,7 +83,11 @@ def position_histograms(
                     name=name,
                     marker_color=color,
                     legendgroup=name,
-                    hovertemplate=f"{name}<br>offset %{{x}}: %{{y:.3f}}<extra></extra>",
+                    error_y=None if error is None else dict(type="data", array=error, visible=True, thickness=1),
+                    customdata=error,
+                    hovertemplate=f"{name}<br>offset %{{x}}: %{{y:.3f}}"
+                    + ("" if error is None else " ± %{customdata:.3f}")
+                    + "<extra></extra>",
                 ),
                 row=r + 1,
                 col=c + 1,
@@ -89,7 +96,9 @@ def position_histograms(
             for edge in (-w - 0.5, w + 0.5):
                 fig.add_vline(x=edge, line_dash="dot", line_color="#9467bd", line_width=1, row=r + 1, col=c + 1)
     # A colour key in the title instead of a legend, which themes place over the top row's panel titles.
-    key = "   ".join(f"<span style='color:{color}'>■</span> {name}" for _, name, color in series)
+    key = "   ".join(f"<span style='color:{color}'>■</span> {name}" for _, name, color, _ in series)
+    if attribution_errors is not None and attribution is not None:
+        key += "   (bars: ±1 standard error of the sampled rows)"
     fig.update_layout(
         title=f"{title}<br><sup>{key}</sup>" if title else key,
         barmode="group",
