@@ -23,10 +23,11 @@ def encoder_part_text(facts: ModelFacts) -> str | None:
     (METHODS §18); None for other models."""
     if facts.kind != "encoder-decoder":
         return None
+    no_cls = "" if facts.cls_token else f" {facts.model_type} has no CLS token: its [CLS] class is empty."
     return (
         f"{facts.name} is an encoder-decoder ({facts.model_type}): these statistics are of its encoder's "
         "self-attention over the source text (METHODS §18); its decoder's self-attention and the cross attention are "
-        "on the Live attention page."
+        f"on the Live attention page.{no_cls}"
     )
 
 
