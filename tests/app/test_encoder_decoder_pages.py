@@ -125,17 +125,19 @@ def test_special_tokens_page_shows_the_encoders_shares(encdec_dir):
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_special_tokens_of_an_encoder_decoder_beside_an_encoder(tiny_model_dir):
-    """T5's encoder beside a BERT on one corpus: both models' rows are the library's; one caption, for T5 alone."""
+    """T5's encoder beside a BERT on one corpus, either one first: both models' rows are the library's; one caption,
+    for T5 alone."""
     t5_dir = save_tiny("t5", tiny_model_dir.parent / "t5-beside-bert")
-    at = open_page(
-        "app_pages/special_tokens/page.py", model=str(t5_dir), cmp=str(tiny_model_dir), limit=str(LIMIT), tab="tables"
-    )
-    (caption,) = encoder_captions(at)
-    assert caption.startswith(str(t5_dir))
-    for model_dir in (t5_dir, tiny_model_dir):
-        rows, own = per_layer(at, str(model_dir)), library_special(model_dir)
-        for key in CLASSES:
-            np.testing.assert_allclose(rows[key].to_numpy(float), own[key], atol=1e-12)
+    own = {model_dir: library_special(model_dir) for model_dir in (t5_dir, tiny_model_dir)}
+    for first, second in ((t5_dir, tiny_model_dir), (tiny_model_dir, t5_dir)):
+        page = "app_pages/special_tokens/page.py"
+        at = open_page(page, model=str(first), cmp=str(second), limit=str(LIMIT), tab="tables")
+        (caption,) = encoder_captions(at)
+        assert caption.startswith(str(t5_dir))
+        for model_dir, shares in own.items():
+            rows = per_layer(at, str(model_dir))
+            for key in CLASSES:
+                np.testing.assert_allclose(rows[key].to_numpy(float), shares[key], atol=1e-12)
 
 
 def test_dependency_heads_page_shows_the_encoders_table(encdec_dir):
@@ -156,9 +158,11 @@ def test_dependency_heads_page_shows_the_encoders_table(encdec_dir):
     assert list(shown["relation"]) == [r.relation for r in expected.rows]
     assert list(shown["best head"]) == [f"{r.layer + 1}-{r.head + 1}" for r in expected.rows]
     np.testing.assert_allclose(shown["accuracy %"].to_numpy(float), [100 * r.accuracy for r in expected.rows])
-    at.session_state["deps_tab"] = "All heads together"
+    at.session_state["deps_tab"], at.session_state["probe_limit"] = "All heads together", n_sentences
     run_computing(at, "probe")
     assert len(encoder_captions(at)) == 1
+    (probe,) = [t for t in tables(at) if "probe UAS %" in t.columns]
+    assert probe["probe UAS %"].between(0, 100).all() and len(probe)
 
 
 # why the family cannot give a statistic, as the library says it (None: it can)
