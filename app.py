@@ -2,7 +2,6 @@
 
 import streamlit as st
 
-from app_pages.live.encoder_decoder import only_on_the_live_page
 from ui.sources.compare import compare_sidebar
 from ui.sources.model_sidebar import model_sidebar
 
@@ -12,7 +11,7 @@ st.set_page_config(page_title="Attention explorer", page_icon=":material/visibil
 # its legacy page registry, which answers a cold first request with "Page not found" or runs a page without this shell.
 PAGES = [
     st.Page("app_pages/tour/page.py", title="Tour", icon=":material/school:", url_path="tour"),
-    LIVE := st.Page("app_pages/live/page.py", title="Live attention", icon=":material/visibility:", default=True),
+    st.Page("app_pages/live/page.py", title="Live attention", icon=":material/visibility:", default=True),
     st.Page(
         "app_pages/special_tokens/page.py",
         title="Special tokens",
@@ -47,7 +46,6 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
-lm = model_sidebar()
+model_sidebar()
 compare_sidebar()
-if page.title == LIVE.title or not only_on_the_live_page(lm.facts, page.title):
-    page.run()
+page.run()

@@ -29,6 +29,7 @@ from ui.sources.result_file import FromFile
 from ui.sources.result_source import shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_table
+from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import DEPENDENCY_HEADS
 from ui.widgets.progress import progress
@@ -428,6 +429,7 @@ st.caption(
 with st.expander("How the numbers are computed"):
     st.markdown(HOW)
 cite_methods(6, 7)
+encoder_part_notes()
 lm = current_model()
 label, tab = lazy_tabs(TAB, list(TABS.values()))
 with tab:

@@ -23,6 +23,7 @@ from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, lazy_tabs
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
+from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import HEAD_IMPORTANCE
 from ui.widgets.side_by_side import side_by_side
@@ -228,6 +229,7 @@ st.caption(
     "command line `attnlib importance` and the JSON count from 0."
 )
 cite_methods(2, 15)
+encoder_part_notes()
 views = PAGE.shown(current_model())
 if not views:
     st.stop()

@@ -27,21 +27,6 @@ HEAD = Option("live_head", "head", 1, lo=1)
 OPTIONS = [VIEW, PART, LAYER, HEAD]  # bound after the text boxes (TARGET is bound with the source)
 
 
-def only_on_the_live_page(facts: ModelFacts, title: str) -> bool:
-    """For an encoder-decoder, a page other than the Live page says in words that it is not written for one (its
-    statistics read one self-attention) and is not run; False for other models."""
-    if facts.kind != "encoder-decoder":
-        return False
-    st.title(title)
-    st.info(
-        f"{facts.name} is an encoder-decoder ({facts.model_type}). This page reads one self-attention and its "
-        "statistics are not written for encoder-decoders yet; the Live attention page shows their encoder, decoder "
-        "and cross attention. The command line runs the statistics of the encoder's self-attention where they have a "
-        "meaning (attnlib attention --part, special, deps, probe, index, search)."
-    )
-    return True
-
-
 @st.cache_data(max_entries=4, show_spinner=False)
 def cached_seq2seq(model_name: str, source: str, target: str) -> Seq2SeqMaps:
     """The three attentions once per (model, source, target); a blank target: the model's own output."""

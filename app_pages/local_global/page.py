@@ -45,7 +45,7 @@ from ui.sources.result_file import FromFile
 from ui.sources.result_source import shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
-from ui.widgets.family_notes import local_layers_note
+from ui.widgets.family_notes import encoder_part_notes, local_layers_note
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import LOCAL_GLOBAL
 from ui.widgets.progress import estimated, progress
@@ -396,6 +396,7 @@ CORPUS_SECTIONS = {
 }
 lm = current_model()
 local_layers_note(lm.facts)
+encoder_part_notes()
 options = POSITIONS_PAGE.options(lm, False)
 positions, aggregation = POSITIONS_PAGE.loaded(), AGGREGATION_PAGE.loaded()
 choice = None if positions or aggregation else corpus_picker(KEY, default_limit=POSITIONS_PAGE.default_limit)

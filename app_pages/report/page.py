@@ -17,6 +17,7 @@ from ui.sources.compare import COMPARE, compared_model
 from ui.sources.corpus_picker import CorpusChoice, chosen_corpus, corpus_picker
 from ui.sources.model_sidebar import current_model, model_named
 from ui.sources.page_state import Option, bind
+from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.progress import progress
 
@@ -110,6 +111,7 @@ st.caption(
     "sidebar's Compare field, both models side by side."
 )
 lm, other = current_model(), compared_model()
+encoder_part_notes(lm, other)
 names = (lm.facts.name,) if other is None else (lm.facts.name, other.facts.name)
 # the names model_named loads (a folder's path, an id); facts.name is a folder's last part
 loaded_as: tuple[str, ...] = (st.session_state.get("model_name", DEFAULT_MODEL),)

@@ -42,6 +42,7 @@ from ui.sources.result_file import FromFile
 from ui.sources.result_source import shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import download_json, download_table
+from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import SPECIAL_TOKENS
 from ui.widgets.progress import progress
@@ -408,6 +409,7 @@ st.caption(
     "`python -m attnlib special` count from 0."
 )
 cite_methods(1, 2, 3, 4, 5, 18)
+encoder_part_notes()
 views = PAGE.shown(current_model())
 if not views:
     st.stop()

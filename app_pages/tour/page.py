@@ -59,7 +59,7 @@ from ui.sources.live_inputs import DEFAULT_A, DEFAULT_B, cached_run
 from ui.sources.model_sidebar import current_model, model_named
 from ui.sources.result_source import shipped
 from ui.widgets.data_table import data_table
-from ui.widgets.family_notes import unsupported_for
+from ui.widgets.family_notes import encoder_part_notes, unsupported_for
 from ui.widgets.plotly_figure import plotly_figure
 from ui.widgets.progress import progress
 
@@ -380,6 +380,7 @@ st.caption(
     "What the papers found, one step per screen, shown on the loaded model. Layers and heads are numbered from 1 "
     "(layer-head, as in Clark et al.)."
 )
+encoder_part_notes(current_model())
 model_name = current_model().facts.name
 shown_name = Path(model_name).name if Path(model_name).is_dir() else model_name  # a folder by its own name
 step = current_step()

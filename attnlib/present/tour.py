@@ -267,12 +267,13 @@ NO_OP_NAMES = {"sep_to_sep": "[SEP] rows to [SEP]", "rest_to_sep": "other rows t
 def special_notice(special: SpecialTokenResult, model: str) -> str:
     """Which of [CLS], [SEP] and punctuation takes most attention, in which layers, or that none does."""
     layers = special.layers
-    peaks = {key: float(np.nanmax(layers[key])) for key in SPECIAL_NAMES}
+    # a class no token belongs to (T5 has no CLS, METHODS §18) is left out
+    peaks = {key: float(np.nanmax(layers[key])) for key in SPECIAL_NAMES if np.any(layers[key])} or {"sep": 0.0}
     top = max(peaks, key=peaks.__getitem__)
     over = np.flatnonzero(layers[top] > MOST)
     if len(over) == 0:
         best = ", ".join(
-            f"{SPECIAL_NAMES[k]} {pct(peaks[k])} ({layer_span([int(np.nanargmax(layers[k]))])})" for k in SPECIAL_NAMES
+            f"{SPECIAL_NAMES[k]} {pct(peaks[k])} ({layer_span([int(np.nanargmax(layers[k]))])})" for k in peaks
         )
         return f"In {model}, no single kind of token takes most attention in any layer; the peaks: {best}."
     who = (

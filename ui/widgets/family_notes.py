@@ -6,8 +6,9 @@ from __future__ import annotations
 import streamlit as st
 
 from attnlib.core.families import Statistic, local_layers_text, unsupported_reason
-from attnlib.core.model import ModelFacts
-from ui.sources.model_sidebar import model_named
+from attnlib.core.model import LoadedModel, ModelFacts
+from ui.sources.compare import compared_model
+from ui.sources.model_sidebar import current_model, model_named
 
 
 def local_layers_note(facts: ModelFacts) -> None:
@@ -15,6 +16,27 @@ def local_layers_note(facts: ModelFacts) -> None:
     text = local_layers_text(facts.windows)
     if text:
         st.caption(f"{facts.name}: {text}")
+
+
+def encoder_part_text(facts: ModelFacts) -> str | None:
+    """For an encoder-decoder, the sentence saying that a corpus page's statistics are its encoder's self-attention
+    (METHODS §18); None for other models."""
+    if facts.kind != "encoder-decoder":
+        return None
+    no_cls = "" if facts.cls_token else f" {facts.model_type} has no CLS token: its [CLS] class is empty."
+    return (
+        f"{facts.name} is an encoder-decoder ({facts.model_type}): these statistics are of its encoder's "
+        "self-attention over the source text (METHODS §18); its decoder's self-attention and the cross attention are "
+        f"on the Live attention page.{no_cls}"
+    )
+
+
+def encoder_part_notes(*models: LoadedModel | None) -> None:
+    """A caption per encoder-decoder among the models shown (default: the loaded and the compared model)."""
+    for lm in models or (current_model(), compared_model()):
+        text = None if lm is None else encoder_part_text(lm.facts)
+        if text:
+            st.caption(text)
 
 
 def unsupported_for(model_name: str, statistic: Statistic) -> str | None:
