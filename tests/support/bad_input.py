@@ -1,4 +1,4 @@
-"""Bad input and the app helpers that type it (test_bad_input.py, test_bad_input_slow.py, library/conftest.py)."""
+"""Bad input and the app helpers that type it (app/test_bad_input.py, app/conftest.py)."""
 
 from __future__ import annotations
 
