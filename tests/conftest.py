@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlib.core.model import DEFAULT_MODEL, load_model
 from attnlib.cli import entry as cli_entry
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import read_conllu
 from attnlib.core.engines import ray_runtime_env
+from attnlib.core.model import DEFAULT_MODEL, load_model
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from support.browser import BROWSER_ARGS, free_port, server_log
 from support.models import FAMILY_KINDS, save_tiny

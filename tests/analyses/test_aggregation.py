@@ -6,12 +6,25 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
-from attnlib.analyses.aggregation import AggregationAccumulator, AggregationResult
+from attnlib.analyses.aggregation import (
+    AGGREGATION,
+    AggregationAccumulator,
+    AggregationOptions,
+    AggregationResult,
+    accumulate_aggregation,
+)
 from attnlib.cli.entry import main
-from attnlib.core.runner import encode
+from attnlib.core.corpus import read_corpus
+from attnlib.core.runner import encode, model_inputs
+from attnlib.results.files import read_result_file
+from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats.attribution import hidden_token_attribution
 from attnlib.stats.value_norms import MEASURES
+from support.apptest import figures, tables
+from support.pages import assert_table_equals_cli, cli_aggregation, page_with
+from support.tolerances import FORWARD_RTOL
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -110,3 +123,111 @@ def test_hta_cli_prints_output(tiny_model_dir, tiny_model, capsys):
         tiny_model, encode(tiny_model, "The cat sat."), mode="exact", with_output=True
     ).output
     np.testing.assert_allclose(np.array(data["output"]), expected, atol=1e-6)
+
+
+# ---------- slow tests
+
+
+def reverse_mode_outputs(lm, enc, layers: list[int] | None = None) -> np.ndarray:
+    """G_out [layers, j, i] with torch.autograd: the Jacobian of hidden_states[l+1] with respect to e0 (given layers)."""
+    encoder = lm.encoder
+    batch = model_inputs(lm, [enc])
+    seen = []
+    hook = encoder.embeddings.register_forward_hook(lambda _m, _a, out: seen.append(out.detach()))
+    try:
+        with torch.no_grad():
+            encoder(**batch)
+    finally:
+        hook.remove()
+    e0 = seen[0]
+
+    def layer_outputs(x: torch.Tensor) -> torch.Tensor:
+        hook = encoder.embeddings.register_forward_hook(lambda _m, _a, _o: x)
+        try:
+            hidden = encoder(**batch, output_hidden_states=True).hidden_states
+        finally:
+            hook.remove()
+        return torch.stack(hidden[1:])[layers or slice(None), 0]  # [layers, n, hidden]
+
+    jac = torch.autograd.functional.jacobian(layer_outputs, e0, vectorize=True)  # [layers, n, hidden, 1, n, hidden]
+    norms = jac[:, :, :, 0].double().square().sum(dim=(2, 4)).sqrt()  # [layers, j, i]
+    return (norms / norms.sum(-1, keepdim=True)).numpy()
+
+
+@pytest.mark.slow
+def test_output_equals_reverse_mode(tiny_model):
+    enc = encode(tiny_model, "The cat sat on the mat.", "It was warm.")
+    exact = hidden_token_attribution(tiny_model, enc, mode="exact", chunk_size=37, with_output=True)
+    reference = reverse_mode_outputs(tiny_model, enc)
+    assert exact.output.shape == (tiny_model.facts.n_layers, enc.n, enc.n)
+    np.testing.assert_allclose(exact.output, reference, atol=1e-5)
+    plain = hidden_token_attribution(tiny_model, enc, mode="exact", linearise=False, with_output=True)
+    np.testing.assert_allclose(plain.output, reference, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_output_equals_reverse_mode_on_minilm(minilm):
+    enc = encode(minilm, "Birds sing.")
+    layers = [0, 5]  # two layers keep the reverse pass short
+    exact = hidden_token_attribution(minilm, enc, mode="exact", with_output=True).output[layers]
+    np.testing.assert_allclose(exact, reverse_mode_outputs(minilm, enc, layers), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_halves_merge_and_batches_do_not_matter(tiny_model):
+    inputs = read_corpus(str(CLASSROOM_SINGLE), 7)
+    options = AggregationOptions(mode="estimate", probes=4)
+    whole = accumulate_aggregation(tiny_model, inputs, options, batch_size=7)
+    single = accumulate_aggregation(tiny_model, inputs, options, batch_size=1)
+    merged = accumulate_aggregation(tiny_model, inputs[:3], options, batch_size=7).merge(
+        accumulate_aggregation(tiny_model, inputs[3:], options, batch_size=7)
+    )
+    a, b, c = whole.result(), single.result(), merged.result()
+    assert a.n_inputs == b.n_inputs == c.n_inputs == 7
+    for m in MEASURES:
+        np.testing.assert_allclose(a.pearson[m], b.pearson[m], atol=1e-4)
+        np.testing.assert_allclose(a.spearman[m], c.spearman[m], rtol=1e-10)
+        np.testing.assert_allclose(a.center_of_mass[m], b.center_of_mass[m], atol=1e-4)
+    np.testing.assert_allclose(a.center_of_mass["attribution"], c.center_of_mass["attribution"], rtol=1e-10)
+    # maps of one padded batch and of another padding differ by float32 rounding (tests/support/tolerances.py)
+    np.testing.assert_allclose(
+        a.histograms["residual_ln_rollout"], c.histograms["residual_ln_rollout"], rtol=FORWARD_RTOL, atol=1e-12
+    )
+
+
+@pytest.mark.slow
+def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp_path):
+    out = tmp_path / "aggregation.json"
+    args = ["aggregation", "--corpus", str(CLASSROOM_SINGLE), "--limit", "3", "--probes", "4"]
+    assert main([*args, "--model", str(tiny_model_dir), "--out", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = accumulate_aggregation(
+        tiny_model, read_corpus(str(CLASSROOM_SINGLE), 3), AggregationOptions(probes=4)
+    ).result()
+    assert data["n_inputs"] == 3 and data["measures"] == list(MEASURES)
+    assert set(data["center_of_mass"]) == {*MEASURES, "attribution"}
+    for m in MEASURES:
+        assert len(data["pearson"][m]) == tiny_model.facts.n_layers
+        np.testing.assert_allclose(data["spearman"][m], expected.spearman[m], rtol=1e-6)
+    loaded = AGGREGATION.from_record(read_result_file(out.read_bytes(), "aggregation"))
+    np.testing.assert_allclose(loaded.pearson["residual_ln"], expected.pearson["residual_ln"], rtol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_page_aggregation_section_equals_the_cli(tiny_model_dir, capsys):
+    name = str(tiny_model_dir)
+    at = page_with(name)
+    assert any("layer-output attribution of every layer" in i.value for i in at.info)  # asks before it computes
+    at.button(key=f"compute:aggregation:{name}").click().run()
+    assert not at.exception, at.exception
+    shown = [d for d in tables(at) if "measure" in d.columns]
+    assert len(shown) == 1 and set(shown[0]["model"]) == {name}
+    assert any("3 inputs of" in c.value and "computed here" in c.value for c in at.caption)
+    assert_table_equals_cli(shown[0], name, cli_aggregation(name, capsys))
+    assert any("METHODS.md §13" in e.label for e in at.expander)
+    hist_before = [c for c in figures(at) if "layer-output attribution per layer" in c.spec]
+    at.selectbox(key="lg_agg_measure").set_value("residual_ln_rollout").run()
+    assert at.query_params["agg_measure"] == "residual_ln_rollout"
+    hist = [c for c in figures(at) if "layer-output attribution per layer" in c.spec]
+    assert len(hist_before) == len(hist) == 1 and "GlobEnc" in hist[0].spec

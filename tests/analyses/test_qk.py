@@ -426,3 +426,18 @@ def test_nearest_neighbours_are_exact_and_start_with_the_point_itself():
     np.testing.assert_allclose(distances[:4], [[0, 1], [0, 1], [0, 2], [0, 4]], atol=1e-6)
     for copy in (4, 5, 6):
         assert indices[copy, 1] in {4, 5, 6} - {copy} and distances[copy, 1] == pytest.approx(0, abs=1e-6)
+
+
+# ---------- slow tests
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["tsne", "umap"])
+def test_tsne_and_umap_are_seeded_on_one_machine(method):
+    rng = np.random.default_rng(5)
+    points = np.concatenate([rng.normal(c, 0.3, (60, 8)) for c in (-2, 0, 2)])
+    first, second = project(points, method), project(points, method)
+    np.testing.assert_array_equal(first, second)
+    labels = np.repeat([0, 1, 2], 60)  # three separated clusters stay separated: each point's nearest is its own
+    distances = np.linalg.norm(first[:, None] - first[None], axis=-1) + np.eye(180) * 1e9
+    assert (labels[distances.argmin(1)] == labels).mean() > 0.95

@@ -82,3 +82,14 @@ def test_shipped_result_needs_every_match():
         ("special", DEFAULT_MODEL, sha1, n, SHIPPED_OPTIONS),
     ]
     assert [shipped_result(*args) for args in misses] == [None] * len(misses)
+
+
+# ---------- slow tests
+
+
+@pytest.mark.slow
+def test_hta_exact_states_its_estimate_first(minilm, capsys):
+    assert cli.main(["hta", "--text", "Birds sing.", "--mode", "exact", "--json"]) == 0
+    captured = capsys.readouterr()
+    n = len(json.loads(captured.out)["tokens"])
+    assert f"exact attribution of {n} tokens: about {exact_seconds(minilm.facts, n):.0f} s" in captured.err

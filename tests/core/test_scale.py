@@ -13,10 +13,11 @@ from attnlib.analyses.deps import dependency_counts_from_json, dependency_counts
 from attnlib.analyses.positions import PositionsResult
 from attnlib.cli import entry as cli
 from attnlib.core import runner
-from attnlib.core.engines import engine_fill, fill_shard, merge_all, plan_batches, shard_batches
+from attnlib.core.engines import engine_fill, fill_shard, merge_all, plan_batches, run_accumulators, shard_batches
 from attnlib.results.files import ResultFileError, json_ready, make_result_file, read_result_file, write_result_file
-from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV
+from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.stats.head_distances import special_from_json
+from support.apptest import figures, open_tab
 from support.scale import BATCH, N_SENTENCES, all_accumulators, assert_same_statistics, requires_ray, torch_threads
 
 # --- shards of whole batches, without Ray ---------------------------------------------------------------------------
@@ -200,3 +201,134 @@ def test_malformed_head_map_and_positions_are_result_file_errors(special_file):
 
 
 # --- the pages load result files ------------------------------------------------------------------------------------
+
+
+# ---------- slow tests
+
+
+@pytest.mark.slow
+@requires_ray
+def test_ray_equals_local_for_special_and_deps(local_ray, sentences, local_result):
+    run = run_accumulators("all-MiniLM-L6-v2", sentences, all_accumulators, engine="ray", workers=2, batch_size=BATCH)
+    assert run.engine == "ray" and run.ray.n_shards == 4 and run.ray.threads == [1, 1, 1, 1]
+    assert_same_statistics(local_result, run.accumulators)
+
+
+@pytest.mark.slow
+@requires_ray
+def test_deps_command_on_ray_equals_local_and_writes_the_result_file(local_ray, capsys, tmp_path):
+    # the special command goes through the same run_corpus; one Ray job here keeps the suite short on 2 cores
+    argv = ["deps", "--conllu", str(EWT_DEV), "--min-count", "1", "--limit", str(N_SENTENCES), "--json"]
+    with torch_threads(1):
+        assert cli.main(argv) == 0
+    local = json.loads(capsys.readouterr().out)
+    out = tmp_path / "deps.json"
+    assert cli.main(argv + ["--engine", "ray", "--workers", "2", "--out", str(out)]) == 0
+    on_ray = json.loads(capsys.readouterr().out)
+    assert on_ray == local and len(local["rows"]) > 10  # counts are integers: the table is identical
+    record = read_result_file(out.read_bytes(), "deps")
+    assert record.run["engine"] == "ray" and record.run["workers"] == 2 and record.corpus["n_inputs"] == N_SENTENCES
+    assert record.result == json_ready(on_ray)
+
+
+def _special_page():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.session_state["special_limit"] = 2  # the page computes once before the file is chosen
+    at.switch_page("app_pages/special_tokens/page.py").run()
+    return at
+
+
+def open_result_file(at, uploader: str, data: bytes) -> None:
+    """Choose a result file in a page's uploader; the page shows it with no exception and no error."""
+    at.file_uploader(key=uploader).set_value(("result.json", data, "application/json")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+@pytest.mark.slow
+def test_special_page_loads_a_result_file(special_file):
+    at = _special_page()
+    open_result_file(at, "special_result_file", special_file.read_bytes())
+    assert any(
+        "computed by `python -m attnlib special` on classroom_single.txt (6 inputs) with all-MiniLM-L6-v2" in i.value
+        and "head_map=True" in i.value
+        for i in at.info
+    )
+    assert any("6 inputs from classroom_single.txt" in c.value for c in at.caption)
+    assert any("Map of the heads" in c.spec for c in figures(open_tab(at, "special_tab", "Head map")))
+
+
+@pytest.mark.slow
+def test_dependency_page_loads_a_result_file(tmp_path):
+    from streamlit.testing.v1 import AppTest
+
+    path = tmp_path / "deps.json"
+    assert (
+        cli.main(["deps", "--conllu", str(EWT_DEV), "--limit", "30", "--min-count", "1", "--out", str(path), "--json"])
+        == 0
+    )
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.session_state["deps_limit"] = 2  # the page computes once before the file is chosen
+    at.switch_page("app_pages/dependency_heads/page.py").run()
+    open_result_file(at, "deps_result_file", path.read_bytes())
+    assert any("computed by `python -m attnlib deps` on en_ewt-ud-dev.conllu (30 inputs)" in i.value for i in at.info)
+    assert [m.value for m in at.metric][:1] == ["30"]
+    at.number_input(key="deps_min_count").set_value(1).run()
+    at.radio(key="deps_split").set_value("halves").run()  # the halves come from the counts in the file
+    assert not at.exception and not at.error
+    assert any("chosen on half A" in c.value for c in at.caption)
+
+
+@pytest.mark.slow
+def test_special_page_refuses_another_commands_file(special_file):
+    record = json.loads(special_file.read_bytes())
+    record["command"] = "positions"
+    at = _special_page()
+    at.file_uploader(key="special_result_file").set_value(
+        ("other.json", json.dumps(record).encode(), "application/json")
+    ).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("holds the result of `positions`" in e.value for e in at.error)
+    assert any("2 inputs from" in c.value for c in at.caption)  # it computes instead
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_local_global_page_loads_a_result_file(tmp_path, tiny_model_dir):
+    from streamlit.testing.v1 import AppTest
+
+    path = tmp_path / "positions.json"  # from a 2-layer, 4-head model: the page draws the file's own shapes
+    assert (
+        cli.main(
+            [
+                "positions",
+                "--corpus",
+                str(CLASSROOM_SINGLE),
+                "--limit",
+                "2",
+                "--probes",
+                "2",
+                "--model",
+                str(tiny_model_dir),
+                "--out",
+                str(path),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.switch_page("app_pages/local_global/page.py").run()
+    open_result_file(at, "local_global_result_file", path.read_bytes())
+    assert any(
+        "computed by `python -m attnlib positions` on classroom_single.txt (2 inputs)" in i.value
+        and "probes=2" in i.value
+        for i in at.info
+    )
+    assert any("2 inputs of classroom_single.txt" in c.value and "k = 2 random probes" in c.value for c in at.caption)
+    assert any("Centre of mass" in s.value for s in at.subheader)
+    open_tab(at, "lg_tab", "Relative positions")
+    grid = next(c.spec for c in figures(at) if "layer 1, every head" in c.spec.lower())
+    assert '"1-4"' in grid and '"1-5"' not in grid  # four heads, as in the file, not the sidebar model's twelve

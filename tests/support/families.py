@@ -1,4 +1,4 @@
-"""The text pair and the command runner of the family tests (test_families.py, test_families_slow.py)."""
+"""The text pair and the command runner of the family tests (core/test_families.py)."""
 
 from __future__ import annotations
 

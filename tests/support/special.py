@@ -1,4 +1,4 @@
-"""The `special` command run in-process (test_special.py, test_special_slow.py)."""
+"""The `special` command run in-process (analyses/test_special.py)."""
 
 from __future__ import annotations
 
