@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlib.cli import entry as cli_entry
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import read_conllu
 from attnlib.core.engines import ray_runtime_env
 from attnlib.core.model import DEFAULT_MODEL, load_model
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from support.browser import BROWSER_ARGS, free_port, server_log
+from support.cli import cli_json, run_cli
 from support.models import FAMILY_KINDS, save_tiny
 from support.notebook import EXAMPLE_NOTEBOOK, LIMIT
-from support.report import MIN_COUNT, N_INPUTS, cli
+from support.report import MIN_COUNT, N_INPUTS
 from support.scale import BATCH, N_SENTENCES, all_accumulators, torch_threads
 
 
@@ -227,7 +227,7 @@ def report_page(tiny_model_dir, files, tmp_path_factory):
     """The report for a tiny random model, written by the command; (page, its JSON summary)."""
     corpus, conllu, train = files
     out = tmp_path_factory.mktemp("report") / "report.html"
-    summary = cli(
+    summary = cli_json(
         "report", "--corpus", corpus, "--conllu", conllu, "--train", train, "--model", str(tiny_model_dir), "--out", str(out),
         "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--quiet", "--json",
     )  # fmt: skip
@@ -272,20 +272,8 @@ def local_ray():
 def special_file(tmp_path_factory):
     """A result file of `special` with the head map, written by the command line."""
     path = tmp_path_factory.mktemp("results") / "special.json"
-    assert (
-        cli_entry.main(
-            [
-                "special",
-                "--corpus",
-                str(CLASSROOM_SINGLE),
-                "--limit",
-                "6",
-                "--head-map",
-                "--out",
-                str(path),
-                "--json",
-            ]
-        )
-        == 0
+    ran = run_cli(
+        "special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--head-map", "--out", str(path), "--json"
     )
+    assert ran.code == 0, ran.err
     return path

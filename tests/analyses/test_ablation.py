@@ -7,8 +7,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -33,7 +31,7 @@ from attnlib.core.families import layout
 from attnlib.core.model import load_model
 from attnlib.core.replay import editing_contexts, served_once
 from attnlib.core.runner import encode, run
-from attnlib.results.shipped import ROOT
+from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats.head_ablation import (
     CHANGES,
     AblationUnavailable,
@@ -56,6 +54,7 @@ from support.ablation import (
     check_mlm_measure_is_the_change_of_the_models_own_loss,
     encoded,
 )
+from support.cli import cli_json, run_cli
 from support.models import bert_tokenizer, save_tiny
 
 
@@ -430,28 +429,21 @@ def test_without_a_family_layout_ablation_says_why(tmp_path):
     tokenizer.save_pretrained(tmp_path)
     with pytest.raises(AblationUnavailable, match="not available for 'megatron-bert' models"):
         run_analysis(ABLATE, load_model(str(tmp_path)), AblateOptions(heads="0-0"), text=SENTENCES[0])
-    cli = _cli(["importance", "--corpus", "data/classroom_single.txt", "--limit", "2", "--model", str(tmp_path)])
-    assert cli.returncode == 2 and cli.stderr.startswith("error: Head ablation") and cli.stderr.count("\n") == 1
-
-
-def _cli(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnlib", *args], capture_output=True, text=True, cwd=ROOT)
+    ran = run_cli("importance", "--corpus", str(CLASSROOM_SINGLE), "--limit", "2", "--model", str(tmp_path))
+    assert ran.error.startswith("error: Head ablation")
 
 
 @pytest.mark.slow
 def test_cli_ablate_and_its_errors():
-    ok = _cli(["ablate", "--text", SENTENCES[1], "--heads", "1-2,3-0", "--json"])
-    assert ok.returncode == 0, ok.stderr
-    data = json.loads(ok.stdout)
+    data = cli_json("ablate", "--text", SENTENCES[1], "--heads", "1-2,3-0", "--json")
     assert data["heads"] == [[1, 2], [3, 0]] and data["mlm"] is None and data["embedding"] > 0
     assert {"embedding", "hidden", "mlm", "similarity", "tokens", "predictions"} <= data.keys()
     for args, said in (
         (["ablate", "--text", "x", "--heads", "6-0"], "outside this model's 6 layers"),
         (["ablate", "--text", "x", "--heads", "1:2"], "not a layer-head pair"),
-        (["importance", "--corpus", "data/classroom_single.txt", "--measure", "mlm"], "no trained masked-language"),
+        (["importance", "--corpus", str(CLASSROOM_SINGLE), "--measure", "mlm"], "no trained masked-language"),
     ):
-        bad = _cli([*args, "--json"])
-        assert bad.returncode == 2 and bad.stdout == "" and said in bad.stderr and bad.stderr.count("\n") == 1
+        assert said in run_cli(*args, "--json").error
 
 
 @pytest.mark.slow

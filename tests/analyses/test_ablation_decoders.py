@@ -18,7 +18,7 @@ from attnlib.core.model import load_model
 from attnlib.core.runner import encode
 from attnlib.stats.head_ablation import Variant, changed_states, prepare, single_head_variants, variant_effects
 from support.ablation import REPLAY_ATOL, SENTENCES
-from support.bad_input import _cli
+from support.cli import run_cli
 from support.models import save_tiny
 
 # where each kind keeps layer l's attention module and its output projection (read off the transformers sources)
@@ -208,33 +208,42 @@ def test_importance_of_a_decoder_is_the_sink_test(decoder):
 
 def test_cli_ablate_and_importance_on_a_decoder(tmp_path_factory, tmp_path, capsys):
     folder = save_tiny("gpt2", tmp_path_factory.mktemp("gpt2-cli"))
-    code, data, err = _cli("ablate", "--model", str(folder), "--text", SENTENCES[0], "--heads", "1-0", "--json",
-                           capsys=capsys)  # fmt: skip
-    assert code == 0, err
-    assert data["mlm"] is not None and data["embedding"] > 0 and data["predictions"] == []
+    ran = run_cli("ablate", "--model", str(folder), "--text", SENTENCES[0], "--heads", "1-0", "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json["mlm"] is not None and ran.json["embedding"] > 0 and ran.json["predictions"] == []
     corpus_file = tmp_path / "corpus.txt"
     corpus_file.write_text("\n".join(SENTENCES) + "\n")
-    code, data, err = _cli("importance", "--model", str(folder), "--corpus", str(corpus_file), "--knockout",
-                           "--measure", "mlm", "--prune", "--json", capsys=capsys)  # fmt: skip
-    assert code == 0, err
-    assert data["kind"] == "decoder" and data["measure"] == "mlm" and np.isfinite(data["spearman"]["ablation"])
-    assert len(data["pruning"]["mlm"]["effect"]) == 10
-    assert np.array(data["knockout"]["drop"]["mlm"]).shape == (2, 4) and "importance" not in data
+    ran = run_cli(
+        "importance",
+        "--model",
+        str(folder),
+        "--corpus",
+        str(corpus_file),
+        "--knockout",
+        "--measure",
+        "mlm",
+        "--prune",
+        "--json",
+    )
+    assert ran.code == 0, ran.err
+    assert (
+        ran.json["kind"] == "decoder" and ran.json["measure"] == "mlm" and np.isfinite(ran.json["spearman"]["ablation"])
+    )
+    assert len(ran.json["pruning"]["mlm"]["effect"]) == 10
+    assert np.array(ran.json["knockout"]["drop"]["mlm"]).shape == (2, 4) and "importance" not in ran.json
 
 
 def test_cli_refuses_the_lm_measure_of_a_classifier_in_one_line(tmp_path_factory, tmp_path, capsys):
     folder = save_tiny("llama-classifier", tmp_path_factory.mktemp("classifier-cli"))
     corpus_file = tmp_path / "corpus.txt"
     corpus_file.write_text("\n".join(SENTENCES) + "\n")
-    code, _, err = _cli("importance", "--model", str(folder), "--corpus", str(corpus_file), "--measure", "mlm",
-                        "--json", capsys=capsys)  # fmt: skip
-    assert code == 2
-    lines = err.strip().splitlines()
+    ran = run_cli("importance", "--model", str(folder), "--corpus", str(corpus_file), "--measure", "mlm", "--json")
+    assert ran.code == 2
+    lines = ran.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "no trained language-model head" in lines[0]
-    code, data, err = _cli("ablate", "--model", str(folder), "--text", SENTENCES[0], "--heads", "0-1", "--json",
-                           capsys=capsys)  # fmt: skip
-    assert code == 0, err
-    assert data["mlm"] is None and data["embedding"] > 0
+    ran = run_cli("ablate", "--model", str(folder), "--text", SENTENCES[0], "--heads", "0-1", "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json["mlm"] is None and ran.json["embedding"] > 0
 
 
 def test_sink_sentence_by_hand():

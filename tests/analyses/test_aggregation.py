@@ -15,7 +15,6 @@ from attnlib.analyses.aggregation import (
     AggregationResult,
     accumulate_aggregation,
 )
-from attnlib.cli.entry import main
 from attnlib.core.corpus import read_corpus
 from attnlib.core.runner import encode, model_inputs
 from attnlib.results.files import read_result_file
@@ -23,6 +22,7 @@ from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats.attribution import hidden_token_attribution
 from attnlib.stats.value_norms import MEASURES
 from support.apptest import figures, tables
+from support.cli import cli_json
 from support.pages import assert_table_equals_cli, cli_aggregation, page_with
 from support.tolerances import FORWARD_RTOL
 
@@ -117,8 +117,7 @@ def test_results_written_before_histograms_still_read():
 
 
 def test_hta_cli_prints_output(tiny_model_dir, tiny_model, capsys):
-    assert main(["hta", "--text", "The cat sat.", "--model", str(tiny_model_dir), "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = cli_json("hta", "--text", "The cat sat.", "--model", str(tiny_model_dir), "--json")
     expected = hidden_token_attribution(
         tiny_model, encode(tiny_model, "The cat sat."), mode="exact", with_output=True
     ).output
@@ -199,8 +198,7 @@ def test_halves_merge_and_batches_do_not_matter(tiny_model):
 def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp_path):
     out = tmp_path / "aggregation.json"
     args = ["aggregation", "--corpus", str(CLASSROOM_SINGLE), "--limit", "3", "--probes", "4"]
-    assert main([*args, "--model", str(tiny_model_dir), "--out", str(out), "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = cli_json(*args, "--model", str(tiny_model_dir), "--out", str(out), "--json")
     expected = accumulate_aggregation(
         tiny_model, read_corpus(str(CLASSROOM_SINGLE), 3), AggregationOptions(probes=4)
     ).result()
@@ -224,7 +222,7 @@ def test_page_aggregation_section_equals_the_cli(tiny_model_dir, capsys):
     shown = [d for d in tables(at) if "measure" in d.columns]
     assert len(shown) == 1 and set(shown[0]["model"]) == {name}
     assert any("3 inputs of" in c.value and "computed here" in c.value for c in at.caption)
-    assert_table_equals_cli(shown[0], name, cli_aggregation(name, capsys))
+    assert_table_equals_cli(shown[0], name, cli_aggregation(name))
     assert any("METHODS.md §13" in e.label for e in at.expander)
     hist_before = [c for c in figures(at) if "layer-output attribution per layer" in c.spec]
     at.selectbox(key="lg_agg_measure").set_value("residual_ln_rollout").run()

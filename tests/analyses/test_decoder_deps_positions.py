@@ -17,7 +17,7 @@ from attnlib.core.corpus import Sentence
 from attnlib.core.model import load_model
 from attnlib.core.runner import RunResult, run
 from attnlib.results.files import json_ready
-from support.bad_input import _cli
+from support.cli import run_cli
 from support.models import save_tiny
 
 # Sentence A, "w1 w2 w3 w4": w1 -det-> w2 (right), w2 root, w3 -det-> w4 (right), w4 -obj-> w2 (left).
@@ -230,12 +230,10 @@ def test_deps_command_carries_ceilings_for_decoders_only(kind_dir, tmp_path, cap
     kind, folder = kind_dir
     treebank = tmp_path / "hand.conllu"
     treebank.write_text(CONLLU)
-    code, data, err = _cli(
-        "deps", "--conllu", str(treebank), "--min-count", "1", "--model", str(folder), "--json", capsys=capsys
-    )
-    assert code == 0, err
-    rows = {r["relation"]: r for r in data["rows"]}
-    assert data["n_sentences"] == 2 and set(rows) == {"all", "det", "obj"}
+    ran = run_cli("deps", "--conllu", str(treebank), "--min-count", "1", "--model", str(folder), "--json")
+    assert ran.code == 0, ran.err
+    rows = {r["relation"]: r for r in ran.json["rows"]}
+    assert ran.json["n_sentences"] == 2 and set(rows) == {"all", "det", "obj"}
     if kind == "bert":
         assert all("ceiling" not in r for r in rows.values())
         return
@@ -250,13 +248,13 @@ def test_positions_command_on_a_decoder_and_an_encoder(kind_dir, tmp_path, capsy
     texts = ["The cat sat on the mat.", "A dog barked twice."]
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(texts) + "\n")
-    code, data, err = _cli("positions", "--corpus", str(corpus), "--model", str(folder), "--json", capsys=capsys)
-    assert code == 0, err
+    ran = run_cli("positions", "--corpus", str(corpus), "--model", str(folder), "--json")
+    assert ran.code == 0, ran.err
     if kind == "bert":
-        assert set(data) == ENCODER_POSITION_KEYS
+        assert set(ran.json) == ENCODER_POSITION_KEYS
         return
-    assert data["kind"] == "decoder" and "attribution_unavailable" not in data
-    assert set(data) == ENCODER_POSITION_KEYS | {"kind"}  # attribution too (METHODS §9 with causal rows)
+    assert ran.json["kind"] == "decoder" and "attribution_unavailable" not in ran.json
+    assert set(ran.json) == ENCODER_POSITION_KEYS | {"kind"}  # attribution too (METHODS §9 with causal rows)
     # independently: the runner's causal maps, summed along each diagonal k <= 0, over the rows that have it
     lm = load_model(str(folder))
     maps = [run(lm, t).attentions.astype(np.float64) for t in texts]
@@ -266,7 +264,7 @@ def test_positions_command_on_a_decoder_and_an_encoder(kind_dir, tmp_path, capsy
     sums = np.stack(
         [sum(np.diagonal(m, k, -2, -1).sum(-1) for m in maps if m.shape[-1] > -k) for k in offsets], axis=-1
     )
-    h = data["histograms"]
+    h = ran.json["histograms"]
     assert h["offsets"] == offsets.tolist() and h["counts"] == counts.tolist()
     np.testing.assert_allclose(np.array(h["attention"]), sums / counts, rtol=1e-6, atol=1e-9)
     # every attribution row sums to 1 (float32, within n eps) over tokens i <= j (causal): offsets k <= 0 hold it all
@@ -283,12 +281,10 @@ def test_probe_command_runs_on_a_decoder_with_causal_single_heads(kind_dir, tmp_
     kind, folder = kind_dir
     treebank = tmp_path / "hand.conllu"
     treebank.write_text(CONLLU)
-    code, data, err = _cli(
-        "probe", "--train", str(treebank), "--test", str(treebank), "--model", str(folder), "--json", capsys=capsys
-    )
-    assert code == 0, err
-    assert data["n_words"] == 7 and 0 <= data["uas"] <= 1
+    ran = run_cli("probe", "--train", str(treebank), "--test", str(treebank), "--model", str(folder), "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json["n_words"] == 7 and 0 <= ran.json["uas"] <= 1
     counts = extract_maps(load_model(str(folder)), [A, B]).counts
     assert counts is not None and counts.causal == (kind != "bert")
     if kind != "bert":
-        assert data["best_head_accuracy"] <= 3 / 7 + 1e-12
+        assert ran.json["best_head_accuracy"] <= 3 / 7 + 1e-12

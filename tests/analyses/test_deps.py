@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -14,6 +12,7 @@ from attnlib.core.corpus import Sentence
 from attnlib.core.runner import RunResult
 from attnlib.results.shipped import EWT_DEV, ROOT
 from support.apptest import figures, tables
+from support.cli import cli_json, run_cli
 from support.pages import _deps_page
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -275,12 +274,12 @@ def test_tiny_models_word_maps_and_skips(tiny_model):
 
 
 def test_cli_refuses_bad_input(tmp_path, capsys):
-    from attnlib.cli.entry import main
 
     bad = tmp_path / "bad.conllu"
     bad.write_text("1\tword\n")
-    assert main(["deps", "--conllu", str(bad), "--json"]) == 2
-    assert "columns" in capsys.readouterr().err
+    ran = run_cli("deps", "--conllu", str(bad), "--json")
+    assert ran.code == 2, ran.err
+    assert "columns" in ran.err
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -362,10 +361,8 @@ def _independent_table(lm, path, limit, min_count):
 
 @pytest.mark.slow
 def test_cli_on_ewt_dev_slice_matches_independent_computation(minilm, capsys):
-    from attnlib.cli.entry import main
 
-    assert main(["deps", "--conllu", str(EWT_DEV), "--limit", "40", "--min-count", "15", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = cli_json("deps", "--conllu", str(EWT_DEV), "--limit", "40", "--min-count", "15", "--json")
     n_sentences, n_words, expected = _independent_table(minilm, EWT_DEV, 40, 15)
     assert (out["n_sentences"], out["n_words"], out["n_skipped"]) == (n_sentences, n_words, 0)
     assert out["rows"][0]["relation"] == "all"

@@ -20,12 +20,12 @@ from attnlib.analyses.positions import (
     relative_position_sums,
     row_correlations,
 )
-from attnlib.cli.entry import main
 from attnlib.core.corpus import read_corpus
 from attnlib.results.shipped import ROOT
 from attnlib.stats.attribution import Attribution
 from attnlib.stats.value_norms import MEASURES
 from support.apptest import across_tabs, figures, open_tab, tables
+from support.cli import cli_json, run_cli
 from support.positions import TABS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -152,49 +152,28 @@ def test_corpus_halves_merge_into_the_whole(tiny_model, tmp_path):
 
 
 def test_cli_hta_and_positions(tiny_model_dir, tmp_path, capsys):
-    assert (
-        main(
-            [
-                "hta",
-                "--text",
-                "The cat sat.",
-                "--pair",
-                "It slept.",
-                "--model",
-                str(tiny_model_dir),
-                "--mode",
-                "estimate",
-                "--probes",
-                "3",
-                "--json",
-            ]
-        )
-        == 0
+    out = cli_json(
+        "hta",
+        "--text",
+        "The cat sat.",
+        "--pair",
+        "It slept.",
+        "--model",
+        str(tiny_model_dir),
+        "--mode",
+        "estimate",
+        "--probes",
+        "3",
+        "--json",
     )
-    out = json.loads(capsys.readouterr().out)
     n = len(out["tokens"])
     assert np.array(out["input"]).shape == (2, 4, n, n) == np.array(out["previous"]).shape
     np.testing.assert_allclose(np.array(out["input"]).sum(-1), 1.0, atol=1e-5)
     corpus = tmp_path / "c.txt"
     corpus.write_text("The cat sat.\nA dog barked.\nRain fell.\n")
-    assert (
-        main(
-            [
-                "positions",
-                "--corpus",
-                str(corpus),
-                "--model",
-                str(tiny_model_dir),
-                "--limit",
-                "2",
-                "--probes",
-                "2",
-                "--json",
-            ]
-        )
-        == 0
+    out = cli_json(
+        "positions", "--corpus", str(corpus), "--model", str(tiny_model_dir), "--limit", "2", "--probes", "2", "--json"
     )
-    out = json.loads(capsys.readouterr().out)
     assert out["n_inputs"] == 2
     assert len(out["attention_center_of_mass"]) == len(out["attribution_center_of_mass"]) == 2
     offsets = out["histograms"]["offsets"]
@@ -204,8 +183,9 @@ def test_cli_hta_and_positions(tiny_model_dir, tmp_path, capsys):
 
 
 def test_cli_rejects_a_missing_corpus(tiny_model_dir, capsys):
-    assert main(["positions", "--corpus", "no/such/file.txt", "--model", str(tiny_model_dir), "--json"]) == 2
-    assert "no such file" in capsys.readouterr().err
+    ran = run_cli("positions", "--corpus", "no/such/file.txt", "--model", str(tiny_model_dir), "--json")
+    assert ran.code == 2, ran.err
+    assert "no such file" in ran.err
 
 
 def test_page_opens_with_the_shipped_result():
@@ -276,7 +256,7 @@ def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path, c
     )
     summary = next(d for d in tables(open_tab(at, "lg_tab", TABS["com"])) if "attention centre of mass" in d.columns)
     assert list(summary["model"]) == [first] * 2 + [second] * 3  # a row per layer of each model
-    data = {name: cli_aggregation(name, capsys) for name in (first, second)}
+    data = {name: cli_aggregation(name) for name in (first, second)}
     for name in (first, second):
         assert_table_equals_cli(aggregation, name, data[name])
     # The aggregation line: the largest |difference| over the layers both have, of Spearman and centre of mass.

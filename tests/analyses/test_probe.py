@@ -25,6 +25,7 @@ from attnlib.core.corpus import Sentence, read_conllu
 from attnlib.core.runner import RunResult
 from attnlib.results.shipped import EWT_DEV, EWT_TEST
 from support.apptest import figures, tables
+from support.cli import cli_json, run_cli
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hand-made sentences: one piece per word, so the token maps given to the runner result are the word-level maps.
@@ -337,13 +338,8 @@ def test_tiny_models_maps_skips_and_embeddings(tiny_model, one_thread):
 
 
 @pytest.mark.parametrize("bad", [["--epochs", "0"], ["--limit", "0"]])
-def test_cli_refuses_zero_epochs_and_limit(bad, capsys):
-    from attnlib.cli.entry import main
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), *bad, "--json"])
-    assert exit_info.value.code == 2
-    assert "error:" in capsys.readouterr().err
+def test_cli_refuses_zero_epochs_and_limit(bad):
+    assert run_cli("probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), *bad, "--json").error
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -387,13 +383,11 @@ def test_figures_show_the_weights_relations_and_a_sentence():
 
 @pytest.mark.slow
 def test_cli_on_ewt_agrees_with_the_library(minilm, tmp_path, capsys):
-    from attnlib.cli.entry import main
     from attnlib.results.files import read_result_file
 
     out_file = tmp_path / "probe.json"
     args = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "6", "--json", "--out", str(out_file)]
-    assert main(args) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = cli_json(*args)
     train, test = read_conllu(EWT_DEV)[:6], read_conllu(EWT_TEST)[:6]
     expected = run_probe(minilm, train, test).to_json()
     assert out == json.loads(json.dumps(expected))
@@ -422,12 +416,10 @@ def _probe_page(model: str | None = None, compare: str | None = None, limit: int
     return at.switch_page("app_pages/dependency_heads/page.py").run()
 
 
-def _cli_probe(model: str, limit: int, capsys, out_file=None) -> dict:
-    from attnlib.cli.entry import main
-
+def _cli_probe(model: str, limit: int, out_file=None) -> dict:
+    """The probe command's JSON on EWT (dev to train, test to test)."""
     args = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", str(limit), "--model", model]
-    assert main([*args, "--json", *(["--out", str(out_file)] if out_file else [])]) == 0
-    return json.loads(capsys.readouterr().out)
+    return cli_json(*args, "--json", *(["--out", str(out_file)] if out_file else []))
 
 
 def _metrics(at) -> dict[str, str]:
@@ -442,7 +434,7 @@ def test_page_probe_uas_equals_the_cli(tiny_model_dir, capsys, one_thread):
     assert not any(m.label.startswith("UAS") for m in at.metric)  # nothing is trained before the visitor asks
     at.button(key=f"compute:probe:{tiny_model_dir}").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    out = _cli_probe(str(tiny_model_dir), 6, capsys)
+    out = _cli_probe(str(tiny_model_dir), 6)
     best = out["best_head"]
     metrics = _metrics(at)
     assert metrics["UAS, attention-only probe"] == f"{100 * out['uas']:.1f}%"
@@ -460,16 +452,14 @@ def test_page_probe_uas_equals_the_cli(tiny_model_dir, capsys, one_thread):
     assert any("computed here" in c.value for c in at.caption)
 
     at.button(key="probe_words_button").click().run()  # the attention + words probe, on request
-    words = _cli_probe_words(str(tiny_model_dir), capsys)
+    words = _cli_probe_words(str(tiny_model_dir))
     assert _metrics(at)["UAS, attention + words"] == f"{100 * words['uas']:.1f}%"
 
 
-def _cli_probe_words(model: str, capsys) -> dict:
-    from attnlib.cli.entry import main
-
+def _cli_probe_words(model: str) -> dict:
+    """The probe command's JSON on EWT, word-level variant."""
     args = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "6", "--model", model]
-    assert main([*args, "--variant", "words", "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    return cli_json(*args, "--variant", "words", "--json")
 
 
 @pytest.mark.slow
@@ -480,7 +470,7 @@ def test_page_probe_opens_a_shipped_result_without_training(tiny_model_dir, tmp_
     from attnlib.results.files import read_result_file
 
     out_file = tmp_path / "probe.json"
-    out = _cli_probe(str(tiny_model_dir), 6, capsys, out_file)
+    out = _cli_probe(str(tiny_model_dir), 6, out_file)
     record = read_result_file(out_file.read_text(), "probe")
     asked = []
 

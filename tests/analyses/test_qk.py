@@ -4,8 +4,6 @@ the fidelity numbers on constructed heads, the collector, the command line and i
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -31,12 +29,12 @@ from attnlib.analyses.qk import (
     translated_keys,
     unpack,
 )
-from attnlib.cli import entry as cli
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.families import layout
 from attnlib.core.runner import run
 from attnlib.results.files import read_result_file
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV
+from support.cli import cli_json, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SENTENCES = [("The cat sat on the mat because it was warm.", "It slept."), ("A dog barked.", None), ("Why?", None)]
@@ -193,8 +191,9 @@ def test_unsupported_family_says_why(tmp_path, capsys):
     )
     MegatronBertForMaskedLM(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    assert cli.main(["qk", "--corpus", str(CLASSROOM_SINGLE), "--limit", "2", "--model", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    ran = run_cli("qk", "--corpus", str(CLASSROOM_SINGLE), "--limit", "2", "--model", str(tmp_path))
+    assert ran.code == 2, ran.err
+    err = ran.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: qk is not supported for this model") and "megatron" in err[0]
 
 
@@ -316,8 +315,7 @@ def test_halves_merge_to_the_whole_in_corpus_order(minilm):
 def test_command_prints_the_issues_json(capsys, tmp_path):
     out = tmp_path / "qk.json"
     argv = ["qk", "--corpus", str(CLASSROOM_SINGLE), "--layer", "1", "--head", "3", "--limit", "6", "--all-heads"]
-    assert cli.main([*argv, "--json", "--out", str(out)]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = cli_json(*argv, "--json", "--out", str(out))
     points = data["points"]
     assert set(points) >= {"kind", "input", "position", "token", "x", "y"}
     n = len(points["kind"]) // 2
@@ -339,25 +337,18 @@ def test_command_prints_the_issues_json(capsys, tmp_path):
     assert QKResult.from_json(result.to_json()).to_json() == result.to_json()
 
 
-def _status(argv: list[str]) -> int:
-    """The command's exit status, argparse's errors (SystemExit) included."""
-    try:
-        return cli.main(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-
-
 def test_conllu_keeps_gold_upos_and_refuses_a_text_file(capsys):
-    assert cli.main(["qk", "--conllu", str(EWT_DEV), "--limit", "3", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    ran = run_cli("qk", "--conllu", str(EWT_DEV), "--limit", "3", "--json")
+    assert ran.code == 0, ran.err
+    data = ran.json
     upos = data["points"]["upos"]
     assert data["has_upos"] and upos[0] == "" and {"NOUN", "VERB", "PUNCT"} <= set(upos)
     special = [u == "" for u in upos]
     assert special == [t in ("[CLS]", "[SEP]") for t in data["points"]["token"]]
-    assert _status(["qk", "--conllu", str(CLASSROOM_SINGLE)]) == 2
-    assert "is not a .conllu file" in capsys.readouterr().err
-    assert _status(["qk", "--conllu", str(EWT_DEV), "--corpus", str(CLASSROOM_SINGLE)]) == 2
-    assert "not allowed with argument" in capsys.readouterr().err
+    assert "is not a .conllu file" in run_cli("qk", "--conllu", str(CLASSROOM_SINGLE)).error
+    assert (
+        "not allowed with argument" in run_cli("qk", "--conllu", str(EWT_DEV), "--corpus", str(CLASSROOM_SINGLE)).error
+    )
 
 
 @pytest.mark.parametrize(
@@ -370,9 +361,7 @@ def test_conllu_keeps_gold_upos_and_refuses_a_text_file(capsys):
     ],
 )
 def test_command_refuses_bad_options_in_one_line(flags, message, capsys):
-    assert _status(["qk", "--corpus", str(CLASSROOM_SINGLE), "--limit", "2", *flags]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
+    assert message in run_cli("qk", "--corpus", str(CLASSROOM_SINGLE), "--limit", "2", *flags).error
 
 
 def test_a_missing_projection_library_is_named(monkeypatch):

@@ -13,13 +13,13 @@ import torch
 import attnlib
 from attnlib.analyses.base import AnalysisRun
 from attnlib.analyses.registry import ANALYSES, RUNNERS
-from attnlib.cli.entry import main
 from attnlib.core.corpus import read_corpus
 from attnlib.core.runner import encode
 from attnlib.results.files import json_ready, read_result_file
 from attnlib.results.shipped import CLASSROOM_PAIRS
 from attnlib.stats.gradients import masked_positions
 from attnlib.views import Figure, View
+from support.cli import cli_json, run_cli
 from support.runs import INPUTS, command_line, split_inputs
 
 
@@ -43,8 +43,7 @@ def test_a_run_is_the_command_its_file_its_tables_and_figures(name, tiny_model_d
     assert isinstance(run, AnalysisRun) and run.analysis is ANALYSES[name] and run.model == str(tiny_model_dir)
 
     out = tmp_path / "cli.json"
-    assert main([*command_line(name, str(tiny_model_dir)), "--json", "--out", str(out)]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    printed = cli_json(*command_line(name, str(tiny_model_dir)), "--json", "--out", str(out))
     assert strict(run.to_json()) == printed
 
     saved = tmp_path / "run.json"
@@ -84,8 +83,9 @@ def test_tables_hold_the_result_numbered_from_one(tiny_model_dir, one_thread):
 
 
 def test_gradient_needs_a_masked_lm_head(capsys):
-    assert main(["gradient", "--corpus", str(CLASSROOM_PAIRS), "--limit", "1", "--json"]) == 2
-    error = capsys.readouterr().err
+    ran = run_cli("gradient", "--corpus", str(CLASSROOM_PAIRS), "--limit", "1", "--json")
+    assert ran.code == 2, ran.err
+    error = ran.err
     assert error.startswith("error: ") and "masked-language-model head" in error and error.count("\n") == 1
 
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from attnlib.analyses.special import SPECIAL, SpecialOptions
-from attnlib.cli import entry as cli
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import CorpusInput, read_text_corpus
 from attnlib.core.model import bundled_model_path
@@ -39,9 +38,9 @@ from attnlib.stats.shares import (
     rows_to_mask,
 )
 from support.apptest import figures
+from support.cli import cli_json, run_cli
 from support.pages import SPECIAL_TABS, check_weights_vs_norms, table_with
 from support.results import fake_result, random_input
-from support.special import run_cli
 
 # One head over [CLS] hi . [SEP]; every row sums to 1.
 A = np.array(
@@ -262,7 +261,7 @@ def direct_statistics(pairs: list[tuple[str, str | None]]) -> dict[str, np.ndarr
 
 @pytest.mark.parametrize("source", [CLASSROOM_SINGLE, CLASSROOM_PAIRS], ids=["single", "pairs"])
 def test_cli_matches_transformers_attentions(capsys, source):
-    out = run_cli(capsys, "--corpus", str(source), "--limit", "3")
+    out = cli_json("special", "--corpus", str(source), "--limit", "3", "--json")
     pairs = [(item.text_a, item.text_b) for item in read_text_corpus(source)[:3]]
     assert any("," in a + (b or "") or "." in a for a, b in pairs)
     direct = direct_statistics(pairs)
@@ -278,7 +277,7 @@ def test_cli_matches_transformers_attentions(capsys, source):
 
 
 def test_cli_reads_conllu_and_draws_the_head_map(capsys):
-    out = run_cli(capsys, "--corpus", str(EWT_DEV), "--limit", "4", "--all-punct", "--head-map")
+    out = cli_json("special", "--corpus", str(EWT_DEV), "--limit", "4", "--all-punct", "--head-map", "--json")
     assert out["n_inputs"] == 4 and out["punctuation"] == "all"
     assert len(out["head_map"]["x"]) == 72 and len(out["head_map"]["behaviour"]) == 72
     d = np.array(out["head_map"]["js_divergence"])
@@ -287,8 +286,9 @@ def test_cli_reads_conllu_and_draws_the_head_map(capsys):
 
 
 def test_cli_user_errors_exit_2(capsys, tmp_path):
-    assert cli.main(["special", "--corpus", str(tmp_path / "missing.txt"), "--json"]) == 2
-    assert "no such file" in capsys.readouterr().err
+    ran = run_cli("special", "--corpus", str(tmp_path / "missing.txt"), "--json")
+    assert ran.code == 2, ran.err
+    assert "no such file" in ran.err
 
 
 # --- gradient importance (METHODS §5) ----------------------------------------------------------------------------
@@ -514,7 +514,7 @@ def expected_gap_text(cli_out: dict) -> str:
 
 @pytest.mark.slow
 def test_weights_vs_norms_tab_equals_the_cli(capsys, one_thread):
-    cli_out = run_cli(capsys, "--corpus", str(CLASSROOM_SINGLE), "--limit", "8", "--norms")
+    cli_out = cli_json("special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "8", "--norms", "--json")
     at = page_at(norms="1", limit="8", grad="0", map="0", tab="norms")
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -533,7 +533,7 @@ def test_page_shows_a_shipped_result_without_running_the_model(capsys, tmp_path,
 
     out = tmp_path / "special.json"
     argv = ["--corpus", str(CLASSROOM_SINGLE), "--limit", "8", "--norms", "--head-map", "--out", str(out)]
-    cli_out = run_cli(capsys, *argv)
+    cli_out = cli_json("special", *argv, "--json")
     record = read_result_file(out.read_bytes())
     asked = []
 
@@ -561,9 +561,17 @@ def test_page_shows_a_shipped_result_without_running_the_model(capsys, tmp_path,
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_page_compares_two_models(capsys, tiny_model_dir, one_thread):
-    first = run_cli(capsys, "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--norms")
-    second = run_cli(
-        capsys, "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--norms", "--model", str(tiny_model_dir)
+    first = cli_json("special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--norms", "--json")
+    second = cli_json(
+        "special",
+        "--corpus",
+        str(CLASSROOM_SINGLE),
+        "--limit",
+        "6",
+        "--norms",
+        "--model",
+        str(tiny_model_dir),
+        "--json",
     )
     at = page_at(norms="1", limit="6", grad="0", map="0", cmp=str(tiny_model_dir), tab="norms")
     assert not at.exception, [e.value for e in at.exception]
@@ -613,7 +621,7 @@ def test_gradients_beside_a_shipped_result_wait_for_a_click(capsys, tmp_path, mo
 
     out = tmp_path / "special.json"
     argv = ["--corpus", str(CLASSROOM_SINGLE), "--limit", "4", "--head-map", "--model", str(tiny_model_dir)]
-    run_cli(capsys, *argv, "--out", str(out))
+    cli_json("special", *argv, "--out", str(out), "--json")
     record = read_result_file(out.read_bytes())
     monkeypatch.setattr(
         "ui.sources.result_source.shipped_result", lambda *a: record if (a[1], a[3]) == (record.model, 4) else None

@@ -29,12 +29,12 @@ from support.bad_input import (
     VALID,
     _assert_kept_default,
     _choose_other,
-    _cli,
     _live,
     _sidebar,
     _type,
     _upload,
 )
+from support.cli import run_cli
 
 
 def _one_clear_line(err: str) -> str:
@@ -200,23 +200,23 @@ def test_library_local_folders_switched_off(tiny_model_dir):
     "text", list(EMPTY_TEXTS.values()) + list(INVISIBLE_TEXTS.values()), ids=list(EMPTY_TEXTS) + list(INVISIBLE_TEXTS)
 )
 def test_cli_refuses_empty_text(text, capsys):
-    code, _, err = _cli("attention", "--text", text, "--json", capsys=capsys)
-    assert code == 2
-    assert re.match(r"error: Sentence A (is empty|has nothing the model can read)", _one_clear_line(err))
+    ran = run_cli("attention", "--text", text, "--json")
+    assert ran.code == 2
+    assert re.match(r"error: Sentence A (is empty|has nothing the model can read)", _one_clear_line(ran.err))
 
 
 @pytest.mark.parametrize("text", list(ODD_TEXTS.values()) + [LONG_TEXT], ids=list(ODD_TEXTS) + ["5000 words"])
 def test_cli_runs_unusual_and_long_text(tiny_model_dir, text, capsys):
-    code, data, err = _cli("attention", "--text", text, "--model", str(tiny_model_dir), "--json", capsys=capsys)
-    assert code == 0, err
-    n = len(data["tokens"])
-    assert np.array(data["attentions"]).shape[-2:] == (n, n)
-    assert data["truncated"] == (text == LONG_TEXT)
+    ran = run_cli("attention", "--text", text, "--model", str(tiny_model_dir), "--json")
+    assert ran.code == 0, ran.err
+    n = len(ran.json["tokens"])
+    assert np.array(ran.json["attentions"]).shape[-2:] == (n, n)
+    assert ran.json["truncated"] == (text == LONG_TEXT)
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["roberta"], indirect=True)
 def test_cli_roberta(tiny_model_dir, capsys):
-    code, data, err = _cli(
+    ran = run_cli(
         "attention",
         "--text",
         "I went to the store.",
@@ -225,10 +225,9 @@ def test_cli_roberta(tiny_model_dir, capsys):
         "--model",
         str(tiny_model_dir),
         "--json",
-        capsys=capsys,
     )
-    assert code == 0, err
-    assert data["tokens"][0] == "<s>" and data["tokens"][-1] == "</s>" and data["segments"][-1] == 1
+    assert ran.code == 0, ran.err
+    assert ran.json["tokens"][0] == "<s>" and ran.json["tokens"][-1] == "</s>" and ran.json["segments"][-1] == 1
 
 
 def test_cli_model_errors(t5_dir, monkeypatch, capsys):
@@ -236,12 +235,10 @@ def test_cli_model_errors(t5_dir, monkeypatch, capsys):
 
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
     monkeypatch.setattr(model, "_is_cached", lambda repo_id: False)
-    code, _, err = _cli(
-        "attention", "--text", VALID, "--model", "no-such-user/no-such-model-xyz", "--json", capsys=capsys
-    )
-    assert code == 2 and "not reachable" in _one_clear_line(err)
-    code, _, err = _cli("attention", "--text", VALID, "--model", str(t5_dir), "--json", capsys=capsys)
-    assert code == 2 and "is not the model's own" in _one_clear_line(err)
+    ran = run_cli("attention", "--text", VALID, "--model", "no-such-user/no-such-model-xyz", "--json")
+    assert ran.code == 2 and "not reachable" in _one_clear_line(ran.err)
+    ran = run_cli("attention", "--text", VALID, "--model", str(t5_dir), "--json")
+    assert ran.code == 2 and "is not the model's own" in _one_clear_line(ran.err)
 
 
 @pytest.mark.parametrize("case", CONLLU_BAD, ids=CONLLU_BAD.keys())
@@ -249,10 +246,10 @@ def test_cli_malformed_conllu(case, tmp_path, capsys):
     text, line, what = CONLLU_BAD[case]
     path = tmp_path / "bad.conllu"
     path.write_text(text)
-    code, _, err = _cli("deps", "--conllu", str(path), "--json", capsys=capsys)
-    assert code == 2 and f"bad.conllu, line {line}: " in _one_clear_line(err) and what in err
-    code, _, err = _cli("special", "--corpus", str(path), "--json", capsys=capsys)
-    assert code == 2 and f"line {line}: " in _one_clear_line(err)
+    ran = run_cli("deps", "--conllu", str(path), "--json")
+    assert ran.code == 2 and f"bad.conllu, line {line}: " in _one_clear_line(ran.err) and what in ran.err
+    ran = run_cli("special", "--corpus", str(path), "--json")
+    assert ran.code == 2 and f"line {line}: " in _one_clear_line(ran.err)
 
 
 def test_cli_not_utf8_and_empty_corpus(tmp_path, capsys):
@@ -265,8 +262,8 @@ def test_cli_not_utf8_and_empty_corpus(tmp_path, capsys):
         path = tmp_path / name
         path.write_bytes(data)
         command = ["deps", "--conllu"] if name.endswith(".conllu") else ["special", "--corpus"]
-        code, _, err = _cli(*command, str(path), "--json", capsys=capsys)
-        assert code == 2 and message in _one_clear_line(err), (name, err)
+        ran = run_cli(*command, str(path), "--json")
+        assert ran.code == 2 and message in _one_clear_line(ran.err), (name, ran.err)
 
 
 def test_library_corpus_keeps_a_very_long_line(tmp_path):
@@ -421,11 +418,9 @@ def test_cli_long_corpus_line_is_truncated_and_counted(tiny_model_dir, tmp_path,
     path = tmp_path / "long.txt"
     path.write_text(LONG_LINE_CORPUS)
     extra = ["--probes", "1"] if command == "positions" else []
-    code, out, err = _cli(
-        command, "--corpus", str(path), "--model", str(tiny_model_dir), *extra, "--json", capsys=capsys
-    )
-    assert code == 0, err
-    assert out["n_inputs"] == 3 and out["n_truncated"] == 1
+    ran = run_cli(command, "--corpus", str(path), "--model", str(tiny_model_dir), *extra, "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json["n_inputs"] == 3 and ran.json["n_truncated"] == 1
 
 
 @pytest.mark.slow

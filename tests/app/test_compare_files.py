@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from attnlib.cli import entry as cli
 from attnlib.results.files import read_result_file
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, ROOT
 from support.apptest import across_tabs, figures, open_tab, tables
+from support.cli import run_cli
 from support.pages import SPECIAL_TABS, check_weights_vs_norms, table_with
 
 # --- the checks, without the app ---------------------------------------------------------------------------------
@@ -74,7 +74,8 @@ TINY_BERT = pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def cli_file(tmp_path, name: str, *argv: str) -> tuple[bytes, dict]:
     """Run a command with --out and --json: the file's bytes and the printed JSON."""
     out = tmp_path / f"{name}.json"
-    assert cli.main([*argv, "--out", str(out), "--json"]) == 0
+    ran = run_cli(*argv, "--out", str(out), "--json")
+    assert ran.code == 0, ran.err
     return out.read_bytes(), json.loads(out.read_text())["result"]
 
 

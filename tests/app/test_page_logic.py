@@ -12,13 +12,13 @@ import pytest
 
 from attnlib.analyses.positions import POSITIONS, PositionOptions
 from attnlib.analyses.registry import analyse
-from attnlib.cli import entry as cli
 from attnlib.core.corpus import read_text_corpus
 from attnlib.core.model import DEFAULT_MODEL
 from attnlib.present.export import attention_table
 from attnlib.results.precomputed import shipped_result
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
 from attnlib.stats.attribution import EXACT_SECONDS_AT_34_TOKENS, exact_seconds
+from support.cli import cli_json, run_cli
 
 
 def test_exact_seconds_follows_the_formula(minilm):
@@ -51,8 +51,7 @@ def test_special_tokens_is_what_the_cli_prints(minilm, capsys):
     special, hm = run.special, run.head_map
     assert seen and seen[-1] == 4
     argv = ["special", "--corpus", str(CLASSROOM_PAIRS), "--limit", "4", "--all-punct", "--head-map", "--json"]
-    assert cli.main(argv) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = cli_json(*argv)
     assert out["n_inputs"] == special.n_inputs == 4
     np.testing.assert_allclose(np.array(out["heads"]["sep"]), special.heads["sep"], atol=1e-6)
     assert hm is not None and out["head_map"]["behaviour"] == list(hm.labels)
@@ -89,7 +88,8 @@ def test_shipped_result_needs_every_match():
 
 @pytest.mark.slow
 def test_hta_exact_states_its_estimate_first(minilm, capsys):
-    assert cli.main(["hta", "--text", "Birds sing.", "--mode", "exact", "--json"]) == 0
-    captured = capsys.readouterr()
+    ran = run_cli("hta", "--text", "Birds sing.", "--mode", "exact", "--json")
+    assert ran.code == 0, ran.err
+    captured = ran
     n = len(json.loads(captured.out)["tokens"])
     assert f"exact attribution of {n} tokens: about {exact_seconds(minilm.facts, n):.0f} s" in captured.err

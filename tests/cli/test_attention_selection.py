@@ -10,7 +10,7 @@ import pytest
 import attnlib.cli.entry as cli
 from attnlib.analyses.attention import parse_indices, parse_rows
 from attnlib.analyses.base import OptionError
-from support.bad_input import _cli
+from support.cli import cli_json, run_cli
 from support.models import save_tiny
 
 TEXT = "The quick brown fox jumps over the lazy dog because it was bored."
@@ -36,31 +36,29 @@ def test_indices_and_rows_parse_as_documented():
 
 
 def test_selection_is_the_slice_of_the_whole_maps(model_dir, capsys):
-    code, whole, err = _cli("attention", "--text", TEXT, "--model", model_dir, "--json", capsys=capsys)
-    assert code == 0, err
+    whole = cli_json("attention", "--text", TEXT, "--model", model_dir, "--json")
     full = np.array(whole["attentions"], np.float32)
     n = full.shape[-1]
     args = ["--layers", "1", "--heads", "2,0", "--rows", f"3:{n - 2}"]
-    code, part, err = _cli("attention", "--text", TEXT, "--model", model_dir, *args, "--json", capsys=capsys)
-    assert code == 0, err
-    got = np.array(part["attentions"], np.float32)
+    ran = run_cli("attention", "--text", TEXT, "--model", model_dir, *args, "--json")
+    assert ran.code == 0, ran.err
+    got = np.array(ran.json["attentions"], np.float32)
     expected = full[np.ix_([1], [2, 0])][:, :, 3 : n - 2]
     # the block-wise path sums each row's products in another order than the eager one: a few float32 ulps of
     # weights that are at most 1
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
-    assert part["selection"] == {"layers": [1], "heads": [2, 0], "rows": [3, n - 2]}
-    assert part["tokens"] == whole["tokens"] and "selection" not in whole
+    assert ran.json["selection"] == {"layers": [1], "heads": [2, 0], "rows": [3, n - 2]}
+    assert ran.json["tokens"] == whole["tokens"] and "selection" not in whole
 
 
 def test_npz_holds_what_the_json_holds(tmp_path, capsys):
     folder = str(save_tiny("bert", tmp_path / "bert"))
-    code, whole, err = _cli("attention", "--text", TEXT, "--model", folder, "--json", capsys=capsys)
-    assert code == 0, err
+    whole = cli_json("attention", "--text", TEXT, "--model", folder, "--json")
     out = tmp_path / "maps.npz"
-    code, said, err = _cli("attention", "--text", TEXT, "--model", folder, "--out", str(out), "--json", capsys=capsys)
-    assert code == 0, err
+    ran = run_cli("attention", "--text", TEXT, "--model", folder, "--out", str(out), "--json")
+    assert ran.code == 0, ran.err
     n = len(whole["tokens"])
-    assert "attentions" not in said and said["npz"] == str(out) and said["shape"] == [2, 4, n, n]
+    assert "attentions" not in ran.json and ran.json["npz"] == str(out) and ran.json["shape"] == [2, 4, n, n]
     with np.load(out) as saved:
         np.testing.assert_array_equal(saved["attentions"], np.array(whole["attentions"], np.float32))
         assert saved["tokens"].tolist() == whole["tokens"]
@@ -70,11 +68,12 @@ def test_npz_holds_what_the_json_holds(tmp_path, capsys):
 def test_maps_too_large_to_print_are_refused_in_one_line(tmp_path, capsys, monkeypatch):
     folder = str(save_tiny("bert", tmp_path / "bert"))
     monkeypatch.setattr(cli, "MAX_JSON_VALUES", 100)
-    code, _, err = _cli("attention", "--text", TEXT, "--model", folder, "--json", capsys=capsys)
-    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
-    assert all(flag in err for flag in ("--layers", "--heads", "--rows", "--out maps.npz"))
-    code, _, err = _cli("attention", "--text", TEXT, "--model", folder, "--layers", "0", "--heads", "0", "--rows", "0:3",
-                        "--json", capsys=capsys)  # fmt: skip
-    assert code == 0, err
-    code, _, err = _cli("attention", "--text", TEXT, "--model", folder, "--layers", "2", "--json", capsys=capsys)
-    assert code == 2 and "outside 0..1" in err and err.count("\n") == 1
+    ran = run_cli("attention", "--text", TEXT, "--model", folder, "--json")
+    assert ran.code == 2 and ran.err.startswith("error: ") and ran.err.count("\n") == 1
+    assert all(flag in ran.err for flag in ("--layers", "--heads", "--rows", "--out maps.npz"))
+    ran = run_cli(
+        "attention", "--text", TEXT, "--model", folder, "--layers", "0", "--heads", "0", "--rows", "0:3", "--json"
+    )
+    assert ran.code == 0, ran.err
+    ran = run_cli("attention", "--text", TEXT, "--model", folder, "--layers", "2", "--json")
+    assert ran.code == 2 and "outside 0..1" in ran.err and ran.err.count("\n") == 1

@@ -14,6 +14,7 @@ from attnlib.cli import entry as cli
 from attnlib.core.model import bundled_model_path
 from attnlib.results.files import json_ready
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
+from support.cli import cli_json, cli_process, run_cli
 
 CORPUS_COMMANDS = {
     "special": ["special", "--corpus", str(CLASSROOM_SINGLE)],
@@ -22,23 +23,12 @@ CORPUS_COMMANDS = {
 }
 
 
-def _one_error_line(capsys, argv: list[str]) -> str:
-    """Run the CLI in-process; it must exit 2 with exactly one `error: ` line on stderr and nothing on stdout."""
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main([*argv, "--json"])
-    assert exit_info.value.code == 2
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
-
-
 @pytest.mark.parametrize("command", sorted(CORPUS_COMMANDS))
 @pytest.mark.parametrize(
     ("option", "value"), [("--limit", "0"), ("--limit", "-3"), ("--batch-size", "0"), ("--limit", "two")]
 )
 def test_corpus_commands_refuse_limits_and_batch_sizes_below_one(capsys, command, option, value):
-    line = _one_error_line(capsys, [*CORPUS_COMMANDS[command], f"{option}={value}"])
+    line = run_cli(*CORPUS_COMMANDS[command], f"{option}={value}", "--json").error
     assert option in line and ("must be at least 1" in line or "whole number" in line)
     assert "usage:" not in line
 
@@ -57,7 +47,7 @@ def test_corpus_commands_refuse_limits_and_batch_sizes_below_one(capsys, command
     ],
 )
 def test_argparse_errors_are_one_line_and_exit_2(capsys, argv):
-    _one_error_line(capsys, argv)
+    assert run_cli(*argv, "--json").error
 
 
 def test_json_ready_writes_nan_and_infinities_as_null():
@@ -70,8 +60,7 @@ def test_a_center_of_mass_without_data_prints_null(capsys, tmp_path):
     corpus = tmp_path / "long.txt"
     corpus.write_text(" ".join(["word"] * 40) + "\n")  # longer than the head dimension (32), so nothing is kept
     argv = ["positions", "--corpus", str(corpus), "--identifiable-only", "--probes", "1", "--json"]
-    assert cli.main(argv) == 0
-    out = capsys.readouterr().out
+    out = run_cli(*argv).out
 
     def refuse(constant: str) -> None:
         raise AssertionError(f"{constant} in the JSON")
@@ -134,19 +123,11 @@ print(len(names), loaded)
 # ---------- slow tests
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "attnlib", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-
-
 @pytest.mark.slow
 def test_attention_json_equals_transformers():
     from transformers import AutoModel, AutoTokenizer
 
-    out = _cli("attention", "--text", "The cat sat on the mat.", "--json")
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+    data = cli_json("attention", "--text", "The cat sat on the mat.", "--json")
     path = str(bundled_model_path())
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
@@ -160,17 +141,17 @@ def test_attention_json_equals_transformers():
 
 @pytest.mark.slow
 def test_attention_pair_segments():
-    data = json.loads(_cli("attention", "--text", "I went.", "--pair", "You stayed.", "--json").stdout)
+    data = cli_json("attention", "--text", "I went.", "--pair", "You stayed.", "--json")
     assert data["segments"] == [0, 0, 0, 0, 0, 1, 1, 1, 1]
     assert np.array(data["attentions"]).shape == (6, 12, 9, 9)
 
 
 @pytest.mark.slow
 def test_user_errors_exit_2_with_one_line():
-    out = _cli("attention", "--text", "   ", "--json")
-    assert out.returncode == 2 and out.stderr.strip() == "error: Sentence A is empty: type a sentence."
-    out = _cli("attention", "--text", "x", "--model", str(ROOT / "data"), "--json")
-    assert out.returncode == 2 and "config.json" in out.stderr and "Traceback" not in out.stderr
+    """The console entry point (`python -m attnlib`) in its own process: exit status 2 and the one line."""
+    assert cli_process("attention", "--text", "   ", "--json").error == "error: Sentence A is empty: type a sentence."
+    out = cli_process("attention", "--text", "x", "--model", str(ROOT / "data"), "--json")
+    assert "config.json" in out.error and "Traceback" not in out.err
 
 
 NO_PLOTLY = """

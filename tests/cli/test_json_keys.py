@@ -4,13 +4,11 @@ head, since the default model has none)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from attnlib.analyses.registry import ANALYSES
-from attnlib.cli.entry import main
 from attnlib.core.model import DEFAULT_MODEL
+from support.cli import cli_json
 from support.runs import INPUTS, command_line
 
 KEYS = {
@@ -51,8 +49,7 @@ def test_every_command_is_held():
 @pytest.mark.parametrize("name", sorted(KEYS))
 def test_top_level_keys(name, tiny_model_dir, capsys, one_thread):
     model = str(tiny_model_dir) if name == "gradient" else DEFAULT_MODEL
-    assert main([*command_line(name, model), "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    printed = cli_json(*command_line(name, model), "--json")
     assert set(printed) == KEYS[name]
     for (command, key), below in NESTED.items():
         if command == name:

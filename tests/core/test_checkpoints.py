@@ -13,7 +13,8 @@ from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import DEFAULT_MODEL, ModelLoadError, load_model, model_parameters
 from attnlib.core.runner import encode, run
 from attnlib.stats.attribution import hidden_token_attribution
-from support.bad_input import _assert_kept_default, _choose_other, _cli, _sidebar
+from support.bad_input import _assert_kept_default, _choose_other, _sidebar
+from support.cli import run_cli
 from support.models import save_tiny
 
 HALF = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -82,14 +83,12 @@ def test_saved_dtype_is_kept_on_request_and_float32_statistics_refused(tmp_path_
 
 def test_cli_says_the_dtype_and_refuses_float32_statistics_in_one_line(tmp_path_factory, capsys):
     _, half = _saved_as("bert", "float16", tmp_path_factory)
-    code, data, err = _cli("attention", "--text", TEXT, "--model", str(half), "--json", capsys=capsys)
-    assert code == 0, err
-    assert data["model_dtype"] == {"analysed": "float32", "saved": "float16"}
-    code, data, err = _cli(
-        "hta", "--text", TEXT, "--model", str(half), "--model-dtype", "saved", "--json", capsys=capsys
-    )
-    assert code == 2 and "Traceback" not in err
-    assert err.strip().splitlines()[-1].startswith("error: Norms, attribution and ablations run in float32")
+    ran = run_cli("attention", "--text", TEXT, "--model", str(half), "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json["model_dtype"] == {"analysed": "float32", "saved": "float16"}
+    ran = run_cli("hta", "--text", TEXT, "--model", str(half), "--model-dtype", "saved", "--json")
+    assert ran.code == 2 and "Traceback" not in ran.err
+    assert ran.err.strip().splitlines()[-1].startswith("error: Norms, attribution and ablations run in float32")
 
 
 def test_config_naming_sdpa_still_gives_eager_attention(tmp_path_factory, capsys):
@@ -102,9 +101,9 @@ def test_config_naming_sdpa_still_gives_eager_attention(tmp_path_factory, capsys
     with torch.no_grad():
         own = _eager_reference(folder, torch.float32).base_model(**batch, output_attentions=True).attentions
     np.testing.assert_allclose(run(lm, TEXT).attentions, torch.cat(own).numpy(), atol=1e-6)
-    code, data, err = _cli("attention", "--text", TEXT, "--model", str(folder), "--json", capsys=capsys)
-    assert code == 0, err
-    assert np.array(data["attentions"]).shape[:2] == (2, 4)
+    ran = run_cli("attention", "--text", TEXT, "--model", str(folder), "--json")
+    assert ran.code == 0, ran.err
+    assert np.array(ran.json["attentions"]).shape[:2] == (2, 4)
 
 
 def test_size_is_read_from_the_config_and_limited_before_loading(tiny_model_dir, monkeypatch, capsys):
@@ -118,8 +117,8 @@ def test_size_is_read_from_the_config_and_limited_before_loading(tiny_model_dir,
     assert load_model(str(tiny_model_dir), max_megabytes=megabytes + 1).facts.parameters == counted
     monkeypatch.setenv("ATTNLIB_MAX_MODEL_MB", str(limit))
     assert load_model(DEFAULT_MODEL).facts.parameters > 0  # the bundled fallback is never refused
-    code, _, err = _cli("attention", "--text", TEXT, "--model", str(tiny_model_dir), "--json", capsys=capsys)
-    assert code == 2 and err.strip().splitlines() == [err.strip()] and "needs about" in err
+    ran = run_cli("attention", "--text", TEXT, "--model", str(tiny_model_dir), "--json")
+    assert ran.code == 2 and ran.err.strip().splitlines() == [ran.err.strip()] and "needs about" in ran.err
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from attnlib.stats.shares import (
     sink_rate,
     uniform_entropy,
 )
-from support.bad_input import _cli
+from support.cli import run_cli
 from support.models import DECODER_KINDS, save_tiny
 
 TEXT = "The cat sat on the mat because it was warm."
@@ -134,15 +134,15 @@ def test_cli_special_json_carries_the_sink_for_every_kind(kind, tmp_path_factory
     folder = save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-cli"))
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n")
-    code, data, err = _cli("special", "--corpus", str(corpus), "--model", str(folder), "--json", capsys=capsys)
-    assert code == 0, err
-    assert data["kind"] == ("decoder" if kind == "gpt2" else "encoder")
-    first = np.array(data["first_share"])
+    ran = run_cli("special", "--corpus", str(corpus), "--model", str(folder), "--json")
+    assert ran.code == 0, ran.err
+    assert ran.json["kind"] == ("decoder" if kind == "gpt2" else "encoder")
+    first = np.array(ran.json["first_share"])
     assert first.shape == (2, 4)
-    heads = data["heads"]
+    heads = ran.json["heads"]
     expected = np.array(heads["cls"]) + (0 if kind == "gpt2" else np.array(heads["sep"]))
     np.testing.assert_allclose(first, expected, rtol=1e-12)
-    assert data["sink_rate"]["per_layer"] == pytest.approx(list((first > 0.3).mean(axis=1)))
+    assert ran.json["sink_rate"]["per_layer"] == pytest.approx(list((first > 0.3).mean(axis=1)))
 
 
 QK_KINDS = tuple(k for k in DECODER_KINDS if k != "gemma2")  # Gemma 2's soft-capped scores: below

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.cli.entry import main as cli_main
 from attnlib.core.model import load_model
 from attnlib.core.runner import InputError
 from attnlib.core.seq2seq import GREEDY_TOKENS, PARTS, NotEncoderDecoderError, encode_target, run_seq2seq
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV
+from support.cli import run_cli
 from support.models import ENCODER_DECODER_KINDS, save_tiny
 
 SOURCE = "The cat sat on the mat."
@@ -100,51 +100,50 @@ def test_an_empty_target_and_a_model_without_a_decoder_are_refused_in_words(encd
         run_seq2seq(tiny_model, SOURCE, TARGET)
 
 
-def _cli(capsys, *argv: str) -> tuple[int, dict | None, str]:
-    """The command line in-process: exit status, its JSON (None when it failed) and stderr."""
-    code = cli_main([*argv, "--json"])
-    out, err = capsys.readouterr()
-    return code, (json.loads(out) if code == 0 else None), err
-
-
 @pytest.mark.parametrize("part", PARTS)
 def test_attention_command_prints_the_part_the_kind_and_both_token_lists(encdec, capsys, part, one_thread):
-    code, data, err = _cli(capsys, "attention", "--model", str(encdec["folder"]), "--text", SOURCE, "--target",
-                           TARGET, "--part", part)  # fmt: skip
-    assert code == 0, err
+    ran = run_cli(
+        "attention", "--model", str(encdec["folder"]), "--text", SOURCE, "--target", TARGET, "--part", part, "--json"
+    )
+    assert ran.code == 0, ran.err
     src_ids, tgt_ids, out = _reference(encdec, SOURCE, TARGET)
     theirs = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
     expected = torch.stack([a[0] for a in theirs[part]]).numpy()
-    np.testing.assert_allclose(np.array(data["attentions"]), expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(np.array(ran.json["attentions"]), expected, rtol=0, atol=1e-6)
     tok = encdec["tok"]
     source_tokens, target_tokens = tok.convert_ids_to_tokens(src_ids), tok.convert_ids_to_tokens(tgt_ids)
-    assert (data["kind"], data["part"], data["target"], data["target_from"]) == (
+    assert (ran.json["kind"], ran.json["part"], ran.json["target"], ran.json["target_from"]) == (
         "encoder-decoder",
         part,
         TARGET,
         "given",
     )
-    assert data["tokens"] == (source_tokens if part == "encoder" else target_tokens)
-    assert data["key_tokens"] == (target_tokens if part == "decoder" else source_tokens)
-    assert len(data["word_ids"]) == len(data["tokens"])
+    assert ran.json["tokens"] == (source_tokens if part == "encoder" else target_tokens)
+    assert ran.json["key_tokens"] == (target_tokens if part == "decoder" else source_tokens)
+    assert len(ran.json["word_ids"]) == len(ran.json["tokens"])
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_attention_flags_of_encoder_decoders_are_refused_for_other_models_in_one_line(capsys, tiny_model_dir):
     for extra in (["--part", "cross"], ["--target", TARGET]):
-        code, _, err = _cli(capsys, "attention", "--model", str(tiny_model_dir), "--text", SOURCE, *extra)
-        assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "encoder-decoder" in err, err
+        ran = run_cli("attention", "--model", str(tiny_model_dir), "--text", SOURCE, *extra, "--json")
+        assert (
+            ran.code == 2
+            and ran.err.count("\n") == 1
+            and ran.err.startswith("error: ")
+            and "encoder-decoder" in ran.err
+        ), ran.err
 
 
 @pytest.mark.slow
 def test_an_encoder_decoder_reads_no_pair_and_no_empty_target(encdec, capsys):
     model = str(encdec["folder"])
     for extra, said in ((["--pair", TARGET], "not a pair"), (["--target", " "], None)):
-        code, data, err = _cli(capsys, "attention", "--model", model, "--text", SOURCE, *extra)
+        ran = run_cli("attention", "--model", model, "--text", SOURCE, *extra, "--json")
         if said is None:  # a blank target is none given: the model's own output
-            assert code == 0 and data["target_from"] in ("greedy", "source"), err
+            assert ran.code == 0 and ran.json["target_from"] in ("greedy", "source"), ran.err
         else:
-            assert code == 2 and err.count("\n") == 1 and said in err, err
+            assert ran.code == 2 and ran.err.count("\n") == 1 and said in ran.err, ran.err
 
 
 def test_an_encoder_decoders_attention_result_reads_back(encdec, one_thread):
@@ -202,8 +201,8 @@ def encdec_dir(request, tmp_path_factory):
 def test_every_command_runs_on_the_encoder_or_refuses_in_one_line(encdec_dir, command, capsys, tmp_path, one_thread):
     kind, folder = encdec_dir
     out = ["--out", str(tmp_path / ("out" if command == "report" else "out.json"))]
-    code = cli_main([command, "--model", str(folder), *COMMANDS[command], *out, "--json"])
-    stdout, stderr = capsys.readouterr()
+    ran = run_cli(command, "--model", str(folder), *COMMANDS[command], *out, "--json")
+    code, stdout, stderr = ran.code, ran.out, ran.err
     errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert "Traceback" not in stderr
     if command in RUNS_ON_THE_ENCODER:

@@ -16,7 +16,8 @@ from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats import attribution
 from attnlib.stats import value_norms as norms
 from attnlib.stats.attribution import hidden_token_attribution
-from support.families import TEXT_A, TEXT_B, _cli
+from support.cli import cli_json, run_cli
+from support.families import TEXT_A, TEXT_B
 from support.models import DECODER_KINDS, MODERNBERT_WINDOW, save_tiny
 from support.reference import reverse_mode_reference
 from support.tolerances import EPS32
@@ -234,7 +235,6 @@ def test_post_layer_norm_opt_is_refused_in_words(tmp_path, capsys):
     why not, in the library and as one `error:` line of the command line; attention still runs."""
     import json
 
-    from attnlib.cli.entry import main
     from attnlib.core.model import load_model
 
     folder = save_tiny("opt", tmp_path)
@@ -247,8 +247,9 @@ def test_post_layer_norm_opt_is_refused_in_words(tmp_path, capsys):
         with pytest.raises(UnsupportedModelError, match="do_layer_norm_before false"):
             layout(lm.encoder, statistic)
     for command in (["norms", "--text", TEXT_A], ["hta", "--text", TEXT_A, "--mode", "estimate"]):
-        assert main([*command, "--model", str(folder), "--json"]) == 2
-        out, err = capsys.readouterr()
+        ran = run_cli(*command, "--model", str(folder), "--json")
+        assert ran.code == 2, ran.err
+        out, err = ran.out, ran.err
         assert out == "" and err.startswith("error: ") and len(err.strip().splitlines()) == 1
         assert "LayerNorm after attention" in err
 
@@ -373,7 +374,6 @@ def unknown_dir(tmp_path_factory):
 def test_unknown_family_is_refused_in_words(unknown_dir, capsys):
     """An encoder attnlib has no layout for: attention works; norms and attribution say why not, in the library and
     as one `error:` line of the command line."""
-    from attnlib.cli.entry import main
     from attnlib.core.model import load_model
 
     lm = load_model(str(unknown_dir))
@@ -386,16 +386,17 @@ def test_unknown_family_is_refused_in_words(unknown_dir, capsys):
         run(lm, TEXT_A, capture_norms=True)
     with pytest.raises(UnsupportedModelError, match="Hidden Token Attribution"):
         hidden_token_attribution(lm, encode(lm, TEXT_A), mode="estimate")
-    assert _cli(capsys, ["attention", "--text", TEXT_A, "--model", str(unknown_dir)])["attentions"]
+    assert cli_json("attention", "--text", TEXT_A, "--model", str(unknown_dir), "--json")["attentions"]
     special = ["special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "2"]
-    assert _cli(capsys, [*special, "--model", str(unknown_dir)])["n_inputs"] == 2  # the attention statistics run
+    assert cli_json(*special, "--model", str(unknown_dir), "--json")["n_inputs"] == 2  # the attention statistics run
     for command in (
         ["norms", "--text", TEXT_A],
         ["hta", "--text", TEXT_A, "--mode", "estimate"],
         [*special, "--norms"],
     ):
-        assert main([*command, "--model", str(unknown_dir), "--json"]) == 2
-        out, err = capsys.readouterr()
+        ran = run_cli(*command, "--model", str(unknown_dir), "--json")
+        assert ran.code == 2, ran.err
+        out, err = ran.out, ran.err
         assert out == "" and err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "megatron" in err
 
 
@@ -553,14 +554,14 @@ def test_single_input_commands_run(family_dir, family_model, capsys):
     """attention, norms and hta on each family: JSON with the model's shape and rows that sum to 1."""
     f, model = family_model.facts, ["--model", str(family_dir)]
     text = ["--text", "The cat sat on the mat.", "--pair", "It slept."]
-    attention = _cli(capsys, ["attention", *text, *model])
+    attention = cli_json("attention", *text, *model, "--json")
     n = len(attention["tokens"])
     a = np.array(attention["attentions"])
     assert a.shape == (f.n_layers, f.n_heads, n, n) and np.allclose(a.sum(-1), 1, atol=1e-5)
-    maps = _cli(capsys, ["norms", *text, *model])
+    maps = cli_json("norms", *text, *model, "--json")
     assert np.array(maps["residual_ln"]).shape == (f.n_layers, n, n)
     assert np.allclose(np.array(maps["residual_ln_rollout"]).sum(-1), 1, atol=1e-5)
-    hta = _cli(capsys, ["hta", *text, "--mode", "estimate", "--probes", "3", *model])
+    hta = cli_json("hta", *text, "--mode", "estimate", "--probes", "3", *model, "--json")
     assert np.array(hta["input"]).shape == a.shape and np.allclose(np.array(hta["input"]).sum(-1), 1, atol=1e-5)
 
 
@@ -691,15 +692,15 @@ def test_corpus_commands_run(family_dir, family_model, small_conllu, capsys):
 
     f, model = family_model.facts, ["--model", str(family_dir)]
     corpus = ["--corpus", str(CLASSROOM_PAIRS), "--limit", "4"]
-    special = _cli(capsys, ["special", *corpus, "--norms", *model])
+    special = cli_json("special", *corpus, "--norms", *model, "--json")
     assert special["n_inputs"] == 4 and len(special["norm_layers"]) == f.n_layers
     shares = sum(np.array(special["heads"][k]) for k in ("cls", "sep", "punct", "other"))
     np.testing.assert_allclose(shares, 1, atol=1e-5)
-    deps = _cli(capsys, ["deps", "--conllu", str(small_conllu), *model])
+    deps = cli_json("deps", "--conllu", str(small_conllu), *model, "--json")
     assert deps["n_sentences"] + deps["n_skipped"] == 6 and deps["rows"]
-    positions = _cli(capsys, ["positions", *corpus, "--probes", "3", *model])
+    positions = cli_json("positions", *corpus, "--probes", "3", *model, "--json")
     assert np.array(positions["histograms"]["attention"]).shape[:2] == (f.n_layers, f.n_heads)
-    aggregation = _cli(capsys, ["aggregation", *corpus, "--probes", "3", *model])
+    aggregation = cli_json("aggregation", *corpus, "--probes", "3", *model, "--json")
     assert aggregation["n_inputs"] == 4
-    probe = _cli(capsys, ["probe", "--train", str(small_conllu), "--test", str(small_conllu), *model])
+    probe = cli_json("probe", "--train", str(small_conllu), "--test", str(small_conllu), *model, "--json")
     assert 0 <= probe["uas"] <= 1

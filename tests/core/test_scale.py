@@ -11,13 +11,13 @@ import torch
 
 from attnlib.analyses.deps import dependency_counts_from_json, dependency_counts_to_json
 from attnlib.analyses.positions import PositionsResult
-from attnlib.cli import entry as cli
 from attnlib.core import runner
 from attnlib.core.engines import engine_fill, fill_shard, merge_all, plan_batches, run_accumulators, shard_batches
 from attnlib.results.files import ResultFileError, json_ready, make_result_file, read_result_file, write_result_file
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from attnlib.stats.head_distances import special_from_json
 from support.apptest import figures, open_tab
+from support.cli import cli_json, run_cli
 from support.scale import BATCH, N_SENTENCES, all_accumulators, assert_same_statistics, requires_ray, torch_threads
 
 # --- shards of whole batches, without Ray ---------------------------------------------------------------------------
@@ -60,24 +60,11 @@ def test_shards_merged_equal_the_local_engine(minilm, sentences, local_result):
 
 @requires_ray
 def test_ray_refuses_more_workers_than_cpus(local_ray, capsys):
-    assert (
-        cli.main(
-            [
-                "special",
-                "--corpus",
-                str(CLASSROOM_SINGLE),
-                "--limit",
-                "2",
-                "--engine",
-                "ray",
-                "--workers",
-                "3",
-                "--json",
-            ]
-        )
-        == 2
+    ran = run_cli(
+        "special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "2", "--engine", "ray", "--workers", "3", "--json"
     )
-    assert "needs 3 CPUs; the Ray cluster has 2" in capsys.readouterr().err
+    assert ran.code == 2, ran.err
+    assert "needs 3 CPUs; the Ray cluster has 2" in ran.err
 
 
 # --- devices --------------------------------------------------------------------------------------------------------
@@ -102,16 +89,16 @@ def test_cuda_without_a_gpu_is_a_clear_error(capsys, engine):
     ]
     if engine == "ray":
         argv += ["--workers", "1"]
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err
+    ran = run_cli(*argv)
+    assert ran.code == 2, ran.err
+    err = ran.err
     assert err.startswith("error: --device cuda") and ("CUDA is not available" in err or "needs 1 GPUs" in err)
 
 
 # --- result files ---------------------------------------------------------------------------------------------------
 
 
-def test_out_file_round_trip(special_file, capsys):
-    capsys.readouterr()
+def test_out_file_round_trip(special_file):
     record = read_result_file(special_file.read_bytes(), "special")
     assert record.command == "special" and record.model == "all-MiniLM-L6-v2"
     assert record.corpus["name"] == "classroom_single.txt" and record.corpus["n_inputs"] == 6
@@ -220,11 +207,11 @@ def test_deps_command_on_ray_equals_local_and_writes_the_result_file(local_ray, 
     # the special command goes through the same run_corpus; one Ray job here keeps the suite short on 2 cores
     argv = ["deps", "--conllu", str(EWT_DEV), "--min-count", "1", "--limit", str(N_SENTENCES), "--json"]
     with torch_threads(1):
-        assert cli.main(argv) == 0
-    local = json.loads(capsys.readouterr().out)
+        ran = run_cli(*argv)
+        assert ran.code == 0, ran.err
+    local = ran.json
     out = tmp_path / "deps.json"
-    assert cli.main(argv + ["--engine", "ray", "--workers", "2", "--out", str(out)]) == 0
-    on_ray = json.loads(capsys.readouterr().out)
+    on_ray = cli_json(*argv, "--engine", "ray", "--workers", "2", "--out", str(out))
     assert on_ray == local and len(local["rows"]) > 10  # counts are integers: the table is identical
     record = read_result_file(out.read_bytes(), "deps")
     assert record.run["engine"] == "ray" and record.run["workers"] == 2 and record.corpus["n_inputs"] == N_SENTENCES
@@ -265,10 +252,8 @@ def test_dependency_page_loads_a_result_file(tmp_path):
     from streamlit.testing.v1 import AppTest
 
     path = tmp_path / "deps.json"
-    assert (
-        cli.main(["deps", "--conllu", str(EWT_DEV), "--limit", "30", "--min-count", "1", "--out", str(path), "--json"])
-        == 0
-    )
+    ran = run_cli("deps", "--conllu", str(EWT_DEV), "--limit", "30", "--min-count", "1", "--out", str(path), "--json")
+    assert ran.code == 0, ran.err
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.session_state["deps_limit"] = 2  # the page computes once before the file is chosen
     at.switch_page("app_pages/dependency_heads/page.py").run()
@@ -300,25 +285,21 @@ def test_local_global_page_loads_a_result_file(tmp_path, tiny_model_dir):
     from streamlit.testing.v1 import AppTest
 
     path = tmp_path / "positions.json"  # from a 2-layer, 4-head model: the page draws the file's own shapes
-    assert (
-        cli.main(
-            [
-                "positions",
-                "--corpus",
-                str(CLASSROOM_SINGLE),
-                "--limit",
-                "2",
-                "--probes",
-                "2",
-                "--model",
-                str(tiny_model_dir),
-                "--out",
-                str(path),
-                "--json",
-            ]
-        )
-        == 0
+    ran = run_cli(
+        "positions",
+        "--corpus",
+        str(CLASSROOM_SINGLE),
+        "--limit",
+        "2",
+        "--probes",
+        "2",
+        "--model",
+        str(tiny_model_dir),
+        "--out",
+        str(path),
+        "--json",
     )
+    assert ran.code == 0, ran.err
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.switch_page("app_pages/local_global/page.py").run()
     open_result_file(at, "local_global_result_file", path.read_bytes())

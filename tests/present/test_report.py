@@ -14,7 +14,6 @@ from streamlit.testing.v1 import AppTest
 from attnlib.analyses.attention import AttentionOptions
 from attnlib.analyses.base import Analysis
 from attnlib.analyses.deps import CLARK_TABLE1
-from attnlib.cli.entry import main
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.hooks import ATTENTION
 from attnlib.present.comparison import Difference, largest_difference
@@ -34,8 +33,9 @@ from attnlib.stats.shares import STAT_KEYS
 from attnlib.stats.value_norms import NORM_KEYS
 from attnlib.views.plotly_js import plotly_js
 from attnlib.views.report_page import render_report
+from support.cli import cli_json, run_cli
 from support.models import bert_tokenizer, tiny_config_with_vocab
-from support.report import MIN_COUNT, N_INPUTS, cli
+from support.report import MIN_COUNT, N_INPUTS
 
 
 def test_largest_difference_by_hand():
@@ -103,8 +103,9 @@ def test_a_part_that_reads_two_files_runs_when_both_are_given_each_in_its_pass(t
 
 
 def test_report_without_any_input_is_a_user_error(tmp_path, capsys):
-    assert main(["report", "--out", str(tmp_path / "r.html")]) == 2
-    assert capsys.readouterr().err.startswith("error: give --corpus, --conllu or both.")
+    ran = run_cli("report", "--out", str(tmp_path / "r.html"))
+    assert ran.code == 2, ran.err
+    assert ran.err.startswith("error: give --corpus, --conllu or both.")
     assert not (tmp_path / "r.html").exists()
 
 
@@ -175,7 +176,9 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
     assert summary["parts"] == ["special", "positions", "aggregation", "importance", "deps", "probe"]
     assert summary["bytes"] == out.stat().st_size
 
-    special = cli("special", "--corpus", corpus, "--limit", str(N_INPUTS), "--head-map", "--norms", "--model", model)
+    special = cli_json(
+        "special", "--corpus", corpus, "--limit", str(N_INPUTS), "--head-map", "--norms", "--model", model, "--json"
+    )
     per_layer = tables["special/Per layer (mean over heads)"]
     assert [int(r["layer"]) for r in per_layer] == list(range(1, len(special["layers"]) + 1))
     for row, expected in zip(per_layer, special["layers"]):
@@ -198,7 +201,7 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
         layer, head = int(row["layer"]) - 1, int(row["head"]) - 1
         assert all(close(row[key], special["norm_heads"][key][layer][head]) for key in NORM_KEYS), row
 
-    positions = cli("positions", "--corpus", corpus, "--limit", str(N_INPUTS), "--model", model)
+    positions = cli_json("positions", "--corpus", corpus, "--limit", str(N_INPUTS), "--model", model, "--json")
     for l, row in enumerate(tables["positions/Per layer (mean over heads; correlations: median)"]):
         assert close(row["attention_center_of_mass"], positions["attention_center_of_mass"][l])
         assert close(row["attribution_center_of_mass"], positions["attribution_center_of_mass"][l])
@@ -210,7 +213,7 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
         for name, values in positions["correlation"].items():
             assert close(row[name], values[layer][head])
 
-    aggregation = cli("aggregation", "--corpus", corpus, "--limit", str(N_INPUTS), "--model", model)
+    aggregation = cli_json("aggregation", "--corpus", corpus, "--limit", str(N_INPUTS), "--model", model, "--json")
     agreement = tables["aggregation/Agreement with layer-output attribution per layer (mean row correlation)"]
     centres = tables["aggregation/Centre of mass per layer"]
     assert len(agreement) == len(centres) == len(special["layers"])
@@ -221,7 +224,9 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
         for name, values in aggregation["center_of_mass"].items():
             assert close(centre[f"center_of_mass_{name}"], values[l])
 
-    deps = cli("deps", "--conllu", conllu, "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--model", model)
+    deps = cli_json(
+        "deps", "--conllu", conllu, "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--model", model, "--json"
+    )
     rows = tables["deps/Best head per relation against the best fixed offset"]
     assert [r["relation"] for r in rows] == [r["relation"] for r in deps["rows"]]
     for row, expected in zip(rows, deps["rows"]):
@@ -232,7 +237,7 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
         assert close(row["accuracy"], expected["accuracy"])
         assert close(row["baseline_accuracy"], expected["baseline_accuracy"])
 
-    probe = cli("probe", "--train", train, "--test", conllu, "--limit", str(N_INPUTS), "--model", model)
+    probe = cli_json("probe", "--train", train, "--test", conllu, "--limit", str(N_INPUTS), "--model", model, "--json")
     (row,) = tables["probe/Probe against the best single head and fixed offset"]
     for key in ("uas", "best_head_accuracy", "baseline_accuracy"):
         assert close(row[key], probe[key])

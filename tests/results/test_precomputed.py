@@ -15,7 +15,6 @@ from attnlib.analyses.deps import DepsOptions
 from attnlib.analyses.positions import PositionOptions
 from attnlib.analyses.probe import ProbeOptions
 from attnlib.analyses.special import SpecialOptions
-from attnlib.cli import entry as cli
 from attnlib.cli.entry import parse_command
 from attnlib.core.model import DEFAULT_MODEL
 from attnlib.results.files import RESULT_FORMAT, read_result_file, text_pair_sha1
@@ -30,6 +29,7 @@ from attnlib.results.precomputed import (
     stale_reasons,
 )
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, PRECOMPUTED, PUD_TEST, ROOT
+from support.cli import run_cli
 from support.precomputed import ENTRIES
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -249,7 +249,8 @@ def test_shipped_slice_matches_a_fresh_computation(name, tmp_path, monkeypatch, 
     e = ENTRIES[name]
     monkeypatch.chdir(ROOT)  # the arguments name the corpora relative to the repository
     argv = e.check_argv or e.argv
-    assert cli.main([*argv, "--out", str(tmp_path / "fresh.json")]) == 0
+    ran = run_cli(*argv, "--out", str(tmp_path / "fresh.json"))
+    assert ran.code == 0, ran.err
     record = read_result_file((tmp_path / "fresh.json").read_bytes())
     shipped = read_result_file((PRECOMPUTED / (e.check_file or e.file)).read_bytes())
     keys = ("result", "options", "state") if e.command == EXAMPLE_COMMAND else ("corpus", "result", "options", "state")

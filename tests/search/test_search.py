@@ -28,6 +28,7 @@ from attnlib.search.by_example import (
     top_k,
 )
 from attnlib.stats.shares import CLASS_KEYS
+from support.cli import run_cli
 from support.search import QUERY, check_top_k_equals_brute_force_cosine, ewt_dev_head, sentences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -313,17 +314,6 @@ def test_heads_mode_of_an_unknown_family_is_refused_in_words(tmp_path):
 # ---------------------------------------------------------------------------------------- the command line
 
 
-def _main(capsys, *args: str) -> tuple[int, str, str]:
-    from attnlib.cli import entry as cli
-
-    try:
-        code = cli.main(list(args))
-    except SystemExit as exc:  # argparse's own errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_index_and_search_commands(tiny_model_dir, tmp_path, capsys):
     """`index --out` then `search --index` print the same matches as `search --conllu`; the file is refused for
@@ -335,26 +325,26 @@ def test_index_and_search_commands(tiny_model_dir, tmp_path, capsys):
     small.write_text("\n\n".join(EWT_DEV.read_text(encoding="utf-8").split("\n\n")[:12]) + "\n\n", encoding="utf-8")
     corpus = ["--conllu", str(small), "--dtype", "float32"]  # float32: the same order both ways
     query = ["--text", QUERY, "--token", "2", "--k", "4"]
-    code, out, err = _main(capsys, "search", *corpus, *query, "--layer", "1", "--heads", "0,3", *model)
-    assert code == 0, err
-    direct = json.loads(out)
+    ran = run_cli("search", *corpus, *query, "--layer", "1", "--heads", "0,3", *model)
+    assert ran.code == 0, ran.err
+    direct = json.loads(ran.out)
     assert [sorted(m) for m in direct["matches"]] == [
         ["deprel", "input", "position", "score", "token", "upos", "word"]
     ] * 4
     assert direct["heads"] == [0, 3] and direct["summary"]["n"] == 4 and direct["query"]["piece"] == "cat"
     assert sum(direct["summary"]["upos"].values()) == 4 and len(direct["summary"]["attends_to"]) == 2
     path = tmp_path / "ewt.npz"
-    code, out, err = _main(capsys, "index", *corpus, "--layer", "1", "--heads", "all", "--out", str(path), *model)
-    assert code == 0, err
-    written = json.loads(out)
+    ran = run_cli("index", *corpus, "--layer", "1", "--heads", "all", "--out", str(path), *model)
+    assert ran.code == 0, ran.err
+    written = json.loads(ran.out)
     assert (
         written["n_inputs"] == 12
         and written["options"]["heads"] == "0,1,2,3"
         and written["bytes"] == path.stat().st_size
     )
-    code, out, err = _main(capsys, "search", "--index", str(path), *query, "--layer", "1", "--heads", "3,0", *model)
-    assert code == 0, err
-    again = json.loads(out)
+    ran = run_cli("search", "--index", str(path), *query, "--layer", "1", "--heads", "3,0", *model)
+    assert ran.code == 0, ran.err
+    again = json.loads(ran.out)
     assert [(m["input"], m["position"]) for m in again["matches"]] == [
         (m["input"], m["position"]) for m in direct["matches"]
     ]
@@ -367,8 +357,10 @@ def test_index_and_search_commands(tiny_model_dir, tmp_path, capsys):
         ("--embeddings",): "embeddings False (asked: True)",
     }
     for extra, message in refusals.items():
-        code, out, err = _main(capsys, "search", "--index", str(path), *query, *extra, *model)
-        assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
+        ran = run_cli("search", "--index", str(path), *query, *extra, *model)
+        assert ran.code == 2 and ran.err.startswith("error: ") and message in ran.err and ran.err.count("\n") == 1, (
+            ran.err
+        )
     for args, message in [
         ((*corpus, "--text", QUERY, "--token", "99", "--layer", "0"), "token 99 is not a position of the query"),
         ((*corpus, *query, "--layer", "7"), "layer 7 is not a layer of"),
@@ -377,10 +369,12 @@ def test_index_and_search_commands(tiny_model_dir, tmp_path, capsys):
         ((*query, "--layer", "0"), "give --corpus, --conllu or --index"),
         (("--index", str(tmp_path / "none.npz"), *query), "no such index file"),
     ]:
-        code, out, err = _main(capsys, "search", *args, *model)
-        assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
-    code, _, err = _main(capsys, "index", *corpus, "--out", str(path), *model)
-    assert code == 2 and "one of the arguments --layer --embeddings is required" in err
+        ran = run_cli("search", *args, *model)
+        assert ran.code == 2 and ran.err.startswith("error: ") and message in ran.err and ran.err.count("\n") == 1, (
+            ran.err
+        )
+    ran = run_cli("index", *corpus, "--out", str(path), *model)
+    assert ran.code == 2 and "one of the arguments --layer --embeddings is required" in ran.err
 
 
 # ---------------------------------------------------------------------------------------- the Live page

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from attnlib.cli.entry import main
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import read_corpus
 from attnlib.core.families import layout
@@ -20,6 +18,7 @@ from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats import value_norms as norms
 from attnlib.stats.shares import class_masks
 from attnlib.stats.value_norms import special_norms_from_json
+from support.cli import cli_json, run_cli
 from support.reference import _reference_vectors
 from support.tolerances import FORWARD_RTOL
 
@@ -209,10 +208,7 @@ def test_default_runs_capture_nothing(tiny_model):
 
 
 def test_norms_cli_equals_library(tiny_model_dir, tiny_model, capsys):
-    assert (
-        main(["norms", "--text", "The cat sat.", "--pair", "It purred.", "--model", str(tiny_model_dir), "--json"]) == 0
-    )
-    data = json.loads(capsys.readouterr().out)
+    data = cli_json("norms", "--text", "The cat sat.", "--pair", "It purred.", "--model", str(tiny_model_dir), "--json")
     maps = norms.norm_maps(run(tiny_model, "The cat sat.", "It purred.", capture_norms=True))
     n, f = len(maps.tokens), tiny_model.facts
     assert data["tokens"] == maps.tokens
@@ -226,8 +222,7 @@ def test_norms_cli_equals_library(tiny_model_dir, tiny_model, capsys):
 def test_special_norms_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp_path):
     out = tmp_path / "special.json"
     args = ["special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--norms", "--model", str(tiny_model_dir)]
-    assert main([*args, "--out", str(out), "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = cli_json(*args, "--out", str(out), "--json")
     f = tiny_model.facts
     stats = norms.NormShareStats(f.n_layers, f.n_heads)
     accumulate(tiny_model, read_corpus(str(CLASSROOM_SINGLE), 6), [stats])
@@ -238,8 +233,9 @@ def test_special_norms_cli_and_result_file(tiny_model_dir, tiny_model, capsys, t
         np.testing.assert_allclose([row[key] for row in data["norm_layers"]], expected.layers[key], rtol=1e-6)
     loaded = special_norms_from_json(read_result_file(out.read_bytes(), "special").result)
     np.testing.assert_allclose(loaded.heads["value_sep"], expected.heads["value_sep"], rtol=1e-6)
-    assert main([a for a in args if a != "--norms"] + ["--json"]) == 0
-    assert special_norms_from_json(json.loads(capsys.readouterr().out)) is None  # files without norms stay valid
+    ran = run_cli(*[a for a in args if a != "--norms"] + ["--json"])
+    assert ran.code == 0, ran.err
+    assert special_norms_from_json(ran.json) is None  # files without norms stay valid
 
 
 def test_figures_plot_the_layer_means():
