@@ -206,7 +206,7 @@ def test_importance_of_a_decoder_is_the_sink_test(decoder):
     assert "next-token loss" in sentence and "first-token share" in sentence and "[CLS]" not in sentence
 
 
-def test_cli_ablate_and_importance_on_a_decoder(tmp_path_factory, tmp_path, capsys):
+def test_cli_ablate_and_importance_on_a_decoder(tmp_path_factory, tmp_path):
     folder = save_tiny("gpt2", tmp_path_factory.mktemp("gpt2-cli"))
     ran = run_cli("ablate", "--model", str(folder), "--text", SENTENCES[0], "--heads", "1-0", "--json")
     assert ran.code == 0, ran.err
@@ -233,7 +233,7 @@ def test_cli_ablate_and_importance_on_a_decoder(tmp_path_factory, tmp_path, caps
     assert np.array(ran.json["knockout"]["drop"]["mlm"]).shape == (2, 4) and "importance" not in ran.json
 
 
-def test_cli_refuses_the_lm_measure_of_a_classifier_in_one_line(tmp_path_factory, tmp_path, capsys):
+def test_cli_refuses_the_lm_measure_of_a_classifier_in_one_line(tmp_path_factory, tmp_path):
     folder = save_tiny("llama-classifier", tmp_path_factory.mktemp("classifier-cli"))
     corpus_file = tmp_path / "corpus.txt"
     corpus_file.write_text("\n".join(SENTENCES) + "\n")

@@ -116,7 +116,7 @@ def test_results_written_before_histograms_still_read():
     assert back.histograms == {} and len(back.offsets) == 0
 
 
-def test_hta_cli_prints_output(tiny_model_dir, tiny_model, capsys):
+def test_hta_cli_prints_output(tiny_model_dir, tiny_model):
     data = cli_json("hta", "--text", "The cat sat.", "--model", str(tiny_model_dir), "--json")
     expected = hidden_token_attribution(
         tiny_model, encode(tiny_model, "The cat sat."), mode="exact", with_output=True
@@ -195,7 +195,7 @@ def test_halves_merge_and_batches_do_not_matter(tiny_model):
 
 
 @pytest.mark.slow
-def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp_path):
+def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, tmp_path):
     out = tmp_path / "aggregation.json"
     args = ["aggregation", "--corpus", str(CLASSROOM_SINGLE), "--limit", "3", "--probes", "4"]
     data = cli_json(*args, "--model", str(tiny_model_dir), "--out", str(out), "--json")
@@ -213,7 +213,7 @@ def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_page_aggregation_section_equals_the_cli(tiny_model_dir, capsys):
+def test_page_aggregation_section_equals_the_cli(tiny_model_dir):
     name = str(tiny_model_dir)
     at = page_with(name)
     assert any("layer-output attribution of every layer" in i.value for i in at.info)  # asks before it computes

@@ -226,7 +226,7 @@ def kind_dir(request, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_deps_command_carries_ceilings_for_decoders_only(kind_dir, tmp_path, capsys):
+def test_deps_command_carries_ceilings_for_decoders_only(kind_dir, tmp_path):
     kind, folder = kind_dir
     treebank = tmp_path / "hand.conllu"
     treebank.write_text(CONLLU)
@@ -243,7 +243,7 @@ def test_deps_command_carries_ceilings_for_decoders_only(kind_dir, tmp_path, cap
 
 
 @pytest.mark.slow
-def test_positions_command_on_a_decoder_and_an_encoder(kind_dir, tmp_path, capsys):
+def test_positions_command_on_a_decoder_and_an_encoder(kind_dir, tmp_path):
     kind, folder = kind_dir
     texts = ["The cat sat on the mat.", "A dog barked twice."]
     corpus = tmp_path / "corpus.txt"
@@ -273,7 +273,7 @@ def test_positions_command_on_a_decoder_and_an_encoder(kind_dir, tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_probe_command_runs_on_a_decoder_with_causal_single_heads(kind_dir, tmp_path, capsys):
+def test_probe_command_runs_on_a_decoder_with_causal_single_heads(kind_dir, tmp_path):
     """METHODS §18: the probe reads causal maps as they are; its best single head predicts from the visible side, so
     on the hand-made treebank (no punctuation) it cannot pass the pooled ceiling, 3/7."""
     from attnlib.analyses.probe import extract_maps

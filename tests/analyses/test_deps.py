@@ -273,7 +273,7 @@ def test_tiny_models_word_maps_and_skips(tiny_model):
 # build word-level maps in float64 and pick heads; only the forward pass is shared (run_batches, as the engine runs it).
 
 
-def test_cli_refuses_bad_input(tmp_path, capsys):
+def test_cli_refuses_bad_input(tmp_path):
 
     bad = tmp_path / "bad.conllu"
     bad.write_text("1\tword\n")
@@ -360,7 +360,7 @@ def _independent_table(lm, path, limit, min_count):
 
 
 @pytest.mark.slow
-def test_cli_on_ewt_dev_slice_matches_independent_computation(minilm, capsys):
+def test_cli_on_ewt_dev_slice_matches_independent_computation(minilm):
 
     out = cli_json("deps", "--conllu", str(EWT_DEV), "--limit", "40", "--min-count", "15", "--json")
     n_sentences, n_words, expected = _independent_table(minilm, EWT_DEV, 40, 15)

@@ -151,7 +151,7 @@ def test_corpus_halves_merge_into_the_whole(tiny_model, tmp_path):
     )
 
 
-def test_cli_hta_and_positions(tiny_model_dir, tmp_path, capsys):
+def test_cli_hta_and_positions(tiny_model_dir, tmp_path):
     out = cli_json(
         "hta",
         "--text",
@@ -182,7 +182,7 @@ def test_cli_hta_and_positions(tiny_model_dir, tmp_path, capsys):
         assert np.array(out["correlation"][name], float).shape == (2, 4)
 
 
-def test_cli_rejects_a_missing_corpus(tiny_model_dir, capsys):
+def test_cli_rejects_a_missing_corpus(tiny_model_dir):
     ran = run_cli("positions", "--corpus", "no/such/file.txt", "--model", str(tiny_model_dir), "--json")
     assert ran.code == 2, ran.err
     assert "no such file" in ran.err
@@ -234,7 +234,7 @@ def _numbers_of_difference(text: str) -> tuple[float, float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path, capsys):
+def test_page_compares_two_models_of_different_depth(tiny_model_dir, tmp_path):
     from support.models import save_tiny_bert
     from support.pages import assert_table_equals_cli, cli_aggregation, page_with
 

@@ -382,7 +382,7 @@ def test_figures_show_the_weights_relations_and_a_sentence():
 
 
 @pytest.mark.slow
-def test_cli_on_ewt_agrees_with_the_library(minilm, tmp_path, capsys):
+def test_cli_on_ewt_agrees_with_the_library(minilm, tmp_path):
     from attnlib.results.files import read_result_file
 
     out_file = tmp_path / "probe.json"
@@ -428,7 +428,7 @@ def _metrics(at) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_page_probe_uas_equals_the_cli(tiny_model_dir, capsys, one_thread):
+def test_page_probe_uas_equals_the_cli(tiny_model_dir, one_thread):
     at = _probe_page(model=str(tiny_model_dir))
     assert not at.exception, [e.value for e in at.exception]
     assert not any(m.label.startswith("UAS") for m in at.metric)  # nothing is trained before the visitor asks
@@ -464,7 +464,7 @@ def _cli_probe_words(model: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_page_probe_opens_a_shipped_result_without_training(tiny_model_dir, tmp_path, capsys, monkeypatch):
+def test_page_probe_opens_a_shipped_result_without_training(tiny_model_dir, tmp_path, monkeypatch):
     import ui.sources.result_source
     from attnlib.analyses import probe
     from attnlib.results.files import read_result_file

@@ -179,7 +179,7 @@ def test_collected_queries_and_keys_are_the_weights_own(family_model):
                 np.testing.assert_array_equal(collected.top_keys[index][at], r.attentions[layer, head].argmax(-1))
 
 
-def test_unsupported_family_says_why(tmp_path, capsys):
+def test_unsupported_family_says_why(tmp_path):
     """A model attnlib has no layout for gets one error line from the command, naming why (exit 2)."""
     from transformers import MegatronBertConfig, MegatronBertForMaskedLM
 
@@ -312,7 +312,7 @@ def test_halves_merge_to_the_whole_in_corpus_order(minilm):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_command_prints_the_issues_json(capsys, tmp_path):
+def test_command_prints_the_issues_json(tmp_path):
     out = tmp_path / "qk.json"
     argv = ["qk", "--corpus", str(CLASSROOM_SINGLE), "--layer", "1", "--head", "3", "--limit", "6", "--all-heads"]
     data = cli_json(*argv, "--json", "--out", str(out))
@@ -337,7 +337,7 @@ def test_command_prints_the_issues_json(capsys, tmp_path):
     assert QKResult.from_json(result.to_json()).to_json() == result.to_json()
 
 
-def test_conllu_keeps_gold_upos_and_refuses_a_text_file(capsys):
+def test_conllu_keeps_gold_upos_and_refuses_a_text_file():
     ran = run_cli("qk", "--conllu", str(EWT_DEV), "--limit", "3", "--json")
     assert ran.code == 0, ran.err
     data = ran.json
@@ -360,7 +360,7 @@ def test_conllu_keeps_gold_upos_and_refuses_a_text_file(capsys):
         (["--method", "mds"], "invalid choice"),
     ],
 )
-def test_command_refuses_bad_options_in_one_line(flags, message, capsys):
+def test_command_refuses_bad_options_in_one_line(flags, message):
     assert message in run_cli("qk", "--corpus", str(CLASSROOM_SINGLE), "--limit", "2", *flags).error
 
 

@@ -37,7 +37,7 @@ def test_one_function_per_analysis_named_as_its_command():
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 @pytest.mark.parametrize("name", sorted(INPUTS))
-def test_a_run_is_the_command_its_file_its_tables_and_figures(name, tiny_model_dir, tmp_path, capsys, one_thread):
+def test_a_run_is_the_command_its_file_its_tables_and_figures(name, tiny_model_dir, tmp_path, one_thread):
     inputs, text, limit, options = split_inputs(name)
     run = RUNNERS[name](str(tiny_model_dir), **inputs, **text, limit=limit, **options)
     assert isinstance(run, AnalysisRun) and run.analysis is ANALYSES[name] and run.model == str(tiny_model_dir)
@@ -82,7 +82,7 @@ def test_tables_hold_the_result_numbered_from_one(tiny_model_dir, one_thread):
     assert (row["sep"], row["all"]) == (run.result.sep[1, 2], run.result.all[1, 2])
 
 
-def test_gradient_needs_a_masked_lm_head(capsys):
+def test_gradient_needs_a_masked_lm_head():
     ran = run_cli("gradient", "--corpus", str(CLASSROOM_PAIRS), "--limit", "1", "--json")
     assert ran.code == 2, ran.err
     error = ran.err

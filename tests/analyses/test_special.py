@@ -260,7 +260,7 @@ def direct_statistics(pairs: list[tuple[str, str | None]]) -> dict[str, np.ndarr
 
 
 @pytest.mark.parametrize("source", [CLASSROOM_SINGLE, CLASSROOM_PAIRS], ids=["single", "pairs"])
-def test_cli_matches_transformers_attentions(capsys, source):
+def test_cli_matches_transformers_attentions(source):
     out = cli_json("special", "--corpus", str(source), "--limit", "3", "--json")
     pairs = [(item.text_a, item.text_b) for item in read_text_corpus(source)[:3]]
     assert any("," in a + (b or "") or "." in a for a, b in pairs)
@@ -276,7 +276,7 @@ def test_cli_matches_transformers_attentions(capsys, source):
     assert set(out["layers"][0]) == set(STAT_KEYS)
 
 
-def test_cli_reads_conllu_and_draws_the_head_map(capsys):
+def test_cli_reads_conllu_and_draws_the_head_map():
     out = cli_json("special", "--corpus", str(EWT_DEV), "--limit", "4", "--all-punct", "--head-map", "--json")
     assert out["n_inputs"] == 4 and out["punctuation"] == "all"
     assert len(out["head_map"]["x"]) == 72 and len(out["head_map"]["behaviour"]) == 72
@@ -285,7 +285,7 @@ def test_cli_reads_conllu_and_draws_the_head_map(capsys):
     assert (np.diag(d) == 0).all()
 
 
-def test_cli_user_errors_exit_2(capsys, tmp_path):
+def test_cli_user_errors_exit_2(tmp_path):
     ran = run_cli("special", "--corpus", str(tmp_path / "missing.txt"), "--json")
     assert ran.code == 2, ran.err
     assert "no such file" in ran.err
@@ -513,7 +513,7 @@ def expected_gap_text(cli_out: dict) -> str:
 
 
 @pytest.mark.slow
-def test_weights_vs_norms_tab_equals_the_cli(capsys, one_thread):
+def test_weights_vs_norms_tab_equals_the_cli(one_thread):
     cli_out = cli_json("special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "8", "--norms", "--json")
     at = page_at(norms="1", limit="8", grad="0", map="0", tab="norms")
     assert not at.exception, [e.value for e in at.exception]
@@ -528,7 +528,7 @@ def test_weights_vs_norms_tab_equals_the_cli(capsys, one_thread):
 
 
 @pytest.mark.slow
-def test_page_shows_a_shipped_result_without_running_the_model(capsys, tmp_path, monkeypatch, one_thread):
+def test_page_shows_a_shipped_result_without_running_the_model(tmp_path, monkeypatch, one_thread):
     from attnlib.results.files import read_result_file
 
     out = tmp_path / "special.json"
@@ -560,7 +560,7 @@ def test_page_shows_a_shipped_result_without_running_the_model(capsys, tmp_path,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_page_compares_two_models(capsys, tiny_model_dir, one_thread):
+def test_page_compares_two_models(tiny_model_dir, one_thread):
     first = cli_json("special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--norms", "--json")
     second = cli_json(
         "special",
@@ -616,7 +616,7 @@ def test_page_opens_the_shipped_result_of_the_default_model(monkeypatch, one_thr
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_gradients_beside_a_shipped_result_wait_for_a_click(capsys, tmp_path, monkeypatch, tiny_model_dir, one_thread):
+def test_gradients_beside_a_shipped_result_wait_for_a_click(tmp_path, monkeypatch, tiny_model_dir, one_thread):
     from attnlib.results.files import read_result_file
 
     out = tmp_path / "special.json"

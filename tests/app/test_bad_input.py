@@ -199,14 +199,14 @@ def test_library_local_folders_switched_off(tiny_model_dir):
 @pytest.mark.parametrize(
     "text", list(EMPTY_TEXTS.values()) + list(INVISIBLE_TEXTS.values()), ids=list(EMPTY_TEXTS) + list(INVISIBLE_TEXTS)
 )
-def test_cli_refuses_empty_text(text, capsys):
+def test_cli_refuses_empty_text(text):
     ran = run_cli("attention", "--text", text, "--json")
     assert ran.code == 2
     assert re.match(r"error: Sentence A (is empty|has nothing the model can read)", _one_clear_line(ran.err))
 
 
 @pytest.mark.parametrize("text", list(ODD_TEXTS.values()) + [LONG_TEXT], ids=list(ODD_TEXTS) + ["5000 words"])
-def test_cli_runs_unusual_and_long_text(tiny_model_dir, text, capsys):
+def test_cli_runs_unusual_and_long_text(tiny_model_dir, text):
     ran = run_cli("attention", "--text", text, "--model", str(tiny_model_dir), "--json")
     assert ran.code == 0, ran.err
     n = len(ran.json["tokens"])
@@ -215,7 +215,7 @@ def test_cli_runs_unusual_and_long_text(tiny_model_dir, text, capsys):
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["roberta"], indirect=True)
-def test_cli_roberta(tiny_model_dir, capsys):
+def test_cli_roberta(tiny_model_dir):
     ran = run_cli(
         "attention",
         "--text",
@@ -230,7 +230,7 @@ def test_cli_roberta(tiny_model_dir, capsys):
     assert ran.json["tokens"][0] == "<s>" and ran.json["tokens"][-1] == "</s>" and ran.json["segments"][-1] == 1
 
 
-def test_cli_model_errors(t5_dir, monkeypatch, capsys):
+def test_cli_model_errors(t5_dir, monkeypatch):
     import attnlib.core.model as model
 
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
@@ -242,7 +242,7 @@ def test_cli_model_errors(t5_dir, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("case", CONLLU_BAD, ids=CONLLU_BAD.keys())
-def test_cli_malformed_conllu(case, tmp_path, capsys):
+def test_cli_malformed_conllu(case, tmp_path):
     text, line, what = CONLLU_BAD[case]
     path = tmp_path / "bad.conllu"
     path.write_text(text)
@@ -252,7 +252,7 @@ def test_cli_malformed_conllu(case, tmp_path, capsys):
     assert ran.code == 2 and f"line {line}: " in _one_clear_line(ran.err)
 
 
-def test_cli_not_utf8_and_empty_corpus(tmp_path, capsys):
+def test_cli_not_utf8_and_empty_corpus(tmp_path):
     for name, data, message in (
         ("latin1.txt", NOT_UTF8, "not a UTF-8 text file"),
         ("latin1.conllu", NOT_UTF8, "not a UTF-8 text file"),
@@ -414,7 +414,7 @@ def test_upload_limit_set_in_config():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["special", "positions"])
-def test_cli_long_corpus_line_is_truncated_and_counted(tiny_model_dir, tmp_path, command, capsys):
+def test_cli_long_corpus_line_is_truncated_and_counted(tiny_model_dir, tmp_path, command):
     path = tmp_path / "long.txt"
     path.write_text(LONG_LINE_CORPUS)
     extra = ["--probes", "1"] if command == "positions" else []

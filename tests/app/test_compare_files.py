@@ -257,7 +257,7 @@ def test_probe_of_two_result_files(tmp_path, tiny_model_dir, one_thread):
 
 @pytest.mark.slow
 @TINY_BERT
-def test_positions_and_aggregation_of_two_result_files(tmp_path, tiny_model_dir, capsys):
+def test_positions_and_aggregation_of_two_result_files(tmp_path, tiny_model_dir):
     from support.models import save_tiny_bert
     from support.pages import assert_table_equals_cli
 

@@ -42,7 +42,7 @@ def test_attention_table_rows_by_hand():
     assert set(table.layer) == {4}
 
 
-def test_special_tokens_is_what_the_cli_prints(minilm, capsys):
+def test_special_tokens_is_what_the_cli_prints(minilm):
     inputs = read_text_corpus(CLASSROOM_PAIRS)[:4]
     seen = []
     run = analyse(
@@ -87,7 +87,7 @@ def test_shipped_result_needs_every_match():
 
 
 @pytest.mark.slow
-def test_hta_exact_states_its_estimate_first(minilm, capsys):
+def test_hta_exact_states_its_estimate_first(minilm):
     ran = run_cli("hta", "--text", "Birds sing.", "--mode", "exact", "--json")
     assert ran.code == 0, ran.err
     captured = ran

@@ -35,7 +35,7 @@ def test_indices_and_rows_parse_as_documented():
             parse_rows(text, 9)
 
 
-def test_selection_is_the_slice_of_the_whole_maps(model_dir, capsys):
+def test_selection_is_the_slice_of_the_whole_maps(model_dir):
     whole = cli_json("attention", "--text", TEXT, "--model", model_dir, "--json")
     full = np.array(whole["attentions"], np.float32)
     n = full.shape[-1]
@@ -51,7 +51,7 @@ def test_selection_is_the_slice_of_the_whole_maps(model_dir, capsys):
     assert ran.json["tokens"] == whole["tokens"] and "selection" not in whole
 
 
-def test_npz_holds_what_the_json_holds(tmp_path, capsys):
+def test_npz_holds_what_the_json_holds(tmp_path):
     folder = str(save_tiny("bert", tmp_path / "bert"))
     whole = cli_json("attention", "--text", TEXT, "--model", folder, "--json")
     out = tmp_path / "maps.npz"
@@ -65,7 +65,7 @@ def test_npz_holds_what_the_json_holds(tmp_path, capsys):
         assert saved["layers"].tolist() == [0, 1] and saved["heads"].tolist() == [0, 1, 2, 3]
 
 
-def test_maps_too_large_to_print_are_refused_in_one_line(tmp_path, capsys, monkeypatch):
+def test_maps_too_large_to_print_are_refused_in_one_line(tmp_path, monkeypatch):
     folder = str(save_tiny("bert", tmp_path / "bert"))
     monkeypatch.setattr(cli, "MAX_JSON_VALUES", 100)
     ran = run_cli("attention", "--text", TEXT, "--model", folder, "--json")

@@ -1,4 +1,4 @@
-"""`python -m attnlib`: attention JSON equal to transformers' own attentions; one-line errors, exit 2; NaN as null."""
+"""`python -m attnlib`: attention JSON equal to transformers' own attentions; one-line errors, exit 2; NaN printed as null."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import torch
 
 from attnlib.cli import entry as cli
 from attnlib.core.model import bundled_model_path
-from attnlib.results.files import json_ready
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from support.cli import cli_json, cli_process, run_cli
 
@@ -27,7 +26,7 @@ CORPUS_COMMANDS = {
 @pytest.mark.parametrize(
     ("option", "value"), [("--limit", "0"), ("--limit", "-3"), ("--batch-size", "0"), ("--limit", "two")]
 )
-def test_corpus_commands_refuse_limits_and_batch_sizes_below_one(capsys, command, option, value):
+def test_corpus_commands_refuse_limits_and_batch_sizes_below_one(command, option, value):
     line = run_cli(*CORPUS_COMMANDS[command], f"{option}={value}", "--json").error
     assert option in line and ("must be at least 1" in line or "whole number" in line)
     assert "usage:" not in line
@@ -46,17 +45,11 @@ def test_corpus_commands_refuse_limits_and_batch_sizes_below_one(capsys, command
         ["special", "--corpus", str(CLASSROOM_SINGLE), "--cpus-per-worker", "-1"],
     ],
 )
-def test_argparse_errors_are_one_line_and_exit_2(capsys, argv):
+def test_argparse_errors_are_one_line_and_exit_2(argv):
     assert run_cli(*argv, "--json").error
 
 
-def test_json_ready_writes_nan_and_infinities_as_null():
-    value = {"a": np.array([1.0, np.nan, np.inf]), 2: (np.float32(-np.inf), np.int64(3)), "b": [float("nan"), "x"]}
-    assert json_ready(value) == {"a": [1.0, None, None], "2": [None, 3], "b": [None, "x"]}
-    assert type(json_ready(np.int64(3))) is int and type(json_ready(np.float32(0.5))) is float
-
-
-def test_a_center_of_mass_without_data_prints_null(capsys, tmp_path):
+def test_a_center_of_mass_without_data_prints_null(tmp_path):
     corpus = tmp_path / "long.txt"
     corpus.write_text(" ".join(["word"] * 40) + "\n")  # longer than the head dimension (32), so nothing is kept
     argv = ["positions", "--corpus", str(corpus), "--identifiable-only", "--probes", "1", "--json"]

@@ -47,7 +47,7 @@ def test_every_command_is_held():
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 @pytest.mark.parametrize("name", sorted(KEYS))
-def test_top_level_keys(name, tiny_model_dir, capsys, one_thread):
+def test_top_level_keys(name, tiny_model_dir, one_thread):
     model = str(tiny_model_dir) if name == "gradient" else DEFAULT_MODEL
     printed = cli_json(*command_line(name, model), "--json")
     assert set(printed) == KEYS[name]

@@ -81,7 +81,7 @@ def test_saved_dtype_is_kept_on_request_and_float32_statistics_refused(tmp_path_
         hidden_token_attribution(lm, encode(lm, TEXT), mode="exact")
 
 
-def test_cli_says_the_dtype_and_refuses_float32_statistics_in_one_line(tmp_path_factory, capsys):
+def test_cli_says_the_dtype_and_refuses_float32_statistics_in_one_line(tmp_path_factory):
     _, half = _saved_as("bert", "float16", tmp_path_factory)
     ran = run_cli("attention", "--text", TEXT, "--model", str(half), "--json")
     assert ran.code == 0, ran.err
@@ -91,7 +91,7 @@ def test_cli_says_the_dtype_and_refuses_float32_statistics_in_one_line(tmp_path_
     assert ran.err.strip().splitlines()[-1].startswith("error: Norms, attribution and ablations run in float32")
 
 
-def test_config_naming_sdpa_still_gives_eager_attention(tmp_path_factory, capsys):
+def test_config_naming_sdpa_still_gives_eager_attention(tmp_path_factory):
     folder = save_tiny("bert", tmp_path_factory.mktemp("sdpa"))
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "_attn_implementation": "sdpa"}))
@@ -106,7 +106,7 @@ def test_config_naming_sdpa_still_gives_eager_attention(tmp_path_factory, capsys
     assert np.array(ran.json["attentions"]).shape[:2] == (2, 4)
 
 
-def test_size_is_read_from_the_config_and_limited_before_loading(tiny_model_dir, monkeypatch, capsys):
+def test_size_is_read_from_the_config_and_limited_before_loading(tiny_model_dir, monkeypatch):
     lm = load_model(str(tiny_model_dir))
     counted = sum(p.numel() for p in _eager_reference(tiny_model_dir, torch.float32).parameters())  # head included
     assert model_parameters(str(tiny_model_dir)) == counted == lm.facts.parameters

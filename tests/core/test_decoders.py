@@ -130,7 +130,7 @@ def test_causal_dependency_predictions_by_hand():
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "bert"])
-def test_cli_special_json_carries_the_sink_for_every_kind(kind, tmp_path_factory, tmp_path, capsys):
+def test_cli_special_json_carries_the_sink_for_every_kind(kind, tmp_path_factory, tmp_path):
     folder = save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-cli"))
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n")

@@ -101,7 +101,7 @@ def test_an_empty_target_and_a_model_without_a_decoder_are_refused_in_words(encd
 
 
 @pytest.mark.parametrize("part", PARTS)
-def test_attention_command_prints_the_part_the_kind_and_both_token_lists(encdec, capsys, part, one_thread):
+def test_attention_command_prints_the_part_the_kind_and_both_token_lists(encdec, part, one_thread):
     ran = run_cli(
         "attention", "--model", str(encdec["folder"]), "--text", SOURCE, "--target", TARGET, "--part", part, "--json"
     )
@@ -124,7 +124,7 @@ def test_attention_command_prints_the_part_the_kind_and_both_token_lists(encdec,
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_attention_flags_of_encoder_decoders_are_refused_for_other_models_in_one_line(capsys, tiny_model_dir):
+def test_attention_flags_of_encoder_decoders_are_refused_for_other_models_in_one_line(tiny_model_dir):
     for extra in (["--part", "cross"], ["--target", TARGET]):
         ran = run_cli("attention", "--model", str(tiny_model_dir), "--text", SOURCE, *extra, "--json")
         assert (
@@ -136,7 +136,7 @@ def test_attention_flags_of_encoder_decoders_are_refused_for_other_models_in_one
 
 
 @pytest.mark.slow
-def test_an_encoder_decoder_reads_no_pair_and_no_empty_target(encdec, capsys):
+def test_an_encoder_decoder_reads_no_pair_and_no_empty_target(encdec):
     model = str(encdec["folder"])
     for extra, said in ((["--pair", TARGET], "not a pair"), (["--target", " "], None)):
         ran = run_cli("attention", "--model", model, "--text", SOURCE, *extra, "--json")
@@ -198,7 +198,7 @@ def encdec_dir(request, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_every_command_runs_on_the_encoder_or_refuses_in_one_line(encdec_dir, command, capsys, tmp_path, one_thread):
+def test_every_command_runs_on_the_encoder_or_refuses_in_one_line(encdec_dir, command, tmp_path, one_thread):
     kind, folder = encdec_dir
     out = ["--out", str(tmp_path / ("out" if command == "report" else "out.json"))]
     ran = run_cli(command, "--model", str(folder), *COMMANDS[command], *out, "--json")

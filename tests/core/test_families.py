@@ -371,7 +371,7 @@ def unknown_dir(tmp_path_factory):
     return folder
 
 
-def test_unknown_family_is_refused_in_words(unknown_dir, capsys):
+def test_unknown_family_is_refused_in_words(unknown_dir):
     """An encoder attnlib has no layout for: attention works; norms and attribution say why not, in the library and
     as one `error:` line of the command line."""
     from attnlib.core.model import load_model
@@ -550,7 +550,7 @@ def test_deberta_v2_convolution_after_the_first_layer(tmp_path):
     np.testing.assert_allclose(exact.previous[1, 2], ref_prev[0], atol=1e-5)
 
 
-def test_single_input_commands_run(family_dir, family_model, capsys):
+def test_single_input_commands_run(family_dir, family_model):
     """attention, norms and hta on each family: JSON with the model's shape and rows that sum to 1."""
     f, model = family_model.facts, ["--model", str(family_dir)]
     text = ["--text", "The cat sat on the mat.", "--pair", "It slept."]
@@ -686,7 +686,7 @@ def small_conllu(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_corpus_commands_run(family_dir, family_model, small_conllu, capsys):
+def test_corpus_commands_run(family_dir, family_model, small_conllu):
     """special (with --norms), deps, positions, aggregation and probe on each family, each JSON sane."""
     from attnlib.results.shipped import CLASSROOM_PAIRS
 

@@ -102,7 +102,7 @@ def test_a_part_that_reads_two_files_runs_when_both_are_given_each_in_its_pass(t
     assert [(t.source, t.parts, t.n_inputs) for t in timings] == [("conllu", ["two"], 2)]  # train: the part's own
 
 
-def test_report_without_any_input_is_a_user_error(tmp_path, capsys):
+def test_report_without_any_input_is_a_user_error(tmp_path):
     ran = run_cli("report", "--out", str(tmp_path / "r.html"))
     assert ran.code == 2, ran.err
     assert ran.err.startswith("error: give --corpus, --conllu or both.")

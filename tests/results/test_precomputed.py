@@ -244,7 +244,7 @@ def test_shipped_example_is_the_live_pages_default_pair():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ENTRIES))
-def test_shipped_slice_matches_a_fresh_computation(name, tmp_path, monkeypatch, capsys):
+def test_shipped_slice_matches_a_fresh_computation(name, tmp_path, monkeypatch):
     """The job's command on its first 5 inputs (the example: whole), run now, equals the shipped file of that slice."""
     e = ENTRIES[name]
     monkeypatch.chdir(ROOT)  # the arguments name the corpora relative to the repository

@@ -315,7 +315,7 @@ def test_heads_mode_of_an_unknown_family_is_refused_in_words(tmp_path):
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_index_and_search_commands(tiny_model_dir, tmp_path, capsys):
+def test_index_and_search_commands(tiny_model_dir, tmp_path):
     """`index --out` then `search --index` print the same matches as `search --conllu`; the file is refused for
     another corpus or layer, bad positions and layers are one `error:` line with exit 2."""
     import json

@@ -207,7 +207,7 @@ def test_default_runs_capture_nothing(tiny_model):
         norms.norm_maps(r)
 
 
-def test_norms_cli_equals_library(tiny_model_dir, tiny_model, capsys):
+def test_norms_cli_equals_library(tiny_model_dir, tiny_model):
     data = cli_json("norms", "--text", "The cat sat.", "--pair", "It purred.", "--model", str(tiny_model_dir), "--json")
     maps = norms.norm_maps(run(tiny_model, "The cat sat.", "It purred.", capture_norms=True))
     n, f = len(maps.tokens), tiny_model.facts
@@ -219,7 +219,7 @@ def test_norms_cli_equals_library(tiny_model_dir, tiny_model, capsys):
     assert not np.allclose(np.array(data["residual_ln"]).sum(-1), 1.0)  # not row-normalised
 
 
-def test_special_norms_cli_and_result_file(tiny_model_dir, tiny_model, capsys, tmp_path):
+def test_special_norms_cli_and_result_file(tiny_model_dir, tiny_model, tmp_path):
     out = tmp_path / "special.json"
     args = ["special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--norms", "--model", str(tiny_model_dir)]
     data = cli_json(*args, "--out", str(out), "--json")
