@@ -3,7 +3,7 @@
 Run from anywhere: python scripts/precompute.py [--only PATTERN ...] [--check] [--restamp] [--list] [--readme]
 Each job runs `python -m attnlib <command> ... --out FILE` in this process (attnlib.cli.entry.main), so the shipped files
 are genuine result files (floats rounded to 6 significant digits), then the same command on the first CHECK_INPUTS
-inputs into check/ (tests/library/test_precomputed_slow.py and --check recompute that slice and compare). The index.json written
+inputs into check/ (tests/results/test_precomputed.py and --check recompute that slice and compare). The index.json written
 last lists every file with its analysis, model, corpus (repository-relative path, SHA-1, inputs), options (as the
 analysis's options dataclass writes them), --limit and arguments. A job whose command or flags this attnlib does not
 have yet is skipped with a note.

@@ -11,12 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnlib.core.batches import accumulate
+from attnlib.core.corpus import read_conllu
+from attnlib.core.engines import ray_runtime_env
 from attnlib.core.model import DEFAULT_MODEL, load_model
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from support.browser import BROWSER_ARGS, free_port, server_log
+from support.cli import cli_json, run_cli
 from support.models import FAMILY_KINDS, save_tiny
 from support.notebook import EXAMPLE_NOTEBOOK, LIMIT
-from support.report import MIN_COUNT, N_INPUTS, cli
+from support.report import MIN_COUNT, N_INPUTS
+from support.scale import BATCH, N_SENTENCES, all_accumulators, torch_threads
 
 
 def pytest_configure(config):
@@ -200,7 +205,7 @@ def _fresh_shipped_results():
     _shipped.clear()
 
 
-# ---------- what a module and its other tier's module share: the report's inputs and page (library/test_report*.py,
+# ---------- what a module and its other tier's module share: the report's inputs and page (present/test_report.py,
 # browser/test_browser_report.py) and the executed example notebook (packaging/, browser/test_browser_notebook.py)
 
 
@@ -222,7 +227,7 @@ def report_page(tiny_model_dir, files, tmp_path_factory):
     """The report for a tiny random model, written by the command; (page, its JSON summary)."""
     corpus, conllu, train = files
     out = tmp_path_factory.mktemp("report") / "report.html"
-    summary = cli(
+    summary = cli_json(
         "report", "--corpus", corpus, "--conllu", conllu, "--train", train, "--model", str(tiny_model_dir), "--out", str(out),
         "--limit", str(N_INPUTS), "--min-count", str(MIN_COUNT), "--quiet", "--json",
     )  # fmt: skip
@@ -233,3 +238,42 @@ def report_page(tiny_model_dir, files, tmp_path_factory):
 def executed(execute_notebook, tmp_path_factory):
     """The notebook run by this Python's kernel, in a folder outside the checkout."""
     return execute_notebook(sys.executable, tmp_path_factory.mktemp("notebook"), LIMIT)
+
+
+# ---------- the scale-out engines' inputs and a `special` result file (core/test_scale.py, results/, app/)
+
+
+@pytest.fixture(scope="session")
+def sentences():
+    """The first N_SENTENCES sentences of the EWT dev treebank."""
+    return read_conllu(EWT_DEV)[:N_SENTENCES]
+
+
+@pytest.fixture(scope="session")
+def local_result(minilm, sentences):
+    """The local engine's accumulators, with one torch thread like the Ray workers below."""
+    accumulators = all_accumulators(minilm)
+    with torch_threads(1):
+        accumulate(minilm, sentences, accumulators, batch_size=BATCH)
+    return accumulators
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """A local Ray with two CPUs for this test session."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=ray_runtime_env())
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def special_file(tmp_path_factory):
+    """A result file of `special` with the head map, written by the command line."""
+    path = tmp_path_factory.mktemp("results") / "special.json"
+    ran = run_cli(
+        "special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "6", "--head-map", "--out", str(path), "--json"
+    )
+    assert ran.code == 0, ran.err
+    return path

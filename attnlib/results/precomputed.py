@@ -132,7 +132,7 @@ def shipped_example(model: str, text_a: str, text_b: str | None) -> Attribution 
 # in another order (threads, BLAS) can swap near-equal ranks, which moves a Spearman correlation by up to ~1e-3.
 # qk: the grid and the other pictures are packed codes (a code can move by one across CPUs) and t-SNE and UMAP are
 # reproducible on one machine only (METHODS §17), so the slice compares the asked picture, its points and fidelity;
-# tests/library/test_qk.py holds the packed grid to a fresh PCA within its packing step.
+# tests/analyses/test_qk.py holds the packed grid to a fresh PCA within its packing step.
 TOLERANCES: dict[str, dict] = {
     "positions": {"rtol": 1e-4, "atol": 1e-3},
     "qk": {"rtol": 1e-4, "atol": 1e-4, "skip": ("grid", "pictures")},

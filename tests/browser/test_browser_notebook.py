@@ -1,7 +1,7 @@
 """The example notebook: committed without outputs, runs headless (nbclient, ipykernel), and its HTML export
 (nbconvert) draws the head view's canvas and every figure in Chromium with every request but local ones refused.
 
-The browser test; packaging/test_notebook.py and test_notebook_slow.py hold the rest."""
+The browser test; packaging/test_notebook.py holds the rest."""
 
 from __future__ import annotations
 

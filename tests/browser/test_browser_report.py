@@ -1,6 +1,6 @@
 """The report: its tables equal each command's JSON, it is offline and self-contained, and a model equals itself.
 
-The browser test; library/test_report.py and test_report_slow.py hold the rest."""
+The browser test; present/test_report.py holds the rest."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ from urllib.parse import quote
 
 import pytest
 
-from attnlib.cli import entry as cli
 from attnlib.results.shipped import CLASSROOM_SINGLE
 from support.browser import FIGURES_DRAWN, IDLE, browser_page
+from support.cli import run_cli
 
 VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"
 
@@ -72,7 +72,8 @@ def test_second_model_from_a_result_file_in_browser(
 ):
     out, folder = tmp_path / "tiny-special.json", str(tiny_model_dir)
     argv = ["special", "--corpus", str(CLASSROOM_SINGLE), "--norms", "--model", folder, "--out", str(out)]
-    assert cli.main(argv) == 0
+    ran = run_cli(*argv)
+    assert ran.code == 0, ran.err
     with browser_page(browser, screenshot_dir / "special-result-file-failure.png", 1500, 2200) as page:
         _open(page, f"{streamlit_server}/special-tokens?grad=0")  # the default model's shipped result
         sidebar = page.locator("[data-testid='stSidebar']")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 
 from support.notebook import EXAMPLE_NOTEBOOK
 
@@ -13,3 +14,26 @@ def test_the_example_notebook_is_committed_without_outputs():
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
+
+
+# ---------- slow tests
+
+
+def html_outputs(nb) -> list[str]:
+    return [
+        o.data["text/html"]
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "text/html" in o.get("data", {})
+    ]
+
+
+@pytest.mark.slow
+def test_the_example_notebook_runs_and_shows_its_views(executed):
+    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert errors == []
+    frames = [h for h in html_outputs(executed) if h.startswith("<iframe srcdoc=")]
+    # head, model and neuron views, the four figures of the special-token run's show() and the dependency heatmaps
+    assert len(frames) == 8
+    assert sum("plotly-graph-div" in h for h in frames) == 5 and sum("id=&#x27;cv&#x27;" in h for h in frames) == 2

@@ -1,5 +1,5 @@
 """What the ablation tests share: their sentences, and the checks that hold for a tiny model of every family
-(test_ablation.py runs them on BERT, test_ablation_families.py on the other families)."""
+(analyses/test_ablation.py runs them on BERT in the quick tier and on the other families in the slow tier)."""
 
 from __future__ import annotations
 

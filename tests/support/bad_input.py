@@ -1,13 +1,11 @@
-"""Bad input and the app helpers that type it (test_bad_input.py, test_bad_input_slow.py, library/conftest.py)."""
+"""Bad input and the app helpers that type it (app/test_bad_input.py, app/conftest.py)."""
 
 from __future__ import annotations
 
-import json
 import re
 
 from streamlit.testing.v1 import AppTest
 
-from attnlib.cli.entry import main as cli_main
 from attnlib.core.model import DEFAULT_MODEL
 from attnlib.results.shipped import ROOT
 
@@ -49,13 +47,6 @@ CONLLU_BAD = {
 
 
 NOT_UTF8 = "café, naïve\n".encode("latin-1")
-
-
-def _cli(*args: str, capsys) -> tuple[int, dict | None, str]:
-    """Run the command line in-process: exit status, parsed JSON (or None), stderr."""
-    code = cli_main(list(args))
-    out, err = capsys.readouterr()
-    return code, (json.loads(out) if code == 0 else None), err
 
 
 LONG_LINE_CORPUS = f"{VALID}\n{LONG_TEXT}.\nA dog barked.\n"  # the middle line: 5,000 words, about 25,000 characters

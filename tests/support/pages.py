@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.cli.entry import main
 from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
 from attnlib.stats.value_norms import MEASURES
 from support.apptest import tables
+from support.cli import cli_json
 from ui.widgets.page_tabs import SPECIAL_TOKENS
 
 PAGES = sorted(
@@ -96,10 +96,10 @@ def page_with(model: str, compare: str = "", limit: int = 3, probes: int = 2, ta
     return at
 
 
-def cli_aggregation(model: str, capsys, limit: int = 3, probes: int = 2) -> dict:
+def cli_aggregation(model: str, limit: int = 3, probes: int = 2) -> dict:
+    """The aggregation command's JSON on the classroom set."""
     args = ["aggregation", "--corpus", str(CLASSROOM_SINGLE), "--limit", str(limit), "--probes", str(probes)]
-    assert main([*args, "--model", model, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    return cli_json(*args, "--model", model, "--json")
 
 
 def assert_table_equals_cli(table, model: str, data: dict) -> None:

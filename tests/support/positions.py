@@ -1,4 +1,4 @@
-"""The Local vs global page's tabs, as the positions tests (test_positions.py, test_positions_slow.py) open them."""
+"""The Local vs global page's tabs, as the positions tests (analyses/test_positions.py) open them."""
 
 from __future__ import annotations
 

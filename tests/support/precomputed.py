@@ -1,4 +1,4 @@
-"""The shipped results by name (test_precomputed.py, test_precomputed_slow.py)."""
+"""The shipped results by name (results/test_precomputed.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hypothesis strategies and fake runs of the property tests (test_properties.py, test_properties_slow.py)."""
+"""Hypothesis strategies and fake runs of the property tests (stats/test_properties.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The scale-out tests' corpus, accumulators and comparison (test_scale.py, test_scale_slow.py, library/conftest.py)."""
+"""The scale-out tests' corpus, accumulators and comparison (core/test_scale.py, results/, conftest.py)."""
 
 from __future__ import annotations
 

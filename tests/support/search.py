@@ -1,5 +1,5 @@
 """What the search tests share: a few EWT dev sentences, the model's own vectors, and the brute-force check that
-test_search.py runs on a layer's output and test_search_slow.py on the embedding output."""
+search/test_search.py runs on a layer's output (quick) and on the embedding output (slow)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,137 @@
+"""The typed run of every analysis (attnlib.analyse and attnlib.<analysis>): its JSON is the command's, it saves the
+command's result file and loads back, its long tables have a model column and 1-based layers, and it draws figures;
+gradient importance (METHODS §5) against an independent autograd computation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import attnlib
+from attnlib.analyses.base import AnalysisRun
+from attnlib.analyses.registry import ANALYSES, RUNNERS
+from attnlib.core.corpus import read_corpus
+from attnlib.core.runner import encode
+from attnlib.results.files import json_ready, read_result_file
+from attnlib.results.shipped import CLASSROOM_PAIRS
+from attnlib.stats.gradients import masked_positions
+from attnlib.views import Figure, View
+from support.cli import cli_json, run_cli
+from support.runs import INPUTS, command_line, split_inputs
+
+
+def strict(data: dict) -> dict:
+    """What the JSON says once printed and read (NaN as null, arrays as lists)."""
+    return json.loads(json.dumps(json_ready(data), allow_nan=False))
+
+
+def test_one_function_per_analysis_named_as_its_command():
+    assert set(RUNNERS) == set(ANALYSES)
+    for name, function in RUNNERS.items():
+        assert getattr(attnlib, name) is function and name in attnlib.__all__
+    assert attnlib.load.__module__ == "attnlib.analyses.registry" and "AnalysisRun" in attnlib.__all__
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_a_run_is_the_command_its_file_its_tables_and_figures(name, tiny_model_dir, tmp_path, one_thread):
+    inputs, text, limit, options = split_inputs(name)
+    run = RUNNERS[name](str(tiny_model_dir), **inputs, **text, limit=limit, **options)
+    assert isinstance(run, AnalysisRun) and run.analysis is ANALYSES[name] and run.model == str(tiny_model_dir)
+
+    out = tmp_path / "cli.json"
+    printed = cli_json(*command_line(name, str(tiny_model_dir)), "--json", "--out", str(out))
+    assert strict(run.to_json()) == printed
+
+    saved = tmp_path / "run.json"
+    run.save(saved)
+    record, by_cli = read_result_file(saved.read_bytes(), name), read_result_file(out.read_bytes(), name)
+    assert (record.result, record.options, record.corpus, record.facts) == (
+        by_cli.result, by_cli.options, by_cli.corpus, by_cli.facts)  # fmt: skip
+    back = attnlib.load(saved)
+    assert strict(back.to_json()) == printed and back.options == run.options and back.facts == run.facts
+    assert (back.corpus, back.created, back.library_version) == (run.corpus, run.created, run.library_version)
+
+    tables = run.tables()
+    assert tables and run.to_pandas() is not None
+    for title, table in tables.items():
+        assert table.columns[0] == "model" and set(table["model"]) == {run.model}, title
+        if "layer" in table:
+            assert table["layer"].min() >= 1 and table["layer"].max() <= run.facts.n_layers, title
+        if "head" in table and table["head"].dtype.kind == "i":
+            assert table["head"].min() >= 1 and table["head"].max() <= run.facts.n_heads, title
+
+    figures = run.show()  # no notebook here: only returned
+    assert all(isinstance(f, Figure | View) for f in figures)
+    assert figures or name == "ablate"
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_tables_hold_the_result_numbered_from_one(tiny_model_dir, one_thread):
+    """special's per-layer table and gradient's per-head table at 1-based positions hold the 0-based arrays."""
+    special = attnlib.special(str(tiny_model_dir), corpus=CLASSROOM_PAIRS, limit=2).result.special
+    table = attnlib.special(str(tiny_model_dir), corpus=CLASSROOM_PAIRS, limit=2).to_pandas()
+    np.testing.assert_array_equal(table["layer"], np.arange(1, len(special.layers["sep"]) + 1))
+    np.testing.assert_allclose(table["sep"], special.layers["sep"], rtol=1e-6)
+    run = attnlib.gradient(str(tiny_model_dir), corpus=CLASSROOM_PAIRS, limit=2)
+    heads = run.tables()["Per head"]
+    row = heads[(heads["layer"] == 2) & (heads["head"] == 3)].iloc[0]
+    assert (row["sep"], row["all"]) == (run.result.sep[1, 2], run.result.all[1, 2])
+
+
+def test_gradient_needs_a_masked_lm_head():
+    ran = run_cli("gradient", "--corpus", str(CLASSROOM_PAIRS), "--limit", "1", "--json")
+    assert ran.code == 2, ran.err
+    error = ran.err
+    assert error.startswith("error: ") and "masked-language-model head" in error and error.count("\n") == 1
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_gradient_importance_is_autograd_of_the_masked_lm_loss(tiny_model_dir, tiny_model, one_thread):
+    """Each input alone (no padding), its 15% masked by (seed, corpus index), the mean cross-entropy at the masks
+    differentiated by torch.autograd with respect to every layer's attention: mean |g| over rows and [SEP] keys, and
+    over all keys, averaged over inputs. The analysis batches 3 inputs with padding."""
+    inputs = read_corpus(CLASSROOM_PAIRS)[:3]
+    run = attnlib.gradient(tiny_model, corpus=inputs, seed=7)
+    lm = tiny_model
+    sep_sum = np.zeros((lm.facts.n_layers, lm.facts.n_heads))
+    all_sum = np.zeros_like(sep_sum)
+    for index, item in enumerate(inputs):
+        encoded = encode(lm, item.text_a, item.text_b)
+        ids = torch.tensor([encoded.input_ids])
+        masked = masked_positions(encoded.special_mask, 7, index)
+        labels = ids[0, masked].clone()
+        ids[0, masked] = lm.tokenizer.mask_token_id
+        extra = {"token_type_ids": torch.tensor([encoded.token_type_ids])} if encoded.token_type_ids else {}
+        with torch.enable_grad():
+            out = lm.mlm(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **extra)
+            loss = torch.nn.functional.cross_entropy(out.logits[0, masked], labels)
+            grads = torch.autograd.grad(loss, list(out.attentions))
+        g = torch.stack(grads, 1)[0].abs().numpy()  # [layers, heads, n, n]
+        sep_sum += g[..., np.asarray(encoded.sep_mask, bool)].mean(axis=(-2, -1))
+        all_sum += g.mean(axis=(-2, -1))
+    # float32 (eps 1.2e-7): a padded batch and a lone input differ in the order of sums of at most ~1e3 terms in this
+    # 2-layer, hidden-32 model's backward pass, so about 1e3 * eps = 1.2e-4 of each value
+    np.testing.assert_allclose(run.result.sep, sep_sum / 3, rtol=2e-4)
+    np.testing.assert_allclose(run.result.all, all_sum / 3, rtol=2e-4)
+    assert run.result.n_inputs == 3 and run.to_json()["layers"][0]["sep"] == pytest.approx(run.result.sep[0].mean())
+
+
+@pytest.mark.parametrize("name", ["deps_ewt-dev.json", "special_classroom-pairs.json"])
+def test_a_shipped_result_file_loads_as_a_run(name):
+    """Shipped files predate the stored model facts: the run knows the model by name; deps' JSON (no derived numbers)
+    comes back exactly, special's per-head numbers too (its per-layer means are recomputed from the rounded heads)."""
+    from attnlib.results.shipped import PRECOMPUTED
+
+    stored = json.loads((PRECOMPUTED / name).read_text(encoding="utf-8"))
+    run = attnlib.load(PRECOMPUTED / name)
+    assert run.model == stored["model"] and run.facts.kind == "encoder" and run.created == stored["created"]
+    printed = strict(run.to_json())
+    if name.startswith("deps"):
+        assert printed == stored["result"]
+    else:
+        assert printed["heads"] == stored["result"]["heads"]
+    assert set(run.to_pandas()["model"]) == {stored["model"]} and run.show()
