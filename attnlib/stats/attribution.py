@@ -211,11 +211,6 @@ def _layer_norm_stats(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.T
     return gamma / sigma, (x - x.mean(-1, keepdim=True)) / sigma
 
 
-def _is_rms_norm(module: torch.nn.Module) -> bool:
-    """An RMSNorm of the decoders (Llama's, Gemma's, Qwen's, ...): x / sqrt(mean(x^2) + eps) times a factor."""
-    return type(module).__name__.endswith("RMSNorm")
-
-
 @dataclass
 class _NormAt:
     """A LayerNorm or RMSNorm at this input, per row: its Jacobian is diag(gamma / sigma)(I - 1 1^T / hidden
@@ -236,14 +231,19 @@ class _NormAt:
 
 
 def _norm_at(module: torch.nn.Module, x: torch.Tensor) -> _NormAt | None:
-    """The LayerNorm or RMSNorm module at x [n, hidden]; None for any other module (ModernBERT's Identity)."""
+    """The LayerNorm or RMSNorm module at x [n, hidden]; None for any other module (ModernBERT's Identity). An RMSNorm
+    (Llama's, Gemma's, T5's LayerNorm, whatever its class is called) is recognised by its own output at x."""
     if _is_layer_norm(module):
         return _NormAt(*_layer_norm_stats(module, x), centred=True)
-    if not _is_rms_norm(module):
+    if getattr(module, "weight", None) is None:
         return None
     _, _, eps = layer_norm_parameters(module, x.shape[-1])
     sigma = (x.square().mean(-1, keepdim=True) + eps).sqrt()
-    return _NormAt(rms_norm_gamma(module, x.shape[-1], eps) / sigma, x / sigma, centred=False)
+    at = _NormAt(rms_norm_gamma(module, x.shape[-1], eps) / sigma, x / sigma, centred=False)
+    with torch.no_grad():
+        own = module(x).to(x.dtype)
+    # float32: gamma read back through one rsqrt, and one product per coordinate
+    return at if torch.allclose(at.scale * x, own, rtol=1e-5, atol=1e-6 * float(own.abs().max())) else None
 
 
 def _layer_at_input(
