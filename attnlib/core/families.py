@@ -8,7 +8,8 @@ output projection and the LayerNorm that belongs to attention (after the residua
 attention in pre-LN ones, decoders included; Gemma 2 and 3 also normalise the attention output before the residual). It also says how the scores are built, so that the queries and keys shown are the ones
 the dot product sees, and which statistics are exact for the family (`unsupported_reason`). `layout(encoder)`
 binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
-times). Adding a family is one entry in FAMILIES and its tiny model in tests/support/models.py.
+times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics read (METHODS
+§18). Adding a family is one entry in FAMILIES and its tiny model in tests/support/models.py.
 """
 
 from __future__ import annotations
@@ -585,7 +586,7 @@ class Layout:
         return self.family.scale(site.heads, self.head_dim)
 
     def bias(self, call: HeadsCall, qkv: QKV, scale: float) -> torch.Tensor | None:
-        """What the logits add to scale * q.k before the mask (DeBERTa's c2p + p2c, MPNet's position bias)."""
+        """What the logits add to scale * q.k before the mask (DeBERTa's c2p + p2c, MPNet's and T5's position bias)."""
         return None if self.family.bias is None else self.family.bias(call, qkv, scale)
 
 
