@@ -100,7 +100,7 @@ class _LayerAtInput:
     """One layer's self-attention at this input (per head [heads, n, d] or [heads, n, n]) and how a tangent of the
     layer input moves its queries, keys, values and scores."""
 
-    qkv_t: torch.Tensor  # [hidden, 3 * hidden]: the projections' weights, transposed, columns as (q|k|v, head, d)
+    qkv_t: torch.Tensor  # [hidden, 3 * heads * d]: the projections' weights, transposed, columns as (q|k|v, head, d)
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -252,7 +252,7 @@ def _layer_at_input(
     """Recompute a layer's heads from its own projections and the family's score terms; None when that does not
     give what the module computed (the written-out tangent would not be exact for it)."""
     x = call.hidden  # what the heads read: the layer input, or pre-LN its LayerNorm
-    n, hidden = x.shape[1:]
+    n = x.shape[1]
     q, k, v = (t[0] for t in lay.qkv(site, [p(x) for p in site.projections], call))  # [heads, n, d]
     scale = lay.scale(site)
     logits = q @ k.transpose(1, 2) * scale
@@ -264,7 +264,8 @@ def _layer_at_input(
         logits = logits.masked_fill(~mask[0], float("-inf")) if mask.dtype == torch.bool else logits + mask[0]
     weights = torch.softmax(logits, dim=-1)
     heads = weights @ v
-    if not torch.allclose(heads.transpose(0, 1).reshape(n, hidden), expected, atol=1e-4, rtol=1e-4):
+    # heads * d columns, which need not be the hidden size (T5's d_kv, Gemma's head_dim)
+    if not torch.allclose(heads.transpose(0, 1).reshape(n, -1), expected, atol=1e-4, rtol=1e-4):
         return None
     qkv_t = torch.cat([linear_weight(p) for p in site.projections])[_column_order(lay, site)].T.contiguous()
     rotations = _rotations(lay, call, n)

@@ -29,7 +29,7 @@ from attnlib.stats.head_ablation import (
     variant_effects,
 )
 from support.ablation import REPLAY_ATOL
-from support.models import ENCODER_DECODER_KINDS, tiny_model, tokenizer_for
+from support.models import ENCODER_DECODER_KINDS, tiny_encoder_decoder_config, tiny_model, tokenizer_for
 from support.reference import reverse_mode_reference
 from support.tolerances import EPS32
 
@@ -65,13 +65,24 @@ def own_scale(kind: str, head_dim: int) -> float:
     return 1.0 if kind == "t5" else head_dim**-0.5
 
 
-@pytest.fixture(scope="module", params=ENCODER_DECODER_KINDS)
+WIDE_T5 = "t5-wide"  # T5 whose heads are together wider than the model (d_kv * heads > d_model, as in t5-11b)
+
+
+@pytest.fixture(scope="module", params=[*ENCODER_DECODER_KINDS, WIDE_T5])
 def encdec(request, tmp_path_factory):
     """(kind, the library's LoadedModel) of a tiny random encoder-decoder whose norms' weights and every projection's
     bias were moved off their initial values (1 and 0) at random before saving, so a misplaced gamma or bias fails."""
-    kind = request.param
+    from transformers import AutoModelForSeq2SeqLM
+
+    kind = "t5" if request.param == WIDE_T5 else request.param
     tokenizer = tokenizer_for(kind)
-    model = tiny_model(kind, tokenizer)
+    if request.param == WIDE_T5:
+        config = tiny_encoder_decoder_config(kind, tokenizer)
+        config.d_kv = 2 * config.d_model // config.num_heads
+        torch.manual_seed(0)
+        model = AutoModelForSeq2SeqLM.from_config(config)
+    else:
+        model = tiny_model(kind, tokenizer)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for module in model.modules():
@@ -81,10 +92,12 @@ def encdec(request, tmp_path_factory):
             for parameter in moved:
                 if isinstance(parameter, torch.nn.Parameter):
                     parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
-    folder = tmp_path_factory.mktemp(f"encdec-stats-{kind}")
+    folder = tmp_path_factory.mktemp(f"encdec-stats-{request.param}")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return kind, load_model(str(folder))
+    lm = load_model(str(folder))
+    assert (lm.facts.n_heads * lm.facts.head_dim > lm.facts.hidden_size) == (request.param == WIDE_T5)
+    return kind, lm
 
 
 def module(lm, path: str, layer: int) -> torch.nn.Module:
