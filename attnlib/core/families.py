@@ -8,7 +8,8 @@ output projection and the LayerNorm that belongs to attention (after the residua
 attention in pre-LN ones, decoders included; Gemma 2 and 3 also normalise the attention output before the residual). It also says how the scores are built, so that the queries and keys shown are the ones
 the dot product sees, and which statistics are exact for the family (`unsupported_reason`). `layout(encoder)`
 binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
-times). Adding a family is one entry in FAMILIES and its tiny model in tests/support/models.py.
+times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics read (METHODS
+§18). Adding a family is one entry in FAMILIES and its tiny model in tests/support/models.py.
 """
 
 from __future__ import annotations
@@ -179,6 +180,16 @@ def _mpnet_bias(call: HeadsCall, _qkv: QKV, _scale: float) -> torch.Tensor | Non
     return call.arguments.get("position_bias")
 
 
+def _t5_bias(call: HeadsCall, qkv: QKV, _scale: float) -> torch.Tensor | None:
+    """T5: the relative position bias that the first layer's relative_attention_bias computes (by the module's own
+    compute_bias, as its call does when given none) and the stack passes on to every later layer, [b, h, n, n]."""
+    q, k, _ = qkv
+    bias = call.arguments.get("position_bias")
+    if bias is None and call.module.has_relative_attention_bias:
+        bias = call.module.compute_bias(q.shape[2], k.shape[2], device=q.device)
+    return None if bias is None else bias.expand(q.shape[0], -1, -1, -1)
+
+
 def _deberta_scale_factor(module: torch.nn.Module) -> int:
     """1 + the number of relative terms (c2p, p2c): the scores are divided by sqrt(d * this)."""
     return 1 + sum(kind in module.pos_att_type for kind in ("c2p", "p2c"))
@@ -321,6 +332,22 @@ def _llama_layout(
     )
 
 
+def _bart_layout(name: str, model_types: tuple[str, ...]) -> Family:
+    """An encoder-decoder's encoder laid out as BART's: layers[l].{self_attn.{q,k,v,out}_proj,
+    self_attn_layer_norm}, post-LN like BERT (positions added to the embeddings, nothing inside attention)."""
+    return Family(
+        name,
+        model_types,
+        _at("layers"),
+        block="self_attn",
+        heads="self_attn",
+        projections=("q_proj", "k_proj", "v_proj"),
+        output="self_attn.out_proj",
+        norm="self_attn_layer_norm",
+        scale=_scaling,
+    )
+
+
 FAMILIES: tuple[Family, ...] = (
     _bert_layout("BERT", ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie")),
     Family(
@@ -441,6 +468,24 @@ FAMILIES: tuple[Family, ...] = (
         final_norm="ln_f",
         exact=_decoder_exact,
     ),
+    Family(
+        "T5",
+        ("t5",),
+        _at("block"),
+        block="layer.0.SelfAttention",
+        heads="layer.0.SelfAttention",
+        projections=("q", "k", "v"),
+        output="layer.0.SelfAttention.o",
+        norm="layer.0.layer_norm",
+        post_layer_norm=False,
+        scores="relative_bias",
+        bias=_t5_bias,
+        scale=_scaling,  # 1: T5 does not scale q.k
+        final_norm="final_layer_norm",
+        unbatched=("position_bias",),
+    ),
+    _bart_layout("BART", ("bart",)),
+    _bart_layout("Marian", ("marian",)),
 )
 # position ids start after the padding id: the longest input is max_position_embeddings - this
 RESERVED_POSITIONS = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "mpnet": 2}
@@ -541,7 +586,7 @@ class Layout:
         return self.family.scale(site.heads, self.head_dim)
 
     def bias(self, call: HeadsCall, qkv: QKV, scale: float) -> torch.Tensor | None:
-        """What the logits add to scale * q.k before the mask (DeBERTa's c2p + p2c, MPNet's position bias)."""
+        """What the logits add to scale * q.k before the mask (DeBERTa's c2p + p2c, MPNet's and T5's position bias)."""
         return None if self.family.bias is None else self.family.bias(call, qkv, scale)
 
 

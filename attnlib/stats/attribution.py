@@ -100,7 +100,7 @@ class _LayerAtInput:
     """One layer's self-attention at this input (per head [heads, n, d] or [heads, n, n]) and how a tangent of the
     layer input moves its queries, keys, values and scores."""
 
-    qkv_t: torch.Tensor  # [hidden, 3 * hidden]: the projections' weights, transposed, columns as (q|k|v, head, d)
+    qkv_t: torch.Tensor  # [hidden, 3 * heads * d]: the projections' weights, transposed, columns as (q|k|v, head, d)
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -211,11 +211,6 @@ def _layer_norm_stats(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.T
     return gamma / sigma, (x - x.mean(-1, keepdim=True)) / sigma
 
 
-def _is_rms_norm(module: torch.nn.Module) -> bool:
-    """An RMSNorm of the decoders (Llama's, Gemma's, Qwen's, ...): x / sqrt(mean(x^2) + eps) times a factor."""
-    return type(module).__name__.endswith("RMSNorm")
-
-
 @dataclass
 class _NormAt:
     """A LayerNorm or RMSNorm at this input, per row: its Jacobian is diag(gamma / sigma)(I - 1 1^T / hidden
@@ -236,14 +231,19 @@ class _NormAt:
 
 
 def _norm_at(module: torch.nn.Module, x: torch.Tensor) -> _NormAt | None:
-    """The LayerNorm or RMSNorm module at x [n, hidden]; None for any other module (ModernBERT's Identity)."""
+    """The LayerNorm or RMSNorm module at x [n, hidden]; None for any other module (ModernBERT's Identity). An RMSNorm
+    (Llama's, Gemma's, T5's LayerNorm, whatever its class is called) is recognised by its own output at x."""
     if _is_layer_norm(module):
         return _NormAt(*_layer_norm_stats(module, x), centred=True)
-    if not _is_rms_norm(module):
+    if getattr(module, "weight", None) is None:
         return None
     _, _, eps = layer_norm_parameters(module, x.shape[-1])
     sigma = (x.square().mean(-1, keepdim=True) + eps).sqrt()
-    return _NormAt(rms_norm_gamma(module, x.shape[-1], eps) / sigma, x / sigma, centred=False)
+    at = _NormAt(rms_norm_gamma(module, x.shape[-1], eps) / sigma, x / sigma, centred=False)
+    with torch.no_grad():
+        own = module(x).to(x.dtype)
+    # float32: gamma read back through one rsqrt, and one product per coordinate
+    return at if torch.allclose(at.scale * x, own, rtol=1e-5, atol=1e-6 * float(own.abs().max())) else None
 
 
 def _layer_at_input(
@@ -252,7 +252,7 @@ def _layer_at_input(
     """Recompute a layer's heads from its own projections and the family's score terms; None when that does not
     give what the module computed (the written-out tangent would not be exact for it)."""
     x = call.hidden  # what the heads read: the layer input, or pre-LN its LayerNorm
-    n, hidden = x.shape[1:]
+    n = x.shape[1]
     q, k, v = (t[0] for t in lay.qkv(site, [p(x) for p in site.projections], call))  # [heads, n, d]
     scale = lay.scale(site)
     logits = q @ k.transpose(1, 2) * scale
@@ -264,7 +264,8 @@ def _layer_at_input(
         logits = logits.masked_fill(~mask[0], float("-inf")) if mask.dtype == torch.bool else logits + mask[0]
     weights = torch.softmax(logits, dim=-1)
     heads = weights @ v
-    if not torch.allclose(heads.transpose(0, 1).reshape(n, hidden), expected, atol=1e-4, rtol=1e-4):
+    # heads * d columns, which need not be the hidden size (T5's d_kv, Gemma's head_dim)
+    if not torch.allclose(heads.transpose(0, 1).reshape(n, -1), expected, atol=1e-4, rtol=1e-4):
         return None
     qkv_t = torch.cat([linear_weight(p) for p in site.projections])[_column_order(lay, site)].T.contiguous()
     rotations = _rotations(lay, call, n)

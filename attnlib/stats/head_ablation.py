@@ -82,6 +82,13 @@ def mlm_reason(lm: LoadedModel) -> str | None:
             "measure, the next-token loss of METHODS §15 and §18, is not defined for it (its embedding and hidden "
             "measures are)."
         )
+    if lm.facts.kind == "encoder-decoder":
+        return (
+            f"{lm.facts.name} is an encoder-decoder: its encoder, whose heads are ablated, has no masked-LM head, and "
+            "its LM loss is the decoder's on a target, which the encoder's statistics (METHODS §18) do not read; so the "
+            "mlm measure and the gradient importance of METHODS §15 are not defined for it (its embedding and hidden "
+            "measures, on the encoder's last hidden states, are)."
+        )
     if gradient_unavailable_reason(lm) is None:  # §5's condition: a trained head and a mask token
         return None
     if lm.mlm is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -80,7 +81,9 @@ def layer_lines_with_head_dots(
                 hovertemplate=f"{names[key]}<br>head %{{customdata}}: %{{y:.3f}}<extra></extra>",
             )
         )
-        mean = np.nanmean(values, axis=1)
+        with warnings.catch_warnings():  # a class that no input has (T5's and Marian's CLS): its layer line stays empty
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(values, axis=1)
         fig.add_trace(
             layer_line(mean, names[key], hover=f"{names[key]} mean", legendgroup=key, line=dict(color=colour, width=3))
         )
