@@ -11,6 +11,9 @@
 #            reachable from here (PyPI's Linux wheels are CUDA builds), so they get PyPI's torch of the same version:
 #            uv downloads it and its CUDA libraries in parallel, once for both venvs (about 2 minutes; pip took 12
 #            per venv).
+#   library  only the library's tests (tests/core, stats, analyses, search, results, present, cli, views): what a
+#            kernel, thread count or Python can change is the library's arithmetic; the pages compare their numbers
+#            with the library's in the same process
 # Every configuration but 1thread and 2threads runs in two xdist workers of one thread each (the conftest sets it).
 # NAME+NAME runs one configuration that is both (py3.12+plain: Python 3.12 on the plain kernels).
 # scripts/test_matrix.sh --prepare py3.12 py3.13 only makes those venvs (.ci/run does it while the full suite runs).
@@ -66,6 +69,7 @@ failed=()
 for name in "${names[@]}"; do
   python=.venv/bin/python
   env_vars=()
+  paths=()
   parallel=("${workers[@]}")
   skip=""
   IFS=+ read -r -a parts <<< "$name"
@@ -80,6 +84,7 @@ for name in "${names[@]}"; do
       1thread) env_vars+=(OMP_NUM_THREADS=1 MKL_NUM_THREADS=1) parallel=() ;;
       2threads) env_vars+=(OMP_NUM_THREADS=2 MKL_NUM_THREADS=2) parallel=() ;;
       py3.*) python=$(venv_for "${part#py}") ;;
+      library) paths=(tests/core tests/stats tests/analyses tests/search tests/results tests/present tests/cli tests/views) ;;
       *) echo "unknown configuration: $part" >&2; exit 2 ;;
     esac
   done
@@ -90,7 +95,7 @@ for name in "${names[@]}"; do
   start=$(date +%s)
   echo "== $name: $("$python" --version) ${env_vars[*]:-}"
   if env "${env_vars[@]}" "$python" -c "import torch; print('torch', torch.__version__, torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(), 'threads')" &&
-    env "${env_vars[@]}" "$python" -m pytest "${quick[@]}" "${parallel[@]}"; then
+    env "${env_vars[@]}" "$python" -m pytest "${quick[@]}" "${parallel[@]}" "${paths[@]}"; then
     echo "== $name passed in $(($(date +%s) - start)) s"
   else
     echo "== $name FAILED after $(($(date +%s) - start)) s"

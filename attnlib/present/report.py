@@ -507,6 +507,7 @@ class Report:
     seconds: float = 0.0
     load_seconds: dict[str, float] = field(default_factory=dict)
     methods: dict[int, tuple[str, str]] = field(default_factory=dict)  # section -> (title, text)
+    stacks: dict[str, dict] = field(default_factory=dict)  # an encoder-decoder's name -> {"kind", "part": "encoder"}
 
     def differences(self) -> dict[str, Difference | None]:
         """For two models: each part's largest difference (None where nothing is comparable)."""
@@ -532,6 +533,7 @@ class Report:
                 for t in self.timings
             ],
             "differences": {k: d.text() if d else None for k, d in self.differences().items()},
+            **({"stacks": self.stacks} if self.stacks else {}),
         }
 
 
@@ -610,11 +612,14 @@ def report_of_inputs(
     timings: list[PassTiming] = []
     load_seconds = {}
     names = []
+    stacks: dict[str, dict] = {}
     for name in models:
         loaded = time.perf_counter()
         lm = name if isinstance(name, LoadedModel) else load_model(name, device=device)
         load_seconds[lm.facts.name] = time.perf_counter() - loaded
         names.append(lm.facts.name)
+        if lm.facts.stack_keys():
+            stacks[lm.facts.name] = lm.facts.stack_keys()
         part_results, pass_timings = run_parts(lm, inputs, options, parts, progress)
         timings += pass_timings
         for result in part_results:
@@ -632,6 +637,7 @@ def report_of_inputs(
         time.perf_counter() - start,
         load_seconds,
         methods_sections(),
+        stacks,
     )
 
 

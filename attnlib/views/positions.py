@@ -52,7 +52,7 @@ def position_histograms(
     """
     keep = _window(offsets, max_offset)
     x = offsets[keep]
-    series = [(attention, names[0], ATTENTION_COLOR, None)]
+    series: list[tuple[np.ndarray, str, str, np.ndarray | None]] = [(attention, names[0], ATTENTION_COLOR, None)]
     series += [] if attribution is None else [(attribution, names[1], ATTRIBUTION_COLOR, attribution_errors)]
     panels = len(titles)
     windows = [windows[p] if p < len(windows) else None for p in range(panels)]

@@ -388,6 +388,16 @@ def render_report(report: Report) -> str:
             f"{source} file": f"{c['name']} ({c['n_inputs']} inputs, {c.get('bytes', '?')} bytes, SHA-1 {c['sha1']})"
             for source, c in report.corpora.items()
         },
+        **(
+            {
+                "statistics of": "; ".join(
+                    f"{name}: its encoder's self-attention over the source (an encoder-decoder, METHODS §18)"
+                    for name in report.stacks
+                )
+            }
+            if report.stacks
+            else {}
+        ),
         "options": ", ".join(f"{k}={v}" for k, v in vars(report.options).items()),
         "library": f"attnlib {report.library_version}",
         "created": report.created,

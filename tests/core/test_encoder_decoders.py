@@ -4,6 +4,7 @@ inputs built by hand), the default target the model's own greedy output, and `at
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -187,8 +188,8 @@ COMMANDS = {
     "search": [*CORPUS, "--text", TEXT, "--token", "1", "--layer", "1"],
     "special": CORPUS,
 }
-# the statistics of one stack that need only the attention weights and the tokens run on the encoder part
-RUNS_ON_THE_ENCODER = {"deps", "index", "probe", "search", "special"}
+# every statistic of one stack runs on the encoder part (METHODS §18); the masked-LM measure has no head to use
+REFUSED = {"importance": ["--measure", "mlm"]}
 
 
 @pytest.fixture(scope="module", params=["bart", "t5"])  # a source with <s> first, and one without
@@ -203,14 +204,16 @@ def test_every_command_runs_on_the_encoder_or_refuses_in_one_line(encdec_dir, co
     out = ["--out", str(tmp_path / ("out" if command == "report" else "out.json"))]
     ran = run_cli(command, "--model", str(folder), *COMMANDS[command], *out, "--json")
     code, stdout, stderr = ran.code, ran.out, ran.err
-    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert "Traceback" not in stderr
-    if command in RUNS_ON_THE_ENCODER:
-        assert code == 0, stderr
-        data = json.loads(stdout)
-        assert (data["kind"], data["part"]) == ("encoder-decoder", "encoder")
+    assert "Traceback" not in stderr and code == 0, stderr
+    data = json.loads(stdout)
+    if command == "report":  # of several models: the summary says which is an encoder-decoder, and so does the page
+        assert data["parts"] and data["stacks"] == {str(folder): {"kind": "encoder-decoder", "part": "encoder"}}
+        assert "its encoder's self-attention over the source" in html.unescape((tmp_path / "out").read_text())
     else:
-        assert code == 2 and stdout == "" and len(errors) == 1, stderr
+        assert (data["kind"], data["part"]) == ("encoder-decoder", "encoder")
+    if command in REFUSED:
+        refused = run_cli(command, "--model", str(folder), *COMMANDS[command], *REFUSED[command], "--json")
+        assert refused.error
     if command == "special" and code == 0:  # METHODS §18: T5's and Marian's classes are SEP and the rest, no CLS
         cls_share = [layer["cls"] for layer in data["layers"]]
         assert (max(cls_share) > 0) == (kind == "bart"), cls_share

@@ -5,6 +5,7 @@ core-only into a fresh venv, runs every command on the corpora it ships from a f
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -25,6 +26,19 @@ def tracked(folder: str) -> set[str]:
     documentation site, mkdocs.yml, which the wheel does not carry)."""
     out = subprocess.run(["git", "ls-files", folder], cwd=CHECKOUT, capture_output=True, text=True, check=True)
     return {name for name in out.stdout.split() if folder != "docs" or name == "docs/METHODS.md"}
+
+
+def installer(venv: Path) -> list[str]:
+    """A fresh venv and the command that installs into it: uv where the test tools have it (it reuses the wheels the
+    setup downloaded: minutes less on a bare CI machine), with pip's find-links; else the venv's pip. What the wheel
+    installs is the same either way; which tool resolves it is tests/packaging/test_requirements.py's question."""
+    uv = Path(sys.executable).with_name("uv")
+    if not uv.is_file():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        return [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([str(uv), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    links = [arg for link in os.environ.get("PIP_FIND_LINKS", "").split() for arg in ("--find-links", link)]
+    return [str(uv), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *links]
 
 
 def run_json(python: Path, args: list[str], cwd: Path) -> dict:
@@ -56,12 +70,11 @@ def test_the_wheel_works_without_a_checkout(tmp_path, execute_notebook):
         in_sdist = {n.removeprefix(top + "/") for n in archive.getnames()}
     assert {name for folder in SHIPPED for name in tracked(folder)} <= in_sdist and "pyproject.toml" in in_sdist
 
-    # Core only: torch pinned to the build this venv runs, so pip takes it from where it came (a CPU wheel on disk
-    # here) or stops, instead of resolving a plain range to the multi-GB CUDA build.
+    # Core only: torch pinned to the build this venv runs, so the installer takes it from where it came (a CPU wheel
+    # on disk here) or stops, instead of resolving a plain range to the multi-GB CUDA build.
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    pip = installer(venv)
     subprocess.run([*pip, str(wheel), f"torch=={version('torch')}"], check=True, timeout=900)
 
     elsewhere = tmp_path / "elsewhere"
