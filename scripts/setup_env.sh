@@ -37,7 +37,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
     for link in ${PIP_FIND_LINKS:-}; do sources+=(--find-links "$link"); done
     [ -z "${PIP_INDEX_URL:-}" ] || sources+=(--index-url "$PIP_INDEX_URL")
     for index in ${PIP_EXTRA_INDEX_URL:-}; do sources+=(--extra-index-url "$index"); done
-    .venv/bin/uv pip install -q --python .venv/bin/python "${sources[@]}" -r "$folder/$(basename "$req")"
+    .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "${sources[@]}" -r "$folder/$(basename "$req")"
   fi
   .venv/bin/python -m pip install -q --no-deps -e .  # attnlib importable from anywhere, and the `attnlib` command
   echo "$hash" > "$stamp"

@@ -53,7 +53,7 @@ venv_for() {  # .venv-pyX.Y with the project's requirements, made once (a stamp 
     rm -rf "$venv"
     "$uv" venv -q --seed --python "$python" "$venv" >&2  # --seed: pip too (tests run it)
     requirements_from_pypi "$venv"
-    "$uv" pip install -q --python "$venv/bin/python" -r "$venv/requirements-dev.txt" >&2
+    "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" -r "$venv/requirements-dev.txt" >&2
     "$uv" pip install -q --python "$venv/bin/python" --no-deps -e . >&2
     echo "$hash" > "$stamp"
   fi

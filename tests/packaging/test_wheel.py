@@ -38,7 +38,7 @@ def installer(venv: Path) -> list[str]:
         return [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([str(uv), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     links = [arg for link in os.environ.get("PIP_FIND_LINKS", "").split() for arg in ("--find-links", link)]
-    return [str(uv), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *links]
+    return [str(uv), "pip", "install", "-q", "--compile-bytecode", "--python", str(venv / "bin" / "python"), *links]
 
 
 def run_json(python: Path, args: list[str], cwd: Path) -> dict:
