@@ -1,5 +1,5 @@
 """The neuron view of an encoder-decoder's encoder on the Live page (and from a notebook): its scores are the logits
-rebuilt here from the encoder layer's own q and k projections (BART: q·k/√d; T5: q·k unscaled plus its relative
+rebuilt here from the encoder layer's own q and k projections (BART, Marian: q·k/√d; T5: q·k unscaled plus its relative
 position bias by compute_bias), whose softmax is the model's own output_attentions; the decoder and cross parts say
 in words that the neuron view is the encoder's only."""
 
@@ -24,7 +24,7 @@ LAYER, HEAD, QUERY = 1, 2, 3  # 0-based: the page's layer 2, head 3, token 4
 ROUNDED = 5e-4  # the view's JSON keeps q, k and the scores to 3 decimals
 
 
-@pytest.fixture(scope="module", params=["t5", "bart"])
+@pytest.fixture(scope="module", params=["t5", "bart", "marian"])
 def tiny_dir(request, tmp_path_factory):
     return save_tiny(request.param, tmp_path_factory.mktemp(f"{request.param}-neuron"))
 
