@@ -1,18 +1,19 @@
 """The Live page of an encoder-decoder (T5, BART, Marian): a source and a target text, a switch between the encoder's,
-the decoder's and the cross attention (as in bertviz), and the head, model and neuron views of the part chosen, all
-kept in the URL."""
+the decoder's and the cross attention (as in bertviz), the head and model views of the part chosen and the neuron view
+of the encoder's (its stack's queries and keys; the decoder's have no layout yet), all kept in the URL."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from app_pages.live.neuron import neuron_part
 from attnlib.core.model import ModelFacts
 from attnlib.core.runner import InputError
 from attnlib.core.seq2seq import PART_NAMES, PARTS, TARGET_FROM_TEXT, Part, Seq2SeqMaps, run_seq2seq
 from attnlib.views.head_view import head_view
 from attnlib.views.model_view import model_view
 from ui.sources.compare import compared_model
-from ui.sources.live_inputs import text_options
+from ui.sources.live_inputs import cached_run, pretty_token, text_options
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind, publish
 from ui.widgets.family_notes import explain_unsupported
@@ -24,7 +25,13 @@ PART = Option("live_part", "part", "encoder", list(PARTS))
 TARGET = Option("live_target", "target", "")
 LAYER = Option("live_layer", "layer", 1, lo=1)
 HEAD = Option("live_head", "head", 1, lo=1)
-OPTIONS = [VIEW, PART, LAYER, HEAD]  # bound after the text boxes (TARGET is bound with the source)
+TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # the neuron view's query token, 1-based; 0: first
+OPTIONS = [VIEW, PART, LAYER, HEAD, TOKEN]  # bound after the text boxes (TARGET is bound with the source)
+ENCODER_ONLY = (
+    "The neuron view is drawn for the encoder part only: attnlib has no layout yet for the decoder stack's "
+    "self-attention and cross-attention, so their query and key vectors are not captured. Switch the attention to "
+    "Encoder to see the source's queries and keys."
+)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -49,11 +56,30 @@ def source_and_target() -> tuple[str, str]:
     return values[option_a.param], values[TARGET.param]
 
 
-def clamp(n_layers: int, n_heads: int) -> None:
-    """Keep the layer and head inside the model (a link made for a larger model may name more)."""
+def clamp(n_layers: int, n_heads: int, n_source: int) -> None:
+    """Keep the layer, head and query token inside the model and the source (a link made for a larger one may name
+    more)."""
     state = st.session_state
     state[LAYER.key] = min(max(int(state[LAYER.key]), 1), n_layers)
     state[HEAD.key] = min(max(int(state[HEAD.key]), 1), n_heads)
+    if not 0 <= int(state[TOKEN.key]) <= n_source:
+        state[TOKEN.key] = 0
+
+
+def encoder_neuron_view(facts: ModelFacts, source: str, layer: int, head: int) -> None:
+    """The encoder's neuron view over the source tokens, as an encoder's: a run of the encoder stack alone, whose
+    queries and keys (T5's relative position bias and scale 1 included) reproduce its self-attention."""
+    result = cached_run(facts.name, source, "")
+    labels = [pretty_token(t) for t in result.tokens]
+    st.selectbox(
+        "Query token",
+        list(range(0, len(labels) + 1)),
+        key=TOKEN.key,
+        format_func=lambda i: "none (first token)" if i == 0 else f"{i}: {labels[i - 1]}",
+        help="Positions of the source, numbered from 1.",
+    )
+    query = max(int(st.session_state[TOKEN.key]) - 1, 0)
+    neuron_part(facts, result, labels, (source, ""), (layer, head, query))
 
 
 def encoder_decoder_live(facts: ModelFacts) -> None:
@@ -86,18 +112,17 @@ def encoder_decoder_live(facts: ModelFacts) -> None:
         "token (left) to the source's tokens (right).",
     )
     attentions, _, _ = maps.part(part)
-    clamp(attentions.shape[0], attentions.shape[1])
+    clamp(attentions.shape[0], attentions.shape[1], maps.source.n)
     c_layer, c_head = st.columns([3, 1])
     layer = int(c_layer.slider("Layer", 1, attentions.shape[0], key=LAYER.key)) - 1
     head = int(c_head.selectbox("Head", list(range(1, attentions.shape[1] + 1)), key=HEAD.key)) - 1
     publish(OPTIONS)
     st.caption(f"{PART_LABELS[part]}: {PART_NAMES[part]}.")
     if view == "neuron":
-        if not explain_unsupported(facts, "queries_keys"):
-            st.info(
-                "The neuron view of encoder-decoders is not written yet: attnlib does not capture the query and key "
-                "vectors of their encoder, decoder and cross attention."
-            )
+        if part != "encoder":
+            st.info(ENCODER_ONLY)
+        elif not explain_unsupported(facts, "queries_keys"):
+            encoder_neuron_view(facts, source, layer, head)
         return
     parts = {
         f"{part}_attention": attentions,

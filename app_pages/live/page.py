@@ -17,6 +17,7 @@ from app_pages.live.head_finder import show_finder
 from app_pages.live.head_switches import head_switches
 from app_pages.live.heads_off import CLICK, OFF, SWITCHES, clicked, heads_off_now, switches_section
 from app_pages.live.long_live import WINDOW_OPTIONS, long_input, long_views, needs_window
+from app_pages.live.neuron import neuron_part
 from app_pages.live.token_pick import listen_for_picks
 from attnlib.core.model import LoadedModel, ModelFacts
 from attnlib.core.runner import InputError, RunResult
@@ -30,7 +31,6 @@ from attnlib.stats.shares import input_statistics, punct_mask
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
-from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_terms, value_norm_figure
 from ui.sources.compare import compared_model
 from ui.sources.live_inputs import (
     cached_run,
@@ -39,13 +39,11 @@ from ui.sources.live_inputs import (
     text_options,
     token_maps,
     units,
-    value_norm,
 )
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, bind, publish, set_value
-from ui.widgets.family_notes import explain_unsupported, local_layers_note, unsupported_for
+from ui.widgets.family_notes import explain_unsupported, local_layers_note
 from ui.widgets.methods import cite_methods
-from ui.widgets.plotly_figure import plotly_figure
 from ui.widgets.side_by_side import side_by_side
 
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
@@ -445,7 +443,7 @@ def neuron_view_section(s: LiveView, second: ModelFacts | None) -> None:
         return
     first_key = {"": "live_value_norms", "_1": "live_value_norms"}  # the second model's chart: live_value_norms1
     drawn = models_side_by_side(
-        views, lambda v, sfx: neuron_part(v, len(views) > 1, first_key.get(sfx, "live_value_norms1"))
+        views, lambda v, sfx: live_neuron_part(v, len(views) > 1, first_key.get(sfx, "live_value_norms1"))
     )
     st.caption("‖f(x_j)‖ = ‖v_j W_O‖ of each key token in this head (METHODS §11): how large a vector it moves.")
     export_buttons(
@@ -457,57 +455,10 @@ def neuron_view_section(s: LiveView, second: ModelFacts | None) -> None:
     )
 
 
-def neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict]:
-    """One model's neuron view and its value norms (beside it; below it when two models share the width), and
-    whether softmax(q·k/√d) reproduces its row; returns (html, CSV columns, JSON fields)."""
-    r, layer, head = v.result, v.layer, v.head
-    query = v.selected if v.selected is not None else 0
-    q, k = r.queries[layer, head], r.keys[layer, head]
-    terms = score_terms(r.qk_scale, r.score_bias, layer, head, query, v.facts.window(layer), v.facts.causal)
-    ns = neuron_scores(q, k, query, **terms)
-    row = r.attentions[layer, head, query]
-    title = f"{v.facts.name} · Neuron view" if two else ""
-    html = neuron_view_html(q, k, v.labels, query, layer, head, row, title=title, **terms)
-    no_norms = unsupported_for(v.facts.name, "norms")
-    norms = None if no_norms else value_norm(v.facts.name, v.text_a, v.text_b)[layer, head]
-    left, right = (st.container(), st.container()) if two else st.columns([4, 1])
-    with left:
-        show(html)
-    with right:
-        if norms is None:
-            st.caption(f"No value norms: {no_norms}")
-        else:
-            plotly_figure(value_norm_figure(norms, v.labels, layer, head), key=chart_key)
-    neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label)
-    table = {"key_index": np.arange(r.n), "key": v.labels, "score": ns.scores, "softmax": ns.softmax}
-    fields = {
-        "head": head,
-        "query_index": query,
-        "query": ns.query.tolist(),
-        "keys": ns.keys.tolist(),
-        "scores": ns.scores.tolist(),
-        "softmax": ns.softmax.tolist(),
-        "model_attention": row.astype(np.float64).tolist(),
-    }
-    columns = table | {"model_attention": row}
-    if norms is not None:
-        fields["value_norm"] = norms.astype(np.float64).tolist()
-        columns["value_norm"] = norms
-    return html, columns, fields
-
-
-def neuron_notes(diff: float, label: str) -> None:
-    """Whether the softmax of the scores of the captured vectors reproduces the model's attention row."""
-    if diff > 1e-4:
-        st.warning(
-            f"For this model softmax({label}) differs from the returned attention by up to {diff:.2g}: "
-            "its attention adds terms that the query and key vectors do not show."
-        )
-    else:
-        st.caption(
-            f"softmax({label}) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
-            "The neuron view is always at token level."
-        )
+def live_neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict, dict]:
+    """neuron_part of a view's model, layer, head and query token (the first when none is selected)."""
+    where = (v.layer, v.head, v.selected if v.selected is not None else 0)
+    return neuron_part(v.facts, v.result, v.labels, (v.text_a, v.text_b), where, two, chart_key)
 
 
 def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -> None:

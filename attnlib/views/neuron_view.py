@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attnlib.core.runner import RunResult
+from attnlib.core.seq2seq import Seq2SeqMaps
 from attnlib.views.canvas_html import html_page, round_list, view_script
 from attnlib.views.display import View
 from attnlib.views.figure import notebook_figure
@@ -153,6 +154,15 @@ def value_norm_figure(value_norm: np.ndarray, labels: Sequence[str], layer: int,
     return fig
 
 
+def result_terms(result: RunResult, layer: int, head: int, query: int) -> dict:
+    """A run's scale and relative terms for one row (the scale left to its default where it is float32's 1/√d)."""
+    terms = score_terms(result.qk_scale, result.score_bias, layer, head, query, None)
+    d = result.queries.shape[-1] if result.queries is not None else 1
+    if terms["scale"] is not None and abs(terms["scale"] * np.sqrt(d) - 1) < 1e-6:
+        terms["scale"] = None
+    return {key: terms[key] for key in ("scale", "relative")}
+
+
 def neuron_view(
     queries: RunResult | Any,
     keys: Any = None,
@@ -166,11 +176,16 @@ def neuron_view(
 ) -> View:
     """The neuron view of one head and query position (0-based); shows itself in a notebook and has .save_html(path).
 
-    `queries`: a RunResult (run with capture_qk=True, the default of `run`), which has the keys, tokens and attention
-    too; or the queries of any model, [layers, heads, n, d] or a list of per-layer [(1,) heads, n, d], with `keys` of
+    `queries`: a RunResult (run with capture_qk=True, the default of `run`), which has the keys, tokens, attention and
+    the logits' scale and relative terms too (an encoder-decoder's: `run(lm, source)`, its encoder stack); or the queries of any model, [layers, heads, n, d] or a list of per-layer [(1,) heads, n, d], with `keys` of
     the same shape and `tokens`, and optionally its `attention` (as head_view takes it) to set the model's own row
     beside softmax(q·k/√d)."""
     maps: np.ndarray | None
+    if isinstance(queries, Seq2SeqMaps):
+        raise ValueError(
+            "queries: run_seq2seq's maps hold no queries and keys. For the encoder's neuron view pass run(lm, source), "
+            "the encoder stack's RunResult; the decoder's self- and cross-attention have no neuron view yet."
+        )
     if isinstance(queries, RunResult):
         if queries.queries is None or queries.keys is None:
             raise ValueError("queries: this RunResult holds no queries and keys (run it with capture_qk=True).")
@@ -189,6 +204,7 @@ def neuron_view(
     layer, head = check_index(layer, n_layers, "layer"), check_index(head, n_heads, "head")
     query = check_index(query, n, "query")
     row = None if maps is None else maps[layer, head, query]
-    html = neuron_view_html(q[layer, head], k[layer, head], labels, query, layer, head, row, title=title)
+    terms = result_terms(queries, layer, head, query) if isinstance(queries, RunResult) else {}
+    html = neuron_view_html(q[layer, head], k[layer, head], labels, query, layer, head, row, title=title, **terms)
     height = 90 + min(682, 66 + (12 if n > 120 else 16) * n)  # neuron_view.js: its rows in a 680 px scroll box
     return View(html, height, f"Neuron view: layer {layer}, head {head}, query {query} of {n} tokens")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app_pages.live.encoder_decoder import ENCODER_ONLY
 from attnlib.core.model import load_model
 from attnlib.core.seq2seq import TARGET_FROM_TEXT, run_seq2seq
 from attnlib.present.tour import STEPS
@@ -49,7 +50,7 @@ def test_live_page_switches_between_encoder_decoder_and_cross_attention(bart_dir
     assert data["sel"] == [1, 2]  # layer 2, head 3, 0-based
     at.radio(key="live_view").set_value("neuron")
     rerun(at)
-    assert not view_datas(at) and any("bart" in i.value for i in at.info)
+    assert not view_datas(at) and [i.value for i in at.info] == [ENCODER_ONLY]  # cross: the encoder's only
 
 
 def test_live_page_without_a_target_says_where_the_target_came_from(bart_dir):
