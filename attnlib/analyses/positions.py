@@ -16,6 +16,7 @@ from scipy.stats import rankdata
 from attnlib.analyses.base import Analysis, Options, option, own_loop, single_result
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.engines import corpus_index
 from attnlib.core.families import unsupported_reason
 from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel
@@ -562,7 +563,7 @@ def accumulate_variants(
         wanted = [acc.wants(result.n) for acc in accs]
         attribution = None
         if any(wanted) and attributed:
-            attribution = _attribute(lm, result, first, done - 1, len(inputs))
+            attribution = _attribute(lm, result, first, corpus_index(inputs[done - 1], done - 1), len(inputs))
         for acc, wants in zip(accs, wanted):
             if wants:
                 acc.add(result, attribution)

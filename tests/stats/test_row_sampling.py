@@ -18,8 +18,11 @@ from attnlib.analyses.positions import (
     PositionOptions,
     PositionsResult,
     RelativePositionHistogram,
+    accumulate_positions,
     relative_position_sums,
 )
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.engines import numbered
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode
 from attnlib.stats.attribution import RowAttribution, hidden_token_attribution, row_attribution
@@ -145,3 +148,20 @@ def test_row_attribution_is_the_full_attribution_of_those_rows(kind, tmp_path):
     every = row_attribution(lm, enc, np.arange(enc.n), mode="exact", estimate=said.append)
     np.testing.assert_allclose(every.input, full.input, atol=tolerance)
     assert len(said) == 1 and said[0] > 0
+
+
+def test_a_shard_samples_the_rows_the_whole_corpus_would(tmp_path):
+    """Rows are seeded by an input's place in its corpus (the one a Ray shard carries), so the shards' merged sums are
+    the whole corpus's: float32 sums of a few exact rows per input, merged in another order."""
+    lm = load_model(str(save_tiny("bert", tmp_path / "bert")))
+    texts = ["The quick brown fox jumps over the lazy dog.", "A cat sat on the warm mat today.", "Birds sing early."]
+    inputs = [CorpusInput(text, None) for text in texts]
+    options = PositionOptions(mode="exact", sample_rows=3, sample_from=5)
+    whole = accumulate_positions(lm, inputs, options)
+    first, rest = (accumulate_positions(lm, [numbered(inputs[i], i) for i in part], options) for part in ([0], [1, 2]))
+    shards = first.merge(rest)
+    assert whole.attribution.inputs_sampled == 3 and shards.attribution.rows_sampled == 9
+    np.testing.assert_allclose(shards.attribution.sums, whole.attribution.sums, rtol=0, atol=64 * F32)
+    np.testing.assert_allclose(shards.attribution.variance, whole.attribution.variance, rtol=0, atol=64 * F32)
+    alone = accumulate_positions(lm, inputs[1:], options)  # the same inputs at other places draw other rows
+    assert not np.allclose(alone.attribution.sums, rest.attribution.sums, rtol=0, atol=64 * F32)
