@@ -3,7 +3,8 @@
 Run: python -m benchmarks.bench_families [--limit N] [--attribution-limit M] [--repeats R] [--families ...]
 BERT is the default model (all-MiniLM-L6-v2); the other families are random models of its size (6 layers, 12 heads,
 hidden 384, feed-forward 1536, its tokenizer), built in-process from transformers' configs: the cost depends on the
-shapes and the family's arithmetic, not on the weights. Per family, on the first N EWT dev sentences: the forward
+shapes and the family's arithmetic, not on the weights. gpt2 and llama are decoders (llama with 4 key-value heads), t5
+an encoder-decoder whose encoder the statistics read (METHODS §18). Per family, on the first N EWT dev sentences: the forward
 pass, + everything of `special --norms`, + every §11-13 map (as bench_norms), and on the first M sentences
 `positions` in estimate mode (k = 12) against the forward pass over those sentences. Ratios are measured side by
 side (configurations and families interleaved, best of the repeats).
@@ -28,7 +29,8 @@ from benchmarks import ewt_dev  # noqa: E402
 from benchmarks.bench_norms import CONFIGS, config_seconds  # noqa: E402
 
 SIZE = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
-FAMILIES = ("bert", "modernbert", "deberta-v2", "roformer")
+FAMILIES = ("bert", "modernbert", "deberta-v2", "roformer", "gpt2", "llama", "t5")
+CAUSAL_LM = ("gpt2", "llama")  # decoders (METHODS §18); t5: an encoder-decoder, its encoder's statistics
 
 
 def minilm_sized(kind: str, folder: Path):
@@ -53,9 +55,24 @@ def minilm_sized(kind: str, folder: Path):
             type_vocab_size=0,
         ),  # deberta-v3's relative attention
         "roformer": lambda: tf.RoFormerConfig(**SIZE, **ids),
+        "gpt2": lambda: tf.GPT2Config(
+            n_embd=384, n_layer=6, n_head=12, n_inner=1536, n_positions=512, vocab_size=len(tokenizer)
+        ),  # LayerNorm before each block, Conv1D projections
+        "llama": lambda: tf.LlamaConfig(**SIZE, **ids, num_key_value_heads=4),  # RMSNorm, rotary, grouped-query
+        "t5": lambda: tf.T5Config(
+            d_model=384,
+            num_layers=6,
+            num_heads=12,
+            d_kv=32,
+            d_ff=1536,
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id,
+        ),  # relative position bias, no scaling
     }[kind]()
     torch.manual_seed(0)
-    tf.AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
+    auto = {"t5": tf.AutoModelForSeq2SeqLM, **dict.fromkeys(CAUSAL_LM, tf.AutoModelForCausalLM)}
+    auto.get(kind, tf.AutoModelForMaskedLM).from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return load_model(str(folder))
 
