@@ -9,6 +9,7 @@ import streamlit as st
 
 from app_pages.head_importance.importance_views import KEY, PAGE, ShownImportance
 from attnlib.analyses.importance import no_op_sentence, ranked_heads
+from attnlib.stats.head_ablation import mlm_reason
 from attnlib.views.importance import (
     change_names,
     effect_heatmap,
@@ -174,7 +175,9 @@ def gradient_tab(views: list[ShownImportance]) -> None:
             st.info(f"{view.model} is a decoder: gradient importance is defined here with a masked-LM head only (§15).")
             return
         if normalised is None:
-            st.info(f"{view.model} has no trained masked-LM head: gradient importance is not defined for it.")
+            lm = current_model()  # the loaded model says why in its own terms (an encoder-decoder's: §18)
+            why = mlm_reason(lm) if lm.facts.name == view.model else None
+            st.info(why or f"{view.model} has no trained masked-LM head: gradient importance is not defined for it.")
             return
         fig = effect_heatmap(normalised, "Gradient importance (each layer normalised)", "|∂L/∂ξ|")
         chart(fig, f"gradient_importance{sfx}", f"{KEY}_gradient{sfx}")

@@ -174,7 +174,7 @@ TEXT = "The cat sat on the mat."
 CORPUS = ["--corpus", str(CLASSROOM_SINGLE), "--limit", "4"]
 TREEBANK = ["--limit", "4"]
 COMMANDS = {
-    "ablate": ["--text", TEXT, "--heads", "0:0"],
+    "ablate": ["--text", TEXT, "--heads", "0-0"],
     "aggregation": CORPUS,
     "deps": ["--conllu", str(EWT_DEV), *TREEBANK],
     "hta": ["--text", TEXT],
