@@ -175,8 +175,8 @@ def gradient_tab(views: list[ShownImportance]) -> None:
             st.info(f"{view.model} is a decoder: gradient importance is defined here with a masked-LM head only (§15).")
             return
         if normalised is None:
-            lm = current_model()  # the loaded model says why in its own terms (an encoder-decoder's: §18)
-            why = mlm_reason(lm) if lm.facts.name == view.model else None
+            lm = current_model()  # an encoder-decoder's LM loss is its decoder's (§18): the library says so
+            why = mlm_reason(lm) if lm.facts.name == view.model and lm.facts.kind == "encoder-decoder" else None
             st.info(why or f"{view.model} has no trained masked-LM head: gradient importance is not defined for it.")
             return
         fig = effect_heatmap(normalised, "Gradient importance (each layer normalised)", "|∂L/∂ξ|")
