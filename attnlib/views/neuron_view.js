@@ -72,7 +72,7 @@ c.fillText('q × k', xp, y0 - 14);
 c.fillText(D.label.length <= 12 ? D.label : 'score', xs, y0 - 14);  // a long label is in the hint above
 c.fillText('softmax', xm, y0 - 14);
 c.fillStyle = '#ffefb0';  // the query's own row (cross-attention: in the queries' column)
-c.fillRect(4, y0 + RH * D.qi, (QL ? xl : xk) - 8 - (QL ? 12 : 0), RH);
+c.fillRect(4, y0 + RH * D.qi, QL ? wq + 8 : xk - 8, RH);
 for (let i = 0; i < nq; i++) {
   c.fillStyle = '#222';
   c.textAlign = 'right';
