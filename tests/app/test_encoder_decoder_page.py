@@ -62,6 +62,10 @@ def test_live_page_without_a_target_says_where_the_target_came_from(bart_dir):
     (data,) = view_datas(at)
     assert data["left"] == data["right"] == _pretty(maps.source.tokens)  # the encoder, by default
     assert any("encoder-decoder" in c.value for c in at.sidebar.caption)
+    at.radio(key="live_view").set_value("neuron")
+    at.radio(key="live_part").set_value("cross")
+    (data,) = view_datas(rerun(at))  # the cross-attention of the target made for the page, not another
+    assert data["query_labels"] == [pretty_token(t) for t in maps.target.tokens] and data["diff"] < 1e-6
 
 
 @pytest.fixture(scope="module")
