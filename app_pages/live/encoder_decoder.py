@@ -1,17 +1,19 @@
 """The Live page of an encoder-decoder (T5, BART, Marian): a source and a target text, a switch between the encoder's,
-the decoder's and the cross attention (as in bertviz), the head and model views of the part chosen and the neuron view
-of the encoder's (its stack's queries and keys; the decoder's have no layout yet), all kept in the URL."""
+the decoder's and the cross attention (as in bertviz), the head, model and neuron views of the part chosen (the
+encoder's neuron view from its stack's run, with value norms; the decoder's and cross-attention's from the queries
+and keys of the whole model's forward pass; cross: target tokens left, source tokens right), all kept in the URL."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app_pages.live.neuron import neuron_part
+from app_pages.live.neuron import neuron_notes, neuron_part
 from attnlib.core.model import ModelFacts
 from attnlib.core.runner import InputError
 from attnlib.core.seq2seq import PART_NAMES, PARTS, TARGET_FROM_TEXT, Part, Seq2SeqMaps, run_seq2seq
 from attnlib.views.head_view import head_view
 from attnlib.views.model_view import model_view
+from attnlib.views.neuron_view import neuron_scores, neuron_view_html, seq2seq_terms
 from ui.sources.compare import compared_model
 from ui.sources.live_inputs import cached_run, pretty_token, text_options
 from ui.sources.model_sidebar import model_named
@@ -27,10 +29,16 @@ LAYER = Option("live_layer", "layer", 1, lo=1)
 HEAD = Option("live_head", "head", 1, lo=1)
 TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # the neuron view's query token, 1-based; 0: first
 OPTIONS = [VIEW, PART, LAYER, HEAD, TOKEN]  # bound after the text boxes (TARGET is bound with the source)
-ENCODER_ONLY = (
-    "The neuron view is drawn for the encoder part only: attnlib has no layout yet for the decoder stack's "
-    "self-attention and cross-attention, so their query and key vectors are not captured. Switch the attention to "
-    "Encoder to see the source's queries and keys."
+QUERY_HELP: dict[Part, str] = {
+    "encoder": "Positions of the source, numbered from 1.",
+    "decoder": "Positions of the target (the decoder's start token first), numbered from 1; each attends to itself "
+    "and the target's earlier tokens.",
+    "cross": "Positions of the target (the decoder's start token first), numbered from 1: the queries, drawn on the "
+    "left; the source's tokens are the keys, on the right.",
+}
+DECODER_NORMS = (
+    "Value norms (METHODS §11) are drawn beside the encoder's neuron view only: they are computed for the encoder "
+    "stack (METHODS §18)."
 )
 
 
@@ -38,6 +46,13 @@ ENCODER_ONLY = (
 def cached_seq2seq(model_name: str, source: str, target: str) -> Seq2SeqMaps:
     """The three attentions once per (model, source, target); a blank target: the model's own output."""
     return run_seq2seq(model_named(model_name), source, target.strip() or None)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def cached_part_heads(model_name: str, source: str, target: str, part: Part) -> Seq2SeqMaps:
+    """The attentions with one part's queries and keys, once per (model, source, target, part): the target as the
+    decoder read it (the given one, or the model's own output already made)."""
+    return run_seq2seq(model_named(model_name), source, target, qk=part)
 
 
 def source_and_target() -> tuple[str, str]:
@@ -56,14 +71,26 @@ def source_and_target() -> tuple[str, str]:
     return values[option_a.param], values[TARGET.param]
 
 
-def clamp(n_layers: int, n_heads: int, n_source: int) -> None:
-    """Keep the layer, head and query token inside the model and the source (a link made for a larger one may name
-    more)."""
+def clamp(n_layers: int, n_heads: int, n_queries: int) -> None:
+    """Keep the layer, head and query token inside the part and its queries (the source's tokens, or the target's for
+    the decoder and cross parts; a link made for a larger one may name more)."""
     state = st.session_state
     state[LAYER.key] = min(max(int(state[LAYER.key]), 1), n_layers)
     state[HEAD.key] = min(max(int(state[HEAD.key]), 1), n_heads)
-    if not 0 <= int(state[TOKEN.key]) <= n_source:
+    if not 0 <= int(state[TOKEN.key]) <= n_queries:
         state[TOKEN.key] = 0
+
+
+def query_token(labels: list[str], part: Part) -> int:
+    """The neuron view's query token (0-based; the first when none is chosen), chosen among a part's query tokens."""
+    st.selectbox(
+        "Query token",
+        list(range(0, len(labels) + 1)),
+        key=TOKEN.key,
+        format_func=lambda i: "none (first token)" if i == 0 else f"{i}: {labels[i - 1]}",
+        help=QUERY_HELP[part],
+    )
+    return max(int(st.session_state[TOKEN.key]) - 1, 0)
 
 
 def encoder_neuron_view(facts: ModelFacts, source: str, layer: int, head: int) -> None:
@@ -71,15 +98,30 @@ def encoder_neuron_view(facts: ModelFacts, source: str, layer: int, head: int) -
     queries and keys (T5's relative position bias and scale 1 included) reproduce its self-attention."""
     result = cached_run(facts.name, source, "")
     labels = [pretty_token(t) for t in result.tokens]
-    st.selectbox(
-        "Query token",
-        list(range(0, len(labels) + 1)),
-        key=TOKEN.key,
-        format_func=lambda i: "none (first token)" if i == 0 else f"{i}: {labels[i - 1]}",
-        help="Positions of the source, numbered from 1.",
-    )
-    query = max(int(st.session_state[TOKEN.key]) - 1, 0)
+    query = query_token(labels, "encoder")
     neuron_part(facts, result, labels, (source, ""), (layer, head, query))
+
+
+def decoder_neuron_view(facts: ModelFacts, source: str, target: str, part: Part, where: tuple[int, int]) -> None:
+    """The decoder's (causal) or cross-attention's neuron view: the queries and keys that the decoder stack's attention
+    modules computed in the model's forward pass (cross: the target's queries, the source's keys) and the logits
+    rebuilt from them (T5: q·k plus the decoder's relative position bias, none in cross-attention; BART, Marian:
+    q·k/√d), beside the model's own attention row of the same pass; `target` as the decoder read it."""
+    layer, head = where
+    maps = cached_part_heads(facts.name, source, target, part)
+    heads = maps.heads
+    assert heads is not None, "run_seq2seq with qk"
+    attentions, query_tokens, key_tokens = maps.part(part)
+    query_labels, labels = [pretty_token(t) for t in query_tokens], [pretty_token(t) for t in key_tokens]
+    query = query_token(query_labels, part)
+    q, k = heads.queries[layer, head], heads.keys[layer, head]
+    terms = seq2seq_terms(heads, layer, head, query)
+    row = attentions[layer, head, query]
+    cross = query_labels if part == "cross" else None
+    st.iframe(neuron_view_html(q, k, labels, query, layer, head, row, query_labels=cross, **terms), height="content")
+    st.caption(DECODER_NORMS)
+    ns = neuron_scores(q, k, query, **terms)
+    neuron_notes(float(abs(ns.softmax - row).max()), ns.label)
 
 
 def encoder_decoder_live(facts: ModelFacts) -> None:
@@ -112,17 +154,19 @@ def encoder_decoder_live(facts: ModelFacts) -> None:
         "token (left) to the source's tokens (right).",
     )
     attentions, _, _ = maps.part(part)
-    clamp(attentions.shape[0], attentions.shape[1], maps.source.n)
+    clamp(attentions.shape[0], attentions.shape[1], attentions.shape[2])
     c_layer, c_head = st.columns([3, 1])
     layer = int(c_layer.slider("Layer", 1, attentions.shape[0], key=LAYER.key)) - 1
     head = int(c_head.selectbox("Head", list(range(1, attentions.shape[1] + 1)), key=HEAD.key)) - 1
     publish(OPTIONS)
     st.caption(f"{PART_LABELS[part]}: {PART_NAMES[part]}.")
     if view == "neuron":
-        if part != "encoder":
-            st.info(ENCODER_ONLY)
-        elif not explain_unsupported(facts, "queries_keys"):
+        if explain_unsupported(facts, "queries_keys", part):
+            return
+        if part == "encoder":
             encoder_neuron_view(facts, source, layer, head)
+        else:
+            decoder_neuron_view(facts, source, maps.target.text, part, (layer, head))
         return
     parts = {
         f"{part}_attention": attentions,

@@ -9,7 +9,9 @@ attention in pre-LN ones, decoders included; Gemma 2 and 3 also normalise the at
 the dot product sees, and which statistics are exact for the family (`unsupported_reason`). `layout(encoder)`
 binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
 times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics read (METHODS
-§18). Adding a family is one entry in FAMILIES and its tiny model in tests/support/models.py.
+§18), and holds the layouts of its decoder stack's two attentions (`decoder`, `cross`: a Family each, bound by
+`layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads. Adding a family is one entry in
+FAMILIES and its tiny model in tests/support/models.py.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Literal
 import torch
 
 ScoreKind = Literal["absolute", "rotary", "relative_bias", "disentangled"]
+Part = Literal["encoder", "decoder", "cross"]  # an encoder-decoder's attentions; any other model's is its "encoder"
 Statistic = Literal["queries_keys", "norms", "hta", "ablation"]
 STATISTICS: dict[Statistic, str] = {
     "queries_keys": "The query and key vectors of the neuron view",
@@ -84,6 +87,14 @@ class Family:
     unbatched: tuple[str, ...] = ()  # layer-call arguments the whole batch shares (replay does not repeat them)
     exact: Callable[[object], dict[Statistic, str]] = lambda _config: {}  # config -> statistics not exact, and why
     attention_norm: str | None = None  # an RMSNorm of the attention output before the residual (Gemma 2 and 3)
+    keys_from: str | None = None  # cross-attention: the heads call's argument whose projections are the keys and values
+    n_heads: Callable[[object], int] | None = None  # config -> this stack's heads (default: the config's count)
+    decoder: Family | None = None  # an encoder-decoder's decoder self-attention, laid out in its decoder stack
+    cross: Family | None = None  # an encoder-decoder's cross-attention, laid out in its decoder stack
+
+    def part(self, part: Part) -> Family | None:
+        """The layout of one attention of an encoder-decoder (this one for "encoder"); None where it has none."""
+        return {"encoder": self, "decoder": self.decoder, "cross": self.cross}[part]
 
     def __post_init__(self) -> None:
         if self.split is None:
@@ -332,19 +343,70 @@ def _llama_layout(
     )
 
 
-def _bart_layout(name: str, model_types: tuple[str, ...]) -> Family:
-    """An encoder-decoder's encoder laid out as BART's: layers[l].{self_attn.{q,k,v,out}_proj,
-    self_attn_layer_norm}, post-LN like BERT (positions added to the embeddings, nothing inside attention)."""
+def _bart_attention(name: str, model_types: tuple[str, ...], attention: str, **rest) -> Family:
+    """One attention of a stack laid out as BART's: layers[l].{attention.{q,k,v,out}_proj, attention_layer_norm},
+    post-LN like BERT (positions added to the embeddings, nothing inside attention), scaled by d^-1/2."""
     return Family(
         name,
         model_types,
         _at("layers"),
-        block="self_attn",
-        heads="self_attn",
+        block=attention,
+        heads=attention,
         projections=("q_proj", "k_proj", "v_proj"),
-        output="self_attn.out_proj",
-        norm="self_attn_layer_norm",
+        output=f"{attention}.out_proj",
+        norm=f"{attention}_layer_norm",
         scale=_scaling,
+        **rest,
+    )
+
+
+def _decoder_part_exact(_config) -> dict[Statistic, str]:
+    """An encoder-decoder's decoder and cross-attention: their queries and keys are exact (the neuron view); the other
+    statistics read the encoder stack (METHODS §18)."""
+    why = "they are computed for the encoder stack of an encoder-decoder (METHODS §18), not its decoder's attentions"
+    return {"norms": why, "hta": why, "ablation": why}
+
+
+def _bart_layout(name: str, model_types: tuple[str, ...]) -> Family:
+    """An encoder-decoder laid out as BART: its encoder's self_attn; its decoder's self_attn (causal) and encoder_attn
+    (queries from the decoder, keys and values from the encoder's output), with the decoder's own head count."""
+    heads = lambda config: int(config.decoder_attention_heads)  # noqa: E731
+    return _bart_attention(
+        name,
+        model_types,
+        "self_attn",
+        decoder=_bart_attention(f"{name} decoder", model_types, "self_attn", n_heads=heads, exact=_decoder_part_exact),
+        cross=_bart_attention(
+            f"{name} cross-attention",
+            model_types,
+            "encoder_attn",
+            keys_from="key_value_states",
+            n_heads=heads,
+            exact=_decoder_part_exact,
+        ),
+    )
+
+
+def _t5_layout(name: str, sublayer: int, attention: str, **rest) -> Family:
+    """One attention of a T5 stack: block[l].layer[sublayer].{attention.{q,k,v,o}, layer_norm}, pre-norm (an RMSNorm
+    without bias), q.k unscaled; `bias=_t5_bias` where the attention adds a relative position bias (the encoder's
+    bidirectional, the decoder's unidirectional buckets: the module's own compute_bias); cross-attention adds none."""
+    path = f"layer.{sublayer}.{attention}"
+    return Family(
+        name,
+        ("t5",),
+        _at("block"),
+        block=path,
+        heads=path,
+        projections=("q", "k", "v"),
+        output=f"{path}.o",
+        norm=f"layer.{sublayer}.layer_norm",
+        post_layer_norm=False,
+        scores="relative_bias" if "bias" in rest else "absolute",
+        scale=_scaling,  # 1: T5 does not scale q.k
+        final_norm="final_layer_norm",
+        unbatched=("position_bias",),
+        **rest,
     )
 
 
@@ -468,21 +530,15 @@ FAMILIES: tuple[Family, ...] = (
         final_norm="ln_f",
         exact=_decoder_exact,
     ),
-    Family(
+    _t5_layout(
         "T5",
-        ("t5",),
-        _at("block"),
-        block="layer.0.SelfAttention",
-        heads="layer.0.SelfAttention",
-        projections=("q", "k", "v"),
-        output="layer.0.SelfAttention.o",
-        norm="layer.0.layer_norm",
-        post_layer_norm=False,
-        scores="relative_bias",
+        0,
+        "SelfAttention",
         bias=_t5_bias,
-        scale=_scaling,  # 1: T5 does not scale q.k
-        final_norm="final_layer_norm",
-        unbatched=("position_bias",),
+        decoder=_t5_layout("T5 decoder", 0, "SelfAttention", bias=_t5_bias, exact=_decoder_part_exact),
+        cross=_t5_layout(
+            "T5 cross-attention", 1, "EncDecAttention", keys_from="key_value_states", exact=_decoder_part_exact
+        ),
     ),
     _bart_layout("BART", ("bart",)),
     _bart_layout("Marian", ("marian",)),
@@ -506,8 +562,9 @@ def family_of(model_type: str) -> Family | None:
     return BY_MODEL_TYPE.get(model_type)
 
 
-def unsupported_reason(config, statistic: Statistic) -> str | None:
-    """Why a statistic cannot be computed exactly for a model with this config, in words; None when it can."""
+def unsupported_reason(config, statistic: Statistic, part: Part = "encoder") -> str | None:
+    """Why a statistic cannot be computed exactly for a model with this config (for an encoder-decoder's `part`), in
+    words; None when it can."""
     family = family_of(config.model_type)
     what = STATISTICS[statistic]
     kept = dtype_name(getattr(config, "dtype", None))
@@ -522,7 +579,12 @@ def unsupported_reason(config, statistic: Statistic) -> str | None:
             f"LayerNorms are only for {SUPPORTED_NAMES}. Attention weights, and every statistic made from them "
             "alone, work for this model."
         )
-    reason = family.exact(config).get(statistic)
+    laid_out = family.part(part)
+    if laid_out is None:
+        return (
+            f"{what} are not available for the {part} attention of {family.name} models: attnlib has no layout of it."
+        )
+    reason = laid_out.exact(config).get(statistic)
     return None if reason is None else f"{what} are not exact for this model: {reason}."
 
 
@@ -590,18 +652,22 @@ class Layout:
         return None if self.family.bias is None else self.family.bias(call, qkv, scale)
 
 
-_LAYOUTS: weakref.WeakKeyDictionary[torch.nn.Module, Layout] = weakref.WeakKeyDictionary()
+_LAYOUTS: weakref.WeakKeyDictionary[torch.nn.Module, dict[Part, Layout]] = weakref.WeakKeyDictionary()
 
 
-def layout(encoder: torch.nn.Module, statistic: Statistic = "norms") -> Layout:
-    """The layout of a base model (found once per model); UnsupportedModelError, naming the statistic, when its family
-    is unknown or not exact for it, or its modules are not where the family keeps them."""
-    reason = unsupported_reason(encoder.config, statistic)
+def layout(encoder: torch.nn.Module, statistic: Statistic = "norms", part: Part = "encoder") -> Layout:
+    """The layout of a base model (found once per model), or of an encoder-decoder's decoder or cross attention in its
+    decoder stack (`encoder` is then that stack); UnsupportedModelError, naming the statistic, when its family is
+    unknown or not exact for it, or its modules are not where the family keeps them."""
+    reason = unsupported_reason(encoder.config, statistic, part)
     if reason is not None:
         raise UnsupportedModelError(reason)
-    if encoder not in _LAYOUTS:
-        _LAYOUTS[encoder] = _bind(encoder, BY_MODEL_TYPE[encoder.config.model_type])
-    return _LAYOUTS[encoder]
+    bound = _LAYOUTS.setdefault(encoder, {})
+    if part not in bound:
+        family = BY_MODEL_TYPE[encoder.config.model_type].part(part)
+        assert family is not None  # unsupported_reason said why otherwise
+        bound[part] = _bind(encoder, family)
+    return bound[part]
 
 
 def _bind(encoder: torch.nn.Module, family: Family) -> Layout:
@@ -632,7 +698,10 @@ def _bind(encoder: torch.nn.Module, family: Family) -> Layout:
             f"This '{config.model_type}' model does not have the layout of {family.name} models "
             f"({exc}); its norms and attribution cannot be computed."
         ) from exc
-    n_heads = int(getattr(config, "num_attention_heads", None) or config.n_heads)
+    if family.n_heads is not None:
+        n_heads = family.n_heads(config)
+    else:
+        n_heads = int(getattr(config, "num_attention_heads", None) or config.n_heads)
     width = linear_weight(sites[0].output).shape[1]
     return Layout(family, tuple(sites), n_heads, width // n_heads, final_norm, after_first)
 

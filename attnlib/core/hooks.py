@@ -22,7 +22,7 @@ from typing import Literal, Protocol, cast, get_args
 
 import torch
 
-from attnlib.core.families import HeadsCall, Layout, bound_arguments, layout, unsupported_reason
+from attnlib.core.families import HeadsCall, Layout, Part, bound_arguments, layout, unsupported_reason
 from attnlib.core.model import LoadedModel
 
 Capture = Literal["attn", "qk", "values", "layer_inputs", "norm_inputs", "norm_maps"]
@@ -132,12 +132,14 @@ class Cache:
 
     captured: frozenset[Capture]
     layout: Layout | None  # None when only attention was asked for (or qk of an unknown family)
+    part: Part = "encoder"  # an encoder-decoder's attention hooked: its encoder's, decoder's or cross-attention
     attn: list[torch.Tensor] = field(default_factory=list)  # [batch, heads, n, n]: the model's own attentions
     heads_calls: list[HeadsCall] = field(default_factory=list)  # the heads module's calls (positions, masks)
     projections: list[list[torch.Tensor]] = field(default_factory=list)  # per projection: outputs [batch, n, width]
     layer_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: x, the residual
     norm_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: u, the first LN's input
     heads_input: torch.Tensor | None = None  # the heads module's input in the call now running
+    keys_input: torch.Tensor | None = None  # what that call projects to keys and values (cross: the encoder's output)
 
     def heads(self) -> HeadTensors:
         """Queries, keys, values, scales and biases of every application from its projections' outputs."""
@@ -161,35 +163,43 @@ class Cache:
 
 
 def _attention_site(encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.AbstractContextManager]:
-    """attn: the encoder asked for its attentions (output_attentions=True), and each pass's kept."""
+    """attn: the stack asked for its attentions (output_attentions=True), and each pass's kept (a decoder stack's
+    cross-attentions for the cross part)."""
 
     def ask(_module, args, kwargs):
         return args, {**kwargs, "output_attentions": True}
 
     def keep(_module, _args, out):
-        cache.attn.extend(a.detach() for a in (out.attentions or ()))
+        maps = out.cross_attentions if cache.part == "cross" else out.attentions
+        cache.attn.extend(a.detach() for a in (maps or ()))
 
     return [hooked([encoder], ask, with_kwargs=True), hooked([encoder], keep, after=True)]
 
 
 def _heads_site(_encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.AbstractContextManager]:
     """qk and values: the heads modules' calls and their projections' outputs (only calls on the heads' own input:
-    DeBERTa also projects its relative embeddings); values alone hook v only, unless q, k and v are one fused
-    projection or rotary positions need the call."""
+    DeBERTa also projects its relative embeddings; cross-attention's k and v: on the call's keys_from argument, the
+    encoder's output); values alone hook v only, unless q, k and v are one fused projection or rotary positions need
+    the call."""
     lay = cache.layout
     assert lay is not None
     projections = lay.sites[0].projections
     fused_or_rotary = len(projections) == 1 or lay.family.positions is not None
     wanted = range(len(projections)) if "qk" in cache.captured or fused_or_rotary else [2]
     cache.projections = [[] for _ in projections]
+    keys_from = lay.family.keys_from
 
     def on_heads(module, args, kwargs):
-        cache.heads_calls.append(HeadsCall(module, bound_arguments(module, args, kwargs)))
+        call = HeadsCall(module, bound_arguments(module, args, kwargs))
+        cache.heads_calls.append(call)
         cache.heads_input = args[0] if args else kwargs["hidden_states"]
+        cache.keys_input = call.arguments[keys_from] if keys_from else cache.heads_input
 
     def keep_projection(p: int):
+        reads_keys = len(projections) > 1 and p > 0  # k and v of separate projections
+
         def keep(_module, args, out):
-            if args[0] is cache.heads_input:
+            if args[0] is (cache.keys_input if reads_keys else cache.heads_input):
                 cache.projections[p].append(out.detach())
 
         return keep
@@ -234,26 +244,38 @@ SITES: dict[Capture, SiteHooks] = {
 }  # norm_maps: made from the norms' captures, no site of its own
 
 
-def _layout_for(encoder: torch.nn.Module, wanted: frozenset[Capture]) -> Layout | None:
-    """The encoder's layout when anything beyond attention is captured; None for queries and keys of a family
-    attnlib does not know (the neuron view says why); the norms of such a family raise UnsupportedModelError."""
+def _layout_for(encoder: torch.nn.Module, wanted: frozenset[Capture], part: Part) -> Layout | None:
+    """The stack's layout (of this part) when anything beyond attention is captured; None for queries and keys of a
+    family attnlib does not know (the neuron view says why); the norms of such a family raise UnsupportedModelError."""
     if wanted & NORMS:
-        return layout(encoder, "norms")
-    if "qk" in wanted and unsupported_reason(encoder.config, "queries_keys") is None:
-        return layout(encoder, "queries_keys")
+        return layout(encoder, "norms", part)
+    if "qk" in wanted and unsupported_reason(encoder.config, "queries_keys", part) is None:
+        return layout(encoder, "queries_keys", part)
     return None
 
 
+def hooked_stack(lm: LoadedModel, part: Part) -> torch.nn.Module:
+    """The stack whose forward passes a part's hooks record: lm.encoder, or an encoder-decoder's decoder stack (its
+    decoder and cross attentions); ValueError for a decoder part of a model that has none."""
+    if part == "encoder":
+        return lm.encoder
+    if lm.seq2seq is None:
+        raise ValueError(f"the {part} attention is an encoder-decoder's; '{lm.facts.name}' is not one")
+    return lm.seq2seq.get_decoder()
+
+
 @contextlib.contextmanager
-def hooks(lm: LoadedModel, capture: Iterable[Capture]) -> Iterator[Cache]:
-    """Within the block, every forward pass of lm.encoder records the named captures (and those they imply) into
-    the yielded Cache; attn also makes the encoder return its attentions. Hooks are removed in `finally`."""
+def hooks(lm: LoadedModel, capture: Iterable[Capture], part: Part = "encoder") -> Iterator[Cache]:
+    """Within the block, every forward pass of lm.encoder (of an encoder-decoder's decoder stack for the decoder or
+    cross `part`, run by the whole model) records the named captures (and those they imply) into the yielded Cache;
+    attn also makes the stack return its attentions. Hooks are removed in `finally`."""
     wanted = capture_set(capture)
-    lay = _layout_for(lm.encoder, wanted)
-    cache = Cache(wanted if lay is not None else wanted - {"qk"}, lay)
+    hooked_module = hooked_stack(lm, part)
+    lay = _layout_for(hooked_module, wanted, part)
+    cache = Cache(wanted if lay is not None else wanted - {"qk"}, lay, part)
     sites = dict.fromkeys(SITES[name] for name in CAPTURES if name in cache.captured and name in SITES)
     with contextlib.ExitStack() as stack:
         for site in sites:
-            for hook in site(lm.encoder, cache):
+            for hook in site(hooked_module, cache):
                 stack.enter_context(hook)
         yield cache

@@ -11,10 +11,11 @@ from typing import Literal
 import numpy as np
 import torch
 
+from attnlib.core.families import Part, unsupported_reason
+from attnlib.core.hooks import hooks
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import Encoded, InputError, _align_words, check_tokens, encode
 
-Part = Literal["encoder", "decoder", "cross"]
 PARTS: tuple[Part, ...] = ("encoder", "decoder", "cross")
 PART_NAMES: dict[Part, str] = {
     "encoder": "encoder self-attention (source to source)",
@@ -49,6 +50,21 @@ class Target:
 
 
 @dataclass
+class PartHeads:
+    """One part's queries and keys as its logits see them, from the model's own forward pass (hooks on the part's
+    attention modules): logits = qk_scale * q.k + score_bias, then the part's mask (the decoder's causal one), float32,
+    0-based: queries [layers, heads, n_query, d], keys [layers, heads, n_key, d] (cross: the target's queries, the
+    source's keys), qk_scale [layers], score_bias [layers, heads, n_query, n_key] (T5's relative position bias of its
+    encoder or decoder) or None."""
+
+    part: Part
+    queries: np.ndarray
+    keys: np.ndarray
+    qk_scale: np.ndarray
+    score_bias: np.ndarray | None
+
+
+@dataclass
 class Seq2SeqMaps:
     """One source and target's attention maps, float32, 0-based: encoder [layers, heads, n_src, n_src], decoder
     [layers, heads, n_tgt, n_tgt] (nothing above the diagonal), cross [layers, heads, n_tgt, n_src]."""
@@ -58,6 +74,7 @@ class Seq2SeqMaps:
     encoder: np.ndarray
     decoder: np.ndarray
     cross: np.ndarray
+    heads: PartHeads | None = None  # the queries and keys of one part, when run_seq2seq was asked for them (qk)
 
     def part(self, part: Part) -> tuple[np.ndarray, list[str], list[str]]:
         """A part's maps with its query tokens (rows) and key tokens (columns)."""
@@ -122,9 +139,12 @@ def encode_target(lm: LoadedModel, text: str, source: TargetFrom = "given") -> T
     return Target(text, source, ids, tok.convert_ids_to_tokens(ids), words, word_ids, n_full > limit, n_full)
 
 
-def run_seq2seq(lm: LoadedModel, source_text: str, target_text: str | None = None) -> Seq2SeqMaps:
+def run_seq2seq(
+    lm: LoadedModel, source_text: str, target_text: str | None = None, qk: Part | None = None
+) -> Seq2SeqMaps:
     """The three attentions of an encoder-decoder for a source and a target (None or blank: the model's greedy
-    output for the source, or the source itself when that is empty)."""
+    output for the source, or the source itself when that is empty); `qk`: also that part's queries and keys, captured
+    in the same forward pass (attnlib.core.hooks)."""
     model = require_encoder_decoder(lm, "Targets and the decoder's attentions")
     source = encode(lm, source_text)
     check_tokens(source, False)
@@ -133,7 +153,7 @@ def run_seq2seq(lm: LoadedModel, source_text: str, target_text: str | None = Non
     else:
         greedy = greedy_target(lm, source)
         target = encode_target(lm, greedy, "greedy") if greedy else encode_target(lm, source_text, "source")
-    with torch.inference_mode():
+    with hooks(lm, {"qk"} if qk else (), qk or "encoder") as cache, torch.inference_mode():
         out = model(
             **source_inputs(lm, source),
             decoder_input_ids=torch.tensor([target.input_ids], device=lm.device),
@@ -144,6 +164,20 @@ def run_seq2seq(lm: LoadedModel, source_text: str, target_text: str | None = Non
     def stacked(maps) -> np.ndarray:
         return torch.stack([m[0] for m in maps]).float().cpu().numpy()
 
-    return Seq2SeqMaps(
+    maps = Seq2SeqMaps(
         source, target, stacked(out.encoder_attentions), stacked(out.decoder_attentions), stacked(out.cross_attentions)
     )
+    if qk is not None:
+        if "qk" not in cache.captured:
+            raise InputError(f"No queries and keys: {unsupported_reason(lm.encoder.config, 'queries_keys', qk)}")
+        heads, zeros = cache.heads(), np.zeros_like(maps.part(qk)[0][0])
+        biases = [zeros if b is None else b[0].float().cpu().numpy() for b in heads.biases]
+        has_bias = any(b is not None for b in heads.biases)
+        maps.heads = PartHeads(
+            qk,
+            stacked(heads.queries),
+            stacked(heads.keys),
+            np.array(heads.scales, np.float32),
+            np.stack(biases) if has_bias else None,
+        )
+    return maps

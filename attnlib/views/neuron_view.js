@@ -1,10 +1,13 @@
 // Neuron view (figures/neuron_view.py): for one head and query token, the query vector q, each key vector k,
 // the elementwise q × k, the scores (scale × q·k, plus relative terms in some families) and their softmax, which is
-// the head's attention row. Data D: title, layer and head (1-based), labels, qi (0-based query position), d, q [d],
+// the head's attention row. Data D: title, layer and head (1-based), labels (the keys' tokens), query_labels (the
+// queries' tokens where they differ from the keys', as cross-attention's target tokens, drawn in a column on the left;
+// else null), qi (0-based query position), d, q [d],
 // k [n * d] (row-major), label (how the scores are made, e.g. "q·k / √64"), window (a local layer's half-width, or
 // null), scores [n], softmax [n], attn (the model's own row, or null) and diff (largest |softmax - attn|, or null).
 
 const n = D.labels.length, d = D.d, q = D.q, K = D.k, cv = document.getElementById('cv');
+const QL = D.query_labels, nq = QL ? QL.length : 0, queryLabel = (QL || D.labels)[D.qi];
 
 // q × k for every key, and the scales of the colours: largest |k| or |q|, largest |q × k|, range of the scores
 const P = new Float64Array(n * d);
@@ -23,21 +26,24 @@ for (const s of D.scores) {
   smax = Math.max(smax, s);
 }
 
-// Geometry: row height, neuron cell width, then the columns keys | q × k | scores | softmax from left to right.
-const RH = n > 120 ? 12 : 16, CW = Math.max(3, Math.min(8, Math.floor(260 / d))), FONT = (n > 120 ? 10 : 12) + 'px system-ui,sans-serif';
+// Geometry: row height, neuron cell width, then the columns (queries |) keys | q × k | scores | softmax from left to
+// right.
+const rows = Math.max(n, nq), RH = rows > 120 ? 12 : 16, CW = Math.max(3, Math.min(8, Math.floor(260 / d)));
+const FONT = (rows > 120 ? 10 : 12) + 'px system-ui,sans-serif';
 const probe = cv.getContext('2d');
 probe.font = FONT;
-const wl = labelWidth(probe, D.labels, 130);
-const xk = 8 + wl + 8, xp = xk + d * CW + 16, xs = xp + d * CW + 16, SW = 80, xm = xs + SW + 16, MW = 110;
-const W = xm + MW + 60, y0 = 58, Hh = y0 + RH * n + 8;
+const wl = labelWidth(probe, D.labels, 130), wq = QL ? labelWidth(probe, QL, 130) : 0, xl = QL ? 8 + wq + 24 : 8;
+const xk = xl + wl + 8, xp = xk + d * CW + 16, xs = xp + d * CW + 16, SW = 80, xm = xs + SW + 16, MW = 110;
+const W = xm + MW + 60, y0 = 58, Hh = y0 + RH * rows + 8;
 
 document.getElementById('ttl').textContent = (D.title || 'Neuron view') + ' — layer ' + D.layer + ', head ' + D.head +
-  ', query “' + D.labels[D.qi] + '” (position ' + (D.qi + 1) + ')';
+  ', query “' + queryLabel + '” (position ' + (D.qi + 1) + (QL ? ' of the queries' : '') + ')';
 document.getElementById('hint').textContent =
   'Blue = positive, orange = negative, darker = larger magnitude. The score of each key is ' + D.label +
   ' (q·k: the sum of its q×k row); softmax of the scores is the attention row' +
   (D.window !== null ? ' (a local layer: keys farther than ' + D.window + ' positions get weight 0)' : '') +
   (D.causal ? ' (a decoder: later keys get weight 0)' : '') +
+  (QL ? ' (cross-attention: the queries\' tokens on the left, the keys\' on the right)' : '') +
   (D.diff !== null ? ' (largest difference from the model\'s own attention row: ' + D.diff.toExponential(1) + ')' : '') +
   '. Hover for values.';
 
@@ -65,8 +71,17 @@ c.fillText('keys k', xk, y0 - 14);
 c.fillText('q × k', xp, y0 - 14);
 c.fillText(D.label.length <= 12 ? D.label : 'score', xs, y0 - 14);  // a long label is in the hint above
 c.fillText('softmax', xm, y0 - 14);
-c.fillStyle = '#ffefb0';  // the query's own row
-c.fillRect(4, y0 + RH * D.qi, xk - 8, RH);
+c.fillStyle = '#ffefb0';  // the query's own row (cross-attention: in the queries' column)
+c.fillRect(4, y0 + RH * D.qi, QL ? wq + 8 : xk - 8, RH);
+for (let i = 0; i < nq; i++) {
+  c.fillStyle = '#222';
+  c.textAlign = 'right';
+  c.fillText(fit(c, QL[i], wq), 8 + wq, y0 + RH * i + RH / 2);
+}
+if (QL) {
+  c.textAlign = 'left';
+  c.fillText('queries', 8, y0 - 14);
+}
 for (let j = 0; j < n; j++) {
   const y = y0 + RH * j;
   c.fillStyle = '#222';
@@ -96,6 +111,10 @@ cv.onmousemove = e => {
   if (y < 24 && x >= xk && x < xk + d * CW) {  // the query vector
     const i = Math.floor((x - xk) / CW);
     tip(e, 'neuron ' + (i + 1) + ': q = ' + q[i].toFixed(3));
+    return;
+  }
+  if (QL && x < xl && j >= 0 && j < nq) {  // a query token of cross-attention
+    tip(e, 'query ' + QL[j] + ' (position ' + (j + 1) + ')');
     return;
   }
   if (j < 0 || j >= n) {

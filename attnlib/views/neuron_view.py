@@ -1,8 +1,9 @@
 """Neuron view: for one head and query token, the query vector, each key vector, q×k, the scores and their softmax.
 
-The scores are the logits the model's softmax reads: scale * q·k (scale 1/√d, DeBERTa's 1/√(d (1 + terms))), plus the
-family's relative terms where it adds them (DeBERTa's c2p + p2c, MPNet's position bias); keys outside a local
-layer's window (ModernBERT) get weight 0."""
+The scores are the logits the model's softmax reads: scale * q·k (scale 1/√d, DeBERTa's 1/√(d (1 + terms)), T5's 1),
+plus the family's relative terms where it adds them (DeBERTa's c2p + p2c, MPNet's and T5's position bias); keys
+outside a local layer's window (ModernBERT) or after the query (decoders) get weight 0. An encoder-decoder's
+cross-attention draws the target's tokens (queries) on the left and the source's (keys) on the right, as bertviz's."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attnlib.core.runner import RunResult
-from attnlib.core.seq2seq import Seq2SeqMaps
+from attnlib.core.seq2seq import PartHeads, Seq2SeqMaps
 from attnlib.views.canvas_html import html_page, round_list, view_script
 from attnlib.views.display import View
 from attnlib.views.figure import notebook_figure
@@ -103,9 +104,11 @@ def neuron_view_html(
     relative: np.ndarray | None = None,
     window: int | None = None,
     causal: bool = False,
+    query_labels: Sequence[str] | None = None,
 ) -> str:
-    """Self-contained HTML of the neuron view of one head ([n, d] queries and keys; 0-based layer, head, query;
-    scale, relative, window and causal as neuron_scores takes them)."""
+    """Self-contained HTML of the neuron view of one head ([n_query, d] queries, [n, d] keys; 0-based layer, head,
+    query; scale, relative, window and causal as neuron_scores takes them); `labels` are the keys' tokens,
+    `query_labels` the queries' where they differ (cross-attention's target tokens, drawn on the left)."""
     ns = neuron_scores(queries, keys, query_index, scale, relative, window, causal)
     payload = {
         "label": ns.label,
@@ -115,6 +118,7 @@ def neuron_view_html(
         "layer": layer + 1,
         "head": head + 1,
         "labels": list(labels),
+        "query_labels": None if query_labels is None else list(query_labels),
         "qi": query_index,
         "d": int(ns.query.size),
         "q": round_list(ns.query, 3),
@@ -163,8 +167,14 @@ def result_terms(result: RunResult, layer: int, head: int, query: int) -> dict:
     return {key: terms[key] for key in ("scale", "relative")}
 
 
+def seq2seq_terms(heads: PartHeads, layer: int, head: int, query: int) -> dict:
+    """neuron_scores' scale, relative, window and causal arguments for one row of an encoder-decoder's part (the
+    decoder's self-attention is causal)."""
+    return score_terms(heads.qk_scale, heads.score_bias, layer, head, query, None, heads.part == "decoder")
+
+
 def neuron_view(
-    queries: RunResult | Any,
+    queries: RunResult | Seq2SeqMaps | Any,
     keys: Any = None,
     tokens: Sequence[str] | None = None,
     *,
@@ -177,16 +187,26 @@ def neuron_view(
     """The neuron view of one head and query position (0-based); shows itself in a notebook and has .save_html(path).
 
     `queries`: a RunResult (run with capture_qk=True, the default of `run`), which has the keys, tokens, attention and
-    the logits' scale and relative terms too (an encoder-decoder's: `run(lm, source)`, its encoder stack); or the queries of any model, [layers, heads, n, d] or a list of per-layer [(1,) heads, n, d], with `keys` of
-    the same shape and `tokens`, and optionally its `attention` (as head_view takes it) to set the model's own row
-    beside softmax(q·k/√d)."""
+    the logits' scale and relative terms too (an encoder-decoder's: `run(lm, source)`, its encoder stack); or
+    `run_seq2seq(lm, source, target, qk=part)`, the queries and keys of an encoder-decoder's encoder, decoder or cross
+    attention (cross: the target's tokens are the queries, the source's the keys); or the queries of any model,
+    [layers, heads, n, d] or a list of per-layer [(1,) heads, n, d], with `keys` of the same shape and `tokens`, and
+    optionally its `attention` (as head_view takes it) to set the model's own row beside softmax(q·k/√d)."""
     maps: np.ndarray | None
+    query_labels: list[str] | None = None
+    terms: dict = {}
     if isinstance(queries, Seq2SeqMaps):
-        raise ValueError(
-            "queries: run_seq2seq's maps hold no queries and keys. For the encoder's neuron view pass run(lm, source), "
-            "the encoder stack's RunResult; the decoder's self- and cross-attention have no neuron view yet."
-        )
-    if isinstance(queries, RunResult):
+        if queries.heads is None:
+            raise ValueError(
+                "queries: these run_seq2seq maps hold no queries and keys: run it with qk='encoder', 'decoder' or "
+                "'cross' (or pass run(lm, source), the encoder stack's RunResult)."
+            )
+        part = queries.heads.part
+        q, k = queries.heads.queries, queries.heads.keys
+        maps, query_tokens, key_tokens = queries.part(part)
+        labels = list(key_tokens)
+        query_labels = list(query_tokens) if part == "cross" else None
+    elif isinstance(queries, RunResult):
         if queries.queries is None or queries.keys is None:
             raise ValueError("queries: this RunResult holds no queries and keys (run it with capture_qk=True).")
         q, k, maps = queries.queries, queries.keys, queries.attentions
@@ -195,16 +215,24 @@ def neuron_view(
             raise ValueError("keys: give the keys with the queries.")
         q, k = per_layer(queries, "queries", "d"), per_layer(keys, "keys", "d")
         maps = None if attention is None else attention_of(attention)
-    if k.shape != q.shape:
+    n_layers, n_heads, n_query, _ = q.shape
+    n = k.shape[2]
+    if query_labels is None and k.shape != q.shape:
         raise ValueError(f"keys: shape {k.shape} differs from the queries' {q.shape}.")
-    n_layers, n_heads, n, _ = q.shape
-    if maps is not None and maps.shape[:3] != (n_layers, n_heads, n):
+    if maps is not None and maps.shape[:4] != (n_layers, n_heads, n_query, n):
         raise ValueError(f"attention: shape {maps.shape} does not match the queries' {q.shape}.")
-    labels = tokens_of(queries, tokens, n)
+    if not isinstance(queries, Seq2SeqMaps):
+        labels = tokens_of(queries, tokens, n)
     layer, head = check_index(layer, n_layers, "layer"), check_index(head, n_heads, "head")
-    query = check_index(query, n, "query")
+    query = check_index(query, n_query, "query")
     row = None if maps is None else maps[layer, head, query]
-    terms = result_terms(queries, layer, head, query) if isinstance(queries, RunResult) else {}
-    html = neuron_view_html(q[layer, head], k[layer, head], labels, query, layer, head, row, title=title, **terms)
-    height = 90 + min(682, 66 + (12 if n > 120 else 16) * n)  # neuron_view.js: its rows in a 680 px scroll box
-    return View(html, height, f"Neuron view: layer {layer}, head {head}, query {query} of {n} tokens")
+    if isinstance(queries, RunResult):
+        terms = result_terms(queries, layer, head, query)
+    elif isinstance(queries, Seq2SeqMaps) and queries.heads is not None:
+        terms = seq2seq_terms(queries.heads, layer, head, query)
+    html = neuron_view_html(
+        q[layer, head], k[layer, head], labels, query, layer, head, row, title=title, query_labels=query_labels, **terms
+    )
+    rows = max(n, n_query)
+    height = 90 + min(682, 66 + (12 if rows > 120 else 16) * rows)  # neuron_view.js: its rows in a 680 px scroll box
+    return View(html, height, f"Neuron view: layer {layer}, head {head}, query {query} of {n_query} tokens")

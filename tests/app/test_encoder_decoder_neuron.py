@@ -1,7 +1,8 @@
-"""The neuron view of an encoder-decoder's encoder on the Live page (and from a notebook): its scores are the logits
-rebuilt here from the encoder layer's own q and k projections (BART, Marian: q·k/√d; T5: q·k unscaled plus its relative
-position bias by compute_bias), whose softmax is the model's own output_attentions; the decoder and cross parts say
-in words that the neuron view is the encoder's only."""
+"""The neuron view of an encoder-decoder's three parts on the Live page (and from a notebook): its scores are the
+logits rebuilt here from the attention modules' own q and k projections (BART, Marian: q·k/√d; T5: q·k unscaled plus
+its relative position bias by compute_bias: the encoder's, the decoder's own; none in cross-attention), whose softmax
+is the model's own attentions; cross-attention draws the target's tokens as the queries (left) and the source's as the
+keys (right), the decoder its causal rows."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ import numpy as np
 import pytest
 import torch
 
-from app_pages.live.encoder_decoder import ENCODER_ONLY
+from app_pages.live.encoder_decoder import DECODER_NORMS
 from attnlib.core.model import load_model
 from attnlib.core.runner import run
 from attnlib.core.seq2seq import run_seq2seq
 from attnlib.views import neuron_view
 from support.models import save_tiny
 from support.pages import open_live, rerun, view_datas
+from support.seq2seq import own_part
 from support.tolerances import FORWARD_RTOL
 from support.views import page_data
+from ui.sources.live_inputs import pretty_token
 
-SOURCE, TARGET = "The cat sat on the mat.", "A dog ran."
+SOURCE, TARGET = "The cat sat on the mat.", "A dog ran to the park."
 LAYER, HEAD, QUERY = 1, 2, 3  # 0-based: the page's layer 2, head 3, token 4
 ROUNDED = 5e-4  # the view's JSON keeps q, k and the scores to 3 decimals
 
@@ -71,13 +74,37 @@ def test_the_encoders_neuron_view_is_q_dot_k_of_the_encoder_layer(tiny_dir):
     assert any("equals the model's attention row" in c.value for c in at.caption)
 
 
-def test_the_decoder_and_cross_parts_say_the_neuron_view_is_the_encoders(tiny_dir):
-    at = open_live(model=str(tiny_dir), a=SOURCE, target=TARGET, view="neuron", part="decoder")
-    assert not view_datas(at) and [i.value for i in at.info] == [ENCODER_ONLY]
-    at.radio(key="live_part").set_value("cross")
-    assert not view_datas(rerun(at)) and [i.value for i in at.info] == [ENCODER_ONLY]
+def own_row(folder, part: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """(the query tokens, the key tokens, the logits, the model's attention) of (LAYER, HEAD, QUERY) of a decoder
+    part, the logits from the attention modules' own projections (support.seq2seq)."""
+    lm = load_model(str(folder))
+    maps = run_seq2seq(lm, SOURCE, TARGET)
+    own = own_part(lm, lm.seq2seq.config.model_type, part, maps.source.input_ids, maps.target.input_ids)
+    _, query_tokens, key_tokens = maps.part(part)
+    return query_tokens, key_tokens, own.logits[LAYER, HEAD, QUERY], own.attentions[LAYER, HEAD, QUERY]
+
+
+@pytest.mark.parametrize("part", ["decoder", "cross"])
+def test_the_decoder_and_cross_parts_draw_their_neuron_view(tiny_dir, part):
+    query_tokens, key_tokens, logits, model_attention = own_row(tiny_dir, part)
+    at = open_live(model=str(tiny_dir), a=SOURCE, target=TARGET, view="neuron", part=part, layer="2", head="3")
+    at.selectbox(key="live_token").set_value(QUERY + 1)
+    (data,) = view_datas(rerun(at))
+    assert (data["layer"], data["head"], data["qi"]) == (LAYER + 1, HEAD + 1, QUERY)
+    assert data["labels"] == [pretty_token(t) for t in key_tokens]  # cross: the source's tokens, on the right
+    assert data["query_labels"] == ([pretty_token(t) for t in query_tokens] if part == "cross" else None)
+    assert data["causal"] == (part == "decoder") and at.query_params["part"] == part
+    np.testing.assert_allclose(data["scores"], logits, atol=ROUNDED + FORWARD_RTOL)
+    np.testing.assert_allclose(data["softmax"], model_attention, atol=5e-5 + FORWARD_RTOL)
+    if part == "decoder":
+        assert not any(data["softmax"][QUERY + 1 :])  # the keys after the query
+    assert data["diff"] < 1e-6
+    assert any("equals the model's attention row" in c.value for c in at.caption)
+    assert any(c.value == DECODER_NORMS for c in at.caption) and not at.info and not at.warning
     at.radio(key="live_part").set_value("encoder")
-    assert len(view_datas(rerun(at))) == 1 and not at.info
+    (data,) = view_datas(rerun(at))
+    assert data["query_labels"] is None and not data["causal"]  # the encoder's, as before
+    assert not any(c.value == DECODER_NORMS for c in at.caption)
 
 
 def test_a_notebooks_neuron_view_of_the_encoders_run_uses_its_scale_and_bias(tiny_dir):
@@ -87,5 +114,16 @@ def test_a_notebooks_neuron_view_of_the_encoders_run_uses_its_scale_and_bias(tin
     data = page_data(view.html)
     np.testing.assert_allclose(data["scores"], logits[HEAD, QUERY], atol=ROUNDED + FORWARD_RTOL)
     assert data["diff"] < 1e-6
-    with pytest.raises(ValueError, match=r"pass run\(lm, source\)"):
+    with pytest.raises(ValueError, match=r"qk='encoder', 'decoder' or 'cross'"):
         neuron_view(run_seq2seq(lm, SOURCE, TARGET))
+
+
+@pytest.mark.parametrize("part", ["decoder", "cross"])
+def test_a_notebooks_neuron_view_of_a_decoder_part(tiny_dir, part):
+    query_tokens, key_tokens, logits, _ = own_row(tiny_dir, part)
+    lm = load_model(str(tiny_dir))
+    view = neuron_view(run_seq2seq(lm, SOURCE, TARGET, qk=part), layer=LAYER, head=HEAD, query=QUERY)
+    data = page_data(view.html)
+    assert data["labels"] == key_tokens and data["query_labels"] == (query_tokens if part == "cross" else None)
+    np.testing.assert_allclose(data["scores"], logits, atol=ROUNDED + FORWARD_RTOL)
+    assert data["causal"] == (part == "decoder") and data["diff"] < 1e-6

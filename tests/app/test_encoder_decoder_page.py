@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app_pages.live.encoder_decoder import ENCODER_ONLY
 from attnlib.core.model import load_model
 from attnlib.core.seq2seq import TARGET_FROM_TEXT, run_seq2seq
 from attnlib.present.tour import STEPS
 from attnlib.results.shipped import ROOT
 from support.models import save_tiny
 from support.pages import PAGES, open_live, rerun, run_computing, view_datas
+from ui.sources.live_inputs import pretty_token
 
 pytestmark = pytest.mark.slow
 SOURCE, TARGET = "The cat sat on the mat.", "A dog ran."
@@ -49,8 +49,9 @@ def test_live_page_switches_between_encoder_decoder_and_cross_attention(bart_dir
     assert (data["left"], data["right"], data["L"], data["H"]) == (target, source, 2, 4)
     assert data["sel"] == [1, 2]  # layer 2, head 3, 0-based
     at.radio(key="live_view").set_value("neuron")
-    rerun(at)
-    assert not view_datas(at) and [i.value for i in at.info] == [ENCODER_ONLY]  # cross: the encoder's only
+    (data,) = view_datas(rerun(at))
+    stripped = [[pretty_token(t) for t in tokens] for tokens in (maps.target.tokens, maps.source.tokens)]
+    assert [data["query_labels"], data["labels"]] == stripped  # cross: the target's tokens are the queries
 
 
 def test_live_page_without_a_target_says_where_the_target_came_from(bart_dir):
@@ -61,6 +62,10 @@ def test_live_page_without_a_target_says_where_the_target_came_from(bart_dir):
     (data,) = view_datas(at)
     assert data["left"] == data["right"] == _pretty(maps.source.tokens)  # the encoder, by default
     assert any("encoder-decoder" in c.value for c in at.sidebar.caption)
+    at.radio(key="live_view").set_value("neuron")
+    at.radio(key="live_part").set_value("cross")
+    (data,) = view_datas(rerun(at))  # the cross-attention of the target made for the page, not another
+    assert data["query_labels"] == [pretty_token(t) for t in maps.target.tokens] and data["diff"] < 1e-6
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from attnlib.core.runner import run
 from attnlib.views import head_view, model_view, neuron_view
 from attnlib.views.canvas_html import quantize
 from attnlib.views.deps import head_accuracy_heatmaps
+from attnlib.views.neuron_view import neuron_view_html
 from attnlib.views.special_tokens import layer_lines_with_head_dots
 from support.browser import INK, PLOTTED, offline_page
 
@@ -141,3 +142,24 @@ def test_encoder_decoder_head_view_switches_to_cross_attention(browser, tmp_path
         weight = float(re.search(r"head 1-1: ([0-9.]+)", tip).group(1))
         assert abs(weight - quantize(cross[0, 0, 2, key]) / 255) < 1e-3, tip
         page.screenshot(path=str(screenshot_dir / "encoder-decoder-head-view.png"), full_page=True)
+
+
+def test_cross_attentions_neuron_view_draws_the_queries_left_of_the_keys(browser, tmp_path):
+    """An encoder-decoder's cross-attention: the target's tokens (queries) in a column on the left, the chosen one
+    marked, the source's tokens (keys) beside their vectors; hovering says which is which."""
+    rng = np.random.default_rng(0)
+    source, target = ["▁Das", "▁Haus", "▁ist", "▁klein", "</s>"], ["<pad>", "▁The", "▁house"]
+    queries, keys = rng.normal(size=(3, 8)), rng.normal(size=(5, 8))
+    html = neuron_view_html(queries, keys, source, 2, 0, 0, query_labels=target, scale=8**-0.5)
+    path = tmp_path / "cross-neuron.html"
+    path.write_text(html, encoding="utf-8")
+    with offline_page(browser) as (page, _):
+        page.goto(path.as_uri())
+        assert drawn(page.main_frame, "neuron") > 200
+        assert "query “▁house” (position 3 of the queries)" in page.locator("#ttl").inner_text()
+        (left, rows_top, key_labels) = page.evaluate("() => [xl, y0, xk]")
+        page.locator("#cv").hover(position={"x": 10, "y": rows_top + 16 * 1 + 8})  # rows of 16 px
+        assert page.locator("#tip").inner_text() == "query ▁The (position 2)"
+        page.locator("#cv").hover(position={"x": key_labels + 2, "y": rows_top + 16 * 4 + 8})
+        assert page.locator("#tip").inner_text().startswith("</s> (position 5)")
+        assert left < key_labels

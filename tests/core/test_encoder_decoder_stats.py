@@ -29,8 +29,15 @@ from attnlib.stats.head_ablation import (
     variant_effects,
 )
 from support.ablation import REPLAY_ATOL
-from support.models import ENCODER_DECODER_KINDS, tiny_encoder_decoder_config, tiny_model, tokenizer_for
+from support.models import (
+    ENCODER_DECODER_KINDS,
+    move_off_initial,
+    tiny_encoder_decoder_config,
+    tiny_model,
+    tokenizer_for,
+)
 from support.reference import reverse_mode_reference
+from support.seq2seq import own_scale
 from support.tolerances import EPS32
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -60,11 +67,6 @@ MASK_KEYWORD = {"t5": "mask", "bart": "attention_mask", "marian": "attention_mas
 POST_LN = {"t5": False, "bart": True, "marian": True}
 
 
-def own_scale(kind: str, head_dim: int) -> float:
-    """The factor of q.k in each family's eager attention: T5 none (its bias carries the positions), else d^-1/2."""
-    return 1.0 if kind == "t5" else head_dim**-0.5
-
-
 WIDE_T5 = "t5-wide"  # T5 whose heads are together wider than the model (d_kv * heads > d_model, as in t5-11b)
 
 
@@ -83,15 +85,7 @@ def encdec(request, tmp_path_factory):
         model = AutoModelForSeq2SeqLM.from_config(config)
     else:
         model = tiny_model(kind, tokenizer)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for module in model.modules():
-            moved = [getattr(module, "bias", None)]
-            if "norm" in type(module).__name__.lower():
-                moved.append(getattr(module, "weight", None))
-            for parameter in moved:
-                if isinstance(parameter, torch.nn.Parameter):
-                    parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+    move_off_initial(model)
     folder = tmp_path_factory.mktemp(f"encdec-stats-{request.param}")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -421,6 +421,21 @@ def tiny_encoder_decoder_config(kind: str, tokenizer):
     raise ValueError(f"no tiny encoder-decoder config for {kind!r}")
 
 
+def move_off_initial(model: torch.nn.Module, seed: int = 1) -> torch.nn.Module:
+    """Every bias, and every norm's weight, moved off its initial value (0, 1) at random, so that a misplaced bias or
+    gamma changes what a test compares; the model."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            moved = [getattr(module, "bias", None)]
+            if "norm" in type(module).__name__.lower():
+                moved.append(getattr(module, "weight", None))
+            for parameter in moved:
+                if isinstance(parameter, torch.nn.Parameter):
+                    parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+    return model
+
+
 def save_tiny(kind: str, folder: Path) -> Path:
     """Write a tiny random model of this kind and its tokenizer to folder; the folder."""
     tokenizer = tokenizer_for(kind)

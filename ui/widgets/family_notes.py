@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnlib.core.families import Statistic, local_layers_text, unsupported_reason
+from attnlib.core.families import Part, Statistic, local_layers_text, unsupported_reason
 from attnlib.core.model import LoadedModel, ModelFacts
 from ui.sources.compare import compared_model
 from ui.sources.model_sidebar import current_model, model_named
@@ -39,15 +39,16 @@ def encoder_part_notes(*models: LoadedModel | None) -> None:
             st.caption(text)
 
 
-def unsupported_for(model_name: str, statistic: Statistic) -> str | None:
-    """Why the loaded model `model_name` cannot give this statistic, prefixed with its name; None when it can."""
-    reason = unsupported_reason(model_named(model_name).encoder.config, statistic)
+def unsupported_for(model_name: str, statistic: Statistic, part: Part = "encoder") -> str | None:
+    """Why the loaded model `model_name` cannot give this statistic (for an encoder-decoder's part), prefixed with its
+    name; None when it can."""
+    reason = unsupported_reason(model_named(model_name).encoder.config, statistic, part)
     return None if reason is None else f"{model_name}: {reason}"
 
 
-def explain_unsupported(facts: ModelFacts, statistic: Statistic) -> bool:
-    """Whether the model cannot give this statistic; if so the page says why, in words."""
-    reason = unsupported_for(facts.name, statistic)
+def explain_unsupported(facts: ModelFacts, statistic: Statistic, part: Part = "encoder") -> bool:
+    """Whether the model cannot give this statistic (for an encoder-decoder's part); if so the page says why."""
+    reason = unsupported_for(facts.name, statistic, part)
     if reason is not None:
         st.info(reason)
     return reason is not None

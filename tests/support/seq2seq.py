@@ -1,0 +1,96 @@
+"""An encoder-decoder's decoder self-attention and cross-attention rebuilt from the model's own modules, found by
+paths written here (read off the transformers sources, not attnlib's families): the tests of their queries, keys and
+neuron view compare the library with it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from support.tolerances import EPS32
+
+# per kind, in the decoder stack: layer l's self-attention and cross-attention modules, and their q and k projections
+ATTENTION = {
+    "t5": {"decoder": "block.{}.layer.0.SelfAttention", "cross": "block.{}.layer.1.EncDecAttention"},
+    "bart": {"decoder": "layers.{}.self_attn", "cross": "layers.{}.encoder_attn"},
+    "marian": {"decoder": "layers.{}.self_attn", "cross": "layers.{}.encoder_attn"},
+}
+QK = {"t5": ("q", "k"), "bart": ("q_proj", "k_proj"), "marian": ("q_proj", "k_proj")}
+
+
+def own_scale(kind: str, head_dim: int) -> float:
+    """The factor of q.k in each family's eager attention: T5 none (its bias carries the positions), else d^-1/2."""
+    return 1.0 if kind == "t5" else head_dim**-0.5
+
+
+@dataclass
+class OwnPart:
+    """One part, float64, from the model's forward pass: queries [layers, heads, n_query, d], keys [layers, heads,
+    n_key, d], the position bias that T5's attention module returns ([layers, heads, n_query, n_key]; None for BART
+    and Marian), the logits scale * q.k + bias before the mask and the model's own attentions of the part."""
+
+    queries: np.ndarray
+    keys: np.ndarray
+    bias: np.ndarray | None
+    logits: np.ndarray
+    attentions: np.ndarray
+
+
+def own_part(lm, kind: str, part: str, source_ids: list[int], target_ids: list[int]) -> OwnPart:
+    """The part's queries and keys from each attention module's own inputs (hidden_states; cross: key_value_states,
+    the encoder's output) through its own q and k projections, in the model's forward pass for these ids."""
+    q_name, k_name = QK[kind]
+    d, decoder = lm.facts.head_dim, lm.seq2seq.get_decoder()
+    queries, keys, biases = [], [], []
+
+    def keep(attention, args, kwargs, out):
+        x = args[0] if args else kwargs["hidden_states"]
+        kv = kwargs["key_value_states"] if part == "cross" else x
+        for found, name, states in ((queries, q_name, x), (keys, k_name, kv)):
+            found.append(getattr(attention, name)(states)[0].reshape(states.shape[1], -1, d).transpose(0, 1))
+        if kind == "t5":
+            biases.append(out[1][0].expand(len(queries[-1]), -1, -1))  # T5Attention returns (output, bias, weights)
+
+    path = ATTENTION[kind][part]
+    n_layers = len(decoder.get_submodule(path.partition(".{}")[0]))
+    modules = [decoder.get_submodule(path.format(l)) for l in range(n_layers)]
+    handles = [m.register_forward_hook(keep, with_kwargs=True) for m in modules]
+    try:
+        with torch.no_grad():
+            out = lm.seq2seq(
+                input_ids=torch.tensor([source_ids]),
+                decoder_input_ids=torch.tensor([target_ids]),
+                output_attentions=True,
+                use_cache=False,
+            )
+    finally:
+        for handle in handles:
+            handle.remove()
+    q, k = (torch.stack(found).double().numpy() for found in (queries, keys))
+    bias = torch.stack(biases).double().numpy() if biases else None
+    logits = own_scale(kind, d) * np.einsum("lhid,lhjd->lhij", q, k) + (0 if bias is None else bias)
+    own = out.decoder_attentions if part == "decoder" else out.cross_attentions
+    return OwnPart(q, k, bias, logits, torch.stack([a[0] for a in own]).double().numpy())
+
+
+def masked_softmax(logits: np.ndarray, causal: bool) -> np.ndarray:
+    """Softmax over the last axis, keys after the query (j > i) left out when causal."""
+    if causal:
+        n_query, n_key = logits.shape[-2:]
+        logits = np.where(np.tril(np.ones((n_query, n_key), bool)), logits, -np.inf)
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def softmax_tolerance(queries: np.ndarray, keys: np.ndarray, scale, bias: np.ndarray | None) -> np.ndarray:
+    """How far the model's float32 softmax of scale * q.k + bias may be from the exact one, per row [..., n_query, 1]:
+    each logit's float32 dot product of d terms, its scaling and the bias' addition are within (d + 2) eps M of the
+    exact one, M = scale sum|q_c k_c| + |bias| (support.tolerances), which moves each probability by at most twice the
+    largest logit error; softmax's own float32 exp, sum and division add (n + 4) eps."""
+    d, n = queries.shape[-1], keys.shape[-2]
+    magnitude = np.abs(scale) * np.einsum("...id,...jd->...ij", np.abs(queries), np.abs(keys))
+    if bias is not None:
+        magnitude = magnitude + np.abs(bias)
+    return 2 * (d + 2) * EPS32 * magnitude.max(-1, keepdims=True) + (n + 4) * EPS32
