@@ -2,8 +2,8 @@
 # The quick test tier across CPU kernels, thread counts and Pythons: what a user's laptop, Community Cloud or another
 # CI may run. Each configuration runs `pytest -m "not slow and not browser"` and prints its time; the script fails if
 # any configuration fails. Usage: scripts/test_matrix.sh [NAME ...] (default: all; names below).
-#   avx2     torch, MKL and oneDNN limited to AVX2 (an AVX-512 machine computing as an AVX2-only one; skipped on an
-#            AVX2-only CPU, whose native run is the same configuration)
+#   avx2     torch, MKL and oneDNN limited to AVX2 (an AVX-512 machine computing as an AVX2-only one; alone, skipped
+#            on an AVX2-only CPU, whose native run is the same configuration)
 #   plain    torch's plain C++ kernels (ATEN_CPU_CAPABILITY=default)
 #   1thread  one torch/OpenMP/MKL thread, one process;  2threads  two threads, one process
 #   py3.12 py3.13  the suite in a venv of that Python (.venv-py3.12, .venv-py3.13), made here on first use from
@@ -76,7 +76,8 @@ for name in "${names[@]}"; do
   for part in "${parts[@]}"; do
     case "$part" in
       avx2)
-        if [ "$("$python" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX2 ]; then
+        if [ "$(.venv/bin/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX2 ] &&
+          [ "$name" = avx2 ]; then
           skip="this CPU's own kernels are AVX2 (nothing wider for torch, MKL or oneDNN): the native run is this configuration"
         fi
         env_vars+=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2) ;;
