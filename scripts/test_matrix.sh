@@ -27,6 +27,8 @@ workers=(-n 2)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(avx2 plain 1thread 2threads py3.12 py3.13)
 
+WARM_IMPORTS="import torch, transformers, scipy, sklearn, pandas, plotly, streamlit, attnlib.cli.entry, app_pages"  # what every leg imports
+
 python_for() {  # a python executable of version $1, or nothing
   for candidate in "$HOME/.pyenv/versions/$1"*/bin/python"$1" "$(command -v "python$1" || true)"; do
     [ -x "$candidate" ] && { echo "$candidate"; return; }
@@ -53,8 +55,11 @@ venv_for() {  # .venv-pyX.Y with the project's requirements, made once (a stamp 
     rm -rf "$venv"
     "$uv" venv -q --seed --python "$python" "$venv" >&2  # --seed: pip too (tests run it)
     requirements_from_pypi "$venv"
-    "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" -r "$venv/requirements-dev.txt" >&2
+    "$uv" pip install -q --python "$venv/bin/python" -r "$venv/requirements-dev.txt" >&2
     "$uv" pip install -q --python "$venv/bin/python" --no-deps -e . >&2
+    # bytecode of what the tests import, written by importing it (uv's --compile-bytecode compiles every module of
+    # every package: 90 s of CPU per venv against 10 s); the legs write the rest as they import it
+    PYTHONDONTWRITEBYTECODE='' "$venv/bin/python" -c "$WARM_IMPORTS" >&2
     echo "$hash" > "$stamp"
   fi
   echo "$venv/bin/python"
@@ -84,7 +89,7 @@ for name in "${names[@]}"; do
       plain) env_vars+=(ATEN_CPU_CAPABILITY=default) ;;
       1thread) env_vars+=(OMP_NUM_THREADS=1 MKL_NUM_THREADS=1) parallel=() ;;
       2threads) env_vars+=(OMP_NUM_THREADS=2 MKL_NUM_THREADS=2) parallel=() ;;
-      py3.*) python=$(venv_for "${part#py}") ;;
+      py3.*) python=$(venv_for "${part#py}") env_vars+=(PYTHONDONTWRITEBYTECODE=) ;;
       library) paths=(tests/core tests/stats tests/analyses tests/search tests/results tests/present tests/cli tests/views) ;;
       *) echo "unknown configuration: $part" >&2; exit 2 ;;
     esac
