@@ -1,20 +1,24 @@
 """The Live page's views of a long input (METHODS §19): the reduced map of every layer and head, computed block-wise
-(never a whole layer's map), and the full-resolution rows of the window the user chooses (URL `start`, `end`: 1-based
-query positions, inclusive; 0: no window)."""
+(never a whole layer's map), the full-resolution rows of the window the user chooses (URL `start`, `end`: 1-based
+query positions, inclusive; 0: no window), and the neuron view of the window's tokens."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import streamlit as st
 
+from app_pages.live.neuron import neuron_notes
 from app_pages.live.view_messages import listen
 from attnlib.analyses.attention import ATTENTION, AttentionOptions
 from attnlib.analyses.base import run_analysis
-from attnlib.core.blockwise import reduced_maps, supports_blockwise
+from attnlib.core.blockwise import WindowHeads, reduced_maps, supports_blockwise, window_heads
 from attnlib.core.model import ModelFacts
 from attnlib.core.runner import Encoded, InputError, encode
 from attnlib.views.long_view import LONG_FROM, MAP_WIDTH, MAX_WINDOW, long_view_html
 from attnlib.views.model_view import model_view_html
+from attnlib.views.neuron_view import neuron_scores, neuron_view_html
 from ui.sources.live_inputs import pretty_token
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, set_value
@@ -56,6 +60,12 @@ def cached_window(model_name: str, text_a: str, text_b: str, layer: int, start: 
     options = AttentionOptions(layers=str(layer), rows=f"{start}:{end}")
     found = run_analysis(ATTENTION, model_named(model_name), options, text=text_a, pair=text_b.strip() or None)
     return found.result.attentions[0]
+
+
+@st.cache_data(max_entries=2, show_spinner="Computing the layer's queries and keys block by block…")
+def cached_window_heads(model_name: str, text_a: str, text_b: str, layer: int, start: int, end: int) -> WindowHeads:
+    """window_heads of one layer and window (0-based, half-open), once per (model, text, layer, window)."""
+    return window_heads(model_named(model_name), cached_encoded(model_name, text_a, text_b), layer, start, end)
 
 
 def _picked(value) -> None:
@@ -146,10 +156,50 @@ def long_views(
     st.iframe(html, height="content")
 
 
-def needs_window(view: str, encoded: Encoded) -> None:
-    """The neuron view and the head finder of a long input, in words."""
-    name = "The neuron view" if view == "neuron" else "The head finder"
+def needs_window(encoded: Encoded) -> None:
+    """The head finder of a long input, in words."""
     st.info(
-        f"{name} needs every layer's whole maps, which {encoded.n} tokens make too large; it is drawn for inputs of "
-        f"up to {LONG_FROM} tokens. The head and model views show this input's reduced map and a window's lines."
+        f"The head finder needs every layer's whole maps, which {encoded.n} tokens make too large; it is drawn for "
+        f"inputs of up to {LONG_FROM} tokens. The head and model views show this input's reduced map and a window's "
+        "lines, the neuron view a window's tokens."
     )
+
+
+def long_neuron(
+    facts: ModelFacts,
+    texts: tuple[str, str],
+    encoded: Encoded,
+    where: tuple[int, int],
+    pick: Callable[[tuple[int, int], list[str]], int],
+) -> None:
+    """The neuron view of a long input's window at (layer, head), 0-based: the query picked among the window's tokens
+    (`pick(window, labels)`, 0-based), the window's tokens as the keys, q and k from the model's own pass over the
+    whole input; without a window, what to do."""
+    layer, head = where
+    window = window_controls(encoded.n)
+    if window is None:
+        st.info(
+            f"{encoded.n} tokens: the neuron view draws a window's tokens. Choose a window (at most {MAX_WINDOW} rows: "
+            "type its rows here, or drag on the map of the head or model view)."
+        )
+        return
+    labels = [pretty_token(t) for t in encoded.tokens]
+    query = pick(window, labels)
+    try:
+        found = cached_window_heads(facts.name, *texts, layer, *window)
+    except (InputError, ValueError) as exc:
+        st.warning(str(exc))
+        return
+    start, end = window
+    q, k, row = found.queries[head], found.keys[head], found.rows[head, query - start]
+    terms = {"scale": found.scale, "window": facts.window(layer), "causal": facts.causal}
+    ns = neuron_scores(q, k, query, **terms)
+    st.iframe(neuron_view_html(q, k, labels, query, layer, head, row, shown=window, **terms), height="content")
+    st.caption(
+        f"Keys drawn: the window's tokens, positions {start + 1}–{end} of {encoded.n}. Their weights are the row's "
+        f"softmax over all {encoded.n} keys, restricted to the window, so they need not sum to 1: here they sum to "
+        f"{ns.softmax[start:end].sum():.4f}. The queries and keys are those of the model's own pass over the whole "
+        f"input (block-wise: positions, local windows and masks as the model's). Value norms are drawn for inputs of "
+        f"up to {LONG_FROM} tokens."
+    )
+    neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label)

@@ -16,7 +16,7 @@ from app_pages.live.encoder_decoder import encoder_decoder_live
 from app_pages.live.head_finder import show_finder
 from app_pages.live.head_switches import head_switches
 from app_pages.live.heads_off import CLICK, OFF, SWITCHES, clicked, heads_off_now, switches_section
-from app_pages.live.long_live import WINDOW_OPTIONS, long_input, long_views, needs_window
+from app_pages.live.long_live import WINDOW_OPTIONS, long_input, long_neuron, long_views, needs_window
 from app_pages.live.neuron import neuron_part
 from app_pages.live.token_pick import listen_for_picks
 from attnlib.core.model import LoadedModel, ModelFacts
@@ -482,19 +482,42 @@ def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -
 SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": neuron_view_section}
 
 
+def window_token(window: tuple[int, int], labels: list[str]) -> int:
+    """The query token of a long input's neuron view, one of the window's (0-based, half-open); 0-based, the window's
+    first when none of its tokens is selected."""
+    start, end = window
+    state = st.session_state
+    if not start < int(state[TOKEN.key]) <= end:
+        state[TOKEN.key] = 0
+    st.selectbox(
+        "Query token",
+        [0, *range(start + 1, end + 1)],
+        key=TOKEN.key,
+        format_func=lambda i: "none (the window's first token)" if i == 0 else f"{i}: {labels[i - 1]}",
+        help="One of the window's tokens; positions are numbered from 1 in the whole input.",
+    )
+    token = int(state[TOKEN.key])
+    return token - 1 if token else start
+
+
 def long_page(facts: ModelFacts, text_a: str, text_b: str, encoded) -> None:
     """A long input (METHODS §19): the head and model views draw the reduced map and a window's lines, computed
-    block-wise; the neuron view and the head finder say why they are not drawn."""
+    block-wise, the neuron view a window's tokens; the head finder says why it is not drawn."""
     bind(OPTIONS + WINDOW_OPTIONS)
     st.caption(f"{encoded.n} tokens. Layers, heads and token positions are numbered from 1 on this page.")
     view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key=VIEW.key)
     clamp_options(facts.n_layers, facts.n_heads, encoded.n)
-    if view in ("neuron", "finder"):
+    if view == "finder":
         publish(OPTIONS + WINDOW_OPTIONS)
-        needs_window(view, encoded)
+        needs_window(encoded)
         return
     c_layer, c_head, _ = st.columns([2.2, 1.2, 3])
     layer, head = head_controls(view, facts, c_layer, c_head)
+    if view == "neuron":
+        if not explain_unsupported(facts, "queries_keys"):
+            long_neuron(facts, (text_a, text_b), encoded, (layer, head), window_token)
+        publish(OPTIONS + WINDOW_OPTIONS)
+        return
     heads = [h - 1 for h in st.session_state[HEADS.key]] if view == "head" else [head]
     if not heads:
         publish(OPTIONS + WINDOW_OPTIONS)

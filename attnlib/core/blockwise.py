@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from attnlib.core.hooks import hooks
 from attnlib.core.memory import check_memory, memory_limit, run_size
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import Encoded, model_inputs
@@ -261,3 +262,47 @@ def run_rows(
     run_blockwise(lm, model_inputs(lm, [encoded]), take, block_rows)
     for consumer in consumers:
         consumer.finish()
+
+
+@dataclass
+class WindowHeads:
+    """One layer's queries and keys of every head over a whole input, and the model's own weights of a window's query
+    rows, from one block-wise pass (METHODS §19): what the neuron view of a window of a long input draws."""
+
+    layer: int  # 0-based
+    start: int  # the window's first query row, 0-based
+    end: int  # past its last
+    queries: np.ndarray  # [heads, n, d] as q.k sees them (rotary applied), float32
+    keys: np.ndarray  # [heads, n, d]
+    scale: float  # the factor of q.k in the logits
+    rows: np.ndarray  # [heads, end - start, n] the model's attention weights of the window's rows, float32
+
+
+def window_heads(
+    lm: LoadedModel, encoded: Encoded, layer: int, start: int, end: int, block_rows: int | None = None
+) -> WindowHeads:
+    """The queries and keys of one layer (0-based) from the model's own pass over the whole input, run block-wise (so
+    positions, local windows and masks are the model's), and the weights of query rows start:end (0-based, half-open);
+    only that layer's projections are kept, and never more than one block of scores. ValueError for a family whose
+    logits add relative terms to q.k (held as [n, n]) or whose queries and keys attnlib cannot take."""
+    n, f = encoded.n, lm.facts
+    if not 0 <= layer < f.n_layers or not 0 <= start < end <= n:
+        raise ValueError(
+            f"layer {layer} and rows {start}:{end} must lie in the model's {f.n_layers} layers and {n} rows"
+        )
+    rows = np.zeros((f.n_heads, end - start, n), np.float32)
+
+    def take(at: int, first_row: int, probs: torch.Tensor) -> None:
+        lo, hi = max(start, first_row), min(end, first_row + probs.shape[2])
+        if at == layer and lo < hi:
+            rows[:, lo - start : hi - start] = probs[0, :, lo - first_row : hi - first_row].float().cpu().numpy()
+
+    with hooks(lm, {"qk"}, layers=[layer]) as cache:
+        if "qk" not in cache.captured:
+            raise ValueError(f"{f.model_type}: attnlib does not take this family's queries and keys")
+        run_blockwise(lm, model_inputs(lm, [encoded]), take, block_rows)
+    heads = cache.heads()
+    if heads.biases[0] is not None:
+        raise ValueError(f"{f.model_type}: its logits add relative terms to q.k, which a long input makes too large")
+    q, k = (t[0].float().cpu().numpy() for t in (heads.queries[0], heads.keys[0]))
+    return WindowHeads(layer, start, end, q, k, heads.scales[0], rows)

@@ -128,27 +128,35 @@ class HeadTensors:
 @dataclass
 class Cache:
     """What the forward passes of a `hooks` block recorded, per layer application in call order (empty where not
-    captured). `captured`: the captures hooked (qk left out for a family attnlib does not know)."""
+    captured). `captured`: the captures hooked (qk left out for a family attnlib does not know); `layers`: the
+    applications whose projections are kept (None: every one), in order in `projections` and `heads()`."""
 
     captured: frozenset[Capture]
     layout: Layout | None  # None when only attention was asked for (or qk of an unknown family)
     part: Part = "encoder"  # an encoder-decoder's attention hooked: its encoder's, decoder's or cross-attention
+    layers: frozenset[int] | None = None
     attn: list[torch.Tensor] = field(default_factory=list)  # [batch, heads, n, n]: the model's own attentions
-    heads_calls: list[HeadsCall] = field(default_factory=list)  # the heads module's calls (positions, masks)
+    heads_calls: list[HeadsCall] = field(default_factory=list)  # the heads module's calls (positions, masks); of
+    # an application left out by `layers`, the module alone (no arguments kept)
     projections: list[list[torch.Tensor]] = field(default_factory=list)  # per projection: outputs [batch, n, width]
     layer_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: x, the residual
     norm_inputs: list[torch.Tensor] = field(default_factory=list)  # [batch, n, hidden]: u, the first LN's input
     heads_input: torch.Tensor | None = None  # the heads module's input in the call now running
     keys_input: torch.Tensor | None = None  # what that call projects to keys and values (cross: the encoder's output)
 
+    def keeps(self, application: int) -> bool:
+        """Whether the projections of this layer application (0-based, in call order) are kept."""
+        return self.layers is None or application in self.layers
+
     def heads(self) -> HeadTensors:
-        """Queries, keys, values, scales and biases of every application from its projections' outputs."""
+        """Queries, keys, values, scales and biases of every application kept from its projections' outputs."""
         assert self.layout is not None, "no heads were captured: capture qk or values"
         lay, values_only = self.layout, "qk" not in self.captured
         found = HeadTensors()
+        kept = [(l, site) for l, site in enumerate(lay.sites) if self.keeps(l)]
         with torch.inference_mode():
-            for l, site in enumerate(lay.sites):
-                outputs = [p[l] if p else None for p in self.projections]
+            for k, (l, site) in enumerate(kept):
+                outputs = [p[k] if p else None for p in self.projections]
                 if values_only and outputs[0] is None:
                     outputs = [outputs[2]] * 3  # only v was hooked; split's q and k are unused copies of it
                 qkv = lay.qkv(site, outputs, self.heads_calls[l])
@@ -190,6 +198,10 @@ def _heads_site(_encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.
     keys_from = lay.family.keys_from
 
     def on_heads(module, args, kwargs):
+        if not cache.keeps(len(cache.heads_calls)):
+            cache.heads_calls.append(HeadsCall(module, {}))
+            cache.heads_input = cache.keys_input = None  # nothing of this application is kept
+            return
         call = HeadsCall(module, bound_arguments(module, args, kwargs))
         cache.heads_calls.append(call)
         cache.heads_input = args[0] if args else kwargs["hidden_states"]
@@ -199,7 +211,8 @@ def _heads_site(_encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.
         reads_keys = len(projections) > 1 and p > 0  # k and v of separate projections
 
         def keep(_module, args, out):
-            if args[0] is (cache.keys_input if reads_keys else cache.heads_input):
+            wanted = cache.keys_input if reads_keys else cache.heads_input
+            if wanted is not None and args[0] is wanted:
                 cache.projections[p].append(out.detach())
 
         return keep
@@ -265,14 +278,18 @@ def hooked_stack(lm: LoadedModel, part: Part) -> torch.nn.Module:
 
 
 @contextlib.contextmanager
-def hooks(lm: LoadedModel, capture: Iterable[Capture], part: Part = "encoder") -> Iterator[Cache]:
+def hooks(
+    lm: LoadedModel, capture: Iterable[Capture], part: Part = "encoder", layers: Iterable[int] | None = None
+) -> Iterator[Cache]:
     """Within the block, every forward pass of lm.encoder (of an encoder-decoder's decoder stack for the decoder or
     cross `part`, run by the whole model) records the named captures (and those they imply) into the yielded Cache;
-    attn also makes the stack return its attentions. Hooks are removed in `finally`."""
+    attn also makes the stack return its attentions; qk and values keep only the `layers` given (0-based layer
+    applications of one pass; None: every one). Hooks are removed in `finally`."""
     wanted = capture_set(capture)
     hooked_module = hooked_stack(lm, part)
     lay = _layout_for(hooked_module, wanted, part)
-    cache = Cache(wanted if lay is not None else wanted - {"qk"}, lay, part)
+    kept = None if layers is None else frozenset(layers)
+    cache = Cache(wanted if lay is not None else wanted - {"qk"}, lay, part, kept)
     sites = dict.fromkeys(SITES[name] for name in CAPTURES if name in cache.captured and name in SITES)
     with contextlib.ExitStack() as stack:
         for site in sites:

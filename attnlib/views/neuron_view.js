@@ -5,6 +5,8 @@
 // else null), qi (0-based query position), d, q [d],
 // k [n * d] (row-major), label (how the scores are made, e.g. "q·k / √64"), window (a local layer's half-width, or
 // null), scores [n], softmax [n], attn (the model's own row, or null) and diff (largest |softmax - attn|, or null).
+// A window of a long input draws only some keys: first (the 0-based position of the first drawn), n_keys (all the
+// row's keys) and mass (the sum of the drawn keys' softmax over all n_keys keys; null when every key is drawn).
 
 const n = D.labels.length, d = D.d, q = D.q, K = D.k, cv = document.getElementById('cv');
 const QL = D.query_labels, nq = QL ? QL.length : 0, queryLabel = (QL || D.labels)[D.qi];
@@ -37,7 +39,7 @@ const xk = xl + wl + 8, xp = xk + d * CW + 16, xs = xp + d * CW + 16, SW = 80, x
 const W = xm + MW + 60, y0 = 58, Hh = y0 + RH * rows + 8;
 
 document.getElementById('ttl').textContent = (D.title || 'Neuron view') + ' — layer ' + D.layer + ', head ' + D.head +
-  ', query “' + queryLabel + '” (position ' + (D.qi + 1) + (QL ? ' of the queries' : '') + ')';
+  ', query “' + queryLabel + '” (position ' + (D.first + D.qi + 1) + (QL ? ' of the queries' : '') + ')';
 document.getElementById('hint').textContent =
   'Blue = positive, orange = negative, darker = larger magnitude. The score of each key is ' + D.label +
   ' (q·k: the sum of its q×k row); softmax of the scores is the attention row' +
@@ -45,6 +47,8 @@ document.getElementById('hint').textContent =
   (D.causal ? ' (a decoder: later keys get weight 0)' : '') +
   (QL ? ' (cross-attention: the queries\' tokens on the left, the keys\' on the right)' : '') +
   (D.diff !== null ? ' (largest difference from the model\'s own attention row: ' + D.diff.toExponential(1) + ')' : '') +
+  (D.mass !== null ? '. Keys drawn: positions ' + (D.first + 1) + '–' + (D.first + n) + ' of ' + D.n_keys +
+    ', with the softmax over all ' + D.n_keys + ' keys (their weights sum to ' + D.mass.toFixed(4) + ')' : '') +
   '. Hover for values.';
 
 // Blue for positive, orange for negative values; opacity = |v| / s.
@@ -121,7 +125,7 @@ cv.onmousemove = e => {
     tip(e, null);
     return;
   }
-  const key = D.labels[j] + ' (position ' + (j + 1) + ')';
+  const key = D.labels[j] + ' (position ' + (D.first + j + 1) + ')';
   for (const [x0, name] of [[xk, 'k'], [xp, 'q×k']]) {  // a neuron of a key vector or of its q × k
     if (x >= x0 && x < x0 + d * CW) {
       const i = Math.floor((x - x0) / CW);

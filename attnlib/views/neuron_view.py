@@ -105,11 +105,20 @@ def neuron_view_html(
     window: int | None = None,
     causal: bool = False,
     query_labels: Sequence[str] | None = None,
+    shown: tuple[int, int] | None = None,
 ) -> str:
     """Self-contained HTML of the neuron view of one head ([n_query, d] queries, [n, d] keys; 0-based layer, head,
     query; scale, relative, window and causal as neuron_scores takes them); `labels` are the keys' tokens,
-    `query_labels` the queries' where they differ (cross-attention's target tokens, drawn on the left)."""
+    `query_labels` the queries' where they differ (cross-attention's target tokens, drawn on the left).
+
+    `shown` (0-based, half-open; it holds the query): draw only those keys (a window of a long input), with the
+    softmax over all n keys, so their weights sum to the mass the row gives them (`mass`), not to 1."""
     ns = neuron_scores(queries, keys, query_index, scale, relative, window, causal)
+    lo, hi = (0, len(ns.keys)) if shown is None else shown
+    if shown is not None and not 0 <= lo <= query_index < hi <= len(ns.keys):
+        raise ValueError(f"shown keys {lo}:{hi} must hold the query {query_index} and lie in the {len(ns.keys)} keys")
+    diff = float(np.abs(ns.softmax - attention_row).max()) if attention_row is not None else None
+    cut = slice(lo, hi)
     payload = {
         "label": ns.label,
         "window": window,
@@ -117,16 +126,19 @@ def neuron_view_html(
         "title": title,
         "layer": layer + 1,
         "head": head + 1,
-        "labels": list(labels),
+        "labels": list(labels[cut]),
         "query_labels": None if query_labels is None else list(query_labels),
-        "qi": query_index,
+        "qi": query_index - lo,
+        "first": lo,
+        "n_keys": len(ns.keys),
+        "mass": None if shown is None else float(ns.softmax[lo:hi].sum()),
         "d": int(ns.query.size),
         "q": round_list(ns.query, 3),
-        "k": round_list(ns.keys.reshape(-1), 3),
-        "scores": round_list(ns.scores, 3),
-        "softmax": round_list(ns.softmax, 4),
-        "attn": round_list(attention_row, 4) if attention_row is not None else None,
-        "diff": float(np.abs(ns.softmax - attention_row).max()) if attention_row is not None else None,
+        "k": round_list(ns.keys[cut].reshape(-1), 3),
+        "scores": round_list(ns.scores[cut], 3),
+        "softmax": round_list(ns.softmax[cut], 4),
+        "attn": round_list(attention_row[cut], 4) if attention_row is not None else None,
+        "diff": diff,
     }
     body = (
         "<div class='bar'><b id='ttl'></b><button id='png'>Save PNG</button></div><div class='note' id='hint'></div>"

@@ -1,6 +1,7 @@
 """AppTest of the Live page on a long input (METHODS §19, issue 36): a tiny ModernBERT of 600 positions, whose head and
 model views draw the reduced map (equal to reduce_map of the eager maps) and a window's rows (equal to the eager rows),
-with the window in the URL; the neuron view and the head finder say in words why they are not drawn."""
+with the window in the URL; the neuron view of a window's tokens (equal to the eager rows); the head finder says in words
+why it is not drawn."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from attnlib.views.canvas_html import quantize
 from attnlib.views.long_view import MAP_WIDTH, gray_cells
 from support.long import long_text, save_long_modernbert
 from support.pages import open_live, rerun, view_datas
+from support.tolerances import FORWARD_RTOL
 
 pytestmark = pytest.mark.slow
 N = 600
@@ -93,10 +95,42 @@ def test_window_is_bounded_and_the_model_view_draws_every_head(long_model):
     assert np.abs(grey_of(long["maps"][0]).astype(int) - gray_cells(pooled[1, 2], float(pooled[1, 2].max()))).max() <= 1
 
 
-@pytest.mark.parametrize("view", ["neuron", "finder"])
-def test_neuron_view_and_finder_say_why_they_are_not_drawn(long_model, view):
+def test_finder_says_why_it_is_not_drawn(long_model):
     folder, text, _ = long_model
-    at = open_live(model=folder, a=text, b="", view=view)
+    at = open_live(model=folder, a=text, b="", view="finder")
     assert not at.get("iframe")
     assert any(f"{N} tokens make too large" in i.value for i in at.info)
     rerun(at)
+
+
+def test_neuron_view_without_a_window_says_to_choose_one(long_model):
+    folder, text, _ = long_model
+    at = open_live(model=folder, a=text, b="", view="neuron")
+    assert not at.get("iframe")
+    assert any("the neuron view draws a window's tokens. Choose a window" in i.value for i in at.info)
+    rerun(at)
+
+
+# The page's softmax comes from float32 q and k of a block-wise pass, the eager row from the model's own float32
+# softmax: within FORWARD_RTOL (tests/core/test_blockwise.py measures 1e-8); the page sends it rounded to 4 decimals.
+SOFTMAX_SENT = 5e-5 + FORWARD_RTOL
+
+
+@pytest.mark.parametrize(("layer", "token", "query"), [(1, "120", 119), (2, "5", 100)])  # 5: outside, the first
+def test_neuron_view_of_a_window_token_is_the_eager_row(long_model, layer, token, query):
+    folder, text, eager = long_model
+    at = open_live(
+        model=folder, a=text, b="", view="neuron", layer=str(layer), head="2", start="101", end="164", token=token
+    )
+    (data,) = view_datas(at)
+    row = eager[layer - 1, 1, query]  # layer 1 global; layer 2 local, |i - j| <= 2
+    assert (data["layer"], data["head"], data["first"], data["n_keys"]) == (layer, 2, 100, N)
+    assert data["qi"] == query - 100 and len(data["labels"]) == 64 and len(data["scores"]) == 64
+    np.testing.assert_allclose(data["softmax"], row[100:164], rtol=0, atol=SOFTMAX_SENT)
+    np.testing.assert_allclose(data["attn"], row[100:164], rtol=0, atol=5e-5)
+    mass = float(row[100:164].sum())  # the whole row's weights of the window's keys
+    assert data["mass"] == pytest.approx(mass, abs=64 * FORWARD_RTOL) and mass < 1 - 1e-3
+    assert any(f"here they sum to {data['mass']:.4f}" in c.value for c in at.caption)
+    assert any("equals the model's attention row" in c.value for c in at.caption)
+    assert at.query_params["start"] == "101" and at.query_params["end"] == "164"
+    assert at.query_params.get("token") == (token if query == int(token) - 1 else None)

@@ -163,3 +163,26 @@ def test_cross_attentions_neuron_view_draws_the_queries_left_of_the_keys(browser
         page.locator("#cv").hover(position={"x": key_labels + 2, "y": rows_top + 16 * 4 + 8})
         assert page.locator("#tip").inner_text().startswith("</s> (position 5)")
         assert left < key_labels
+
+
+def test_a_windows_neuron_view_numbers_its_keys_in_the_whole_input(browser, tmp_path):
+    """A long input's window (keys 4-7 of 10): the query's and the keys' positions are those of the whole input, and
+    the hint gives the weight the window's keys receive from the whole row's softmax."""
+    rng = np.random.default_rng(0)
+    queries, keys = rng.normal(size=(10, 8)), rng.normal(size=(10, 8))
+    labels = [f"t{i + 1}" for i in range(10)]
+    html = neuron_view_html(queries, keys, labels, 5, 0, 0, shown=(3, 7))
+    scores = keys @ queries[5] / np.sqrt(8)
+    mass = np.exp(scores[3:7]).sum() / np.exp(scores).sum()
+    path = tmp_path / "window-neuron.html"
+    path.write_text(html, encoding="utf-8")
+    with offline_page(browser) as (page, _):
+        page.goto(path.as_uri())
+        assert drawn(page.main_frame, "neuron") > 200
+        assert "query “t6” (position 6)" in page.locator("#ttl").inner_text()
+        assert f"positions 4–7 of 10, with the softmax over all 10 keys (their weights sum to {mass:.4f})" in (
+            page.locator("#hint").inner_text()
+        )
+        rows_top, key_labels = page.evaluate("() => [y0, xk]")
+        page.locator("#cv").hover(position={"x": key_labels - 4, "y": rows_top + 16 * 3 + 8})  # rows of 16 px
+        assert page.locator("#tip").inner_text() == "t7 (position 7)"

@@ -21,12 +21,15 @@ from attnlib.core.blockwise import (
     run_blockwise,
     run_rows,
     supports_blockwise,
+    window_heads,
 )
 from attnlib.core.memory import MAX_RUN_MB_ENV, MemoryLimitError, RunSize, check_memory, estimate_peak_bytes, run_size
 from attnlib.core.model import ModelLoadError, load_model
 from attnlib.core.runner import encode, model_inputs, run_encoded
 from attnlib.stats.shares import STAT_KEYS, SpecialTokenStats
+from attnlib.views.neuron_view import neuron_scores
 from support.models import DECODER_KINDS, FAMILY_KINDS, save_tiny
+from support.tolerances import FORWARD_RTOL
 
 TEXT_A = "The cat sat on the mat because it was warm, and then it slept."
 TEXT_B = "It slept."
@@ -40,6 +43,11 @@ BLOCK_SIZES = (1, 5)  # one row at a time, and a block that divides no test inpu
 PROB_ATOL = 1e-6
 # Hidden states (or logits) of order 1 after 2 layers of float32 arithmetic fed by those probabilities: 1e-5.
 HIDDEN_ATOL = 1e-5
+# softmax in float64 of q.k from float32 vectors against the model's float32 softmax: the scores differ by the float32
+# rounding of a sum of head_dim (8) products and of the vectors themselves, within FORWARD_RTOL relatively of scores of
+# order 1, and a probability moves by at most a quarter of the change of its score (p (1 - p) <= 1/4) plus its
+# neighbours': FORWARD_RTOL bounds it.
+SOFTMAX_ATOL = FORWARD_RTOL
 
 
 @pytest.fixture(scope="module", params=FAMILY_KINDS + DECODER_KINDS)
@@ -254,3 +262,29 @@ def test_reduced_maps_computed_blockwise_equal_the_pooled_eager_maps(kind, tmp_p
             for c in range(cells):
                 expected[..., r, c] = eager[..., r * b : (r + 1) * b, c * b : (c + 1) * b].max(axis=(-2, -1))
         np.testing.assert_allclose(got, expected, rtol=0, atol=PROB_ATOL)
+
+
+@pytest.mark.parametrize("kind", ["modernbert", "mistral"])
+def test_window_heads_are_the_models_own_vectors_and_rows(kind, tmp_path, one_thread):
+    lm = load_model(str(save_tiny(kind, tmp_path / kind)))
+    encoded = encode(lm, TEXT_A)
+    eager = run_encoded(lm, [encoded], {"qk"})[0]
+    start, end = 4, 11
+    assert eager.queries is not None and eager.keys is not None and eager.qk_scale is not None
+    for layer in range(lm.facts.n_layers):  # modernbert: global, then local; mistral: causal with a sliding window
+        for rows in BLOCK_SIZES:
+            got = window_heads(lm, encoded, layer, start, end, rows)
+            assert (got.layer, got.start, got.end) == (layer, start, end)
+            np.testing.assert_allclose(got.rows, eager.attentions[layer, :, start:end], rtol=0, atol=PROB_ATOL)
+            for mine, theirs in ((got.queries, eager.queries[layer]), (got.keys, eager.keys[layer])):
+                np.testing.assert_allclose(mine, theirs, rtol=0, atol=FORWARD_RTOL * np.abs(theirs).max())
+            assert got.scale == pytest.approx(float(eager.qk_scale[layer]), rel=1e-6)
+            # the neuron view's arithmetic on them, over all n keys, gives the model's own rows
+            for head in range(lm.facts.n_heads):
+                for i in range(start, end):
+                    ns = neuron_scores(
+                        got.queries[head], got.keys[head], i, got.scale, None, lm.facts.window(layer), lm.facts.causal
+                    )
+                    np.testing.assert_allclose(ns.softmax, got.rows[head, i - start], rtol=0, atol=SOFTMAX_ATOL)
+    with pytest.raises(ValueError, match="rows 3:3"):
+        window_heads(lm, encoded, 0, 3, 3)

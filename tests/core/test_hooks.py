@@ -92,6 +92,21 @@ def test_capture_names_filter_what_is_kept(tiny_model):
         capture_set({"queries"})
 
 
+def test_layers_keep_only_those_layers_projections(lm):
+    batch = batch_of(lm)
+    with hooks(lm, {"qk", "values"}) as every, torch.no_grad():
+        lm.encoder(**batch)
+    last = lm.facts.n_layers - 1
+    with hooks(lm, {"qk", "values"}, layers=[last]) as one, torch.no_grad():
+        lm.encoder(**batch)
+    assert all(len(p) == 1 for p in one.projections) and len(one.heads_calls) == lm.facts.n_layers
+    assert not one.heads_calls[0].arguments  # a layer left out keeps none of its call's tensors
+    full, kept = every.heads(), one.heads()
+    assert len(kept.queries) == len(kept.values) == 1 and kept.scales == [full.scales[last]]
+    for name in ("queries", "keys", "values"):  # the same pass, the same arithmetic: equal
+        assert torch.equal(getattr(kept, name)[0], getattr(full, name)[last])
+
+
 def test_captured_attention_is_the_models_own(lm):
     """In the block the model runs as called (no output_attentions): the kept maps equal those it returns when asked."""
     batch = batch_of(lm)

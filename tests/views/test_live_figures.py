@@ -128,6 +128,23 @@ def test_neuron_scores_by_hand():
     assert page_data(html)["head"] == 3
 
 
+def test_neuron_view_of_shown_keys_keeps_the_whole_rows_softmax():
+    q = np.array([[1.0, 2.0, 0.0, -1.0], [0.0, 2.0, 0.0, 0.0]])
+    k = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0], [2.0, 2.0, 5.0, 0.0], [0.0, 4.0, 0.0, 0.0]])
+    row = np.array([0.1, 0.2, 0.3, 0.4])
+    data = page_data(neuron_view_html(q, k, list("wxyz"), 1, layer=0, head=0, attention_row=row, shown=(1, 3)))
+    e = np.exp([0.0, 1.0, 2.0, 4.0])  # q_1 . k_j = 0, 2, 4, 8, over sqrt(4)
+    assert (data["labels"], data["qi"], data["first"], data["n_keys"]) == (["x", "y"], 0, 1, 4)
+    np.testing.assert_allclose(data["scores"], [1.0, 2.0])
+    np.testing.assert_allclose(data["softmax"], (e / e.sum())[1:3], atol=5e-5)  # rounded to 4 decimals
+    assert data["mass"] == pytest.approx((e[1] + e[2]) / e.sum(), rel=1e-12) and data["mass"] < 1
+    assert data["k"] == [0, 1, 0, 1, 2, 2, 5, 0] and data["attn"] == [0.2, 0.3]
+    assert data["diff"] == pytest.approx(np.abs(e / e.sum() - row).max(), rel=1e-12)  # over the whole row
+    assert page_data(neuron_view_html(q, k, list("wxyz"), 1, layer=0, head=0))["mass"] is None
+    with pytest.raises(ValueError, match="hold the query 1"):
+        neuron_view_html(q, k, list("wxyz"), 1, layer=0, head=0, shown=(2, 4))
+
+
 def assert_neuron_view_is_honest(lm, text_a, text_b=None):
     """softmax(q·k/√d) from the captured vectors equals the returned attention, every layer, head and row."""
     r = run(lm, text_a, text_b, capture_qk=True)
