@@ -277,3 +277,14 @@ def special_file(tmp_path_factory):
     )
     assert ran.code == 0, ran.err
     return path
+
+
+@pytest.fixture(scope="module")
+def t5_dir(tmp_path_factory):
+    """A tiny random T5 saved without its tokenizer, in a folder."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    folder = tmp_path_factory.mktemp("tiny-t5")
+    config = T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=50)
+    T5ForConditionalGeneration(config).save_pretrained(folder)
+    return folder
