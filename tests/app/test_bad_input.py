@@ -1,5 +1,5 @@
 """Bad input in the app: a clear message, what was typed kept, the app still usable (the library's and the command
-line's in core/test_bad_input.py and cli/test_bad_input.py).
+line's in core/test_library_bad_input.py and cli/test_cli_bad_input.py).
 
 Also the security settings: allow-list of model ids, local folders switched off, no remote code, bounded uploads."""
 

@@ -1,4 +1,5 @@
-"""Bad input and the app helpers that type it (core/, cli/ and app/test_bad_input.py, app/conftest.py)."""
+"""Bad input and the app helpers that type it (core/test_library_bad_input.py, cli/test_cli_bad_input.py,
+app/test_bad_input.py, app/conftest.py)."""
 
 from __future__ import annotations
 

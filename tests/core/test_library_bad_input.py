@@ -1,5 +1,5 @@
-"""Bad input in the library: empty, erased or unusual text, unknown or refused models (allow-list, local folders off), malformed corpora (a clear
-error, never a crash)."""
+"""Bad input in the library: empty, erased or unusual text, unknown or refused models (allow-list, local folders
+off), malformed corpora: a clear error, never a crash."""
 
 from __future__ import annotations
 
