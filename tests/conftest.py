@@ -277,3 +277,33 @@ def special_file(tmp_path_factory):
     )
     assert ran.code == 0, ran.err
     return path
+
+
+@pytest.fixture(scope="module")
+def t5_dir(tmp_path_factory):
+    """A tiny random T5 saved without its tokenizer, in a folder."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    folder = tmp_path_factory.mktemp("tiny-t5")
+    config = T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=50)
+    T5ForConditionalGeneration(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def unknown_dir(tmp_path_factory):
+    """A tiny Megatron-BERT (pre-LN, a family attnlib has no layout for) that loads as any encoder does."""
+    from transformers import MegatronBertConfig, MegatronBertForMaskedLM
+
+    from support.models import bert_tokenizer
+
+    folder = tmp_path_factory.mktemp("megatron")
+    tokenizer = bert_tokenizer()
+    torch.manual_seed(0)
+    MegatronBertForMaskedLM(
+        MegatronBertConfig(
+            vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+        )
+    ).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

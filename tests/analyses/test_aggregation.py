@@ -21,9 +21,7 @@ from attnlib.results.files import read_result_file
 from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats.attribution import hidden_token_attribution
 from attnlib.stats.value_norms import MEASURES
-from support.apptest import figures, tables
 from support.cli import cli_json
-from support.pages import assert_table_equals_cli, cli_aggregation, page_with
 from support.tolerances import FORWARD_RTOL
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -209,23 +207,3 @@ def test_aggregation_cli_and_result_file(tiny_model_dir, tiny_model, tmp_path):
         np.testing.assert_allclose(data["spearman"][m], expected.spearman[m], rtol=1e-6)
     loaded = AGGREGATION.from_record(read_result_file(out.read_bytes(), "aggregation"))
     np.testing.assert_allclose(loaded.pearson["residual_ln"], expected.pearson["residual_ln"], rtol=1e-6)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_page_aggregation_section_equals_the_cli(tiny_model_dir):
-    name = str(tiny_model_dir)
-    at = page_with(name)
-    assert any("layer-output attribution of every layer" in i.value for i in at.info)  # asks before it computes
-    at.button(key=f"compute:aggregation:{name}").click().run()
-    assert not at.exception, at.exception
-    shown = [d for d in tables(at) if "measure" in d.columns]
-    assert len(shown) == 1 and set(shown[0]["model"]) == {name}
-    assert any("3 inputs of" in c.value and "computed here" in c.value for c in at.caption)
-    assert_table_equals_cli(shown[0], name, cli_aggregation(name))
-    assert any("METHODS.md §13" in e.label for e in at.expander)
-    hist_before = [c for c in figures(at) if "layer-output attribution per layer" in c.spec]
-    at.selectbox(key="lg_agg_measure").set_value("residual_ln_rollout").run()
-    assert at.query_params["agg_measure"] == "residual_ln_rollout"
-    hist = [c for c in figures(at) if "layer-output attribution per layer" in c.spec]
-    assert len(hist_before) == len(hist) == 1 and "GlobEnc" in hist[0].spec

@@ -1,4 +1,5 @@
-"""Dependency-head accuracy (METHODS section 7) on hand-built sentences, the deps command on EWT dev, and the page."""
+"""Dependency-head accuracy (METHODS section 7) on hand-built sentences and the deps command on EWT dev (the page:
+app/test_dependency_heads_page.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ from attnlib.analyses.deps import DependencyCounts, best_offset_baseline, predic
 from attnlib.analyses.registry import analyse
 from attnlib.core.corpus import Sentence
 from attnlib.core.runner import RunResult
-from attnlib.results.shipped import EWT_DEV, ROOT
-from support.apptest import figures, tables
+from attnlib.results.shipped import EWT_DEV
 from support.cli import cli_json, run_cli
-from support.pages import _deps_page
 
 # ---------------------------------------------------------------------------------------------------------------
 # Sentence 1: "The strawberries ripen", with strawberries split into two pieces.
@@ -286,14 +285,6 @@ def test_cli_refuses_bad_input(tmp_path):
 # The page
 
 
-def test_page_silver_classroom_marks_predicted_parses():
-    at = _deps_page("silver", deps_text_limit=12)
-    assert not at.exception, at.exception
-    assert any("Predicted parses" in i.value for i in at.info)
-    assert at.metric[0].value == "12"
-    assert tables(at)[0]["relation"].iloc[0] == "all"
-
-
 # ---------- slow tests
 
 
@@ -372,97 +363,3 @@ def test_cli_on_ewt_dev_slice_matches_independent_computation(minilm):
     for row in out["rows"]:
         want = expected[row["relation"]]
         assert row == pytest.approx(want), row["relation"]
-
-
-@pytest.mark.slow
-def test_page_gold_table_heatmap_and_example(minilm):
-    from attnlib.core.corpus import read_conllu
-
-    at = _deps_page("gold", deps_limit=15)
-    assert not at.exception, at.exception
-    assert [m.value for m in at.metric][:3] == ["15", str(sum(len(s.words) for s in read_conllu(EWT_DEV)[:15])), "0"]
-    frame = tables(at)[0]
-    expected = analyse("deps", minilm, conllu=EWT_DEV, limit=15, min_count=5).result.table
-    assert frame["relation"].tolist() == [r.relation for r in expected.rows]
-    assert frame["best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in expected.rows]
-    np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
-    paper = tables(at)[1]  # the reference table, in an expander for models other than bert-base-uncased
-    assert {"obj", "nmod:poss"} <= set(paper["closest UD label"]) and paper["relation (paper)"].iloc[0] == "all"
-    table_charts = [c for c in figures(at) if c.key.startswith("deps_")]  # the probe section draws its own
-    assert len(table_charts) == 3  # heatmap, arc diagram, the example's attention
-    assert any("found" in c.spec for c in figures(at))
-    at.radio(key="deps_split").set_value("halves").run()
-    assert not at.exception
-    assert any("half A" in c.value for c in at.caption)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_page_compares_two_models_table_and_probe(minilm, tiny_model_dir, tiny_model, one_thread):
-    from streamlit.testing.v1 import AppTest
-
-    from attnlib.core.corpus import read_conllu
-    from attnlib.present.report import largest_difference
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    for key, value in {"limit": "10", "min": "1", "probe_limit": "4", "cmp": str(tiny_model_dir)}.items():
-        at.query_params[key] = value
-    at.run()
-    at.switch_page("app_pages/dependency_heads/page.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    first, second = minilm.facts.name, str(tiny_model_dir)
-    sentences = read_conllu(EWT_DEV)[:10]
-    expected = {
-        m: analyse("deps", lm, conllu=sentences, min_count=1).result.table
-        for m, lm in [(first, minilm), (second, tiny_model)]
-    }
-    frame = tables(at)[0]
-    assert frame["relation"].tolist() == [r.relation for r in expected[first].rows]
-    for model, table in expected.items():
-        by_relation = {r.relation: r for r in table.rows}
-        rows = [by_relation[r] for r in frame["relation"]]
-        assert frame[f"{model}: best head"].tolist() == [f"{r.layer + 1}-{r.head + 1}" for r in rows]
-        np.testing.assert_allclose(frame[f"{model}: accuracy %"], [100 * r.accuracy for r in rows])
-    accuracy = [{"best-head accuracy": {r.relation: r.accuracy for r in t.rows}} for t in expected.values()]
-    largest = largest_difference(*accuracy)
-    assert largest is not None and any(largest.text() in m.value for m in at.markdown)
-
-    at.session_state["deps_tab"] = "All heads together"
-    at.run()
-    at.button(key=f"compute:probe:{first}").click().run()  # each model's probe is trained on request
-    at.button(key=f"compute:probe:{second}").click().run()
-    assert not at.exception, [e.value for e in at.exception]
-    uas = next(d for d in tables(at) if "method" in d.columns).set_index("method")
-    assert list(uas.columns) == [f"{m}: {c}" for m in (first, second) for c in ("UAS %", "head or offset")]
-    shown = {m.label: m.value for m in at.metric}["UAS, attention-only probe"]
-    assert shown == f"{uas.loc['attention-only probe', f'{first}: UAS %']:.1f}%"
-    assert uas[f"{second}: UAS %"].notna().sum() == 3  # probe, best head, offset (words probe: first model only)
-    assert sum("largest difference: UAS in" in m.value for m in at.markdown) == 1
-
-
-@pytest.mark.slow
-def test_page_opens_the_shipped_table_at_once_and_says_so(monkeypatch):
-    import hashlib
-
-    from streamlit.testing.v1 import AppTest
-
-    from attnlib.analyses.deps import DepsOptions, dependency_counts_from_json
-    from attnlib.core.model import DEFAULT_MODEL
-    from attnlib.results.precomputed import shipped_result
-
-    def no_counting(*args, **kwargs):
-        raise AssertionError("the page ran the model over the corpus although its result ships")
-
-    monkeypatch.setattr("attnlib.analyses.base.run_analysis", no_counting)
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("app_pages/dependency_heads/page.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    record = shipped_result("deps", DEFAULT_MODEL, hashlib.sha1(EWT_DEV.read_bytes()).hexdigest(), 2001, DepsOptions())
-    assert record is not None
-    expected = dependency_counts_from_json(record.state or {}).table(min_count=100)
-    frame = tables(at)[0]
-    assert frame["relation"].tolist() == [r.relation for r in expected.rows]
-    np.testing.assert_allclose(frame["accuracy %"], [100 * r.accuracy for r in expected.rows])
-    assert at.metric[0].value == "2001"
-    assert any("precomputed, shipped with the app" in c.value for c in at.caption)
-    assert at.button(key=f"recompute:deps:{DEFAULT_MODEL}").label == "Recompute"

@@ -120,3 +120,27 @@ def test_deps_example_follows_a_new_relation_and_the_url():
         best["head"],
     ), "a new relation opens on its own best head"
     assert at.query_params["layer"] == str(best["layer"])
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_unknown_family_on_the_pages(unknown_dir):
+    """The Live page, Special tokens and the Tour's step 3 show what attention gives and say why norms are missing."""
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.results.shipped import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["model"], at.query_params["view"], at.query_params["show"] = str(unknown_dir), "neuron", "norms"
+    at.run()
+    assert not at.exception, at.exception
+    assert any("query and key vectors of the neuron view are not available" in i.value for i in at.info)
+    at.session_state["live_view"] = "head"
+    at.run()
+    assert not at.exception and any("Value-weighted norms" in i.value for i in at.info)
+    at.query_params["tab"], at.query_params["limit"] = "norms", "3"
+    at.switch_page("app_pages/special_tokens/page.py").run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert any("are not available for 'megatron-bert'" in i.value for i in at.info)
+    at.query_params["step"] = "3"
+    at.switch_page("app_pages/tour/page.py").run()
+    assert not at.exception and any("are not available for 'megatron-bert'" in i.value for i in at.info)

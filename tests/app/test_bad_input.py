@@ -1,4 +1,5 @@
-"""Bad input in the library, the command line and the app: a clear message, what was typed kept, the app still usable.
+"""Bad input in the app: a clear message, what was typed kept, the app still usable (the library's and the command
+line's in core/test_library_bad_input.py and cli/test_cli_bad_input.py).
 
 Also the security settings: allow-list of model ids, local folders switched off, no remote code, bounded uploads."""
 
@@ -8,25 +9,21 @@ import re
 import subprocess
 import tomllib
 
-import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnlib.core.corpus import CorpusError, parse_conllu, parse_text_corpus, read_conllu, read_corpus, read_text_corpus
-from attnlib.core.model import DEFAULT_MODEL, ModelLoadError, check_allowed, load_model, parse_model_list
-from attnlib.core.runner import InputError, run
+from attnlib.core.corpus import CorpusError, read_conllu, read_text_corpus
+from attnlib.core.model import DEFAULT_MODEL
 from attnlib.results.shipped import ROOT
 from support.bad_input import (
-    CONLLU_BAD,
     CONLLU_OK,
     EMPTY_TEXTS,
     INVISIBLE_TEXTS,
-    LONG_LINE_CORPUS,
     LONG_TEXT,
-    NOT_UTF8,
     ODD_TEXTS,
     UPLOADS,
     VALID,
+    _as_if_online_but_unknown,
     _assert_kept_default,
     _choose_other,
     _live,
@@ -34,244 +31,6 @@ from support.bad_input import (
     _type,
     _upload,
 )
-from support.cli import run_cli
-
-
-def _one_clear_line(err: str) -> str:
-    """The command line's error: one line starting with 'error:', never a traceback."""
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
-
-
-# ---------- the library --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("text", EMPTY_TEXTS.values(), ids=EMPTY_TEXTS.keys())
-def test_library_refuses_empty_text(tiny_model, text):
-    with pytest.raises(InputError, match="Sentence A is empty"):
-        run(tiny_model, text)
-    with pytest.raises(InputError, match="Sentence B is empty"):
-        run(tiny_model, VALID, text)
-
-
-@pytest.mark.parametrize("text", INVISIBLE_TEXTS.values(), ids=INVISIBLE_TEXTS.keys())
-def test_library_refuses_text_the_tokenizer_erases(minilm, text):
-    with pytest.raises(InputError, match="Sentence A has nothing the model can read"):
-        run(minilm, text)
-    with pytest.raises(InputError, match="Sentence B has nothing the model can read"):
-        run(minilm, VALID, text)
-
-
-def test_library_keeps_corpus_words_without_pieces(minilm):
-    """A treebank sentence given as words runs even when the tokenizer drops them all (deps marks them unscored)."""
-    r = run(minilm, ["\u200b", "\x07"])
-    assert r.n == 2 and r.words == [] and r.word_ids == [None, None]
-
-
-@pytest.mark.parametrize("text", ODD_TEXTS.values(), ids=ODD_TEXTS.keys())
-def test_library_runs_unusual_characters(tiny_model, text):
-    for r in (run(tiny_model, text), run(tiny_model, text, VALID)):
-        assert r.words and all(r.words)  # byte-level BPE keeps a lone TAB or control char as a word of its own
-        assert len(r.tokens) == r.n == len(r.word_ids) == r.attentions.shape[-1]
-        assert np.isfinite(r.attentions).all()
-        np.testing.assert_allclose(r.attentions.sum(-1), 1.0, atol=1e-5)
-        # every word is a piece of the text as typed
-        assert all(w in text or w in VALID for w in r.words)
-
-
-def test_library_truncates_5000_words(tiny_model):
-    r = run(tiny_model, LONG_TEXT)
-    assert r.truncated and r.n == tiny_model.facts.max_length and r.n_tokens_full >= 5000
-    assert r.cls_mask[0] and r.sep_mask[-1]  # still closed by the special tokens
-
-
-def _as_if_online_but_unknown(monkeypatch) -> None:
-    """The Hub looks reachable but every request fails at once, as for an id the Hub does not know."""
-    import huggingface_hub.constants
-
-    import attnlib.core.model as model
-
-    monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-
-
-@pytest.mark.parametrize("name", ["no-such-user/no-such-model-xyz", "not a model id!"])
-def test_library_unknown_model_id(monkeypatch, name):
-    _as_if_online_but_unknown(monkeypatch)
-    with pytest.raises(ModelLoadError, match="is not a model id or folder that can be loaded"):
-        load_model(name)
-
-
-def test_library_model_id_without_network(monkeypatch):
-    import attnlib.core.model as model
-
-    monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
-    monkeypatch.setattr(model, "_is_cached", lambda repo_id: False)
-    with pytest.raises(ModelLoadError, match="not reachable from this machine"):
-        load_model("bert-base-uncased")
-
-
-@pytest.fixture(scope="module")
-def t5_dir(tmp_path_factory):
-    """A tiny random T5 saved without its tokenizer, in a folder."""
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    folder = tmp_path_factory.mktemp("tiny-t5")
-    config = T5Config(d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, vocab_size=50)
-    T5ForConditionalGeneration(config).save_pretrained(folder)
-    return folder
-
-
-def test_library_refuses_an_encoder_decoder_without_its_tokenizer(t5_dir):
-    with pytest.raises(ModelLoadError, match=r"tokenizer (vocabulary|.* is not the model's own)"):
-        load_model(str(t5_dir))
-
-
-@pytest.mark.parametrize("tiny_model_dir", ["roberta"], indirect=True)
-def test_library_roberta_special_tokens(tiny_model_dir):
-    lm = load_model(str(tiny_model_dir))
-    assert (lm.facts.cls_token, lm.facts.sep_token) == ("<s>", "</s>")
-    r = run(lm, "I went to the store.", "I bought fresh strawberries.")
-    assert r.tokens[0] == "<s>" and r.cls_mask.sum() == 1 and r.sep_mask.sum() >= 2
-    assert r.words == ["I", "went", "to", "the", "store", ".", "I", "bought", "fresh", "strawberries", "."]
-    assert all(
-        int(s) == int(w >= 6) for s, w in zip(r.segments, r.word_ids) if w is not None
-    )  # B's words are segment 1
-
-
-@pytest.mark.parametrize("case", CONLLU_BAD, ids=CONLLU_BAD.keys())
-def test_library_malformed_conllu_names_the_line(case):
-    text, line, what = CONLLU_BAD[case]
-    assert parse_conllu(CONLLU_OK, "ok.conllu")  # the unbroken file parses
-    with pytest.raises(CorpusError, match=rf"^bad\.conllu, line {line}: .*{what}"):
-        parse_conllu(text, "bad.conllu")
-    with pytest.raises(CorpusError, match=rf"line {line}:"):
-        read_conllu(text.encode(), "bad.conllu")
-
-
-def test_library_not_utf8(tmp_path):
-    with pytest.raises(CorpusError, match="not a UTF-8 text file"):
-        read_text_corpus(NOT_UTF8, "latin1.txt")
-    with pytest.raises(CorpusError, match="not a UTF-8 text file"):
-        read_conllu(NOT_UTF8, "latin1.conllu")
-    path = tmp_path / "latin1.txt"
-    path.write_bytes(NOT_UTF8)
-    with pytest.raises(CorpusError, match=r"latin1\.txt: not a UTF-8"):
-        read_corpus(path)
-
-
-def test_library_corpus_without_usable_input(tmp_path):
-    assert parse_text_corpus("\n  \n\t\n", "blank.txt") == []
-    assert parse_conllu("\n\n", "blank.conllu") == []
-    path = tmp_path / "blank.txt"
-    path.write_text("\n   \n\n")
-    with pytest.raises(CorpusError, match="no usable input"):
-        read_corpus(path)
-
-
-def test_library_allow_list():
-    assert parse_model_list(None) is None and parse_model_list(" , ") is None and parse_model_list([]) is None
-    assert parse_model_list("bert-base-uncased, roberta-base,,bert-base-uncased") == (
-        "bert-base-uncased",
-        "roberta-base",
-    )
-    assert parse_model_list(["a", " b "]) == ("a", "b")
-    check_allowed("anything/at-all", None)
-    check_allowed(DEFAULT_MODEL, ("roberta-base",))  # the bundled default is always allowed
-    check_allowed("roberta-base", ("roberta-base",))
-    with pytest.raises(
-        ModelLoadError, match="not one of the models this server allows: all-MiniLM-L6-v2, roberta-base"
-    ):
-        load_model("bert-base-uncased", allowed=("roberta-base",))
-
-
-@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-def test_library_local_folders_switched_off(tiny_model_dir):
-    with pytest.raises(ModelLoadError, match="local folders is switched off"):
-        load_model(str(tiny_model_dir), allow_local=False)
-
-
-# ---------- the command line ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "text", list(EMPTY_TEXTS.values()) + list(INVISIBLE_TEXTS.values()), ids=list(EMPTY_TEXTS) + list(INVISIBLE_TEXTS)
-)
-def test_cli_refuses_empty_text(text):
-    ran = run_cli("attention", "--text", text, "--json")
-    assert ran.code == 2
-    assert re.match(r"error: Sentence A (is empty|has nothing the model can read)", _one_clear_line(ran.err))
-
-
-@pytest.mark.parametrize("text", list(ODD_TEXTS.values()) + [LONG_TEXT], ids=list(ODD_TEXTS) + ["5000 words"])
-def test_cli_runs_unusual_and_long_text(tiny_model_dir, text):
-    ran = run_cli("attention", "--text", text, "--model", str(tiny_model_dir), "--json")
-    assert ran.code == 0, ran.err
-    n = len(ran.json["tokens"])
-    assert np.array(ran.json["attentions"]).shape[-2:] == (n, n)
-    assert ran.json["truncated"] == (text == LONG_TEXT)
-
-
-@pytest.mark.parametrize("tiny_model_dir", ["roberta"], indirect=True)
-def test_cli_roberta(tiny_model_dir):
-    ran = run_cli(
-        "attention",
-        "--text",
-        "I went to the store.",
-        "--pair",
-        "I bought strawberries.",
-        "--model",
-        str(tiny_model_dir),
-        "--json",
-    )
-    assert ran.code == 0, ran.err
-    assert ran.json["tokens"][0] == "<s>" and ran.json["tokens"][-1] == "</s>" and ran.json["segments"][-1] == 1
-
-
-def test_cli_model_errors(t5_dir, monkeypatch):
-    import attnlib.core.model as model
-
-    monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
-    monkeypatch.setattr(model, "_is_cached", lambda repo_id: False)
-    ran = run_cli("attention", "--text", VALID, "--model", "no-such-user/no-such-model-xyz", "--json")
-    assert ran.code == 2 and "not reachable" in _one_clear_line(ran.err)
-    ran = run_cli("attention", "--text", VALID, "--model", str(t5_dir), "--json")
-    assert ran.code == 2 and "is not the model's own" in _one_clear_line(ran.err)
-
-
-@pytest.mark.parametrize("case", CONLLU_BAD, ids=CONLLU_BAD.keys())
-def test_cli_malformed_conllu(case, tmp_path):
-    text, line, what = CONLLU_BAD[case]
-    path = tmp_path / "bad.conllu"
-    path.write_text(text)
-    ran = run_cli("deps", "--conllu", str(path), "--json")
-    assert ran.code == 2 and f"bad.conllu, line {line}: " in _one_clear_line(ran.err) and what in ran.err
-    ran = run_cli("special", "--corpus", str(path), "--json")
-    assert ran.code == 2 and f"line {line}: " in _one_clear_line(ran.err)
-
-
-def test_cli_not_utf8_and_empty_corpus(tmp_path):
-    for name, data, message in (
-        ("latin1.txt", NOT_UTF8, "not a UTF-8 text file"),
-        ("latin1.conllu", NOT_UTF8, "not a UTF-8 text file"),
-        ("blank.txt", b"\n \n", "no usable input"),
-        ("blank.conllu", b"\n\n", "no"),
-    ):
-        path = tmp_path / name
-        path.write_bytes(data)
-        command = ["deps", "--conllu"] if name.endswith(".conllu") else ["special", "--corpus"]
-        ran = run_cli(*command, str(path), "--json")
-        assert ran.code == 2 and message in _one_clear_line(ran.err), (name, ran.err)
-
-
-def test_library_corpus_keeps_a_very_long_line(tmp_path):
-    path = tmp_path / "long.txt"
-    path.write_text(LONG_LINE_CORPUS)
-    inputs = read_corpus(str(path))
-    assert [len(str(i.text_a)) for i in inputs] == [len(VALID), len(LONG_TEXT) + 1, len("A dog barked.")]
-
 
 # ---------- the app (Streamlit AppTest) ----------------------------------------------------------------------------
 
@@ -410,17 +169,6 @@ def test_upload_limit_set_in_config():
 
 
 # ---------- slow tests
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("command", ["special", "positions"])
-def test_cli_long_corpus_line_is_truncated_and_counted(tiny_model_dir, tmp_path, command):
-    path = tmp_path / "long.txt"
-    path.write_text(LONG_LINE_CORPUS)
-    extra = ["--probes", "1"] if command == "positions" else []
-    ran = run_cli(command, "--corpus", str(path), "--model", str(tiny_model_dir), *extra, "--json")
-    assert ran.code == 0, ran.err
-    assert ran.json["n_inputs"] == 3 and ran.json["n_truncated"] == 1
 
 
 @pytest.mark.slow

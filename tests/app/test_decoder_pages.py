@@ -144,3 +144,19 @@ def test_live_norms_view_of_a_decoder(gpt2_dir):
         assert all(max(keys, default=0) <= i for i, keys in enumerate(rows))
     weighted = norm_maps(run(load_model(str(gpt2_dir)), TEXT, capture_norms=True)).weighted_norm
     assert not np.triu(weighted, 1).any()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory):
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.results.shipped import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(model=str(save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-live"))), view="neuron")
+    at.query_params.update(layer="2", token="5")
+    at.run()
+    assert not at.exception, at.exception
+    assert any("equals the model's attention row" in c.value for c in at.caption), [c.value for c in at.caption]
+    assert any("‖f(x_j)‖ = ‖v_j W_O‖" in c.value for c in at.caption)  # value norms beside it (METHODS §11, §18)

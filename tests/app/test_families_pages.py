@@ -12,7 +12,7 @@ from support.pages import PAGES, run_computing
 pytestmark = pytest.mark.slow
 
 # The families whose layers differ most (local windows and pre-LN, relative terms, shared layers, rotary positions);
-# BERT's layout is every page's own test, and the Live page is drawn for every family in tests/core/test_families.py.
+# BERT's layout is every page's own test, and the Live page is drawn for every family in tests/app/test_live.py.
 # Two decoders (METHODS §18): GPT-2 (no BOS, Conv1D) and Gemma 2 (a BOS, grouped-query heads, a sliding layer).
 DISTINCT_FAMILIES = ["modernbert", "deberta", "deberta-v2", "mpnet", "albert", "roformer", "gpt2", "gemma2"]
 

@@ -1,4 +1,5 @@
-"""AppTest of the live page: typing, layer and head, the views, the pair filter, the level switch, the URL, the finder."""
+"""AppTest of the live page: typing, layer and head, the views, the pair filter, the level switch, the URL, the finder,
+the corpus search (METHODS §16), and every family's views."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from attnlib.core.corpus import read_corpus
 from attnlib.core.runner import run
 from attnlib.core.words import word_level_attention
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from attnlib.search.by_example import search_corpus
 from support.apptest import figures, tables
 from support.pages import TEXT_A, TEXT_B, open_live, rerun, view_data, view_datas
 from support.reference import independent_norms
@@ -247,3 +251,76 @@ def test_two_models_side_by_side_in_the_head_view(minilm, tiny_model_dir, tiny_m
     at.radio(key="live_view").set_value("model")
     rerun(at)
     assert [(d["L"], d["H"], d["sel"]) for d in view_datas(at)] == [(6, 12, [3, 0]), (2, 4, [1, 0])]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_live_page_draws_every_view(family_dir, family_model):
+    """The Live page with each family: head, model and neuron views without an exception; the neuron view's
+    softmax equals the model's attention row."""
+    from streamlit.testing.v1 import AppTest
+
+    from attnlib.results.shipped import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["model"] = str(family_dir)
+    at.query_params["view"] = "neuron"
+    at.query_params["layer"] = str(family_model.facts.n_layers)  # ModernBERT's local layer
+    at.query_params["token"] = "2"
+    at.run()
+    assert not at.exception, at.exception
+    assert any("equals the model's attention row" in c.value for c in at.caption), [c.value for c in at.caption]
+    for view in ("model", "head"):
+        at.session_state["live_view"] = view
+        at.run()
+        assert not at.exception, (view, at.exception)
+    if any(family_model.facts.windows):
+        at.session_state["live_view"] = "model"
+        at.run()
+        assert any("Local attention" in c.value for c in at.caption)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.slow
+def test_live_page_search_section(minilm):
+    """Off by default (no corpus widgets drawn); on with a token: k matches, each its strip and an Open button that
+    puts its sentence in the head view with its token selected; the state is in the URL."""
+    from support.apptest import figures
+    from support.pages import open_live, rerun
+
+    at = open_live(a="The cat sat on the mat.", b="", layer="3", token="3")
+    assert not at.toggle(key="live_find").value and "find" not in at.query_params
+    assert not [s for s in at.subheader if s.value == "Corpus"]
+    at.toggle(key="live_find").set_value(True)
+    at.session_state["live_find_corpus"] = "Classroom set: single sentences"
+    at.session_state["live_find_k"] = 5
+    rerun(at)
+    strips = [m for m in at.markdown if "attn-strip" in m.value]
+    assert len(strips) == 5 and at.query_params["find"] == "1" and at.query_params["k"] == "5"
+    assert at.query_params["corpus"] == "classroom-single"
+    assert any("Key each head attends to most" in f.spec for f in figures(at))
+    assert any("no gold UPOS" in c.value for c in at.caption)  # a text corpus: the class counts only
+    expected = search_corpus(minilm, "The cat sat on the mat.", 2, CLASSROOM_SINGLE, layer=2, k=5)
+    assert [m.input + 1 for m in expected.matches] == [int(s.value.split("· input ")[1].split(",")[0]) for s in strips]
+    at.button(key="find0_open_1").click()
+    rerun(at)
+    first = read_corpus(CLASSROOM_SINGLE)[expected.matches[0].input]
+    assert at.text_area(key="text_a").value == first.text_a
+    assert at.query_params["token"] == str(expected.matches[0].position + 1)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_live_page_searches_both_models(tiny_model_dir):
+    """With a second model under Compare with, the same query runs in both, each against its own index."""
+    from support.pages import open_live
+
+    at = open_live(
+        a="The cat sat on the mat.", b="", layer="3", token="3", find="1", corpus="classroom-single", k="4",
+        cmp=str(tiny_model_dir),
+    )  # fmt: skip
+    strips = [m for m in at.markdown if "attn-strip" in m.value]
+    searched = [c.value for c in at.caption if c.value.startswith("Searched: ")]
+    assert len(strips) == 8 and len(searched) == 2
+    assert "layer 3 output" in searched[0] and "layer 2 output" in searched[1]  # the tiny model has 2 layers
+    assert at.button(key="find1_open_1") is not None

@@ -172,19 +172,3 @@ def test_soft_capped_scores_hide_queries_and_keys_in_words(tmp_path_factory):
     lm = load_model(str(save_tiny("gemma2", tmp_path_factory.mktemp("gemma2-qk"))))
     assert "soft-capped" in unsupported_reason(lm.encoder.config, "queries_keys")
     assert run(lm, TEXT, capture_qk=True).queries is None
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory):
-    from streamlit.testing.v1 import AppTest
-
-    from attnlib.results.shipped import ROOT
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params.update(model=str(save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-live"))), view="neuron")
-    at.query_params.update(layer="2", token="5")
-    at.run()
-    assert not at.exception, at.exception
-    assert any("equals the model's attention row" in c.value for c in at.caption), [c.value for c in at.caption]
-    assert any("‖f(x_j)‖ = ‖v_j W_O‖" in c.value for c in at.caption)  # value norms beside it (METHODS §11, §18)

@@ -352,25 +352,6 @@ def test_fine_tuned_checkpoints_load_their_encoder_without_an_mlm_head(family_di
         np.testing.assert_array_equal(weight.numpy(), own[name].numpy())
 
 
-@pytest.fixture(scope="module")
-def unknown_dir(tmp_path_factory):
-    """A tiny Megatron-BERT (pre-LN, a family attnlib has no layout for) that loads as any encoder does."""
-    from transformers import MegatronBertConfig, MegatronBertForMaskedLM
-
-    from support.models import bert_tokenizer
-
-    folder = tmp_path_factory.mktemp("megatron")
-    tokenizer = bert_tokenizer()
-    torch.manual_seed(0)
-    MegatronBertForMaskedLM(
-        MegatronBertConfig(
-            vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
-        )
-    ).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def test_unknown_family_is_refused_in_words(unknown_dir):
     """An encoder attnlib has no layout for: attention works; norms and attribution say why not, in the library and
     as one `error:` line of the command line."""
@@ -398,29 +379,6 @@ def test_unknown_family_is_refused_in_words(unknown_dir):
         assert ran.code == 2, ran.err
         out, err = ran.out, ran.err
         assert out == "" and err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "megatron" in err
-
-
-def test_unknown_family_on_the_pages(unknown_dir):
-    """The Live page, Special tokens and the Tour's step 3 show what attention gives and say why norms are missing."""
-    from streamlit.testing.v1 import AppTest
-
-    from attnlib.results.shipped import ROOT
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params["model"], at.query_params["view"], at.query_params["show"] = str(unknown_dir), "neuron", "norms"
-    at.run()
-    assert not at.exception, at.exception
-    assert any("query and key vectors of the neuron view are not available" in i.value for i in at.info)
-    at.session_state["live_view"] = "head"
-    at.run()
-    assert not at.exception and any("Value-weighted norms" in i.value for i in at.info)
-    at.query_params["tab"], at.query_params["limit"] = "norms", "3"
-    at.switch_page("app_pages/special_tokens/page.py").run()
-    assert not at.exception and not at.error, (at.exception, at.error)
-    assert any("are not available for 'megatron-bert'" in i.value for i in at.info)
-    at.query_params["step"] = "3"
-    at.switch_page("app_pages/tour/page.py").run()
-    assert not at.exception and any("are not available for 'megatron-bert'" in i.value for i in at.info)
 
 
 def _log_bucket(delta: np.ndarray, buckets: int, max_position: int) -> np.ndarray:
@@ -563,31 +521,6 @@ def test_single_input_commands_run(family_dir, family_model):
     assert np.allclose(np.array(maps["residual_ln_rollout"]).sum(-1), 1, atol=1e-5)
     hta = cli_json("hta", *text, "--mode", "estimate", "--probes", "3", *model, "--json")
     assert np.array(hta["input"]).shape == a.shape and np.allclose(np.array(hta["input"]).sum(-1), 1, atol=1e-5)
-
-
-def test_live_page_draws_every_view(family_dir, family_model):
-    """The Live page with each family: head, model and neuron views without an exception; the neuron view's
-    softmax equals the model's attention row."""
-    from streamlit.testing.v1 import AppTest
-
-    from attnlib.results.shipped import ROOT
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params["model"] = str(family_dir)
-    at.query_params["view"] = "neuron"
-    at.query_params["layer"] = str(family_model.facts.n_layers)  # ModernBERT's local layer
-    at.query_params["token"] = "2"
-    at.run()
-    assert not at.exception, at.exception
-    assert any("equals the model's attention row" in c.value for c in at.caption), [c.value for c in at.caption]
-    for view in ("model", "head"):
-        at.session_state["live_view"] = view
-        at.run()
-        assert not at.exception, (view, at.exception)
-    if any(family_model.facts.windows):
-        at.session_state["live_view"] = "model"
-        at.run()
-        assert any("Local attention" in c.value for c in at.caption)
 
 
 def test_folder_without_tokenizer_files_is_refused(tmp_path):

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import math
 import re
-from html.parser import HTMLParser
 
 import numpy as np
 import pandas as pd
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from attnlib.analyses.attention import AttentionOptions
 from attnlib.analyses.base import Analysis
@@ -18,7 +16,6 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.hooks import ATTENTION
 from attnlib.present.comparison import Difference, largest_difference
 from attnlib.present.report import (
-    REPORT_PARTS,
     PartResult,
     ReportOptions,
     ReportPart,
@@ -28,14 +25,13 @@ from attnlib.present.report import (
     run_report,
 )
 from attnlib.present.tables import paper_rows
-from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
+from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats.shares import STAT_KEYS
 from attnlib.stats.value_norms import NORM_KEYS
 from attnlib.views.plotly_js import plotly_js
 from attnlib.views.report_page import render_report
 from support.cli import cli_json, run_cli
-from support.models import bert_tokenizer, tiny_config_with_vocab
-from support.report import MIN_COUNT, N_INPUTS
+from support.report import MIN_COUNT, N_INPUTS, read_tables, report_parts
 from support.tolerances import FORWARD_RTOL
 
 
@@ -111,54 +107,6 @@ def test_report_without_any_input_is_a_user_error(tmp_path):
 
 
 # ---------- slow tests
-
-
-class TableReader(HTMLParser):
-    """Every <table> after an <h3> as (title, header, rows of cell texts)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tables: dict[str, tuple[list[str], list[list[str]]]] = {}
-        self.section, self.title, self.text, self.row = "", "", "", None
-        self.current: tuple[list[str], list[list[str]]] | None = None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "section":
-            self.section = dict(attrs).get("id", "")
-        elif tag == "h3":
-            self.text = ""
-        elif tag == "table" and self.title:
-            self.current = ([], [])
-        elif tag == "tr":
-            self.row = []
-        elif tag in ("td", "th"):
-            self.text = ""
-
-    def handle_endtag(self, tag):
-        if tag == "h3":
-            self.title = self.text.strip()
-        elif tag in ("td", "th") and self.row is not None:
-            self.row.append(self.text.strip())
-        elif tag == "tr" and self.current is not None and self.row is not None:
-            header, rows = self.current
-            if not header:
-                header.extend(self.row)
-            else:
-                rows.append(self.row)
-            self.row = None
-        elif tag == "table" and self.current is not None:
-            self.tables[f"{self.section}/{self.title}"] = self.current
-            self.current, self.title = None, ""
-
-    def handle_data(self, data):
-        self.text += data
-
-
-def read_tables(page: str) -> dict[str, list[dict[str, str]]]:
-    """'part/title' -> rows as {column: cell text}."""
-    reader = TableReader()
-    reader.feed(page)
-    return {key: [dict(zip(header, row)) for row in rows] for key, (header, rows) in reader.tables.items()}
 
 
 def close(cell: str, value, scale: float = 0.0) -> bool:
@@ -306,59 +254,6 @@ def test_model_compared_with_itself_differs_nowhere(tiny_model_dir, files, one_t
     assert page.count(plotly_js()[:300]) == 1
 
 
-@pytest.fixture(scope="module")
-def deeper_bert_dir(tmp_path_factory):
-    """A second tiny random BERT (3 layers, another seed) to compare with."""
-    import torch
-    from transformers import AutoModelForMaskedLM
-
-    tokenizer = bert_tokenizer()
-    config = tiny_config_with_vocab("bert", len(tokenizer))
-    config.num_hidden_layers = 3
-    torch.manual_seed(1)
-    folder = tmp_path_factory.mktemp("deeper-bert")
-    AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.mark.slow
-def test_page_builds_a_self_contained_report_of_both_models(tiny_model_dir, deeper_bert_dir, one_thread):
-    at = AppTest.from_file(str(ROOT / "app_pages" / "report" / "page.py"), default_timeout=600)
-    at.session_state["model_name"] = str(tiny_model_dir)
-    at.session_state["compare_name"] = str(deeper_bert_dir)
-    at.run()
-    assert not at.exception
-    at.number_input(key="report_limit").set_value(3)
-    at.selectbox(key="report_trees").select("UD English EWT dev (gold)")
-    at.selectbox(key="report_train").select("UD English EWT test (gold)")
-    at.run()
-    assert [b.label for b in at.button] == ["Build the report"]
-    at.button[0].click().run()
-    assert not at.exception
-    _, page, seconds = at.session_state["_report_built"]
-    assert seconds > 0
-    assert any(s.value.startswith("The report is ready:") and " MB, built in " in s.value for s in at.success)
-    assert not re.search(r"<script[^>]*\ssrc\s*=", page, re.I)
-    assert not re.search(r"<link[^>]*\shref\s*=", page, re.I)
-    assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page, re.I)
-    assert page.count(plotly_js()[:300]) == 1
-    title = f"Attention report: {tiny_model_dir} vs {deeper_bert_dir}"
-    assert f"<title>{title}</title>" in page
-    for part in report_parts():
-        assert f"<section id='{part}'>" in page
-    tables = read_tables(page)
-    layers = [(r["model"], int(r["layer"])) for r in tables["special/Per layer (mean over heads)"]]
-    assert layers == [(str(tiny_model_dir), 1), (str(tiny_model_dir), 2)] + [
-        (str(deeper_bert_dir), l) for l in (1, 2, 3)
-    ]
-    (first, second) = tables["probe/Probe against the best single head and fixed offset"]
-    for row in (first, second):  # the limit of 3 sentences reached the probe (kept or skipped for their length)
-        assert int(row["n_test"]) + int(row["n_skipped_test"]) == int(row["n_train"]) + int(row["n_skipped_train"]) == 3
-    assert (first["model"], second["model"]) == (str(tiny_model_dir), str(deeper_bert_dir))
-    assert page.count("largest difference:") == len(report_parts())  # one line per part
-
-
 @pytest.mark.slow
 def test_positions_and_aggregation_share_each_inputs_attribution(tiny_model, monkeypatch, one_thread):
     import attnlib.present.report as report
@@ -378,8 +273,3 @@ def test_positions_and_aggregation_share_each_inputs_attribution(tiny_model, mon
     assert len(calls) == 3  # one attribution per input, not one per part
     assert [(t.source, t.parts, t.n_inputs) for t in timings] == [("corpus", ["positions", "aggregation"], 3)]
     assert results[0].result.n_inputs == results[1].result.n_inputs == 3
-
-
-def report_parts() -> list[str]:
-    """The names of the report's parts: each has its section and its line of where two models differ most."""
-    return [part.name for part in REPORT_PARTS]

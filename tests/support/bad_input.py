@@ -1,4 +1,5 @@
-"""Bad input and the app helpers that type it (app/test_bad_input.py, app/conftest.py)."""
+"""Bad input and the app helpers that type it (core/test_library_bad_input.py, cli/test_cli_bad_input.py,
+app/test_bad_input.py, app/conftest.py)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,13 @@ UPLOADS = {
     "blank conllu": ("blank.conllu", b"\n\n", "no usable input"),
     "binary": ("weights.txt", bytes(range(256)) * 4, "not a UTF-8"),
 }
+
+
+def _as_if_online_but_unknown(monkeypatch) -> None:
+    """The Hub looks reachable but every request fails at once, as for an id the Hub does not know."""
+    import huggingface_hub.constants
+
+    import attnlib.core.model as model
+
+    monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)

@@ -1,4 +1,4 @@
-"""The Local vs global page's tabs, as the positions tests (analyses/test_positions.py) open them."""
+"""The Local vs global page's tabs, as its tests (app/test_local_global_page.py) open them."""
 
 from __future__ import annotations
 
