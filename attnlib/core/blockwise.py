@@ -66,7 +66,12 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
         if softcap is not None:
             scores = torch.tanh(scores / softcap) * softcap
         if attention_mask is not None:
-            mask = attention_mask[:, :, start : start + rows] if attention_mask.shape[2] > 1 else attention_mask
+            if isinstance(attention_mask, _RowMask):
+                mask = attention_mask.rows(start, start + rows)
+            elif attention_mask.shape[2] > 1:
+                mask = attention_mask[:, :, start : start + rows]
+            else:
+                mask = attention_mask
             if mask.dtype == torch.bool:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             else:
@@ -81,16 +86,60 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     return out.transpose(1, 2).contiguous(), (torch.cat(kept, dim=2) if kept else None)
 
 
+class _RowMask:
+    """transformers' boolean mask (True: attend) of a block-wise run, made a block of query rows at a time from the
+    mask function and padding that the model's mask factory passed, never as a whole [batch, 1, n, n] tensor (at
+    8,192 tokens a sliding window's whole mask takes 1 GB of int64 distances to make).
+
+    Model code that uses the mask other than through `_attention` gets the whole mask (`__torch_function__` and
+    attribute look-ups materialise it), so it stays correct, only not lean."""
+
+    def __init__(self, kwargs: dict) -> None:
+        self.kwargs = kwargs
+        self.shape = torch.Size((kwargs["batch_size"], 1, kwargs["q_length"], kwargs["kv_length"]))
+        self.dtype, self.device = torch.bool, torch.device(kwargs.get("device", "cpu"))
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        """The mask of query rows start..stop-1, [batch, 1, rows, kv_length]."""
+        from transformers.masking_utils import sdpa_mask
+
+        stop = min(stop, self.kwargs["q_length"])
+        q_offset = self.kwargs.get("q_offset", 0) + start
+        return sdpa_mask(**{**self.kwargs, "q_length": stop - start, "q_offset": q_offset})
+
+    def whole(self) -> torch.Tensor:
+        """The whole mask, as transformers makes it."""
+        return self.rows(0, self.kwargs["q_length"])
+
+    def __getattr__(self, name: str):
+        if name == "kwargs":  # not set yet (copy, pickle): no recursion through whole()
+            raise AttributeError(name)
+        return getattr(self.whole(), name)
+
+    def __getitem__(self, index):
+        return self.whole()[index]
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        def whole(x):
+            return x.whole() if isinstance(x, _RowMask) else x
+
+        return func(*map(whole, args), **{k: whole(v) for k, v in (kwargs or {}).items()})
+
+
 def _mask(*args, **kwargs):
     """The mask function registered as NAME: in a block-wise run, transformers' boolean mask (True: attend), always
-    made (never left to is_causal); in any other thread, eager attention's float mask, so a forward pass that runs
-    while another thread's block-wise run has switched the config gets the masks eager attention expects."""
+    made (never left to is_causal), as a `_RowMask` (None where transformers would skip it: no padding, no window);
+    in any other thread, eager attention's float mask, so a forward pass that runs while another thread's block-wise
+    run has switched the config gets the masks eager attention expects."""
     from transformers.masking_utils import eager_mask, sdpa_mask
 
     if getattr(_ACTIVE, "run", None) is None:
         return eager_mask(*args, **kwargs)
     kwargs["allow_is_causal_skip"] = False
-    return sdpa_mask(*args, **kwargs)
+    if args or sdpa_mask(**{**kwargs, "q_length": 0}) is None:  # no query rows: only the skip decision is made
+        return sdpa_mask(*args, **kwargs)
+    return _RowMask({**kwargs, "allow_is_bidirectional_skip": False})
 
 
 @functools.cache
