@@ -28,7 +28,7 @@ from attnlib.core.runner import Encoded, model_inputs
 
 NAME = "attnlib_blockwise"
 BLOCKWISE_FROM = 1024  # inputs longer than this run block-wise when every statistic asked can take blocks
-BLOCK_BYTES = 64 * 2**20  # scores of one block: heads x rows x n floats within this
+BLOCK_BYTES = 16 * 2**20  # scores of one block: heads x rows x n floats within this (the run holds a few blocks)
 Consumer = Callable[[int, int, torch.Tensor], None]  # (layer, first row, probabilities [batch, heads, rows, n])
 
 
@@ -62,9 +62,10 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     out = query.new_empty(*query.shape[:3], value.shape[-1])
     kept = []
     for start in range(0, n_rows, rows):
-        scores = torch.matmul(query[:, :, start : start + rows], key.transpose(2, 3)) * scaling
+        # in place where eager attention makes a new tensor (the same values): one block of scores held, not two
+        scores = torch.matmul(query[:, :, start : start + rows], key.transpose(2, 3)).mul_(scaling)
         if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
+            scores = scores.div_(softcap).tanh_().mul_(softcap)
         if attention_mask is not None:
             if isinstance(attention_mask, _RowMask):
                 mask = attention_mask.rows(start, start + rows)
@@ -73,9 +74,9 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
             else:
                 mask = attention_mask
             if mask.dtype == torch.bool:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+                scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
             else:
-                scores = scores + mask
+                scores = scores.add_(mask)
         probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
         del scores
         if active is not None:
