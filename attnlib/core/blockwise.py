@@ -90,7 +90,8 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
 class _RowMask:
     """transformers' boolean mask (True: attend) of a block-wise run, made a block of query rows at a time from the
     mask function and padding that the model's mask factory passed, never as a whole [batch, 1, n, n] tensor (at
-    8,192 tokens a sliding window's whole mask takes 1 GB of int64 distances to make).
+    8,192 tokens a sliding window's whole mask takes 1 GB of int64 distances to make). Every layer of a kind reads
+    the same mask: it is made once and kept packed, 8 keys a byte (8 MB at 8,192 tokens).
 
     Model code that uses the mask other than through `_attention` gets the whole mask (`__torch_function__` and
     attribute look-ups materialise it), so it stays correct, only not lean."""
@@ -99,21 +100,31 @@ class _RowMask:
         self.kwargs = kwargs
         self.shape = torch.Size((kwargs["batch_size"], 1, kwargs["q_length"], kwargs["kv_length"]))
         self.dtype, self.device = torch.bool, torch.device(kwargs.get("device", "cpu"))
+        self.bits: np.ndarray | None = None  # [batch, 1, q_length, ceil(kv_length / 8)], made on first use
+
+    def _made(self, start: int, stop: int) -> np.ndarray:
+        """transformers' mask of query rows start..stop-1, packed."""
+        from transformers.masking_utils import sdpa_mask
+
+        q_offset = self.kwargs.get("q_offset", 0) + start
+        mask = sdpa_mask(**{**self.kwargs, "q_length": stop - start, "q_offset": q_offset})
+        return np.packbits(mask.cpu().numpy(), axis=-1)
 
     def rows(self, start: int, stop: int) -> torch.Tensor:
         """The mask of query rows start..stop-1, [batch, 1, rows, kv_length]."""
-        from transformers.masking_utils import sdpa_mask
-
-        stop = min(stop, self.kwargs["q_length"])
-        q_offset = self.kwargs.get("q_offset", 0) + start
-        return sdpa_mask(**{**self.kwargs, "q_length": stop - start, "q_offset": q_offset})
+        q, kv = self.shape[2], self.shape[3]
+        if self.bits is None:
+            step = max(1, 2**20 // max(kv, 1))  # the mask function's int64 temporaries: 8 MB a step
+            self.bits = np.concatenate([self._made(s, min(s + step, q)) for s in range(0, q, step)], axis=2)
+        rows = np.unpackbits(self.bits[:, :, start:stop], axis=-1, count=kv).view(bool)
+        return torch.from_numpy(rows).to(self.device)
 
     def whole(self) -> torch.Tensor:
         """The whole mask, as transformers makes it."""
-        return self.rows(0, self.kwargs["q_length"])
+        return self.rows(0, self.shape[2])
 
     def __getattr__(self, name: str):
-        if name == "kwargs":  # not set yet (copy, pickle): no recursion through whole()
+        if name in ("kwargs", "shape", "bits"):  # not set yet (copy, pickle): no recursion through whole()
             raise AttributeError(name)
         return getattr(self.whole(), name)
 
