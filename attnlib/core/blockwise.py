@@ -29,6 +29,7 @@ from attnlib.core.runner import Encoded, model_inputs
 NAME = "attnlib_blockwise"
 BLOCKWISE_FROM = 1024  # inputs longer than this run block-wise when every statistic asked can take blocks
 BLOCK_BYTES = 16 * 2**20  # scores of one block: heads x rows x n floats within this (the run holds a few blocks)
+MASK_STEP = 2**20  # query rows x keys the mask function is evaluated on at a time (its int64 temporaries: 8 MB)
 Consumer = Callable[[int, int, torch.Tensor], None]  # (layer, first row, probabilities [batch, heads, rows, n])
 
 
@@ -114,7 +115,7 @@ class _RowMask:
         """The mask of query rows start..stop-1, [batch, 1, rows, kv_length]."""
         q, kv = self.shape[2], self.shape[3]
         if self.bits is None:
-            step = max(1, 2**20 // max(kv, 1))  # the mask function's int64 temporaries: 8 MB a step
+            step = max(1, MASK_STEP // max(kv, 1))
             self.bits = np.concatenate([self._made(s, min(s + step, q)) for s in range(0, q, step)], axis=2)
         rows = np.unpackbits(self.bits[:, :, start:stop], axis=-1, count=kv).view(bool)
         return torch.from_numpy(rows).to(self.device)
