@@ -40,7 +40,8 @@ def estimate_peak_bytes(size: RunSize, block_rows: int | None = None) -> int:
     statistics' two temporaries; masks are made a block at a time, booleans), the per-row statistics and one
     layer's activations (no layer's hidden states are kept). Measured (ModernBERT, 4 layers, 12 heads, hidden 384,
     n = 2,246, CPU): eager +2.9 GB of resident memory against 3.3 GB estimated; ModernBERT-base-sized (22 layers, 12
-    heads, hidden 768), n = 8,192, block-wise: see benchmarks/README.md (bench_long)."""
+    heads, hidden 768), n = 8,192, block-wise: +540 MB over the warm process against 513 MB estimated (the rest:
+    freed memory the C allocator keeps; benchmarks/README.md, bench_long)."""
     b, n, h = size.batch, size.n, size.heads
     layer = 16 * b * n * size.hidden * size.dtype_bytes
     if block_rows is None:
