@@ -29,7 +29,8 @@ from attnlib.core.runner import Encoded, model_inputs
 
 NAME = "attnlib_blockwise"
 BLOCKWISE_FROM = 1024  # inputs longer than this run block-wise when every statistic asked can take blocks
-BLOCK_BYTES = 64 * 2**20  # scores of one block: heads x rows x n floats within this
+BLOCK_BYTES = 16 * 2**20  # scores of one block: heads x rows x n floats within this (the run holds a few blocks)
+MASK_STEP = 2**20  # query rows x keys the mask function is evaluated on at a time (its int64 temporaries: 8 MB)
 Consumer = Callable[[int, int, torch.Tensor], None]  # (layer, first row, probabilities [batch, heads, rows, n])
 
 
@@ -63,15 +64,21 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     out = query.new_empty(*query.shape[:3], value.shape[-1])
     kept = []
     for start in range(0, n_rows, rows):
-        scores = torch.matmul(query[:, :, start : start + rows], key.transpose(2, 3)) * scaling
+        # in place where eager attention makes a new tensor (the same values): one block of scores held, not two
+        scores = torch.matmul(query[:, :, start : start + rows], key.transpose(2, 3)).mul_(scaling)
         if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
+            scores = scores.div_(softcap).tanh_().mul_(softcap)
         if attention_mask is not None:
-            mask = attention_mask[:, :, start : start + rows] if attention_mask.shape[2] > 1 else attention_mask
-            if mask.dtype == torch.bool:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            if isinstance(attention_mask, _RowMask):
+                mask = attention_mask.rows(start, start + rows)
+            elif attention_mask.shape[2] > 1:
+                mask = attention_mask[:, :, start : start + rows]
             else:
-                scores = scores + mask
+                mask = attention_mask
+            if mask.dtype == torch.bool:
+                scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
+            else:
+                scores = scores.add_(mask)
         probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
         del scores
         if active is not None:
@@ -82,16 +89,71 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     return out.transpose(1, 2).contiguous(), (torch.cat(kept, dim=2) if kept else None)
 
 
+class _RowMask:
+    """transformers' boolean mask (True: attend) of a block-wise run, made a block of query rows at a time from the
+    mask function and padding that the model's mask factory passed, never as a whole [batch, 1, n, n] tensor (at
+    8,192 tokens a sliding window's whole mask takes 1 GB of int64 distances to make). Every layer of a kind reads
+    the same mask: it is made once and kept packed, 8 keys a byte (8 MB at 8,192 tokens).
+
+    Model code that uses the mask other than through `_attention` gets the whole mask (`__torch_function__` and
+    attribute look-ups materialise it), so it stays correct, only not lean."""
+
+    def __init__(self, kwargs: dict) -> None:
+        self.kwargs = kwargs
+        self.shape = torch.Size((kwargs["batch_size"], 1, kwargs["q_length"], kwargs["kv_length"]))
+        self.dtype, self.device = torch.bool, torch.device(kwargs.get("device", "cpu"))
+        self.bits: np.ndarray | None = None  # [batch, 1, q_length, ceil(kv_length / 8)], made on first use
+
+    def _made(self, start: int, stop: int) -> np.ndarray:
+        """transformers' mask of query rows start..stop-1, packed."""
+        from transformers.masking_utils import sdpa_mask
+
+        q_offset = self.kwargs.get("q_offset", 0) + start
+        mask = sdpa_mask(**{**self.kwargs, "q_length": stop - start, "q_offset": q_offset})
+        return np.packbits(mask.cpu().numpy(), axis=-1)
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        """The mask of query rows start..stop-1, [batch, 1, rows, kv_length]."""
+        q, kv = self.shape[2], self.shape[3]
+        if self.bits is None:
+            step = max(1, MASK_STEP // max(kv, 1))
+            self.bits = np.concatenate([self._made(s, min(s + step, q)) for s in range(0, q, step)], axis=2)
+        rows = np.unpackbits(self.bits[:, :, start:stop], axis=-1, count=kv).view(bool)
+        return torch.from_numpy(rows).to(self.device)
+
+    def whole(self) -> torch.Tensor:
+        """The whole mask, as transformers makes it."""
+        return self.rows(0, self.shape[2])
+
+    def __getattr__(self, name: str):
+        if name in ("kwargs", "shape", "bits"):  # not set yet (copy, pickle): no recursion through whole()
+            raise AttributeError(name)
+        return getattr(self.whole(), name)
+
+    def __getitem__(self, index):
+        return self.whole()[index]
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        def whole(x):
+            return x.whole() if isinstance(x, _RowMask) else x
+
+        return func(*map(whole, args), **{k: whole(v) for k, v in (kwargs or {}).items()})
+
+
 def _mask(*args, **kwargs):
     """The mask function registered as NAME: in a block-wise run, transformers' boolean mask (True: attend), always
-    made (never left to is_causal); in any other thread, eager attention's float mask, so a forward pass that runs
-    while another thread's block-wise run has switched the config gets the masks eager attention expects."""
+    made (never left to is_causal), as a `_RowMask` (None where transformers would skip it: no padding, no window);
+    in any other thread, eager attention's float mask, so a forward pass that runs while another thread's block-wise
+    run has switched the config gets the masks eager attention expects."""
     from transformers.masking_utils import eager_mask, sdpa_mask
 
     if getattr(_ACTIVE, "run", None) is None:
         return eager_mask(*args, **kwargs)
     kwargs["allow_is_causal_skip"] = False
-    return sdpa_mask(*args, **kwargs)
+    if args or sdpa_mask(**{**kwargs, "q_length": 0}) is None:  # no query rows: only the skip decision is made
+        return sdpa_mask(*args, **kwargs)
+    return _RowMask({**kwargs, "allow_is_bidirectional_skip": False})
 
 
 @functools.cache

@@ -35,20 +35,22 @@ def estimate_peak_bytes(size: RunSize, block_rows: int | None = None) -> int:
 
     Eager (block_rows None): every layer's [batch, heads, n, n] maps kept for output_attentions, a float32 copy
     when the runner stacks them and one more per input when it cuts them, and one layer's scores while softmax
-    makes the next. Block-wise: six blocks of [batch, heads, rows, n] float32 values (scores, probabilities, their
-    numpy copy and the statistics' temporaries), a boolean mask of [batch, n, n] per mask kind (full and local: two)
-    and the per-row statistics. Both: hidden states of every layer and a layer's activations (16 values of hidden
-    width per token). Measured (ModernBERT, 4 layers, 12 heads, hidden 384, n = 2,246, CPU): eager +2.9 GB of
-    resident memory against 3.3 GB estimated, block-wise +0.3 GB against 0.5 GB."""
+    makes the next; the hidden states of every layer and a layer's activations (16 values of hidden width per
+    token). Block-wise: four blocks of [batch, heads, rows, n] float32 values (scores, probabilities and the
+    statistics' two temporaries; masks are made a block at a time, booleans), the per-row statistics and one
+    layer's activations (no layer's hidden states are kept). Measured (ModernBERT, 4 layers, 12 heads, hidden 384,
+    n = 2,246, CPU): eager +2.9 GB of resident memory against 3.3 GB estimated; ModernBERT-base-sized (22 layers, 12
+    heads, hidden 768), n = 8,192, block-wise: +540 MB over the warm process against 513 MB estimated (the rest:
+    freed memory the C allocator keeps; benchmarks/README.md, bench_long)."""
     b, n, h = size.batch, size.n, size.heads
-    activations = (size.layers + 16) * b * n * size.hidden * size.dtype_bytes
+    layer = 16 * b * n * size.hidden * size.dtype_bytes
     if block_rows is None:
         maps = (
             b * h * n * n * (size.layers * (size.dtype_bytes + 4) + 2 * size.dtype_bytes) + size.layers * h * n * n * 4
         )
-        return maps + b * n * n * size.dtype_bytes + activations
+        return maps + b * n * n * size.dtype_bytes + size.layers * b * n * size.hidden * size.dtype_bytes + layer
     rows = min(block_rows, n)
-    return 6 * b * h * rows * n * 4 + 2 * b * n * n + size.layers * b * h * n * 8 * 4 + activations
+    return 4 * b * h * rows * n * 4 + size.layers * b * h * n * 8 * 4 + layer
 
 
 def available_bytes(device: str = "cpu") -> int:

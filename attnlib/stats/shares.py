@@ -108,9 +108,12 @@ def row_entropy(attn: np.ndarray, causal: bool = False, first_row: int = 0) -> n
     """METHODS §3: entropy in nats of each row of 0.9999 * A + 0.0001 / n; returns [..., rows] for rows [..., rows, n]
     whose first is row first_row. Causal (§18): row i over its own i + 1 keys, smoothed with 0.0001 / (i + 1)."""
     rows, n = attn.shape[-2:]
-    if not causal:
-        p = attn * np.float32(1 - ENTROPY_SMOOTHING) + np.float32(ENTROPY_SMOOTHING / n)
-        return -(p * np.log(p)).sum(axis=-1)
+    if not causal:  # in place: two temporaries of the block's size, not four (the same values)
+        p = attn * np.float32(1 - ENTROPY_SMOOTHING)
+        p += np.float32(ENTROPY_SMOOTHING / n)
+        terms = np.log(p)
+        terms *= p
+        return -terms.sum(axis=-1)
     i = first_row + np.arange(rows)[:, None]
     keys = (i + 1).astype(np.float32)  # row i has i + 1 keys
     p = attn * np.float32(1 - ENTROPY_SMOOTHING) + np.float32(ENTROPY_SMOOTHING) / keys

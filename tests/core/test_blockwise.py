@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import attnlib.core.batches
+import attnlib.core.blockwise
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.special import SPECIAL, SpecialOptions
 from attnlib.core.blockwise import (
@@ -89,6 +90,28 @@ def test_blockwise_equals_the_models_own_eager_attention(any_model, one_thread):
         np.testing.assert_allclose(got, eager, rtol=0, atol=PROB_ATOL)
         np.testing.assert_allclose(hidden.numpy(), _last(eager_out).numpy(), rtol=0, atol=HIDDEN_ATOL)
     assert lm.encoder.config._attn_implementation == "eager"  # restored after the run
+
+
+@pytest.mark.parametrize("kind", ["modernbert", "mistral"])
+def test_no_mask_of_every_row_is_made(kind, tmp_path, monkeypatch, one_thread):
+    # the masks (padding, local window, causal) are made a few query rows at a time, each kind once per pass
+    import transformers.masking_utils
+
+    lm = load_model(str(save_tiny(kind, tmp_path / kind)))
+    batch = model_inputs(lm, [encode(lm, TEXT_A, TEXT_B), encode(lm, "She reads books.")])
+    n = batch["input_ids"].shape[1]
+    with torch.inference_mode():
+        eager = _last(lm.encoder(**batch)).numpy()
+    made: list[int] = []
+    original = transformers.masking_utils.sdpa_mask
+    monkeypatch.setattr(
+        transformers.masking_utils, "sdpa_mask", lambda **kw: made.append(kw["q_length"]) or original(**kw)
+    )
+    monkeypatch.setattr(attnlib.core.blockwise, "MASK_STEP", 3 * n)  # three rows of keys a step
+    hidden = run_blockwise(lm, batch, lambda *_: None, 5)
+    kinds = len({w for w in lm.facts.windows})  # a mask per kind of layer (full, local)
+    assert sorted(made) == sorted(([0] + [3] * (n // 3) + [n % 3] * (n % 3 > 0)) * kinds)  # 0: the skip decision
+    np.testing.assert_allclose(hidden.numpy(), eager, rtol=0, atol=HIDDEN_ATOL)
 
 
 def _special(lm, texts, block_rows=None) -> dict:
