@@ -3,7 +3,10 @@ notebook holds draw side by side in one document and fit their frames, and the h
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,18 +147,25 @@ def test_encoder_decoder_head_view_switches_to_cross_attention(browser, tmp_path
         page.screenshot(path=str(screenshot_dir / "encoder-decoder-head-view.png"), full_page=True)
 
 
-def test_cross_attentions_neuron_view_draws_the_queries_left_of_the_keys(browser, tmp_path):
+@contextlib.contextmanager
+def neuron_page(browser, html: str, path: Path, screenshot: Path) -> Iterator:
+    """A neuron view's page opened offline from path once it has drawn; its screenshot taken on the way out."""
+    path.write_text(html, encoding="utf-8")
+    with offline_page(browser) as (page, _):
+        page.goto(path.as_uri())
+        assert drawn(page.main_frame, "neuron") > 200
+        yield page
+        page.screenshot(path=str(screenshot), full_page=True)
+
+
+def test_cross_attentions_neuron_view_draws_the_queries_left_of_the_keys(browser, tmp_path, screenshot_dir):
     """An encoder-decoder's cross-attention: the target's tokens (queries) in a column on the left, the chosen one
     marked, the source's tokens (keys) beside their vectors; hovering says which is which."""
     rng = np.random.default_rng(0)
     source, target = ["▁Das", "▁Haus", "▁ist", "▁klein", "</s>"], ["<pad>", "▁The", "▁house"]
     queries, keys = rng.normal(size=(3, 8)), rng.normal(size=(5, 8))
     html = neuron_view_html(queries, keys, source, 2, 0, 0, query_labels=target, scale=8**-0.5)
-    path = tmp_path / "cross-neuron.html"
-    path.write_text(html, encoding="utf-8")
-    with offline_page(browser) as (page, _):
-        page.goto(path.as_uri())
-        assert drawn(page.main_frame, "neuron") > 200
+    with neuron_page(browser, html, tmp_path / "cross-neuron.html", screenshot_dir / "cross-neuron-view.png") as page:
         assert "query “▁house” (position 3 of the queries)" in page.locator("#ttl").inner_text()
         (left, rows_top, key_labels) = page.evaluate("() => [xl, y0, xk]")
         page.locator("#cv").hover(position={"x": 10, "y": rows_top + 16 * 1 + 8})  # rows of 16 px
@@ -165,7 +175,7 @@ def test_cross_attentions_neuron_view_draws_the_queries_left_of_the_keys(browser
         assert left < key_labels
 
 
-def test_a_windows_neuron_view_numbers_its_keys_in_the_whole_input(browser, tmp_path):
+def test_a_windows_neuron_view_numbers_its_keys_in_the_whole_input(browser, tmp_path, screenshot_dir):
     """A long input's window (keys 4-7 of 10): the query's and the keys' positions are those of the whole input, and
     the hint gives the weight the window's keys receive from the whole row's softmax."""
     rng = np.random.default_rng(0)
@@ -174,11 +184,7 @@ def test_a_windows_neuron_view_numbers_its_keys_in_the_whole_input(browser, tmp_
     html = neuron_view_html(queries, keys, labels, 5, 0, 0, shown=(3, 7))
     scores = keys @ queries[5] / np.sqrt(8)
     mass = np.exp(scores[3:7]).sum() / np.exp(scores).sum()
-    path = tmp_path / "window-neuron.html"
-    path.write_text(html, encoding="utf-8")
-    with offline_page(browser) as (page, _):
-        page.goto(path.as_uri())
-        assert drawn(page.main_frame, "neuron") > 200
+    with neuron_page(browser, html, tmp_path / "window-neuron.html", screenshot_dir / "window-neuron-view.png") as page:
         assert "query “t6” (position 6)" in page.locator("#ttl").inner_text()
         assert f"positions 4–7 of 10, with the softmax over all 10 keys (their weights sum to {mass:.4f})" in (
             page.locator("#hint").inner_text()
