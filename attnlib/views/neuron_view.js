@@ -34,7 +34,9 @@ const rows = Math.max(n, nq), RH = rows > 120 ? 12 : 16, CW = Math.max(3, Math.m
 const FONT = (rows > 120 ? 10 : 12) + 'px system-ui,sans-serif';
 const probe = cv.getContext('2d');
 probe.font = FONT;
-const wl = labelWidth(probe, D.labels, 130), wq = QL ? labelWidth(probe, QL, 130) : 0, xl = QL ? 8 + wq + 24 : 8;
+const wq = QL ? labelWidth(probe, QL, 130) : 0, xl = QL ? 8 + wq + 24 : 8;
+// the key labels' column at least as wide as the 'query q' label left of q's cells, for short tokens
+const wl = Math.max(labelWidth(probe, D.labels, 130), probe.measureText('query q').width + 8 - xl);
 const xk = xl + wl + 8, xp = xk + d * CW + 16, xs = xp + d * CW + 16, SW = 80, xm = xs + SW + 16, MW = 110;
 const W = xm + MW + 60, y0 = 58, Hh = y0 + RH * rows + 8;
 
