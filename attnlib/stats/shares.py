@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import string
 import unicodedata
 from collections.abc import Sequence
@@ -104,21 +105,40 @@ def rows_to_mask(attn: np.ndarray, rows: np.ndarray, mask: np.ndarray) -> np.nda
     return attn[..., rows, :][..., np.asarray(mask, bool)].sum(axis=-1).mean(axis=-1)
 
 
-def row_entropy(attn: np.ndarray, causal: bool = False, first_row: int = 0) -> np.ndarray:
+def row_entropy(
+    attn: np.ndarray, causal: bool = False, first_row: int = 0, scratch: Scratch | None = None
+) -> np.ndarray:
     """METHODS §3: entropy in nats of each row of 0.9999 * A + 0.0001 / n; returns [..., rows] for rows [..., rows, n]
     whose first is row first_row. Causal (§18): row i over its own i + 1 keys, smoothed with 0.0001 / (i + 1)."""
     rows, n = attn.shape[-2:]
-    if not causal:  # in place: two temporaries of the block's size, not four (the same values)
-        p = attn * np.float32(1 - ENTROPY_SMOOTHING)
+    scratch = Scratch() if scratch is None else scratch
+    dtype = np.result_type(attn.dtype, np.float32)
+    p = np.multiply(attn, np.float32(1 - ENTROPY_SMOOTHING), out=scratch.array(0, attn.shape, dtype))
+    if not causal:
         p += np.float32(ENTROPY_SMOOTHING / n)
-        terms = np.log(p)
-        terms *= p
-        return -terms.sum(axis=-1)
-    i = first_row + np.arange(rows)[:, None]
-    keys = (i + 1).astype(np.float32)  # row i has i + 1 keys
-    p = attn * np.float32(1 - ENTROPY_SMOOTHING) + np.float32(ENTROPY_SMOOTHING) / keys
-    visible = np.arange(n)[None, :] <= i
-    return -np.where(visible, p * np.log(np.where(visible, p, 1)), 0).sum(axis=-1)
+    else:
+        i = first_row + np.arange(rows)[:, None]
+        p += np.float32(ENTROPY_SMOOTHING) / (i + 1).astype(np.float32)  # row i has i + 1 keys
+        np.copyto(p, 1, where=np.arange(n)[None, :] > i)  # later keys: 1 log 1 = 0
+    terms = np.log(p, out=scratch.array(1, attn.shape, dtype))
+    terms *= p
+    return -terms.sum(axis=-1)
+
+
+class Scratch:
+    """Working arrays that every block of a block-wise run reuses: made once, not per block (at 8,192 tokens the
+    allocator keeps pieces of arrays freed and made again per block)."""
+
+    def __init__(self) -> None:
+        self._flat: dict[int, np.ndarray] = {}
+
+    def array(self, slot: int, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """Slot's memory as a contiguous array of this shape (its values are whatever was left there)."""
+        size = math.prod(shape)
+        flat = self._flat.get(slot)
+        if flat is None or flat.size < size or flat.dtype != dtype:
+            flat = self._flat[slot] = np.empty(size, dtype)
+        return flat[:size].reshape(shape)
 
 
 def uniform_entropy(n: int, causal: bool = False) -> float:
@@ -134,16 +154,19 @@ def sink_rate(first_share: np.ndarray, threshold: float = SINK_THRESHOLD) -> dic
     return {"overall": float(sinks.mean()), "per_layer": sinks.mean(axis=1)}
 
 
-def class_row_mass(attn: np.ndarray, classes: np.ndarray) -> np.ndarray:
+def class_row_mass(attn: np.ndarray, classes: np.ndarray, scratch: Scratch | None = None) -> np.ndarray:
     """Mass each row of attention [..., n, n] sends to the keys of each class ([n, 4] indicator): [..., n, 4].
 
     Sums over the few [CLS], [SEP] and punctuation keys, and "other" as the row's total less those: the same numbers as
     the matrix product attn @ classes, which BLAS runs on threads that wait for each other, 50-250 times slower on a
     busy machine for this skinny shape (n >= 60: 6-8 ms of a CPU instead of 0.1)."""
     member = np.asarray(classes, bool)
+    scratch = Scratch() if scratch is None else scratch
     mass = np.empty((*attn.shape[:-1], member.shape[1]), np.float32)
     for c in range(member.shape[1] - 1):
-        mass[..., c] = attn[..., member[:, c]].sum(axis=-1)
+        keys = np.flatnonzero(member[:, c])
+        taken = np.take(attn, keys, axis=-1, out=scratch.array(2, (*attn.shape[:-1], len(keys)), attn.dtype))
+        mass[..., c] = taken.sum(axis=-1)
     mass[..., -1] = attn.sum(axis=-1) - mass[..., :-1].sum(axis=-1)  # |error| <= (n + 3) eps: rows sum to 1
     return mass
 
@@ -158,6 +181,7 @@ class InputRows:
     mass: np.ndarray  # [layers, heads, n, 4]
     offsets: np.ndarray  # [layers, heads, n, 3]: OFFSETS' keys
     entropy: np.ndarray  # [layers, heads, n]
+    scratch: Scratch = field(default_factory=Scratch)
 
     @classmethod
     def empty(cls, layers: int, heads: int, classes: np.ndarray, causal: bool, dtype=np.float32) -> InputRows:
@@ -174,9 +198,9 @@ class InputRows:
     def add_block(self, probs: np.ndarray, first_row: int, layer: int | slice = slice(None)) -> None:
         """Fill the rows of a block of attention: [heads, rows, n] of one layer, or [layers, heads, rows, n]."""
         rows = slice(first_row, first_row + probs.shape[-2])
-        self.mass[layer, :, rows] = class_row_mass(probs, self.classes)
+        self.mass[layer, :, rows] = class_row_mass(probs, self.classes, self.scratch)
         self.offsets[layer, :, rows] = row_offsets(probs, tuple(OFFSETS.values()), first_row)
-        self.entropy[layer, :, rows] = row_entropy(probs, self.causal, first_row)
+        self.entropy[layer, :, rows] = row_entropy(probs, self.causal, first_row, self.scratch)
 
     def statistics(self) -> dict[str, np.ndarray]:
         """Every statistic of the input as [layers, heads] arrays (sep_to_sep NaN without SEP): input_statistics."""
