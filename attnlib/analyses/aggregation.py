@@ -49,9 +49,10 @@ class AggregationResult:
     options: AggregationOptions
     offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # [offsets], -max..max
     histograms: dict[str, np.ndarray] = field(default_factory=dict)  # MEASURES and "attribution" -> [layers, offsets]
+    causal: bool = False  # a decoder's (METHODS §18): offsets k <= 0 only
 
     def to_json(self) -> dict:
-        """The JSON of the `aggregation` command (0-based layers, NaN as None)."""
+        """The JSON of the `aggregation` command (0-based layers, NaN as None); a decoder's says so (`kind`)."""
         return json_ready(
             {
                 "n_inputs": self.n_inputs,
@@ -62,6 +63,7 @@ class AggregationResult:
                 "histograms": {"offsets": self.offsets, **self.histograms},
                 "options": asdict(self.options),
             }
+            | ({"kind": "decoder"} if self.causal else {})  # an encoder's JSON as before
         )
 
     @classmethod
@@ -81,6 +83,7 @@ class AggregationResult:
                 options=AggregationOptions(**d["options"]),
                 offsets=np.array(d.get("histograms", {}).get("offsets", []), dtype=int),
                 histograms=arrays(d["histograms"], (*MEASURES, ATTRIBUTION)) if "histograms" in d else {},
+                causal=d.get("kind") == "decoder",
             )
 
 
@@ -94,6 +97,7 @@ class AggregationAccumulator:
     correlation: CorrelationSums = field(default=None)  # type: ignore[assignment]  # [layers, measures], set below
     histogram: RelativePositionHistogram = field(default=None)  # type: ignore[assignment]  # [layers, measures + 1]
     n_inputs: int = 0
+    causal: bool = False  # a decoder's maps: the result keeps offsets k <= 0 only
 
     def __post_init__(self) -> None:
         self.correlation = self.correlation or CorrelationSums(self.n_layers, len(MEASURES))
@@ -114,7 +118,7 @@ class AggregationAccumulator:
 
     def merge(self, other: AggregationAccumulator) -> AggregationAccumulator:
         """The accumulator over both corpora (same options)."""
-        if (self.n_layers, self.options) != (other.n_layers, other.options):
+        if (self.n_layers, self.options, self.causal) != (other.n_layers, other.options, other.causal):
             raise ValueError("Cannot merge aggregation statistics of different models or options.")
         return AggregationAccumulator(
             self.n_layers,
@@ -122,13 +126,15 @@ class AggregationAccumulator:
             self.correlation.merge(other.correlation),
             self.histogram.merge(other.histogram),
             self.n_inputs + other.n_inputs,
+            self.causal,
         )
 
     def result(self) -> AggregationResult:
         """Mean correlations over rows and inputs, and centres of mass (§8) per layer."""
         pearson, spearman = self.correlation.means()
         com = self.histogram.center_of_mass()
-        histograms = self.histogram.histograms()  # [layers, measures + 1, offsets]
+        kept = slice(0, self.histogram.max_offset + 1) if self.causal else slice(None)  # as positions keeps them
+        histograms = self.histogram.histograms()[..., kept]  # [layers, measures + 1, offsets]
         names = (*MEASURES, ATTRIBUTION)
         return AggregationResult(
             n_inputs=self.n_inputs,
@@ -136,8 +142,9 @@ class AggregationAccumulator:
             spearman={m: spearman[:, k] for k, m in enumerate(MEASURES)},
             center_of_mass={m: com[:, k] for k, m in enumerate(names)},
             options=self.options,
-            offsets=self.histogram.offsets,
+            offsets=self.histogram.offsets[kept],
             histograms={m: histograms[:, k] for k, m in enumerate(names)},
+            causal=self.causal,
         )
 
 
@@ -149,7 +156,7 @@ def accumulate_aggregation(
     batch_size: int = 32,
 ) -> AggregationAccumulator:
     """Run every input (attention and value vectors in batches, then its attribution) into one accumulator."""
-    acc = AggregationAccumulator(lm.facts.n_layers, options)
+    acc = AggregationAccumulator(lm.facts.n_layers, options, causal=lm.facts.causal)
     pairs = ((item.text_a, item.text_b) for item in inputs)
     for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size, capture={"norm_maps"}), start=1):
         attribution = hidden_token_attribution(
@@ -163,7 +170,7 @@ def accumulate_aggregation(
 
 def aggregation_accumulators(lm: LoadedModel, options: AggregationOptions) -> list:
     """An empty aggregation accumulator for the model."""
-    return [AggregationAccumulator(lm.facts.n_layers, options)]
+    return [AggregationAccumulator(lm.facts.n_layers, options, causal=lm.facts.causal)]
 
 
 AGGREGATION: Analysis[AggregationOptions, AggregationResult] = Analysis(

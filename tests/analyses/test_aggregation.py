@@ -80,6 +80,28 @@ def test_aggregation_by_hand():
     np.testing.assert_array_equal(back.offsets, result.offsets)
 
 
+def test_causal_aggregation_keeps_offsets_up_to_zero_by_hand():
+    """A decoder's maps (METHODS §18) have nothing above the diagonal: the result keeps offsets -2..0, with the same
+    sums as an encoder's, and says so in its JSON."""
+    attribution = np.array([[[1.0, 0.0, 0.0], [0.4, 0.6, 0.0], [0.1, 0.2, 0.7]]])  # [1 layer, 3, 3], causal rows
+    measures = np.broadcast_to(attribution[:, None], (1, len(MEASURES), 3, 3))
+    acc = AggregationAccumulator(1, causal=True)
+    acc.add_maps(measures, attribution)
+    result = acc.result()
+    # H[k] = mean of M[i, i+k] over the rows that have key i+k: k=-2: 0.1; -1: (0.4+0.2)/2; 0: (1+0.6+0.7)/3
+    h = np.array([0.1, 0.3, 2.3 / 3])
+    np.testing.assert_array_equal(result.offsets, [-2, -1, 0])
+    for name in (*MEASURES, "attribution"):
+        np.testing.assert_allclose(result.histograms[name][0], h)
+        assert result.center_of_mass[name][0] == pytest.approx((h * np.arange(-2, 1)).sum() / h.sum())
+    data = json.loads(json.dumps(result.to_json()))
+    assert data["kind"] == "decoder" and data["histograms"]["offsets"] == [-2, -1, 0]
+    assert AggregationResult.from_json(data).causal
+    assert "kind" not in AggregationAccumulator(1).result().to_json()  # an encoder's JSON as before
+    with pytest.raises(ValueError):
+        acc.merge(AggregationAccumulator(1))
+
+
 def test_histograms_of_inputs_of_different_lengths_merge_exactly():
     """Two inputs (3 and 2 tokens) in one accumulator equal two accumulators merged; offsets widen to the longest."""
     rng = np.random.default_rng(0)
