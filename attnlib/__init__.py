@@ -1,7 +1,7 @@
 """attnlib: attention maps and statistics of transformers (encoders, decoders, encoder-decoders), without any UI.
 
     import attnlib
-    lm = attnlib.load_model()                     # the default model; any BERT-family id or folder
+    lm = attnlib.load_model()                     # the default model; any Hub id or folder that loads
     maps = attnlib.attention(lm, text="The cat sat.", pair="It was tired.").result
     run = attnlib.special(lm, corpus="data/classroom_pairs.tsv", head_map=True)  # attnlib.analyse("special", ...)
     run.show(); run.to_pandas(); run.to_json()   # its figures, its long table, what `attnlib special --json` prints

@@ -1,4 +1,4 @@
-"""Load a BERT-family encoder with eager attention, and describe it."""
+"""Load a transformer (an encoder, a decoder or an encoder-decoder) with eager attention, and describe it."""
 
 from __future__ import annotations
 
