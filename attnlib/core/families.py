@@ -10,7 +10,8 @@ the dot product sees, and which statistics are exact for the family (`unsupporte
 binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
 times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics read (METHODS
 §18), and holds the layouts of its decoder stack's two attentions (`decoder`, `cross`: a Family each, bound by
-`layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads. Adding a family is one entry in
+`layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads and whose norms `norms --part` reads
+(cross-attention's §11 alone: `residual_ln`, §12-13, has no meaning for it). Adding a family is one entry in
 FAMILIES and its tiny model in tests/support/models.py.
 """
 
