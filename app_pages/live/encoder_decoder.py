@@ -10,10 +10,11 @@ import numpy as np
 import streamlit as st
 
 from app_pages.live.neuron import neuron_notes, neuron_part
+from app_pages.live.shows import QUANTITY, SHOW, SHOWS
 from attnlib.core.model import ModelFacts
 from attnlib.core.runner import InputError
 from attnlib.core.seq2seq import PART_NAMES, PARTS, TARGET_FROM_TEXT, Part, Seq2SeqMaps, run_seq2seq
-from attnlib.stats.value_norms import value_norms_from_values
+from attnlib.stats.value_norms import row_normalised, value_norms_from_values, weighted_norms
 from attnlib.views.head_view import head_view
 from attnlib.views.model_view import model_view
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html, seq2seq_terms, value_norm_figure
@@ -33,7 +34,7 @@ LAYER = Option("live_layer", "layer", 1, lo=1)
 HEAD = Option("live_head", "head", 1, lo=1)
 TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # the neuron view's query token, 1-based; 0: first
 NORMS_KEY = "live_value_norms"  # the chart's key, as the encoder's neuron view names its own
-OPTIONS = [VIEW, PART, LAYER, HEAD, TOKEN]  # bound after the text boxes (TARGET is bound with the source)
+OPTIONS = [VIEW, PART, SHOW, LAYER, HEAD, TOKEN]  # bound after the text boxes (TARGET is bound with the source)
 QUERY_HELP: dict[Part, str] = {
     "encoder": "Positions of the source, numbered from 1.",
     "decoder": "Positions of the target (the decoder's start token first), numbered from 1; each attends to itself "
@@ -66,6 +67,14 @@ def part_value_norms(maps: Seq2SeqMaps) -> np.ndarray:
     """||f_h(x_j)|| [layers, heads, n_key] of the part whose values the run captured (METHODS §11)."""
     assert maps.values is not None, "run_seq2seq with norms"
     return value_norms_from_values(maps.values.values, maps.values.weights.out_gram)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def cached_norm_rows(model_name: str, source: str, target: str, part: Part) -> np.ndarray:
+    """Each row of a part's weighted_norm A[i,j] ||f_h(x_j)|| (METHODS §11; cross: the source's values, from the
+    encoder's output) normalised to sum 1, [layers, heads, n_query, n_key], once per (model, source, target, part)."""
+    maps = run_seq2seq(model_named(model_name), source, target, norms=part)
+    return row_normalised(weighted_norms(maps.part(part)[0], part_value_norms(maps))).astype(np.float32)
 
 
 def source_and_target() -> tuple[str, str]:
@@ -173,6 +182,17 @@ def encoder_decoder_live(facts: ModelFacts) -> None:
         help="Encoder: the source's self-attention. Decoder: the target's causal self-attention. Cross: each target "
         "token (left) to the source's tokens (right).",
     )
+    shows = st.radio(
+        "Shows",
+        list(SHOWS),
+        format_func=SHOWS.get,
+        horizontal=True,
+        key=SHOW.key,
+        disabled=view == "neuron",
+        help="Weights: the attention α. Norms: ‖α f(x_j)‖ (METHODS §11), each query's row normalised to sum 1: how "
+        "much each key actually moves into the query (cross: the source's values, made from the encoder's output). "
+        "The neuron view shows weights, value norms beside it.",
+    )
     attentions, _, _ = maps.part(part)
     clamp(attentions.shape[0], attentions.shape[1], attentions.shape[2])
     c_layer, c_head = st.columns([3, 1])
@@ -188,13 +208,23 @@ def encoder_decoder_live(facts: ModelFacts) -> None:
         else:
             decoder_neuron_view(facts, source, maps.target.text, part, (layer, head))
         return
+    shows = "weights" if shows == "norms" and explain_unsupported(facts, "norms", part) else shows
+    drawn_maps = attentions if shows == "weights" else cached_norm_rows(facts.name, source, maps.target.text, part)
     parts = {
-        f"{part}_attention": attentions,
+        f"{part}_attention": drawn_maps,
         "encoder_tokens": maps.source.tokens,
         "decoder_tokens": maps.target.tokens,
     }
+    norms = ", norms ‖α f(x)‖ per row" if shows == "norms" else ""
+    quantity = QUANTITY[shows]
     if view == "head":
-        drawn = head_view(**parts, layer=layer, html_action="return", display_mode="light")
+        title = f"Head view, layer {layer + 1}{norms}" if norms else ""
+        drawn = head_view(
+            **parts, layer=layer, html_action="return", display_mode="light", title=title, quantity=quantity
+        )
     else:
-        drawn = model_view(**parts, layer=layer, head=head, html_action="return", display_mode="light")
+        title = f"Model view{norms}" if norms else ""
+        drawn = model_view(
+            **parts, layer=layer, head=head, html_action="return", display_mode="light", title=title, quantity=quantity
+        )
     st.iframe(drawn.html, height="content")
