@@ -18,6 +18,7 @@ from app_pages.live.head_switches import head_switches
 from app_pages.live.heads_off import CLICK, OFF, SWITCHES, clicked, heads_off_now, switches_section
 from app_pages.live.long_live import WINDOW_OPTIONS, long_input, long_neuron, long_views, needs_window
 from app_pages.live.neuron import neuron_part
+from app_pages.live.shows import QUANTITY, SHOW, SHOWS
 from app_pages.live.token_pick import listen_for_picks
 from attnlib.core.model import LoadedModel, ModelFacts
 from attnlib.core.runner import InputError, RunResult
@@ -49,8 +50,6 @@ from ui.widgets.side_by_side import side_by_side
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
 LEVELS = {"token": "Tokens", "word": "Words"}
 FILTER_PARAMS = {"all": "All", "aa": "A→A", "bb": "B→B", "ab": "A→B", "ba": "B→A"}
-SHOWS = {"weights": "Weights", "norms": "Norms"}
-QUANTITY = {"weights": "attention weight", "norms": "‖α f(x)‖ normalised over the row"}
 DIFFER_KEYS = ("cls", "sep", "punct", "prev", "self", "next")  # shares compared between two models on one input
 
 VIEW = Option("live_view", "view", "head", list(VIEWS))
@@ -61,7 +60,6 @@ HEAD = Option("live_head", "head", 1, lo=1)
 HEADS = Option("live_heads", "heads", None)  # None: every head
 TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # 0: no token selected
 PAIR_FILTER = Option("live_filter", "filter", "All", FILTER_PARAMS)
-SHOW = Option("live_show", "show", "weights", list(SHOWS))
 FIND = Option("live_find", "find", False, omit_default=True)  # the "Find similar tokens in a corpus" section is open
 T = TypeVar("T")
 OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER, OFF, CLICK, FIND]

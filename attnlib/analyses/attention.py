@@ -12,26 +12,31 @@ from attnlib.core.blockwise import run_blockwise, supports_blockwise
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import Encoded, check_tokens, encode, model_inputs, run_encoded
-from attnlib.core.seq2seq import PARTS, require_encoder_decoder, run_seq2seq
+from attnlib.core.seq2seq import PARTS, Part, Seq2SeqMaps, require_encoder_decoder, run_seq2seq
 from attnlib.results.files import ResultFileError, malformed, numeric_array
 
 MAX_JSON_VALUES = 2**25  # attention weights the command prints as JSON (some 500 MB of text); more go to --out x.npz
+
+
+PartChoice = Literal["auto", "encoder", "decoder", "cross"]
+
+
+PART_HELP = (
+    "encoder-decoders (T5, BART, Marian): the encoder's self-attention, the decoder's or the cross-attention (target to "
+    "source); auto: the encoder's. Other models: auto, their own self-attention (default %(default)s)"
+)
+TARGET_HELP = (
+    "encoder-decoders: the target text, the decoder's input after its start token (default: the model's own greedy "
+    "output for the text)"
+)
 
 
 @dataclass(frozen=True)
 class AttentionOptions(Options):
     """Which attention of an encoder-decoder, and its target; other models have one attention and no target."""
 
-    part: Literal["auto", "encoder", "decoder", "cross"] = option(
-        "auto",
-        "encoder-decoders (T5, BART, Marian): the encoder's self-attention, the decoder's or the cross-attention "
-        "(target to source); auto: the encoder's. Other models: auto, their own self-attention (default %(default)s)",
-    )
-    target: str = option(
-        "",
-        "encoder-decoders: the target text, the decoder's input after its start token (default: the model's own "
-        "greedy output for the text)",
-    )
+    part: PartChoice = option("auto", PART_HELP)
+    target: str = option("", TARGET_HELP)
     layers: str = option("", "only these layers, 0-based: numbers and half-open ranges, e.g. 0,3:6 (default: all)")
     heads: str = option("", "only these heads, 0-based, written as --layers (default: all)")
     rows: str = option("", "only these query rows (token positions), 0-based, half-open: START:END (default: all)")
@@ -149,8 +154,7 @@ def attention_maps(lm: LoadedModel, item: CorpusInput, options: AttentionOptions
     target."""
     if lm.seq2seq is not None:
         return _selected(_encoder_decoder_maps(lm, item, options), options)
-    if options.part not in ("auto", lm.facts.kind) or options.target:
-        require_encoder_decoder(lm, "--part encoder|decoder|cross and --target")
+    check_one_attention(lm, options.part, options.target)
     encoded = encode(lm, item.text_a, item.text_b)
     if isinstance(item.text_a, str):
         check_tokens(encoded, item.text_b is not None)
@@ -208,22 +212,41 @@ def _selected_blockwise(lm: LoadedModel, encoded: Encoded, options: AttentionOpt
     return maps
 
 
-def _encoder_decoder_maps(lm: LoadedModel, item: CorpusInput, options: AttentionOptions) -> AttentionMaps:
-    """The maps of one part of an encoder-decoder: the query tokens' words, and the key tokens beside them."""
+def check_one_attention(lm: LoadedModel, part: PartChoice, target: str) -> None:
+    """A model that is not an encoder-decoder has one attention (part auto, or its own kind) and no target;
+    NotEncoderDecoderError otherwise."""
+    if part not in ("auto", lm.facts.kind) or target:
+        require_encoder_decoder(lm, "--part encoder|decoder|cross and --target")
+
+
+def source_of(item: CorpusInput) -> str:
+    """The source text of an encoder-decoder's input (it reads one text); OptionError for a pair or a word list."""
     if item.text_b is not None or not isinstance(item.text_a, str):
         raise OptionError("An encoder-decoder reads one source text and a target (--target), not a pair (--pair).")
-    maps = run_seq2seq(lm, item.text_a, options.target or None)
-    part = "encoder" if options.part == "auto" else options.part
-    assert part in PARTS
-    attentions, _queries, keys = maps.part(part)
-    about = {
+    return item.text_a
+
+
+def encoder_decoder_keys(lm: LoadedModel, source: str, maps: Seq2SeqMaps, part: Part) -> dict:
+    """The JSON keys of one part of an encoder-decoder (ENCODER_DECODER_KEYS): its kind, the part, the source, the
+    target, where the target came from and the part's key tokens (cross: the source's)."""
+    return {
         "kind": lm.facts.kind,
         "part": part,
-        "source": item.text_a,
+        "source": source,
         "target": maps.target.text,
         "target_from": maps.target.source,
-        "key_tokens": keys,
+        "key_tokens": maps.part(part)[2],
     }
+
+
+def _encoder_decoder_maps(lm: LoadedModel, item: CorpusInput, options: AttentionOptions) -> AttentionMaps:
+    """The maps of one part of an encoder-decoder: the query tokens' words, and the key tokens beside them."""
+    source = source_of(item)
+    maps = run_seq2seq(lm, source, options.target or None)
+    part = "encoder" if options.part == "auto" else options.part
+    assert part in PARTS
+    attentions = maps.part(part)[0]
+    about = encoder_decoder_keys(lm, source, maps, part)
     if part == "encoder":
         s = maps.source
         return AttentionMaps(

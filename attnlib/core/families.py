@@ -10,7 +10,8 @@ the dot product sees, and which statistics are exact for the family (`unsupporte
 binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
 times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics read (METHODS
 §18), and holds the layouts of its decoder stack's two attentions (`decoder`, `cross`: a Family each, bound by
-`layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads. Adding a family is one entry in
+`layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads and whose norms `norms --part` reads
+(cross-attention's §11 alone: `residual_ln`, §12-13, has no meaning for it). Adding a family is one entry in
 FAMILIES and its tiny model in tests/support/models.py.
 """
 
@@ -28,10 +29,11 @@ import torch
 
 ScoreKind = Literal["absolute", "rotary", "relative_bias", "disentangled"]
 Part = Literal["encoder", "decoder", "cross"]  # an encoder-decoder's attentions; any other model's is its "encoder"
-Statistic = Literal["queries_keys", "norms", "hta", "ablation"]
+Statistic = Literal["queries_keys", "norms", "residual_ln", "hta", "ablation"]
 STATISTICS: dict[Statistic, str] = {
     "queries_keys": "The query and key vectors of the neuron view",
     "norms": "Value-weighted norms, the residual and LayerNorm decomposition and the rollouts (METHODS §11-13)",
+    "residual_ln": "The residual and LayerNorm decomposition and the rollouts (METHODS §12-13)",
     "hta": "Hidden Token Attribution (METHODS §9, §13)",
     "ablation": "Head ablation and the knockouts (METHODS §15)",
 }
@@ -361,10 +363,23 @@ def _bart_attention(name: str, model_types: tuple[str, ...], attention: str, **r
 
 
 def _decoder_part_exact(_config) -> dict[Statistic, str]:
-    """An encoder-decoder's decoder and cross-attention: their queries and keys are exact (the neuron view); the other
-    statistics read the encoder stack (METHODS §18)."""
+    """An encoder-decoder's decoder self-attention: its queries and keys (the neuron view) and its norms (METHODS §11-13,
+    §18) are exact; attribution and ablation read the encoder stack."""
     why = "they are computed for the encoder stack of an encoder-decoder (METHODS §18), not its decoder's attentions"
-    return {"norms": why, "hta": why, "ablation": why}
+    return {"hta": why, "ablation": why}
+
+
+CROSS_RESIDUAL = (
+    "the residual that cross-attention adds is the target token's own hidden state, none of the source tokens its map "
+    "attends to, and the map (target tokens x source tokens) is not square, so nothing splits over its keys or rolls "
+    "out through layers; its value-weighted norms (METHODS §11) are exact (METHODS §18)"
+)
+
+
+def _cross_part_exact(config) -> dict[Statistic, str]:
+    """An encoder-decoder's cross-attention: queries and keys, and the value-weighted norms of §11 (values from the
+    encoder's output); §12-13 have no meaning for it."""
+    return _decoder_part_exact(config) | {"residual_ln": CROSS_RESIDUAL}
 
 
 def _bart_layout(name: str, model_types: tuple[str, ...]) -> Family:
@@ -382,7 +397,7 @@ def _bart_layout(name: str, model_types: tuple[str, ...]) -> Family:
             "encoder_attn",
             keys_from="key_value_states",
             n_heads=heads,
-            exact=_decoder_part_exact,
+            exact=_cross_part_exact,
         ),
     )
 
@@ -537,7 +552,7 @@ FAMILIES: tuple[Family, ...] = (
         bias=_t5_bias,
         decoder=_t5_layout("T5 decoder", 0, "SelfAttention", bias=_t5_bias, exact=_decoder_part_exact),
         cross=_t5_layout(
-            "T5 cross-attention", 1, "EncDecAttention", keys_from="key_value_states", exact=_decoder_part_exact
+            "T5 cross-attention", 1, "EncDecAttention", keys_from="key_value_states", exact=_cross_part_exact
         ),
     ),
     _bart_layout("BART", ("bart",)),
@@ -584,8 +599,13 @@ def unsupported_reason(config, statistic: Statistic, part: Part = "encoder") -> 
         return (
             f"{what} are not available for the {part} attention of {family.name} models: attnlib has no layout of it."
         )
-    reason = laid_out.exact(config).get(statistic)
-    return None if reason is None else f"{what} are not exact for this model: {reason}."
+    exact = laid_out.exact(config)
+    reason = exact.get(statistic) or (exact.get("norms") if statistic == "residual_ln" else None)
+    if reason is None:
+        return None
+    if part == "encoder":
+        return f"{what} are not exact for this model: {reason}."
+    return f"{what} are not available for the {part} attention of {family.name} models: {reason}."
 
 
 def local_layers_text(windows: Sequence[int | None]) -> str | None:

@@ -13,6 +13,7 @@ import torch
 from attnlib.core.errors import InputError as InputError  # part of this module's API
 from attnlib.core.families import (
     Layout,
+    Part,
     UnsupportedModelError,
     layer_norm_parameters,
     layout,
@@ -166,16 +167,18 @@ def _align_words(enc, seq_ids, text_a, text_b, split: bool) -> tuple[list[str], 
     return words, word_ids
 
 
-_NORM_WEIGHTS: weakref.WeakKeyDictionary[torch.nn.Module, NormWeights] = weakref.WeakKeyDictionary()
+_NORM_WEIGHTS: weakref.WeakKeyDictionary[torch.nn.Module, dict[Part, NormWeights]] = weakref.WeakKeyDictionary()
 
 
-def norm_weights(encoder: torch.nn.Module) -> NormWeights:
+def norm_weights(encoder: torch.nn.Module, part: Part = "encoder") -> NormWeights:
     """Every layer application's output projection (split per head) and the LayerNorm of its attention block, as
-    float32 numpy arrays (read once per model: the weights do not change); UnsupportedModelError for a family
-    whose layout attnlib does not know."""
-    if encoder not in _NORM_WEIGHTS:
-        _NORM_WEIGHTS[encoder] = _read_norm_weights(layout(encoder, "norms"))
-    return _NORM_WEIGHTS[encoder]
+    float32 numpy arrays (read once per model and part: the weights do not change); `encoder` is an encoder-decoder's
+    decoder stack for its decoder or cross `part`. UnsupportedModelError for a family whose layout attnlib does not
+    know."""
+    by_part = _NORM_WEIGHTS.setdefault(encoder, {})
+    if part not in by_part:
+        by_part[part] = _read_norm_weights(layout(encoder, "norms", part))
+    return by_part[part]
 
 
 def _read_norm_weights(lay: Layout) -> NormWeights:
@@ -205,6 +208,19 @@ def _read_norm_weights(lay: Layout) -> NormWeights:
         post_layer_norm=post,
         attention_norm=lay.family.attention_norm is not None,
     )
+
+
+def block_scales(norm_inputs: list[torch.Tensor], weights: NormWeights, shape: tuple[int, int, int]) -> torch.Tensor:
+    """The decomposition's divisors [batch, layers, n] (METHODS §12) from each layer's captured norm input
+    [batch, n, hidden]: s_i of the LayerNorm after attention, r_i of Gemma's RMSNorm of the attention output, else 1."""
+    if weights.post_layer_norm:
+        # s_i = sqrt(var(u_i) + eps) of the LayerNorm's input u, centred by hand: torch's var is 5x slower here
+        variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in norm_inputs]
+        return torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
+    if weights.attention_norm:  # r_i = sqrt(mean(o_i^2) + eps) of the RMSNorm of the attention output o
+        squares = [o.float().square().mean(-1) for o in norm_inputs]
+        return torch.stack(squares, dim=1).cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
+    return torch.ones(shape)  # no LayerNorm follows a pre-LN block: the decomposition's divisor is 1
 
 
 def _check_attentions(attentions, n_layers: int, batch: dict) -> None:
@@ -278,15 +294,7 @@ def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture: Iterable[C
         values = by_head.permute(0, 1, 3, 2, 4).reshape(b_, l_, n_, h_ * d_)  # [batch, layers, n_max, hidden]
         values_np = by_head.numpy()
     if "norm_inputs" in captured:
-        if weights.post_layer_norm:
-            # s_i = sqrt(var(u_i) + eps) of the LayerNorm's input u, centred by hand: torch's var is 5x slower here
-            variances = [(u - u.mean(-1, keepdim=True)).square_().mean(-1) for u in cache.norm_inputs]
-            scales_t = torch.stack(variances, dim=1).float().cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
-        elif weights.attention_norm:  # r_i = sqrt(mean(o_i^2) + eps) of the RMSNorm of the attention output o
-            squares = [o.float().square().mean(-1) for o in cache.norm_inputs]
-            scales_t = torch.stack(squares, dim=1).cpu().add_(torch.from_numpy(weights.eps)[:, None]).sqrt_()
-        else:  # no LayerNorm follows a pre-LN block: the decomposition's divisor is 1
-            scales_t = torch.ones(b_, l_, n_)
+        scales_t = block_scales(cache.norm_inputs, weights, (b_, l_, n_))
     if "norm_maps" in captured:
         padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales_t, weights)
         value_norms = padded.value_norm.numpy()  # the maps' head Gram diagonals: not computed a second time

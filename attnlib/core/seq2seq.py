@@ -11,10 +11,11 @@ from typing import Literal
 import numpy as np
 import torch
 
-from attnlib.core.families import Part, unsupported_reason
-from attnlib.core.hooks import hooks
+from attnlib.core.families import Part, UnsupportedModelError, unsupported_reason
+from attnlib.core.hooks import NORMS, Cache, Capture, hooked_stack, hooks
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import Encoded, InputError, _align_words, check_tokens, encode
+from attnlib.core.runner import Encoded, InputError, _align_words, block_scales, check_tokens, encode, norm_weights
+from attnlib.stats.batched_norms import NormWeights
 
 PARTS: tuple[Part, ...] = ("encoder", "decoder", "cross")
 PART_NAMES: dict[Part, str] = {
@@ -65,6 +66,20 @@ class PartHeads:
 
 
 @dataclass
+class PartValues:
+    """What METHODS §11-12 read of one part, from the model's own forward pass (hooks on the part's modules), float32,
+    0-based: values [layers, heads, n_key, d] (cross: the source's, projected from the encoder's output), and for the
+    decoder (None for cross, whose residual is no key's: METHODS §18) each layer's input x [layers, n, hidden] and the
+    divisors s_i [layers, n] of the LayerNorm after attention (1 for T5's pre-norm), with the part's NormWeights."""
+
+    part: Part
+    values: np.ndarray
+    layer_inputs: np.ndarray | None
+    block_scale: np.ndarray | None
+    weights: NormWeights
+
+
+@dataclass
 class Seq2SeqMaps:
     """One source and target's attention maps, float32, 0-based: encoder [layers, heads, n_src, n_src], decoder
     [layers, heads, n_tgt, n_tgt] (nothing above the diagonal), cross [layers, heads, n_tgt, n_src]."""
@@ -75,6 +90,7 @@ class Seq2SeqMaps:
     decoder: np.ndarray
     cross: np.ndarray
     heads: PartHeads | None = None  # the queries and keys of one part, when run_seq2seq was asked for them (qk)
+    values: PartValues | None = None  # one part's value vectors and residuals, when run_seq2seq was asked (norms)
 
     def part(self, part: Part) -> tuple[np.ndarray, list[str], list[str]]:
         """A part's maps with its query tokens (rows) and key tokens (columns)."""
@@ -139,13 +155,33 @@ def encode_target(lm: LoadedModel, text: str, source: TargetFrom = "given") -> T
     return Target(text, source, ids, tok.convert_ids_to_tokens(ids), words, word_ids, n_full > limit, n_full)
 
 
+def _part_captures(lm: LoadedModel, qk: Part | None, norms: Part | None) -> tuple[Part, frozenset[Capture]]:
+    """The part hooked and what its hooks capture: queries and keys (qk), the norms' values, layer inputs and norm
+    inputs (norms; cross: its values only); UnsupportedModelError when the part's norms are not exact."""
+    if qk is not None and norms is not None and qk != norms:
+        raise ValueError(f"one part's hooks at a time: queries and keys of {qk}, norms of {norms}")
+    captures: frozenset[Capture] = frozenset({"qk"}) if qk else frozenset()
+    if norms is not None:
+        reason = unsupported_reason(lm.encoder.config, "norms", norms)
+        if reason is not None:
+            raise UnsupportedModelError(reason)
+        captures |= frozenset({"values"}) if norms == "cross" else NORMS
+    return qk or norms or "encoder", captures
+
+
 def run_seq2seq(
-    lm: LoadedModel, source_text: str, target_text: str | None = None, qk: Part | None = None
+    lm: LoadedModel,
+    source_text: str,
+    target_text: str | None = None,
+    qk: Part | None = None,
+    norms: Part | None = None,
 ) -> Seq2SeqMaps:
     """The three attentions of an encoder-decoder for a source and a target (None or blank: the model's greedy
-    output for the source, or the source itself when that is empty); `qk`: also that part's queries and keys, captured
-    in the same forward pass (attnlib.core.hooks)."""
+    output for the source, or the source itself when that is empty); `qk`: also that part's queries and keys, `norms`:
+    that part's values and residuals (METHODS §11-12; the same part as qk's when both are given), captured in the same
+    forward pass (attnlib.core.hooks)."""
     model = require_encoder_decoder(lm, "Targets and the decoder's attentions")
+    part, captures = _part_captures(lm, qk, norms)
     source = encode(lm, source_text)
     check_tokens(source, False)
     if target_text is not None and target_text.strip():
@@ -153,7 +189,7 @@ def run_seq2seq(
     else:
         greedy = greedy_target(lm, source)
         target = encode_target(lm, greedy, "greedy") if greedy else encode_target(lm, source_text, "source")
-    with hooks(lm, {"qk"} if qk else (), qk or "encoder") as cache, torch.inference_mode():
+    with hooks(lm, captures, part) as cache, torch.inference_mode():
         out = model(
             **source_inputs(lm, source),
             decoder_input_ids=torch.tensor([target.input_ids], device=lm.device),
@@ -180,4 +216,18 @@ def run_seq2seq(
             np.array(heads.scales, np.float32),
             np.stack(biases) if has_bias else None,
         )
+    if norms is not None:
+        maps.values = _part_values(lm, cache, norms)
     return maps
+
+
+def _part_values(lm: LoadedModel, cache: Cache, part: Part) -> PartValues:
+    """A part's captured values (and the decoder's layer inputs and LayerNorm divisors) as float32 numpy arrays."""
+    weights = norm_weights(hooked_stack(lm, part), part)
+    values = torch.stack([v[0] for v in cache.heads().values]).float().cpu().numpy()
+    if part == "cross":
+        return PartValues(part, values, None, None, weights)
+    inputs = torch.stack([x[0] for x in cache.layer_inputs]).float().cpu()  # [layers, n, hidden]
+    layers, n, _ = inputs.shape
+    scale = block_scales(cache.norm_inputs, weights, (1, layers, n))[0]
+    return PartValues(part, values, inputs.numpy(), scale.numpy(), weights)

@@ -58,13 +58,13 @@ def hta_tables(model: str, found: TokenAttribution) -> dict[str, pd.DataFrame]:
 
 
 def norms_tables(model: str, found: InputNorms) -> dict[str, pd.DataFrame]:
-    """The weighted norms per head, then the per-layer maps (norms, residual+LayerNorm, both rollouts)."""
-    layer_maps = {name: getattr(found, name) for name in LAYER_MAPS}
+    """The weighted norms per head, then the per-layer maps (norms, residual+LayerNorm, both rollouts; cross-attention:
+    the norms alone, its keys the source's tokens)."""
+    layer_maps = {name: m for name in LAYER_MAPS if (m := getattr(found, name)) is not None}
+    keys = found.key_tokens
     return {
-        "Value-weighted norms per head": cell_frame(
-            model, {"weighted_norm": found.weighted_norm}, found.tokens, found.tokens
-        ),
-        "Per layer": cell_frame(model, layer_maps, found.tokens, found.tokens),
+        "Value-weighted norms per head": cell_frame(model, {"weighted_norm": found.weighted_norm}, found.tokens, keys),
+        "Per layer": cell_frame(model, layer_maps, found.tokens, keys),
     }
 
 

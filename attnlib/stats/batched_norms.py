@@ -35,13 +35,20 @@ class NormWeights:
 
 
 @dataclass
-class NormMaps:
-    """Every §11-13 map of one input (0-based layers and heads; layer-level maps are not row-normalised)."""
+class ValueNormMaps:
+    """The §11 maps of one input (0-based layers and heads; not row-normalised): all that an encoder-decoder's
+    cross-attention has (its keys are the source's tokens, its rows the target's: METHODS §18)."""
 
-    tokens: list[str]
-    value_norm: np.ndarray  # [layers, heads, n]
+    tokens: list[str]  # the queries' (rows')
+    value_norm: np.ndarray  # [layers, heads, key]
     weighted_norm: np.ndarray  # [layers, heads, query, key]
     layer_norm: np.ndarray  # [layers, query, key]
+
+
+@dataclass
+class NormMaps(ValueNormMaps):
+    """Every §11-13 map of one input (0-based layers and heads; layer-level maps are not row-normalised)."""
+
     residual_ln: np.ndarray  # [layers, query, key]
     attention_rollout: np.ndarray  # [layers, query, key], rows sum to 1
     residual_ln_rollout: np.ndarray  # [layers, query, key], rows sum to 1

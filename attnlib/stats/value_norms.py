@@ -16,8 +16,16 @@ import torch
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.hooks import ATTENTION, NORMS, Capture
 from attnlib.core.runner import RunResult
+from attnlib.core.seq2seq import Seq2SeqMaps
 from attnlib.results.files import ResultFileError, numeric_array
-from attnlib.stats.batched_norms import NormMaps, NormWeights, padded_norm_maps, rollout_tensor, row_normalised_tensor
+from attnlib.stats.batched_norms import (
+    NormMaps,
+    NormWeights,
+    ValueNormMaps,
+    padded_norm_maps,
+    rollout_tensor,
+    row_normalised_tensor,
+)
 from attnlib.stats.batched_norms import row_normalised as row_normalised  # part of this module's API
 from attnlib.stats.shares import CLASS_KEYS, class_masks, punct_mask
 
@@ -276,15 +284,39 @@ def norm_maps(result: RunResult) -> NormMaps:
     if result.maps is not None:
         return result.maps
     values, inputs, scale, w = _captured(result)
+    return _one_input_maps(result.attentions, values, inputs, scale, w, list(result.tokens))
+
+
+def _one_input_maps(
+    attentions: np.ndarray, values: np.ndarray, inputs: np.ndarray, scale: np.ndarray, w: NormWeights, tokens: list[str]
+) -> NormMaps:
+    """Every §11-13 map of one input as a batch of one: attentions [layers, heads, n, n], values [layers, heads, n, d],
+    layer inputs [layers, n, hidden], LayerNorm divisors [layers, n]."""
     layers, _, n, _ = values.shape
     padded = padded_norm_maps(
-        _tensor(result.attentions)[None],
+        _tensor(attentions)[None],
         _tensor(values).permute(0, 2, 1, 3).reshape(1, layers, n, -1),  # heads joined again, as the model has them
         _tensor(inputs)[None],
         _tensor(scale)[None],
         w,
     )
-    return padded.input_maps(0, list(result.tokens))
+    return padded.input_maps(0, tokens)
+
+
+def part_norm_maps(maps: Seq2SeqMaps) -> ValueNormMaps:
+    """An encoder-decoder's part from a run_seq2seq made with `norms=part` (METHODS §18): the decoder's every §11-13
+    map (a NormMaps, causal: zero above the diagonal); the cross-attention's §11 maps alone (a ValueNormMaps: rows the
+    target's tokens, keys the source's; §12-13 have no meaning for it, families.CROSS_RESIDUAL)."""
+    v = maps.values
+    if v is None:
+        raise ValueError("This run has no value vectors: run it with run_seq2seq(..., norms=part).")
+    attentions, queries, _ = maps.part(v.part)
+    if v.layer_inputs is None or v.block_scale is None:
+        value_norm = value_norms_from_values(v.values, v.weights.out_gram)
+        vectors = head_vectors(v.values, v.weights.out_weight)
+        layer_norm = layer_norm_map(attentions, vectors)
+        return ValueNormMaps(list(queries), value_norm, weighted_norms(attentions, value_norm), layer_norm)
+    return _one_input_maps(attentions, v.values, v.layer_inputs, v.block_scale, v.weights, list(queries))
 
 
 def norm_class_statistics(

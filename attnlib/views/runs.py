@@ -51,7 +51,11 @@ def hta_figures(model: str, found: TokenAttribution) -> list[Drawn]:
 
 
 def norms_figures(model: str, found: InputNorms) -> list[Drawn]:
-    """Both rollouts at the last layer (METHODS §12-13)."""
+    """Both rollouts at the last layer (METHODS §12-13); cross-attention, which has none: its last layer's norms
+    ||sum_h A f_h(x_j)|| (METHODS §11-12), target tokens to source tokens."""
+    if found.attention_rollout is None or found.residual_ln_rollout is None:
+        title = f"{model}: ‖Σ_h α f(x)‖, layer {len(found.layer_norm)}"
+        return [attention_heatmap(found.layer_norm[-1], found.tokens, found.key_tokens, title)]
     return [
         attention_heatmap(found.attention_rollout[-1], found.tokens, found.tokens, f"{model}: attention rollout"),
         attention_heatmap(

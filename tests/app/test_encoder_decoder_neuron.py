@@ -6,18 +6,21 @@ keys (right), the decoder its causal rows."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
-from app_pages.live.encoder_decoder import DECODER_NORMS
+from app_pages.live.encoder_decoder import PART_NORMS
 from attnlib.core.model import load_model
 from attnlib.core.runner import run
 from attnlib.core.seq2seq import run_seq2seq
 from attnlib.views import neuron_view
+from support.apptest import figures, plotly_values
 from support.models import save_tiny
 from support.pages import open_live, rerun, view_datas
-from support.seq2seq import own_part
+from support.seq2seq import own_part, own_values
 from support.tolerances import FORWARD_RTOL
 from support.views import page_data
 from ui.sources.live_inputs import pretty_token
@@ -74,19 +77,22 @@ def test_the_encoders_neuron_view_is_q_dot_k_of_the_encoder_layer(tiny_dir):
     assert any("equals the model's attention row" in c.value for c in at.caption)
 
 
-def own_row(folder, part: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
-    """(the query tokens, the key tokens, the logits, the model's attention) of (LAYER, HEAD, QUERY) of a decoder
-    part, the logits from the attention modules' own projections (support.seq2seq)."""
+def own_row(folder, part: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(the query tokens, the key tokens, the logits, the model's attention, the keys' value norms) of (LAYER, HEAD,
+    QUERY) of a decoder part, the logits from the attention modules' own projections and the value norms
+    ||v_j W_O^h|| from their own value and output projections (support.seq2seq)."""
     lm = load_model(str(folder))
     maps = run_seq2seq(lm, SOURCE, TARGET)
-    own = own_part(lm, lm.seq2seq.config.model_type, part, maps.source.input_ids, maps.target.input_ids)
+    kind, source_ids, target_ids = lm.seq2seq.config.model_type, maps.source.input_ids, maps.target.input_ids
+    own = own_part(lm, kind, part, source_ids, target_ids)
+    value_norms = np.linalg.norm(own_values(lm, kind, part, source_ids, target_ids).vectors[LAYER][HEAD], axis=-1)
     _, query_tokens, key_tokens = maps.part(part)
-    return query_tokens, key_tokens, own.logits[LAYER, HEAD, QUERY], own.attentions[LAYER, HEAD, QUERY]
+    return query_tokens, key_tokens, own.logits[LAYER, HEAD, QUERY], own.attentions[LAYER, HEAD, QUERY], value_norms
 
 
 @pytest.mark.parametrize("part", ["decoder", "cross"])
 def test_the_decoder_and_cross_parts_draw_their_neuron_view(tiny_dir, part):
-    query_tokens, key_tokens, logits, model_attention = own_row(tiny_dir, part)
+    query_tokens, key_tokens, logits, model_attention, value_norms = own_row(tiny_dir, part)
     at = open_live(model=str(tiny_dir), a=SOURCE, target=TARGET, view="neuron", part=part, layer="2", head="3")
     at.selectbox(key="live_token").set_value(QUERY + 1)
     (data,) = view_datas(rerun(at))
@@ -100,11 +106,15 @@ def test_the_decoder_and_cross_parts_draw_their_neuron_view(tiny_dir, part):
         assert not any(data["softmax"][QUERY + 1 :])  # the keys after the query
     assert data["diff"] < 1e-6
     assert any("equals the model's attention row" in c.value for c in at.caption)
-    assert any(c.value == DECODER_NORMS for c in at.caption) and not at.info and not at.warning
+    assert any(c.value == PART_NORMS[part] for c in at.caption) and not at.info and not at.warning
+    (chart,) = figures(at)  # the value norms of the part's keys (cross: the source's, from the encoder's output)
+    bar = json.loads(chart.spec)["data"][0]
+    assert bar["y"] == [f"{j + 1}: {pretty_token(t)}" for j, t in enumerate(key_tokens)]
+    np.testing.assert_allclose(plotly_values(bar["x"]), value_norms, rtol=1e-5)
     at.radio(key="live_part").set_value("encoder")
     (data,) = view_datas(rerun(at))
     assert data["query_labels"] is None and not data["causal"]  # the encoder's, as before
-    assert not any(c.value == DECODER_NORMS for c in at.caption)
+    assert not any(c.value in PART_NORMS.values() for c in at.caption)
 
 
 def test_a_notebooks_neuron_view_of_the_encoders_run_uses_its_scale_and_bias(tiny_dir):
@@ -120,7 +130,7 @@ def test_a_notebooks_neuron_view_of_the_encoders_run_uses_its_scale_and_bias(tin
 
 @pytest.mark.parametrize("part", ["decoder", "cross"])
 def test_a_notebooks_neuron_view_of_a_decoder_part(tiny_dir, part):
-    query_tokens, key_tokens, logits, _ = own_row(tiny_dir, part)
+    query_tokens, key_tokens, logits, _, _ = own_row(tiny_dir, part)
     lm = load_model(str(tiny_dir))
     view = neuron_view(run_seq2seq(lm, SOURCE, TARGET, qk=part), layer=LAYER, head=HEAD, query=QUERY)
     data = page_data(view.html)

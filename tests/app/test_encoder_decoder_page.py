@@ -3,15 +3,19 @@ attention kept in the URL, and the head and model views of the part chosen equal
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app_pages.live.encoder_decoder import cached_norm_rows
 from attnlib.core.model import load_model
+from attnlib.core.runner import run
 from attnlib.core.seq2seq import TARGET_FROM_TEXT, run_seq2seq
 from attnlib.present.tour import STEPS
 from attnlib.results.shipped import ROOT
 from support.models import save_tiny
 from support.pages import PAGES, open_live, rerun, run_computing, view_datas
+from support.seq2seq import own_values
 from ui.sources.live_inputs import pretty_token
 
 pytestmark = pytest.mark.slow
@@ -99,3 +103,31 @@ def test_an_encoder_decoder_is_not_drawn_beside_another_model(bart_dir, tiny_mod
     assert len(view_datas(at)) == 1 and any("is an encoder-decoder: open it as the model" in i.value for i in at.info)
     at = open_live(model=str(bart_dir), cmp=str(tiny_model_dir), a=SOURCE)
     assert len(view_datas(at)) == 1 and any("not drawn beside an encoder-decoder" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("part", ["encoder", "decoder", "cross"])
+def test_the_norms_switch_draws_each_parts_value_weighted_norms(bart_dir, part):
+    """Shows: norms draws A[i,j] ||f_h(x_j)|| with each row normalised (METHODS §11) for every part, kept in the URL;
+    the rows drawn are those of each part's own values (the decoder's and cross-attention's from the modules' own value
+    and output projections, support.seq2seq; the encoder's from a run of the encoder stack alone)."""
+    at = open_live(model=str(bart_dir), a=SOURCE, target=TARGET, part=part, layer="2")
+    (weights,) = view_datas(at)
+    at.radio(key="live_show").set_value("norms")
+    (data,) = view_datas(rerun(at))
+    assert at.query_params["show"] == "norms" and "norms" in data["title"] and "‖α f(x)‖" in data["quantity"]
+    assert {k: v for k, v in data.items() if k not in ("title", "quantity")} != {
+        k: v for k, v in weights.items() if k not in ("title", "quantity")
+    }  # the norms, not the weights
+    lm = load_model(str(bart_dir))
+    maps = run_seq2seq(lm, SOURCE, TARGET)
+    attentions = maps.part(part)[0].astype(np.float64)
+    if part == "encoder":
+        value_norms = run(lm, SOURCE, capture_norms=True).value_norm.astype(np.float64)
+    else:
+        own = own_values(lm, "bart", part, maps.source.input_ids, maps.target.input_ids)
+        value_norms = np.linalg.norm(np.stack(own.vectors), axis=-1)
+    weighted = attentions * value_norms[..., None, :]
+    expected = weighted / weighted.sum(-1, keepdims=True)
+    np.testing.assert_allclose(cached_norm_rows(str(bart_dir), SOURCE, TARGET, part), expected, atol=1e-5)
+    if part == "decoder":
+        assert not np.triu(cached_norm_rows(str(bart_dir), SOURCE, TARGET, part), 1).any()

@@ -3,7 +3,6 @@ the corpus search (METHODS §16), and every family's views."""
 
 from __future__ import annotations
 
-import base64
 import json
 
 import numpy as np
@@ -15,7 +14,7 @@ from attnlib.core.runner import run
 from attnlib.core.words import word_level_attention
 from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.search.by_example import search_corpus
-from support.apptest import figures, tables
+from support.apptest import figures, plotly_values, tables
 from support.pages import TEXT_A, TEXT_B, open_live, rerun, view_data, view_datas
 from support.reference import independent_norms
 
@@ -131,13 +130,6 @@ def test_downloads_are_offered_in_the_neuron_view():
 
 
 # ---------- weights / norms (issue 14) and two models side by side (issue 17) ----------------------------------------
-
-
-def plotly_values(values) -> np.ndarray:
-    """A Plotly JSON array (a list, or plotly 6's {dtype, bdata})."""
-    if isinstance(values, dict):
-        return np.frombuffer(base64.b64decode(values["bdata"]), np.dtype(values["dtype"]))
-    return np.asarray(values, dtype=np.float64)
 
 
 @pytest.fixture(scope="module")

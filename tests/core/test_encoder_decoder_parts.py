@@ -107,13 +107,17 @@ def test_t5s_decoder_bias_is_its_first_layers_unidirectional_buckets(encdec):
         np.testing.assert_array_equal(maps.heads.score_bias[layer], expected)
 
 
-def test_only_the_neuron_views_queries_and_keys_are_read_from_the_decoders_parts(encdec):
+def test_the_decoders_parts_give_queries_keys_and_norms_but_not_the_encoders_statistics(encdec):
+    """Queries and keys and the norms of both parts; §12-13 of the decoder only (cross-attention's residual is the
+    target token's own, its map not square); attribution and ablation of the encoder stack alone."""
     _, lm = encdec
+    available = {"decoder": {"queries_keys", "norms", "residual_ln"}, "cross": {"queries_keys", "norms"}}
     for part in PARTS:
         for statistic in STATISTICS:
             reason = unsupported_reason(lm.encoder.config, statistic, part)
-            assert (reason is None) == (statistic == "queries_keys"), (part, statistic)
-            assert reason is None or "encoder stack" in reason
+            assert (reason is None) == (statistic in available[part]), (part, statistic)
+            assert reason is None or f"the {part} attention" in reason
+    assert "not square" in unsupported_reason(lm.encoder.config, "residual_ln", "cross")
 
 
 def test_an_encoder_decoders_own_attentions_are_unchanged_by_the_hooks(encdec):

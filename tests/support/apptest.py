@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 
@@ -46,3 +48,10 @@ def across_tabs(at, key: str, labels, get) -> list:
         assert not at.exception, (label, [e.value for e in at.exception])
         found += get(at)
     return found
+
+
+def plotly_values(values) -> np.ndarray:
+    """A Plotly JSON array (a list, or plotly 6's {dtype, bdata})."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), np.dtype(values["dtype"]))
+    return np.asarray(values, dtype=np.float64)

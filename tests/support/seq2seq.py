@@ -94,3 +94,74 @@ def softmax_tolerance(queries: np.ndarray, keys: np.ndarray, scale, bias: np.nda
     if bias is not None:
         magnitude = magnitude + np.abs(bias)
     return 2 * (d + 2) * EPS32 * magnitude.max(-1, keepdims=True) + (n + 4) * EPS32
+
+
+# per kind, in the decoder stack: the value and output projections of each attention module, and for the decoder's
+# self-attention the module whose output is its sublayer's (T5: the pre-norm sublayer, x + attention; BART, Marian:
+# the LayerNorm after the residual, whose input is u)
+VO = {"t5": ("v", "o"), "bart": ("v_proj", "out_proj"), "marian": ("v_proj", "out_proj")}
+SUBLAYER = {
+    "t5": "block.{}.layer.0",
+    "bart": "layers.{}.self_attn_layer_norm",
+    "marian": "layers.{}.self_attn_layer_norm",
+}
+
+
+@dataclass
+class OwnValues:
+    """One part's value side, float64, from the model's own forward pass, per layer: each head's f_h(x_j) = v_j W_O^h
+    [heads, n_key, hidden] from the attention module's own value projection of its own keys' input (cross: the
+    encoder's output) and the rows of its output projection's weight, that projection's bias b_O [hidden] and output
+    [n_query, hidden], and for the decoder the sublayer's input (T5: x; BART, Marian: u, the LayerNorm's input) and
+    output [n_query, hidden]."""
+
+    vectors: list[np.ndarray]
+    out_bias: list[np.ndarray]
+    projected: list[np.ndarray]
+    sublayer_input: list[np.ndarray]
+    sublayer_output: list[np.ndarray]
+
+
+def own_values(lm, kind: str, part: str, source_ids: list[int], target_ids: list[int]) -> OwnValues:
+    """OwnValues of a part in the model's forward pass for these ids (hooks on the paths written here)."""
+    v_name, o_name = VO[kind]
+    d, decoder = lm.facts.head_dim, lm.seq2seq.get_decoder()
+    found = OwnValues([], [], [], [], [])
+
+    def keep_values(attention, args, kwargs, _out):
+        x = args[0] if args else kwargs["hidden_states"]
+        states = kwargs["key_value_states"] if part == "cross" else x
+        v = getattr(attention, v_name)(states)[0].double()  # [n_key, heads * d]
+        o = getattr(attention, o_name)
+        w = o.weight.detach().double()  # [hidden, heads * d]
+        heads = w.shape[1] // d
+        by_head = v.reshape(len(v), heads, d).transpose(0, 1)  # [heads, n_key, d]
+        found.vectors.append(torch.einsum("hjd,chd->hjc", by_head, w.reshape(-1, heads, d)).numpy())
+        found.out_bias.append(np.zeros(w.shape[0]) if o.bias is None else o.bias.detach().double().numpy())
+
+    def keep_projection(_module, _args, out):
+        found.projected.append(out[0].double().numpy())
+
+    def keep_sublayer(_module, args, kwargs, out):
+        found.sublayer_input.append((args[0] if args else kwargs["hidden_states"])[0].double().numpy())
+        found.sublayer_output.append((out[0] if isinstance(out, tuple) else out)[0].double().numpy())
+
+    path = ATTENTION[kind][part]
+    n_layers = len(decoder.get_submodule(path.partition(".{}")[0]))
+    attentions = [decoder.get_submodule(path.format(l)) for l in range(n_layers)]
+    handles = [m.register_forward_hook(keep_values, with_kwargs=True) for m in attentions]
+    handles += [getattr(m, o_name).register_forward_hook(keep_projection) for m in attentions]
+    if part == "decoder":
+        handles += [
+            decoder.get_submodule(SUBLAYER[kind].format(l)).register_forward_hook(keep_sublayer, with_kwargs=True)
+            for l in range(n_layers)
+        ]
+    try:
+        with torch.no_grad():
+            lm.seq2seq(
+                input_ids=torch.tensor([source_ids]), decoder_input_ids=torch.tensor([target_ids]), use_cache=False
+            )
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found
