@@ -8,8 +8,8 @@ instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2. Directions travel in chunks, each 
   per-(i, k) terms in q_i and k_k; pre-LN families first pass the tangent through their LayerNorm's Jacobian), all
   checked against the module's output;
 - the rest of the layer acts on each token alone, so it becomes one Jacobian per token (LayerNorm, feed-forward,
-  LayerNorm; pre-LN: the residual plus a LayerNorm and the feed-forward, gated in ModernBERT), built once and applied
-  as a batched matrix product.
+  LayerNorm; pre-LN: the residual plus a LayerNorm or RMSNorm and the feed-forward, gated in ModernBERT, Phi-3 and
+  Llama), built once and applied as a batched matrix product.
 Two random directions are checked against torch.func.jvp through the model's own layers (attnlib.core.replay), which is
 the reference and the path taken wherever the linearisation does not reproduce it: layers of another shape (a
 convolution after the first layer, scores that mix heads), or Jacobians over LINEARISED_BUDGET. The previous-layer
