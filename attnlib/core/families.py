@@ -745,6 +745,11 @@ def bound_arguments(module: torch.nn.Module, args: Sequence, kwargs: dict) -> di
     return arguments
 
 
+def is_linear(module: torch.nn.Module) -> bool:
+    """Whether the module is an affine map of its last dimension: a Linear, or GPT-2's Conv1D."""
+    return isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D"
+
+
 def linear_weight(module: torch.nn.Module) -> torch.Tensor:
     """The [out, in] weight of a Linear, or of GPT-2's Conv1D (which keeps it as [in, out]: y = x W + b)."""
     return module.weight.T if type(module).__name__ == "Conv1D" else module.weight

@@ -8,8 +8,8 @@ instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2. Directions travel in chunks, each 
   per-(i, k) terms in q_i and k_k; pre-LN families first pass the tangent through their LayerNorm's Jacobian), all
   checked against the module's output;
 - the rest of the layer acts on each token alone, so it becomes one Jacobian per token (LayerNorm, feed-forward,
-  LayerNorm; pre-LN: the residual plus a LayerNorm and the feed-forward, gated in ModernBERT), built once and applied
-  as a batched matrix product.
+  LayerNorm; pre-LN: the residual plus a LayerNorm or RMSNorm and the feed-forward, gated in ModernBERT, Phi-3 and
+  Llama), built once and applied as a batched matrix product.
 Two random directions are checked against torch.func.jvp through the model's own layers (attnlib.core.replay), which is
 the reference and the path taken wherever the linearisation does not reproduce it: layers of another shape (a
 convolution after the first layer, scores that mix heads), or Jacobians over LINEARISED_BUDGET. The previous-layer
@@ -34,6 +34,7 @@ from attnlib.core.families import (
     LayerSite,
     Layout,
     UnsupportedModelError,
+    is_linear,
     layer_norm_parameters,
     linear_weight,
     rms_norm_gamma,
@@ -425,72 +426,100 @@ def _ffn_jacobians(
     )
 
 
-def _times_layer_norm(jacobian: torch.Tensor, stats: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """M diag(gamma / sigma)(I - P) for per-token matrices M [n, out, hidden] (in place): M times the LN's Jacobian."""
-    scale, hat = stats
-    jacobian.mul_(scale[:, None, :])
-    jacobian -= jacobian.mean(-1, keepdim=True) + (jacobian @ hat[:, :, None]) * (hat[:, None, :] / hat.shape[-1])
+def _times_norm(jacobian: torch.Tensor, norm: _NormAt) -> torch.Tensor:
+    """M J for per-token matrices M [n, out, hidden] (in place), J the LayerNorm's or RMSNorm's Jacobian per token:
+    diag(gamma / sigma)(I - 1 1^T / hidden - x-hat x-hat^T / hidden), without the 1 1^T term for an RMSNorm."""
+    jacobian.mul_(norm.scale[:, None, :])
+    projected = (jacobian @ norm.hat[:, :, None]) * (norm.hat[:, None, :] / norm.hat.shape[-1])
+    jacobian -= jacobian.mean(-1, keepdim=True) + projected if norm.centred else projected
     return jacobian
+
+
+def _norm_times(norm: _NormAt, jacobian: torch.Tensor) -> torch.Tensor:
+    """J M for per-token matrices M [n, hidden, in] (in place), J as in _times_norm."""
+    projected = norm.hat[:, :, None] * ((norm.hat[:, None, :] / norm.hat.shape[-1]) @ jacobian)
+    jacobian -= jacobian.mean(1, keepdim=True) + projected if norm.centred else projected
+    return jacobian.mul_(norm.scale[:, :, None])
+
+
+def _is_norm(module: torch.nn.Module) -> bool:
+    """A LayerNorm, or a module that may be an RMSNorm (a weight of one dimension, not a linear map): _norm_at
+    tells by its output."""
+    weight = getattr(module, "weight", None)
+    return _is_layer_norm(module) or (isinstance(weight, torch.Tensor) and weight.dim() == 1 and not is_linear(module))
 
 
 def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | None:
     """Per-token Jacobians of the layer after its heads: e(l) = LN_b(y + W2 act(W1 y)), y = LN_a(r) post-LN (BERT),
-    e(l) = r + W2 act(W1 LN_b(r)) pre-LN (ModernBERT, whose act(W1 y) is a gated act(a) * g); r = x + o W^T.
+    e(l) = r + W2 act(W1 LN_b(r)) pre-LN (the decoders, T5, ModernBERT; act(W1 y) is gated, act(a) * g, where W1
+    gives a and g as one projection, as ModernBERT's and Phi-3's, or as two, as Llama's); r = x + o W^T, LN a
+    LayerNorm or an RMSNorm, W a Linear or GPT-2's Conv1D.
 
-    The LayerNorm Jacobians are applied in their diagonal-minus-rank-two form. None when the layer is not laid out
-    one of these ways.
+    The norms' Jacobians are applied in their diagonal-minus-low-rank form. None when the layer is not laid out one
+    of these ways (the attention output normalised before the residual, a parallel residual, a feed-forward of
+    another shape).
     """
+    if rec.layout.sites[index].attention_norm is not None:
+        return None
     steps, heads = _layer_steps(rec, index)
     post_ln = rec.layout.family.post_layer_norm
 
-    def first(kind: Callable[[torch.nn.Module], bool], after: _Step, fed_by: _Step | None = None) -> _Step | None:
-        """The first call of a module of this kind after step `after` (taking fed_by's output, if given)."""
-        return next(
-            (
-                s
-                for s in steps[steps.index(after) + 1 :]
-                if kind(s.module) and (fed_by is None or s.input is fed_by.output)
-            ),
-            None,
-        )
+    def after(step: _Step) -> list[_Step]:
+        return steps[steps.index(step) + 1 :]
 
-    def linear(m: torch.nn.Module) -> bool:
-        return isinstance(m, torch.nn.Linear)
+    def first(kind: Callable[[torch.nn.Module], bool], start: _Step) -> _Step | None:
+        """The first call of a module of this kind after step `start`."""
+        return next((s for s in after(start) if kind(s.module)), None)
 
-    projection = next((s for s in steps if linear(s.module) and s.input is heads), None)
-    norm_a = projection and first(_is_layer_norm, projection)
-    up = norm_a and first(linear, norm_a, fed_by=norm_a)
-    down = up and first(linear, up)
-    norm_b = down and first(_is_layer_norm, down) if post_ln else None
-    if projection is None or norm_a is None or up is None or down is None or (post_ln and norm_b is None):
+    projection = next((s for s in steps if is_linear(s.module) and s.input is heads), None)
+    norm_a = projection and first(_is_norm, projection)
+    if projection is None or norm_a is None:
         return None
-    if up.output.dim() != 3:  # OPT runs its feed-forward on [batch * n, hidden]: not a layout written here
+    residual = rec.layers[index].hidden + projection.output  # r, what norm_a reads in both layouts
+    if norm_a.input.shape != residual.shape or not torch.allclose(norm_a.input, residual, rtol=1e-5, atol=1e-5):
         return None
-    gated = up.module.out_features == 2 * down.module.in_features
-    a, g = up.output[0].chunk(2, dim=-1) if gated else (up.output[0], None)
-    act = first(lambda m: not linear(m), up)
-    while act is not None and not (act.input.shape[1:] == a.shape and torch.equal(act.input[0], a)):
-        act = first(lambda m: not linear(m), act)
+    fed = [s for s in after(norm_a) if is_linear(s.module) and s.input is norm_a.output]  # W1: one or two
+    if not fed or len(fed) > 2:
+        return None
+    down = first(is_linear, fed[-1])
+    norm_b = first(_is_norm, down) if post_ln and down is not None else None
+    if down is None or (post_ln and norm_b is None):
+        return None
+    if any(s.output.dim() != 3 for s in fed):  # OPT runs its feed-forward on [batch * n, hidden]: not written here
+        return None
+    down_weight, up_weight = linear_weight(down.module), torch.cat([linear_weight(s.module) for s in fed])
+    outputs = torch.cat([s.output[0] for s in fed], dim=-1)  # W1 y (+ b) [n, ffn or 2 ffn]
+    gated = outputs.shape[-1] == 2 * down_weight.shape[1]
+    a, g = outputs.chunk(2, dim=-1) if gated else (outputs, None)
+    if len(fed) == 2 and not gated:
+        return None
+    act = next((s for s in after(fed[0]) if not is_linear(s.module) and _reads(s, a)), None)
+    if act is None and g is not None and len(fed) == 2:  # the activation is on the second projection's output
+        a, g, up_weight = g, a, up_weight.roll(-down_weight.shape[1], 0)
+        act = next((s for s in after(fed[0]) if not is_linear(s.module) and _reads(s, a)), None)
     if act is None:
         return None
     slope = jvp(act.module, (a,), (torch.ones_like(a),))[1]  # act'(a) [n, ffn]
-    down_weight = down.module.weight
     if g is not None:  # d(act(a) g) = act'(a) g da + act(a) dg, [a | g] = W1 y: W2 [diag(act' g) | diag(act)] W1
         slope = torch.cat([slope * g, act.output[0]], dim=-1)
         down_weight = torch.cat([down_weight, down_weight], dim=1)
-    ffn = _ffn_jacobians(down_weight, slope, up.module.weight, chunk)  # W2 diag(act') W1 [n, out, in]
-    hidden = down.module.out_features
-    stats_a = _layer_norm_stats(norm_a.module, norm_a.input[0])
-    if post_ln:  # LN_b (I + F) LN_a
+    ffn = _ffn_jacobians(down_weight, slope, up_weight, chunk)  # W2 diag(act') W1 [n, out, in]
+    at_a = _norm_at(norm_a.module, norm_a.input[0])
+    at_b = _norm_at(norm_b.module, norm_b.input[0]) if norm_b is not None else None
+    if at_a is None or (post_ln and at_b is None):
+        return None
+    if at_b is not None:  # LN_b (I + F) LN_a
         ffn.diagonal(dim1=1, dim2=2).add_(1.0)
-        right = _times_layer_norm(ffn, stats_a)
-        scale_b, hat_b = _layer_norm_stats(norm_b.module, norm_b.input[0])  # type: ignore[union-attr]
-        right -= right.mean(1, keepdim=True) + hat_b[:, :, None] * ((hat_b[:, None, :] / hidden) @ right)
-        jacobian = right.mul_(scale_b[:, :, None])
-    else:  # I + F LN_b: here norm_a is the LayerNorm in front of the feed-forward block
-        jacobian = _times_layer_norm(ffn, stats_a)
+        jacobian = _norm_times(at_b, _times_norm(ffn, at_a))
+    else:  # I + F LN_b: here norm_a is the norm in front of the feed-forward block
+        jacobian = _times_norm(ffn, at_a)
         jacobian.diagonal(dim1=1, dim2=2).add_(1.0)
-    return _PositionWise(projection.module.weight.T.contiguous(), jacobian.transpose(1, 2).contiguous())
+    return _PositionWise(linear_weight(projection.module).T.contiguous(), jacobian.transpose(1, 2).contiguous())
+
+
+def _reads(step: _Step, x: torch.Tensor) -> bool:
+    """Whether the module call read x [n, width] (its first input, batch of one)."""
+    return step.input.shape[1:] == x.shape and torch.equal(step.input[0], x)
 
 
 def _linearised_input_norms(

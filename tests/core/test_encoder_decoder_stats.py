@@ -17,6 +17,7 @@ from attnlib.cli.entry import main as cli_main
 from attnlib.core.families import STATISTICS, unsupported_reason
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode, run, run_encoded
+from attnlib.stats import attribution
 from attnlib.stats import value_norms as norms
 from attnlib.stats.attribution import hidden_token_attribution
 from attnlib.stats.head_ablation import (
@@ -237,12 +238,17 @@ def test_norms_rebuild_the_attention_blocks_output(encdec):
     np.testing.assert_allclose(maps.residual_ln_rollout.sum(-1), 1.0, atol=1e-5)
 
 
-def test_attribution_equals_reverse_mode(encdec):
+def test_attribution_equals_reverse_mode(encdec, monkeypatch):
     """Exact HTA of the encoder stack against plain reverse mode through the model's own forward pass (two heads), and
-    the written-out tangents against torch.func.jvp through the model's own layers (every head)."""
+    the written-out tangents (T5's RMSNorm included, not the jvp fallback) against torch.func.jvp through the model's
+    own layers (every head)."""
     _, lm = encdec
     enc = encode(lm, "Cats sleep a lot.")
+    runs: list[int] = []
+    written_out = attribution._linearised_input_norms
+    monkeypatch.setattr(attribution, "_linearised_input_norms", lambda *a: runs.append(1) or written_out(*a))
     exact = hidden_token_attribution(lm, enc, mode="exact", with_output=True)
+    assert len(runs) == 2  # the check on two directions, then every direction
     heads = [(0, 1), (lm.facts.n_layers - 1, 3)]
     ref_in, ref_prev = reverse_mode_reference(lm, enc, heads)
     # shares of sums of float32 squares; each derivative is a float32 sum of at most n + hidden products per layer

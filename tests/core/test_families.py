@@ -230,6 +230,33 @@ def test_decoder_attribution_equals_reverse_mode_on_two_heads(decoder_model):
         assert not np.triu(exact.input[layer, head], 1).any()  # a query draws on no later token
 
 
+# decoders whose layers attribution does not write out, and why: it runs torch.func.jvp through their own layers
+THROUGH_JVP = {
+    "qwen3": "a per-head RMSNorm of q and k before rotary: not a linear map of the projections' outputs",
+    "gemma2": "the attention output normalised before the residual",
+    "gemma3": "the attention output normalised before the residual",
+    "opt": "its feed-forward runs on [batch * n, hidden]",
+    "gpt-neox": "attention and feed-forward added to x in parallel",
+}
+
+
+def test_decoder_attribution_is_written_out_and_equals_jvp(decoder_model, monkeypatch):
+    """GPT-2's Conv1D, Llama's RMSNorm and gated feed-forward (two projections), Phi-3's (one): the written-out
+    tangents, not the jvp fallback, giving what torch.func.jvp through the layers gives; THROUGH_JVP's go through jvp."""
+    kind, lm = decoder_model
+    enc = encode(lm, TEXT_A, TEXT_B)
+    runs: list[int] = []
+    written_out = attribution._linearised_input_norms
+    monkeypatch.setattr(attribution, "_linearised_input_norms", lambda *a: runs.append(1) or written_out(*a))
+    fast = hidden_token_attribution(lm, enc, mode="estimate", probes=4, with_output=True)
+    assert len(runs) == (0 if kind in THROUGH_JVP else 2)  # the check on two directions, then every direction
+    plain = hidden_token_attribution(lm, enc, mode="estimate", probes=4, linearise=False, with_output=True)
+    assert fast.output is not None and plain.output is not None
+    # shares (~0.1) of sums of float32 squares taken in two orders: a few ulp apart (measured: at most 1.2e-7)
+    for got, want in ((fast.input, plain.input), (fast.previous, plain.previous), (fast.output, plain.output)):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
 def test_post_layer_norm_opt_is_refused_in_words(tmp_path, capsys):
     """OPT-350m's LayerNorm follows attention and the residual (do_layer_norm_before false): norms and attribution say
     why not, in the library and as one `error:` line of the command line; attention still runs."""
