@@ -311,3 +311,31 @@ def test_window_heads_are_the_models_own_vectors_and_rows(kind, tmp_path, one_th
                     np.testing.assert_allclose(ns.softmax, got.rows[head, i - start], rtol=0, atol=SOFTMAX_ATOL)
     with pytest.raises(ValueError, match="rows 3:3"):
         window_heads(lm, encoded, 0, 3, 3)
+
+
+def test_large_arrays_are_mapped_while_blockwise_runs_are_under_way(tiny_model, monkeypatch):
+    """glibc's mapping threshold is 1 MB from the first block-wise run's start to the last one's end, then its
+    ceiling; a run in another thread meanwhile neither sets it again nor ends it early."""
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(attnlib.core.blockwise, "_mallopt", lambda: lambda param, value: calls.append((param, value)))
+    batch = model_inputs(tiny_model, [encode(tiny_model, TEXT_A)])
+    inner_started, outer_may_end = threading.Event(), threading.Event()
+
+    def inner() -> None:
+        def take(layer, first_row, probs) -> None:
+            inner_started.set()
+            assert outer_may_end.wait(60)
+
+        run_blockwise(tiny_model, batch, take)
+
+    def outer_take(layer, first_row, probs) -> None:
+        if not inner_started.is_set():
+            thread.start()
+            assert inner_started.wait(60)
+
+    thread = threading.Thread(target=inner)
+    run_blockwise(tiny_model, batch, outer_take)
+    assert calls == [(-3, 2**20)]  # the inner run is still under way
+    outer_may_end.set()
+    thread.join(60)
+    assert calls == [(-3, 2**20), (-3, 32 * 2**20)]
