@@ -389,6 +389,10 @@ def run_rows(
         consumer.finish()
 
 
+class _LayerDone(Exception):
+    """window_heads has its layer's rows, queries and keys: the pass stops there."""
+
+
 @dataclass
 class WindowHeads:
     """One layer's queries and keys of every head over a whole input, and the model's own weights of a window's query
@@ -407,9 +411,10 @@ def window_heads(
     lm: LoadedModel, encoded: Encoded, layer: int, start: int, end: int, block_rows: int | None = None
 ) -> WindowHeads:
     """The queries and keys of one layer (0-based) from the model's own pass over the whole input, run block-wise (so
-    positions, local windows and masks are the model's), and the weights of query rows start:end (0-based, half-open);
-    only that layer's projections are kept, and never more than one block of scores. ValueError for a family whose
-    logits add relative terms to q.k (held as [n, n]) or whose queries and keys attnlib cannot take."""
+    positions, local windows and masks are the model's) up to that layer, and the weights of query rows start:end
+    (0-based, half-open); only that layer's projections are kept, and never more than one block of scores. ValueError
+    for a family whose logits add relative terms to q.k (held as [n, n]) or whose queries and keys attnlib cannot
+    take."""
     n, f = encoded.n, lm.facts
     if not 0 <= layer < f.n_layers or not 0 <= start < end <= n:
         raise ValueError(
@@ -421,11 +426,14 @@ def window_heads(
         lo, hi = max(start, first_row), min(end, first_row + probs.shape[2])
         if at == layer and lo < hi:
             rows[:, lo - start : hi - start] = probs[0, :, lo - first_row : hi - first_row].float().cpu().numpy()
+        if at == layer and first_row + probs.shape[2] >= n:
+            raise _LayerDone  # q and k were captured before its attention: the later layers are not needed
 
     with hooks(lm, {"qk"}, layers=[layer]) as cache:
         if "qk" not in cache.captured:
             raise ValueError(f"{f.model_type}: attnlib does not take this family's queries and keys")
-        run_blockwise(lm, model_inputs(lm, [encoded]), take, block_rows)
+        with contextlib.suppress(_LayerDone):
+            run_blockwise(lm, model_inputs(lm, [encoded]), take, block_rows)
     heads = cache.heads()
     if heads.biases[0] is not None:
         raise ValueError(f"{f.model_type}: its logits add relative terms to q.k, which a long input makes too large")

@@ -294,9 +294,15 @@ def test_window_heads_are_the_models_own_vectors_and_rows(kind, tmp_path, one_th
     eager = run_encoded(lm, [encoded], {"qk"})[0]
     start, end = 4, 11
     assert eager.queries is not None and eager.keys is not None and eager.qk_scale is not None
+    ran: list[int] = []  # attention modules called, by the transformers layer that owns them
+    attentions = [m for name, m in lm.encoder.named_modules() if name.endswith(("attn", "self_attn"))]
+    assert len(attentions) == lm.facts.n_layers
+    handles = [m.register_forward_pre_hook(lambda *_, l=l: ran.append(l)) for l, m in enumerate(attentions)]
     for layer in range(lm.facts.n_layers):  # modernbert: global, then local; mistral: causal with a sliding window
         for rows in BLOCK_SIZES:
+            ran.clear()
             got = window_heads(lm, encoded, layer, start, end, rows)
+            assert ran == list(range(layer + 1))  # the pass stops after the layer asked for
             assert (got.layer, got.start, got.end) == (layer, start, end)
             np.testing.assert_allclose(got.rows, eager.attentions[layer, :, start:end], rtol=0, atol=PROB_ATOL)
             for mine, theirs in ((got.queries, eager.queries[layer]), (got.keys, eager.keys[layer])):
@@ -309,6 +315,8 @@ def test_window_heads_are_the_models_own_vectors_and_rows(kind, tmp_path, one_th
                         got.queries[head], got.keys[head], i, got.scale, None, lm.facts.window(layer), lm.facts.causal
                     )
                     np.testing.assert_allclose(ns.softmax, got.rows[head, i - start], rtol=0, atol=SOFTMAX_ATOL)
+    for handle in handles:
+        handle.remove()
     with pytest.raises(ValueError, match="rows 3:3"):
         window_heads(lm, encoded, 0, 3, 3)
 
