@@ -100,13 +100,18 @@ def test_last_layer_is_the_models_last_hidden_state(family_lm, monkeypatch):
 
 
 def test_family_without_blockwise_is_refused_above_the_memory_guard(tmp_path, monkeypatch):
-    lm = load_model(str(save_tiny("deberta-v2", tmp_path / "deberta")))
+    folder = str(save_tiny("deberta-v2", tmp_path / "deberta"))
+    lm = load_model(folder)
     monkeypatch.setattr(by_example, "BLOCKWISE_FROM", 4)
     assert not by_example.runs_blockwise(lm, encode(lm, TEXT))
     assert query_of(lm, TEXT, None, TOKEN, IndexOptions(1)).vector.shape == (lm.facts.hidden_size,)  # eager fits
     monkeypatch.setenv("ATTNLIB_MAX_RUN_MB", "0.001")
     with pytest.raises(SearchError, match="'deberta-v2' models cannot run block-wise"):
         query_of(lm, TEXT, None, TOKEN, IndexOptions(1))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat .\n")
+    ran = run_cli("search", "--model", folder, "--corpus", str(corpus), "--text", TEXT, "--token", "3", "--layer", "0")
+    assert "'deberta-v2' models cannot run block-wise, so a query runs with every layer's attention maps" in ran.error
 
 
 N_CLI = 1536  # > BLOCKWISE_FROM: the query runs block-wise
