@@ -120,7 +120,10 @@ def _attention_out(run: AnalysisRun, out: str | None) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with one sub-command per analysis and per module of attnlib.cli.commands, in alphabetical order."""
-    parser = OneLineParser(prog="python -m attnlib", description="Attention statistics of transformers: encoders, decoders and encoder-decoders.")
+    parser = OneLineParser(
+        prog="python -m attnlib",
+        description="Attention statistics of transformers: encoders, decoders and encoder-decoders.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     adders = {name: partial(add_analysis, analysis=a) for name, a in ANALYSES.items()}
     for info in pkgutil.iter_modules(commands.__path__):
