@@ -9,10 +9,14 @@ included) is its own, once on 128 tokens (one-off costs) and then measured on th
   blockwise  the library's block-wise forward pass (attnlib.core.blockwise), every block handed to a consumer that only
              reads it
   special    `special` statistics of the one input (block-wise above attnlib.core.blockwise.BLOCKWISE_FROM tokens)
+  query      search's query vector of the middle token, last layer's output (attnlib.search.by_example.query_of:
+             block-wise above BLOCKWISE_FROM tokens, keeping that one hidden state)
+  query-eager the same query on the eager path at any length (every layer's maps and hidden states)
   blockwise-glibc  (only when asked) blockwise with glibc's own mapping threshold, not the library's 1 MB
 The eager pass is not run where one layer's scores (heads x n^2 float32, three copies: scores, softmax, its
 output) would exceed the machine's available memory. est.: attnlib.core.memory's estimate beyond the weights of the
-library's runs (block-wise; `special`, eager with every layer's maps up to BLOCKWISE_FROM tokens).
+library's runs (block-wise; `special` and `query`, eager with every layer's maps up to BLOCKWISE_FROM tokens;
+`query-eager`, eager).
 """
 
 from __future__ import annotations
@@ -44,8 +48,8 @@ SIZE = dict(
     global_attn_every_n_layers=3,
     local_attention=128,
 )
-CONFIGS = ("eager", "blockwise", "special", "blockwise-glibc")  # the last: not run unless asked
-DEFAULT_CONFIGS = CONFIGS[:3]
+CONFIGS = ("eager", "blockwise", "special", "query", "query-eager", "blockwise-glibc")  # the last: only when asked
+DEFAULT_CONFIGS = CONFIGS[:-1]
 WARM_UP_TOKENS = 128  # each configuration runs once on this many tokens before the measured call
 
 
@@ -108,6 +112,8 @@ def one(config: str, folder: str, n: int) -> dict:
     from attnlib.core.corpus import CorpusInput
     from attnlib.core.model import load_model
     from attnlib.core.runner import encode, model_inputs
+    from attnlib.search import by_example
+    from attnlib.search.by_example import IndexOptions
 
     torch.set_num_threads(torch.get_num_threads())
     if config == "blockwise-glibc":  # glibc's own mapping threshold, not the library's 1 MB during the run
@@ -124,8 +130,12 @@ def one(config: str, folder: str, n: int) -> dict:
                 lm.encoder(**batch)
         elif config.startswith("blockwise"):
             run_blockwise(lm, batch, lambda layer, row, probs: None)
-        else:
+        elif config == "special":
             run_analysis(SPECIAL, lm, SPECIAL.make_options(), inputs={"corpus": [CorpusInput(text)]})
+        else:
+            if config == "query-eager":
+                by_example.BLOCKWISE_FROM = 2**30
+            by_example.query_of(lm, text, None, len(batch["input_ids"][0]) // 2, IndexOptions(lm.facts.n_layers - 1))
 
     short = text_of(lm, WARM_UP_TOKENS)  # first calls pay one-off costs (kernels, thread pools, registrations)
     call(model_inputs(lm, [encode(lm, short)]), short)
@@ -153,7 +163,7 @@ def estimate_mb(folder: str, n: int, config: str) -> float:
     if config == "eager":
         return 3 * c.num_attention_heads * n * n * 4 / 2**20
     size = RunSize(n, c.num_hidden_layers, c.num_attention_heads, c.hidden_size)
-    eager = config == "special" and n <= BLOCKWISE_FROM
+    eager = (config in ("special", "query") and n <= BLOCKWISE_FROM) or config == "query-eager"
     rows = None if eager else default_block_rows(n, c.num_attention_heads)
     return estimate_peak_bytes(size, rows) / 2**20
 
@@ -180,7 +190,7 @@ def main() -> None:
             eager_seconds = None
             for config in args.configs:
                 estimate = estimate_mb(tmp, n, config)
-                if config == "eager" and estimate * 2**20 > available_bytes():
+                if config in ("eager", "query-eager") and estimate * 2**20 > available_bytes():
                     print(f"{n:>10} {config:>15}  not run: the estimate is over the available memory")
                     continue
                 cmd = [sys.executable, "-m", "benchmarks.bench_long", "--one", config, tmp, str(n)]

@@ -125,14 +125,15 @@ def explain_long(encoded: Encoded, cell: int) -> None:
 
 def long_views(
     view: str, facts: ModelFacts, texts: tuple[str, str], encoded: Encoded, layer: int, heads: list[int]
-) -> None:
+) -> tuple[int, int] | None:
     """The head view (heads of one layer) or the model view (every head's reduced map, the chosen head's window
-    below) of a long input; `heads` 0-based (one for the model view)."""
+    below) of a long input; `heads` 0-based (one for the model view). Returns the window drawn (0-based, half-open)
+    or None."""
     try:
         pooled, cell = cached_reduced(facts.name, *texts)
     except InputError as exc:
         st.warning(str(exc))
-        return
+        return None
     explain_long(encoded, cell)
     window = window_controls(encoded.n)
     labels = [pretty_token(t) for t in encoded.tokens]
@@ -154,6 +155,7 @@ def long_views(
             window = None
     html = long_view_html(pooled[layer, heads], cell, labels, heads, layer, rows, window)
     st.iframe(html, height="content")
+    return window
 
 
 def needs_window(encoded: Encoded) -> None:
@@ -171,10 +173,10 @@ def long_neuron(
     encoded: Encoded,
     where: tuple[int, int],
     pick: Callable[[tuple[int, int], list[str]], int],
-) -> None:
+) -> tuple[tuple[int, int], int] | None:
     """The neuron view of a long input's window at (layer, head), 0-based: the query picked among the window's tokens
     (`pick(window, labels)`, 0-based), the window's tokens as the keys, q and k from the model's own pass over the
-    whole input; without a window, what to do."""
+    whole input; without a window, what to do. Returns the window (0-based, half-open) and the query, or None."""
     layer, head = where
     window = window_controls(encoded.n)
     if window is None:
@@ -182,14 +184,14 @@ def long_neuron(
             f"{encoded.n} tokens: the neuron view draws a window's tokens. Choose a window (at most {MAX_WINDOW} rows: "
             "type its rows here, or drag on the map of the head or model view)."
         )
-        return
+        return None
     labels = [pretty_token(t) for t in encoded.tokens]
     query = pick(window, labels)
     try:
         found = cached_window_heads(facts.name, *texts, layer, *window)
     except (InputError, ValueError) as exc:
         st.warning(str(exc))
-        return
+        return window, query
     start, end = window
     q, k, row = found.queries[head], found.keys[head], found.rows[head, query - start]
     terms = {"scale": found.scale, "window": facts.window(layer), "causal": facts.causal}
@@ -203,3 +205,4 @@ def long_neuron(
         f"up to {LONG_FROM} tokens."
     )
     neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label)
+    return window, query

@@ -31,10 +31,12 @@ from attnlib.stats.head_ablation import unavailable_reason
 from attnlib.stats.shares import input_statistics, punct_mask
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
+from attnlib.views.long_view import MAX_WINDOW
 from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
 from ui.sources.compare import compared_model
 from ui.sources.live_inputs import (
     cached_run,
+    pretty_token,
     run_or_explain,
     text_inputs,
     text_options,
@@ -459,15 +461,20 @@ def live_neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict,
     return neuron_part(v.facts, v.result, v.labels, (v.text_a, v.text_b), where, two, chart_key)
 
 
-def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -> None:
-    """ "Find similar tokens in a corpus" (METHODS §16): off by default, and nothing of it loads until switched on."""
+def find_switch() -> bool:
+    """The switch of "Find similar tokens in a corpus" (METHODS §16), below a divider: whether it is on."""
     st.divider()
-    if not st.toggle(
+    return st.toggle(
         "Find similar tokens in a corpus",
         key=FIND.key,
         help="exBERT's search by example: the tokens of a corpus whose vectors (this layer's output, or the heads "
         "shown) are most like the selected token's, with their parts of speech, relations and what they attend to.",
-    ):
+    )
+
+
+def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -> None:
+    """ "Find similar tokens in a corpus" (METHODS §16): off by default, and nothing of it loads until switched on."""
+    if not find_switch():
         return
     from app_pages.live.similar_tokens import Ask, find_similar, first_piece
 
@@ -498,6 +505,23 @@ def window_token(window: tuple[int, int], labels: list[str]) -> int:
     return token - 1 if token else start
 
 
+def long_similar_section(
+    encoded, texts: tuple[str, str], window: tuple[int, int] | None, query: int | None, layer: int, heads: list[int]
+) -> None:
+    """ "Find similar tokens in a corpus" of a long input: the query one of the chosen window's tokens (0-based; in
+    the head view picked here, in the neuron view the neuron view's query), its vector from a block-wise pass."""
+    if not find_switch():
+        return
+    if window is None:
+        st.info(f"Choose a window (at most {MAX_WINDOW} rows), then a query token within it.")
+        return
+    from app_pages.live.similar_tokens import Ask, find_similar
+
+    if query is None:
+        query = window_token(window, [pretty_token(t) for t in encoded.tokens])
+    find_similar(current_model(), None, Ask(*texts, query, layer, tuple(heads)), None, _open_match)
+
+
 def long_page(facts: ModelFacts, text_a: str, text_b: str, encoded) -> None:
     """A long input (METHODS §19): the head and model views draw the reduced map and a window's lines, computed
     block-wise, the neuron view a window's tokens; the head finder says why it is not drawn."""
@@ -513,7 +537,9 @@ def long_page(facts: ModelFacts, text_a: str, text_b: str, encoded) -> None:
     layer, head = head_controls(view, facts, c_layer, c_head)
     if view == "neuron":
         if not explain_unsupported(facts, "queries_keys"):
-            long_neuron(facts, (text_a, text_b), encoded, (layer, head), window_token)
+            picked = long_neuron(facts, (text_a, text_b), encoded, (layer, head), window_token)
+            window, query = (None, None) if picked is None else picked
+            long_similar_section(encoded, (text_a, text_b), window, query, layer, [head])
         publish(OPTIONS + WINDOW_OPTIONS)
         return
     heads = [h - 1 for h in st.session_state[HEADS.key]] if view == "head" else [head]
@@ -521,7 +547,9 @@ def long_page(facts: ModelFacts, text_a: str, text_b: str, encoded) -> None:
         publish(OPTIONS + WINDOW_OPTIONS)
         st.info("Choose at least one head.")
         return
-    long_views(view, facts, (text_a, text_b), encoded, layer, heads)
+    window = long_views(view, facts, (text_a, text_b), encoded, layer, heads)
+    if view == "head":
+        long_similar_section(encoded, (text_a, text_b), window, None, layer, heads)
     publish(OPTIONS + WINDOW_OPTIONS)
 
 

@@ -17,7 +17,15 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError, RunResult, run_batches
 from attnlib.results.shipped import EWT_DEV, TREEBANKS
-from attnlib.search.by_example import CorpusIndex, IndexOptions, SearchError, SearchResult, build_index, query_of
+from attnlib.search.by_example import (
+    CorpusIndex,
+    IndexOptions,
+    Query,
+    SearchError,
+    SearchResult,
+    build_index,
+    query_of,
+)
 from attnlib.views.search import attends_to_bars, count_bars, index_caption, match_caption, match_strip
 from ui.sources.corpus_picker import CorpusChoice, corpus_picker
 from ui.sources.model_sidebar import model_named
@@ -90,6 +98,12 @@ def query_token(lm: LoadedModel, ask: Ask, result: RunResult | None) -> int | No
     return ask.token if ask.token < mine.n else None
 
 
+@st.cache_data(max_entries=8, show_spinner="Computing the query's vector…")
+def cached_query(model_name: str, text_a: str, text_b: str, token: int, options: IndexOptions) -> Query:
+    """query_of a typed text's piece (block-wise for a long input), once per (model, text, piece, options)."""
+    return query_of(model_named(model_name), text_a, text_b or None, token, options)
+
+
 def search_one(lm: LoadedModel, choice: CorpusChoice, ask: Ask, kind: str, k: int, first: RunResult | None):
     """(index, result) of one model's search, or None after saying why it cannot be made."""
     options = IndexOptions(
@@ -107,7 +121,7 @@ def search_one(lm: LoadedModel, choice: CorpusChoice, ask: Ask, kind: str, k: in
         return None
     try:
         index = corpus_index(lm.facts.name, choice.fingerprint, options, choice)
-        query = query_of(lm, ask.text_a, ask.text_b or None, token, index.options)
+        query = cached_query(lm.facts.name, ask.text_a, ask.text_b, token, index.options)
         return index, index.search(query, k, heads)
     except (SearchError, InputError) as exc:
         st.warning(f"{lm.facts.name}: {exc}")
@@ -173,9 +187,10 @@ def matches_table(result: SearchResult) -> pd.DataFrame:
 
 
 def find_similar(
-    first: LoadedModel, second: LoadedModel | None, ask: Ask | None, result: RunResult, on_open: OpenMatch
+    first: LoadedModel, second: LoadedModel | None, ask: Ask | None, result: RunResult | None, on_open: OpenMatch
 ):
-    """The section's controls and, for a selected token, each model's search side by side."""
+    """The section's controls and, for a selected token, each model's search side by side (`result`: the first
+    model's run, which places the query in a second model; None for a long input, which has no second model)."""
     bind(OPTIONS)
     choice = corpus_picker("live_find", "any", default_limit=100_000, sidebar=False, default=DEFAULT_CORPUS)
     c_kind, c_k, c_head = st.columns([3, 1, 1])

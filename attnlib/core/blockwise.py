@@ -285,8 +285,12 @@ def default_block_rows(n: int, heads: int, budget: int = BLOCK_BYTES) -> int:
     return max(1, min(n, budget // (4 * heads * max(n, 1))))
 
 
-def run_blockwise(lm: LoadedModel, batch: dict, consumer: Consumer, block_rows: int | None = None) -> torch.Tensor:
-    """One forward pass of a batch with block-wise attention; returns the last hidden state [batch, n, hidden].
+def run_blockwise(
+    lm: LoadedModel, batch: dict, consumer: Consumer, block_rows: int | None = None, hidden_state: int | None = None
+) -> torch.Tensor:
+    """One forward pass of a batch with block-wise attention; returns the last hidden state [batch, n, hidden], or
+    with `hidden_state` the model's `hidden_states[hidden_state]` (0: the embedding output; the last: after the final
+    norm where the model applies one), the only one transformers then keeps.
 
     consumer(layer, first_row, probs) sees every layer application's probabilities [batch, heads, rows, n] once,
     in order of rows; it must copy what it keeps (the tensor's memory holds the next block after the call)."""
@@ -299,13 +303,15 @@ def run_blockwise(lm: LoadedModel, batch: dict, consumer: Consumer, block_rows: 
     rows = default_block_rows(n, lm.facts.n_heads) if block_rows is None else block_rows
     check_memory(run_size(lm, n, b), memory_limit(device=lm.device), rows)
     with blockwise_attention(lm.encoder, consumer, rows) as active, torch.inference_mode():
-        out = lm.encoder(**batch, output_attentions=False)
+        kept = {} if hidden_state is None else {"output_hidden_states": [hidden_state]}
+        out = lm.encoder(**batch, output_attentions=False, **kept)
     if active.calls != lm.facts.n_layers:
         raise BlockwiseUnsupportedError(
             f"block-wise attention saw {active.calls} layer applications, not the model's {lm.facts.n_layers}."
         )
-    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-    return hidden
+    if hidden_state is not None:
+        return out.hidden_states[hidden_state]
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
 
 class BlockwiseUnsupportedError(RuntimeError):

@@ -38,9 +38,11 @@ import torch
 from attnlib import __version__
 from attnlib.analyses.base import DEFAULT_BATCH_SIZE, Inputs, OptionError, Options, option, read_inputs
 from attnlib.core.batches import Progress
+from attnlib.core.blockwise import BLOCKWISE_FROM, run_blockwise, supports_blockwise
 from attnlib.core.corpus import CorpusInput, Sentence
 from attnlib.core.engines import plan_batches, run_accumulators
 from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family_of, layout
+from attnlib.core.memory import MemoryLimitError, check_memory, memory_limit, run_size
 from attnlib.core.model import LoadedModel, ModelFacts, load_model
 from attnlib.core.replay import editing_contexts
 from attnlib.core.runner import Encoded, InputError, encode, model_inputs
@@ -166,6 +168,25 @@ def heads_layout(lm: LoadedModel):
         raise SearchError(f"search by heads is not available for this model: {exc}") from exc
 
 
+def hidden_index(options: IndexOptions) -> int:
+    """The index into transformers' `hidden_states` of mode hidden's vectors: 0 the embedding output, l + 1 layer l's
+    output (the last after the final norm, where the model applies one)."""
+    return 0 if options.embeddings else options.layer + 1
+
+
+def head_columns(lay, contexts: torch.Tensor, heads: Sequence[int]) -> torch.Tensor:
+    """The chosen heads' context vectors [batch, n, |heads| * d] float32, from a layer's [batch, n, heads * d]."""
+    d = lay.head_dim
+    columns = torch.cat([torch.arange(h * d, (h + 1) * d) for h in heads]).to(contexts.device)
+    return contexts.index_select(-1, columns).float()
+
+
+def normalised(x: torch.Tensor, heads: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Vectors [batch, n, dims] divided by their norms, and (mode heads) each head's part of that norm."""
+    x = x / x.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+    return x, (x.unflatten(-1, (len(heads), -1)).norm(dim=-1) if heads else None)
+
+
 def batch_vectors(lm: LoadedModel, encoded: Sequence[Encoded], options: IndexOptions) -> BatchVectors:
     """Run a padded batch once and return the §16 vectors of every position (options resolved for the model)."""
     layer = None if options.embeddings else options.layer
@@ -184,15 +205,8 @@ def batch_vectors(lm: LoadedModel, encoded: Sequence[Encoded], options: IndexOpt
             out = lm.encoder(
                 **model_inputs(lm, encoded), output_attentions=layer is not None, output_hidden_states=not heads
             )
-    if heads:
-        d = lay.head_dim
-        columns = torch.cat([torch.arange(h * d, (h + 1) * d) for h in heads]).to(contexts[0].device)
-        x = contexts[0].index_select(-1, columns).float()  # [batch, n, |heads| * d]
-    else:
-        x = out.hidden_states[0 if layer is None else layer + 1].float()  # [batch, n, hidden]
-    norm = x.norm(dim=-1, keepdim=True)
-    x = x / norm.clamp_min(torch.finfo(torch.float32).tiny)
-    head_norms = x.unflatten(-1, (len(heads), -1)).norm(dim=-1) if heads else None
+    x = head_columns(lay, contexts[0], heads) if heads else out.hidden_states[hidden_index(options)].float()
+    x, head_norms = normalised(x, heads)
     argmax = None
     if layer is not None:
         attentions = out.attentions[layer]  # [batch, heads, n, n]
@@ -200,6 +214,36 @@ def batch_vectors(lm: LoadedModel, encoded: Sequence[Encoded], options: IndexOpt
             raise SearchError("the model returned no attention maps; it must run with eager attention.")
         argmax = attentions.argmax(-1)  # ties: torch returns the first (lowest) index of the maximum
     return BatchVectors(x, head_norms, argmax)
+
+
+def runs_blockwise(lm: LoadedModel, encoded: Encoded) -> bool:
+    """Whether a query's input runs block-wise (METHODS §19): longer than BLOCKWISE_FROM, on a family that can."""
+    return encoded.n > BLOCKWISE_FROM and supports_blockwise(lm.encoder)
+
+
+def blockwise_vectors(lm: LoadedModel, encoded: Encoded, options: IndexOptions) -> BatchVectors:
+    """batch_vectors of one long input from one block-wise pass (options resolved for the model), keeping only what
+    the vectors are made of: the one hidden state of mode hidden, or the layer's context vectors of mode heads; no
+    attention map is kept (a query needs no argmax)."""
+    heads = options.head_list(lm.facts.n_heads)
+    batch = model_inputs(lm, [encoded])
+
+    def drop(_layer: int, _first_row: int, _probs: torch.Tensor) -> None:
+        """The blocks' probabilities: nothing of them is kept."""
+
+    if not heads:
+        x = run_blockwise(lm, batch, drop, hidden_state=hidden_index(options)).float()
+        return BatchVectors(*normalised(x, heads), None)
+    lay = heads_layout(lm)
+    contexts: list[torch.Tensor] = []
+
+    def keep(index: int, c: torch.Tensor) -> None:
+        if index == options.layer:
+            contexts.append(head_columns(lay, c.detach(), heads))
+
+    with editing_contexts(lay, keep):
+        run_blockwise(lm, batch, drop)
+    return BatchVectors(*normalised(contexts[0], heads), None)
 
 
 def token_classes(encoded: Encoded, all_punct: bool) -> np.ndarray:
@@ -773,7 +817,17 @@ def query_of(lm: LoadedModel, text: str, pair: str | None, token: int, options: 
             f"token {token} is not a position of the query: it has {enc.n} wordpieces (0-{enc.n - 1}, [CLS] = 0): "
             f"{pieces}{' ...' if enc.n > 40 else ''}."
         )
-    got = batch_vectors(lm, [enc], options)
+    if runs_blockwise(lm, enc):
+        got = blockwise_vectors(lm, enc, options)
+    else:
+        try:
+            check_memory(run_size(lm, enc.n), memory_limit(device=lm.device))
+        except MemoryLimitError as exc:
+            raise SearchError(
+                f"'{lm.facts.model_type}' models cannot run block-wise, so a query runs with every layer's attention "
+                f"maps: {exc}"
+            ) from exc
+        got = batch_vectors(lm, [enc], options)
     vector = got.vectors[0, token].cpu().numpy().astype(np.float32)
     head_norms = None if got.head_norms is None else got.head_norms[0, token].cpu().numpy().astype(np.float32)
     return Query(text, pair, token, enc.tokens[token], list(enc.tokens), vector, head_norms)

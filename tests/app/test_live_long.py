@@ -1,20 +1,25 @@
 """AppTest of the Live page on a long input (METHODS §19, issue 36): a tiny ModernBERT of 600 positions, whose head and
 model views draw the reduced map (equal to reduce_map of the eager maps) and a window's rows (equal to the eager rows),
 with the window in the URL; the neuron view of a window's tokens (equal to the eager rows); the head finder says in words
-why it is not drawn."""
+why it is not drawn; the corpus search of a window's token (equal to the eager query's matches)."""
 
 from __future__ import annotations
 
 import base64
 import io
+import re
 
 import numpy as np
 import pytest
 from PIL import Image
 
+import attnlib.search.by_example as by_example
 from attnlib.core.blockwise import reduce_map
+from attnlib.core.corpus import read_corpus
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode, run_encoded
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from attnlib.search.by_example import IndexOptions, build_index, query_of
 from attnlib.views.canvas_html import quantize
 from attnlib.views.long_view import MAP_WIDTH, gray_cells
 from support.long import long_text, save_long_modernbert
@@ -134,3 +139,53 @@ def test_neuron_view_of_a_window_token_is_the_eager_row(long_model, layer, token
     assert any("equals the model's attention row" in c.value for c in at.caption)
     assert at.query_params["start"] == "101" and at.query_params["end"] == "164"
     assert at.query_params.get("token") == (token if query == int(token) - 1 else None)
+
+
+def strip_weights(strip: str) -> list[float]:
+    """The weights in a match strip's tooltips ('piece: 0.123'), in order of its pieces."""
+    return [float(w) for w in re.findall(r"title='[^']*: ([0-9.]+)'", strip)]
+
+
+def test_search_of_a_window_token_is_the_eager_query_and_shades_the_matches(long_model, monkeypatch):
+    """The neuron view's query token (120, in the window) searched in a corpus: its vector from a block-wise pass
+    (BLOCKWISE_FROM lowered below N), the matches those of the eager query, shaded by head 1's attention from them."""
+    folder, text, _ = long_model
+    lm = load_model(folder)
+    index = build_index(lm, CLASSROOM_SINGLE, IndexOptions(0))
+    expected = index.search(query_of(lm, text, None, 119, index.options), 4)  # N <= BLOCKWISE_FROM: eager
+    passes = []
+    monkeypatch.setattr(by_example, "BLOCKWISE_FROM", 512)
+    run = by_example.run_blockwise
+    monkeypatch.setattr(
+        by_example, "run_blockwise", lambda *a, **k: passes.append(a[1]["input_ids"].shape) or run(*a, **k)
+    )
+    at = open_live(
+        model=folder, a=text, b="", view="neuron", layer="1", head="2", start="101", end="164", token="120",
+        find="1", corpus="classroom-single", k="4",
+    )  # fmt: skip
+    assert passes == [(1, N)]  # the query's one pass, block-wise
+    assert any(c.value.startswith("Query: piece 120 of the input above, layer output, layer 1") for c in at.caption)
+    strips = [m.value for m in at.markdown if "attn-strip" in m.value]
+    places = [(m.input + 1, m.position + 1) for m in expected.matches]
+    assert [tuple(map(int, re.findall(r"input (\d+), token (\d+)", s)[0])) for s in strips] == places
+    lines = read_corpus(CLASSROOM_SINGLE)
+    for strip, match in zip(strips, expected.matches):
+        attention = run_encoded(lm, [encode(lm, lines[match.input].text_a)])[0].attentions  # [layers, heads, n, n]
+        np.testing.assert_allclose(strip_weights(strip), attention[0, 0, match.position], rtol=0, atol=5e-4 + 1e-6)
+    assert at.query_params["find"] == "1" and at.query_params["token"] == "120"
+
+
+def test_search_in_the_head_view_picks_a_window_token_and_needs_a_window(long_model):
+    folder, text, _ = long_model
+    at = open_live(
+        model=folder, a=text, b="", view="head", layer="2", heads="1,3", start="101", end="164", token="130",
+        find="1", corpus="classroom-single", k="3", fvec="heads",
+    )  # fmt: skip
+    assert at.selectbox(key="live_token").value == 130
+    assert any(
+        c.value.startswith("Query: piece 130 of the input above, heads shown, layer 2, heads 1, 3") for c in at.caption
+    )
+    assert len([m for m in at.markdown if "attn-strip" in m.value]) == 3
+    at = open_live(model=folder, a=text, b="", view="head", layer="2", find="1", corpus="classroom-single")
+    assert any("Choose a window" in i.value and "then a query token within it" in i.value for i in at.info)
+    assert not [m for m in at.markdown if "attn-strip" in m.value]
