@@ -52,23 +52,28 @@ def test_sinks_tab_puts_an_encoder_beside_a_decoder(streamlit_server, browser, s
         assert panel.locator(".js-plotly-plot").count() == 3  # overlaid layer lines, a heatmap per model
 
 
-@pytest.mark.parametrize("part", ["encoder", "decoder", "cross"])
+@pytest.mark.parametrize(
+    ("part", "show"), [("encoder", "weights"), ("decoder", "weights"), ("cross", "weights"), ("cross", "norms")]
+)
 def test_live_page_draws_each_part_of_an_encoder_decoder(
-    streamlit_server, browser, screenshot_dir, tmp_path_factory, part
+    streamlit_server, browser, screenshot_dir, tmp_path_factory, part, show
 ):
-    """T5's three attentions on the Live page: the encoder's, the decoder's (causal) and the cross attention."""
-    folder = save_tiny("t5", tmp_path_factory.mktemp(f"t5-browser-{part}"))
+    """T5's three attentions on the Live page: the encoder's, the decoder's (causal) and the cross attention; and the
+    cross attention's value-weighted norms (METHODS §11)."""
+    folder = save_tiny("t5", tmp_path_factory.mktemp(f"t5-browser-{part}-{show}"))
     source, target = quote("The house is small."), quote("Das Haus ist klein.")
-    url = f"{streamlit_server}/?model={quote(str(folder))}&a={source}&b=&target={target}&part={part}"
-    with browser_page(browser, screenshot_dir / f"t5-{part}-failure.png", 1400, 1400) as page:
+    url = f"{streamlit_server}/?model={quote(str(folder))}&a={source}&b=&target={target}&part={part}&show={show}"
+    name = f"t5-live-{part}" + ("-norms" if show == "norms" else "")
+    with browser_page(browser, screenshot_dir / f"{name}-failure.png", 1400, 1400) as page:
         page.goto(url, wait_until="domcontentloaded")
         wait_idle(page, 240_000)
         frame = iframe_frame(page)
         frame.wait_for_function(f"() => ({INK})('#cv') > 300", timeout=60_000)
-        page.screenshot(path=str(screenshot_dir / f"t5-live-{part}.png"), full_page=True)
+        page.screenshot(path=str(screenshot_dir / f"{name}.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
         assert "encoder-decoder" in page.locator("[data-testid='stSidebar']").inner_text()
         assert page.get_by_role("radio", name=part.capitalize(), exact=True).is_checked()
+        assert page.get_by_role("radio", name=show.capitalize(), exact=True).is_checked()
 
 
 def test_head_importance_sink_test_and_tour_step_of_a_decoder(
