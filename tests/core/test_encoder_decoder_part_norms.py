@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 from attnlib.core.families import UnsupportedModelError, layout, unsupported_reason
-from attnlib.core.model import load_model
 from attnlib.core.seq2seq import run_seq2seq
 from attnlib.stats import value_norms as norms
 from attnlib.stats.batched_norms import NormMaps, ValueNormMaps
-from support.models import ENCODER_DECODER_KINDS, move_off_initial, tiny_model, tokenizer_for
-from support.seq2seq import own_values
+from support.models import ENCODER_DECODER_KINDS
+from support.seq2seq import moved_off_encoder_decoder, own_values
 from support.tolerances import EPS32
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -30,11 +29,7 @@ def encdec(request, tmp_path_factory):
     """(kind, LoadedModel) of a tiny random encoder-decoder with every bias and norm weight moved off its initial
     value, so that a bias left out or a misplaced gamma changes what is compared."""
     kind = request.param
-    tokenizer = tokenizer_for(kind)
-    folder = tmp_path_factory.mktemp(f"encdec-part-norms-{kind}")
-    move_off_initial(tiny_model(kind, tokenizer)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return kind, load_model(str(folder))
+    return kind, moved_off_encoder_decoder(kind, tmp_path_factory.mktemp(f"encdec-part-norms-{kind}"))
 
 
 def norm_tolerance(squared_error: np.ndarray, exact: np.ndarray) -> np.ndarray:

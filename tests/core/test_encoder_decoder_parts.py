@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 from attnlib.core.families import STATISTICS, unsupported_reason
-from attnlib.core.model import load_model
 from attnlib.core.seq2seq import run_seq2seq
-from support.models import ENCODER_DECODER_KINDS, move_off_initial, tiny_model, tokenizer_for
-from support.seq2seq import masked_softmax, own_part, own_scale, softmax_tolerance
+from support.models import ENCODER_DECODER_KINDS
+from support.seq2seq import masked_softmax, moved_off_encoder_decoder, own_part, own_scale, softmax_tolerance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,11 +29,7 @@ def encdec(request, tmp_path_factory):
     """(kind, LoadedModel) of a tiny random encoder-decoder with every bias and norm weight moved off its initial
     value, so that a projection's bias left out, or the wrong LayerNorm's input, changes q or k."""
     kind = request.param
-    tokenizer = tokenizer_for(kind)
-    folder = tmp_path_factory.mktemp(f"encdec-parts-{kind}")
-    move_off_initial(tiny_model(kind, tokenizer)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return kind, load_model(str(folder))
+    return kind, moved_off_encoder_decoder(kind, tmp_path_factory.mktemp(f"encdec-parts-{kind}"))
 
 
 @pytest.mark.parametrize("part", PARTS)

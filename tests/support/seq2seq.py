@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from support.models import move_off_initial, tiny_model, tokenizer_for
 from support.tolerances import EPS32
 
 # per kind, in the decoder stack: layer l's self-attention and cross-attention modules, and their q and k projections
@@ -165,3 +166,14 @@ def own_values(lm, kind: str, part: str, source_ids: list[int], target_ids: list
         for handle in handles:
             handle.remove()
     return found
+
+
+def moved_off_encoder_decoder(kind: str, folder):
+    """A tiny random encoder-decoder of this kind, loaded by attnlib, with every bias and norm weight moved off its
+    initial value, so that a bias left out, a misplaced gamma or the wrong LayerNorm's input changes what is compared."""
+    from attnlib.core.model import load_model
+
+    tokenizer = tokenizer_for(kind)
+    move_off_initial(tiny_model(kind, tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return load_model(str(folder))
