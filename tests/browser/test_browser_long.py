@@ -71,3 +71,17 @@ def test_long_head_view_draws_the_map_and_a_dragged_window(streamlit_server, bro
         assert "start=4097" in page.url and page.locator("iframe").count() >= 2
         assert page.locator("[data-testid='stException']").count() == 0
         page.locator("iframe").first.screenshot(path=str(screenshot_dir / "live-long-8192-model-view.png"))
+
+
+def test_long_neuron_view_searches_a_window_token(streamlit_server, browser, screenshot_dir, long_folder):
+    """The search of a long input's window token (METHODS §16, §19) in the browser: the neuron view's query, its
+    matches in a corpus, no exception."""
+    query = "view=neuron&layer=1&head=2&start=4097&end=4160&token=4120&find=1&corpus=classroom-single&k=4"
+    url = f"{streamlit_server}/?model={quote(str(long_folder))}&a={quote(long_text(N))}&b=&{query}"
+    with browser_page(browser, screenshot_dir / "failed-live-long-search.png", height=2200) as page:
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_text("Query: piece 4120 of the input above, layer output, layer 1").first.wait_for(timeout=300_000)
+        wait_idle(page)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.get_by_role("switch", name="Find similar tokens in a corpus").is_checked()
+        page.screenshot(path=str(screenshot_dir / "live-long-8192-search.png"), full_page=True)
