@@ -129,7 +129,7 @@ def one(config: str, folder: str, n: int) -> dict:
             with torch.inference_mode():
                 lm.encoder(**batch)
         elif config.startswith("blockwise"):
-            run_blockwise(lm, batch, lambda layer, row, probs: None)
+            run_blockwise(lm, batch, lambda block: None)
         elif config == "special":
             run_analysis(SPECIAL, lm, SPECIAL.make_options(), inputs={"corpus": [CorpusInput(text)]})
         else:

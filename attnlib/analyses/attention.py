@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 
 from attnlib.analyses.base import Analysis, OptionError, Options, option
-from attnlib.core.blockwise import run_blockwise, supports_blockwise
+from attnlib.core.blockwise import Block, run_blockwise, supports_blockwise
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import Encoded, check_tokens, encode, model_inputs, run_encoded
@@ -200,11 +200,13 @@ def _selected_blockwise(lm: LoadedModel, encoded: Encoded, options: AttentionOpt
     where = {layer: k for k, layer in enumerate(chosen["layers"])}
     out = np.zeros((len(where), len(chosen["heads"]), last - first, encoded.n), np.float32)
 
-    def keep(layer: int, start: int, probs) -> None:
-        lo, hi = max(first, start), min(last, start + probs.shape[2])
-        if layer in where and lo < hi:
-            block = probs[0, chosen["heads"], lo - start : hi - start].float().cpu().numpy()
-            out[where[layer], :, lo - first : hi - first] = block
+    def keep(block: Block) -> None:
+        start = block.first_row
+        lo, hi = max(first, start), min(last, start + block.rows)
+        if block.layer in where and lo < hi:
+            out[where[block.layer], :, lo - first : hi - first] = block.dense()[
+                0, chosen["heads"], lo - start : hi - start
+            ]
 
     run_blockwise(lm, model_inputs(lm, [encoded]), keep)
     maps = _maps_of(encoded, out)

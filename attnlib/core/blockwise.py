@@ -33,7 +33,36 @@ NAME = "attnlib_blockwise"
 BLOCKWISE_FROM = 1024  # inputs longer than this run block-wise when every statistic asked can take blocks
 BLOCK_BYTES = 16 * 2**20  # scores of one block: heads x rows x n floats within this (the run holds a few blocks)
 MASK_STEP = 2**20  # query rows x keys the mask function is evaluated on at a time (its int64 temporaries: 8 MB)
-Consumer = Callable[[int, int, torch.Tensor], None]  # (layer, first row, probabilities [batch, heads, rows, n])
+
+
+@dataclass
+class Block:
+    """One block of a layer's attention weights: query rows first_row.. over keys first_key..; every other key of
+    these rows is masked (weight exactly 0), so only a local window's band or a causal block's keys are computed."""
+
+    layer: int
+    first_row: int
+    first_key: int
+    probs: torch.Tensor  # [batch, heads, rows, keys]
+    n: int  # the keys of the whole input
+
+    @property
+    def rows(self) -> int:
+        """The block's query rows."""
+        return self.probs.shape[2]
+
+    def dense(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The weights over every key, float32 [batch, heads, rows, n] (into `out`, a buffer of at least that size)."""
+        shape = (*self.probs.shape[:3], self.n)
+        dense = np.empty(shape, np.float32) if out is None else out.reshape(-1)[: math.prod(shape)].reshape(shape)
+        keys = slice(self.first_key, self.first_key + self.probs.shape[3])
+        dense[..., : keys.start] = 0
+        dense[..., keys.stop :] = 0
+        dense[..., keys] = self.probs.float().cpu().numpy()
+        return dense
+
+
+Consumer = Callable[[Block], None]
 
 
 @dataclass
@@ -64,6 +93,7 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     if active is not None:
         layer, active.calls = active.calls, active.calls + 1
     out = query.new_empty(*query.shape[:3], value.shape[-1])
+    n_keys = key.shape[2]
     kept = []
     # a block-wise run writes every block's scores and probabilities into the same two buffers: freed and made again
     # per block, the allocator keeps tens of MB of their pieces at 8,192 tokens
@@ -71,30 +101,29 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     for start in range(0, n_rows, rows):
         # in place where eager attention makes a new tensor (the same values): one block of scores held, not two
         block_query = query[:, :, start : start + rows]
-        scores = torch.matmul(block_query, key.transpose(2, 3), **_into(buffers, "scores", block_query))
+        mask = _block_mask(attention_mask, start, start + rows)
+        keys = _keys_attended(mask, n_keys) if active is not None else slice(0, n_keys)
+        if mask is not None:
+            mask = mask[..., keys]
+        block_key = key[:, :, keys]
+        scores = torch.matmul(block_query, block_key.transpose(2, 3), **_into(buffers, "scores", block_query, keys))
         scores = scores.mul_(scaling)
         if softcap is not None:
             scores = scores.div_(softcap).tanh_().mul_(softcap)
-        if attention_mask is not None:
-            if isinstance(attention_mask, _RowMask):
-                mask = attention_mask.rows(start, start + rows)
-            elif attention_mask.shape[2] > 1:
-                mask = attention_mask[:, :, start : start + rows]
-            else:
-                mask = attention_mask
+        if mask is not None:
             if mask.dtype == torch.bool:
                 scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
             else:
                 scores = scores.add_(mask)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32, **_into(buffers, "probs", block_query)).to(
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32, **_into(buffers, "probs", block_query, keys)).to(
             query.dtype
         )
         del scores
         if active is not None:
-            active.consumer(layer, start, probs)
+            active.consumer(Block(layer, start, keys.start, probs, n_keys))
         else:
             kept.append(probs)
-        out[:, :, start : start + rows] = torch.matmul(probs, value)
+        out[:, :, start : start + rows] = torch.matmul(probs, value[:, :, keys])
     return out.transpose(1, 2).contiguous(), (torch.cat(kept, dim=2) if kept else None)
 
 
@@ -102,20 +131,38 @@ class _BlockBuffers:
     """The scores and probabilities of the largest block of one layer's call, reused by every block."""
 
     def __init__(self, query: torch.Tensor, key: torch.Tensor, rows: int) -> None:
-        self.keys = key.shape[2]
-        size = query.shape[0] * query.shape[1] * min(rows, query.shape[2]) * self.keys
+        size = query.shape[0] * query.shape[1] * min(rows, query.shape[2]) * key.shape[2]
         self.scores = query.new_empty(size)
         self.probs = torch.empty(size, dtype=torch.float32, device=query.device)
 
-    def view(self, name: str, block_query: torch.Tensor) -> torch.Tensor:
+    def view(self, name: str, block_query: torch.Tensor, keys: slice) -> torch.Tensor:
         """The named buffer's first elements as a contiguous [batch, heads, rows, keys] tensor."""
-        shape = (*block_query.shape[:3], self.keys)
+        shape = (*block_query.shape[:3], keys.stop - keys.start)
         return getattr(self, name)[: math.prod(shape)].view(shape)
 
 
-def _into(buffers: _BlockBuffers | None, name: str, block_query: torch.Tensor) -> dict:
+def _into(buffers: _BlockBuffers | None, name: str, block_query: torch.Tensor, keys: slice) -> dict:
     """The out= argument that writes a block into its buffer (none outside a block-wise run)."""
-    return {} if buffers is None else {"out": buffers.view(name, block_query)}
+    return {} if buffers is None else {"out": buffers.view(name, block_query, keys)}
+
+
+def _block_mask(attention_mask, start: int, stop: int) -> torch.Tensor | None:
+    """The mask of query rows start..stop-1 ([batch, 1, rows or 1, keys]), or None."""
+    if attention_mask is None:
+        return None
+    if isinstance(attention_mask, _RowMask):
+        return attention_mask.rows(start, stop)
+    return attention_mask[:, :, start:stop] if attention_mask.shape[2] > 1 else attention_mask
+
+
+def _keys_attended(mask: torch.Tensor | None, n_keys: int) -> slice:
+    """The keys from the first to the last that some row of a boolean block mask attends: outside them every weight
+    is exactly 0 (exp of the dtype's minimum less the row's maximum). All keys when a row attends none, since
+    softmax then spreads it over every key, or when the mask is additive."""
+    if mask is None or mask.dtype != torch.bool or not mask.any(dim=-1).all():
+        return slice(0, n_keys)
+    attended = torch.nonzero(mask.reshape(-1, mask.shape[-1]).any(dim=0))
+    return slice(int(attended[0]), int(attended[-1]) + 1)
 
 
 class _RowMask:
@@ -212,13 +259,14 @@ def _configs(encoder: torch.nn.Module) -> list:
 
 _SWITCH_LOCK = threading.Lock()
 _SWITCHED: dict[int, list] = {}  # id(config) -> [config, its implementation before the first run, runs using it]
-_RUNS = [0]  # block-wise runs under way in this process
+_RUNS = [0]  # block-wise runs of long inputs under way in this process
 
 # glibc maps allocations above a threshold that grows to 32 MB with what is freed; below it, a run's activations
 # (25-75 MB each at 8,192 tokens, made and freed per layer) leave pieces that the allocator keeps: ~125 MB more at the
 # peak of a 3-layer ModernBERT-base-sized pass than the memory in use. While block-wise runs are under way, arrays of
 # MAPPED_FROM bytes and more are mapped and given back when freed (measured: ~5% more time), then the threshold is
-# left at glibc's ceiling.
+# left at glibc's ceiling. Inputs of BLOCKWISE_FROM tokens or fewer leave it: their peak is the model's loading, and
+# mapping costs them time (0.5 s of 2 at 512 tokens of a ModernBERT-base-sized model).
 MAPPED_FROM = 2**20
 _GLIBC_CEILING = 32 * 2**20
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter (glibc's malloc.h)
@@ -243,8 +291,11 @@ def _map_large_arrays(runs: int) -> None:
 
 
 @contextlib.contextmanager
-def blockwise_attention(encoder: torch.nn.Module, consumer: Consumer, block_rows: int) -> Iterator[_Active]:
-    """Within the block, the model's attention runs block-wise in this thread, each block handed to consumer.
+def blockwise_attention(
+    encoder: torch.nn.Module, consumer: Consumer, block_rows: int, long_input: bool = True
+) -> Iterator[_Active]:
+    """Within the block, the model's attention runs block-wise in this thread, each block handed to consumer (while a
+    long input's run is under way, large arrays are mapped: MAPPED_FROM).
 
     The configs name NAME until the last block-wise run on them ends (threads of the app share a model); other
     threads' forward passes meanwhile compute eager attention in `_attention`. The internal attribute is set, not
@@ -259,8 +310,8 @@ def blockwise_attention(encoder: torch.nn.Module, consumer: Consumer, block_rows
             entry[2] += 1
         for c in configs:
             c._attn_implementation_internal = NAME
-        _RUNS[0] += 1
-        if _RUNS[0] == 1:
+        _RUNS[0] += long_input
+        if long_input and _RUNS[0] == 1:
             _map_large_arrays(1)
     active = _Active(consumer, block_rows)
     _ACTIVE.run = active
@@ -269,8 +320,8 @@ def blockwise_attention(encoder: torch.nn.Module, consumer: Consumer, block_rows
     finally:
         _ACTIVE.run = None
         with _SWITCH_LOCK:
-            _RUNS[0] -= 1
-            if _RUNS[0] == 0:
+            _RUNS[0] -= long_input
+            if long_input and _RUNS[0] == 0:
                 _map_large_arrays(0)
             for c in configs:
                 entry = _SWITCHED[id(c)]
@@ -292,8 +343,8 @@ def run_blockwise(
     with `hidden_state` the model's `hidden_states[hidden_state]` (0: the embedding output; the last: after the final
     norm where the model applies one), the only one transformers then keeps.
 
-    consumer(layer, first_row, probs) sees every layer application's probabilities [batch, heads, rows, n] once,
-    in order of rows; it must copy what it keeps (the tensor's memory holds the next block after the call)."""
+    consumer(block) sees every layer application's blocks of probabilities once, in order of rows; it must copy what
+    it keeps (the block's memory holds the next block after the call)."""
     if not supports_blockwise(lm.encoder):
         raise BlockwiseUnsupportedError(
             f"{lm.facts.model_type} computes attention in its own code, not through transformers' attention "
@@ -302,7 +353,7 @@ def run_blockwise(
     b, n = batch["input_ids"].shape
     rows = default_block_rows(n, lm.facts.n_heads) if block_rows is None else block_rows
     check_memory(run_size(lm, n, b), memory_limit(device=lm.device), rows)
-    with blockwise_attention(lm.encoder, consumer, rows) as active, torch.inference_mode():
+    with blockwise_attention(lm.encoder, consumer, rows, n > BLOCKWISE_FROM) as active, torch.inference_mode():
         kept = {} if hidden_state is None else {"output_hidden_states": [hidden_state]}
         out = lm.encoder(**batch, output_attentions=False, **kept)
     if active.calls != lm.facts.n_layers:
@@ -353,28 +404,19 @@ def reduced_maps(
     rows = default_block_rows(n, f.n_heads) if block_rows is None else block_rows
     rows = max(b, rows // b * b)
 
-    def take(layer: int, first_row: int, probs: torch.Tensor) -> None:
-        pooled = _max_pool(probs[0].float().cpu().numpy(), b)
-        out[layer, :, first_row // b : first_row // b + pooled.shape[1]] = pooled
+    def take(block: Block) -> None:
+        pooled = _max_pool(block.dense()[0], b)
+        out[block.layer, :, block.first_row // b : block.first_row // b + pooled.shape[1]] = pooled
 
     run_blockwise(lm, model_inputs(lm, [encoded]), take, rows)
     return out, b
 
 
-def stack_blocks(blocks: Sequence[tuple[int, int, np.ndarray]], layers: int) -> np.ndarray:
-    """[layers, heads, n, n] from (layer, first_row, [heads, rows, n]) blocks (tests and short inputs only)."""
-    heads, _, n = blocks[0][2].shape
-    out = np.zeros((layers, heads, n, n), np.float32)
-    for layer, start, probs in blocks:
-        out[layer, :, start : start + probs.shape[1]] = probs
-    return out
-
-
 class RowConsumer(Protocol):
     """One input's statistic taken block by block of query rows, then finished (added to its accumulator)."""
 
-    def block(self, layer: int, first_row: int, probs: np.ndarray) -> None:
-        """Take one layer's attention for rows first_row.., [heads, rows, n] float32 (copy what is kept)."""
+    def block(self, block: Block) -> None:
+        """Take one block of one layer's attention (copy what is kept: its memory holds the next block)."""
 
     def finish(self) -> None:
         """Every block taken: add the input."""
@@ -385,10 +427,9 @@ def run_rows(
 ) -> None:
     """Run one input block-wise, handing each block of each layer to every consumer, then finish them."""
 
-    def take(layer: int, first_row: int, probs: torch.Tensor) -> None:
-        block = probs[0].float().cpu().numpy()
+    def take(block: Block) -> None:
         for consumer in consumers:
-            consumer.block(layer, first_row, block)
+            consumer.block(block)
 
     run_blockwise(lm, model_inputs(lm, [encoded]), take, block_rows)
     for consumer in consumers:
@@ -428,11 +469,12 @@ def window_heads(
         )
     rows = np.zeros((f.n_heads, end - start, n), np.float32)
 
-    def take(at: int, first_row: int, probs: torch.Tensor) -> None:
-        lo, hi = max(start, first_row), min(end, first_row + probs.shape[2])
-        if at == layer and lo < hi:
-            rows[:, lo - start : hi - start] = probs[0, :, lo - first_row : hi - first_row].float().cpu().numpy()
-        if at == layer and first_row + probs.shape[2] >= n:
+    def take(block: Block) -> None:
+        first_row = block.first_row
+        lo, hi = max(start, first_row), min(end, first_row + block.rows)
+        if block.layer == layer and lo < hi:
+            rows[:, lo - start : hi - start] = block.dense()[0, :, lo - first_row : hi - first_row]
+        if block.layer == layer and first_row + block.rows >= n:
             raise _LayerDone  # q and k were captured before its attention: the later layers are not needed
 
     with hooks(lm, {"qk"}, layers=[layer]) as cache:

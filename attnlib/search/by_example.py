@@ -38,7 +38,7 @@ import torch
 from attnlib import __version__
 from attnlib.analyses.base import DEFAULT_BATCH_SIZE, Inputs, OptionError, Options, option, read_inputs
 from attnlib.core.batches import Progress
-from attnlib.core.blockwise import BLOCKWISE_FROM, run_blockwise, supports_blockwise
+from attnlib.core.blockwise import BLOCKWISE_FROM, Block, run_blockwise, supports_blockwise
 from attnlib.core.corpus import CorpusInput, Sentence
 from attnlib.core.engines import plan_batches, run_accumulators
 from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family_of, layout
@@ -228,7 +228,7 @@ def blockwise_vectors(lm: LoadedModel, encoded: Encoded, options: IndexOptions) 
     heads = options.head_list(lm.facts.n_heads)
     batch = model_inputs(lm, [encoded])
 
-    def drop(_layer: int, _first_row: int, _probs: torch.Tensor) -> None:
+    def drop(_block: Block) -> None:
         """The blocks' probabilities: nothing of them is kept."""
 
     if not heads:

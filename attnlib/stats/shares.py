@@ -8,12 +8,15 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.hooks import ATTENTION, Capture
+
+if TYPE_CHECKING:
+    from attnlib.core.blockwise import Block
 from attnlib.core.runner import Encoded, RunResult
 from attnlib.results.files import ResultFileError, numeric_array
 
@@ -84,15 +87,17 @@ def offset_sum(weights: np.ndarray, offset: int) -> np.ndarray:
     return weights[..., max(0, -offset) : n - max(0, offset)].sum(axis=-1)
 
 
-def row_offsets(attn: np.ndarray, offsets: Sequence[int] = (-1, 0, 1), first_row: int = 0) -> np.ndarray:
+def row_offsets(
+    attn: np.ndarray, offsets: Sequence[int] = (-1, 0, 1), first_row: int = 0, first_key: int = 0
+) -> np.ndarray:
     """[..., rows, len(offsets)]: each row's weight on key i + offset, row i = first_row + its place in the block
-    of rows [..., rows, n] (0 where there is no such key)."""
-    rows, n = attn.shape[-2:]
+    of rows [..., rows, keys] whose keys start at first_key (0 where the block has no such key: masked or none)."""
+    rows, keys = attn.shape[-2:]
     i = np.arange(rows)
     out = np.zeros((*attn.shape[:-1], len(offsets)), attn.dtype)
     for c, offset in enumerate(offsets):
-        j = first_row + i + offset
-        inside = (j >= 0) & (j < n)
+        j = first_row + i + offset - first_key
+        inside = (j >= 0) & (j < keys)
         out[..., inside, c] = attn[..., i[inside], j[inside]]
     return out
 
@@ -106,23 +111,39 @@ def rows_to_mask(attn: np.ndarray, rows: np.ndarray, mask: np.ndarray) -> np.nda
 
 
 def row_entropy(
-    attn: np.ndarray, causal: bool = False, first_row: int = 0, scratch: Scratch | None = None
+    attn: np.ndarray,
+    causal: bool = False,
+    first_row: int = 0,
+    scratch: Scratch | None = None,
+    first_key: int = 0,
+    n: int | None = None,
 ) -> np.ndarray:
-    """METHODS §3: entropy in nats of each row of 0.9999 * A + 0.0001 / n; returns [..., rows] for rows [..., rows, n]
-    whose first is row first_row. Causal (§18): row i over its own i + 1 keys, smoothed with 0.0001 / (i + 1)."""
-    rows, n = attn.shape[-2:]
+    """METHODS §3: entropy in nats of each row of 0.9999 * A + 0.0001 / n; returns [..., rows] for rows [..., rows, keys]
+    whose first is row first_row. Causal (§18): row i over its own i + 1 keys, smoothed with 0.0001 / (i + 1).
+
+    A block of keys first_key.. of n (the others masked, weight 0) adds each missing key's smoothing term in closed
+    form."""
+    rows, keys = attn.shape[-2:]
+    n = keys if n is None else n
     scratch = Scratch() if scratch is None else scratch
     dtype = np.result_type(attn.dtype, np.float32)
+    i = first_row + np.arange(rows)
     p = np.multiply(attn, np.float32(1 - ENTROPY_SMOOTHING), out=scratch.array(0, attn.shape, dtype))
     if not causal:
-        p += np.float32(ENTROPY_SMOOTHING / n)
+        floor = np.full(rows, np.float32(ENTROPY_SMOOTHING / n))
+        missing = np.full(rows, n - keys)
+        p += floor[0]
     else:
-        i = first_row + np.arange(rows)[:, None]
-        p += np.float32(ENTROPY_SMOOTHING) / (i + 1).astype(np.float32)  # row i has i + 1 keys
-        np.copyto(p, 1, where=np.arange(n)[None, :] > i)  # later keys: 1 log 1 = 0
+        floor = np.float32(ENTROPY_SMOOTHING) / (i + 1).astype(np.float32)  # row i has i + 1 keys
+        missing = np.minimum(i + 1, first_key) + np.maximum(0, i + 1 - (first_key + keys))
+        p += floor[:, None]
+        np.copyto(p, 1, where=first_key + np.arange(keys)[None, :] > i[:, None])  # later keys: 1 log 1 = 0
     terms = np.log(p, out=scratch.array(1, attn.shape, dtype))
     terms *= p
-    return -terms.sum(axis=-1)
+    entropy = -terms.sum(axis=-1)
+    if missing.any():
+        entropy -= (missing * floor * np.log(floor)).astype(dtype)
+    return entropy
 
 
 class Scratch:
@@ -154,13 +175,16 @@ def sink_rate(first_share: np.ndarray, threshold: float = SINK_THRESHOLD) -> dic
     return {"overall": float(sinks.mean()), "per_layer": sinks.mean(axis=1)}
 
 
-def class_row_mass(attn: np.ndarray, classes: np.ndarray, scratch: Scratch | None = None) -> np.ndarray:
-    """Mass each row of attention [..., n, n] sends to the keys of each class ([n, 4] indicator): [..., n, 4].
+def class_row_mass(
+    attn: np.ndarray, classes: np.ndarray, scratch: Scratch | None = None, first_key: int = 0
+) -> np.ndarray:
+    """Mass each row of attention [..., rows, keys] sends to the keys of each class ([n, 4] indicator): [..., rows, 4];
+    the block's keys start at first_key (the others masked).
 
     Sums over the few [CLS], [SEP] and punctuation keys, and "other" as the row's total less those: the same numbers as
     the matrix product attn @ classes, which BLAS runs on threads that wait for each other, 50-250 times slower on a
     busy machine for this skinny shape (n >= 60: 6-8 ms of a CPU instead of 0.1)."""
-    member = np.asarray(classes, bool)
+    member = np.asarray(classes, bool)[first_key : first_key + attn.shape[-1]]
     scratch = Scratch() if scratch is None else scratch
     mass = np.empty((*attn.shape[:-1], member.shape[1]), np.float32)
     for c in range(member.shape[1] - 1):
@@ -195,12 +219,15 @@ class InputRows:
             np.zeros((layers, heads, n), dtype),
         )
 
-    def add_block(self, probs: np.ndarray, first_row: int, layer: int | slice = slice(None)) -> None:
-        """Fill the rows of a block of attention: [heads, rows, n] of one layer, or [layers, heads, rows, n]."""
-        rows = slice(first_row, first_row + probs.shape[-2])
-        self.mass[layer, :, rows] = class_row_mass(probs, self.classes, self.scratch)
-        self.offsets[layer, :, rows] = row_offsets(probs, tuple(OFFSETS.values()), first_row)
-        self.entropy[layer, :, rows] = row_entropy(probs, self.causal, first_row, self.scratch)
+    def add_block(
+        self, probs: np.ndarray, first_row: int, layer: int | slice = slice(None), first_key: int = 0
+    ) -> None:
+        """Fill the rows of a block of attention: [heads, rows, keys] of one layer, or [layers, heads, rows, keys], over
+        keys first_key.. (every other key masked)."""
+        rows, n = slice(first_row, first_row + probs.shape[-2]), len(self.classes)
+        self.mass[layer, :, rows] = class_row_mass(probs, self.classes, self.scratch, first_key)
+        self.offsets[layer, :, rows] = row_offsets(probs, tuple(OFFSETS.values()), first_row, first_key)
+        self.entropy[layer, :, rows] = row_entropy(probs, self.causal, first_row, self.scratch, first_key, n)
 
     def statistics(self) -> dict[str, np.ndarray]:
         """Every statistic of the input as [layers, heads] arrays (sep_to_sep NaN without SEP): input_statistics."""
@@ -392,9 +419,9 @@ class SpecialRows:
     encoded: Encoded
     rows: InputRows
 
-    def block(self, layer: int, first_row: int, probs: np.ndarray) -> None:
-        """Take a block of one layer's attention, [heads, rows, n]."""
-        self.rows.add_block(probs, first_row, layer)
+    def block(self, block: Block) -> None:
+        """Take a block of one layer's attention."""
+        self.rows.add_block(block.probs[0].float().cpu().numpy(), block.first_row, block.layer, block.first_key)
 
     def finish(self) -> None:
         """Add the input, every block taken, to the accumulator."""

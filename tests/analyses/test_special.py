@@ -28,7 +28,9 @@ from attnlib.stats.gradients import (
 )
 from attnlib.stats.shares import (
     STAT_KEYS,
+    InputRows,
     SpecialTokenStats,
+    class_masks,
     class_share,
     heads_above,
     input_statistics,
@@ -91,6 +93,31 @@ def test_entropy_by_hand():
     # a one-hot row: three entries of 0.0001/4 and one of 0.9999 + 0.0001/4
     tiny, big = 0.000025, 0.999925
     assert h[2] == pytest.approx(-3 * tiny * math.log(tiny) - big * math.log(big), abs=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_block_of_the_attended_keys_gives_the_whole_rows_statistics(causal):
+    # rows 3..6 of a 9-token input attend keys 2..6 only (a local window; causal: keys <= the row): handed over as
+    # that band, with the masked keys' smoothing added in closed form, the statistics are the whole rows'
+    n, first_row, keys = 9, 3, slice(2, 7)
+    rng = np.random.default_rng(0)
+    band = rng.random((1, 4, keys.stop - keys.start)).astype(np.float32)
+    i = first_row + np.arange(4)
+    if causal:
+        band[0, np.arange(keys.start, keys.stop)[None, :] > i[:, None]] = 0
+    band /= band.sum(-1, keepdims=True)
+    whole = np.zeros((1, 4, n), np.float32)
+    whole[..., keys] = band
+    classes = class_masks(np.eye(n)[0], np.eye(n)[n - 1], np.eye(n)[4])
+    got, expected = (InputRows.empty(1, 1, classes, causal) for _ in range(2))
+    got.add_block(band, first_row, 0, first_key=keys.start)
+    expected.add_block(whole, first_row, 0)
+    # float32 sums of at most n terms, each rounded, of magnitude at most ln n: n eps ln n
+    atol = n * np.finfo(np.float32).eps * math.log(n)
+    np.testing.assert_allclose(got.entropy, expected.entropy, rtol=0, atol=atol)
+    np.testing.assert_allclose(got.mass, expected.mass, rtol=0, atol=atol)
+    np.testing.assert_array_equal(got.offsets, expected.offsets)
+    assert (expected.entropy[0, 0, first_row : first_row + 4] > 0).all()
 
 
 def test_input_statistics_by_hand():

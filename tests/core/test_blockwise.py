@@ -16,6 +16,7 @@ from attnlib.analyses.base import run_analysis
 from attnlib.analyses.special import SPECIAL, SpecialOptions
 from attnlib.core.blockwise import (
     BlockwiseUnsupportedError,
+    _keys_attended,
     default_block_rows,
     reduce_map,
     reduced_maps,
@@ -79,14 +80,19 @@ def test_blockwise_equals_the_models_own_eager_attention(any_model, one_thread):
     for rows in BLOCK_SIZES:
         got = np.full_like(eager, np.nan)
         seen: list[tuple[int, int]] = []
+        widths: list[int] = []
 
-        def keep(layer, first_row, probs, got=got, seen=seen, rows=rows):
-            assert probs.shape[2] == min(rows, n - first_row)  # never more than one block of rows at a time
-            got[:, layer, :, first_row : first_row + probs.shape[2]] = probs.numpy()
-            seen.append((layer, first_row))
+        def keep(block, got=got, seen=seen, rows=rows, widths=widths):
+            assert block.rows == min(rows, n - block.first_row)  # never more than one block of rows at a time
+            got[:, block.layer, :, block.first_row : block.first_row + block.rows] = block.dense()
+            seen.append((block.layer, block.first_row))
+            widths.append(block.probs.shape[-1])
 
         hidden = run_blockwise(lm, batch, keep, rows)
         assert seen == [(layer, start) for layer in range(lm.facts.n_layers) for start in range(0, n, rows)]
+        # a local window's or a causal block's masked keys are not computed (the padded batch's first input attends
+        # every key of an encoder without windows)
+        assert (min(widths) < n) == (kind in WINDOWED or kind in DECODER_KINDS)
         np.testing.assert_allclose(got, eager, rtol=0, atol=PROB_ATOL)
         np.testing.assert_allclose(hidden.numpy(), _last(eager_out).numpy(), rtol=0, atol=HIDDEN_ATOL)
     assert lm.encoder.config._attn_implementation == "eager"  # restored after the run
@@ -151,6 +157,17 @@ def test_the_special_analysis_switches_to_blockwise_with_the_same_result(tmp_pat
     for key in STAT_KEYS:
         np.testing.assert_allclose(mixed["heads"][key], eager["heads"][key], rtol=0, atol=PROB_ATOL)
     assert mixed["n_inputs"] == eager["n_inputs"] and mixed["uniform_entropy"] == eager["uniform_entropy"]
+
+
+def test_the_keys_a_block_attends():
+    def mask(rows: list[str]) -> torch.Tensor:
+        return torch.tensor([[[[c == "1" for c in row] for row in rows]]])
+
+    assert _keys_attended(mask(["0110000", "0011100"]), 7) == slice(1, 5)  # a band
+    assert _keys_attended(mask(["1000000", "1100000"]), 7) == slice(0, 2)  # causal
+    assert _keys_attended(mask(["0110000", "0000000"]), 7) == slice(0, 7)  # a row attends none: softmax spreads it
+    assert _keys_attended(None, 7) == slice(0, 7)
+    assert _keys_attended(torch.zeros(1, 1, 2, 7), 7) == slice(0, 7)  # additive: every key
 
 
 def test_reduce_map_takes_the_maximum_of_each_cell():
@@ -232,8 +249,8 @@ def test_gemma2_soft_capped_scores(tmp_path, one_thread):
         eager = torch.stack(lm.encoder(**batch, output_attentions=True).attentions, dim=1)[0].numpy()
     got = np.zeros_like(eager)
 
-    def keep(layer, first_row, probs):
-        got[layer, :, first_row : first_row + probs.shape[2]] = probs[0].numpy()
+    def keep(block):
+        got[block.layer, :, block.first_row : block.first_row + block.rows] = block.dense()[0]
 
     run_blockwise(lm, batch, keep, 5)
     assert capped
@@ -248,11 +265,13 @@ def test_another_thread_runs_eager_during_a_blockwise_run(kind, tmp_path):
     paused, resume = threading.Event(), threading.Event()
     got = np.zeros_like(before)
 
-    def keep(layer, first_row, probs):
-        if layer == 0 and first_row == 0:  # hold the model switched to block-wise while the other thread runs
+    def keep(block):
+        if (
+            block.layer == 0 and block.first_row == 0
+        ):  # hold the model switched to block-wise while the other thread runs
             paused.set()
             assert resume.wait(60)
-        got[layer, :, first_row : first_row + probs.shape[2]] = probs[0].numpy()
+        got[block.layer, :, block.first_row : block.first_row + block.rows] = block.dense()[0]
 
     worker = threading.Thread(target=run_blockwise, args=(lm, model_inputs(lm, [encoded]), keep, 4))
     worker.start()
@@ -322,21 +341,25 @@ def test_window_heads_are_the_models_own_vectors_and_rows(kind, tmp_path, one_th
 
 
 def test_large_arrays_are_mapped_while_blockwise_runs_are_under_way(tiny_model, monkeypatch):
-    """glibc's mapping threshold is 1 MB from the first block-wise run's start to the last one's end, then its
-    ceiling; a run in another thread meanwhile neither sets it again nor ends it early."""
+    """glibc's mapping threshold is 1 MB from the first block-wise run of a long input's start to the last one's end,
+    then its ceiling; a run in another thread meanwhile neither sets it again nor ends it early. A short input's run
+    leaves it."""
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(attnlib.core.blockwise, "_mallopt", lambda: lambda param, value: calls.append((param, value)))
     batch = model_inputs(tiny_model, [encode(tiny_model, TEXT_A)])
+    run_blockwise(tiny_model, batch, lambda block: None)
+    assert calls == []
+    monkeypatch.setattr(attnlib.core.blockwise, "BLOCKWISE_FROM", 4)  # TEXT_A is now a long input
     inner_started, outer_may_end = threading.Event(), threading.Event()
 
     def inner() -> None:
-        def take(layer, first_row, probs) -> None:
+        def take(block) -> None:
             inner_started.set()
             assert outer_may_end.wait(60)
 
         run_blockwise(tiny_model, batch, take)
 
-    def outer_take(layer, first_row, probs) -> None:
+    def outer_take(block) -> None:
         if not inner_started.is_set():
             thread.start()
             assert inner_started.wait(60)

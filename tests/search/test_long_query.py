@@ -52,9 +52,9 @@ def _counting(run, seen: list):
     """run_blockwise whose consumer also records each block's height."""
 
     def counted(lm, batch, consumer, *args, **kwargs):
-        def consume(layer, first_row, probs):
-            seen.append(("block", layer, probs.shape[2]))
-            consumer(layer, first_row, probs)
+        def consume(block):
+            seen.append(("block", block.layer, block.rows))
+            consumer(block)
 
         return run(lm, batch, consume, *args, **kwargs)
 
