@@ -1,6 +1,8 @@
 """Exact block-wise attention for long inputs (METHODS §19): each layer's attention computed by the library in blocks
 of query rows, from the family's own projected, normed and rotated queries and keys, its masks (causal, padding,
-local windows) and soft-cap, so that no more than heads x one block x n scores are held at a time.
+local windows) and soft-cap, so that no more than heads x one block x n scores are held at a time. A block's scores
+cover only the keys its rows attend (from the first to the last the mask lets through): a local window's band, a causal
+block's past; every other weight is exactly 0.
 
 Families whose attention modules call transformers' attention interface (`ALL_ATTENTION_FUNCTIONS`) run block-wise:
 while `blockwise_attention` is active, their configs name this module's attention function, which hands each
