@@ -11,6 +11,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
+from app_pages.local_global.aggregation_tab import causal_offsets_text
 from attnlib.analyses.aggregation import AGGREGATION, AggregationOptions
 from attnlib.analyses.base import run_analysis
 from attnlib.core.corpus import read_corpus
@@ -131,7 +132,8 @@ def test_global_aggregation_of_a_decoder_keeps_offsets_up_to_zero(
     streamlit_server, browser, screenshot_dir, tmp_path_factory, tmp_path, kind
 ):
     """Local vs global's Global aggregation tab for a decoder (METHODS §13, §18): the histograms' bars and the axis
-    ticks drawn stand at offsets k <= 0, and the bars and the downloaded JSON are the library's own aggregation."""
+    ticks drawn stand at offsets k <= 0, as a caption beside them says, and the bars and the downloaded JSON are the
+    library's own aggregation."""
     folder = save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-aggregation"))
     limit, probes = 3, 2
     url = f"{streamlit_server}/local-global?model={quote(str(folder))}&limit={limit}&probes={probes}&tab=aggregation"
@@ -142,16 +144,18 @@ def test_global_aggregation_of_a_decoder_keeps_offsets_up_to_zero(
         compute_from_last(page, 2)  # the aggregation in its tab, then the positions above the tabs
         panel = page.locator("[role='tabpanel']:not([hidden])")
         panel.get_by_text("Measure for the histograms").wait_for(timeout=60_000)
+        said = causal_offsets_text().replace("<=", "≤").replace(">=", "≥")  # as Streamlit's markdown sets them
+        panel.get_by_text(said, exact=True).wait_for(timeout=60_000)  # beside the histograms
         page.wait_for_function(FIGURES_DRAWN, timeout=120_000)
         page.screenshot(path=str(screenshot_dir / f"decoder-{kind}-aggregation.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
-        with page.expect_download(timeout=120_000) as download:
-            panel.get_by_role("button", name="Download JSON").click()
-        download.value.save_as(tmp_path / "aggregation.json")
-        figures = page.evaluate(BARS)
+        figures = page.evaluate(BARS)  # before the download, whose click reruns the page
         found = [f for f in figures if "layer-output attribution per layer" in f["title"]]
         assert len(found) == 1, [f["title"] for f in figures]
         histograms = found[0]
+        with page.expect_download(timeout=120_000) as download:
+            panel.get_by_role("button", name="Download JSON").click()
+        download.value.save_as(tmp_path / "aggregation.json")
 
     corpus = {"corpus": read_corpus(CLASSROOM_SINGLE, limit=limit)}  # the page's default corpus
     options = AggregationOptions(probes=probes)
