@@ -37,6 +37,15 @@ AGG_MEASURE = Option("lg_agg_measure", "agg_measure", "attention", list(MEASURES
 NO_COMMON_LAYER = "The two models have no layer in common to compare."
 
 
+def causal_offsets_text(model: str = "") -> str:
+    """What a decoder's relative-position histograms show (METHODS §18), prefixed with the model's name if given."""
+    return (
+        f"{model + ': ' if model else ''}a decoder (METHODS §18): each token attends only to itself and earlier "
+        "tokens, so the histograms show offsets k <= 0 only, each divided by the number of (input, query) pairs "
+        "with i + k >= 0."
+    )
+
+
 def per_input_cost(mode: str) -> str:
     """What attribution costs per input in this mode on 2 CPU cores, in words."""
     return "a few seconds" if mode == "estimate" else "a minute or more"
@@ -151,6 +160,8 @@ def aggregation_histograms(results: Aggregations, measure: str) -> None:
         if not r.histograms:
             st.caption(f"{model}: this result has no histograms (written before they were kept); recompute it.")
             continue
+        if r.causal:
+            st.caption(causal_offsets_text(model if len(results) > 1 else ""))
         layers = [f"layer {l + 1}" for l in range(len(r.histograms[ATTRIBUTION]))]
         names = (MEASURE_NAMES[measure], MEASURE_NAMES[ATTRIBUTION])
         title = f"{model + ': ' if len(results) > 1 else ''}{names[0]} and layer-output attribution per layer"

@@ -12,6 +12,7 @@ from app_pages.local_global.aggregation_tab import (
     AGGREGATION_PAGE,
     NO_COMMON_LAYER,
     aggregation_section,
+    causal_offsets_text,
     per_input_cost,
 )
 from app_pages.local_global.attribution_example import example_section
@@ -201,11 +202,7 @@ def corpus_notes(r: PositionsResult, source: str, label: str, model: str = "") -
             "standard error."
         )
     if r.causal:
-        st.info(
-            f"{model + ': ' if model else ''}a decoder (METHODS §18): each token attends only to itself and earlier "
-            "tokens, so the histograms show offsets k <= 0 only, each divided by the number of (input, query) pairs "
-            "with i + k >= 0."
-        )
+        st.info(causal_offsets_text(model))
     if r.attribution_note:
         st.info(
             f"{model + ': ' if model else ''}no attribution (input contribution, correlations): {r.attribution_note}"

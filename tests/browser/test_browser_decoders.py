@@ -1,15 +1,36 @@
 """Decoders and encoder-decoders in a real browser (METHODS §18): the Live page's causal head view and T5's three
 attentions, the Special tokens page's Sinks tab with the bundled encoder beside a decoder, Head importance's sink test
-and the Tour's sink step. Screenshots in test-output/screenshots/."""
+and the Tour's sink step, Local vs global's Global aggregation of a decoder (offsets k <= 0), and T5's encoder on the
+Special tokens and Head importance pages. Screenshots in test-output/screenshots/."""
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
+import numpy as np
 import pytest
 
-from support.browser import FIGURES_DRAWN, IDLE, INK, browser_page, iframe_frame, wait_idle
+from app_pages.local_global.aggregation_tab import causal_offsets_text
+from attnlib.analyses.aggregation import AGGREGATION, AggregationOptions
+from attnlib.analyses.base import run_analysis
+from attnlib.core.corpus import read_corpus
+from attnlib.core.model import load_model
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from attnlib.views.norms import MEASURE_NAMES
+from support.browser import (
+    FIGURES_DRAWN,
+    IDLE,
+    INK,
+    browser_page,
+    compute_all,
+    compute_from_last,
+    iframe_frame,
+    wait_idle,
+)
 from support.models import save_tiny
+from support.tolerances import FORWARD_RTOL
+from ui.widgets.family_notes import encoder_part_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -35,12 +56,7 @@ def test_sinks_tab_puts_an_encoder_beside_a_decoder(streamlit_server, browser, s
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_role("tab", name="Sinks", exact=True).wait_for(timeout=240_000)
         page.wait_for_function(IDLE, timeout=240_000)
-        for _ in range(2):  # each model's statistics computed on request
-            ask = page.get_by_role("button", name="Compute")
-            if ask.count() == 0:
-                break
-            ask.first.click()
-            wait_idle(page, 240_000)
+        compute_all(page, 2, 240_000)  # each model's statistics computed on request
         panel = page.locator("[role='tabpanel']:not([hidden])")
         panel.locator(".js-plotly-plot[data-drawn]").nth(2).wait_for(timeout=60_000)
         panel.locator(".attn-table table").first.wait_for(timeout=60_000)
@@ -86,12 +102,7 @@ def test_head_importance_sink_test_and_tour_step_of_a_decoder(
         page.goto(f"{streamlit_server}/head-importance?model={model}&limit=3&tab=noop&ko=1", wait_until="commit")
         page.get_by_role("heading", name="Head importance").wait_for(timeout=240_000)
         wait_idle(page, 240_000)
-        for _ in range(3):  # computed on request
-            ask = page.get_by_role("button", name="Compute")
-            if ask.count() == 0:
-                break
-            ask.first.click()
-            wait_idle(page, 300_000)
+        compute_all(page, 3)  # computed on request
         page.wait_for_function(FIGURES_DRAWN, timeout=120_000)
         page.screenshot(path=str(screenshot_dir / "decoder-importance-sink-test.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
@@ -106,3 +117,87 @@ def test_head_importance_sink_test_and_tour_step_of_a_decoder(
         assert page.locator("[data-testid='stException']").count() == 0
         body = page.inner_text("body")
         assert "3. Is the sink a no-op?" in body and "first-token share against effect" in body
+
+
+# Each figure's title, its bar traces' x and y as plotly.js drew them (decoded from the figure's base64 arrays) and
+# the x axes' tick labels.
+BARS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => ({
+  title: (p.layout.title && p.layout.title.text) || '',
+  bars: p._fullData.filter(t => t.type === 'bar').map(t => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y)})),
+  ticks: [...p.querySelectorAll('.xtick text')].map(t => t.textContent)}))"""
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_global_aggregation_of_a_decoder_keeps_offsets_up_to_zero(
+    streamlit_server, browser, screenshot_dir, tmp_path_factory, tmp_path, kind
+):
+    """Local vs global's Global aggregation tab for a decoder (METHODS §13, §18): the histograms' bars and the axis
+    ticks drawn stand at offsets k <= 0, as a caption beside them says, and the bars and the downloaded JSON are the
+    library's own aggregation."""
+    folder = save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-aggregation"))
+    limit, probes = 3, 2
+    url = f"{streamlit_server}/local-global?model={quote(str(folder))}&limit={limit}&probes={probes}&tab=aggregation"
+    with browser_page(browser, screenshot_dir / f"decoder-{kind}-aggregation-failure.png", 1500, 4400) as page:
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_role("tab", name="Global aggregation", exact=True).wait_for(timeout=240_000)
+        wait_idle(page, 240_000)
+        compute_from_last(page, 2)  # the aggregation in its tab, then the positions above the tabs
+        panel = page.locator("[role='tabpanel']:not([hidden])")
+        panel.get_by_text("Measure for the histograms").wait_for(timeout=60_000)
+        said = causal_offsets_text().replace("<=", "≤").replace(">=", "≥")  # as Streamlit's markdown sets them
+        panel.get_by_text(said, exact=True).wait_for(timeout=60_000)  # beside the histograms
+        page.wait_for_function(FIGURES_DRAWN, timeout=120_000)
+        page.screenshot(path=str(screenshot_dir / f"decoder-{kind}-aggregation.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        figures = page.evaluate(BARS)  # before the download, whose click reruns the page
+        found = [f for f in figures if "layer-output attribution per layer" in f["title"]]
+        assert len(found) == 1, [f["title"] for f in figures]
+        histograms = found[0]
+        with page.expect_download(timeout=120_000) as download:
+            panel.get_by_role("button", name="Download JSON").click()
+        download.value.save_as(tmp_path / "aggregation.json")
+
+    corpus = {"corpus": read_corpus(CLASSROOM_SINGLE, limit=limit)}  # the page's default corpus
+    options = AggregationOptions(probes=probes)
+    own = run_analysis(AGGREGATION, load_model(str(folder)), options, inputs=corpus).result
+    assert own.causal and own.offsets.max() == 0 and own.offsets.min() < 0
+    (shown,) = json.loads((tmp_path / "aggregation.json").read_text()).values()
+    assert shown["kind"] == "decoder" and shown["histograms"]["offsets"] == own.offsets.tolist()
+    for name, values in own.histograms.items():
+        np.testing.assert_allclose(shown["histograms"][name], values, rtol=FORWARD_RTOL, atol=FORWARD_RTOL)
+
+    ticks = [float(t.replace("\u2212", "-")) for t in histograms["ticks"]]  # plotly writes a minus sign
+    assert ticks and max(ticks) <= 0 < -min(ticks)
+    bars = histograms["bars"]  # per layer: the chosen measure's (attention) bars, then attribution's
+    assert len(bars) == 2 * len(own.histograms["attention"])
+    for i, bar in enumerate(bars):
+        measure = "attention" if i % 2 == 0 else "attribution"
+        assert bar["name"] == MEASURE_NAMES[measure]
+        assert max(bar["x"]) == 0 and min(bar["x"]) < 0
+        at = np.searchsorted(own.offsets, bar["x"])
+        expected = own.histograms[measure][i // 2][at]
+        np.testing.assert_allclose(bar["y"], expected, rtol=FORWARD_RTOL, atol=FORWARD_RTOL)
+
+
+@pytest.mark.parametrize(
+    ("path", "title"), [("special-tokens", "Special tokens and sinks"), ("head-importance", "Head importance")]
+)
+def test_corpus_pages_of_an_encoder_decoder_draw_its_encoder(
+    streamlit_server, browser, screenshot_dir, tmp_path_factory, path, title
+):
+    """T5 on the Special tokens and Head importance pages (METHODS §18): computed on the encoder's self-attention,
+    which one caption says, a figure drawn and no exception."""
+    folder = save_tiny("t5", tmp_path_factory.mktemp(f"t5-{path}"))
+    caption = encoder_part_text(load_model(str(folder)).facts)
+    assert caption is not None
+    with browser_page(browser, screenshot_dir / f"t5-{path}-failure.png", 1500, 2200) as page:
+        page.goto(f"{streamlit_server}/{path}?model={quote(str(folder))}&limit=3", wait_until="domcontentloaded")
+        page.get_by_role("heading", name=title).wait_for(timeout=240_000)
+        wait_idle(page, 240_000)
+        compute_all(page, 3)
+        page.locator(".js-plotly-plot[data-drawn] .main-svg").first.wait_for(timeout=120_000)
+        page.wait_for_function(FIGURES_DRAWN, timeout=120_000)
+        page.screenshot(path=str(screenshot_dir / f"t5-{path}.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        captions = page.locator("[data-testid='stCaptionContainer']").all_inner_texts()
+        assert [c for c in captions if caption in c] == [caption], captions

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from support.browser import FIGURES_DRAWN, IDLE, browser_page
+from support.browser import COMPUTED, FIGURES_DRAWN, IDLE, browser_page, compute_from_last
 
 TRACE_NAMES = (  # each figure's trace names and subplot titles
     "() => [...document.querySelectorAll('.js-plotly-plot')]"
@@ -24,8 +24,6 @@ TABS = (  # the page's tabs (only the open one is drawn) and each tab's heading
     ("Attention vs attribution", "Attention against attribution"),
 )
 
-COMPUTE = "Compute for 3 inputs"
-COMPUTED = "document.body.innerText.split('computed here').length - 1"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -38,21 +36,12 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
     query = urlencode({"model": first, "cmp": second, "limit": 3, "probes": 2, "tab": "aggregation"})
     with browser_page(browser, screenshot_dir / "failed-local-global-compare.png") as page:
         page.goto(f"{streamlit_server}/local-global?{query}", wait_until="domcontentloaded")
-        # Positions and aggregation for each model. A pressed button stays drawn in the run it starts, so the
-        # buttons are pressed from the last up, and each press waits for one more "computed here" line.
-        for done in range(4):
-            page.get_by_role("button", name=COMPUTE).nth(3 - done).wait_for(timeout=180_000)
-            page.wait_for_function(IDLE, timeout=180_000)
-            button = page.get_by_role("button", name=COMPUTE).nth(3 - done)
-            button.scroll_into_view_if_needed()
-            button.click()
-            page.wait_for_function(f"() => {COMPUTED} > {done}", timeout=180_000)
-        page.wait_for_function(IDLE, timeout=180_000)
+        compute_from_last(page, 4, 180_000)  # positions and aggregation for each model
         page.get_by_text("Measure for the histograms").first.scroll_into_view_if_needed()
         page.wait_for_function(FIGURES_DRAWN, timeout=60_000)
         page.screenshot(path=str(screenshot_dir / "local-global-compare-aggregation-histograms.png"))
         page.wait_for_function(AGREEMENT_DRAWN, timeout=60_000)
-        assert page.evaluate(f"() => {COMPUTED}") == 4
+        assert page.evaluate(COMPUTED) == 4
         differences = page.get_by_text("largest difference").count()
         names = []
         for i, (tab, heading) in enumerate(TABS):

@@ -106,6 +106,34 @@ def wait_idle(page, timeout: int = 180_000) -> None:
     page.wait_for_timeout(500)
 
 
+def compute_all(page, most: int, timeout: int = 300_000) -> None:
+    """Press the page's first "Compute" button after each run, until none is left or after `most` presses."""
+    for _ in range(most):
+        ask = page.get_by_role("button", name="Compute")
+        if ask.count() == 0:
+            return
+        ask.first.click()
+        wait_idle(page, timeout)
+
+
+# How many results the page says it computed (each caption of one ends "computed here").
+COMPUTED = "() => document.body.innerText.split('computed here').length - 1"
+
+
+def compute_from_last(page, buttons: int, timeout: int = 300_000) -> None:
+    """Press the page's `buttons` "Compute for" buttons from the last up, each once the run before ended, waiting for
+    one more "computed here" each time: a pressed button stays drawn in the run it starts (that run draws it, then
+    computes), so the first one left is not always one still to press."""
+    for done in range(buttons):
+        page.wait_for_function(IDLE, timeout=timeout)
+        button = page.get_by_role("button", name="Compute for").nth(buttons - 1 - done)
+        button.wait_for(timeout=timeout)
+        button.scroll_into_view_if_needed()
+        button.click()
+        page.wait_for_function(f"() => ({COMPUTED})() > {done}", timeout=timeout)
+    wait_idle(page, timeout)
+
+
 def iframe_frame(page, index: int = 0, timeout: int = 180_000):
     """The index-th iframe's frame; read again when a rerun swaps the iframe between finding it and reading it."""
     deadline = time.monotonic() + timeout / 1000
