@@ -61,18 +61,21 @@ def shipped_or_computed(
     button = f"{analysis}:{model_name}"
     if key not in done:
         found = shipped(analysis, model_name, choice, options, parse, train)
-        if found is not None:
-            again = st.button(
-                "Recompute",
-                key=f"recompute:{button}",
-                help="The result shown ships with the app (scripts/precompute.py); this computes it again here.",
-            )
-            if not again:
-                return found[0], f"precomputed, shipped with the app ({found[1]})"
-        elif ask_first is not None:
-            st.info(ask_first)
-            if not st.button(f"Compute for {choice.n_inputs} inputs", type="primary", key=f"compute:{button}"):
-                return None, ""
+        asking = st.empty()  # cleared once pressed: the computation below does not show a button still to press
+        with asking.container():
+            if found is not None:
+                pressed = st.button(
+                    "Recompute",
+                    key=f"recompute:{button}",
+                    help="The result shown ships with the app (scripts/precompute.py); this computes it again here.",
+                )
+                if not pressed:
+                    return found[0], f"precomputed, shipped with the app ({found[1]})"
+            elif ask_first is not None:
+                st.info(ask_first)
+                if not st.button(f"Compute for {choice.n_inputs} inputs", type="primary", key=f"compute:{button}"):
+                    return None, ""
+        asking.empty()
     result = compute()
     done.add(key)
     return result, "computed here"
