@@ -55,6 +55,7 @@ def position_histograms(
     series: list[tuple[np.ndarray, str, str, np.ndarray | None]] = [(attention, names[0], ATTENTION_COLOR, None)]
     series += [] if attribution is None else [(attribution, names[1], ATTRIBUTION_COLOR, attribution_errors)]
     panels = len(titles)
+    columns = max(1, min(columns, panels))  # a model with fewer layers than columns: no empty column
     windows = [windows[p] if p < len(windows) else None for p in range(panels)]
     titles = [t if w is None else f"{t} (local ±{w})" for t, w in zip(titles, windows)]
     rows = math.ceil(panels / columns)

@@ -34,3 +34,11 @@ def test_no_error_bars_without_sampled_rows():
     fig = position_histograms(OFFSETS, ATTENTION, ATTRIBUTION, ["a", "b"], max_offset=3)
     assert all(t.error_y.array is None for t in fig.data)
     assert "standard error" not in fig.layout.title.text
+
+
+def test_two_layers_fill_the_width():
+    # two panels in a grid of four columns would leave half the figure empty: the grid has two columns
+    fig = position_histograms(OFFSETS, ATTENTION, ATTRIBUTION, ["a", "b"], columns=4)
+    axes = sorted(name for name in fig.layout.to_plotly_json() if name.startswith("xaxis"))
+    assert axes == ["xaxis", "xaxis2"]
+    assert fig.layout.xaxis.domain[0] == 0 and fig.layout.xaxis2.domain[1] == 1
