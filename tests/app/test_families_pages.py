@@ -13,8 +13,11 @@ pytestmark = pytest.mark.slow
 
 # The families whose layers differ most (local windows and pre-LN, relative terms, shared layers, rotary positions);
 # BERT's layout is every page's own test, and the Live page is drawn for every family in tests/app/test_live.py.
-# Two decoders (METHODS §18): GPT-2 (no BOS, Conv1D) and Gemma 2 (a BOS, grouped-query heads, a sliding layer).
-DISTINCT_FAMILIES = ["modernbert", "deberta", "deberta-v2", "mpnet", "albert", "roformer", "gpt2", "gemma2"]
+# The decoders (METHODS §18) whose layers differ most: GPT-2 (no BOS, Conv1D), Gemma 2 (a BOS, grouped-query heads, a
+# sliding layer, normed attention outputs, soft-capped scores), Qwen3 (per-head q/k norms), Phi-3 (fused qkv and
+# gate-up projections), OPT (a feed-forward on [batch * n, hidden]) and GPT-NeoX (a parallel residual).
+DISTINCT_FAMILIES = ["modernbert", "deberta", "deberta-v2", "mpnet", "albert", "roformer"]
+DISTINCT_FAMILIES += ["gpt2", "gemma2", "qwen3", "phi3", "opt", "gpt-neox"]
 
 
 @pytest.mark.parametrize("family_dir", DISTINCT_FAMILIES, indirect=True)
