@@ -8,12 +8,11 @@ projection and the LayerNorm that belongs to attention (after the residual in po
 pre-LN ones, decoders included; Gemma 2 and 3 also normalise the attention and feed-forward outputs before the residual,
 and Qwen3 and Gemma 3 each head's q and k). It also says how the scores are built, so that the queries and keys shown
 are the ones the dot product sees, and which statistics are exact for the family (`unsupported_reason`).
-`layout(encoder)`
-binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
-times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics read (METHODS
-§18), and holds the layouts of its decoder stack's two attentions (`decoder`, `cross`: a Family each, bound by
-`layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads and whose norms `norms --part` reads
-(cross-attention's §11 alone: `residual_ln`, §12-13, has no meaning for it). Adding a family is one entry in
+`layout(encoder)` binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one
+shared layer L times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics
+read (METHODS §18), and holds the layouts of its decoder stack's two attentions (`decoder`, `cross`: a Family each,
+bound by `layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads and whose norms `norms --part`
+reads (cross-attention's §11 alone: `residual_ln`, §12-13, has no meaning for it). Adding a family is one entry in
 FAMILIES and its tiny model in tests/support/models.py.
 """
 
