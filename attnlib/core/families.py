@@ -2,16 +2,17 @@
 the runner, the norms, attribution, replay and the pages read.
 
 A `Family` names, per `model_type`, the modules of one layer (paths from the layer): the attention block (its first
-input is what the heads read; it holds the output projection), the module that computes the heads (its call carries
-the position inputs), the query/key/value projections (or one fused projection and how to split it), the attention
-output projection and the LayerNorm that belongs to attention (after the residual in post-LN families, before
-attention in pre-LN ones, decoders included; Gemma 2 and 3 also normalise the attention output before the residual). It also says how the scores are built, so that the queries and keys shown are the ones
-the dot product sees, and which statistics are exact for the family (`unsupported_reason`). `layout(encoder)`
-binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one shared layer L
-times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics read (METHODS
-§18), and holds the layouts of its decoder stack's two attentions (`decoder`, `cross`: a Family each, bound by
-`layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads and whose norms `norms --part` reads
-(cross-attention's §11 alone: `residual_ln`, §12-13, has no meaning for it). Adding a family is one entry in
+input is what the heads read; it holds the output projection), the module that computes the heads (its call carries the
+position inputs), the query/key/value projections (or one fused projection and how to split it), the attention output
+projection and the LayerNorm that belongs to attention (after the residual in post-LN families, before attention in
+pre-LN ones, decoders included; Gemma 2 and 3 also normalise the attention and feed-forward outputs before the residual,
+and Qwen3 and Gemma 3 each head's q and k). It also says how the scores are built, so that the queries and keys shown
+are the ones the dot product sees, and which statistics are exact for the family (`unsupported_reason`).
+`layout(encoder)` binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one
+shared layer L times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics
+read (METHODS §18), and holds the layouts of its decoder stack's two attentions (`decoder`, `cross`: a Family each,
+bound by `layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads and whose norms `norms --part`
+reads (cross-attention's §11 alone: `residual_ln`, §12-13, has no meaning for it). Adding a family is one entry in
 FAMILIES and its tiny model in tests/support/models.py.
 """
 
@@ -89,6 +90,9 @@ class Family:
     unbatched: tuple[str, ...] = ()  # layer-call arguments the whole batch shares (replay does not repeat them)
     exact: Callable[[object], dict[Statistic, str]] = lambda _config: {}  # config -> statistics not exact, and why
     attention_norm: str | None = None  # an RMSNorm of the attention output before the residual (Gemma 2 and 3)
+    feed_forward_norm: str | None = None  # an RMSNorm of the feed-forward output before the residual (Gemma 2 and 3)
+    qk_norms: Callable[[torch.nn.Module], tuple[torch.nn.Module, torch.nn.Module] | None] = lambda _heads: None
+    score_cap: Callable[[torch.nn.Module], float | None] = lambda _heads: None  # c of c tanh(logits / c) (Gemma 2)
     keys_from: str | None = None  # cross-attention: the heads call's argument whose projections are the keys and values
     n_heads: Callable[[object], int] | None = None  # config -> this stack's heads (default: the config's count)
     decoder: Family | None = None  # an encoder-decoder's decoder self-attention, laid out in its decoder stack
@@ -163,13 +167,20 @@ def _model_module(module: torch.nn.Module):
     return sys.modules[type(module).__module__]
 
 
+def _qk_norms(heads: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """Qwen3's and Gemma 3's per-head RMSNorm of q and of k (q_norm, k_norm), applied before rotary; None without."""
+    q_norm, k_norm = getattr(heads, "q_norm", None), getattr(heads, "k_norm", None)
+    return None if q_norm is None or k_norm is None else (q_norm, k_norm)
+
+
+def _attention_softcap(heads: torch.nn.Module) -> float | None:
+    """Gemma 2's soft-capping of the logits, c tanh(logits / c) before the mask, where its config sets c."""
+    return getattr(heads, "attn_logit_softcapping", None) or None
+
+
 def _rotary_from_call(call: HeadsCall, qkv: QKV) -> QKV:
-    """ModernBERT, Llama and its layout: q and k (after a per-head q_norm and k_norm where the family has them: Qwen3,
-    Gemma 3) rotated by the model's apply_rotary_pos_emb with the call's (cos, sin)."""
+    """ModernBERT, Llama and its layout: q and k rotated by the model's apply_rotary_pos_emb with the call's (cos, sin)."""
     q, k, v = qkv
-    q_norm, k_norm = getattr(call.module, "q_norm", None), getattr(call.module, "k_norm", None)
-    if q_norm is not None and k_norm is not None:
-        q, k = q_norm(q), k_norm(k)
     cos, sin = call.arguments["position_embeddings"]
     q, k = _model_module(call.module).apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
     return q, k, v
@@ -341,6 +352,7 @@ def _llama_layout(
         window=sliding_window,
         final_norm="norm",
         exact=_decoder_exact,
+        qk_norms=_qk_norms,
         **rest,
     )
 
@@ -498,7 +510,13 @@ FAMILIES: tuple[Family, ...] = (
         final_norm="final_norm",
     ),
     _llama_layout("Llama", ("llama", "mistral", "qwen2", "qwen3", "gemma")),
-    _llama_layout("Gemma 2", ("gemma2", "gemma3_text"), attention_norm="post_attention_layernorm"),
+    _llama_layout(
+        "Gemma 2",
+        ("gemma2", "gemma3_text"),
+        attention_norm="post_attention_layernorm",
+        feed_forward_norm="post_feedforward_layernorm",
+        score_cap=_attention_softcap,
+    ),
     _llama_layout("Phi-3", ("phi3",), projections=("qkv_proj",), split=_fused_grouped),
     Family(
         "GPT-NeoX",
@@ -644,6 +662,7 @@ class LayerSite:
     norm: torch.nn.Module  # post-LN: after attention + residual; pre-LN: before attention (Identity on ModernBERT's 0)
     window: int | None  # local attention: keys with |i - j| <= window; None: global
     attention_norm: torch.nn.Module | None = None  # Gemma 2 and 3: the RMSNorm of the attention output
+    feed_forward_norm: torch.nn.Module | None = None  # Gemma 2 and 3: the RMSNorm of the feed-forward output
 
 
 @dataclass(frozen=True)
@@ -659,8 +678,12 @@ class Layout:
 
     def qkv(self, site: LayerSite, outputs: list[torch.Tensor], call: HeadsCall) -> QKV:
         """Queries, keys and values [batch, heads, n, d] as the dot product and the weights see them, from the
-        projections' outputs of one call (after the projection bias, and rotary where the family applies it)."""
+        projections' outputs of one call (after the projection bias, a per-head norm of q and k and rotary where the
+        family applies them)."""
         qkv = self.family.split(site.heads, outputs, self.head_dim)
+        norms = self.family.qk_norms(site.heads)
+        if norms is not None:
+            qkv = (norms[0](qkv[0]), norms[1](qkv[1]), qkv[2])
         return qkv if self.family.positions is None else self.family.positions(call, qkv)
 
     def scale(self, site: LayerSite) -> float:
@@ -709,6 +732,7 @@ def _bind(encoder: torch.nn.Module, family: Family) -> Layout:
                     norm=layer.get_submodule(family.norm),
                     window=family.window(config, index),
                     attention_norm=_optional_submodule(layer, family.attention_norm),
+                    feed_forward_norm=_optional_submodule(layer, family.feed_forward_norm),
                 )
             )
         final_norm = _optional_submodule(encoder, family.final_norm)

@@ -4,12 +4,14 @@ Exact mode pushes one forward-mode derivative per input coordinate (n * hidden d
 which gives every layer and head at once; estimate mode pushes k random standard-normal probes per input token
 instead: ||J||_F^2 ~ (1/k) sum_p ||J v_p||^2. Directions travel in chunks, each layer linearised at the input:
 - self-attention: the tangent of softmax(logits) v written out from the layer's own projections, with the family's
-  score terms read off its own code as linear maps (rotary's rotation per position, DeBERTa's c2p and p2c as
-  per-(i, k) terms in q_i and k_k; pre-LN families first pass the tangent through their LayerNorm's Jacobian), all
-  checked against the module's output;
+  score terms read off its own code as linear maps (rotary's rotation per position, after Qwen3's and Gemma 3's
+  per-head norm of q and k; DeBERTa's c2p and p2c as per-(i, k) terms in q_i and k_k; Gemma 2's soft-cap as its slope
+  per score; pre-LN families first pass the tangent through their LayerNorm's Jacobian), all checked against the
+  module's output;
 - the rest of the layer acts on each token alone, so it becomes one Jacobian per token (LayerNorm, feed-forward,
   LayerNorm; pre-LN: the residual plus a LayerNorm or RMSNorm and the feed-forward, gated in ModernBERT, Phi-3 and
-  Llama), built once and applied as a batched matrix product.
+  Llama, its output normalised in Gemma 2 and 3, reading the layer input in GPT-NeoX's parallel residual), built once
+  and applied as a batched matrix product (Gemma's norm of the attention output is applied to the tangent).
 Two random directions are checked against torch.func.jvp through the model's own layers (attnlib.core.replay), which is
 the reference and the path taken wherever the linearisation does not reproduce it: layers of another shape (a
 convolution after the first layer, scores that mix heads), or Jacobians over LINEARISED_BUDGET. The previous-layer
@@ -108,9 +110,11 @@ class _LayerAtInput:
     weights: torch.Tensor  # attention A [heads, n, n]
     heads: torch.Tensor  # o(l) [heads, n, d]
     scale: float
+    qk_norms: tuple[_NormAt | None, ...]  # q, k, v: a per-head norm before rotary (Qwen3, Gemma 3), stats [n, heads, d]
     rotations: tuple[_PairRotation | None, ...]  # q, k, v: rotary's map per position, or None
     relative: tuple[torch.Tensor, torch.Tensor] | None  # DeBERTa: logit terms per (i, k) linear in q_i and in k_k
     norm: _NormAt | None  # pre-LN: the LayerNorm or RMSNorm before it
+    cap_slope: torch.Tensor | None  # soft-capped logits c tanh(s / c) (Gemma 2): their slope in s [heads, n, n]
 
 
 def _column_order(lay: Layout, site: LayerSite) -> torch.Tensor:
@@ -172,7 +176,7 @@ def _rotations(lay: Layout, call: HeadsCall, n: int) -> tuple[_PairRotation | No
     maps: list[_PairRotation | None] = []
     doubled = lay.family.positions(call, (2 * units, 2 * units, 2 * units))
     for rotated, twice in zip(lay.family.positions(call, (units, units, units)), doubled):
-        if not torch.equal(2 * rotated, twice):  # not linear: a per-head q_norm and k_norm first (Qwen3, Gemma 3)
+        if not torch.equal(2 * rotated, twice):
             return None
         matrices = rotated.permute(1, 2, 3, 0)  # [heads, n, out, in]
         if torch.equal(matrices, identity):
@@ -254,12 +258,17 @@ def _layer_at_input(
     give what the module computed (the written-out tangent would not be exact for it)."""
     x = call.hidden  # what the heads read: the layer input, or pre-LN its LayerNorm
     n = x.shape[1]
-    q, k, v = (t[0] for t in lay.qkv(site, [p(x) for p in site.projections], call))  # [heads, n, d]
+    outputs = [p(x) for p in site.projections]
+    q, k, v = (t[0] for t in lay.qkv(site, outputs, call))  # [heads, n, d]
     scale = lay.scale(site)
     logits = q @ k.transpose(1, 2) * scale
     bias = lay.bias(call, (q[None], k[None], v[None]), scale)
     if bias is not None:
         logits = logits + bias[0]
+    cap, cap_slope = lay.family.score_cap(site.heads), None
+    if cap is not None:
+        capped = torch.tanh(logits / cap)
+        logits, cap_slope = cap * capped, 1 - capped.square()
     mask = call.arguments.get("attention_mask")
     if isinstance(mask, torch.Tensor):
         logits = logits.masked_fill(~mask[0], float("-inf")) if mask.dtype == torch.bool else logits + mask[0]
@@ -269,11 +278,23 @@ def _layer_at_input(
     if not torch.allclose(heads.transpose(0, 1).reshape(n, -1), expected, atol=1e-4, rtol=1e-4):
         return None
     qkv_t = torch.cat([linear_weight(p) for p in site.projections])[_column_order(lay, site)].T.contiguous()
-    rotations = _rotations(lay, call, n)
-    if rotations is None:
+    rotations, qk_norms = _rotations(lay, call, n), _qk_norms_at(lay, site, outputs)
+    if rotations is None or qk_norms is None:
         return None
     norm = None if lay.family.post_layer_norm else _norm_at(site.norm, layer_input[0])
-    return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale, rotations, _relative_terms(lay, call, n, scale), norm)
+    relative = _relative_terms(lay, call, n, scale)
+    return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale, qk_norms, rotations, relative, norm, cap_slope)
+
+
+def _qk_norms_at(lay: Layout, site: LayerSite, outputs: list[torch.Tensor]) -> tuple[_NormAt | None, ...] | None:
+    """The family's per-head norms of q and k (none of v) at the projections' outputs, stats [n, heads, d]; None when
+    one is not a norm that _norm_at recognises."""
+    modules = lay.family.qk_norms(site.heads)
+    if modules is None:
+        return (None, None, None)
+    raw = lay.family.split(site.heads, outputs, lay.head_dim)  # [1, heads, n, d] each
+    found = [_norm_at(module, t[0].transpose(0, 1)) for module, t in zip(modules, raw)]
+    return None if any(f is None for f in found) else (*found, None)
 
 
 def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> list[torch.Tensor]:
@@ -282,7 +303,8 @@ def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch
         vectors = layer.norm.at(tokens).tangent(vectors)
     n_heads, _, d = layer.q.shape
     raw = (vectors @ layer.qkv_t).reshape(len(tokens), 3, n_heads, d).unbind(1)
-    return [t if r is None else r.rows(t, tokens) for t, r in zip(raw, layer.rotations)]
+    normed = [t if m is None else m.at(tokens).tangent(t) for t, m in zip(raw, layer.qk_norms)]
+    return [t if r is None else r.rows(t, tokens) for t, r in zip(normed, layer.rotations)]
 
 
 def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torch.Tensor]:
@@ -291,7 +313,8 @@ def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torc
         inputs = layer.norm.at((slice(None), None)).tangent(inputs)
     n_heads, n, d = layer.q.shape
     raw = (inputs @ layer.qkv_t).reshape(n, -1, 3, n_heads, d).unbind(2)
-    return [t if r is None else r.dense(t) for t, r in zip(raw, layer.rotations)]
+    normed = [t if m is None else m.at((slice(None), None)).tangent(t) for t, m in zip(raw, layer.qk_norms)]
+    return [t if r is None else r.dense(t) for t, r in zip(normed, layer.rotations)]
 
 
 def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
@@ -308,6 +331,9 @@ def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torc
         by_query, by_key = layer.relative
         a += torch.einsum("hckd,chd->chk", by_query[:, tokens], dq)
         b += torch.einsum("hjcd,chd->chj", by_key[:, :, tokens], dk)
+    if layer.cap_slope is not None:
+        a *= layer.cap_slope[:, tokens].transpose(0, 1)
+        b *= layer.cap_slope[:, :, tokens].permute(2, 0, 1)
     to_i = layer.weights[:, :, tokens].permute(2, 0, 1)  # A[h, j, i] as [c, heads, query]
     from_i = layer.weights[:, tokens].transpose(0, 1) * a  # A[h, i, k] a_k as [c, heads, key]
     heads_i = layer.heads[:, tokens].transpose(0, 1)  # o_i [c, heads, d]
@@ -326,6 +352,8 @@ def _dense_tangent_heads(layer: _LayerAtInput, inputs: torch.Tensor) -> torch.Te
     if layer.relative is not None:
         by_query, by_key = layer.relative
         scores += torch.einsum("jchd,hjkd->hcjk", dq, by_query) + torch.einsum("kchd,hjkd->hcjk", dk, by_key)
+    if layer.cap_slope is not None:
+        scores *= layer.cap_slope[:, None]
     weights = layer.weights[:, None]  # [heads, 1, query, key]
     softmax = weights * (scores - (weights * scores).sum(-1, keepdim=True))
     return torch.einsum("hcjk,hkd->jchd", softmax, layer.v) + torch.einsum("hjk,kchd->jchd", layer.weights, dv)
@@ -383,10 +411,23 @@ def _plain_input_norms(
 
 @dataclass
 class _PositionWise:
-    """A layer after self-attention, linearised at this input: r = x + o W^T, then e(l)_j = f(r_j) per token."""
+    """A layer after self-attention, linearised at this input: r = x + N(o W^T) (N the identity, or Gemma's norm of
+    the attention output), then e(l)_j = f(r_j) per token; or, with a parallel residual (GPT-NeoX), e(l)_j = r_j +
+    g(x_j) - x_j, the per-token part reading the layer input."""
 
-    projection_t: torch.Tensor  # W^T [hidden, hidden]: the projection applied to the heads' outputs
-    jacobian_t: torch.Tensor  # [n, hidden_in, hidden_out]: d e(l)_j / d r_j of every token j, transposed
+    projection_t: torch.Tensor  # W^T [heads * d, hidden]: the projection applied to the heads' outputs
+    jacobian_t: torch.Tensor  # [n, hidden_in, hidden_out]: d f(r_j) / d r_j (parallel: d g(x_j) / d x_j), transposed
+    attention_norm: _NormAt | None = None  # N: Gemma 2's and 3's norm of o W^T before the residual
+    parallel: bool = False
+
+    def tangent(self, heads: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        """Tangent of e(l) [n, c, hidden] from those of the heads' outputs [n, c, heads * d] and of x [n, c, hidden]."""
+        attention = heads @ self.projection_t
+        if self.attention_norm is not None:
+            attention = self.attention_norm.at((slice(None), None)).tangent(attention)
+        if self.parallel:
+            return attention + torch.bmm(inputs, self.jacobian_t)
+        return torch.bmm(attention + inputs, self.jacobian_t)
 
 
 @dataclass(eq=False)
@@ -402,10 +443,19 @@ def _layer_steps(rec: Recording, index: int) -> tuple[list[_Step], torch.Tensor]
     """Every module call inside layer `index`, in order, with the heads' outputs o(l) of that run."""
     steps: list[_Step] = []
     site, call = rec.layout.sites[index], rec.layers[index]
+    n = call.hidden.shape[1]
+    views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (tensor, kept alive so ids stay unique; view)
+
+    def per_token(t: torch.Tensor) -> torch.Tensor:
+        """[n, width] as [1, n, width] (OPT runs its feed-forward on [batch * n, width]), one view per tensor so that
+        `is` still tells which call read which output."""
+        if t.dim() != 2 or t.shape[0] != n:
+            return t
+        return views.setdefault(id(t), (t, t[None]))[1]
 
     def keep(module, args, output):
         if args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor):
-            steps.append(_Step(module, args[0], output))
+            steps.append(_Step(module, per_token(args[0]), per_token(output)))
 
     inside = [m for m in site.layer.modules() if m is not site.layer]
     with hooked(inside, keep, after=True), captured_contexts(rec.layout, [index]) as seen:
@@ -451,41 +501,86 @@ def _is_norm(module: torch.nn.Module) -> bool:
 
 def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | None:
     """Per-token Jacobians of the layer after its heads: e(l) = LN_b(y + W2 act(W1 y)), y = LN_a(r) post-LN (BERT),
-    e(l) = r + W2 act(W1 LN_b(r)) pre-LN (the decoders, T5, ModernBERT; act(W1 y) is gated, act(a) * g, where W1
-    gives a and g as one projection, as ModernBERT's and Phi-3's, or as two, as Llama's); r = x + o W^T, LN a
-    LayerNorm or an RMSNorm, W a Linear or GPT-2's Conv1D.
+    e(l) = r + N_f(W2 act(W1 LN_b(r))) pre-LN (the decoders, T5, ModernBERT; act(W1 y) is gated, act(a) * g, where W1
+    gives a and g as one projection, as ModernBERT's and Phi-3's, or as two, as Llama's; N_f Gemma's norm of the
+    feed-forward output, else the identity); r = x + N_a(o W^T), N_a Gemma's norm of the attention output, else the
+    identity; a parallel residual (GPT-NeoX) reads x instead of r: e(l) = r + W2 act(W1 LN_b(x)). LN a LayerNorm or
+    an RMSNorm, W a Linear or GPT-2's Conv1D.
 
     The norms' Jacobians are applied in their diagonal-minus-low-rank form. None when the layer is not laid out one
-    of these ways (the attention output normalised before the residual, a parallel residual, a feed-forward of
-    another shape).
+    of these ways (a feed-forward of another shape, norms elsewhere).
     """
-    if rec.layout.sites[index].attention_norm is not None:
-        return None
+    site = rec.layout.sites[index]
     steps, heads = _layer_steps(rec, index)
     post_ln = rec.layout.family.post_layer_norm
-
-    def after(step: _Step) -> list[_Step]:
-        return steps[steps.index(step) + 1 :]
-
-    def first(kind: Callable[[torch.nn.Module], bool], start: _Step) -> _Step | None:
-        """The first call of a module of this kind after step `start`."""
-        return next((s for s in after(start) if kind(s.module)), None)
-
+    x = rec.layers[index].hidden
     projection = next((s for s in steps if is_linear(s.module) and s.input is heads), None)
-    norm_a = projection and first(_is_norm, projection)
-    if projection is None or norm_a is None:
+    if projection is None:
         return None
-    residual = rec.layers[index].hidden + projection.output  # r, what norm_a reads in both layouts
-    if norm_a.input.shape != residual.shape or not torch.allclose(norm_a.input, residual, rtol=1e-5, atol=1e-5):
+    attention, attention_norm = projection, None  # the call whose output the residual adds, and its norm
+    if site.attention_norm is not None:
+        normed = _call_reading(steps, site.attention_norm, projection.output)
+        attention_norm = _norm_of(normed)
+        if normed is None or attention_norm is None:
+            return None
+        attention = normed
+    norm_a = next((s for s in _after(steps, attention) if _is_norm(s.module)), None)
+    if norm_a is None:
         return None
-    fed = [s for s in after(norm_a) if is_linear(s.module) and s.input is norm_a.output]  # W1: one or two
+    parallel = not post_ln and _same(norm_a.input, x)  # the feed-forward reads x, not r = x + attention
+    if not parallel and not _same(norm_a.input, x + attention.output):
+        return None
+    feed_forward, at_a = _feed_forward(steps, norm_a, chunk), _norm_of(norm_a)
+    if feed_forward is None or at_a is None:
+        return None
+    ffn, down = feed_forward  # W2 diag(act') W1 [n, out, in]
+    if post_ln:  # LN_b (I + F) LN_a
+        at_b = _norm_of(next((s for s in _after(steps, down) if _is_norm(s.module)), None))
+        if at_b is None:
+            return None
+        ffn.diagonal(dim1=1, dim2=2).add_(1.0)
+        jacobian = _norm_times(at_b, _times_norm(ffn, at_a))
+    else:  # I + N_f F LN_b: here norm_a is the norm in front of the feed-forward block
+        jacobian = _times_norm(ffn, at_a)
+        if site.feed_forward_norm is not None:
+            at_f = _norm_of(_call_reading(steps, site.feed_forward_norm, down.output))
+            if at_f is None:
+                return None
+            jacobian = _norm_times(at_f, jacobian)
+        jacobian.diagonal(dim1=1, dim2=2).add_(1.0)
+    projection_t = linear_weight(projection.module).T.contiguous()
+    return _PositionWise(projection_t, jacobian.transpose(1, 2).contiguous(), attention_norm, parallel)
+
+
+def _after(steps: list[_Step], step: _Step) -> list[_Step]:
+    """The module calls after this one."""
+    return steps[steps.index(step) + 1 :]
+
+
+def _norm_of(step: _Step | None) -> _NormAt | None:
+    """The norm that this call ran, at its input (None for no call, or one _norm_at does not recognise)."""
+    return None if step is None else _norm_at(step.module, step.input[0])
+
+
+def _call_reading(steps: list[_Step], module: torch.nn.Module, x: torch.Tensor) -> _Step | None:
+    """The call of this module on x, if any."""
+    return next((s for s in steps if s.module is module and s.input is x), None)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two activations are the same up to float32 rounding of one addition."""
+    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _feed_forward(steps: list[_Step], norm: _Step, chunk: int) -> tuple[torch.Tensor, _Step] | None:
+    """(W2 diag(act'(a)) W1 per token [n, out, in], W2's call) of the feed-forward reading the norm's output, gated
+    (W2 [diag(act'(a) g) | diag(act(a))] W1, [a | g] = W1 y) where W1 is two projections or twice as wide as W2 reads;
+    None when the calls after the norm are not one of these."""
+    fed = [s for s in _after(steps, norm) if is_linear(s.module) and s.input is norm.output]  # W1: one or two
     if not fed or len(fed) > 2:
         return None
-    down = first(is_linear, fed[-1])
-    norm_b = first(_is_norm, down) if post_ln and down is not None else None
-    if down is None or (post_ln and norm_b is None):
-        return None
-    if any(s.output.dim() != 3 for s in fed):  # OPT runs its feed-forward on [batch * n, hidden]: not written here
+    down = next((s for s in _after(steps, fed[-1]) if is_linear(s.module)), None)
+    if down is None:
         return None
     down_weight, up_weight = linear_weight(down.module), torch.cat([linear_weight(s.module) for s in fed])
     outputs = torch.cat([s.output[0] for s in fed], dim=-1)  # W1 y (+ b) [n, ffn or 2 ffn]
@@ -493,28 +588,21 @@ def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | No
     a, g = outputs.chunk(2, dim=-1) if gated else (outputs, None)
     if len(fed) == 2 and not gated:
         return None
-    act = next((s for s in after(fed[0]) if not is_linear(s.module) and _reads(s, a)), None)
+
+    def activation(a: torch.Tensor) -> _Step | None:
+        return next((s for s in _after(steps, fed[0]) if not is_linear(s.module) and _reads(s, a)), None)
+
+    act = activation(a)
     if act is None and g is not None and len(fed) == 2:  # the activation is on the second projection's output
         a, g, up_weight = g, a, up_weight.roll(-down_weight.shape[1], 0)
-        act = next((s for s in after(fed[0]) if not is_linear(s.module) and _reads(s, a)), None)
+        act = activation(a)
     if act is None:
         return None
     slope = jvp(act.module, (a,), (torch.ones_like(a),))[1]  # act'(a) [n, ffn]
-    if g is not None:  # d(act(a) g) = act'(a) g da + act(a) dg, [a | g] = W1 y: W2 [diag(act' g) | diag(act)] W1
+    if g is not None:
         slope = torch.cat([slope * g, act.output[0]], dim=-1)
         down_weight = torch.cat([down_weight, down_weight], dim=1)
-    ffn = _ffn_jacobians(down_weight, slope, up_weight, chunk)  # W2 diag(act') W1 [n, out, in]
-    at_a = _norm_at(norm_a.module, norm_a.input[0])
-    at_b = _norm_at(norm_b.module, norm_b.input[0]) if norm_b is not None else None
-    if at_a is None or (post_ln and at_b is None):
-        return None
-    if at_b is not None:  # LN_b (I + F) LN_a
-        ffn.diagonal(dim1=1, dim2=2).add_(1.0)
-        jacobian = _norm_times(at_b, _times_norm(ffn, at_a))
-    else:  # I + F LN_b: here norm_a is the norm in front of the feed-forward block
-        jacobian = _times_norm(ffn, at_a)
-        jacobian.diagonal(dim1=1, dim2=2).add_(1.0)
-    return _PositionWise(linear_weight(projection.module).T.contiguous(), jacobian.transpose(1, 2).contiguous())
+    return _ffn_jacobians(down_weight, slope, up_weight, chunk), down
 
 
 def _reads(step: _Step, x: torch.Tensor) -> bool:
@@ -541,12 +629,10 @@ def _linearised_input_norms(
             total[:, l].index_add_(0, tokens, heads.square().sum(-1).transpose(0, 1))
             if l + 1 == len(layers) and not with_output:
                 break
-            residual = heads.reshape(n, c, n_heads * d) @ rest[l].projection_t
             if inputs is None:
-                residual[tokens, torch.arange(c, device=tokens.device)] += vectors
-            else:
-                residual += inputs
-            inputs = torch.bmm(residual, rest[l].jacobian_t)  # tangent of the layer output e(l+1) [n, c, hidden]
+                inputs = vectors.new_zeros(n, c, vectors.shape[-1])
+                inputs[tokens, torch.arange(c, device=tokens.device)] = vectors
+            inputs = rest[l].tangent(heads.reshape(n, c, n_heads * d), inputs)  # of the layer output e(l+1)
             if with_output:
                 output_total[:, l].index_add_(0, tokens, inputs.square().sum(-1).transpose(0, 1))
     return total, output_total
@@ -693,9 +779,7 @@ def hidden_token_attribution(
         e0 = rec.layers[0].hidden
         head_outputs, _ = everything(e0)  # [layers, 1, n, hidden], also checks the layer loop runs
         layers: list[_LayerAtInput] | None = None
-        # the written-out tangents differentiate scale * q.k (+ the family's terms): not soft-capped scores (Gemma 2)
-        scores_are_qk = unsupported_reason(encoder.config, "queries_keys") is None
-        if linearise and scores_are_qk and _relative_terms_fit(lay, n, hidden):
+        if linearise and _relative_terms_fit(lay, n, hidden):
             found = [
                 _layer_at_input(lay, site, rec.heads[l], rec.layers[l].hidden, head_outputs[l, 0])
                 for l, site in enumerate(lay.sites)
@@ -837,8 +921,7 @@ def _linearised_heads_function(layers: Sequence[_LayerAtInput], rest: Sequence[_
         inputs = tangent
         n, c, _ = tangent.shape
         for l in range(index):
-            residual = _dense_tangent_heads(layers[l], inputs).reshape(n, c, -1) @ rest[l].projection_t + inputs
-            inputs = torch.bmm(residual, rest[l].jacobian_t)
+            inputs = rest[l].tangent(_dense_tangent_heads(layers[l], inputs).reshape(n, c, -1), inputs)
         return _dense_tangent_heads(layers[index], inputs)
 
     return heads

@@ -18,7 +18,7 @@ from attnlib.stats import value_norms as norms
 from attnlib.stats.attribution import hidden_token_attribution
 from support.cli import cli_json, run_cli
 from support.families import TEXT_A, TEXT_B
-from support.models import DECODER_KINDS, MODERNBERT_WINDOW, save_tiny
+from support.models import DECODER_KINDS, MODERNBERT_WINDOW, move_off_initial, save_tiny
 from support.reference import reverse_mode_reference
 from support.tolerances import EPS32
 
@@ -230,26 +230,42 @@ def test_decoder_attribution_equals_reverse_mode_on_two_heads(decoder_model):
         assert not np.triu(exact.input[layer, head], 1).any()  # a query draws on no later token
 
 
-# decoders whose layers attribution does not write out, and why: it runs torch.func.jvp through their own layers
-THROUGH_JVP = {
-    "qwen3": "a per-head RMSNorm of q and k before rotary: not a linear map of the projections' outputs",
-    "gemma2": "the attention output normalised before the residual",
-    "gemma3": "the attention output normalised before the residual",
-    "opt": "its feed-forward runs on [batch * n, hidden]",
-    "gpt-neox": "attention and feed-forward added to x in parallel",
-}
-
-
 def test_decoder_attribution_is_written_out_and_equals_jvp(decoder_model, monkeypatch):
-    """GPT-2's Conv1D, Llama's RMSNorm and gated feed-forward (two projections), Phi-3's (one): the written-out
-    tangents, not the jvp fallback, giving what torch.func.jvp through the layers gives; THROUGH_JVP's go through jvp."""
-    kind, lm = decoder_model
+    """Every decoder takes the written-out tangents, not the jvp fallback: GPT-2's Conv1D, Llama's RMSNorm and gated
+    feed-forward (two projections), Phi-3's (one), OPT's feed-forward on [batch * n, hidden], Qwen3's and Gemma 3's
+    per-head q_norm and k_norm, Gemma 2's soft-capped scores, Gemma 2's and 3's norms of the attention and
+    feed-forward outputs, GPT-NeoX's parallel residual; they give what torch.func.jvp through the layers gives."""
+    _assert_written_out_equals_jvp(decoder_model[1], monkeypatch)
+
+
+def test_soft_capped_scores_are_written_out_and_equal_jvp(tmp_path, monkeypatch):
+    """Gemma 2 with its soft-cap c lowered to where c tanh(s / c) bends its tiny model's logits (at Gemma 2's own c =
+    50 the slope 1 - tanh^2 is 1 within 1e-6): the written-out tangents carry the slope and equal jvp's."""
+    import json
+
+    from attnlib.core.model import load_model
+
+    cap = 0.03
+    folder = save_tiny("gemma2", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"attn_logit_softcapping": cap}))
+    lm = load_model(str(folder))
+    move_off_initial(lm.encoder)
+    layers: list = []
+    at_input = attribution._layer_at_input
+    monkeypatch.setattr(attribution, "_layer_at_input", lambda *a: layers.append(at_input(*a)) or layers[-1])
+    _assert_written_out_equals_jvp(lm, monkeypatch)
+    assert min(float(layer.cap_slope.min()) for layer in layers) < 0.5  # the cap bends the largest scores
+
+
+def _assert_written_out_equals_jvp(lm, monkeypatch) -> None:
+    """HTA (estimate mode, with the layer outputs) takes the written-out tangents and equals jvp through the layers."""
     enc = encode(lm, TEXT_A, TEXT_B)
     runs: list[int] = []
     written_out = attribution._linearised_input_norms
     monkeypatch.setattr(attribution, "_linearised_input_norms", lambda *a: runs.append(1) or written_out(*a))
     fast = hidden_token_attribution(lm, enc, mode="estimate", probes=4, with_output=True)
-    assert len(runs) == (0 if kind in THROUGH_JVP else 2)  # the check on two directions, then every direction
+    assert len(runs) == 2  # the check on two directions, then every direction: no fallback
     plain = hidden_token_attribution(lm, enc, mode="estimate", probes=4, linearise=False, with_output=True)
     assert fast.output is not None and plain.output is not None
     # shares (~0.1) of sums of float32 squares taken in two orders: a few ulp apart (measured: at most 1.2e-7)
@@ -343,18 +359,7 @@ def test_attribution_equals_reverse_mode_on_two_heads(family_model):
 def test_attribution_is_written_out_and_equals_jvp_through_the_layers(family_model, monkeypatch):
     """Every family takes the written-out tangents (rotary, DeBERTa's c2p and p2c, pre-LN and ModernBERT's gated
     feed-forward included, not the jvp fallback), and they give what torch.func.jvp through its own layers gives."""
-    lm = family_model
-    enc = encode(lm, TEXT_A, TEXT_B)
-    runs: list[int] = []
-    written_out = attribution._linearised_input_norms
-    monkeypatch.setattr(attribution, "_linearised_input_norms", lambda *a: runs.append(1) or written_out(*a))
-    fast = hidden_token_attribution(lm, enc, mode="estimate", probes=4, with_output=True)
-    assert len(runs) == 2  # the check on two directions, then every direction: no fallback
-    plain = hidden_token_attribution(lm, enc, mode="estimate", probes=4, linearise=False, with_output=True)
-    assert fast.output is not None and plain.output is not None
-    # shares (~0.1) of sums of float32 squares taken in two orders: a few ulp apart (measured: at most 1.2e-7)
-    for got, want in ((fast.input, plain.input), (fast.previous, plain.previous), (fast.output, plain.output)):
-        np.testing.assert_allclose(got, want, atol=1e-6)
+    _assert_written_out_equals_jvp(family_model, monkeypatch)
 
 
 @pytest.mark.parametrize("family_dir", ["modernbert"], indirect=True)
