@@ -223,11 +223,24 @@ def block_scales(norm_inputs: list[torch.Tensor], weights: NormWeights, shape: t
     return torch.ones(shape)  # no LayerNorm follows a pre-LN block: the decomposition's divisor is 1
 
 
+class NoAttentionWeightsError(UnsupportedModelError):
+    """A forward pass that was asked for attention weights (with eager attention) returned none."""
+
+
+def returned_weights(attentions: Sequence[torch.Tensor] | None) -> Sequence[torch.Tensor]:
+    """The attention weights a forward pass returned, one per layer; NoAttentionWeightsError when it returned none."""
+    if not attentions or any(a is None for a in attentions):
+        raise NoAttentionWeightsError(
+            "The model returned no attention weights, although it runs with eager attention and was asked for "
+            "them; attnlib cannot read its attention."
+        )
+    return attentions
+
+
 def _check_attentions(attentions, n_layers: int, batch: dict) -> None:
     """The model's attentions must be one [batch, heads, n, n] map per layer."""
     b, n = batch["input_ids"].shape
-    if not attentions:
-        raise RuntimeError("The model returned no attention weights; it must run with eager attention.")
+    returned_weights(attentions)
     shapes = {tuple(a.shape[:1]) + tuple(a.shape[2:]) for a in attentions}
     if len(attentions) != n_layers or shapes != {(b, n, n)}:
         raise UnsupportedModelError(

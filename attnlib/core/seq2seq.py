@@ -14,7 +14,16 @@ import torch
 from attnlib.core.families import Part, UnsupportedModelError, unsupported_reason
 from attnlib.core.hooks import NORMS, Cache, Capture, hooked_stack, hooks
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import Encoded, InputError, _align_words, block_scales, check_tokens, encode, norm_weights
+from attnlib.core.runner import (
+    Encoded,
+    InputError,
+    _align_words,
+    block_scales,
+    check_tokens,
+    encode,
+    norm_weights,
+    returned_weights,
+)
 from attnlib.stats.batched_norms import NormWeights
 
 PARTS: tuple[Part, ...] = ("encoder", "decoder", "cross")
@@ -198,7 +207,7 @@ def run_seq2seq(
         )
 
     def stacked(maps) -> np.ndarray:
-        return torch.stack([m[0] for m in maps]).float().cpu().numpy()
+        return torch.stack([m[0] for m in returned_weights(maps)]).float().cpu().numpy()
 
     maps = Seq2SeqMaps(
         source, target, stacked(out.encoder_attentions), stacked(out.decoder_attentions), stacked(out.cross_attentions)

@@ -45,7 +45,7 @@ from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family
 from attnlib.core.memory import MemoryLimitError, check_memory, memory_limit, run_size
 from attnlib.core.model import LoadedModel, ModelFacts, load_model
 from attnlib.core.replay import editing_contexts
-from attnlib.core.runner import Encoded, InputError, encode, model_inputs
+from attnlib.core.runner import Encoded, InputError, encode, model_inputs, returned_weights
 from attnlib.results.files import ResultFileError, corpus_record, malformed
 from attnlib.stats.shares import CLASS_KEYS, punct_mask
 
@@ -209,8 +209,8 @@ def batch_vectors(lm: LoadedModel, encoded: Sequence[Encoded], options: IndexOpt
     x, head_norms = normalised(x, heads)
     argmax = None
     if layer is not None:
-        attentions = out.attentions[layer]  # [batch, heads, n, n]
-        if attentions is None or attentions.dim() != 4:
+        attentions = returned_weights(out.attentions)[layer]  # [batch, heads, n, n]
+        if attentions.dim() != 4:
             raise SearchError("the model returned no attention maps; it must run with eager attention.")
         argmax = attentions.argmax(-1)  # ties: torch returns the first (lowest) index of the maximum
     return BatchVectors(x, head_norms, argmax)

@@ -13,7 +13,7 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.engines import corpus_index
 from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import Encoded, encode, model_inputs
+from attnlib.core.runner import Encoded, encode, model_inputs, returned_weights
 
 MASK_RATE = 0.15
 DEFAULT_SEED = 0
@@ -129,7 +129,7 @@ def batch_attention_gradients(
         )  # [batch, n]
         per_input = token_loss.sum(dim=1) / (labels != -100).sum(dim=1)
         # Summing independent per-input losses gives each input's own gradient, whatever the batch.
-        grads = torch.autograd.grad(per_input.sum(), list(out.attentions))
+        grads = torch.autograd.grad(per_input.sum(), list(returned_weights(out.attentions)))
     stacked = torch.stack(grads, dim=1).float().cpu().numpy()  # [batch, layers, heads, n_max, n_max]
     return [stacked[b, :, :, : e.n, : e.n] for b, e in enumerate(encoded)]
 

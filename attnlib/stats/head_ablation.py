@@ -36,7 +36,7 @@ from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family
 from attnlib.core.hooks import ATTENTION, hooks
 from attnlib.core.model import LoadedModel
 from attnlib.core.replay import Recording, captured_contexts, editing_contexts, record, served_once
-from attnlib.core.runner import Encoded, encode, model_inputs
+from attnlib.core.runner import Encoded, encode, model_inputs, returned_weights
 from attnlib.stats.gradients import unavailable_reason as gradient_unavailable_reason
 
 Head = tuple[int, int]  # (layer, head), 0-based
@@ -379,7 +379,7 @@ def _recorded(lm: LoadedModel, batch: dict) -> tuple[Recording, tuple[torch.Tens
     """record() of the batch, with the attention weights of its forward pass."""
     with hooks(lm, ATTENTION) as cache:
         rec = record(lm, batch, "ablation")
-    if not cache.attn or len(cache.attn) != rec.n_layers:
+    if len(returned_weights(cache.attn)) != rec.n_layers:
         raise AblationUnavailable(f"{lm.facts.name} returned no attention weights per layer (eager attention needed).")
     return rec, tuple(cache.attn)
 

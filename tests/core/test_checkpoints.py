@@ -1,23 +1,30 @@
 """Any checkpoint that loads: half-precision weights analysed in float32 (or kept as saved), a saved attention
-implementation overridden by eager attention, and a model's size said and limited before its weights are read."""
+implementation overridden by eager attention (every command's JSON as without it), a model that still returns no
+attention weights refused in one sentence, and a model's size said and limited before its weights are read."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
 
+import attnlib.cli.options as cli_options
 from attnlib.core.families import UnsupportedModelError
-from attnlib.core.model import DEFAULT_MODEL, ModelLoadError, load_model, model_parameters
-from attnlib.core.runner import encode, run
+from attnlib.core.model import DEFAULT_MODEL, LoadedModel, ModelLoadError, load_model, model_parameters
+from attnlib.core.runner import NoAttentionWeightsError, encode, returned_weights, run
 from attnlib.stats.attribution import hidden_token_attribution
 from support.bad_input import _assert_kept_default, _choose_other, _sidebar
-from support.cli import run_cli
+from support.cli import cli_json, run_cli
+from support.json_keys import COMMAND_KEYS, KEYS
 from support.models import save_tiny
+from support.runs import command_line, small_files
 
 HALF = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+# the commands that ended in a traceback with a saved "_attn_implementation": "sdpa" (issue 35)
+SDPA_FAILED = ("attention", "norms", "hta", "special", "deps", "positions", "qk", "search")
 TEXT = "The cat sat on the mat because it was warm."
 
 
@@ -104,6 +111,63 @@ def test_config_naming_sdpa_still_gives_eager_attention(tmp_path_factory):
     ran = run_cli("attention", "--text", TEXT, "--model", str(folder), "--json")
     assert ran.code == 0, ran.err
     assert np.array(ran.json["attentions"]).shape[:2] == (2, 4)
+
+
+@pytest.fixture(scope="module", params=["bert", "llama"])  # an encoder and a decoder
+def saved_with_and_without_sdpa(request, tmp_path_factory):
+    """A tiny model saved as usual, and the same folder whose config names sdpa (as transformers then reads it)."""
+    from transformers import AutoConfig
+
+    plain = save_tiny(request.param, tmp_path_factory.mktemp(f"{request.param}-eager"))
+    named = tmp_path_factory.mktemp(f"{request.param}-sdpa")
+    shutil.copytree(plain, named, dirs_exist_ok=True)
+    config = json.loads((plain / "config.json").read_text())
+    (named / "config.json").write_text(json.dumps({**config, "_attn_implementation": "sdpa"}))
+    assert AutoConfig.from_pretrained(named)._attn_implementation == "sdpa"
+    return plain, named
+
+
+@pytest.mark.parametrize("command", SDPA_FAILED)
+def test_a_config_naming_sdpa_gives_each_commands_json_of_the_model_without_it(
+    saved_with_and_without_sdpa, command, tmp_path, one_thread
+):
+    plain, named = saved_with_and_without_sdpa
+    small = small_files(tmp_path).get(command, {})
+    without, with_sdpa = (
+        json.dumps(cli_json(*command_line(command, str(f), **small), "--json")) for f in (plain, named)
+    )
+    assert with_sdpa.replace(str(named), str(plain)) == without  # the same numbers; only the folder's name differs
+
+
+def _returning_no_weights(lm: LoadedModel) -> LoadedModel:
+    """The model with every forward pass's attention weights taken out of its output, as a model whose attention
+    ignores output_attentions returns them."""
+
+    def drop(_module, _args, out):
+        for name in ("attentions", "encoder_attentions", "decoder_attentions", "cross_attentions"):
+            if getattr(out, name, None) is not None:
+                setattr(out, name, None)
+
+    for module in {id(m): m for m in (lm.encoder, lm.mlm, lm.seq2seq, lm.causal_lm) if m is not None}.values():
+        module.register_forward_hook(drop)
+    return lm
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama", "t5"])
+def test_a_model_that_returns_no_weights_is_refused_in_one_sentence(kind, tmp_path, monkeypatch, one_thread):
+    folder = str(save_tiny(kind, tmp_path / kind))
+    with pytest.raises(NoAttentionWeightsError) as caught:
+        returned_weights(())
+    monkeypatch.setattr(cli_options, "load_model", lambda *a, **k: _returning_no_weights(load_model(*a, **k)))
+    small = small_files(tmp_path)
+    if kind == "t5":
+        small["attention"] = dict(pair=False)  # an encoder-decoder reads a source and a target, not a pair
+    commands = sorted({**KEYS, **COMMAND_KEYS}.keys() - {"hta"} - ({"gradient"} if kind != "bert" else set()))
+    for command in commands:  # gradient importance needs a masked-LM head: the others refuse it for that first
+        ran = run_cli(*command_line(command, folder, **small.get(command, {})), "--json")
+        assert ran.error == f"error: {caught.value}", (command, ran)
+    # Hidden Token Attribution reads no returned weights (it differentiates the model's own forward pass): it runs
+    assert run_cli(*command_line("hta", folder), "--json").code == 0
 
 
 def test_size_is_read_from_the_config_and_limited_before_loading(tiny_model_dir, monkeypatch):

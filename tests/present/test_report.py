@@ -31,6 +31,7 @@ from attnlib.stats.value_norms import NORM_KEYS
 from attnlib.views.plotly_js import plotly_js
 from attnlib.views.report_page import render_report
 from support.cli import cli_json, run_cli
+from support.json_keys import COMMAND_KEYS
 from support.report import MIN_COUNT, N_INPUTS, read_tables, report_parts
 from support.tolerances import FORWARD_RTOL
 
@@ -127,6 +128,7 @@ def test_tables_equal_each_commands_json(report_page, tiny_model_dir, files, one
     corpus, conllu, train = files
     model = str(tiny_model_dir)
     out, summary = report_page
+    assert set(summary) == COMMAND_KEYS["report"]
     tables = read_tables(out.read_text())
     assert summary["parts"] == ["special", "positions", "aggregation", "importance", "deps", "probe"]
     assert summary["bytes"] == out.stat().st_size

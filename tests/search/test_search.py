@@ -29,6 +29,7 @@ from attnlib.search.by_example import (
 )
 from attnlib.stats.shares import CLASS_KEYS
 from support.cli import run_cli
+from support.json_keys import COMMAND_KEYS
 from support.search import QUERY, check_top_k_equals_brute_force_cosine, ewt_dev_head, sentences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -328,6 +329,7 @@ def test_index_and_search_commands(tiny_model_dir, tmp_path):
     ran = run_cli("search", *corpus, *query, "--layer", "1", "--heads", "0,3", *model)
     assert ran.code == 0, ran.err
     direct = json.loads(ran.out)
+    assert set(direct) == COMMAND_KEYS["search"]
     assert [sorted(m) for m in direct["matches"]] == [
         ["deprel", "input", "position", "score", "token", "upos", "word"]
     ] * 4
@@ -337,6 +339,7 @@ def test_index_and_search_commands(tiny_model_dir, tmp_path):
     ran = run_cli("index", *corpus, "--layer", "1", "--heads", "all", "--out", str(path), *model)
     assert ran.code == 0, ran.err
     written = json.loads(ran.out)
+    assert set(written) == COMMAND_KEYS["index"]
     assert (
         written["n_inputs"] == 12
         and written["options"]["heads"] == "0,1,2,3"

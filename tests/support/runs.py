@@ -1,8 +1,10 @@
-"""A few inputs of each analysis, small enough for the quick tier (test_analysis, test_runs, test_json_keys), and the
-same inputs as a command line."""
+"""A few inputs of each analysis, small enough for the quick tier (test_analysis, test_runs, test_json_keys), those of
+the commands that are not one analysis (index, search, report; each --out given by the test), and both as a command
+line."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from attnlib.analyses.registry import ANALYSES
@@ -23,17 +25,40 @@ INPUTS: dict[str, dict[str, Any]] = {
     "gradient": {"corpus": CLASSROOM_PAIRS, "limit": 3},
 }
 
+COMMAND_INPUTS: dict[str, dict[str, Any]] = {
+    "index": {"corpus": CLASSROOM_SINGLE, "limit": 2, "layer": 1},
+    "search": {"corpus": CLASSROOM_SINGLE, "limit": 2, "layer": 1, "text": "The cat sat.", "token": 1},
+    "report": {"corpus": CLASSROOM_SINGLE, "limit": 2, "conllu": EWT_DEV, "train": PUD_TEST, "min_count": 1,
+               "epochs": 1, "quiet": True},
+}  # fmt: skip
+
 
 def command_line(name: str, model: str, **more: Any) -> list[str]:
-    """The command that runs `name` on INPUTS[name] (and `more`) with `model`: --flag VALUE, a bare --flag for True."""
+    """The command that runs `name` on its INPUTS or COMMAND_INPUTS (and `more`) with `model`: --flag VALUE, a bare
+    --flag for True (and none for False)."""
     argv = [name, "--model", model]
-    for key, value in {**INPUTS[name], **more}.items():
+    for key, value in {**{**INPUTS, **COMMAND_INPUTS}[name], **more}.items():
         flag = "--" + key.replace("_", "-")
         if value is True:
             argv.append(flag)
         elif value is not False:
             argv += [flag, str(value)]
     return argv
+
+
+def small_files(folder: Path) -> dict[str, dict[str, Any]]:
+    """command_line's `more` for the commands that read a treebank or write a file: the first 3 sentences of EWT dev
+    and the next 3 to train on (short enough for every tiny model), written to folder, and the files to write there."""
+    sentences = EWT_DEV.read_text(encoding="utf-8").split("\n\n")
+    test, train = folder / "test.conllu", folder / "train.conllu"
+    for path, part in ((test, sentences[:3]), (train, sentences[3:6])):
+        path.write_text("\n\n".join(part) + "\n\n", encoding="utf-8")
+    return {
+        "deps": dict(conllu=test),
+        "probe": dict(train=train, test=test),
+        "report": dict(conllu=test, train=train, out=folder / "report.html"),
+        "index": dict(out=folder / "index.npz"),
+    }
 
 
 def split_inputs(name: str) -> tuple[dict, dict, int | None, dict]:
