@@ -12,6 +12,7 @@ from app_pages.dependency_heads.probe_tab import PERCENT, probe_section
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.deps import DEPS, DIRECTIONS, PAPER_MODELS, DependencyCounts, DependencyTable, DepsOptions
 from attnlib.core.corpus import CorpusError, Sentence
+from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import LoadedModel
 from attnlib.core.parsing import parse_text, parser_name
 from attnlib.core.runner import InputError
@@ -246,7 +247,7 @@ def corpus_counts(lm: LoadedModel, choice: CorpusChoice, options: DepsOptions) -
     model_name = lm.facts.name
     try:
         counts, source = model_counts(model_name, choice, options)
-    except (CorpusError, InputError, TypeError) as exc:
+    except (CorpusError, InputError, UnsupportedModelError, TypeError) as exc:
         st.error(f"{model_name}: {exc}")
         return None
     if counts is None:
