@@ -160,3 +160,36 @@ def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory
     assert not at.exception, at.exception
     assert any("equals the model's attention row" in c.value for c in at.caption), [c.value for c in at.caption]
     assert any("‖f(x_j)‖ = ‖v_j W_O‖" in c.value for c in at.caption)  # value norms beside it (METHODS §11, §18)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_live_page_finder_switches_and_search_of_a_decoder(kind, tmp_path_factory):
+    """The Live page's head finder, head switches and corpus search on a decoder (METHODS §15, §16, §18): a pick opens
+    its head; a head switched off gives the library's own ablation of the input; the matches are the library's."""
+    from attnlib.analyses.ablate import AblateOptions, ablate_input
+    from attnlib.core.corpus import CorpusInput
+    from attnlib.results.shipped import CLASSROOM_SINGLE
+    from attnlib.search.by_example import search_corpus
+    from support.pages import open_live, rerun, view_data
+
+    folder = save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-live-tools"))
+    lm = load_model(str(folder))
+    at = open_live(model=str(folder), a=TEXT, b="", view="finder")
+    picks = [b for b in at.button if b.key and b.key.startswith("pick_")]
+    assert picks
+    layer, head = (int(x) for x in picks[0].label.split(" ")[0].split("-"))
+    picks[0].click()
+    rerun(at)
+    data = view_data(at)
+    assert (data["layer"], data["heads"]) == (layer, [head]) and at.query_params["view"] == "head"
+
+    at = open_live(model=str(folder), a=TEXT, b="", off="2-3")
+    found = ablate_input(lm, CorpusInput(TEXT), AblateOptions(heads="1-2"))  # the page numbers from 1
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Sentence-embedding similarity"] == f"{found.similarity:.4f}"
+    assert metrics["Hidden states changed by"] == f"{found.hidden:.1%}" and found.hidden > 0
+
+    at = open_live(model=str(folder), a=TEXT, b="", layer="2", token="3", find="1", corpus="classroom-single", k="3")
+    strips = [m for m in at.markdown if "attn-strip" in m.value]
+    expected = search_corpus(lm, TEXT, 2, CLASSROOM_SINGLE, layer=1, k=3)
+    assert [m.input + 1 for m in expected.matches] == [int(s.value.split("· input ")[1].split(",")[0]) for s in strips]

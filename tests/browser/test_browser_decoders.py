@@ -103,6 +103,7 @@ def test_head_importance_sink_test_and_tour_step_of_a_decoder(
         page.get_by_role("heading", name="Head importance").wait_for(timeout=240_000)
         wait_idle(page, 240_000)
         compute_all(page, 3)  # computed on request
+        page.locator(".js-plotly-plot[data-drawn]").first.wait_for(timeout=120_000)  # FIGURES_DRAWN holds before any
         page.wait_for_function(FIGURES_DRAWN, timeout=120_000)
         page.screenshot(path=str(screenshot_dir / "decoder-importance-sink-test.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0

@@ -35,7 +35,7 @@ def test_grid_click_a_head_then_a_query(streamlit_server, browser, screenshot_di
         cell = (box["width"] - 52) / 12  # qk_grid.js: 52 px of row labels, then 12 heads (cell + gap each)
         layer, head = 3, 5  # 1-based, as the page numbers them
         page.mouse.click(box["x"] + 52 + (head - 1 + 0.5) * cell, box["y"] + 18 + (layer - 1 + 0.5) * cell)
-        page.get_by_text(f"Head {layer}-{head}, PCA").wait_for(timeout=120_000)
+        page.get_by_text(f"Head {layer}-{head}, PCA", exact=True).wait_for(timeout=120_000)  # not the figure title
         _settle(page)
         assert "layer=3" in page.url and "head=5" in page.url
         assert "Fidelity" in page.inner_text("[data-testid='stMain']")
