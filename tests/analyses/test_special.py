@@ -17,6 +17,7 @@ from attnlib.core.corpus import CorpusInput, read_text_corpus
 from attnlib.core.model import bundled_model_path
 from attnlib.core.runner import encode
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
+from attnlib.stats import shares
 from attnlib.stats.gradients import (
     GradientImportanceSums,
     GradientImportanceUnavailable,
@@ -31,6 +32,7 @@ from attnlib.stats.shares import (
     InputRows,
     SpecialTokenStats,
     class_masks,
+    class_row_mass,
     class_share,
     heads_above,
     input_statistics,
@@ -93,6 +95,47 @@ def test_entropy_by_hand():
     # a one-hot row: three entries of 0.0001/4 and one of 0.9999 + 0.0001/4
     tiny, big = 0.000025, 0.999925
     assert h[2] == pytest.approx(-3 * tiny * math.log(tiny) - big * math.log(big), abs=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_entropy_in_pieces_of_rows_is_the_definition(monkeypatch, causal):
+    # row_entropy works a few rows at a time: pieces of 1, 2 and 3 rows of [2, 3, 7, n] give each row's entropy as
+    # the float64 sum of METHODS §3's terms (§18's for causal rows: keys j <= i, smoothed with 0.0001 / (i + 1))
+    n = 40
+    rng = np.random.default_rng(1)
+    attn = rng.random((2, 3, 7, n)).astype(np.float32) ** 4
+    first_row = 20
+    i = first_row + np.arange(7)
+    if causal:
+        attn[..., np.arange(n)[None, :] > i[:, None]] = 0
+    attn /= attn.sum(-1, keepdims=True)
+    a = attn.astype(np.float64)
+    keys = (i + 1)[:, None] if causal else n
+    p = 0.9999 * a + 0.0001 / keys
+    terms = np.where(np.arange(n)[None, :] > i[:, None], 0, p * np.log(p)) if causal else p * np.log(p)
+    expected = -terms.sum(-1)
+    # float32: each of n terms off by about 2 eps |p ln p|, the sum by n eps: atol n x 3 eps x max |ln p|
+    atol = n * 3 * np.finfo(np.float32).eps * abs(math.log(0.0001 / n))
+    for rows in (1, 2, 3):
+        monkeypatch.setattr(shares, "ENTROPY_CHUNK", rows * 6 * n)
+        got = row_entropy(attn, causal, first_row)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("gathered", [0, 1000])
+def test_class_masses_are_the_product_with_the_class_indicators(monkeypatch, gathered):
+    # each class gathered and summed (gathered=1000) or multiplied by its indicator (0): both are attn @ classes
+    n = 50
+    rng = np.random.default_rng(2)
+    attn = rng.random((2, 3, 5, n)).astype(np.float32)
+    attn /= attn.sum(-1, keepdims=True)
+    classes = class_masks(np.eye(n)[0], np.eye(n)[n - 1], rng.random(n) < 0.4)
+    monkeypatch.setattr(shares, "GATHERED_KEYS", gathered)
+    got = class_row_mass(attn, classes)
+    expected = attn.astype(np.float64) @ classes
+    # float32 sums of at most n weights <= 1 (rows summing to 1), "other" a difference of such sums: (n + 3) eps
+    np.testing.assert_allclose(got, expected, rtol=0, atol=(n + 3) * np.finfo(np.float32).eps)
+    assert expected[..., 2].min() > 0.2  # the punctuation class has many keys
 
 
 @pytest.mark.parametrize("causal", [False, True])
