@@ -26,9 +26,13 @@ class GradientImportanceUnavailable(UnsupportedModelError):
 def unavailable_reason(lm: LoadedModel) -> str | None:
     """Why gradient importance cannot be computed for this model, or None when it can."""
     if lm.mlm is None:
+        what = {
+            "decoder": "is a decoder: it predicts the next token and has no masked-language-model head",
+            "encoder-decoder": "is an encoder-decoder: its encoder has no masked-language-model head",
+        }.get(lm.facts.kind, "has no trained masked-language-model head")
         return (
-            f"{lm.facts.name} has no trained masked-language-model head, so there is no masked-LM loss "
-            "to take gradients of (METHODS §5). Choose a model such as bert-base-uncased."
+            f"{lm.facts.name} {what}, so there is no masked-LM loss to take gradients of (METHODS §5). "
+            "Choose an encoder with its masked-LM head, such as bert-base-uncased."
         )
     if getattr(lm.tokenizer, "mask_token_id", None) is None:
         return f"The tokenizer of {lm.facts.name} has no mask token."

@@ -369,6 +369,17 @@ def test_gradient_importance_needs_an_mlm_head(minilm):
         gradient_importance(minilm, [CorpusInput("A sentence.")])
 
 
+@pytest.mark.parametrize("kind, says", [("gpt2", "is a decoder"), ("t5", "is an encoder-decoder")])
+def test_gradient_importance_refuses_decoders_and_encoder_decoders_as_what_they_are(tmp_path, kind, says):
+    from attnlib.core.model import load_model
+    from support.models import save_tiny
+
+    lm = load_model(str(save_tiny(kind, tmp_path / kind)))
+    reason = unavailable_reason(lm)
+    assert says in reason and "masked-language-model head" in reason
+    assert "Choose an encoder with its masked-LM head" in reason
+
+
 def test_masked_positions_are_fixed_and_skip_special_tokens():
     special = np.array([1] + [0] * 20 + [1], bool)
     pos = masked_positions(special, seed=0, index=3)
