@@ -30,29 +30,35 @@ TEXT = "The cat sat on the mat because it was warm."
 
 def _saved_as(kind: str, dtype: str, tmp_path_factory) -> tuple:
     """A tiny model of this kind saved in float32 and the same weights saved in a half dtype: both folders."""
-    from transformers import AutoModelForMaskedLM
-
     full = save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-float32"))
     half = tmp_path_factory.mktemp(f"{kind}-{dtype}")
-    AutoModelForMaskedLM.from_pretrained(full, dtype=HALF[dtype]).save_pretrained(half)
+    _auto_class(full).from_pretrained(full, dtype=HALF[dtype]).save_pretrained(half)
     for name in full.iterdir():
         if name.name.startswith(("tokenizer", "vocab", "merges", "special_tokens")):
             (half / name.name).write_bytes(name.read_bytes())
     return full, half
 
 
+def _auto_class(folder):
+    """transformers' own class for the saved model: a masked LM, or a decoder's causal LM."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    config = AutoConfig.from_pretrained(folder)
+    return AutoModelForMaskedLM if type(config) in AutoModelForMaskedLM._model_mapping else AutoModelForCausalLM
+
+
 def _eager_reference(folder, dtype) -> torch.nn.Module:
     """The checkpoint loaded by transformers itself with eager attention and the given dtype (independent of attnlib;
     a saved `_attn_implementation` outranks from_pretrained's keyword, so the config is set)."""
-    from transformers import AutoConfig, AutoModelForMaskedLM
+    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder)
     config._attn_implementation = "eager"
-    return AutoModelForMaskedLM.from_pretrained(folder, config=config, dtype=dtype).eval()
+    return _auto_class(folder).from_pretrained(folder, config=config, dtype=dtype).eval()
 
 
 @pytest.mark.parametrize("dtype", list(HALF))
-@pytest.mark.parametrize("kind", ["bert", "roberta", "modernbert"])
+@pytest.mark.parametrize("kind", ["bert", "roberta", "modernbert", "gpt2", "llama"])
 def test_half_precision_checkpoint_is_analysed_in_float32(kind, dtype, tmp_path_factory):
     _, half = _saved_as(kind, dtype, tmp_path_factory)
     assert json.loads((half / "config.json").read_text())["dtype"] == dtype
