@@ -211,7 +211,9 @@ def batch_vectors(lm: LoadedModel, encoded: Sequence[Encoded], options: IndexOpt
     if layer is not None:
         attentions = returned_weights(out.attentions)[layer]  # [batch, heads, n, n]
         if attentions.dim() != 4:
-            raise SearchError("the model returned no attention maps; it must run with eager attention.")
+            raise SearchError(
+                "the model's attention maps are not [batch, heads, n, n]; it must run with eager attention."
+            )
         argmax = attentions.argmax(-1)  # ties: torch returns the first (lowest) index of the maximum
     return BatchVectors(x, head_norms, argmax)
 

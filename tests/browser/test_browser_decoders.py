@@ -109,6 +109,11 @@ def test_head_importance_sink_test_and_tour_step_of_a_decoder(
         assert page.locator("[data-testid='stException']").count() == 0
         body = page.inner_text("body")
         assert "The sink test." in body and "first-token share against effect" in body
+        page.get_by_role("tab", name="Gradient importance").click()
+        page.get_by_text("is a decoder: gradient importance is defined here with a masked-LM head").wait_for(
+            timeout=60_000
+        )
+        page.screenshot(path=str(screenshot_dir / "decoder-importance-gradient.png"), full_page=True)
 
         page.goto(f"{streamlit_server}/tour?model={model}&step=3", wait_until="commit")
         page.get_by_text("What to notice.").wait_for(timeout=240_000)
