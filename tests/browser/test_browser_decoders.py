@@ -159,6 +159,7 @@ def test_global_aggregation_of_a_decoder_keeps_offsets_up_to_zero(
         found = [f for f in figures if "layer-output attribution per layer" in f["title"]]
         assert len(found) == 1, [f["title"] for f in figures]
         histograms = found[0]
+        wait_idle(page, 240_000)  # a click while the page still reruns (the positions above the tabs) is lost
         with page.expect_download(timeout=120_000) as download:
             panel.get_by_role("button", name="Download JSON").click()
         download.value.save_as(tmp_path / "aggregation.json")
