@@ -1,7 +1,8 @@
 """requirements.txt's torch lines resolve to the CPU build with pip and with uv (Community Cloud tries uv, then pip):
 `2.13.0+cpu` on Linux x86_64 and aarch64 and on Windows for Python 3.11-3.13, the plain `2.13.0` on macOS. Offline:
-a server on 127.0.0.1 plays PyTorch's page of torch files (its link layout: `/whl/cpu/torch-2.13.0%2Bcpu-....whl`,
-CPU and CUDA builds) and PyPI (plain `2.13.0` for every platform, the CUDA build on Linux), with small fake wheels."""
+a server on 127.0.0.1 plays torch's page of PyTorch's CPU index, /whl/cpu/torch/ (its link layout:
+`/whl/cpu/torch-2.13.0%2Bcpu-....whl#sha256=...`, the `+cpu` builds and macOS's unlabelled ones), and PyPI (plain
+`2.13.0` for every platform, the CUDA build on Linux), with small fake wheels."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -24,7 +26,7 @@ from packaging.requirements import Requirement
 
 from attnlib.results.shipped import CHECKOUT
 
-PAGE = "https://download.pytorch.org/whl/torch/"  # the find-links line requirements.txt must hold
+PAGE = "https://download.pytorch.org/whl/cpu/torch/"  # the find-links line requirements.txt must hold
 PYTHONS = ("3.11", "3.12", "3.13")
 LINUX = {"x86_64": "manylinux_2_28_x86_64", "aarch64": "manylinux_2_28_aarch64"}
 MAC, WINDOWS = "macosx_14_0_arm64", "win_amd64"  # PyTorch makes no macOS x86_64 wheel
@@ -60,8 +62,8 @@ def links(wheels: list[tuple[Path, str]]) -> str:
 
 
 def build_mock(root: Path) -> None:
-    """PyTorch's page at /whl/torch/ (files in /whl/cpu/ and /whl/cu130/) and PyPI's simple index at /simple/."""
-    folders = {name: root / name for name in ("whl/cpu", "whl/cu130", "whl/torch", "simple/torch", "packages")}
+    """Torch's page of PyTorch's CPU index at /whl/cpu/torch/ (files in /whl/cpu/), PyPI's simple index at /simple/."""
+    folders = {name: root / name for name in ("whl/cpu", "whl/cpu/torch", "simple/torch", "packages")}
     for folder in folders.values():
         folder.mkdir(parents=True)
     page: list[tuple[Path, str]] = []
@@ -69,11 +71,10 @@ def build_mock(root: Path) -> None:
     for python in PYTHONS:
         for platform in [*LINUX.values(), WINDOWS]:
             page.append((fake_wheel(folders["whl/cpu"], "2.13.0+cpu", python, platform), "/whl/cpu/"))
-            page.append((fake_wheel(folders["whl/cu130"], "2.13.0+cu130", python, platform), "/whl/cu130/"))
             pypi.append((fake_wheel(folders["packages"], "2.13.0", python, platform), "../../packages/"))
         page.append((fake_wheel(folders["whl/cpu"], "2.13.0", python, MAC), "/whl/cpu/"))
         pypi.append((fake_wheel(folders["packages"], "2.13.0", python, MAC), "../../packages/"))
-    (folders["whl/torch"] / "index.html").write_text(links(page))
+    (folders["whl/cpu/torch"] / "index.html").write_text(links(page))
     (folders["simple/torch"] / "index.html").write_text(links(pypi))  # PyPI's Linux torch: the CUDA build
 
 
@@ -97,7 +98,9 @@ def torch_requirements(mock: str, folder: Path) -> Path:
     """requirements.txt's find-links and torch lines, the page's URL pointed at the mock (the other pins need PyPI)."""
     text = (CHECKOUT / "requirements.txt").read_text()
     assert f"--find-links {PAGE}\n" in text
-    lines = [line.replace(PAGE, f"{mock}/whl/torch/") for line in text.splitlines() if line.startswith(("--", "torch"))]
+    lines = [
+        line.replace(PAGE, f"{mock}/whl/cpu/torch/") for line in text.splitlines() if line.startswith(("--", "torch"))
+    ]
     assert sum(line.startswith("torch") for line in lines) == 2
     path = folder / "requirements-torch.txt"
     path.write_text("\n".join(lines) + "\n")
@@ -189,10 +192,27 @@ def test_without_the_page_neither_tool_takes_pypis_build_on_linux(mock, tmp_path
     # The mock PyPI's Linux torch stands for the CUDA build: with the page missing, pip finds no 2.13.0+cpu and
     # stops; uv stops at once on a find-links URL it cannot read.
     requirements = torch_requirements(mock, tmp_path)
-    requirements.write_text(requirements.read_text().replace(f"{mock}/whl/torch/", f"{mock}/missing/"))
+    requirements.write_text(requirements.read_text().replace(f"{mock}/whl/cpu/torch/", f"{mock}/missing/"))
     with pytest.raises(AssertionError, match=r"torch==2\.13\.0\+cpu"):
         pip_choice(requirements, mock, "3.12", LINUX["x86_64"])
     uv = uv_bin()
     if uv is not None:
         with pytest.raises(AssertionError, match="Failed to read `--find-links` URL"):
             uv_choice(uv, requirements, mock, "3.12", UV_PLATFORM["x86_64"], tmp_path)
+
+
+def test_offline_setup_drops_only_the_find_links_line():
+    # scripts/setup_env.sh gives uv requirements.txt without its find-links line where download.pytorch.org does not
+    # resolve; its pattern must match that line, and nothing else.
+    script = (CHECKOUT / "scripts" / "setup_env.sh").read_text()
+    (pattern,) = re.findall(r"grep -v '([^']+)' \"\$file\"", script)
+    lines = (CHECKOUT / "requirements.txt").read_text().splitlines()
+    assert [line for line in lines if re.search(pattern, line)] == [f"--find-links {PAGE}"]
+
+
+def test_git_keeps_uv_lock_out():
+    # Community Cloud installs a committed uv.lock instead of requirements.txt.
+    assert "uv.lock" in (CHECKOUT / ".gitignore").read_text().splitlines()
+    if (CHECKOUT / ".git").exists():
+        out = subprocess.run(["git", "-C", str(CHECKOUT), "check-ignore", "--no-index", "uv.lock"], capture_output=True)
+        assert out.returncode == 0, out
