@@ -272,9 +272,9 @@ class AnalysisRun(Generic[R]):
     """One analysis run: its result, the model's facts, its options, what it read and how it ran (engine, device,
     workers, seconds), with the attnlib version and the time it was made.
 
-    In a notebook: `.show()` draws its figures, `.to_pandas()` gives its main long table (`.tables()` all of them),
-    `.to_json()` is what `attnlib <command> --json` prints and `.save(path)` writes the `--out` result file that the
-    app's "Load a result file" opens; `attnlib.load(path)` reads one back."""
+    In a notebook: `.show()` draws its figures (`.figures()` returns them), `.to_pandas()` gives its main long table
+    (`.tables()` all of them), `.to_json()` is what `attnlib <command> --json` prints and `.save(path)` writes the
+    `--out` result file that the app's "Load a result file" opens; `attnlib.load(path)` reads one back."""
 
     analysis: Analysis
     options: Options
@@ -340,16 +340,17 @@ class AnalysisRun(Generic[R]):
 
         return run_figures(self)
 
-    def show(self) -> list:
-        """Draw its figures in a notebook (each shows itself) and return them; outside a notebook, only return them."""
+    def show(self) -> list | None:
+        """In a notebook, draw its figures (each shows itself) and return None, so that the cell prints nothing under
+        them (`figures()` returns them); outside a notebook, return `figures()`."""
         figures = self.figures()
-        shell = _notebook_shell()
-        if shell is not None:
-            from IPython.display import display
+        if _notebook_shell() is None:
+            return figures
+        from IPython.display import display
 
-            for figure in figures:
-                display(figure)
-        return figures
+        for figure in figures:
+            display(figure)
+        return None
 
 
 def _notebook_shell() -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import warnings
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -410,3 +411,14 @@ def _short(exc: Exception) -> str:
 
 
 logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def _import_tqdm_auto_quietly() -> None:
+    """Import tqdm.auto, which transformers and huggingface_hub import, without the "IProgress not found" warning it
+    prints once in a Jupyter kernel without ipywidgets (their progress bars are then text, as they would be anyway)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import tqdm.auto  # noqa: F401
+
+
+_import_tqdm_auto_quietly()

@@ -64,7 +64,7 @@ def test_a_run_is_the_command_its_file_its_tables_and_figures(name, tiny_model_d
         if "head" in table and table["head"].dtype.kind == "i":
             assert table["head"].min() >= 1 and table["head"].max() <= run.facts.n_heads, title
 
-    figures = run.show()  # no notebook here: only returned
+    figures = run.figures()
     assert all(isinstance(f, Figure | View) for f in figures)
     assert figures or name == "ablate"
 
@@ -134,4 +134,27 @@ def test_a_shipped_result_file_loads_as_a_run(name):
         assert printed == stored["result"]
     else:
         assert printed["heads"] == stored["result"]["heads"]
-    assert set(run.to_pandas()["model"]) == {stored["model"]} and run.show()
+    assert set(run.to_pandas()["model"]) == {stored["model"]} and run.figures()
+
+
+def test_show_draws_in_a_notebook_and_leaves_nothing_to_print():
+    """In an IPython shell (a notebook's kernel runs one) `run.show()` displays each of `figures()` and returns None,
+    so a cell ending in it prints no list under the figures; outside a shell it returns `figures()`."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from attnlib.results.shipped import PRECOMPUTED
+
+    run = attnlib.load(PRECOMPUTED / "special_classroom-pairs.json")
+    figures = run.figures()
+    InteractiveShell.clear_instance()
+    assert [f.to_json() for f in run.show()] == [f.to_json() for f in figures] and figures
+    shell = InteractiveShell.instance()
+    try:
+        shell.user_ns["run"] = run
+        with capture_output() as shown:
+            outcome = shell.run_cell("run.show()")
+        assert outcome.success and outcome.result is None and shown.stdout == ""
+        assert [o.data["text/plain"] for o in shown.outputs] == [f.summary() for f in figures]
+    finally:
+        InteractiveShell.clear_instance()
