@@ -142,9 +142,21 @@ def float32_megabytes(parameters: int) -> float:
     return parameters * 4 / 2**20
 
 
+def megabytes_text(megabytes: float) -> str:
+    """'about 87 MB' from 10 MB up, 'about 4.4 MB' and 'about 0.4 MB' below, 'under 0.1 MB' under 0.05."""
+    if megabytes >= 9.95:  # what rounds to 10.0 MB or more at one decimal
+        return f"about {megabytes:,.0f} MB"
+    return f"about {megabytes:.1f} MB" if megabytes >= 0.05 else "under 0.1 MB"
+
+
+def parameters_text(parameters: int) -> str:
+    """'22.7 M parameters' from a million up, '110,000 parameters' below."""
+    return f"{parameters / 1e6:,.1f} M parameters" if parameters >= 1e6 else f"{parameters:,} parameters"
+
+
 def size_text(parameters: int) -> str:
-    """'22.7 M parameters, about 87 MB in float32'."""
-    return f"{parameters / 1e6:.1f} M parameters, about {float32_megabytes(parameters):,.0f} MB in float32"
+    """'22.7 M parameters, about 87 MB in float32'; '110,000 parameters, about 0.4 MB in float32'."""
+    return f"{parameters_text(parameters)}, {megabytes_text(float32_megabytes(parameters))} in float32"
 
 
 def parameter_count(config) -> int:
@@ -164,8 +176,8 @@ def check_size(name: str, parameters: int, max_megabytes: float | None) -> None:
     """Refuse a model whose float32 parameters exceed the server's limit, in words."""
     if max_megabytes is not None and float32_megabytes(parameters) > max_megabytes:
         raise ModelLoadError(
-            f"'{name}' needs about {float32_megabytes(parameters):,.0f} MB in float32 ({parameters / 1e6:,.1f} M "
-            f"parameters); this server loads models of at most {max_megabytes:,.0f} MB."
+            f"'{name}' needs {megabytes_text(float32_megabytes(parameters))} in float32 "
+            f"({parameters_text(parameters)}); this server loads models of at most {max_megabytes:,g} MB."
         )
 
 

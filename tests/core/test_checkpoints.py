@@ -5,6 +5,7 @@ attention weights refused in one sentence, and a model's size said and limited b
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -182,7 +183,10 @@ def test_size_is_read_from_the_config_and_limited_before_loading(tiny_model_dir,
     assert model_parameters(str(tiny_model_dir)) == counted == lm.facts.parameters
     megabytes = counted * 4 / 2**20
     limit = megabytes / 2
-    with pytest.raises(ModelLoadError, match=rf"needs about {megabytes:.0f} MB in float32.*at most {limit:.0f} MB"):
+    assert 0.05 <= megabytes < 9.95  # a tiny model's size, said to a tenth of a megabyte
+    count = f"{counted / 1e6:.1f} M" if counted >= 1e6 else f"{counted:,}"  # the tiny models: about 1 M
+    said = rf"needs about {megabytes:.1f} MB in float32 \({count} parameters\).*at most {limit:,g} MB"
+    with pytest.raises(ModelLoadError, match=said):
         load_model(str(tiny_model_dir), max_megabytes=limit)
     assert load_model(str(tiny_model_dir), max_megabytes=megabytes + 1).facts.parameters == counted
     monkeypatch.setenv("ATTNLIB_MAX_MODEL_MB", str(limit))
@@ -195,5 +199,5 @@ def test_size_is_read_from_the_config_and_limited_before_loading(tiny_model_dir,
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_app_sidebar_refuses_a_model_over_the_size_limit(tiny_model_dir):
     at = _choose_other(_sidebar({"max_model_mb": 1}), str(tiny_model_dir))
-    _assert_kept_default(at, str(tiny_model_dir), r"needs about \d+ MB in float32 .*at most 1 MB")
-    assert any("M parameters, about" in c.value for c in at.sidebar.caption)
+    _assert_kept_default(at, str(tiny_model_dir), r"needs about \d+\.\d MB in float32 .*at most 1 MB")
+    assert any(re.search(r"M parameters, about \d+ MB in float32", c.value) for c in at.sidebar.caption)

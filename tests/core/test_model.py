@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib.core.model import ModelLoadError, load_model, resolve_model_source
+from attnlib.core.model import ModelLoadError, load_model, resolve_model_source, size_text
 
 
 def test_tiny_model_with_trained_head_reports_it(tiny_model):
@@ -49,3 +49,16 @@ def test_unknown_hub_id_without_network_fails_fast(monkeypatch):
 def test_empty_name_is_refused():
     with pytest.raises(ModelLoadError, match="No model"):
         load_model("  ")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "text"),
+    [
+        (22_713_216, "22.7 M parameters, about 87 MB in float32"),  # all-MiniLM-L6-v2: 4 bytes each, 86.6 MiB
+        (2_000_000, "2.0 M parameters, about 7.6 MB in float32"),  # 7.63 MiB
+        (110_000, "110,000 parameters, about 0.4 MB in float32"),  # 0.42 MiB: said "about 0 MB" before
+        (10_000, "10,000 parameters, under 0.1 MB in float32"),  # 0.038 MiB
+    ],
+)
+def test_size_text_says_a_small_model_size(parameters, text):
+    assert size_text(parameters) == text
