@@ -10,6 +10,7 @@ import numpy as np
 from attnlib.analyses.base import Analysis, OptionError, Options, option
 from attnlib.core.blockwise import Block, run_blockwise, supports_blockwise
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.memory import check_memory, memory_limit, run_size
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import Encoded, check_tokens, encode, model_inputs, run_encoded
 from attnlib.core.seq2seq import PARTS, Part, Seq2SeqMaps, require_encoder_decoder, run_seq2seq
@@ -149,6 +150,16 @@ class AttentionMaps:
 ENCODER_DECODER_KEYS = ("kind", "part", "source", "target", "target_from", "key_tokens")
 
 
+# The end of the refusal of maps that would not fit in memory: what makes them fit, for a family whose attention runs
+# block-wise (a choice of layers, heads and rows is computed so, never a whole layer's maps) and for one whose does not
+WHAT_FITS = {
+    True: "Use a shorter text, or choose some of the maps with --layers, --heads or --rows (computed block-wise, "
+    "METHODS §19).",
+    False: "Use a shorter text (this model's attention does not run block-wise: --layers, --heads and --rows are cut "
+    "from the whole maps).",
+}
+
+
 def attention_maps(lm: LoadedModel, item: CorpusInput, options: AttentionOptions) -> AttentionMaps:
     """Run one sentence or pair and keep its attention maps; an encoder-decoder's chosen part for a source and
     target."""
@@ -158,8 +169,10 @@ def attention_maps(lm: LoadedModel, item: CorpusInput, options: AttentionOptions
     encoded = encode(lm, item.text_a, item.text_b)
     if isinstance(item.text_a, str):
         check_tokens(encoded, item.text_b is not None)
-    if options.selects() and supports_blockwise(lm.encoder):
+    blockwise = supports_blockwise(lm.encoder)
+    if options.selects() and blockwise:
         return _selected_blockwise(lm, encoded, options)
+    check_memory(run_size(lm, encoded.n), memory_limit(device=lm.device), advice=WHAT_FITS[blockwise])
     r = run_encoded(lm, [encoded])[0]
     return _selected(_maps_of(r, r.attentions), options)
 

@@ -87,8 +87,14 @@ def _megabytes(size: float) -> str:
     return f"{mb:,.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
 
 
-def check_memory(size: RunSize, limit: int | None, block_rows: int | None = None) -> None:
-    """MemoryLimitError, in words, when the run's estimated peak exceeds limit bytes (None: no limit)."""
+SHORTER_OR_BLOCKWISE = "Use a shorter text, or a statistic that runs block-wise."
+
+
+def check_memory(
+    size: RunSize, limit: int | None, block_rows: int | None = None, advice: str = SHORTER_OR_BLOCKWISE
+) -> None:
+    """MemoryLimitError, in words ending in `advice` (what makes the run fit), when the run's estimated peak exceeds
+    limit bytes (None: no limit)."""
     need = estimate_peak_bytes(size, block_rows)
     if limit is None or need <= limit:
         return
@@ -96,7 +102,7 @@ def check_memory(size: RunSize, limit: int | None, block_rows: int | None = None
     raise MemoryLimitError(
         f"An input of {size.n:,} tokens run {how} needs about {_megabytes(need)} ({size.layers} layers x "
         f"{size.heads} heads x {size.n:,}^2 attention weights); this server allows {_megabytes(limit)} per run. "
-        "Use a shorter text, or a statistic that runs block-wise."
+        + advice
     )
 
 

@@ -10,6 +10,10 @@ import pytest
 import attnlib.cli.entry as cli
 from attnlib.analyses.attention import parse_indices, parse_rows
 from attnlib.analyses.base import OptionError
+from attnlib.core.blockwise import default_block_rows, supports_blockwise
+from attnlib.core.memory import MAX_RUN_MB_ENV, estimate_peak_bytes, run_size
+from attnlib.core.model import load_model
+from attnlib.core.runner import encode
 from support.cli import cli_json, run_cli
 from support.models import save_tiny
 
@@ -77,3 +81,27 @@ def test_maps_too_large_to_print_are_refused_in_one_line(tmp_path, monkeypatch):
     assert ran.code == 0, ran.err
     ran = run_cli("attention", "--text", TEXT, "--model", folder, "--layers", "2", "--json")
     assert ran.code == 2 and "outside 0..1" in ran.err and ran.err.count("\n") == 1
+
+
+def test_maps_too_large_for_memory_are_refused_in_words_that_name_what_fits(model_dir, tmp_path, monkeypatch):
+    """A run limit between the block-wise and the whole-maps estimate: `--out maps.npz` of every map is refused in
+    one line; on a block-wise family it names --layers, --heads and --rows, and a choice made with them is written
+    under the same limit; on the others it says that they do not make the run smaller."""
+    lm = load_model(model_dir)
+    size = run_size(lm, encode(lm, TEXT).n)
+    blocks, whole = estimate_peak_bytes(size, default_block_rows(size.n, size.heads)), estimate_peak_bytes(size)
+    assert blocks < whole
+    monkeypatch.setenv(MAX_RUN_MB_ENV, str((blocks + whole) / 2 / 2**20))
+    out = str(tmp_path / "maps.npz")
+    ran = run_cli("attention", "--text", TEXT, "--model", model_dir, "--out", out, "--json")
+    assert ran.code == 2 and ran.err.startswith("error: ") and ran.err.count("\n") == 1, ran.err
+    assert f"{size.n:,} tokens" in ran.err and "Use a shorter text" in ran.err
+    if supports_blockwise(lm.encoder):
+        assert "choose some of the maps with --layers, --heads or --rows" in ran.err
+        chosen = run_cli(
+            "attention", "--text", TEXT, "--model", model_dir, "--layers", "0", "--heads", "0", "--rows", "0:3",
+            "--out", out, "--json",
+        )  # fmt: skip
+        assert chosen.code == 0 and chosen.json["shape"] == [1, 1, 3, size.n], chosen.err
+    else:
+        assert "does not run block-wise" in ran.err
