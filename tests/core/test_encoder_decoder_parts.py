@@ -85,10 +85,9 @@ def unidirectional_bucket(distance: int, buckets: int, max_distance: int) -> int
     )
 
 
+@pytest.mark.parametrize("encdec", ["t5"], indirect=True)  # BART's and Marian's positions are added to the embeddings
 def test_t5s_decoder_bias_is_its_first_layers_unidirectional_buckets(encdec):
-    kind, lm = encdec
-    if kind != "t5":
-        pytest.skip("T5 only: BART's and Marian's positions are added to the embeddings")
+    _, lm = encdec
     maps = run_seq2seq(lm, SOURCE, TARGET, qk="decoder")
     config, n = lm.seq2seq.config, len(maps.target.tokens)
     table = lm.seq2seq.get_decoder().block[0].layer[0].SelfAttention.relative_attention_bias.weight.detach().numpy()
