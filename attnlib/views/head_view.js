@@ -10,29 +10,60 @@
 const cv = document.getElementById('cv'), y0 = 4, unpacked = new Map();
 let K, Lb, Rb, m, S, li;  // the kind shown, its labels, its number of heads, its lines, the index of its layer shown
 let ROW, FONT, wl, wr, x1, x2, xr, bx, W, Hh, g, ctx;  // geometry of the kind shown (layout)
+const scrollBox = document.getElementById('box');  // the canvas's box: it scrolls what does not fit
 
 // pinned: the clicked row (-1 for none); active: the row whose lines are shown (pinned, hovered, or -1 for all rows)
 let pinned = D.selected, active = D.selected;
 const hidden = new Set();  // heads (indices into K.heads) switched off in the legend
 
-// Geometry: smaller rows and font for long inputs; labels, the lines, the right labels, then a bar per head.
+// Geometry: smaller rows and font for long inputs; labels, the lines, the right labels, then a bar per head. The
+// lines span SPAN px where the page has room; in a narrower page (a view in a column) they span what is left, down to
+// MIN_SPAN, then the margins narrow and the labels are cut to fit (ended with '…'): the view fits the box's width,
+// measured again when the page is resized or a vertical scroll bar takes some of it.
+const SPAN = 240, MIN_SPAN = 40;
 function layout() {
   const big = Math.max(Lb.length, Rb.length) > 120;
   ROW = big ? 14 : 18;
   FONT = (big ? 11 : 12) + 'px system-ui,sans-serif';
   const probe = cv.getContext('2d');
   probe.font = FONT;
+  Hh = y0 + ROW * Math.max(Lb.length, Rb.length, 1) + 6;
+  for (let tries = 0; tries < 2; tries++) {
+    const room = scrollBox.clientWidth || Infinity;  // 0 before the page is laid out: the natural width
+    fitWidth(probe, room);
+    ctx = hidpi(cv, W, Hh);
+    if (scrollBox.clientWidth >= room) break;  // else a vertical scroll bar appeared: fit what is left
+  }
+  g = {x1: x1, x2: x2, y0: y0, rowL: ROW, rowR: ROW, lw: 2};
+}
+
+// The horizontal geometry in `room` px: margins pad, the label columns wl and wr, the lines from x1 to x2, the bars.
+function fitWidth(probe, room) {
+  const bars = Math.max(m, 1) * 12;
   wl = labelWidth(probe, Lb, 150);
   wr = labelWidth(probe, Rb, 150);
-  x1 = 8 + wl + 8;
-  x2 = x1 + 240;
-  xr = x2 + 8;
-  bx = xr + wr + 12;
-  W = bx + Math.max(m, 1) * 12 + 8;
-  Hh = y0 + ROW * Math.max(Lb.length, Rb.length, 1) + 6;
-  g = {x1: x1, x2: x2, y0: y0, rowL: ROW, rowR: ROW, lw: 2};
-  ctx = hidpi(cv, W, Hh);
+  let pad = 8, span = Math.min(SPAN, room - (5 * pad + 4 + bars) - wl - wr);
+  if (span < MIN_SPAN) {
+    pad = 4;
+    const labels = room - (5 * pad + 4 + bars) - MIN_SPAN;  // what the two columns of labels may take
+    if (wl + wr > labels) {
+      const cut = Math.max(labels, 40) / (wl + wr);
+      wl = Math.max(20, Math.floor(wl * cut));
+      wr = Math.max(20, Math.floor(wr * cut));
+    }
+    span = Math.max(MIN_SPAN, Math.min(SPAN, room - (5 * pad + 4 + bars) - wl - wr));
+  }
+  x1 = pad + wl + pad;
+  x2 = x1 + span;
+  xr = x2 + pad;
+  bx = xr + wr + pad + 4;
+  W = bx + bars + pad;
 }
+
+window.addEventListener('resize', () => {
+  layout();
+  draw();
+});
 
 // The title with the layer, or with several layers the title and a picker of the layer.
 function layerPicker() {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnlib.present.tour import STEPS
-from support.browser import FIGURES_DRAWN, IDLE, browser_page
+from support.browser import FIGURES_DRAWN, IDLE, INK, browser_page, iframe_frame
 
 
 def _wait_for_step(page, number: int) -> None:
@@ -51,3 +51,36 @@ def test_tour_step_renders(streamlit_server, browser, screenshot_dir, number):
         page.screenshot(path=str(screenshot_dir / f"tour-step-{number}.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
         assert page.locator(".js-plotly-plot, iframe").count() > 0
+
+
+# The canvas's right edge, the width of the view's page, and whether its box scrolls sideways (the head view's
+# canvas sits in #box, which scrolls what does not fit).
+FIT = """() => { const cv = document.getElementById('cv'), box = document.getElementById('box');
+  return {right: cv.getBoundingClientRect().right, page: document.documentElement.clientWidth,
+          scrolls: box.scrollWidth > box.clientWidth}; }"""
+
+
+# Whether the view's label columns are as wide as its widest labels (none cut), from head_view.js's own geometry.
+WHOLE_LABELS = """() => { const c = document.createElement('canvas').getContext('2d'); c.font = FONT;
+  return wl === labelWidth(c, Lb, 150) && wr === labelWidth(c, Rb, 150); }"""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1024, 1280, 1400])
+def test_tour_head_views_fit_their_columns(streamlit_server, browser, screenshot_dir, width):
+    """Step 1's three head views in three columns (projector widths, down to 1,024 px): each canvas, tokens and
+    lines, fits its column without a sideways scroll bar; from 1,280 px no token is cut (at 1,024 px the columns are
+    177 px wide, and the longest tokens end in '…')."""
+    with browser_page(browser, screenshot_dir / f"failed-tour-heads-{width}.png", width=width, height=900) as page:
+        page.goto(f"{streamlit_server}/tour?step=1", wait_until="domcontentloaded")
+        _wait_for_step(page, 1)
+        frames = [iframe_frame(page, k) for k in range(3)]
+        for frame in frames:
+            frame.wait_for_function(f"() => ({INK})('#cv') > 500", timeout=60_000)
+        page.locator("iframe").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_dir / f"tour-step-1-{width}px.png"))
+        fits = [frame.evaluate(FIT) for frame in frames]
+        assert all(f["right"] <= f["page"] and not f["scrolls"] for f in fits), fits
+        if width >= 1280:
+            assert all(frame.evaluate(WHOLE_LABELS) for frame in frames)
