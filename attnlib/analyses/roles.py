@@ -325,10 +325,12 @@ def _forward(lm: LoadedModel, ids: np.ndarray, head: MlmHead | None) -> torch.Te
 
 
 def token_losses(logits: torch.Tensor, ids: np.ndarray) -> np.ndarray:
-    """Next-token cross-entropy at every position but the last: [inputs, n - 1] (float64)."""
+    """Next-token cross-entropy at every position but the last, logsumexp(z) - z[target]: [inputs, n - 1] (float64;
+    the logits read in place, never copied)."""
     targets = torch.as_tensor(ids[:, 1:], device=logits.device)
-    losses = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, reduction="none")
-    return losses.double().cpu().numpy()
+    kept = logits[:, :-1]
+    picked = kept.gather(-1, targets[..., None])[..., 0]
+    return (torch.logsumexp(kept.float(), dim=-1) - picked.float()).double().cpu().numpy()
 
 
 def probe_pass(lm: LoadedModel, probe: ProbeIds) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
