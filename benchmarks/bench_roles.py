@@ -78,7 +78,9 @@ def main() -> None:
                 once()
                 best[name] = min(best[name], time.perf_counter() - start)
     print(f"GPT-2 small's shape (random), {torch.get_num_threads()} torch threads, best of {args.repeats} interleaved")
-    print(f"probe: {probe.ids.shape[0]} sequences x {probe.ids.shape[1]} tokens (s = {probe.repeat_length}, b = {probe.b})")
+    print(
+        f"probe: {probe.ids.shape[0]} sequences x {probe.ids.shape[1]} tokens (s = {probe.repeat_length}, b = {probe.b})"
+    )
     for name, seconds in best.items():
         print(f"{name:45s} {seconds:8.3f} s")
     ratio = best["probe: probe_pass (maps, scores, losses)"] / best["probe: plain forward + LM head"]
