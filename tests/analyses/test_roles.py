@@ -229,7 +229,7 @@ def test_encoders_have_no_copying_score_no_gain_and_say_why(kind, results):
     assert printed["scores"]["copying"] is None and printed["roles"]["copying"] == []
 
 
-@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_detection_is_transformerlens_on_the_models_own_maps(kind, models):
     lm = models(kind)
     texts = ["the cat sat on the mat . the cat sat", "a dog ran . a dog ran"]
