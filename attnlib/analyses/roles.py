@@ -17,6 +17,7 @@ import torch
 
 from attnlib.analyses.base import Analysis, OptionError, Options, option
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.families import UnsupportedModelError
 from attnlib.core.hooks import ATTENTION, hooks
 from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.ov_circuit import copying_reason, ov_weights
@@ -180,7 +181,7 @@ class CheckpointScores:
 class RolesResult:
     """§20's head roles of one model: the probe, every head's scores, the in-context gain and causal check (decoders
     with an LM head), detection on the inputs given, the roles at the thresholds, and the checkpoints' scores.
-    `notes` says in words why a part is missing or shortened (copying, in_context_gain, probe)."""
+    `notes` says in words why a part is missing or shortened (copying, in_context_gain, causal, probe)."""
 
     probe: ProbeRecord
     scores: HeadScores
@@ -454,7 +455,12 @@ def compute_roles(lm: LoadedModel, inputs: list[CorpusInput] | None, options: Ro
     said = shortened_note(lm, options)
     if said is not None:
         notes["probe"] = said
-    causal = None if gain is None else causal_check(lm, probe, scores, options)
+    causal = None
+    if gain is not None:
+        try:
+            causal = causal_check(lm, probe, scores, options)
+        except UnsupportedModelError as exc:  # heads this model's family cannot switch off (weights kept in float16)
+            notes["causal"] = f"The causal check (METHODS §20) ablates heads (§15), which this model refuses: {exc}"
     detect = None if not inputs else detect_inputs(lm, inputs, options)
     points = None
     if options.checkpoints:
