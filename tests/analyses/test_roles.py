@@ -193,7 +193,7 @@ def copying_from_module_paths(lm, kind: str, full: set) -> np.ndarray:
     return scores
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama", pytest.param("gemma", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "gemma"])
 def test_copying_score_is_the_full_vocabulary_matrixs(kind, models, results):
     lm = models(kind)
     found = results(kind)[1] if kind != "gemma" else compute_roles(lm, None, OPTIONS)
