@@ -19,6 +19,7 @@ from attnlib.analyses.norms import NORMS, InputNorms
 from attnlib.analyses.positions import POSITIONS, PositionsResult
 from attnlib.analyses.probe import PROBE, ProbeResult
 from attnlib.analyses.qk import QK, QKResult
+from attnlib.analyses.retrieval import RETRIEVAL, RetrievalResult
 from attnlib.analyses.special import SPECIAL, SpecialTokens
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError
@@ -40,6 +41,7 @@ ANALYSES: dict[str, Analysis] = {
         IMPORTANCE,
         QK,
         GRADIENT,
+        RETRIEVAL,
     )
 }
 
@@ -189,5 +191,12 @@ def gradient(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs,
     return analyse("gradient", model, corpus=corpus, **keywords)
 
 
+def retrieval(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs | None = None,
+              **keywords: Any) -> AnalysisRun[RetrievalResult]:  # fmt: skip
+    """Wu et al.'s retrieval score of every head of a decoder: a needle in a haystack (the corpus; default UD EWT
+    dev's text) at each length and depth, decoded greedily or forced (`attnlib retrieval`, METHODS §20)."""
+    return analyse("retrieval", model, corpus=corpus, **keywords)
+
+
 RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient)}  # fmt: skip
+                                   importance, qk, gradient, retrieval)}  # fmt: skip

@@ -8,7 +8,6 @@ prompt never holds a layer's whole [heads, n, n] map; each later step is one row
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -22,35 +21,27 @@ from attnlib.core.blockwise import (
     supports_blockwise,
 )
 from attnlib.core.families import UnsupportedModelError
-from attnlib.core.hooks import ATTENTION, hooks
+from attnlib.core.hooks import ATTENTION, Cache, hooks
 from attnlib.core.memory import check_memory, memory_limit, run_size
 from attnlib.core.model import LoadedModel
 
-StepRows = Callable[[int, np.ndarray], None]  # (step t, rows [layers, heads, keys]): the row that produced y_t
+StepRows = Callable[[int, int, np.ndarray], None]  # (step t, y_t, rows [layers, heads, keys] of the row producing y_t)
 
 
-def decoding_model(lm: LoadedModel, forced: bool) -> torch.nn.Module:
-    """The module a decoding step runs: the causal LM; teacher forcing without a trained LM head runs the stack alone.
-    UnsupportedModelError (in words) for an encoder, an encoder-decoder, or greedy decoding without an LM head."""
+def check_decoder(lm: LoadedModel, forced: bool) -> None:
+    """UnsupportedModelError (in words) for an encoder, an encoder-decoder, or greedy decoding without a trained LM
+    head (teacher forcing needs none: it reads no prediction)."""
     kind = lm.facts.kind
     if kind != "decoder":
         what = "an encoder: its attention is bidirectional" if kind == "encoder" else "an encoder-decoder"
         raise UnsupportedModelError(
             f"'{lm.facts.name}' is {what}, and decoding with a needle test needs a decoder (GPT-2, Llama, Qwen, ...)."
         )
-    if lm.causal_lm is not None:
-        return lm.causal_lm
-    if forced:
-        return lm.encoder
-    raise UnsupportedModelError(
-        f"'{lm.facts.name}' has no trained LM head, so it cannot decode greedily; teacher forcing (forced) feeds the "
-        "needle's own tokens instead."
-    )
-
-
-def _last_logits_only(model: torch.nn.Module) -> dict:
-    """logits_to_keep=1 where the model's forward takes it (the prefill's logits of one position, not n x vocabulary)."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    if lm.causal_lm is None and not forced:
+        raise UnsupportedModelError(
+            f"'{lm.facts.name}' has no trained LM head, so it cannot decode greedily; teacher forcing (forced) feeds "
+            "the needle's own tokens instead."
+        )
 
 
 def _row_over(row: np.ndarray, keys: int) -> np.ndarray:
@@ -70,14 +61,18 @@ def greedy_decode(
     forced: Sequence[int] | None = None,
     on_rows: StepRows | None = None,
     block_rows: int | None = None,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> list[int]:
     """Decode up to `steps` tokens greedily after input_ids (stopping after the EOS token), or feed `forced` (teacher
-    forcing: its tokens are the decoded ones); returns the decoded ids. With `on_rows`, each step's attention row
-    is handed over before the next step runs; without it nothing is captured (plain decoding)."""
-    model = decoding_model(lm, forced is not None)
+    forcing: its tokens are the decoded ones); returns the decoded ids. With `on_rows`, each step's token and the
+    attention row that produced it are handed over before the next step runs; without it nothing is captured.
+    `head` maps the stack's last hidden state to next-token logits (greedy decoding needs it; the stack runs alone,
+    so every family's attention passes its `attn` hook site)."""
+    check_decoder(lm, forced is not None)
+    if forced is None and head is None:
+        raise ValueError("greedy decoding needs the model's LM head")
     steps = min(steps, len(forced)) if forced is not None else steps
-    f, n = lm.facts, len(input_ids)
-    keep = _last_logits_only(model)
+    f, n, model = lm.facts, len(input_ids), lm.encoder
     eos = getattr(lm.tokenizer, "eos_token_id", None)
     ids = torch.tensor([list(input_ids)], device=lm.device)
     rows = np.zeros((f.n_layers, f.n_heads, n), np.float32)
@@ -90,31 +85,37 @@ def greedy_decode(
 
     with torch.inference_mode():
         if on_rows is None:
-            out = model(input_ids=ids, use_cache=True, **keep)
+            out = model(input_ids=ids, use_cache=True)
         elif supports_blockwise(lm.encoder):
             height = default_block_rows(n, f.n_heads) if block_rows is None else block_rows
             check_memory(run_size(lm, n, 1), memory_limit(device=lm.device), height)
             with blockwise_attention(lm.encoder, take_last, height, n > BLOCKWISE_FROM) as active:
-                out = model(input_ids=ids, use_cache=True, **keep)
+                out = model(input_ids=ids, use_cache=True)
             if active.calls != f.n_layers:
                 raise RuntimeError(f"block-wise attention saw {active.calls} layers, not the model's {f.n_layers}")
         else:
             with hooks(lm, ATTENTION) as cache:
-                out = model(input_ids=ids, use_cache=True, **keep)
+                out = model(input_ids=ids, use_cache=True)
             rows = np.stack([a[0, :, -1].float().cpu().numpy() for a in cache.attn])
         decoded: list[int] = []
         for t in range(steps):
-            token = int(forced[t]) if forced is not None else int(out.logits[0, -1].argmax())
+            if forced is not None:
+                token = int(forced[t])
+            else:
+                assert head is not None
+                token = int(head(out.last_hidden_state[0, -1]).argmax())
             decoded.append(token)
             if on_rows is not None:
-                on_rows(t, rows)
+                on_rows(t, token, rows)
             if t == steps - 1 or (forced is None and token == eos):
                 break
             step_ids = torch.tensor([[token]], device=lm.device)
-            captured = hooks(lm, ATTENTION) if on_rows is not None else contextlib.nullcontext()
-            with captured as cache:
-                out = model(input_ids=step_ids, cache=out.cache, use_cache=True, **keep)
-            if cache is not None:
+            captured: contextlib.AbstractContextManager[Cache | None] = (
+                hooks(lm, ATTENTION) if on_rows is not None else contextlib.nullcontext()
+            )
+            with captured as step_cache:
+                out = model(input_ids=step_ids, cache=out.cache, use_cache=True)
+            if step_cache is not None:
                 keys = n + t + 1
-                rows = np.stack([_row_over(a[0, :, -1].float().cpu().numpy(), keys) for a in cache.attn])
+                rows = np.stack([_row_over(a[0, :, -1].float().cpu().numpy(), keys) for a in step_cache.attn])
     return decoded

@@ -3,6 +3,7 @@ every head from the attention rows that produced each decoded token; plain funct
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ EXTRA_STEPS = 5  # greedy decoding runs up to q + 5 steps
 @dataclass
 class NeedleTest:
     """One test's input: BOS (where the model starts with one), the haystack's first `length` ids with the needle
-    inserted after `round(depth * length)` of them, then the prompt; `needle_span` [start, end) of the needle."""
+    inserted after depth * length of them (rounded half up), then the prompt; `needle_span` [start, end) of the needle."""
 
     length: int
     depth: float
@@ -34,7 +35,7 @@ def needle_test(
         raise ValueError("the needle has no token")
     if not 0 <= depth <= 1:
         raise ValueError(f"a depth is a fraction of the haystack, from 0 to 1, not {depth}")
-    before = round(depth * length)
+    before = math.floor(depth * length + 0.5)  # rounded half up
     start = (bos is not None) + before
     ids = ([] if bos is None else [bos]) + list(haystack[:before]) + list(needle)
     ids += list(haystack[before:length]) + list(prompt)
@@ -75,7 +76,8 @@ class CopyCounter:
 def copy_scores(steps: Sequence[np.ndarray], input_ids: Sequence[int], span: tuple[int, int],
                 decoded: Sequence[int]) -> np.ndarray:  # fmt: skip
     """One test's scores [layers, heads] from every step's rows [layers, heads, len(input_ids) + t]."""
-    counter = CopyCounter(*steps[0].shape[:2], span)
+    layers, heads = steps[0].shape[:2]
+    counter = CopyCounter(layers, heads, span)
     sequence = list(input_ids) + list(decoded)
     for rows, produced in zip(steps, decoded):
         counter.step(rows, sequence, produced)

@@ -27,11 +27,13 @@ KEYS = {
     "qk": {"model", "layer", "head", "method", "n_layers", "n_heads", "n_inputs", "n_truncated", "inputs", "points",
            "has_upos", "fidelity", "grid"},  # grid: --all-heads
     "gradient": {"model", "n_inputs", "layers", "heads"},
+    "retrieval": {"model", "scores", "threshold", "retrieval_heads", "tests"},
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},
     ("gradient", "heads"): {"sep", "all"},
 }
+TEST_KEYS = {"length", "depth", "input_ids", "needle_span", "decoded_ids", "forced"}  # each of retrieval's tests
 COMMAND_KEYS = {
     "index": {"model", "corpus", "options", "n_inputs", "n_positions", "dims", "out", "bytes", "seconds"},
     "search": {"model", "index", "query", "heads", "matches", "summary"},
