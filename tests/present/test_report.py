@@ -49,7 +49,7 @@ def test_largest_difference_by_hand():
 
 def test_methods_sections_and_links():
     sections = methods_sections()
-    assert sorted(sections) == list(range(1, 20))
+    assert sorted(sections) == list(range(1, 21))
     heading, text = sections[2]
     assert heading == "2. Share of attention to a class (Clark Fig. 2)"
     assert "share_C" in text

@@ -29,6 +29,7 @@ KEYS = {
     "gradient": {"model", "n_inputs", "layers", "heads"},
     "roles": {"model", "probe", "scores", "in_context_gain", "causal", "detect", "roles", "thresholds", "checkpoints",
               "notes"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
+    "retrieval": {"model", "scores", "threshold", "retrieval_heads", "tests"},
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},
@@ -38,6 +39,7 @@ NESTED = {  # keys below the top level that an issue named: the no-op test's ent
     ("roles", "detect"): {"mul", "abs"},
     ("roles", "roles"): {"previous", "duplicate", "induction", "copying", "sink"},
 }
+TEST_KEYS = {"length", "depth", "input_ids", "needle_span", "decoded_ids", "forced"}  # each of retrieval's tests
 COMMAND_KEYS = {
     "index": {"model", "corpus", "options", "n_inputs", "n_positions", "dims", "out", "bytes", "seconds"},
     "search": {"model", "index", "query", "heads", "matches", "summary"},
