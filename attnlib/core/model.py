@@ -313,6 +313,7 @@ def load_model(
     limit = max_megabytes if max_megabytes is not None else parse_megabytes(os.environ.get(MAX_MODEL_MB_ENV))
     check_allowed(name_or_path, allowed)
     source, config, kwargs = _source_and_config(name_or_path, allow_local)
+    attention_heads(name_or_path, config)  # a model without attention is refused before its weights are read
     config._attn_implementation = "eager"  # whatever the saved config names: only eager attention returns weights
     kind = model_kind(config)
     parameters = parameter_count(config)
@@ -378,10 +379,22 @@ def load_model(
     )
 
 
+def attention_heads(name: str, config) -> int:
+    """The attention heads per layer that the config names (its num_attention_heads, under whatever name the family
+    keeps it); ModelLoadError, in one sentence, for a model without attention layers (Mamba, RWKV)."""
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None)
+    if not heads:
+        raise ModelLoadError(
+            f"'{name}' ({config.model_type}) has no attention layers: it mixes its tokens without attention (a "
+            "state-space or recurrent layer, as Mamba and RWKV do), so there are no attention heads to show or analyse."
+        )
+    return int(heads)
+
+
 def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:
     """Read sizes and special tokens from a config and tokenizer."""
     n_layers = getattr(config, "num_hidden_layers", None) or config.n_layers
-    n_heads = getattr(config, "num_attention_heads", None) or config.n_heads
+    n_heads = attention_heads(name, config)
     hidden = getattr(config, "hidden_size", None) or config.dim
     positions = getattr(config, "max_position_embeddings", 512)
     positions -= RESERVED_POSITIONS.get(config.model_type, 0)

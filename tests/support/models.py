@@ -67,6 +67,9 @@ DECODER_KV_HEADS = {
     "gemma3": 2,
 }
 
+# models without attention layers (a state-space model, a recurrent one): refused on every command and page
+NO_ATTENTION_KINDS = ("mamba", "rwkv")
+
 # encoder-decoders: T5 (relative position bias, no CLS), BART (learned positions, <s> ... </s>), Marian (sinusoidal)
 ENCODER_DECODER_KINDS = ("t5", "bart", "marian")
 # each Unigram kind's special tokens as the vocabulary's first ids, its eos, unk and pad (the decoder's start token)
@@ -157,6 +160,8 @@ def tokenizer_for(kind: str):
     """The tokenizer a tiny model of this kind is saved with."""
     if kind in DECODER_KINDS:
         return decoder_tokenizer_for(kind)
+    if kind in NO_ATTENTION_KINDS:
+        return decoder_tokenizer_for("gpt2")
     if kind in UNIGRAM_SPECIALS:
         return unigram_tokenizer(kind)
     return roberta_tokenizer() if kind in (*BPE_KINDS, "bart") else bert_tokenizer()
@@ -178,6 +183,8 @@ def tiny_config(kind: str, tokenizer):
         return tiny_decoder_config(kind, tokenizer)
     if kind in ENCODER_DECODER_KINDS:
         return tiny_encoder_decoder_config(kind, tokenizer)
+    if kind in NO_ATTENTION_KINDS:
+        return tiny_no_attention_config(kind, tokenizer)
     vocab, ids = len(tokenizer), _ids(tokenizer)
     positions = dict(max_position_embeddings=66 if kind in (*BPE_KINDS, "mpnet") else 64)
     if kind in ("bert", "bert-classifier"):
@@ -260,7 +267,7 @@ def tiny_model(kind: str, tokenizer):
     config = tiny_config(kind, tokenizer)
     if kind == "llama-classifier":
         return tf.LlamaForSequenceClassification(config)
-    if kind in DECODER_KINDS:
+    if kind in (*DECODER_KINDS, *NO_ATTENTION_KINDS):
         return tf.AutoModelForCausalLM.from_config(config)
     if kind in ENCODER_DECODER_KINDS:
         return tf.AutoModelForSeq2SeqLM.from_config(config)
@@ -419,6 +426,25 @@ def tiny_encoder_decoder_config(kind: str, tokenizer):
     if kind == "marian":
         return tf.MarianConfig(**ids, **sizes, decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=None)
     raise ValueError(f"no tiny encoder-decoder config for {kind!r}")
+
+
+def tiny_no_attention_config(kind: str, tokenizer):
+    """A 2-layer, hidden-32 causal LM without attention: Mamba (a state-space model) or RWKV (a recurrent one)."""
+    import transformers as tf
+
+    ids = dict(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    if kind == "mamba":
+        return tf.MambaConfig(**ids, hidden_size=32, num_hidden_layers=2, state_size=4)
+    if kind == "rwkv":
+        return tf.RwkvConfig(
+            **ids,
+            hidden_size=32,
+            num_hidden_layers=2,
+            attention_hidden_size=32,
+            intermediate_size=64,
+            context_length=64,
+        )
+    raise ValueError(f"no tiny config without attention for {kind!r}")
 
 
 def move_off_initial(model: torch.nn.Module, seed: int = 1) -> torch.nn.Module:
