@@ -305,20 +305,30 @@ def sliding_window(config, layer: int) -> int | None:
     return int(size) - 1
 
 
-def _decoder_exact(config) -> dict[Statistic, str]:
-    """Decoders: the neuron view's queries and keys are exact, except under soft-capped scores. Norms (METHODS §12,
-    pre-norm decoders) read the model's own weights and values; attribution and ablation replay the model's own layers
-    with their recorded calls (causal and sliding masks, rotary tables, soft-capping included)."""
-    reasons: dict[Statistic, str] = {}
-    if getattr(config, "attn_logit_softcapping", None):
-        reasons["queries_keys"] = "its scores are soft-capped (tanh(s / c) c), not scale * q.k"
-    return reasons
+def _decoder_exact(_config) -> dict[Statistic, str]:
+    """Decoders: the neuron view's queries and keys are exact (under Gemma 2's soft-capping too: they are the model's
+    own, and q.k is the score before capping, score_cap_text). Norms (METHODS §12, pre-norm decoders) read the model's
+    own weights and values; attribution and ablation replay the model's own layers with their recorded calls (causal
+    and sliding masks, rotary tables, soft-capping included)."""
+    return {}
+
+
+def score_cap_text(cap: float | None) -> str | None:
+    """A sentence on soft-capped scores (Gemma 2: logits c tanh(s / c)), for the pages that show q and k; None
+    without a cap."""
+    if not cap:
+        return None
+    return (
+        f"This model soft-caps its attention scores: the softmax reads {cap:g}·tanh(s / {cap:g}), where s (scale × q·k) "
+        "is the score before capping. The queries and keys are the model's own; capping keeps each query's order of "
+        "keys, so its top key is the one with the largest q·k."
+    )
 
 
 def _opt_exact(config) -> dict[Statistic, str]:
     """OPT-350m puts its LayerNorm after attention and the residual: the pre-norm decomposition and replay of the
     attention block alone do not describe it."""
-    reasons = _decoder_exact(config)
+    reasons: dict[Statistic, str] = {}
     if not getattr(config, "do_layer_norm_before", True):
         why = "this OPT applies its LayerNorm after attention (do_layer_norm_before false), not written here"
         reasons |= {"norms": why, "hta": why}

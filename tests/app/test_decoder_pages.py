@@ -147,8 +147,10 @@ def test_live_norms_view_of_a_decoder(gpt2_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma2"])
 def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory):
+    """softmax of the shown scores is the model's row; Gemma 2's scores are soft-capped, and the page says that q·k is
+    the score before capping."""
     from streamlit.testing.v1 import AppTest
 
     from attnlib.results.shipped import ROOT
@@ -160,6 +162,8 @@ def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory
     assert not at.exception, at.exception
     assert any("equals the model's attention row" in c.value for c in at.caption), [c.value for c in at.caption]
     assert any("‖f(x_j)‖ = ‖v_j W_O‖" in c.value for c in at.caption)  # value norms beside it (METHODS §11, §18)
+    capped = [c.value for c in at.caption if "is the score before capping" in c.value]
+    assert len(capped) == (kind == "gemma2") and all("50·tanh(s / 50)" in c for c in capped)
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
