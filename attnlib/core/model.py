@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from attnlib.core.families import RESERVED_POSITIONS, dtype_name, layer_window
+from attnlib.core.families import FULL_PRECISION, RESERVED_POSITIONS, dtype_name, family_of, layer_window
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -315,6 +315,8 @@ def load_model(
     source, config, kwargs = _source_and_config(name_or_path, allow_local)
     attention_heads(name_or_path, config)  # a model without attention is refused before its weights are read
     config._attn_implementation = "eager"  # whatever the saved config names: only eager attention returns weights
+    config._experts_implementation = "eager"  # a mixture of experts as a loop over its experts, which forward-mode
+    # differentiation (HTA) runs through; the router chooses as the model does
     kind = model_kind(config)
     parameters = parameter_count(config)
     if note is not None and float32_megabytes(parameters) >= SIZE_NOTE_MB:
@@ -361,8 +363,13 @@ def load_model(
     has_mlm = kind == "encoder" and _mlm_head_trained(
         info, mlm.base_model_prefix, getattr(config, "architectures", None)
     )
-    facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
     running = dtype_name(next(mlm.parameters()).dtype)
+    if family_of(config.model_type) is None and running in FULL_PRECISION:  # found in the model, checked once
+        from attnlib.core.found import find_layout
+
+        configs = [m.config for m in mlm.modules() if isinstance(getattr(m, "config", None), type(config))]
+        find_layout(encoder, causal=kind == "decoder", configs=[mlm.config, *configs])
+    facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
     facts = replace(facts, kind=kind, parameters=parameters, dtype=running, saved_dtype=saved_dtype)
     architectures = getattr(config, "architectures", None)
     lm_head = kind == "decoder" and _mlm_head_trained(info, mlm.base_model_prefix, architectures, DECODER_ARCHITECTURES)
