@@ -219,7 +219,7 @@ def test_a_changed_output_projection_is_refused_naming_it(mixtral):
     for statistic in ("norms", "hta", "ablation"):
         reason = unsupported_reason(mixtral.encoder.config, statistic)
         assert reason is not None and "the output projection self_attn.o_proj" in reason, reason
-    with pytest.raises(UnsupportedModelError, match="output projection self_attn.o_proj"):
+    with pytest.raises(UnsupportedModelError, match=r"output projection self_attn\.o_proj"):
         layout(mixtral.encoder, "norms")
     assert unsupported_reason(mixtral.encoder.config, "queries_keys") is None
 
