@@ -88,6 +88,7 @@ class Family:
     final_norm: str | None = None  # from the base model: applied to the last layer's output
     after_first_layer: str | None = None  # from the base model: f(layer 0 input, its output, 2-D mask) after layer 0
     unbatched: tuple[str, ...] = ()  # layer-call arguments the whole batch shares (replay does not repeat them)
+    batch_heads: tuple[str, ...] = ()  # layer-call arguments shaped [batch * heads, ...] (Bloom's ALiBi): repeated
     exact: Callable[[object], dict[Statistic, str]] = lambda _config: {}  # config -> statistics not exact, and why
     attention_norm: str | None = None  # an RMSNorm of the attention output before the residual (Gemma 2 and 3)
     feed_forward_norm: str | None = None  # an RMSNorm of the feed-forward output before the residual (Gemma 2 and 3)

@@ -82,7 +82,8 @@ FOUND_SHAPES: tuple[Family, ...] = (
     _decoder_shape("Phi", "layers", "self_attn", ("q_proj", "k_proj", "v_proj"), "dense", "input_layernorm",
                    "final_layernorm"),
     _decoder_shape("GPT-J", "h", "attn", ("q_proj", "k_proj", "v_proj"), "out_proj", "ln_1", "ln_f"),
-    _decoder_shape("Falcon and Bloom", "h", "self_attention", ("query_key_value",), "dense", "input_layernorm", "ln_f"),
+    replace(_decoder_shape("Falcon and Bloom", "h", "self_attention", ("query_key_value",), "dense", "input_layernorm",
+                           "ln_f"), batch_heads=("alibi",)),
 )  # fmt: skip
 
 
@@ -331,9 +332,11 @@ def _check(stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tenso
     if final is None and gap > TOLERANCE:
         why = f"the stack's output is not its last layer's output through a final norm ({gap:.2g})"
         reasons |= {s: why for s in ("hta", "ablation") if s not in reasons}
-    replayed = _replay_reason(rec, shape.unbatched)
+    replayed, differentiated = _replay_reasons(rec, shape.unbatched, shape.batch_heads)
     if replayed is not None:
         reasons |= {s: replayed for s in ("hta", "ablation") if s not in reasons}
+    if differentiated is not None:
+        reasons.setdefault("hta", differentiated)
     family = replace(
         shape,
         name=f"{shape.name}-shaped",
@@ -352,28 +355,31 @@ def _check(stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tenso
     return _Checked(family, reasons, _parts_found(family, lay, kv_heads))
 
 
-def _replay_reason(rec: _Pass, unbatched: Sequence[str]) -> str | None:
+def _replay_reasons(rec: _Pass, unbatched: Sequence[str], batch_heads: Sequence[str]) -> tuple[str | None, str | None]:
     """Why the first layer cannot be replayed as attribution and ablation replay it (attnlib.core.replay: two variants
-    of the recorded input in one batch, each giving the layer's own output; differentiated in forward mode), in words;
-    None when it can."""
+    of the recorded input in one batch, each giving the layer's own output), and why it cannot be differentiated in
+    forward mode as attribution differentiates it, in words; None for each that it can."""
     call, recorded = rec.layer_calls[0], rec.layer_outputs[0]
 
     def layer(x: torch.Tensor) -> torch.Tensor:
-        args, kwargs = call.with_hidden(x, unbatched)
+        args, kwargs = call.with_hidden(x, unbatched, batch_heads)
         return first_output(call.module(*args, **kwargs))
 
+    replayed = differentiated = None
     try:
         twice = layer(torch.cat([call.hidden, call.hidden]))
+        gap = max(_differs(half, recorded) for half in twice.chunk(2))
+        if gap > TOLERANCE:
+            replayed = f"its first layer, replayed on two variants of its input in one batch, differs by {gap:.2g}"
     except Exception as exc:
-        return f"its first layer, replayed on two variants of its input in one batch, fails ({_first_line(exc)})"
-    gap = max(_differs(half, recorded) for half in twice.chunk(2))
-    if gap > TOLERANCE:
-        return f"its first layer, replayed on two variants of its input in one batch, differs by {gap:.2g}"
+        replayed = f"its first layer, replayed on two variants of its input in one batch, fails ({_first_line(exc)})"
     try:
         torch.func.jvp(layer, (call.hidden,), (torch.ones_like(call.hidden),))
     except Exception as exc:
-        return f"its layers cannot be differentiated in forward mode, which attribution needs ({_first_line(exc)})"
-    return None
+        differentiated = (
+            f"its layers cannot be differentiated in forward mode, which attribution needs ({_first_line(exc)})"
+        )
+    return replayed, differentiated
 
 
 def _first_line(exc: Exception) -> str:

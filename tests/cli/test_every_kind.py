@@ -10,12 +10,20 @@ import argparse
 import pytest
 
 import attnlib.cli.options as cli_options
+from attnlib.core.families import unsupported_reason
 from attnlib.cli.entry import build_parser
 from attnlib.core.model import load_model
 from attnlib.stats.gradients import unavailable_reason
 from support.cli import run_cli
 from support.json_keys import COMMAND_KEYS, KEYS
-from support.models import DECODER_KINDS, DECODER_SLIDING_LAYERS, ENCODER_DECODER_KINDS, save_tiny
+from support.models import (
+    DECODER_KINDS,
+    DECODER_SLIDING_LAYERS,
+    ENCODER_DECODER_KINDS,
+    FOUND_ENCODER_DECODER_KINDS,
+    FOUND_LAYOUT_KINDS,
+    save_tiny,
+)
 from support.runs import command_line, small_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
@@ -24,25 +32,40 @@ COMMANDS = sorted({**KEYS, **COMMAND_KEYS})
 SAYS_DECODER = ("aggregation", "importance", "positions", "special")  # the JSON that carries "kind": "decoder"
 PART_KEYS = {"source", "target", "target_from", "key_tokens"}  # an encoder-decoder's `attention`: its two texts
 # what has no meaning for a kind: gradient importance takes gradients of a masked-LM loss, which no decoder or
-# encoder-decoder has (Gemma 2's soft-capped queries and keys are shown: q.k is the score before capping)
-REFUSED = {"gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS)}
+# encoder-decoder has (Gemma 2's soft-capped queries and keys are shown: q.k is the score before capping); and what
+# the check of a layout found refuses: Bloom's feed-forward is an autograd.Function, which attribution's forward-mode
+# differentiation cannot run through (`positions` then leaves attribution out and says why)
+REFUSED = {
+    "gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS, *FOUND_LAYOUT_KINDS),
+    **dict.fromkeys(("hta", "aggregation", "report"), ("bloom",)),  # the report: its aggregation part
+}
+ATTRIBUTION_KEYS = {
+    "correlation",
+    "median_correlation",
+    "attribution_center_of_mass",
+    "attribution_head_center_of_mass",
+}
+ENCODER_DECODERS = (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS)
 
 
-def _reason(folder: str) -> str | None:
-    """The library's own reason why gradient importance has no meaning for this model."""
-    return unavailable_reason(load_model(folder))
+def _reason(folder: str, command: str) -> str | None:
+    """The library's own reason why the command has no meaning for this model (or what its check found)."""
+    lm = load_model(folder)
+    return unavailable_reason(lm) if command == "gradient" else unsupported_reason(lm.encoder.config, "hta")
 
 
 def _expected_keys(kind: str, command: str) -> set[str]:
     """The command's keys for an encoder, and what this kind adds (kind and part, windows, the target)."""
     keys = set(KEYS.get(command) or COMMAND_KEYS[command])
-    if kind in ENCODER_DECODER_KINDS:
+    if kind in ENCODER_DECODERS:
         added = {"stacks"} if command == "report" else {"kind", "part"}
         return keys | added | (PART_KEYS if command == "attention" else set())
     if command in SAYS_DECODER:
         keys.add("kind")
     if command == "positions" and kind in DECODER_SLIDING_LAYERS:
         keys.add("windows")
+    if command == "positions" and kind in REFUSED["hta"]:
+        keys = keys - ATTRIBUTION_KEYS | {"attribution_unavailable"}
     return keys
 
 
@@ -67,7 +90,7 @@ def _each_model_read_once():
         yield
 
 
-@pytest.fixture(scope="module", params=(*DECODER_KINDS, *ENCODER_DECODER_KINDS))
+@pytest.fixture(scope="module", params=(*DECODER_KINDS, *ENCODER_DECODER_KINDS, *FOUND_LAYOUT_KINDS))
 def kind_dir(request, tmp_path_factory):
     return request.param, save_tiny(request.param, tmp_path_factory.mktemp(f"every-{request.param}"))
 
@@ -75,13 +98,13 @@ def kind_dir(request, tmp_path_factory):
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_runs_and_says_the_kind_or_refuses_in_one_line(kind_dir, command, tmp_path):
     kind, folder = kind_dir
-    encoder_decoder = kind in ENCODER_DECODER_KINDS
+    encoder_decoder = kind in ENCODER_DECODERS
     small = small_files(tmp_path)
     if encoder_decoder:
         small["attention"] = dict(pair=False)  # an encoder-decoder reads a source and a target, not a pair
     ran = run_cli(*command_line(command, str(folder), **small.get(command, {})), "--json")
     if kind in REFUSED.get(command, ()):
-        reason = _reason(str(folder))
+        reason = _reason(str(folder), command)
         assert reason is not None and ran.error.endswith(reason), ran
         return
     assert ran.code == 0, ran.err
