@@ -10,8 +10,8 @@ import argparse
 import pytest
 
 import attnlib.cli.options as cli_options
-from attnlib.core.families import unsupported_reason
 from attnlib.cli.entry import build_parser
+from attnlib.core.families import unsupported_reason
 from attnlib.core.model import load_model
 from attnlib.stats.gradients import unavailable_reason
 from support.cli import run_cli
