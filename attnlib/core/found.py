@@ -19,6 +19,7 @@ which `family_for` and `unsupported_reason` then read."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,7 @@ from attnlib.core.families import (
     register_found,
     sliding_window,
 )
+from attnlib.core.hooks import hooked
 from attnlib.core.replay import Call, first_output
 
 TOLERANCE = 1e-5  # of the largest magnitude compared, in float32
@@ -100,6 +102,7 @@ class _Pass:
     norm_io: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     attention_norm_inputs: list[torch.Tensor] = field(default_factory=list)
     layer_outputs: list[torch.Tensor] = field(default_factory=list)
+    layer_reads: list[torch.Tensor] = field(default_factory=list)  # layer 0's other modules' first inputs
     attentions: tuple[torch.Tensor, ...] = ()
     last_hidden: torch.Tensor | None = None
 
@@ -112,48 +115,47 @@ def _record(stack: torch.nn.Module, lay: Layout, ids: torch.Tensor) -> _Pass:
     """One forward pass of the stack on ids with hooks at the layout's modules (the first call of each per layer
     application: projections only within their heads call)."""
     rec = _Pass()
-    handles = []
     within: list[int] = []
+    hooks: list[tuple[torch.nn.Module, Callable, bool, bool]] = []  # module, hook, after, with_kwargs
+    first = lay.sites[0]
+    inside = {id(m) for m in (*first.block.modules(), *first.norm.modules())}
+    for module in first.layer.modules():
+        if module is not first.layer and id(module) not in inside:
+            hooks.append((module, lambda _m, a, k: rec.layer_reads.append(a[0] if a else next(iter(k.values()), None)),
+                          False, True))  # fmt: skip
 
-    def on(module, hook, **kw):
-        handles.append((module.register_forward_pre_hook if hook[0] == "pre" else module.register_forward_hook)(
-            hook[1], **kw))  # fmt: skip
+    def layer_pre(module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        rec.layer_inputs.append(hidden)
+        rec.layer_calls.append(Call(module, args, dict(kwargs), hidden))
+
+    def heads_pre(module, args, kwargs):
+        rec.calls.append(HeadsCall(module, bound_arguments(module, args, kwargs)))
+        rec.projections.append([])
+        within.append(1)
+
+    def output_post(_module, args, out):
+        rec.contexts.append(args[0])
+        rec.outputs.append(out)
 
     for site in lay.sites:
-
-        def layer_pre(module, args, kwargs):
-            hidden = args[0] if args else kwargs["hidden_states"]
-            rec.layer_inputs.append(hidden)
-            rec.layer_calls.append(Call(module, args, dict(kwargs), hidden))
-
-        on(site.layer, ("pre", layer_pre), with_kwargs=True)
-        on(site.layer, ("post", lambda _m, _a, out: rec.layer_outputs.append(_first(out))))
-
-        def heads_pre(module, args, kwargs):
-            rec.calls.append(HeadsCall(module, bound_arguments(module, args, kwargs)))
-            rec.projections.append([])
-            within.append(1)
-
-        on(site.heads, ("pre", heads_pre), with_kwargs=True)
-        on(site.heads, ("post", lambda *_: within.clear()))
-        for p in site.projections:
-            on(p, ("post", lambda _m, _a, out: rec.projections[-1].append(out) if within else None))
-
-        def output_post(_module, args, out):
-            rec.contexts.append(args[0])
-            rec.outputs.append(out)
-
-        on(site.output, ("post", output_post))
-        on(site.norm, ("post", lambda _m, a, out: rec.norm_io.append((a[0], _first(out)))))
+        hooks += [
+            (site.layer, layer_pre, False, True),
+            (site.layer, lambda _m, _a, out: rec.layer_outputs.append(_first(out)), True, False),
+            (site.heads, heads_pre, False, True),
+            (site.heads, lambda *_: within.clear(), True, False),
+            *((p, lambda _m, _a, out: rec.projections[-1].append(out) if within else None, True, False)
+              for p in site.projections),
+            (site.output, output_post, True, False),
+            (site.norm, lambda _m, a, out: rec.norm_io.append((a[0], _first(out))), True, False),
+        ]  # fmt: skip
         if site.attention_norm is not None:
-            on(site.attention_norm, ("post", lambda _m, a, _o: rec.attention_norm_inputs.append(a[0])))
-    try:
-        with torch.no_grad():
-            no_cache = {"use_cache": False} if "use_cache" in inspect.signature(stack.forward).parameters else {}
-            out = stack(input_ids=ids, output_attentions=True, **no_cache)
-    finally:
-        for handle in handles:
-            handle.remove()
+            hooks.append((site.attention_norm, lambda _m, a, _o: rec.attention_norm_inputs.append(a[0]), True, False))
+    no_cache = {"use_cache": False} if "use_cache" in inspect.signature(stack.forward).parameters else {}
+    with contextlib.ExitStack() as entered, torch.no_grad():
+        for module, hook, after, with_kwargs in hooks:
+            entered.enter_context(hooked([module], hook, after=after, with_kwargs=with_kwargs))
+        out = stack(input_ids=ids, output_attentions=True, **no_cache)
     rec.attentions = tuple(out.attentions or ())
     rec.last_hidden = out.last_hidden_state
     return rec
@@ -352,7 +354,33 @@ def _check(stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tenso
         cross=None,
     )
     kv_heads = _key_value_heads(rec.projections[0], lay, getattr(split, "by_width", False))
-    return _Checked(family, reasons, _parts_found(family, lay, kv_heads))
+    parts = _parts_found(family, lay, kv_heads, _rotary_width(rec.calls[0], positions))
+    if not post:
+        parts["residual"] = _residual_form(rec)
+    experts = _experts(lay.sites[0].layer, stack.config)
+    if experts:
+        parts["feed-forward"] = experts
+    return _Checked(family, reasons, parts)
+
+
+def _residual_form(rec: _Pass) -> str:
+    """Sequential when a module of the first layer reads x + the attention output; else attention and feed-forward in
+    parallel (both read the layer's input)."""
+    after = rec.layer_inputs[0] + rec.outputs[0]
+    reads = [t for t in rec.layer_reads if isinstance(t, torch.Tensor) and t.shape == after.shape]
+    if any(_differs(t, after) <= TOLERANCE for t in reads):
+        return "sequential (the feed-forward reads x + the attention output)"
+    return "parallel (attention and feed-forward read the same input, x + both is the layer's output)"
+
+
+def _experts(layer: torch.nn.Module, config) -> str | None:
+    """'a mixture of N experts, routed by the model's own router' where the layer holds one; None otherwise."""
+    if not any("expert" in type(m).__name__.lower() or "moe" in type(m).__name__.lower() for m in layer.modules()):
+        return None
+    n = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    return (
+        f"a mixture of {n or 'several'} experts, each token routed by the model's own router (run as the model runs it)"
+    )
 
 
 def _replay_reasons(rec: _Pass, unbatched: Sequence[str], batch_heads: Sequence[str]) -> tuple[str | None, str | None]:
@@ -392,6 +420,14 @@ def _bias_of(module: torch.nn.Module) -> torch.Tensor | float:
     return 0.0 if bias is None else bias
 
 
+def _rotary_width(call: HeadsCall, positions) -> int | None:
+    """How many of each head's dimensions the rotary turns (its tables' width), or None without rotary."""
+    if positions is None or "position_embeddings" not in call.arguments:
+        return None
+    width = call.arguments["position_embeddings"][0].shape[-1]
+    return 2 * width if positions is _rotary_every_two else width
+
+
 def _key_value_heads(outputs: list[torch.Tensor], lay: Layout, by_width: bool) -> int:
     """The key/value heads that the projections' outputs hold (fewer than the query heads: multi- or grouped-query)."""
     if len(outputs) == 3:
@@ -401,13 +437,14 @@ def _key_value_heads(outputs: list[torch.Tensor], lay: Layout, by_width: bool) -
     return lay.n_heads
 
 
-def _parts_found(family: Family, lay: Layout, kv_heads: int) -> dict[str, str]:
+def _parts_found(family: Family, lay: Layout, kv_heads: int, rotary: int | None) -> dict[str, str]:
     """What the check found, in words: projections, heads, positions, norm."""
     fused = len(family.projections) == 1
+    turned = f"all {rotary}" if rotary == lay.head_dim else f"partial: {rotary} of {lay.head_dim}"
     if family.positions is _rotary_from_call:
-        positions = "rotary (the call's tables; partial where they are narrower than a head)"
+        positions = f"rotary ({turned} dimensions of each head)"
     elif family.positions is _rotary_every_two:
-        positions = "rotary on pairs of neighbouring dimensions (GPT-J's)"
+        positions = f"rotary on pairs of neighbouring dimensions, as GPT-J ({turned} dimensions of each head)"
     elif family.bias is _alibi_bias:
         positions = "ALiBi (a per-head linear bias of the distance)"
     elif family.bias is not None:

@@ -61,6 +61,15 @@ class ModelFacts:
     parameters: int = 0
     dtype: str = "float32"  # what the weights are analysed in
     saved_dtype: str = "float32"  # what the checkpoint holds
+    layout_found: tuple[tuple[str, str], ...] = ()  # a family outside the list: the parts found and checked, in words
+
+    def layout_note(self) -> str | None:
+        """A sentence on the layout found in this model and checked against its own forward pass; None for a listed
+        family (or where none was found)."""
+        if not self.layout_found:
+            return None
+        parts = "; ".join(f"{what}: {how}" for what, how in self.layout_found)
+        return f"Layout found in the model and checked against its own forward pass (within 1e-5 in float32): {parts}."
 
     @property
     def converted(self) -> bool:
@@ -364,13 +373,14 @@ def load_model(
         info, mlm.base_model_prefix, getattr(config, "architectures", None)
     )
     running = dtype_name(next(mlm.parameters()).dtype)
+    found: tuple[tuple[str, str], ...] = ()
     if family_of(config.model_type) is None and running in FULL_PRECISION:  # found in the model, checked once
         from attnlib.core.found import find_layout
 
         configs = [m.config for m in mlm.modules() if isinstance(getattr(m, "config", None), type(config))]
-        find_layout(encoder, causal=kind == "decoder", configs=[mlm.config, *configs])
+        found = tuple(find_layout(encoder, causal=kind == "decoder", configs=[mlm.config, *configs]).parts.items())
     facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
-    facts = replace(facts, kind=kind, parameters=parameters, dtype=running, saved_dtype=saved_dtype)
+    facts = replace(facts, kind=kind, parameters=parameters, dtype=running, saved_dtype=saved_dtype, layout_found=found)
     architectures = getattr(config, "architectures", None)
     lm_head = kind == "decoder" and _mlm_head_trained(info, mlm.base_model_prefix, architectures, DECODER_ARCHITECTURES)
     causal_lm = mlm if lm_head else None

@@ -197,3 +197,13 @@ def test_live_page_finder_switches_and_search_of_a_decoder(kind, tmp_path_factor
     strips = [m for m in at.markdown if "attn-strip" in m.value]
     expected = search_corpus(lm, TEXT, 2, CLASSROOM_SINGLE, layer=1, k=3)
     assert [m.input + 1 for m in expected.matches] == [int(s.value.split("· input ")[1].split(",")[0]) for s in strips]
+
+
+def test_sidebar_says_the_layout_found_in_a_family_outside_the_list(tmp_path):
+    """A Mixtral (not in the family list): the sidebar names the parts found and checked, its experts among them."""
+    from support.bad_input import _sidebar
+
+    at = _sidebar(model=str(save_tiny("mixtral", tmp_path / "mixtral")))
+    assert not at.exception and not at.error
+    (note,) = [c.value for c in at.caption if c.value.startswith("Layout found in the model")]
+    assert "a mixture of 4 experts" in note and "input_layernorm (pre-norm)" in note and "grouped-query" in note

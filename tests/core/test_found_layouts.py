@@ -43,17 +43,21 @@ OUTPUT = {
 }
 # what the check must find: the shape, fused projections, key/value heads (of 4), the position scheme, the norm
 FOUND = {
-    "mixtral": ("Llama-shaped", "separate", 2, "rotary", "pre-norm"),
-    "qwen2-moe": ("Llama-shaped", "separate", 2, "rotary", "pre-norm"),
-    "stablelm": ("Llama-shaped", "separate", 2, "rotary", "pre-norm"),
-    "phi": ("Phi-shaped", "separate", 4, "rotary", "pre-norm"),
+    "mixtral": ("Llama-shaped", "separate", 2, "rotary (all 8", "pre-norm"),
+    "qwen2-moe": ("Llama-shaped", "separate", 2, "rotary (all 8", "pre-norm"),
+    "stablelm": ("Llama-shaped", "separate", 2, "rotary (partial: 2 of 8", "pre-norm"),
+    "phi": ("Phi-shaped", "separate", 4, "rotary (partial: 4 of 8", "pre-norm"),
     "gpt-bigcode": ("GPT-2-shaped", "fused", 1, "none inside attention", "pre-norm"),
-    "falcon": ("Falcon and Bloom-shaped", "fused", 1, "rotary", "pre-norm"),
+    "falcon": ("Falcon and Bloom-shaped", "fused", 1, "rotary (all 8", "pre-norm"),
     "bloom": ("Falcon and Bloom-shaped", "fused", 4, "ALiBi", "pre-norm"),
-    "gptj": ("GPT-J-shaped", "separate", 4, "pairs of neighbouring dimensions", "pre-norm"),
+    "gptj": ("GPT-J-shaped", "separate", 4, "pairs of neighbouring dimensions, as GPT-J (partial: 4 of 8", "pre-norm"),
     "mt5": ("T5-shaped", "separate", 4, "relative position bias", "pre-norm"),
     "mbart": ("BART-shaped", "separate", 4, "none inside attention", "pre-norm"),  # unlike BART's post-LN
 }
+# the configs' own word: attention and feed-forward in parallel (StableLM's use_parallel_residual, Falcon's
+# parallel_attn; Phi-2's and GPT-J's layers always); a mixture of experts (Mixtral's num_local_experts, Qwen2-MoE's)
+PARALLEL = {"stablelm", "phi", "falcon", "gptj"}
+EXPERTS = {"mixtral": 4, "qwen2-moe": 4}
 # Bloom's feed-forward is an autograd.Function that forward-mode differentiation (torch.func.jvp) cannot run through
 NOT_DIFFERENTIABLE = {"bloom"}
 
@@ -76,6 +80,18 @@ def test_the_layout_found_names_its_parts(found_model):
     refused = {s for s in ("norms", "residual_ln", "hta", "ablation", "queries_keys") if unsupported_reason(
         lm.encoder.config, s)}  # fmt: skip
     assert refused == ({"hta"} if kind in NOT_DIFFERENTIABLE else set())
+    facts = dict(lm.facts.layout_found)
+    assert facts == found.parts and lm.facts.layout_note().startswith("Layout found in the model and checked")
+    assert facts["residual"].startswith("parallel" if kind in PARALLEL else "sequential")
+    assert ("feed-forward" in facts) == (kind in EXPERTS)
+    if kind in EXPERTS:
+        assert facts["feed-forward"].startswith(f"a mixture of {EXPERTS[kind]} experts")
+
+
+def test_a_listed_family_says_no_layout_found(tmp_path):
+    """A family in the list (Llama) is laid out from its entry: nothing found, no note."""
+    lm = load_model(str(save_tiny("llama", tmp_path / "llama")))
+    assert found_for(lm.encoder.config) is None and lm.facts.layout_found == () and lm.facts.layout_note() is None
 
 
 def _own_attention_output(lm, kind: str) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...], list[torch.Tensor]]:
