@@ -13,7 +13,8 @@ shared layer L times). An encoder-decoder's entry (T5, BART, Marian) describes i
 read (METHODS §18), and holds the layouts of its decoder stack's two attentions (`decoder`, `cross`: a Family each,
 bound by `layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads and whose norms `norms --part`
 reads (cross-attention's §11 alone: `residual_ln`, §12-13, has no meaning for it). Adding a family is one entry in
-FAMILIES and its tiny model in tests/support/models.py.
+FAMILIES and its tiny model in tests/support/models.py; a model whose type is not listed gets the layout found in it
+and checked against its own forward pass (attnlib.core.found, registered per model: `family_for(config)`).
 """
 
 from __future__ import annotations
