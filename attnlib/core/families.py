@@ -693,10 +693,10 @@ def unsupported_reason(config, statistic: Statistic, part: Part = "encoder") -> 
     if reason is None:
         return None
     if config.model_type not in BY_MODEL_TYPE:
+        where = "" if part == "encoder" else f"the {part} attention of "
         return (
-            f"{what} are not available for this '{config.model_type}' model: attnlib found the layout of "
-            f"{family.name.removesuffix('-shaped')} models in it, but checked against the model's own forward pass, "
-            f"{reason}."
+            f"{what} are not available for {where}this '{config.model_type}' model (attnlib found the layout of "
+            f"{family.name.removesuffix('-shaped')} models in it): {reason}."
         )
     if part == "encoder":
         return f"{what} are not exact for this model: {reason}."

@@ -111,7 +111,7 @@ def _first(out):
     return out[0] if isinstance(out, tuple) else out
 
 
-def _record(stack: torch.nn.Module, lay: Layout, ids: torch.Tensor) -> _Pass:
+def _record(stack: torch.nn.Module, lay: Layout, ids: torch.Tensor, extra: dict, maps: str) -> _Pass:
     """One forward pass of the stack on ids with hooks at the layout's modules (the first call of each per layer
     application: projections only within their heads call)."""
     rec = _Pass()
@@ -155,8 +155,8 @@ def _record(stack: torch.nn.Module, lay: Layout, ids: torch.Tensor) -> _Pass:
     with contextlib.ExitStack() as entered, torch.no_grad():
         for module, hook, after, with_kwargs in hooks:
             entered.enter_context(hooked([module], hook, after=after, with_kwargs=with_kwargs))
-        out = stack(input_ids=ids, output_attentions=True, **no_cache)
-    rec.attentions = tuple(out.attentions or ())
+        out = stack(input_ids=ids, output_attentions=True, **no_cache, **extra)
+    rec.attentions = tuple(getattr(out, maps) or ())
     rec.last_hidden = out.last_hidden_state
     return rec
 
@@ -220,10 +220,15 @@ class _Checked:
     family: Family
     reasons: dict[Statistic, str]
     found: dict[str, str]
+    shape: Family
 
 
-def _check(stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tensor) -> _Checked | None:
-    """Bind the shape to the stack and check its parts against the model's own pass; None where it does not bind."""
+def _check(
+    stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tensor, extra: dict | None = None, part: str = ""
+) -> _Checked | None:
+    """Bind the shape to the stack and check its parts against the model's own pass; None where it does not bind.
+    `part`: an encoder-decoder's "decoder" or "cross" attention in its decoder stack (`extra`: the encoder's output),
+    whose sublayer's input is not the layer's, and whose attribution and ablation are the encoder's."""
     try:
         lay = _bind(stack, shape)
     except UnsupportedModelError:
@@ -231,7 +236,7 @@ def _check(stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tenso
     if not lay.sites or not all(isinstance(s.output, torch.nn.Module) for s in lay.sites):
         return None
     try:
-        rec = _record(stack, lay, ids)
+        rec = _record(stack, lay, ids, extra or {}, "cross_attentions" if part == "cross" else "attentions")
     except Exception:  # a shape whose modules are called otherwise than it names them
         return None
     n_layers = len(lay.sites)
@@ -276,7 +281,8 @@ def _check(stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tenso
         norm_in, norm_out = rec.norm_io[l]
         if post:
             return _differs(norm_in, rec.calls[l].hidden + rec.outputs[l])
-        return max(_differs(norm_in, rec.layer_inputs[l]), _differs(norm_out, rec.calls[l].hidden))
+        read = 0.0 if part else _differs(norm_in, rec.layer_inputs[l])  # a part's sublayer reads no layer input
+        return max(read, _differs(norm_out, rec.calls[l].hidden))
 
     post, gap = first_passing([shape.post_layer_norm, not shape.post_layer_norm], norm_gap)
     if post is None:
@@ -334,11 +340,14 @@ def _check(stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tenso
     if final is None and gap > TOLERANCE:
         why = f"the stack's output is not its last layer's output through a final norm ({gap:.2g})"
         reasons |= {s: why for s in ("hta", "ablation") if s not in reasons}
-    replayed, differentiated = _replay_reasons(rec, shape.unbatched, shape.batch_heads)
-    if replayed is not None:
-        reasons |= {s: replayed for s in ("hta", "ablation") if s not in reasons}
-    if differentiated is not None:
-        reasons.setdefault("hta", differentiated)
+    if not part:  # a part's attribution and ablation are its encoder's (METHODS §18)
+        replayed, differentiated = _replay_reasons(rec, shape.unbatched, shape.batch_heads)
+        if replayed is not None:
+            reasons |= {s: replayed for s in ("hta", "ablation") if s not in reasons}
+        if differentiated is not None:
+            reasons.setdefault("hta", differentiated)
+    reasons = {s: f"checked against the model's own forward pass, {why}" for s, why in reasons.items()}
+    own = shape.exact
     family = replace(
         shape,
         name=f"{shape.name}-shaped",
@@ -349,7 +358,7 @@ def _check(stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tenso
         post_layer_norm=post,
         final_norm=final,
         scores="rotary" if positions is not None else "relative_bias" if bias is not None else "absolute",
-        exact=lambda _config: reasons,
+        exact=lambda config: {**own(config), **reasons},
         decoder=None,
         cross=None,
     )
@@ -360,7 +369,7 @@ def _check(stack: torch.nn.Module, shape: Family, causal: bool, ids: torch.Tenso
     experts = _experts(lay.sites[0].layer, stack.config)
     if experts:
         parts["feed-forward"] = experts
-    return _Checked(family, reasons, parts)
+    return _Checked(family, reasons, parts, shape)
 
 
 def _residual_form(rec: _Pass) -> str:
@@ -461,10 +470,16 @@ def _parts_found(family: Family, lay: Layout, kv_heads: int, rotary: int | None)
     }
 
 
-def find_layout(stack: torch.nn.Module, causal: bool, configs: Sequence[object] = ()) -> Found:
+def find_layout(
+    stack: torch.nn.Module,
+    causal: bool,
+    configs: Sequence[object] = (),
+    decoder_stack: torch.nn.Module | None = None,
+) -> Found:
     """Try every known shape on the stack (a base model, or an encoder-decoder's encoder), check the first that binds
     against the model's own pass (the one that differs least where several bind), and register the result for the
-    stack's config and `configs` (the model's others)."""
+    stack's config and `configs` (the model's others); an encoder-decoder's `decoder_stack` gets the shape's decoder
+    and cross attentions, each checked against the decoder stack's own pass on the encoder's output."""
     vocab = int(getattr(stack.config, "vocab_size", 0) or 0)
     ids = (torch.arange(SHORT_INPUT) % max(vocab - 3, 1) + min(3, max(vocab - 1, 0)))[None].to(_device(stack))
     best: _Checked | None = None
@@ -475,10 +490,28 @@ def find_layout(stack: torch.nn.Module, causal: bool, configs: Sequence[object] 
             best = checked
         if best is not None and not best.reasons:
             break
+    if best is not None and decoder_stack is not None:
+        best.family = replace(best.family, **_parts_of(best.shape, stack, decoder_stack, ids))
     found = Found(None, {}) if best is None else Found(best.family, best.found)
     for config in {id(c): c for c in (stack.config, *configs)}.values():
         register_found(config, found)
     return found
+
+
+def _parts_of(shape: Family, encoder: torch.nn.Module, decoder: torch.nn.Module, ids: torch.Tensor) -> dict:
+    """The shape's decoder and cross attentions as found in the decoder stack ({"decoder": family, "cross": ...};
+    None for a part it has none of, or whose modules are not where the shape keeps them)."""
+    with torch.no_grad():
+        source = encoder(input_ids=ids).last_hidden_state
+    parts = {}
+    for part in ("decoder", "cross"):
+        laid_out = shape.part(part)  # type: ignore[arg-type]
+        with torch.no_grad():
+            checked = None if laid_out is None else _check(
+                decoder, laid_out, part == "decoder", ids, {"encoder_hidden_states": source}, part
+            )  # fmt: skip
+        parts[part] = None if checked is None else checked.family
+    return parts
 
 
 def _device(module: torch.nn.Module) -> torch.device:

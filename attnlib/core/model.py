@@ -378,7 +378,9 @@ def load_model(
         from attnlib.core.found import find_layout
 
         configs = [m.config for m in mlm.modules() if isinstance(getattr(m, "config", None), type(config))]
-        found = tuple(find_layout(encoder, causal=kind == "decoder", configs=[mlm.config, *configs]).parts.items())
+        decoder = mlm.get_decoder() if kind == "encoder-decoder" else None
+        laid_out = find_layout(encoder, kind == "decoder", [mlm.config, *configs], decoder)
+        found = tuple(laid_out.parts.items())
     facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
     facts = replace(facts, kind=kind, parameters=parameters, dtype=running, saved_dtype=saved_dtype, layout_found=found)
     architectures = getattr(config, "architectures", None)
