@@ -505,7 +505,7 @@ def _parts_of(shape: Family, encoder: torch.nn.Module, decoder: torch.nn.Module,
         source = encoder(input_ids=ids).last_hidden_state
     parts = {}
     for part in ("decoder", "cross"):
-        laid_out = shape.part(part)  # type: ignore[arg-type]
+        laid_out = shape.part(part)
         with torch.no_grad():
             checked = None if laid_out is None else _check(
                 decoder, laid_out, part == "decoder", ids, {"encoder_hidden_states": source}, part
