@@ -11,7 +11,13 @@ on its module tree, and the first that binds is checked once, against the model'
   plus the attention output;
 - queries and keys: softmax(scale q.k + bias), with the mask of the model's kind (causal, sliding windows), must be the
   model's own attention (rotary from the call, full or partial, or every two dimensions; ALiBi; the family's bias);
-- final norm: the stack's output is the last layer's output through it (or itself).
+- final norm: the stack's output is the last layer's output through it (or itself);
+- replay: the first layer, called again on two variants of its input in one batch (as attnlib.core.replay calls it),
+  gives its own output twice, and differentiates in forward mode (torch.func.jvp, as attribution does).
+
+An encoder-decoder's decoder stack gets the shape's decoder and cross attentions, each checked as above against the
+decoder stack's own pass on the encoder's output. What was found is said in words (Found.parts: projections, heads,
+position scheme, norm, residual form read off the pass, a mixture of experts) for ModelFacts.layout_found.
 
 The statistics that read a part that differs are refused in words naming it (the found family's `exact`); the others
 run. `find_layout(stack, ...)` registers the result for the model's configs (attnlib.core.families.register_found),
@@ -107,10 +113,6 @@ class _Pass:
     last_hidden: torch.Tensor | None = None
 
 
-def _first(out):
-    return out[0] if isinstance(out, tuple) else out
-
-
 def _record(stack: torch.nn.Module, lay: Layout, ids: torch.Tensor, extra: dict, maps: str) -> _Pass:
     """One forward pass of the stack on ids with hooks at the layout's modules (the first call of each per layer
     application: projections only within their heads call)."""
@@ -141,13 +143,13 @@ def _record(stack: torch.nn.Module, lay: Layout, ids: torch.Tensor, extra: dict,
     for site in lay.sites:
         hooks += [
             (site.layer, layer_pre, False, True),
-            (site.layer, lambda _m, _a, out: rec.layer_outputs.append(_first(out)), True, False),
+            (site.layer, lambda _m, _a, out: rec.layer_outputs.append(first_output(out)), True, False),
             (site.heads, heads_pre, False, True),
             (site.heads, lambda *_: within.clear(), True, False),
             *((p, lambda _m, _a, out: rec.projections[-1].append(out) if within else None, True, False)
               for p in site.projections),
             (site.output, output_post, True, False),
-            (site.norm, lambda _m, a, out: rec.norm_io.append((a[0], _first(out))), True, False),
+            (site.norm, lambda _m, a, out: rec.norm_io.append((a[0], first_output(out))), True, False),
         ]  # fmt: skip
         if site.attention_norm is not None:
             hooks.append((site.attention_norm, lambda _m, a, _o: rec.attention_norm_inputs.append(a[0]), True, False))
