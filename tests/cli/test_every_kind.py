@@ -10,6 +10,7 @@ import argparse
 import pytest
 
 import attnlib.cli.options as cli_options
+from attnlib.analyses.registry import ANALYSES
 from attnlib.cli.entry import build_parser
 from attnlib.core.families import unsupported_reason
 from attnlib.core.model import load_model
@@ -57,6 +58,8 @@ def _reason(folder: str, command: str) -> str | None:
 def _expected_keys(kind: str, command: str) -> set[str]:
     """The command's keys for an encoder, and what this kind adds (kind and part, windows, the target)."""
     keys = set(KEYS.get(command) or COMMAND_KEYS[command])
+    if kind in FOUND_LAYOUT_KINDS and command in ANALYSES:  # the layout found in the model and checked, in words
+        keys.add("layout_found")
     if kind in ENCODER_DECODERS:
         added = {"stacks"} if command == "report" else {"kind", "part"}
         return keys | added | (PART_KEYS if command == "attention" else set())
@@ -116,5 +119,7 @@ def test_every_command_runs_and_says_the_kind_or_refuses_in_one_line(kind_dir, c
         assert (printed["kind"], printed["part"]) == ("encoder-decoder", "encoder")
     elif command in SAYS_DECODER:
         assert printed["kind"] == "decoder"
+    if "layout_found" in printed:
+        assert printed["layout_found"] == dict(load_model(str(folder)).facts.layout_found) != {}
     if "windows" in printed:  # the sliding layers, and only those, have a window
         assert [w is not None for w in printed["windows"]] == [l in DECODER_SLIDING_LAYERS[kind] for l in range(2)]

@@ -246,3 +246,20 @@ def test_attention_reading_other_than_its_norm_is_refused_naming_the_norm(mixtra
     _refound(mixtral)
     reason = unsupported_reason(mixtral.encoder.config, "norms")
     assert reason is not None and "the norm input_layernorm" in reason and "'mixtral' model" in reason, reason
+
+
+def test_the_json_and_a_result_file_say_the_layout_found(found_model, tmp_path):
+    """norms --json carries layout_found (part -> words) as the facts hold it; a result file gives it back."""
+    from attnlib.analyses.base import run_analysis, run_of_record
+    from attnlib.analyses.norms import NORMS, NormOptions
+    from attnlib.results.files import read_result_file, write_result_file
+
+    _, lm = found_model
+    ran = run_analysis(NORMS, lm, NormOptions(), text=TEXT)
+    assert ran.to_json()["layout_found"] == dict(lm.facts.layout_found) == found_for(lm.encoder.config).parts
+    path = tmp_path / "norms.json"
+    write_result_file(path, ran.result_file())
+    back = run_of_record(NORMS, read_result_file(path.read_bytes()))
+    assert back.facts.layout_found == lm.facts.layout_found and back.to_json()["layout_found"] == dict(
+        lm.facts.layout_found
+    )
