@@ -18,7 +18,7 @@ from attnlib.core.model import DEFAULT_MODEL, load_model
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
 from support.browser import BROWSER_ARGS, free_port, server_log
 from support.cli import cli_json, run_cli
-from support.models import FAMILY_KINDS, save_tiny
+from support.models import FAMILY_KINDS, NO_ATTENTION_KINDS, save_tiny
 from support.notebook import EXAMPLE_NOTEBOOK, LIMIT
 from support.report import MIN_COUNT, N_INPUTS
 from support.scale import BATCH, N_SENTENCES, all_accumulators, torch_threads
@@ -277,6 +277,12 @@ def special_file(tmp_path_factory):
     )
     assert ran.code == 0, ran.err
     return path
+
+
+@pytest.fixture(scope="session", params=NO_ATTENTION_KINDS)
+def no_attention_dir(request, tmp_path_factory):
+    """A folder holding a tiny random causal LM without attention layers (Mamba, RWKV) and its tokenizer."""
+    return save_tiny(request.param, tmp_path_factory.mktemp(f"no-attention-{request.param}"))
 
 
 @pytest.fixture(scope="module")

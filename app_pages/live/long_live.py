@@ -194,7 +194,7 @@ def long_neuron(
         return window, query
     start, end = window
     q, k, row = found.queries[head], found.keys[head], found.rows[head, query - start]
-    terms = {"scale": found.scale, "window": facts.window(layer), "causal": facts.causal}
+    terms = {"scale": found.scale, "window": facts.window(layer), "causal": facts.causal, "cap": found.cap}
     ns = neuron_scores(q, k, query, **terms)
     st.iframe(neuron_view_html(q, k, labels, query, layer, head, row, shown=window, **terms), height="content")
     st.caption(
@@ -204,5 +204,5 @@ def long_neuron(
         f"input (block-wise: positions, local windows and masks as the model's). Value norms are drawn for inputs of "
         f"up to {LONG_FROM} tokens."
     )
-    neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label)
+    neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label, ns.cap)
     return window, query

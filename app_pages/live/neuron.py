@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from attnlib.core.families import score_cap_text
 from attnlib.core.model import ModelFacts
 from attnlib.core.runner import RunResult
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html, score_terms, value_norm_figure
@@ -28,7 +29,9 @@ def neuron_part(
     layer, head, query = where
     assert result.queries is not None and result.keys is not None, "a run with capture_qk"
     q, k = result.queries[layer, head], result.keys[layer, head]
-    terms = score_terms(result.qk_scale, result.score_bias, layer, head, query, facts.window(layer), facts.causal)
+    terms = score_terms(
+        result.qk_scale, result.score_bias, layer, head, query, facts.window(layer), facts.causal, result.score_cap
+    )
     ns = neuron_scores(q, k, query, **terms)
     row = result.attentions[layer, head, query]
     title = f"{facts.name} · Neuron view" if two else ""
@@ -43,7 +46,7 @@ def neuron_part(
             st.caption(f"No value norms: {no_norms}")
         else:
             plotly_figure(value_norm_figure(norms, labels, layer, head), key=chart_key)
-    neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label)
+    neuron_notes(float(np.abs(ns.softmax - row).max()), ns.label, ns.cap)
     table = {"key_index": np.arange(result.n), "key": labels, "score": ns.scores, "softmax": ns.softmax}
     fields = {
         "head": head,
@@ -61,8 +64,9 @@ def neuron_part(
     return html, columns, fields
 
 
-def neuron_notes(diff: float, label: str) -> None:
-    """Whether the softmax of the scores of the captured vectors reproduces the model's attention row."""
+def neuron_notes(diff: float, label: str, cap: float | None = None) -> None:
+    """Whether the softmax of the scores of the captured vectors reproduces the model's attention row; and, for
+    soft-capped scores (Gemma 2), that q·k is the score before capping."""
     if diff > 1e-4:
         st.warning(
             f"For this model softmax({label}) differs from the returned attention by up to {diff:.2g}: "
@@ -73,3 +77,6 @@ def neuron_notes(diff: float, label: str) -> None:
             f"softmax({label}) of the captured vectors equals the model's attention row (max difference {diff:.1e}). "
             "The neuron view is always at token level."
         )
+    capped = score_cap_text(cap)
+    if capped:
+        st.caption(capped)

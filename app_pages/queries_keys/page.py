@@ -24,7 +24,7 @@ from ui.sources.page_state import Option, bind, set_value
 from ui.sources.result_source import shipped, shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import download_figure, download_json, download_table
-from ui.widgets.family_notes import encoder_part_notes
+from ui.widgets.family_notes import encoder_part_notes, score_cap_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.plotly_figure import clicked_point, plotly_figure
 from ui.widgets.progress import progress
@@ -283,6 +283,7 @@ st.caption(
 )
 cite_methods(1, 17)
 encoder_part_notes()
+score_cap_notes()
 bind(OPTIONS)
 views = PAGE.shown(current_model())
 if not views:

@@ -311,11 +311,14 @@ class AnalysisRun(Generic[R]):
                 f"({self.corpus.get('n_inputs', '?')} inputs{took}); {self.options}>")  # fmt: skip
 
     def to_json(self) -> dict:
-        """The command's JSON; `model_dtype` (analysed, saved) when the weights are not a float32 checkpoint's."""
+        """The command's JSON; `model_dtype` (analysed, saved) when the weights are not a float32 checkpoint's;
+        `layout_found` (part -> words) for a family outside the list, whose layout was found in it and checked."""
         data = self.analysis.to_json(self.result, self.facts.name)
         data = {**data, **self.facts.stack_keys(), **{k: data[k] for k in ("part",) if k in data}}
         if self.facts.dtype_note() is not None:
             data["model_dtype"] = {"analysed": self.facts.dtype, "saved": self.facts.saved_dtype}
+        if self.facts.layout_found:
+            data["layout_found"] = dict(self.facts.layout_found)
         return data
 
     def result_file(self) -> ResultFile:
@@ -392,7 +395,8 @@ def facts_of_record(record: ResultFile) -> ModelFacts:
     """The model's facts a result file stores, else what its JSON tells (name, kind, dtypes)."""
     if record.facts is not None:
         try:
-            stored = {**record.facts, "windows": tuple(record.facts.get("windows", ()))}
+            found = tuple(tuple(part) for part in record.facts.get("layout_found", ()))
+            stored = {**record.facts, "windows": tuple(record.facts.get("windows", ())), "layout_found": found}
             return ModelFacts(**stored)
         except TypeError as exc:
             raise ResultFileError(f"the file's model facts are malformed ({exc}).") from exc

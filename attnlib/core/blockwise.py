@@ -454,6 +454,7 @@ class WindowHeads:
     keys: np.ndarray  # [heads, n, d]
     scale: float  # the factor of q.k in the logits
     rows: np.ndarray  # [heads, end - start, n] the model's attention weights of the window's rows, float32
+    cap: float | None = None  # c of soft-capped logits c tanh(s / c) (Gemma 2), or None
 
 
 def window_heads(
@@ -488,4 +489,4 @@ def window_heads(
     if heads.biases[0] is not None:
         raise ValueError(f"{f.model_type}: its logits add relative terms to q.k, which a long input makes too large")
     q, k = (t[0].float().cpu().numpy() for t in (heads.queries[0], heads.keys[0]))
-    return WindowHeads(layer, start, end, q, k, heads.scales[0], rows)
+    return WindowHeads(layer, start, end, q, k, heads.scales[0], rows, heads.caps[0])

@@ -13,7 +13,8 @@ shared layer L times). An encoder-decoder's entry (T5, BART, Marian) describes i
 read (METHODS §18), and holds the layouts of its decoder stack's two attentions (`decoder`, `cross`: a Family each,
 bound by `layout(decoder_stack, part=...)`), whose queries and keys the neuron view reads and whose norms `norms --part`
 reads (cross-attention's §11 alone: `residual_ln`, §12-13, has no meaning for it). Adding a family is one entry in
-FAMILIES and its tiny model in tests/support/models.py.
+FAMILIES and its tiny model in tests/support/models.py; a model whose type is not listed gets the layout found in it
+and checked against its own forward pass (attnlib.core.found, registered per model: `family_for(config)`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Family:
     final_norm: str | None = None  # from the base model: applied to the last layer's output
     after_first_layer: str | None = None  # from the base model: f(layer 0 input, its output, 2-D mask) after layer 0
     unbatched: tuple[str, ...] = ()  # layer-call arguments the whole batch shares (replay does not repeat them)
+    batch_heads: tuple[str, ...] = ()  # layer-call arguments shaped [batch * heads, ...] (Bloom's ALiBi): repeated
     exact: Callable[[object], dict[Statistic, str]] = lambda _config: {}  # config -> statistics not exact, and why
     attention_norm: str | None = None  # an RMSNorm of the attention output before the residual (Gemma 2 and 3)
     feed_forward_norm: str | None = None  # an RMSNorm of the feed-forward output before the residual (Gemma 2 and 3)
@@ -179,11 +181,37 @@ def _attention_softcap(heads: torch.nn.Module) -> float | None:
 
 
 def _rotary_from_call(call: HeadsCall, qkv: QKV) -> QKV:
-    """ModernBERT, Llama and its layout: q and k rotated by the model's apply_rotary_pos_emb with the call's (cos, sin)."""
+    """ModernBERT, Llama and its layout: q and k rotated by the model's apply_rotary_pos_emb with the call's (cos, sin);
+    a partial rotary (GPT-NeoX, Phi, StableLM: tables narrower than a head) rotates each head's first dimensions."""
     q, k, v = qkv
     cos, sin = call.arguments["position_embeddings"]
-    q, k = _model_module(call.module).apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
-    return q, k, v
+    r = cos.shape[-1]
+    rotated = _model_module(call.module).apply_rotary_pos_emb(q[..., :r], k[..., :r], cos, sin, unsqueeze_dim=1)
+    return torch.cat([rotated[0], q[..., r:]], -1), torch.cat([rotated[1], k[..., r:]], -1), v
+
+
+def _rotary_every_two(call: HeadsCall, qkv: QKV) -> QKV:
+    """GPT-J's rotary: the call's (sin, cos) rotate pairs of neighbouring dimensions (rotate_every_two) of each head's
+    first dimensions, by the model's own apply_rotary_pos_emb ([batch, n, heads, d] layout)."""
+    q, k, v = qkv
+    sin, cos = call.arguments["position_embeddings"]
+    r, apply = 2 * sin.shape[-1], _model_module(call.module).apply_rotary_pos_emb
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        turned = apply(x[..., :r].transpose(1, 2), sin, cos).transpose(1, 2)
+        return torch.cat([turned, x[..., r:]], -1)
+
+    return rotate(q), rotate(k), v
+
+
+def _alibi_bias(call: HeadsCall, qkv: QKV, _scale: float) -> torch.Tensor | None:
+    """ALiBi (Bloom, Falcon): the call's per-head linear bias of the key position, [batch * heads, 1, n] -> [b, h, n, n]."""
+    alibi = call.arguments.get("alibi")
+    if alibi is None:
+        return None
+    q, k, _ = qkv
+    b, h, n, _d = q.shape
+    return alibi.reshape(b, h, -1, k.shape[2]).expand(b, h, n, k.shape[2])
 
 
 def _rotary_roformer(call: HeadsCall, qkv: QKV) -> QKV:
@@ -305,20 +333,30 @@ def sliding_window(config, layer: int) -> int | None:
     return int(size) - 1
 
 
-def _decoder_exact(config) -> dict[Statistic, str]:
-    """Decoders: the neuron view's queries and keys are exact, except under soft-capped scores. Norms (METHODS §12,
-    pre-norm decoders) read the model's own weights and values; attribution and ablation replay the model's own layers
-    with their recorded calls (causal and sliding masks, rotary tables, soft-capping included)."""
-    reasons: dict[Statistic, str] = {}
-    if getattr(config, "attn_logit_softcapping", None):
-        reasons["queries_keys"] = "its scores are soft-capped (tanh(s / c) c), not scale * q.k"
-    return reasons
+def _decoder_exact(_config) -> dict[Statistic, str]:
+    """Decoders: the neuron view's queries and keys are exact (under Gemma 2's soft-capping too: they are the model's
+    own, and q.k is the score before capping, score_cap_text). Norms (METHODS §12, pre-norm decoders) read the model's
+    own weights and values; attribution and ablation replay the model's own layers with their recorded calls (causal
+    and sliding masks, rotary tables, soft-capping included)."""
+    return {}
+
+
+def score_cap_text(cap: float | None) -> str | None:
+    """A sentence on soft-capped scores (Gemma 2: logits c tanh(s / c)), for the pages that show q and k; None
+    without a cap."""
+    if not cap:
+        return None
+    return (
+        f"This model soft-caps its attention scores: the softmax reads {cap:g}·tanh(s / {cap:g}), where s (scale × q·k) "
+        "is the score before capping. The queries and keys are the model's own; capping keeps each query's order of "
+        "keys, so its top key is the one with the largest q·k."
+    )
 
 
 def _opt_exact(config) -> dict[Statistic, str]:
     """OPT-350m puts its LayerNorm after attention and the residual: the pre-norm decomposition and replay of the
     attention block alone do not describe it."""
-    reasons = _decoder_exact(config)
+    reasons: dict[Statistic, str] = {}
     if not getattr(config, "do_layer_norm_before", True):
         why = "this OPT applies its LayerNorm after attention (do_layer_norm_before false), not written here"
         reasons |= {"norms": why, "hta": why}
@@ -586,19 +624,51 @@ SUPPORTED_NAMES = ", ".join(
 
 def layer_window(config, layer: int) -> int | None:
     """The half-width of a layer's local attention (ModernBERT's local layers, decoders' sliding windows), or None."""
-    family = family_of(config.model_type)
+    family = family_for(config)
     return family.window(config, layer) if family is not None else sliding_window(config, layer)
 
 
 def family_of(model_type: str) -> Family | None:
-    """The family of a model type, or None when attnlib does not know its layout."""
+    """The listed family of a model type, or None when it is not in the list (its layout may be found: family_for)."""
     return BY_MODEL_TYPE.get(model_type)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A layout found in one model and checked against its own forward pass (attnlib.core.found): the family as found
+    (None: no known shape binds), its `exact` naming the statistics whose parts differ; and what was found, in words."""
+
+    family: Family | None
+    parts: dict[str, str]
+
+
+_FOUND: dict[int, Found] = {}  # id(config) -> what was found in its model (dropped with the config)
+
+
+def register_found(config, found: Found) -> None:
+    """Keep what was found for the model of this config (its own config object, not the model type: two checkpoints
+    of one type may differ)."""
+    key = id(config)
+    if key not in _FOUND:
+        weakref.finalize(config, _FOUND.pop, key, None)
+    _FOUND[key] = found
+
+
+def found_for(config) -> Found | None:
+    """What was found in the model of this config, or None for a listed family (or a model not checked)."""
+    return None if config.model_type in BY_MODEL_TYPE else _FOUND.get(id(config))
+
+
+def family_for(config) -> Family | None:
+    """The model's family: the listed one of its type, or the layout found in it and checked; None when neither."""
+    found = found_for(config)
+    return BY_MODEL_TYPE.get(config.model_type) or (found.family if found is not None else None)
 
 
 def unsupported_reason(config, statistic: Statistic, part: Part = "encoder") -> str | None:
     """Why a statistic cannot be computed exactly for a model with this config (for an encoder-decoder's `part`), in
     words; None when it can."""
-    family = family_of(config.model_type)
+    family = family_for(config)
     what = STATISTICS[statistic]
     kept = dtype_name(getattr(config, "dtype", None))
     if statistic != "queries_keys" and kept not in FULL_PRECISION:
@@ -607,9 +677,10 @@ def unsupported_reason(config, statistic: Statistic, part: Part = "encoder") -> 
             "load it in float32 (the default; leave out --model-dtype saved)."
         )
     if family is None:
+        tried = " and finds none of their shapes in this model" if found_for(config) is not None else ""
         return (
             f"{what} are not available for '{config.model_type}' models: attnlib knows where the projections and "
-            f"LayerNorms are only for {SUPPORTED_NAMES}. Attention weights, and every statistic made from them "
+            f"LayerNorms are only for {SUPPORTED_NAMES}{tried}. Attention weights, and every statistic made from them "
             "alone, work for this model."
         )
     laid_out = family.part(part)
@@ -621,6 +692,12 @@ def unsupported_reason(config, statistic: Statistic, part: Part = "encoder") -> 
     reason = exact.get(statistic) or (exact.get("norms") if statistic == "residual_ln" else None)
     if reason is None:
         return None
+    if config.model_type not in BY_MODEL_TYPE:
+        where = "" if part == "encoder" else f"the {part} attention of "
+        return (
+            f"{what} are not available for {where}this '{config.model_type}' model (attnlib found the layout of "
+            f"{family.name.removesuffix('-shaped')} models in it): {reason}."
+        )
     if part == "encoder":
         return f"{what} are not exact for this model: {reason}."
     return f"{what} are not available for the {part} attention of {family.name} models: {reason}."
@@ -707,7 +784,8 @@ def layout(encoder: torch.nn.Module, statistic: Statistic = "norms", part: Part 
         raise UnsupportedModelError(reason)
     bound = _LAYOUTS.setdefault(encoder, {})
     if part not in bound:
-        family = BY_MODEL_TYPE[encoder.config.model_type].part(part)
+        found = family_for(encoder.config)
+        family = found.part(part) if found is not None else None
         assert family is not None  # unsupported_reason said why otherwise
         bound[part] = _bind(encoder, family)
     return bound[part]

@@ -122,6 +122,7 @@ class HeadTensors:
     keys: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
     scales: list[float] = field(default_factory=list)
+    caps: list[float | None] = field(default_factory=list)  # c of soft-capped logits c tanh(s / c) (Gemma 2), or None
     biases: list[torch.Tensor | None] = field(default_factory=list)
 
 
@@ -166,6 +167,7 @@ class Cache:
                     found.queries.append(qkv[0])
                     found.keys.append(qkv[1])
                     found.scales.append(scale)
+                    found.caps.append(lay.family.score_cap(site.heads))
                     found.biases.append(lay.bias(self.heads_calls[l], qkv, scale))
         return found
 

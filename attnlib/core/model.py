@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from attnlib.core.families import RESERVED_POSITIONS, dtype_name, layer_window
+from attnlib.core.families import FULL_PRECISION, RESERVED_POSITIONS, dtype_name, family_of, layer_window
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -62,6 +62,15 @@ class ModelFacts:
     parameters: int = 0
     dtype: str = "float32"  # what the weights are analysed in
     saved_dtype: str = "float32"  # what the checkpoint holds
+    layout_found: tuple[tuple[str, str], ...] = ()  # a family outside the list: the parts found and checked, in words
+
+    def layout_note(self) -> str | None:
+        """A sentence on the layout found in this model and checked against its own forward pass; None for a listed
+        family (or where none was found)."""
+        if not self.layout_found:
+            return None
+        parts = "; ".join(f"{what}: {how}" for what, how in self.layout_found)
+        return f"Layout found in the model and checked against its own forward pass (within 1e-5 in float32): {parts}."
 
     @property
     def converted(self) -> bool:
@@ -326,7 +335,10 @@ def load_model(
     limit = max_megabytes if max_megabytes is not None else parse_megabytes(os.environ.get(MAX_MODEL_MB_ENV))
     check_allowed(name_or_path, allowed)
     source, config, kwargs = _source_and_config(name_or_path, allow_local)
+    attention_heads(name_or_path, config)  # a model without attention is refused before its weights are read
     config._attn_implementation = "eager"  # whatever the saved config names: only eager attention returns weights
+    config._experts_implementation = "eager"  # a mixture of experts as a loop over its experts, which forward-mode
+    # differentiation (HTA) runs through; the router chooses as the model does
     kind = model_kind(config)
     parameters = parameter_count(config)
     if note is not None and float32_megabytes(parameters) >= SIZE_NOTE_MB:
@@ -373,9 +385,17 @@ def load_model(
     has_mlm = kind == "encoder" and _mlm_head_trained(
         info, mlm.base_model_prefix, getattr(config, "architectures", None)
     )
-    facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
     running = dtype_name(next(mlm.parameters()).dtype)
-    facts = replace(facts, kind=kind, parameters=parameters, dtype=running, saved_dtype=saved_dtype)
+    found: tuple[tuple[str, str], ...] = ()
+    if family_of(config.model_type) is None and running in FULL_PRECISION:  # found in the model, checked once
+        from attnlib.core.found import find_layout
+
+        configs = [m.config for m in mlm.modules() if isinstance(getattr(m, "config", None), type(config))]
+        decoder = mlm.get_decoder() if kind == "encoder-decoder" else None
+        laid_out = find_layout(encoder, kind == "decoder", [mlm.config, *configs], decoder)
+        found = tuple(laid_out.parts.items())
+    facts = _read_facts(name_or_path, encoder.config, tokenizer, has_mlm)
+    facts = replace(facts, kind=kind, parameters=parameters, dtype=running, saved_dtype=saved_dtype, layout_found=found)
     architectures = getattr(config, "architectures", None)
     lm_head = kind == "decoder" and _mlm_head_trained(info, mlm.base_model_prefix, architectures, DECODER_ARCHITECTURES)
     causal_lm = mlm if lm_head else None
@@ -391,10 +411,22 @@ def load_model(
     )
 
 
+def attention_heads(name: str, config) -> int:
+    """The attention heads per layer that the config names (its num_attention_heads, under whatever name the family
+    keeps it); ModelLoadError, in one sentence, for a model without attention layers (Mamba, RWKV)."""
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None)
+    if not heads:
+        raise ModelLoadError(
+            f"'{name}' ({config.model_type}) has no attention layers: it mixes its tokens without attention (a "
+            "state-space or recurrent layer, as Mamba and RWKV do), so there are no attention heads to show or analyse."
+        )
+    return int(heads)
+
+
 def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:
     """Read sizes and special tokens from a config and tokenizer."""
     n_layers = getattr(config, "num_hidden_layers", None) or config.n_layers
-    n_heads = getattr(config, "num_attention_heads", None) or config.n_heads
+    n_heads = attention_heads(name, config)
     hidden = getattr(config, "hidden_size", None) or config.dim
     positions = getattr(config, "max_position_embeddings", 512)
     positions -= RESERVED_POSITIONS.get(config.model_type, 0)

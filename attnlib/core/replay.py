@@ -50,15 +50,20 @@ class Call:
         parameters = inspect.signature(self.module.forward).parameters.values()
         return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
-    def with_hidden(self, x: torch.Tensor, unbatched: Sequence[str] = ()) -> tuple[tuple, dict]:
+    def with_hidden(
+        self, x: torch.Tensor, unbatched: Sequence[str] = (), batch_heads: Sequence[str] = ()
+    ) -> tuple[tuple, dict]:
         """The same arguments with the hidden input replaced by x [V * batch, n, hidden]; for V > 1 every other
-        tensor whose first dimension is the recorded batch (and whose name is not in unbatched) repeated V times."""
+        tensor whose first dimension is the recorded batch (and whose name is not in unbatched), and those named in
+        batch_heads ([batch * heads, ...]: Bloom's ALiBi), repeated V times."""
         batch = self.hidden.shape[0]
         variants = x.shape[0] // batch
         if variants * batch != x.shape[0]:
             raise ValueError(f"a replayed batch must be a multiple of the recorded {batch} inputs, not {x.shape[0]}")
 
         def swap(value, name: str | None):
+            if name in batch_heads and isinstance(value, torch.Tensor) and variants > 1:
+                return value.repeat(variants, *([1] * (value.dim() - 1)))
             return _swapped(value, self.hidden, x, batch, 1 if name in unbatched else variants)
 
         names = self._positional_names
@@ -128,7 +133,7 @@ class Recording:
         h = hidden
         for index in range(start, stop):
             call = self.layers[index]
-            args, kwargs = call.with_hidden(h, self.layout.family.unbatched)
+            args, kwargs = call.with_hidden(h, self.layout.family.unbatched, self.layout.family.batch_heads)
             h = self._after_layer(index, first_output(call.module(*args, **kwargs)), h)
         return h
 
@@ -137,7 +142,8 @@ class Recording:
         LayerNorm first), returning the block module's main output; hook its output projection to see c."""
         site = self.layout.sites[index]
         x = layer_input if self.layout.family.post_layer_norm else site.norm(layer_input)
-        args, kwargs = self.blocks[index].with_hidden(x, self.layout.family.unbatched)
+        family = self.layout.family
+        args, kwargs = self.blocks[index].with_hidden(x, family.unbatched, family.batch_heads)
         return first_output(site.block(*args, **kwargs))
 
     def final(self, hidden: torch.Tensor) -> torch.Tensor:

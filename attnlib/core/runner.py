@@ -59,6 +59,7 @@ class RunResult(Encoded):
     keys: np.ndarray | None = None  # [layers, heads, n, head_dim]
     qk_scale: np.ndarray | None = None  # [layers]: logits = qk_scale * q.k + score_bias (+ mask), softmax over keys
     score_bias: np.ndarray | None = None  # [layers, heads, n, n]: DeBERTa's c2p + p2c, MPNet's position bias; or None
+    score_cap: np.ndarray | None = None  # [layers]: logits c tanh(s / c) of s = the above (Gemma 2; inf: uncapped)
     layer_inputs: np.ndarray | None = None  # [layers, n, hidden]: x, each layer's input (hidden_states[l])
     values: np.ndarray | None = None  # [layers, heads, n, head_dim]: v_j = x_j W_V^h + b_V^h
     value_norm: np.ndarray | None = None  # [layers, heads, n]: ||v_j W_O^h||, §11's value norms
@@ -320,6 +321,8 @@ def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture: Iterable[C
         if "qk" in captured:
             r.queries, r.keys = _layers_of_input(queries, b, e.n), _layers_of_input(keys, b, e.n)
             r.qk_scale = np.array(heads.scales, np.float32)
+            if any(heads.caps):
+                r.score_cap = np.array([c or np.inf for c in heads.caps], np.float64)
             r.score_bias = np.ascontiguousarray(bias[b, :, :, : e.n, : e.n].numpy()) if has_bias else None
         if "layer_inputs" in captured:
             r.layer_inputs = np.ascontiguousarray(inputs[b, :, : e.n])

@@ -41,7 +41,7 @@ from attnlib.core.batches import Progress
 from attnlib.core.blockwise import BLOCKWISE_FROM, Block, run_blockwise, supports_blockwise
 from attnlib.core.corpus import CorpusInput, Sentence
 from attnlib.core.engines import plan_batches, run_accumulators
-from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family_of, layout
+from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family_for, layout
 from attnlib.core.memory import MemoryLimitError, check_memory, memory_limit, run_size
 from attnlib.core.model import LoadedModel, ModelFacts, load_model
 from attnlib.core.replay import editing_contexts
@@ -157,7 +157,7 @@ class BatchVectors:
 
 def heads_layout(lm: LoadedModel):
     """The layout that finds the heads' context vectors; SearchError naming what works instead."""
-    if family_of(lm.encoder.config.model_type) is None:
+    if family_for(lm.encoder.config) is None:
         raise SearchError(
             f"search by heads is not available for '{lm.encoder.config.model_type}' models: attnlib finds the heads' "
             f"context vectors only for {SUPPORTED_NAMES}. Search by hidden state (no heads) works for this model."

@@ -32,7 +32,15 @@ import numpy as np
 import torch
 
 from attnlib.analyses.base import OptionError
-from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family_of, layout, unsupported_reason
+from attnlib.core.families import (
+    STATISTICS,
+    SUPPORTED_NAMES,
+    UnsupportedModelError,
+    family_for,
+    found_for,
+    layout,
+    unsupported_reason,
+)
 from attnlib.core.hooks import ATTENTION, hooks
 from attnlib.core.model import LoadedModel
 from attnlib.core.replay import Recording, captured_contexts, editing_contexts, record, served_once
@@ -60,12 +68,14 @@ class AblationUnavailable(UnsupportedModelError):
 def unavailable_reason(lm: LoadedModel, measure: Measure | None = None) -> str | None:
     """Why heads of this model cannot be ablated (or this measure taken), in words; None when they can."""
     model_type = lm.encoder.config.model_type
-    if family_of(model_type) is None:
+    if family_for(lm.encoder.config) is None:
         return (
             f"Head ablation (METHODS §15) is not available for '{model_type}' models: attnlib knows where the heads' "
             f"context vectors enter the attention output projection only for {SUPPORTED_NAMES}."
         )
     replay = unsupported_reason(lm.encoder.config, "ablation")
+    if replay is not None and found_for(lm.encoder.config) is not None:
+        return replay.replace(STATISTICS["ablation"], "Head ablation and the knockouts (METHODS §15)", 1)
     if replay is not None:
         return f"Head ablation (METHODS §15) replays the model's layers as attribution does, which it cannot here. {replay}"
     return mlm_reason(lm) if measure == "mlm" else None

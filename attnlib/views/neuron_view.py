@@ -29,18 +29,20 @@ class NeuronScores:
     query: np.ndarray  # [d]
     keys: np.ndarray  # [n, d]
     products: np.ndarray  # [n, d] elementwise q × k
-    scores: np.ndarray  # [n] scale * q·k + relative
+    scores: np.ndarray  # [n] scale * q·k + relative (soft-capped: c tanh(that / c))
     softmax: np.ndarray  # [n], 0 outside the window
     scale: float  # the factor of q·k
     relative: np.ndarray | None = None  # [n] the family's relative terms of this row, or None
     allowed: np.ndarray | None = None  # [n] bool: keys inside a local layer's window, or None (every key)
+    cap: float | None = None  # c of soft-capped scores (Gemma 2), or None
 
     @property
     def label(self) -> str:
         """How the scores are made, in words."""
         d = self.query.size
         scale = f"q·k / √{d}" if abs(self.scale * np.sqrt(d) - 1) < 1e-6 else f"q·k × {self.scale:.4g}"
-        return scale + (" + relative" if self.relative is not None else "")
+        score = scale + (" + relative" if self.relative is not None else "")
+        return score if self.cap is None else f"{self.cap:g}·tanh(({score}) / {self.cap:g})"
 
 
 def score_terms(
@@ -51,14 +53,18 @@ def score_terms(
     query: int,
     window: int | None,
     causal: bool = False,
+    score_cap: np.ndarray | None = None,
 ) -> dict:
-    """neuron_scores' scale, relative, window and causal arguments for one row of a run (RunResult.qk_scale [layers],
-    .score_bias [layers, heads, n, n] or None; the layer's window, ModelFacts.window; a decoder's causal mask)."""
+    """neuron_scores' scale, relative, window, causal and cap arguments for one row of a run (RunResult.qk_scale
+    [layers], .score_bias [layers, heads, n, n] or None; the layer's window, ModelFacts.window; a decoder's causal
+    mask; RunResult.score_cap [layers] or None)."""
+    cap = None if score_cap is None else float(score_cap[layer])
     return {
         "scale": None if qk_scale is None else float(qk_scale[layer]),
         "relative": None if score_bias is None else score_bias[layer, head, query],
         "window": window,
         "causal": causal,
+        "cap": cap if cap is not None and np.isfinite(cap) else None,
     }
 
 
@@ -70,10 +76,11 @@ def neuron_scores(
     relative: np.ndarray | None = None,
     window: int | None = None,
     causal: bool = False,
+    cap: float | None = None,
 ) -> NeuronScores:
-    """q×k, the scores scale * q·k + relative (scale 1/√d unless given) and their softmax over the keys with
-    |i - j| <= window (all when None), and j <= i when causal (a decoder), for query position `query_index` of one
-    head's [n, d] queries and keys."""
+    """q×k, the scores scale * q·k + relative (scale 1/√d unless given; soft-capped to cap tanh(s / cap) where a cap is
+    given, as Gemma 2's) and their softmax over the keys with |i - j| <= window (all when None), and j <= i when causal
+    (a decoder), for query position `query_index` of one head's [n, d] queries and keys."""
     q = np.asarray(queries[query_index], dtype=np.float64)
     k = np.asarray(keys, dtype=np.float64)
     products = k * q
@@ -82,13 +89,15 @@ def neuron_scores(
     if relative is not None:
         relative = np.asarray(relative, dtype=np.float64)
         scores = scores + relative
+    if cap is not None:
+        scores = cap * np.tanh(scores / cap)
     positions = np.arange(len(k))
     allowed = None if window is None else np.abs(positions - query_index) <= window
     if causal:
         allowed = (positions <= query_index) & (True if allowed is None else allowed)
     kept = scores if allowed is None else np.where(allowed, scores, -np.inf)
     e = np.exp(kept - kept.max())
-    return NeuronScores(q, k, products, scores, e / e.sum(), scale, relative, allowed)
+    return NeuronScores(q, k, products, scores, e / e.sum(), scale, relative, allowed, cap)
 
 
 def neuron_view_html(
@@ -106,14 +115,15 @@ def neuron_view_html(
     causal: bool = False,
     query_labels: Sequence[str] | None = None,
     shown: tuple[int, int] | None = None,
+    cap: float | None = None,
 ) -> str:
     """Self-contained HTML of the neuron view of one head ([n_query, d] queries, [n, d] keys; 0-based layer, head,
-    query; scale, relative, window and causal as neuron_scores takes them); `labels` are the keys' tokens,
+    query; scale, relative, window, causal and cap as neuron_scores takes them); `labels` are the keys' tokens,
     `query_labels` the queries' where they differ (cross-attention's target tokens, drawn on the left).
 
     `shown` (0-based, half-open; it holds the query): draw only those keys (a window of a long input), with the
     softmax over all n keys, so their weights sum to the mass the row gives them (`mass`), not to 1."""
-    ns = neuron_scores(queries, keys, query_index, scale, relative, window, causal)
+    ns = neuron_scores(queries, keys, query_index, scale, relative, window, causal, cap)
     lo, hi = (0, len(ns.keys)) if shown is None else shown
     if shown is not None and not 0 <= lo <= query_index < hi <= len(ns.keys):
         raise ValueError(f"shown keys {lo}:{hi} must hold the query {query_index} and lie in the {len(ns.keys)} keys")
@@ -171,12 +181,12 @@ def value_norm_figure(value_norm: np.ndarray, labels: Sequence[str], layer: int,
 
 
 def result_terms(result: RunResult, layer: int, head: int, query: int) -> dict:
-    """A run's scale and relative terms for one row (the scale left to its default where it is float32's 1/√d)."""
-    terms = score_terms(result.qk_scale, result.score_bias, layer, head, query, None)
+    """A run's scale, relative and cap terms for one row (the scale left to its default where it is float32's 1/√d)."""
+    terms = score_terms(result.qk_scale, result.score_bias, layer, head, query, None, score_cap=result.score_cap)
     d = result.queries.shape[-1] if result.queries is not None else 1
     if terms["scale"] is not None and abs(terms["scale"] * np.sqrt(d) - 1) < 1e-6:
         terms["scale"] = None
-    return {key: terms[key] for key in ("scale", "relative")}
+    return {key: terms[key] for key in ("scale", "relative", "cap")}
 
 
 def seq2seq_terms(heads: PartHeads, layer: int, head: int, query: int) -> dict:

@@ -107,6 +107,18 @@ def test_app_sidebar_encoder_decoder_without_its_tokenizer(t5_dir):
     _assert_kept_default(at, str(t5_dir), "tokenizer .* is not the model's own")
 
 
+def test_app_sidebar_model_without_attention(no_attention_dir):
+    """Mamba or RWKV, typed or in a link: the sidebar (on every page) says in one sentence that it has no attention
+    layers, and keeps the bundled model."""
+    at = _choose_other(_sidebar(), str(no_attention_dir))
+    _assert_kept_default(
+        at, str(no_attention_dir), rf"^'{re.escape(str(no_attention_dir))}' \(\w+\) has no attention layers"
+    )
+    linked = _sidebar(model=str(no_attention_dir))
+    assert not linked.exception and linked.session_state["model_name"] == DEFAULT_MODEL
+    assert any("has no attention layers" in e.value and "Falling back" in e.value for e in linked.error)
+
+
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_app_sidebar_allow_list_beats_cached_model(tiny_model_dir, monkeypatch):
     """A model loaded before the allow-list was set (still in the process cache) is refused all the same."""

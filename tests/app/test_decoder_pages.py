@@ -147,8 +147,10 @@ def test_live_norms_view_of_a_decoder(gpt2_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma2"])
 def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory):
+    """softmax of the shown scores is the model's row; Gemma 2's scores are soft-capped, and the page says that q·k is
+    the score before capping."""
     from streamlit.testing.v1 import AppTest
 
     from attnlib.results.shipped import ROOT
@@ -160,6 +162,8 @@ def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory
     assert not at.exception, at.exception
     assert any("equals the model's attention row" in c.value for c in at.caption), [c.value for c in at.caption]
     assert any("‖f(x_j)‖ = ‖v_j W_O‖" in c.value for c in at.caption)  # value norms beside it (METHODS §11, §18)
+    capped = [c.value for c in at.caption if "is the score before capping" in c.value]
+    assert len(capped) == (kind == "gemma2") and all("50·tanh(s / 50)" in c for c in capped)
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
@@ -193,3 +197,13 @@ def test_live_page_finder_switches_and_search_of_a_decoder(kind, tmp_path_factor
     strips = [m for m in at.markdown if "attn-strip" in m.value]
     expected = search_corpus(lm, TEXT, 2, CLASSROOM_SINGLE, layer=1, k=3)
     assert [m.input + 1 for m in expected.matches] == [int(s.value.split("· input ")[1].split(",")[0]) for s in strips]
+
+
+def test_sidebar_says_the_layout_found_in_a_family_outside_the_list(tmp_path):
+    """A Mixtral (not in the family list): the sidebar names the parts found and checked, its experts among them."""
+    from support.bad_input import _sidebar
+
+    at = _sidebar(model=str(save_tiny("mixtral", tmp_path / "mixtral")))
+    assert not at.exception and not at.error
+    (note,) = [c.value for c in at.caption if c.value.startswith("Layout found in the model")]
+    assert "a mixture of 4 experts" in note and "input_layernorm (pre-norm)" in note and "grouped-query" in note

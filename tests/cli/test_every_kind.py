@@ -10,6 +10,7 @@ import argparse
 import pytest
 
 import attnlib.cli.options as cli_options
+from attnlib.analyses.registry import ANALYSES
 from attnlib.cli.entry import build_parser
 from attnlib.core.decoding import check_decoder
 from attnlib.core.families import UnsupportedModelError, unsupported_reason
@@ -17,7 +18,14 @@ from attnlib.core.model import load_model
 from attnlib.stats.gradients import unavailable_reason
 from support.cli import run_cli
 from support.json_keys import COMMAND_KEYS, KEYS
-from support.models import DECODER_KINDS, DECODER_SLIDING_LAYERS, ENCODER_DECODER_KINDS, save_tiny
+from support.models import (
+    DECODER_KINDS,
+    DECODER_SLIDING_LAYERS,
+    ENCODER_DECODER_KINDS,
+    FOUND_ENCODER_DECODER_KINDS,
+    FOUND_LAYOUT_KINDS,
+    save_tiny,
+)
 from support.runs import command_line, small_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
@@ -26,32 +34,49 @@ COMMANDS = sorted({**KEYS, **COMMAND_KEYS})
 SAYS_DECODER = ("aggregation", "importance", "positions", "special")  # the JSON that carries "kind": "decoder"
 PART_KEYS = {"source", "target", "target_from", "key_tokens"}  # an encoder-decoder's `attention`: its two texts
 # what has no meaning for a kind: gradient importance takes gradients of a masked-LM loss, which no decoder or
-# encoder-decoder has; Gemma 2's soft-capped scores are not scale * q.k; the retrieval test decodes, which needs a
-# decoder (not an encoder-decoder) and, greedily, a trained LM head, which the fine-tuned Llama classifier has not
-REFUSED = {"gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS), "qk": ("gemma2",),
-           "retrieval": (*ENCODER_DECODER_KINDS, "llama-classifier")}  # fmt: skip
+# encoder-decoder has (Gemma 2's soft-capped queries and keys are shown: q.k is the score before capping); the retrieval
+# test decodes, which needs a decoder (not an encoder-decoder) and, greedily, a trained LM head, which the fine-tuned
+# Llama classifier has not; and what the check of a layout found refuses: Bloom's feed-forward is an
+# autograd.Function, which attribution's forward-mode differentiation cannot run through (`positions` then leaves
+# attribution out and says why)
+REFUSED = {
+    "gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS, *FOUND_LAYOUT_KINDS),
+    "retrieval": (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS, "llama-classifier"),
+    **dict.fromkeys(("hta", "aggregation", "report"), ("bloom",)),  # the report: its aggregation part
+}
+ATTRIBUTION_KEYS = {
+    "correlation",
+    "median_correlation",
+    "attribution_center_of_mass",
+    "attribution_head_center_of_mass",
+}
+ENCODER_DECODERS = (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS)
 
 
 def _reason(folder: str, command: str) -> str | None:
-    """The library's own reason why the command has no meaning for this model."""
+    """The library's own reason why the command has no meaning for this model (or what its check found)."""
     lm = load_model(folder)
     if command == "retrieval":
         with pytest.raises(UnsupportedModelError) as refused:
             check_decoder(lm, forced=False)
         return str(refused.value)
-    return unavailable_reason(lm) if command == "gradient" else unsupported_reason(lm.encoder.config, "queries_keys")
+    return unavailable_reason(lm) if command == "gradient" else unsupported_reason(lm.encoder.config, "hta")
 
 
 def _expected_keys(kind: str, command: str) -> set[str]:
     """The command's keys for an encoder, and what this kind adds (kind and part, windows, the target)."""
     keys = set(KEYS.get(command) or COMMAND_KEYS[command])
-    if kind in ENCODER_DECODER_KINDS:
+    if kind in FOUND_LAYOUT_KINDS and command in ANALYSES:  # the layout found in the model and checked, in words
+        keys.add("layout_found")
+    if kind in ENCODER_DECODERS:
         added = {"stacks"} if command == "report" else {"kind", "part"}
         return keys | added | (PART_KEYS if command == "attention" else set())
     if command in SAYS_DECODER:
         keys.add("kind")
     if command == "positions" and kind in DECODER_SLIDING_LAYERS:
         keys.add("windows")
+    if command == "positions" and kind in REFUSED["hta"]:
+        keys = keys - ATTRIBUTION_KEYS | {"attribution_unavailable"}
     return keys
 
 
@@ -76,7 +101,7 @@ def _each_model_read_once():
         yield
 
 
-@pytest.fixture(scope="module", params=(*DECODER_KINDS, *ENCODER_DECODER_KINDS))
+@pytest.fixture(scope="module", params=(*DECODER_KINDS, *ENCODER_DECODER_KINDS, *FOUND_LAYOUT_KINDS))
 def kind_dir(request, tmp_path_factory):
     return request.param, save_tiny(request.param, tmp_path_factory.mktemp(f"every-{request.param}"))
 
@@ -84,7 +109,7 @@ def kind_dir(request, tmp_path_factory):
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_runs_and_says_the_kind_or_refuses_in_one_line(kind_dir, command, tmp_path):
     kind, folder = kind_dir
-    encoder_decoder = kind in ENCODER_DECODER_KINDS
+    encoder_decoder = kind in ENCODER_DECODERS
     small = small_files(tmp_path)
     if encoder_decoder:
         small["attention"] = dict(pair=False)  # an encoder-decoder reads a source and a target, not a pair
@@ -102,5 +127,7 @@ def test_every_command_runs_and_says_the_kind_or_refuses_in_one_line(kind_dir, c
         assert (printed["kind"], printed["part"]) == ("encoder-decoder", "encoder")
     elif command in SAYS_DECODER:
         assert printed["kind"] == "decoder"
+    if "layout_found" in printed:
+        assert printed["layout_found"] == dict(load_model(str(folder)).facts.layout_found) != {}
     if "windows" in printed:  # the sliding layers, and only those, have a window
         assert [w is not None for w in printed["windows"]] == [l in DECODER_SLIDING_LAYERS[kind] for l in range(2)]

@@ -145,30 +145,60 @@ def test_cli_special_json_carries_the_sink_for_every_kind(kind, tmp_path_factory
     assert ran.json["sink_rate"]["per_layer"] == pytest.approx(list((first > 0.3).mean(axis=1)))
 
 
-QK_KINDS = tuple(k for k in DECODER_KINDS if k != "gemma2")  # Gemma 2's soft-capped scores: below
+SOFT_CAP = 0.01  # Gemma 2's c of c tanh(s / c), set below the tiny model's scores (~0.01) so that capping matters
 
 
-@pytest.mark.parametrize("kind", QK_KINDS)
+def _masked_softmax(logits: np.ndarray, facts) -> np.ndarray:
+    """softmax over keys of [layers, heads, n, n] logits, later keys and keys past a layer's sliding window masked."""
+    n = logits.shape[-1]
+    offset = np.arange(n)[:, None] - np.arange(n)[None]  # i - j
+    logits = logits.copy()
+    for layer in range(facts.n_layers):
+        w = facts.window(layer)
+        logits[layer][:, (offset < 0) | (offset > (w if w is not None else n))] = -np.inf
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", DECODER_KINDS)
 def test_queries_and_keys_give_a_decoders_logits(kind, tmp_path_factory):
     """softmax(scale q.k), later keys and keys past a sliding window masked, is the model's attention: rotary (after
-    Qwen3's and Gemma 3's q_norm and k_norm) applied, and each query head reading its group's key head."""
+    Qwen3's and Gemma 3's q_norm and k_norm) applied, and each query head reading its group's key head; Gemma 2's q.k
+    is the score before capping: softmax(c tanh(scale q.k / c)) is its attention (c lowered to SOFT_CAP, in the model
+    and in its config, so that the cap matters)."""
     lm = load_model(str(save_tiny(kind, tmp_path_factory.mktemp(f"{kind}-qk"))))
+    cap = None
+    if kind == "gemma2":
+        cap = lm.encoder.config.attn_logit_softcapping = SOFT_CAP
+        for layer in lm.encoder.layers:
+            layer.self_attn.attn_logit_softcapping = SOFT_CAP
     r = run(lm, TEXT, capture_qk=True)
     assert r.queries.shape == r.keys.shape == (lm.facts.n_layers, lm.facts.n_heads, r.n, lm.facts.head_dim)
     q, k = r.queries.astype(np.float64), r.keys.astype(np.float64)
     logits = r.qk_scale[:, None, None, None] * np.einsum("lhid,lhjd->lhij", q, k)
-    offset = np.arange(r.n)[:, None] - np.arange(r.n)[None]  # i - j
-    for layer in range(lm.facts.n_layers):
-        w = lm.facts.window(layer)
-        logits[layer][:, (offset < 0) | (offset > (w if w is not None else r.n))] = -np.inf
-    e = np.exp(logits - logits.max(-1, keepdims=True))
     # float32 q and k of magnitude ~1, exponentiated: relative errors of ~1e-7 in the weights
-    np.testing.assert_allclose(e / e.sum(-1, keepdims=True), r.attentions, atol=1e-5)
+    if cap is None:
+        assert r.score_cap is None
+    else:
+        np.testing.assert_array_equal(r.score_cap, [cap] * lm.facts.n_layers)
+        assert np.abs(_masked_softmax(logits, lm.facts) - r.attentions).max() > 1e-3  # the cap matters here
+        logits = cap * np.tanh(logits / cap)
+    np.testing.assert_allclose(_masked_softmax(logits, lm.facts), r.attentions, atol=1e-5)
 
 
-def test_soft_capped_scores_hide_queries_and_keys_in_words(tmp_path_factory):
-    from attnlib.core.families import unsupported_reason
+def test_neuron_view_of_soft_capped_scores_says_q_dot_k_is_before_capping(tmp_path_factory):
+    """Gemma 2's neuron view: its scores are c tanh(scale q.k / c), their softmax the model's row, its label says so."""
+    from attnlib.views.neuron_view import neuron_scores, result_terms
 
-    lm = load_model(str(save_tiny("gemma2", tmp_path_factory.mktemp("gemma2-qk"))))
-    assert "soft-capped" in unsupported_reason(lm.encoder.config, "queries_keys")
-    assert run(lm, TEXT, capture_qk=True).queries is None
+    lm = load_model(str(save_tiny("gemma2", tmp_path_factory.mktemp("gemma2-neuron"))))
+    for layer in lm.encoder.layers:
+        layer.self_attn.attn_logit_softcapping = SOFT_CAP
+    r = run(lm, TEXT, capture_qk=True)
+    layer, head, query = 1, 2, r.n - 1  # layer 1 attends to the whole prefix
+    ns = neuron_scores(
+        r.queries[layer, head], r.keys[layer, head], query, **result_terms(r, layer, head, query), causal=True
+    )
+    np.testing.assert_allclose(ns.softmax, r.attentions[layer, head, query], atol=1e-5)
+    s = r.qk_scale[layer] * r.keys[layer, head].astype(np.float64) @ r.queries[layer, head, query].astype(np.float64)
+    np.testing.assert_allclose(ns.scores, SOFT_CAP * np.tanh(s / SOFT_CAP), rtol=1e-6)
+    assert ns.cap == SOFT_CAP and ns.label.startswith(f"{SOFT_CAP:g}·tanh((q·k")

@@ -14,7 +14,7 @@ from attnlib.core.seq2seq import run_seq2seq
 from attnlib.stats import value_norms as norms
 from attnlib.stats.batched_norms import NormMaps, ValueNormMaps
 from support.models import ENCODER_DECODER_KINDS
-from support.seq2seq import moved_off_encoder_decoder, own_values
+from support.seq2seq import moved_off_encoder_decoder, own_values, parent
 from support.tolerances import EPS32
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -24,7 +24,7 @@ TARGET = "A dog ran to the park, and then it slept for a very long time by the f
 PARTS = ("decoder", "cross")
 
 
-@pytest.fixture(scope="module", params=ENCODER_DECODER_KINDS)
+@pytest.fixture(scope="module", params=(*ENCODER_DECODER_KINDS, "mt5"))  # mT5: found in the model
 def encdec(request, tmp_path_factory):
     """(kind, LoadedModel) of a tiny random encoder-decoder with every bias and norm weight moved off its initial
     value, so that a bias left out or a misplaced gamma changes what is compared."""
@@ -48,7 +48,7 @@ def test_the_decoders_decomposition_rebuilds_its_self_attention_sublayer(encdec)
     v = maps.values
     assert v is not None and v.part == "decoder" and v.layer_inputs is not None and v.block_scale is not None
     w = v.weights
-    assert w.post_layer_norm == (kind != "t5") and not w.attention_norm
+    assert w.post_layer_norm == (parent(kind) != "t5") and not w.attention_norm
     own = own_values(lm, kind, "decoder", maps.source.input_ids, maps.target.input_ids)
     found = norms.part_norm_maps(maps)
     assert isinstance(found, NormMaps)

@@ -14,8 +14,8 @@ import pytest
 
 from attnlib.core.families import STATISTICS, unsupported_reason
 from attnlib.core.seq2seq import run_seq2seq
-from support.models import ENCODER_DECODER_KINDS
-from support.seq2seq import masked_softmax, moved_off_encoder_decoder, own_part, own_scale, softmax_tolerance
+from support.models import ENCODER_DECODER_KINDS, FOUND_ENCODER_DECODER_KINDS
+from support.seq2seq import masked_softmax, moved_off_encoder_decoder, own_part, own_scale, parent, softmax_tolerance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -24,7 +24,7 @@ TARGET = "A dog ran to the park, and then it slept for a very long time by the f
 PARTS = ("decoder", "cross")
 
 
-@pytest.fixture(scope="module", params=ENCODER_DECODER_KINDS)
+@pytest.fixture(scope="module", params=(*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS))
 def encdec(request, tmp_path_factory):
     """(kind, LoadedModel) of a tiny random encoder-decoder with every bias and norm weight moved off its initial
     value, so that a projection's bias left out, or the wrong LayerNorm's input, changes q or k."""
@@ -42,7 +42,7 @@ def test_the_parts_queries_and_keys_give_the_models_own_attentions(encdec, part)
     assert heads.queries.shape == (2, 4, n_target, lm.facts.head_dim)
     assert heads.keys.shape == (2, 4, n_source if part == "cross" else n_target, lm.facts.head_dim)
     np.testing.assert_array_equal(heads.qk_scale, np.float32(own_scale(kind, lm.facts.head_dim)))
-    assert (heads.score_bias is not None) == (kind == "t5" and part == "decoder")
+    assert (heads.score_bias is not None) == (parent(kind) == "t5" and part == "decoder")
     q, k = heads.queries.astype(np.float64), heads.keys.astype(np.float64)
     scale = heads.qk_scale.astype(np.float64)[:, None, None, None]
     logits = scale * np.einsum("lhid,lhjd->lhij", q, k) + (0 if heads.score_bias is None else heads.score_bias)
@@ -65,9 +65,9 @@ def test_the_parts_queries_and_keys_are_the_attention_modules_own(encdec, part):
     np.testing.assert_array_equal(heads.queries, own.queries)
     np.testing.assert_array_equal(heads.keys, own.keys)
     np.testing.assert_array_equal(maps.part(part)[0], own.attentions)
-    if kind == "t5" and part == "cross":
+    if parent(kind) == "t5" and part == "cross":
         assert own.bias is not None and not own.bias.any()
-    elif kind == "t5":
+    elif parent(kind) == "t5":
         np.testing.assert_array_equal(heads.score_bias, own.bias)
     own_softmax = masked_softmax(own.logits, part == "decoder")
     scale = own_scale(kind, lm.facts.head_dim)
@@ -85,7 +85,10 @@ def unidirectional_bucket(distance: int, buckets: int, max_distance: int) -> int
     )
 
 
-@pytest.mark.parametrize("encdec", ["t5"], indirect=True)  # BART's and Marian's positions are added to the embeddings
+T5_KINDS = [k for k in (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS) if parent(k) == "t5"]
+
+
+@pytest.mark.parametrize("encdec", T5_KINDS, indirect=True)  # BART's and Marian's positions are added to the embeddings
 def test_t5s_decoder_bias_is_its_first_layers_unidirectional_buckets(encdec):
     _, lm = encdec
     maps = run_seq2seq(lm, SOURCE, TARGET, qk="decoder")

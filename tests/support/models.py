@@ -67,6 +67,26 @@ DECODER_KV_HEADS = {
     "gemma3": 2,
 }
 
+# families outside the library's list, whose layout the library finds in the model and checks (attnlib.core.found):
+# decoders (mixtures of experts, partial rotary, parallel residuals, fused and multi-query projections, ALiBi) and
+# encoder-decoders whose parent is listed (mT5: T5's; mBART: BART's paths, but pre-LN)
+FOUND_LAYOUT_KINDS = (
+    "mixtral",
+    "qwen2-moe",
+    "stablelm",
+    "phi",
+    "gpt-bigcode",
+    "falcon",
+    "bloom",
+    "gptj",
+    "mt5",
+    "mbart",
+)
+FOUND_ENCODER_DECODER_KINDS = ("mt5", "mbart")
+
+# models without attention layers (a state-space model, a recurrent one): refused on every command and page
+NO_ATTENTION_KINDS = ("mamba", "rwkv")
+
 # encoder-decoders: T5 (relative position bias, no CLS), BART (learned positions, <s> ... </s>), Marian (sinusoidal)
 ENCODER_DECODER_KINDS = ("t5", "bart", "marian")
 # each Unigram kind's special tokens as the vocabulary's first ids, its eos, unk and pad (the decoder's start token)
@@ -157,6 +177,12 @@ def tokenizer_for(kind: str):
     """The tokenizer a tiny model of this kind is saved with."""
     if kind in DECODER_KINDS:
         return decoder_tokenizer_for(kind)
+    if kind in FOUND_ENCODER_DECODER_KINDS:
+        return unigram_tokenizer("t5") if kind == "mt5" else roberta_tokenizer()
+    if kind in FOUND_LAYOUT_KINDS:
+        return decoder_tokenizer_for("gpt2" if kind in ("gpt-bigcode", "gptj", "falcon", "bloom", "phi") else "llama")
+    if kind in NO_ATTENTION_KINDS:
+        return decoder_tokenizer_for("gpt2")
     if kind in UNIGRAM_SPECIALS:
         return unigram_tokenizer(kind)
     return roberta_tokenizer() if kind in (*BPE_KINDS, "bart") else bert_tokenizer()
@@ -178,6 +204,10 @@ def tiny_config(kind: str, tokenizer):
         return tiny_decoder_config(kind, tokenizer)
     if kind in ENCODER_DECODER_KINDS:
         return tiny_encoder_decoder_config(kind, tokenizer)
+    if kind in NO_ATTENTION_KINDS:
+        return tiny_no_attention_config(kind, tokenizer)
+    if kind in FOUND_LAYOUT_KINDS:
+        return tiny_found_layout_config(kind, tokenizer)
     vocab, ids = len(tokenizer), _ids(tokenizer)
     positions = dict(max_position_embeddings=66 if kind in (*BPE_KINDS, "mpnet") else 64)
     if kind in ("bert", "bert-classifier"):
@@ -260,7 +290,9 @@ def tiny_model(kind: str, tokenizer):
     config = tiny_config(kind, tokenizer)
     if kind == "llama-classifier":
         return tf.LlamaForSequenceClassification(config)
-    if kind in DECODER_KINDS:
+    if kind in (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS):
+        return tf.AutoModelForSeq2SeqLM.from_config(config)
+    if kind in (*DECODER_KINDS, *NO_ATTENTION_KINDS, *FOUND_LAYOUT_KINDS):
         return tf.AutoModelForCausalLM.from_config(config)
     if kind in ENCODER_DECODER_KINDS:
         return tf.AutoModelForSeq2SeqLM.from_config(config)
@@ -419,6 +451,71 @@ def tiny_encoder_decoder_config(kind: str, tokenizer):
     if kind == "marian":
         return tf.MarianConfig(**ids, **sizes, decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=None)
     raise ValueError(f"no tiny encoder-decoder config for {kind!r}")
+
+
+def tiny_found_layout_config(kind: str, tokenizer):
+    """A 2-layer, 4-head, hidden-32 config of a family outside the library's list (FOUND_LAYOUT_KINDS)."""
+    import transformers as tf
+
+    ids = dict(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    common = dict(vocab_size=len(tokenizer), **ids)
+    llama = dict(**SIZES, **common, max_position_embeddings=64, num_key_value_heads=2)
+    if kind == "mixtral":  # a mixture of 4 experts, 2 chosen per token
+        return tf.MixtralConfig(**llama, num_local_experts=4, num_experts_per_tok=2, sliding_window=None)
+    if kind == "qwen2-moe":  # 4 routed experts and a shared one; biases on q, k, v
+        return tf.Qwen2MoeConfig(
+            **llama, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+            use_sliding_window=False,
+        )  # fmt: skip
+    if kind == "stablelm":  # LayerNorm, rotary on a quarter of each head's 8 dimensions, attention and MLP in parallel
+        return tf.StableLmConfig(**llama, partial_rotary_factor=0.25, use_parallel_residual=True)
+    if kind == "phi":  # Phi-2: rotary on half of each head, parallel residual, the output projection named dense
+        return tf.PhiConfig(**SIZES, **common, max_position_embeddings=64, partial_rotary_factor=0.5)
+    if kind == "gpt-bigcode":  # GPT-2's paths, one fused c_attn with a single key and value head (multi-query)
+        return tf.GPTBigCodeConfig(
+            n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, multi_query=True, **common
+        )
+    if kind == "falcon":  # fused query_key_value with one key/value head, rotary, attention and MLP in parallel
+        return tf.FalconConfig(**{k: v for k, v in SIZES.items() if k != "intermediate_size"}, **common,
+                               multi_query=True, parallel_attn=True, alibi=False, new_decoder_architecture=False)  # fmt: skip
+    if kind == "bloom":  # per-head fused query_key_value, ALiBi
+        return tf.BloomConfig(hidden_size=32, n_layer=2, n_head=4, **common)
+    if kind == "gptj":  # rotary on 4 of each head's 8 dimensions (every two), attention and MLP in parallel
+        return tf.GPTJConfig(n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, rotary_dim=4, **common)
+    ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    if kind == "mt5":
+        return tf.MT5Config(
+            **ids, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=tokenizer.pad_token_id,
+            relative_attention_num_buckets=8, relative_attention_max_distance=16,
+        )  # fmt: skip
+    if kind == "mbart":  # pre-LN (unlike BART), a LayerNorm after each stack
+        return tf.MBartConfig(
+            **ids, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+            bos_token_id=tokenizer.bos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+        )  # fmt: skip
+    raise ValueError(f"no tiny config for {kind!r}")
+
+
+def tiny_no_attention_config(kind: str, tokenizer):
+    """A 2-layer, hidden-32 causal LM without attention: Mamba (a state-space model) or RWKV (a recurrent one)."""
+    import transformers as tf
+
+    ids = dict(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    if kind == "mamba":
+        return tf.MambaConfig(**ids, hidden_size=32, num_hidden_layers=2, state_size=4)
+    if kind == "rwkv":
+        return tf.RwkvConfig(
+            **ids,
+            hidden_size=32,
+            num_hidden_layers=2,
+            attention_hidden_size=32,
+            intermediate_size=64,
+            context_length=64,
+        )
+    raise ValueError(f"no tiny config without attention for {kind!r}")
 
 
 def move_off_initial(model: torch.nn.Module, seed: int = 1) -> torch.nn.Module:

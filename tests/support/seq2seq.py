@@ -19,11 +19,17 @@ ATTENTION = {
     "marian": {"decoder": "layers.{}.self_attn", "cross": "layers.{}.encoder_attn"},
 }
 QK = {"t5": ("q", "k"), "bart": ("q_proj", "k_proj"), "marian": ("q_proj", "k_proj")}
+PARENT = {"mt5": "t5", "mbart": "bart"}  # the found layouts' kinds (support.models.FOUND_ENCODER_DECODER_KINDS): paths
+
+
+def parent(kind: str) -> str:
+    """The listed kind whose module paths this kind shares (mT5: T5's; mBART: BART's), or the kind itself."""
+    return PARENT.get(kind, kind)
 
 
 def own_scale(kind: str, head_dim: int) -> float:
     """The factor of q.k in each family's eager attention: T5 none (its bias carries the positions), else d^-1/2."""
-    return 1.0 if kind == "t5" else head_dim**-0.5
+    return 1.0 if parent(kind) == "t5" else head_dim**-0.5
 
 
 @dataclass
@@ -42,7 +48,7 @@ class OwnPart:
 def own_part(lm, kind: str, part: str, source_ids: list[int], target_ids: list[int]) -> OwnPart:
     """The part's queries and keys from each attention module's own inputs (hidden_states; cross: key_value_states,
     the encoder's output) through its own q and k projections, in the model's forward pass for these ids."""
-    q_name, k_name = QK[kind]
+    q_name, k_name = QK[parent(kind)]
     d, decoder = lm.facts.head_dim, lm.seq2seq.get_decoder()
     queries, keys, biases = [], [], []
 
@@ -51,10 +57,10 @@ def own_part(lm, kind: str, part: str, source_ids: list[int], target_ids: list[i
         kv = kwargs["key_value_states"] if part == "cross" else x
         for found, name, states in ((queries, q_name, x), (keys, k_name, kv)):
             found.append(getattr(attention, name)(states)[0].reshape(states.shape[1], -1, d).transpose(0, 1))
-        if kind == "t5":
+        if parent(kind) == "t5":
             biases.append(out[1][0].expand(len(queries[-1]), -1, -1))  # T5Attention returns (output, bias, weights)
 
-    path = ATTENTION[kind][part]
+    path = ATTENTION[parent(kind)][part]
     n_layers = len(decoder.get_submodule(path.partition(".{}")[0]))
     modules = [decoder.get_submodule(path.format(l)) for l in range(n_layers)]
     handles = [m.register_forward_hook(keep, with_kwargs=True) for m in modules]
@@ -125,7 +131,7 @@ class OwnValues:
 
 def own_values(lm, kind: str, part: str, source_ids: list[int], target_ids: list[int]) -> OwnValues:
     """OwnValues of a part in the model's forward pass for these ids (hooks on the paths written here)."""
-    v_name, o_name = VO[kind]
+    v_name, o_name = VO[parent(kind)]
     d, decoder = lm.facts.head_dim, lm.seq2seq.get_decoder()
     found = OwnValues([], [], [], [], [])
 
@@ -147,14 +153,16 @@ def own_values(lm, kind: str, part: str, source_ids: list[int], target_ids: list
         found.sublayer_input.append((args[0] if args else kwargs["hidden_states"])[0].double().numpy())
         found.sublayer_output.append((out[0] if isinstance(out, tuple) else out)[0].double().numpy())
 
-    path = ATTENTION[kind][part]
+    path = ATTENTION[parent(kind)][part]
     n_layers = len(decoder.get_submodule(path.partition(".{}")[0]))
     attentions = [decoder.get_submodule(path.format(l)) for l in range(n_layers)]
     handles = [m.register_forward_hook(keep_values, with_kwargs=True) for m in attentions]
     handles += [getattr(m, o_name).register_forward_hook(keep_projection) for m in attentions]
     if part == "decoder":
         handles += [
-            decoder.get_submodule(SUBLAYER[kind].format(l)).register_forward_hook(keep_sublayer, with_kwargs=True)
+            decoder.get_submodule(SUBLAYER[parent(kind)].format(l)).register_forward_hook(
+                keep_sublayer, with_kwargs=True
+            )
             for l in range(n_layers)
         ]
     try:

@@ -176,6 +176,8 @@ def model_sidebar() -> LoadedModel:
             f"{'first and end tokens' if f.causal else 'special tokens'} {f.cls_token} {f.sep_token}; "
             f"{size_text(f.parameters)}" + (f". {f.dtype_note()}" if f.dtype_note() else "")
         )
+        if f.layout_note():
+            st.caption(f.layout_note())
     publish([MODEL])
     return lm
 

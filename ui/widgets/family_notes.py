@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnlib.core.families import Part, Statistic, local_layers_text, unsupported_reason
+from attnlib.core.families import Part, Statistic, local_layers_text, score_cap_text, unsupported_reason
 from attnlib.core.model import LoadedModel, ModelFacts
 from ui.sources.compare import compared_model
 from ui.sources.model_sidebar import current_model, model_named
@@ -37,6 +37,17 @@ def encoder_part_notes(*models: LoadedModel | None) -> None:
         text = None if lm is None else encoder_part_text(lm.facts)
         if text:
             st.caption(text)
+
+
+def score_cap_notes(*models: LoadedModel | None) -> None:
+    """A caption per model shown (default: the loaded and the compared model) whose attention scores are soft-capped
+    (Gemma 2): its q·k is the score before capping."""
+    for lm in models or (current_model(), compared_model()):
+        if lm is None:
+            continue
+        text = score_cap_text(getattr(lm.encoder.config, "attn_logit_softcapping", None))
+        if text:
+            st.caption(f"{lm.facts.name}: {text}")
 
 
 def unsupported_for(model_name: str, statistic: Statistic, part: Part = "encoder") -> str | None:
