@@ -378,6 +378,7 @@ def load_model(
             "it returns no attention weights."
         )
     mlm.eval().to(device)
+    plain_activations(mlm)
     seq2seq = mlm if kind == "encoder-decoder" else None
     if seq2seq is not None and seq2seq.config.decoder_start_token_id is None:
         raise ModelLoadError(f"'{name_or_path}' names no decoder_start_token_id: its decoder has no first input.")
@@ -409,6 +410,36 @@ def load_model(
         seq2seq=seq2seq,
         causal_lm=causal_lm,
     )
+
+
+# activations that transformers runs as an autograd.Function with no forward-mode rule (so attribution's jvp cannot
+# differentiate them), by class name, and the plain tensor function that Function's forward calls
+PLAIN_ACTIVATIONS = {"BloomGelu": ("transformers.models.bloom.modeling_bloom", "bloom_gelu_forward")}
+
+
+class PlainActivation(torch.nn.Module):
+    """An activation as the plain tensor function its autograd.Function computes: the same arithmetic, with every
+    mode of differentiation."""
+
+    def __init__(self, function: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.function = function
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The function of x."""
+        return self.function(x)
+
+
+def plain_activations(model: torch.nn.Module) -> None:
+    """Swap each PLAIN_ACTIVATIONS module of the model for its plain function (Bloom's GELU), in place."""
+    import importlib
+
+    for name, module in list(model.named_modules()):
+        where = PLAIN_ACTIVATIONS.get(type(module).__name__)
+        if where is not None and name:
+            parent, _, child = name.rpartition(".")
+            function = getattr(importlib.import_module(where[0]), where[1])
+            setattr(model.get_submodule(parent), child, PlainActivation(function))
 
 
 def attention_heads(name: str, config) -> int:

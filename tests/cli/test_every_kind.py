@@ -36,19 +36,10 @@ PART_KEYS = {"source", "target", "target_from", "key_tokens"}  # an encoder-deco
 # what has no meaning for a kind: gradient importance takes gradients of a masked-LM loss, which no decoder or
 # encoder-decoder has (Gemma 2's soft-capped queries and keys are shown: q.k is the score before capping); the retrieval
 # test decodes, which needs a decoder (not an encoder-decoder) and, greedily, a trained LM head, which the fine-tuned
-# Llama classifier has not; and what the check of a layout found refuses: Bloom's feed-forward is an
-# autograd.Function, which attribution's forward-mode differentiation cannot run through (`positions` then leaves
-# attribution out and says why)
+# Llama classifier has not
 REFUSED = {
     "gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS, *FOUND_LAYOUT_KINDS),
     "retrieval": (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS, "llama-classifier"),
-    **dict.fromkeys(("hta", "aggregation", "report"), ("bloom",)),  # the report: its aggregation part
-}
-ATTRIBUTION_KEYS = {
-    "correlation",
-    "median_correlation",
-    "attribution_center_of_mass",
-    "attribution_head_center_of_mass",
 }
 ENCODER_DECODERS = (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS)
 
@@ -75,8 +66,6 @@ def _expected_keys(kind: str, command: str) -> set[str]:
         keys.add("kind")
     if command == "positions" and kind in DECODER_SLIDING_LAYERS:
         keys.add("windows")
-    if command == "positions" and kind in REFUSED["hta"]:
-        keys = keys - ATTRIBUTION_KEYS | {"attribution_unavailable"}
     return keys
 
 

@@ -58,8 +58,9 @@ FOUND = {
 # parallel_attn; Phi-2's and GPT-J's layers always); a mixture of experts (Mixtral's num_local_experts, Qwen2-MoE's)
 PARALLEL = {"stablelm", "phi", "falcon", "gptj"}
 EXPERTS = {"mixtral": 4, "qwen2-moe": 4}
-# Bloom's feed-forward is an autograd.Function that forward-mode differentiation (torch.func.jvp) cannot run through
-NOT_DIFFERENTIABLE = {"bloom"}
+NOT_DIFFERENTIABLE: set[str] = (
+    set()
+)  # every kind's layers differentiate in forward mode (Bloom's GELU: plain_activations)
 
 
 @pytest.fixture(scope="module", params=FOUND_LAYOUT_KINDS)
@@ -263,3 +264,26 @@ def test_the_json_and_a_result_file_say_the_layout_found(found_model, tmp_path):
     assert back.facts.layout_found == lm.facts.layout_found and back.to_json()["layout_found"] == dict(
         lm.facts.layout_found
     )
+
+
+def test_blooms_gelu_is_swapped_for_its_plain_function_with_the_same_outputs(tmp_path):
+    """Bloom's GELU is an autograd.Function that jvp cannot run through: the loader swaps it for the function that the
+    Function's forward calls, so the model's logits are transformers' own, bit for bit, and its layers differentiate
+    in forward mode."""
+    from transformers import AutoModelForCausalLM
+
+    folder = save_tiny("bloom", tmp_path / "bloom")
+    lm = load_model(str(folder))
+    own = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    assert type(own.transformer.h[0].mlp.gelu_impl).__name__ == "BloomGelu"
+    assert type(lm.causal_lm.transformer.h[0].mlp.gelu_impl).__name__ == "PlainActivation"
+    ids = torch.tensor([[3, 17, 5, 9, 11, 4]])
+    with torch.no_grad():
+        assert torch.equal(lm.causal_lm(ids).logits, own(ids).logits)
+    x = torch.randn(2, 5, lm.facts.hidden_size)
+    _, tangent = torch.func.jvp(lm.causal_lm.transformer.h[0].mlp.gelu_impl, (x,), (torch.ones_like(x),))
+    with pytest.raises(RuntimeError):  # the model's own GELU has no forward-mode rule
+        torch.func.jvp(own.transformer.h[0].mlp.gelu_impl, (x,), (torch.ones_like(x),))
+    from transformers.models.bloom.modeling_bloom import bloom_gelu_back
+
+    torch.testing.assert_close(tangent, bloom_gelu_back(torch.ones_like(x), x))  # Bloom's own derivative
