@@ -74,6 +74,7 @@ def test_a_step_loads_that_checkpoint_and_an_unknown_step_is_refused_naming_the_
 def test_the_shipped_model_is_always_allowed_like_the_bundled_default():
     for name in (TRAINED_MODEL, f"{TRAINED_MODEL}@step0", DEFAULT_MODEL):
         check_allowed(name, ("roberta-base",))
+    check_allowed("EleutherAI/pythia-70m@step1000", ("EleutherAI/pythia-70m",))  # a revision of an allowed id
     with pytest.raises(ModelLoadError, match=TRAINED_MODEL):  # and named among the allowed ones
         check_allowed("bert-base-uncased", ("roberta-base",))
 
