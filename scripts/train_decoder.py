@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ EVAL_EVERY = 25
 SHIPPED = 10  # checkpoints shipped, step 0 and the last included
 # training stops early once the probe's largest induction score is at least 0.6 and G at least 2 nats at this many
 # evaluations in a row (the phase change is over)
-SETTLED = 8
+SETTLED = 4
 SPAN = (5, 60)  # lengths of the random spans that repeat (the probe's s = 50 inside)
 P_RANDOM_SPAN = 0.8  # chance that a segment of a sequence is a repeated random span rather than text
 
@@ -222,8 +223,9 @@ own READMEs.
 `python scripts/train_decoder.py --steps {args.steps} --seed {args.seed} --threads {args.threads}` (seeded: the
 tokenizer, the initial weights and every batch). AdamW, learning rate {LR} after {WARMUP} warm-up steps, weight decay
 {WEIGHT_DECAY}, gradients clipped at norm 1, batches of {BATCH} sequences, at most {args.steps} steps (it stops
-once the largest induction score is at least 0.6 and G at least 2 nats at {SETTLED} evaluations in a row: here after
-{rows[-1][0]} steps); float32.
+early once the largest induction score is at least 0.6 and G at least 2 nats at {SETTLED} evaluations in a row, or when
+interrupted with Ctrl-C, and ships what it has evaluated; this run's last checkpoint is step {rows[-1][0]}, and its log
+says why it stopped); float32.
 Every {EVAL_EVERY} steps the script scores the model on METHODS §20's default probe and keeps its weights; it ships
 step 0, the last step, and steps between spaced densely over the phase change. Training took {trained_s:.0f} s of wall
 time on {args.threads} CPU threads of a shared machine (`training_log.txt` has the log with its times; `curve.json`
@@ -241,6 +243,31 @@ in-context gain G = L_1 - L_2 (nats). `tests/core/test_trained_decoder.py` holds
 """
 
 
+def train(model, lm: LoadedModel, batches: Batches, optimizer, schedule, steps: int, snapshots: dict, curve: list,
+          log) -> None:  # fmt: skip
+    """The training loop: every EVAL_EVERY steps the probe's scores, logged, and the weights kept in `snapshots`."""
+    loss_value = float("nan")
+    for step in range(steps + 1):
+        if step % EVAL_EVERY == 0 or step == steps:
+            model.eval().set_attn_implementation("eager")  # the only one that returns attention weights
+            induction, gain = evaluate(lm)
+            model.train().set_attn_implementation("sdpa")  # faster to train
+            snapshots[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            curve.append((step, loss_value, induction, gain))
+            log(f"step {step:5d}  loss {loss_value:.3f}  max induction {induction:.3f}  gain {gain:.3f} nat")
+        settled = len(curve) >= SETTLED and all(i >= 0.6 and g >= 2.0 for _, _, i, g in curve[-SETTLED:])
+        if step == steps or settled:
+            break
+        ids = batches.batch()
+        loss = model(ids, labels=ids).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        loss_value = loss.item()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "models" / NAME)
@@ -248,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even where started in the background (SIGINT ignored)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     log_lines: list[str] = []
@@ -274,26 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP))
     snapshots: dict[int, dict[str, torch.Tensor]] = {}
     curve: list[tuple[int, float, float, float]] = []
-    loss_value = float("nan")
-    for step in range(args.steps + 1):
-        if step % EVAL_EVERY == 0 or step == args.steps:
-            model.eval().set_attn_implementation("eager")  # the only one that returns attention weights
-            induction, gain = evaluate(lm)
-            model.train().set_attn_implementation("sdpa")  # faster to train
-            snapshots[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            curve.append((step, loss_value, induction, gain))
-            log(f"step {step:5d}  loss {loss_value:.3f}  max induction {induction:.3f}  gain {gain:.3f} nat")
-        settled = len(curve) >= SETTLED and all(i >= 0.6 and g >= 2.0 for _, _, i, g in curve[-SETTLED:])
-        if step == args.steps or settled:
-            break
-        ids = batches.batch()
-        loss = model(ids, labels=ids).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        loss_value = loss.item()
+    try:
+        train(model, lm, batches, optimizer, schedule, args.steps, snapshots, curve, log)
+    except KeyboardInterrupt:  # Ctrl-C (or kill -INT): stop here and ship the checkpoints evaluated so far
+        log(f"stopped by the user after step {curve[-1][0]}")
     trained = time.perf_counter() - started
     steps = [c[0] for c in curve]
     if steps[-1] < args.steps:
