@@ -24,6 +24,7 @@ from attnlib.core.families import UnsupportedModelError
 from attnlib.core.hooks import ATTENTION, Cache, hooks
 from attnlib.core.memory import check_memory, memory_limit, run_size
 from attnlib.core.model import LoadedModel
+from attnlib.core.runner import returned_weights
 
 StepRows = Callable[[int, int, np.ndarray], None]  # (step t, y_t, rows [layers, heads, keys] of the row producing y_t)
 
@@ -96,7 +97,7 @@ def greedy_decode(
         else:
             with hooks(lm, ATTENTION) as cache:
                 out = model(input_ids=ids, use_cache=True)
-            rows = np.stack([a[0, :, -1].float().cpu().numpy() for a in cache.attn])
+            rows = np.stack([a[0, :, -1].float().cpu().numpy() for a in returned_weights(cache.attn)])
         decoded: list[int] = []
         for t in range(steps):
             if forced is not None:
@@ -117,5 +118,6 @@ def greedy_decode(
                 out = model(input_ids=step_ids, cache=out.cache, use_cache=True)
             if step_cache is not None:
                 keys = n + t + 1
-                rows = np.stack([_row_over(a[0, :, -1].float().cpu().numpy(), keys) for a in step_cache.attn])
+                attn = returned_weights(step_cache.attn)
+                rows = np.stack([_row_over(a[0, :, -1].float().cpu().numpy(), keys) for a in attn])
     return decoded
