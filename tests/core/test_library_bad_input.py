@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from attnlib.core.corpus import CorpusError, parse_conllu, parse_text_corpus, read_conllu, read_corpus, read_text_corpus
-from attnlib.core.model import DEFAULT_MODEL, ModelLoadError, check_allowed, load_model, parse_model_list
+from attnlib.core.model import (
+    DEFAULT_MODEL,
+    TRAINED_MODEL,
+    ModelLoadError,
+    check_allowed,
+    load_model,
+    parse_model_list,
+)
 from attnlib.core.runner import InputError, run
 from support.bad_input import (
     CONLLU_BAD,
@@ -136,7 +143,8 @@ def test_library_allow_list():
     check_allowed(DEFAULT_MODEL, ("roberta-base",))  # the bundled default is always allowed
     check_allowed("roberta-base", ("roberta-base",))
     with pytest.raises(
-        ModelLoadError, match="not one of the models this server allows: all-MiniLM-L6-v2, roberta-base"
+        ModelLoadError,
+        match=f"not one of the models this server allows: all-MiniLM-L6-v2, {TRAINED_MODEL}, roberta-base",
     ):
         load_model("bert-base-uncased", allowed=("roberta-base",))
 
