@@ -47,6 +47,7 @@ LINK_KEYS = (
     "b",
     "layer",
     "head",
+    "heads",
     "view",
     "corpus",
     "norms",
