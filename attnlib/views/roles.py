@@ -65,15 +65,16 @@ def hover_text(scores: Mapping[str, np.ndarray | None], roles: np.ndarray) -> np
 def role_map(
     scores: Mapping[str, np.ndarray | None], thresholds: Mapping[str, float], title: str = "Head roles"
 ) -> go.Figure:
-    """Every head as a cell coloured by its role (main_roles; grey: none), with all its scores on hover."""
+    """Every head as a cell coloured by its role (main_roles; grey: none), with all its scores on hover; a cell's
+    customdata is its head's index l * heads + h (0-based)."""
     roles = main_roles(scores, thresholds)
+    n_layers, n_heads = roles.shape
     order = [NO_ROLE, *[r for r in ROLE_COLOURS if r != NO_ROLE and r in thresholds and scores.get(r) is not None]]
     index = np.vectorize(order.index)(roles).astype(float)
     k = len(order)
     colourscale = []
     for i, role in enumerate(order):  # one flat band of colour per role: role i at z = i
         colourscale += [[i / k, ROLE_COLOURS[role]], [(i + 1) / k, ROLE_COLOURS[role]]]
-    n_layers, n_heads = roles.shape
     fig = go.Figure(
         go.Heatmap(
             z=index,
@@ -83,6 +84,7 @@ def role_map(
             zmax=k - 0.5,
             colorscale=colourscale,
             text=hover_text(scores, roles),
+            customdata=np.arange(n_layers * n_heads).reshape(n_layers, n_heads),  # a click names the head: l * H + h
             hovertemplate="%{text}<extra></extra>",
             xgap=2,
             ygap=2,

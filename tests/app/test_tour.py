@@ -14,6 +14,7 @@ from attnlib.present.tour import (
     STEPS,
     entropy_notice,
     heads_notice,
+    induction_notice,
     layer_span,
     no_op_notice,
     page_link,
@@ -61,16 +62,16 @@ def test_page_link_builds_every_url_in_one_place():
     assert page_link("", model="m", a="I went.", b=None, layer=2) == "./?model=m&a=I+went.&layer=2"
     with pytest.raises(ValueError, match="unknown URL keys"):
         page_link("special-tokens", modle="m")
-    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "view", "corpus", "norms", "tab"}
+    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "heads", "view", "corpus", "norms", "tab"}
     assert page_link("special-tokens", model="m", tab="norms") == "special-tokens?model=m&tab=norms"
-    assert [s.tab for s in STEPS] == [None, "shares", "norms", "entropy", None, None, "noop"]  # the tab each step opens
+    assert [s.tab for s in STEPS] == [None, "shares", "norms", "entropy", None, None, "noop", "training"]  # the tab each step opens
     assert {s.tab for s in STEPS if s.tab and s.page == "special-tokens"} <= set(SPECIAL_TOKENS)  # its tabs' URL texts
     assert STEPS[6].page == "head-importance" and STEPS[6].tab in HEAD_IMPORTANCE
 
 
 def test_steps_are_numbered_in_order_with_distinct_keys():
-    assert [s.number for s in STEPS] == [1, 2, 3, 4, 5, 6, 7]
-    assert len({s.key for s in STEPS}) == 7 and all(s.title and s.explanation for s in STEPS)
+    assert [s.number for s in STEPS] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert len({s.key for s in STEPS}) == 8 and all(s.title and s.explanation for s in STEPS)
 
 
 # ---------- step 1 -------------------------------------------------------------------------------------------------
@@ -288,6 +289,15 @@ def test_norms_notice_follows_the_gap():
     )
     assert "carries more than its weight says" in large_vectors
     assert norms_notice(None, "M") == "In M, no layer has a [CLS] or [SEP] share to compare."
+
+
+def test_induction_notice_names_the_jump_and_says_when_there_is_none():
+    forming = induction_notice([0, 100, 200, 400], [0.02, 0.05, 0.55, 0.61], [0.01, 0.1, 1.4, 1.9], "M")
+    assert forming.startswith("In M, the largest induction score goes from 0.02 at step 0 to 0.61 at step 400")
+    assert "in-context gain from 0.01 to 1.90 nat" in forming
+    assert "between step 100 and step 200 (0.05 to 0.55)" in forming  # the largest of the jumps 0.03, 0.50, 0.06
+    flat = induction_notice([0, 100], [0.02, 0.15], [0.0, 0.1], "M")  # a rise of 0.13 < INDUCTION_RISE
+    assert flat.endswith("no induction head formed in these checkpoints.") and "jump" not in flat
 
 
 # ---------- slow tests
