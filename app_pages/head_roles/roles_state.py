@@ -26,7 +26,8 @@ from ui.widgets.progress import progress
 
 KEY = "roles"  # widget keys and download names start with it
 DETECT_LIMIT = 20  # detection's default corpus: the first 20 inputs (the probe needs none)
-FORM = AnalysisForm(RolesOptions(), {}, KEY)
+FORM = AnalysisForm(RolesOptions(), {}, KEY, fixed=("checkpoints",))  # checkpoints: the Over training tab's
+SCORE_OF = {"sink": "first_share"}  # a role named apart from its score
 PICK = Option(f"{KEY}_pick", "pick", "", omit_default=True)  # the head opened on the probe: "layer-head", from 1
 
 
@@ -51,7 +52,8 @@ class RoleScores:
 
     @property
     def thresholds(self) -> dict[str, float]:
-        return dict(self.json["thresholds"])
+        """Each role's threshold, keyed by its score's name (the sink's is first_share's)."""
+        return {SCORE_OF.get(role, role): value for role, value in self.json["thresholds"].items()}
 
     @property
     def probe(self) -> dict[str, Any]:
