@@ -9,8 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.head_roles.own_text import own_text_detection
-from app_pages.head_roles.roles_state import KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
-from app_pages.head_roles.training import over_training
+from app_pages.head_roles.roles_state import FORM, KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
+from app_pages.head_roles.training import over_training, training_lines
 from app_pages.head_roles.retrieval_tab import retrieval_test
 from attnlib.present.roles import LINK_REPEAT, live_head_link
 from attnlib.views.head_view import head_view_html
@@ -176,8 +176,13 @@ def retrieval_tab(views: list[ShownRoles]) -> None:
 
 
 def training_tab(views: list[ShownRoles]) -> None:
-    """The roles over a model's training checkpoints."""
-    over_training(current_model())
+    """The roles over training: of a result file that holds checkpoints, else of the loaded model's checkpoints."""
+    with_points = [v for v in views if v.result.checkpoints]
+    for view in with_points:
+        table = training_lines(view.model, view.result, f"{KEY}_training_{view.model}")
+        data_table(table, key=f"{KEY}_training_table_{view.model}")
+    if not with_points:
+        over_training(current_model(), FORM.bind())
 
 
 def head_table(view: ShownRoles) -> pd.DataFrame:

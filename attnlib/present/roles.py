@@ -4,8 +4,10 @@ words of the model's vocabulary, then the same words again), and the link that o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from attnlib.core.model import LoadedModel
 from attnlib.present.tour import page_link
@@ -68,3 +70,16 @@ def probe_text(lm: LoadedModel, length: int = LINK_REPEAT, seed: int = 0) -> Pro
 def live_head_link(model: str, text: str, layer: int, head: int) -> str:
     """The Live page's head view of one head (0-based) of `model` on `text`, that head alone drawn."""
     return page_link("", model=model, a=text, view="head", layer=layer + 1, head=head + 1, heads=head + 1)
+
+
+def checkpoint_table(result: Any) -> pd.DataFrame:
+    """One row per checkpoint of a roles result (`checkpoints` of its JSON): its step and path, each score's largest
+    value over the heads (`max_<score>`, NaN where undefined) and its in-context gain (NaN without an LM head)."""
+    rows = []
+    for point in result.to_json()["checkpoints"] or []:
+        row: dict[str, Any] = {"step": point["step"], "path": point["path"]}
+        for name, values in point["scores"].items():
+            row[f"max_{name}"] = np.nan if values is None else float(np.nanmax(np.asarray(values, float)))
+        gain = point["in_context_gain"]
+        rows.append({**row, "in_context_gain": np.nan if gain is None else float(gain)})
+    return pd.DataFrame(rows)

@@ -41,3 +41,15 @@ def estimated(what: str) -> Iterator[tuple[Callable[[str], None], Report]]:
     finally:
         line.empty()
         bar.empty()
+
+
+def asked(label: str, key: str, what: object) -> bool:
+    """Whether the visitor asked for `what` (a hashable description of the work) in this session: a primary button
+    until pressed, then kept, so later reruns show the (cached) result without asking again."""
+    done = st.session_state.setdefault("_work_asked", set())
+    if what in done:
+        return True
+    if not st.button(label, key=key, type="primary"):
+        return False
+    done.add(what)
+    return True
