@@ -39,6 +39,7 @@ from attnlib.analyses.registry import (
     positions,
     probe,
     qk,
+    roles,
     special,
 )
 from attnlib.core.corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
@@ -88,6 +89,7 @@ __all__ = [
     "read_corpus",
     "read_result_file",
     "read_text_corpus",
+    "roles",
     "run",
     "run_batches",
     "search_corpus",

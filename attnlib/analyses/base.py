@@ -8,6 +8,7 @@ and the pages, the Tour, the report and a notebook all run it through `run_analy
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -33,13 +34,18 @@ from attnlib.results.files import (
 if TYPE_CHECKING:
     import pandas as pd
 
-Reads = Literal["text", "corpus", "conllu", "treebanks"]
+Reads = Literal[
+    "text", "corpus", "conllu", "treebanks", "model"
+]  # "model": the model alone (a text or corpus optional)
 SOURCES: dict[str, tuple[str, ...]] = {  # the inputs of each kind, as the command line's flags name them
     "text": (),
     "corpus": ("corpus",),
     "conllu": ("conllu",),
     "treebanks": ("train", "test"),
+    "model": (),
 }
+OPTIONAL_SOURCES: dict[str, tuple[str, ...]] = {"model": ("corpus",)}  # inputs an analysis may be given besides
+NO_INPUT = {"name": "no input", "path": None, "n_inputs": 0, "sha1": None}  # a run of the model alone
 DEFAULT_BATCH_SIZE = 32
 Inputs = Sequence[CorpusInput] | str | Path  # a file's path, or inputs already read (plain strings are sentences)
 
@@ -101,17 +107,19 @@ def _check(name: str, kind: Any, value: Any, minimum: int | None) -> None:
         raise OptionError(f"{name} must be a number, not {value!r}")
     if kind is str and not isinstance(value, str):
         raise OptionError(f"{name} must be a string, not {value!r}")
+    if kind == tuple[str, ...] and not (isinstance(value, tuple) and all(isinstance(v, str) for v in value)):
+        raise OptionError(f"{name} must be a list of strings, not {value!r}")
     if minimum is not None and value < minimum:
         raise OptionError(f"{name} must be at least {minimum}, not {value!r}")
 
 
 def stored_options(options: Any) -> dict[str, Any]:
-    """asdict(options) as a result file stores it: an option added later is left out at its default, so the file is
-    the one an older attnlib wrote (options_from_json fills the default back in)."""
+    """asdict(options) as a result file stores it (a list option as a list): an option added later is left out at its
+    default, so the file is the one an older attnlib wrote (options_from_json fills the default back in)."""
     left_out = {
         f.name for f in fields(options) if f.metadata.get("added_later") and getattr(options, f.name) == f.default
     }
-    return {k: v for k, v in asdict(options).items() if k not in left_out}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(options).items() if k not in left_out}
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,8 @@ class Options:
     def __post_init__(self) -> None:
         hints = option_types(type(self))
         for f in fields(self):
+            if hints[f.name] == tuple[str, ...] and isinstance(getattr(self, f.name), list):  # as JSON reads it back
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
             _check(f.name, hints[f.name], getattr(self, f.name), f.metadata.get("minimum"))
 
 
@@ -145,7 +155,8 @@ class FollowUp(Generic[R]):
 class Analysis(Generic[O, R]):
     """One analysis: its name (the CLI command and the result file's `command`), options, inputs, computation, result.
 
-    A one-input analysis (reads "text") gives `compute(lm, item, options)`. A corpus analysis gives `accumulators(lm,
+    A one-input analysis (reads "text") gives `compute(lm, item, options)`; an analysis of the model alone (reads
+    "model") gives `compute_model(lm, inputs, options)`, `inputs` a text or corpus where one is given, else None. A corpus analysis gives `accumulators(lm,
     options)` (empty mergeable accumulators, so the local and Ray engines both run it), optionally `fill` (its own
     corpus loop, as engines.Fill with the options last), and `finish(*accumulators_per_source, options)`. The result
     type has `to_json()` (the command's JSON, without the model) and `from_json(data)` raising ResultFileError; a
@@ -167,6 +178,7 @@ class Analysis(Generic[O, R]):
     needs: Callable[[O], tuple[Statistic, ...]] | None = None  # what these options ask of the model's family, if any
     follow: Callable[[R, O], FollowUp[R] | None] | None = None  # a second pass the first result decides
     conllu_flag: bool = False  # a corpus analysis whose corpus may be given as --conllu PATH too (a CoNLL-U file)
+    compute_model: Callable[[LoadedModel, list[CorpusInput] | None, O], R] | None = None  # reads "model"
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -192,7 +204,7 @@ class Analysis(Generic[O, R]):
         except (OptionError, TypeError) as exc:
             raise ResultFileError(f"the file's options are not those of `{self.name}` ({exc}).") from exc
         later = {f.name for f in fields(self.options) if f.metadata.get("added_later") and f.name not in stored}
-        if {k: v for k, v in asdict(options).items() if k not in later} != dict(stored):  # an option added since
+        if json_ready({k: v for k, v in asdict(options).items() if k not in later}) != dict(stored):  # one added since
             missing = sorted(set(asdict(options)) - set(stored) - later)
             raise ResultFileError(f"the file's options lack {', '.join(missing)} (written by an older attnlib).")
         return options
@@ -442,6 +454,8 @@ def run_analysis(
     A loaded model is used as it is (the local engine); a name is loaded here, or by each Ray worker with
     engine="ray". `note` is told, before a long one-input run, what it will cost. A part a model's family cannot give
     (families.unsupported_reason) is left out, or with `strict` (the command line) refused: UnsupportedModelError."""
+    if analysis.reads == "model":
+        return _run_on_model(analysis, model, options, text, pair, inputs, limit, device, note)
     if analysis.reads == "text":
         if text is None:
             raise CorpusError(f"{analysis.name} analyses one text: give text= (and pair=).")
@@ -501,6 +515,40 @@ def run_analysis(
     last = runs[-1]
     last.seconds = sum(r.seconds for r in runs)
     return AnalysisRun(analysis, options, result, last.facts, describe_inputs(given, read), last.describe())
+
+
+def _run_on_model(
+    analysis: Analysis[O, R],
+    model: str | LoadedModel,
+    options: O,
+    text: str | None,
+    pair: str | None,
+    inputs: Mapping[str, Inputs] | None,
+    limit: int | None,
+    device: str,
+    note: Callable[[str], None] | None,
+) -> AnalysisRun[R]:
+    """Run an analysis of the model alone, with a text (and pair) or a corpus where one is given (not both)."""
+    given = {source: value for source, value in (inputs or {}).items() if value is not None}
+    if text is not None and given:
+        raise CorpusError(f"{analysis.name} reads a text or a corpus, not both.")
+    check_device(device)
+    lm = _loaded(model, device)
+    items: list[CorpusInput] | None = None
+    corpus: dict = dict(NO_INPUT)
+    if text is not None:
+        items, corpus = [CorpusInput(text, pair)], text_record(text, pair)
+    elif given:
+        read = {source: read_inputs(source, given[source], limit) for source in given}
+        items, corpus = read["corpus"], describe_inputs(given, read)
+    said = None if note is None or analysis.note is None else analysis.note(lm, CorpusInput(text or ""), options)
+    if said:
+        note(said)  # type: ignore[misc]
+    assert analysis.compute_model is not None
+    start = time.perf_counter()
+    result = analysis.compute_model(lm, items, options)
+    run = {"engine": "local", "device": device, "seconds": round(time.perf_counter() - start, 3)}
+    return AnalysisRun(analysis, options, result, lm.facts, corpus, run)
 
 
 def _loaded(model: str | LoadedModel, device: str) -> LoadedModel:

@@ -10,7 +10,15 @@ from typing import Any
 from attnlib.analyses.ablate import ABLATE, InputAblation
 from attnlib.analyses.aggregation import AGGREGATION, AggregationResult
 from attnlib.analyses.attention import ATTENTION, AttentionMaps
-from attnlib.analyses.base import DEFAULT_BATCH_SIZE, Analysis, AnalysisRun, Inputs, run_analysis, run_of_record
+from attnlib.analyses.base import (
+    DEFAULT_BATCH_SIZE,
+    OPTIONAL_SOURCES,
+    Analysis,
+    AnalysisRun,
+    Inputs,
+    run_analysis,
+    run_of_record,
+)
 from attnlib.analyses.deps import DEPS, DepsResult
 from attnlib.analyses.gradient import GRADIENT, GradientImportance
 from attnlib.analyses.hta import HTA, TokenAttribution
@@ -19,6 +27,7 @@ from attnlib.analyses.norms import NORMS, InputNorms
 from attnlib.analyses.positions import POSITIONS, PositionsResult
 from attnlib.analyses.probe import PROBE, ProbeResult
 from attnlib.analyses.qk import QK, QKResult
+from attnlib.analyses.roles import ROLES, RolesResult
 from attnlib.analyses.special import SPECIAL, SpecialTokens
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError
@@ -40,6 +49,7 @@ ANALYSES: dict[str, Analysis] = {
         IMPORTANCE,
         QK,
         GRADIENT,
+        ROLES,
     )
 }
 
@@ -82,8 +92,9 @@ def analyse(
     `progress(done, total)` is called as inputs are done."""
     analysis = analysis_named(name)
     given = {"corpus": corpus, "conllu": conllu, "train": train, "test": test}
-    extra = [source for source, value in given.items() if value is not None and source not in analysis.sources]
-    if extra or (analysis.reads != "text" and (text is not None or pair is not None)):
+    takes = analysis.sources + OPTIONAL_SOURCES.get(analysis.reads, ())
+    extra = [source for source, value in given.items() if value is not None and source not in takes]
+    if extra or (analysis.reads not in ("text", "model") and (text is not None or pair is not None)):
         reads = " and ".join(f"{s}=" for s in analysis.sources) or "text= (and pair=)"
         raise CorpusError(f"{name} reads {reads}, not {', '.join(extra) or 'text='}.")
     run = run_analysis(
@@ -189,5 +200,13 @@ def gradient(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs,
     return analyse("gradient", model, corpus=corpus, **keywords)
 
 
+def roles(model: str | LoadedModel = DEFAULT_MODEL, *, text: str | None = None, corpus: Inputs | None = None,
+          **keywords: Any) -> AnalysisRun[RolesResult]:  # fmt: skip
+    """Head roles (`attnlib roles`, METHODS §20): the repeated-random-tokens probe's induction, duplicate-token and
+    previous-token scores, the OV copying score, the in-context gain and the causal check; a text or a corpus adds
+    pattern detection; checkpoints=[...] scores each training checkpoint."""
+    return analyse("roles", model, text=text, corpus=corpus, **keywords)
+
+
 RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient)}  # fmt: skip
+                                   importance, qk, gradient, roles)}  # fmt: skip

@@ -65,7 +65,7 @@ def add_analysis(sub: argparse._SubParsersAction, analysis: Analysis) -> None:
     add_input_flags(p, analysis)
     add_option_flags(p, analysis.options)
     add_model_option(p)
-    if analysis.reads == "text":
+    if analysis.reads in ("text", "model"):
         add_out_option(p)
     else:
         add_scale_options(p)
@@ -78,6 +78,9 @@ def handle_analysis(analysis: Analysis, args: argparse.Namespace) -> dict:
     model = model_of(args)
     if analysis.reads == "text":
         run = run_analysis(analysis, model, options, text=args.text, pair=args.pair, device=args.device, note=note)
+    elif analysis.reads == "model":
+        run = run_analysis(analysis, model, options, text=args.text, pair=args.pair, inputs={"corpus": args.corpus},
+                           limit=args.limit, device=args.device, note=note)  # fmt: skip
     else:
         with reporting_long_attribution(LongAttributionReport(note, StderrProgress("attribution"))):
             run = run_analysis(

@@ -91,6 +91,13 @@ def add_input_flags(parser: argparse.ArgumentParser, analysis: Analysis) -> None
     if analysis.reads == "text":
         add_text_options(parser)
         return
+    if analysis.reads == "model":  # the model alone; a text or a corpus adds what the analysis computes on inputs
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument("--text", default=None, help="a sentence to analyse as well (optional)")
+        group.add_argument("--corpus", default=None, help=f"{CORPUS_HELP}, to analyse as well (optional)")
+        parser.add_argument("--limit", type=positive_int, default=None, help="use only the first N inputs")
+        parser.add_argument("--pair", default=None, help="sentence B of --text (optional)")
+        return
     flags = INPUT_FLAGS[analysis.reads]
     if analysis.conllu_flag:  # --corpus PATH | --conllu PATH, both the corpus
         group = parser.add_mutually_exclusive_group(required=True)
@@ -120,6 +127,9 @@ def add_option_flags(parser: argparse.ArgumentParser, options_type: type[Options
                 parser.add_argument(f"--no-{flag[2:]}", dest=f.name, action="store_false", help=meta["help"])
             else:
                 parser.add_argument(flag, action="store_true", help=meta["help"])
+            continue
+        if kind == tuple[str, ...]:  # a list of names: --flag A B ...
+            parser.add_argument(flag, nargs="+", default=f.default, metavar="NAME", help=meta["help"])
             continue
         choices = choices_of(kind)
         convert: Any = str if choices is not None else at_least(meta.get("minimum")) if kind is int else kind

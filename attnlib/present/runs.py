@@ -17,6 +17,7 @@ from attnlib.analyses.gradient import GradientImportance
 from attnlib.analyses.hta import TokenAttribution
 from attnlib.analyses.norms import InputNorms
 from attnlib.analyses.qk import QKResult
+from attnlib.analyses.roles import SCORE_KEYS, RolesResult
 from attnlib.present.report import REPORT_PARTS, PartResult, ReportOptions
 from attnlib.present.tables import cell_frame, head_frame, layer_frame
 
@@ -91,6 +92,29 @@ def gradient_tables(model: str, found: GradientImportance) -> dict[str, pd.DataF
             "Per head": head_frame(model, {"sep": found.sep, "all": found.all})}  # fmt: skip
 
 
+def roles_tables(model: str, found: RolesResult) -> dict[str, pd.DataFrame]:
+    """Every head's §20 scores and the roles it holds at the thresholds; with checkpoints, each checkpoint's scores
+    and in-context gain by step."""
+    held = found.roles
+    frame = head_frame(model, {key: s for key in SCORE_KEYS if (s := found.scores.of(key)) is not None})
+    frame["role"] = [
+        ",".join(role for role, heads in held.items() if (layer - 1, head - 1) in heads)
+        for layer, head in zip(frame["layer"], frame["head"])
+    ]
+    tables = {"Head roles": frame}
+    if found.checkpoints:
+        frames = []
+        for point in found.checkpoints:
+            scores = {key: s for key in SCORE_KEYS if (s := point.scores.of(key)) is not None}
+            one = head_frame(model, scores)
+            one.insert(1, "checkpoint", point.path)
+            one.insert(2, "step", point.step)
+            one["in_context_gain"] = point.in_context_gain
+            frames.append(one)
+        tables["Checkpoints"] = pd.concat(frames, ignore_index=True)
+    return tables
+
+
 TABLES: dict[str, Callable[[str, Any], dict[str, pd.DataFrame]]] = {
     "attention": attention_tables,
     "hta": hta_tables,
@@ -98,6 +122,7 @@ TABLES: dict[str, Callable[[str, Any], dict[str, pd.DataFrame]]] = {
     "ablate": ablate_tables,
     "qk": qk_tables,
     "gradient": gradient_tables,
+    "roles": roles_tables,
 }
 
 

@@ -87,6 +87,7 @@ FIGURES: dict[str, Callable[[str, Any], list[Drawn]]] = {
     "ablate": ablate_figures,
     "qk": qk_figures,
     "gradient": gradient_figures,
+    "roles": lambda _model, _found: [],  # the Head roles figures (attnlib/views/roles.py) are to come
 }
 
 

@@ -26,6 +26,7 @@ MINIMAL_ARGS = {  # what each kind of analysis reads, as flags
     "corpus": ["--corpus", "x.txt"],
     "conllu": ["--conllu", "x.conllu"],
     "treebanks": ["--train", "a.conllu", "--test", "b.conllu"],
+    "model": [],  # the model alone
 }
 
 
@@ -95,7 +96,10 @@ def test_each_analysis_has_one_command_whose_flags_are_its_options(name):
         assert " ".join(f.metadata["help"].replace("%(default)s", str(f.default)).split()) in help_text
     for flag in ("--model", "--device", "--json", "--out"):
         assert flag in command._option_string_actions
-    if analysis.reads != "text":
+    if analysis.reads == "model":  # a text or a corpus only adds to what it computes; one process (no engines)
+        for flag in ("--text", "--corpus", "--limit"):
+            assert flag in command._option_string_actions
+    elif analysis.reads != "text":
         for flag in ("--limit", "--batch-size", "--engine", "--workers", "--cpus-per-worker"):
             assert flag in command._option_string_actions
 
@@ -159,7 +163,7 @@ def test_each_result_survives_its_json_and_a_result_file(name, tiny_model, tmp_p
     assert record.options == stored_options(run.options) and record.result == printed
     back = analysis.from_record(record)
     assert json.loads(json.dumps(analysis.to_json(back, tiny_model.facts.name), allow_nan=False)) == printed
-    if analysis.reads == "text":
+    if text:
         assert record.corpus["text_a"] == text["text"] and record.corpus["n_inputs"] == 1
     else:
         assert record.corpus["n_inputs"] == limit

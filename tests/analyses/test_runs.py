@@ -66,7 +66,7 @@ def test_a_run_is_the_command_its_file_its_tables_and_figures(name, tiny_model_d
 
     figures = run.show()  # no notebook here: only returned
     assert all(isinstance(f, Figure | View) for f in figures)
-    assert figures or name == "ablate"
+    assert figures or name in ("ablate", "roles")  # roles: its figures are attnlib/views/roles.py's (to come)
 
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)

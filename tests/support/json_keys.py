@@ -27,10 +27,16 @@ KEYS = {
     "qk": {"model", "layer", "head", "method", "n_layers", "n_heads", "n_inputs", "n_truncated", "inputs", "points",
            "has_upos", "fidelity", "grid"},  # grid: --all-heads
     "gradient": {"model", "n_inputs", "layers", "heads"},
+    "roles": {"model", "probe", "scores", "in_context_gain", "causal", "detect", "roles", "thresholds", "checkpoints",
+              "notes"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},
     ("gradient", "heads"): {"sep", "all"},
+    ("roles", "probe"): {"tokens", "repeat_length", "repeats", "bos"},
+    ("roles", "scores"): {"previous", "duplicate", "induction", "copying", "first_share"},
+    ("roles", "detect"): {"mul", "abs"},
+    ("roles", "roles"): {"previous", "duplicate", "induction", "copying", "sink"},
 }
 COMMAND_KEYS = {
     "index": {"model", "corpus", "options", "n_inputs", "n_positions", "dims", "out", "bytes", "seconds"},

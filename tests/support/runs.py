@@ -23,6 +23,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "importance": {"corpus": CLASSROOM_SINGLE, "limit": 2, "knockout": True, "prune": True},
     "qk": {"corpus": CLASSROOM_SINGLE, "limit": 2, "all_heads": True},
     "gradient": {"corpus": CLASSROOM_PAIRS, "limit": 3},
+    "roles": {"text": "The cat sat. The cat sat.", "sequences": 2, "repeat_length": 8},
 }
 
 COMMAND_INPUTS: dict[str, dict[str, Any]] = {
