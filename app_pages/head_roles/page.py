@@ -10,8 +10,6 @@ import streamlit as st
 
 from app_pages.head_roles.own_text import own_text_detection
 from app_pages.head_roles.roles_state import FORM, KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
-from app_pages.head_roles.training import over_training, training_lines
-from app_pages.head_roles.retrieval_tab import retrieval_test
 from attnlib.present.roles import LINK_REPEAT, live_head_link
 from attnlib.views.head_view import head_view_html
 from attnlib.views.roles import ROLE_NAMES, causal_bars, main_roles, role_map, score_heatmap
@@ -172,11 +170,15 @@ def causal_tab(views: list[ShownRoles]) -> None:
 
 def retrieval_tab(views: list[ShownRoles]) -> None:
     """The needle test of Wu et al. 2024 on the loaded model."""
+    from app_pages.head_roles.retrieval_tab import retrieval_test
+
     retrieval_test(current_model())
 
 
 def training_tab(views: list[ShownRoles]) -> None:
     """The roles over training: of a result file that holds checkpoints, else of the loaded model's checkpoints."""
+    from app_pages.head_roles.training import over_training, training_lines
+
     with_points = [v for v in views if v.result.checkpoints]
     for view in with_points:
         table = training_lines(view.model, view.result, f"{KEY}_training_{view.model}")
