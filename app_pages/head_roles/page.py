@@ -75,7 +75,7 @@ def map_tab(views: list[ShownRoles]) -> None:
             with columns[k % len(columns)]:
                 chart(score_heatmap(values, name), f"{name}_score{sfx}", f"{KEY}_{name}{sfx}")
         if scores.get("copying") is None:
-            st.caption(f"{view.model}: no copying score (no linear unembedding after the last norm: METHODS §20).")
+            st.caption(f"{view.model}: no copying score. {roles.notes.get('copying', '')}")
 
     side_by_side(views, draw)
     head_on_probe(views[0])
@@ -161,7 +161,8 @@ def causal_tab(views: list[ShownRoles]) -> None:
     def draw(view: ShownRoles, sfx: str) -> None:
         roles = roles_of(view)
         if roles.gain is None or not roles.json.get("causal"):
-            st.info(f"{view.model} has no next-token loss here (an encoder, or no trained LM head): no causal check.")
+            why = roles.notes.get("in_context_gain", "it has no next-token loss here.")
+            st.info(f"{view.model}: no causal check. {why}")
             return
         chart(causal_bars(roles.json["causal"], roles.gain), f"causal{sfx}", f"{KEY}_causal{sfx}")
 
@@ -241,6 +242,7 @@ for view in views:
     st.caption(
         f"{view.model}: the probe of {len(probe['tokens'])} sequences, {probe['repeats']} repeats of "
         f"{probe['repeat_length']} tokens; detection on {view.corpus}; {view.source}."
+        + (f" {roles_of(view).notes['probe']}" if "probe" in roles_of(view).notes else "")
     )
 label, tab = lazy_tabs(TAB, list(TABS))
 with tab:

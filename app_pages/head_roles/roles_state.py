@@ -4,14 +4,14 @@ for (the roles over a model's checkpoints, the retrieval test), each cached."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import streamlit as st
 
 from attnlib.analyses.base import run_analysis
-from attnlib.analyses.roles import ROLES, RolesOptions
+from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult
 from attnlib.core.corpus import CorpusError
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
@@ -56,6 +56,11 @@ class RoleScores:
         return {SCORE_OF.get(role, role): value for role, value in self.json["thresholds"].items()}
 
     @property
+    def notes(self) -> dict[str, str]:
+        """Why a part is missing or shortened, in words (copying, in_context_gain, probe)."""
+        return dict(self.json.get("notes") or {})
+
+    @property
     def probe(self) -> dict[str, Any]:
         return self.json["probe"]
 
@@ -67,7 +72,7 @@ class RoleScores:
         return {m: {p: np.asarray(v, float) for p, v in by.items()} for m, by in found.items()}
 
 
-ShownRoles = Shown[Any]  # one model's roles result as the page shows it
+ShownRoles = Shown[RolesResult]  # one model's roles result as the page shows it
 
 
 def roles_of(view: ShownRoles) -> RoleScores:
@@ -76,7 +81,7 @@ def roles_of(view: ShownRoles) -> RoleScores:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def compute(model_name: str, fingerprint: str, options: RolesOptions, _inputs: list) -> Any:
+def compute(model_name: str, fingerprint: str, options: RolesOptions, _inputs: list) -> RolesResult:
     """The roles of a model (the probe, the causal check, detection on the corpus), once per model, corpus and
     options."""
     with progress(f"Head roles, {model_name}") as report:
@@ -124,12 +129,12 @@ def model_result(lm: LoadedModel, choice: CorpusChoice, options: RolesOptions) -
         return None
     if found is None:
         return None
-    return Shown(name, found, choice.label, source, choice)
+    return Shown(name, found.for_options(options), choice.label, source, choice)
 
 
-def file_view(found: FromFile[Any], options: RolesOptions) -> ShownRoles:
-    """A result file's roles."""
-    return file_shown(found)
+def file_view(found: FromFile[RolesResult], options: RolesOptions) -> ShownRoles:
+    """A result file's roles, at the thresholds chosen."""
+    return replace(file_shown(found), result=found.value.for_options(options))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

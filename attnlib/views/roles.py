@@ -30,7 +30,7 @@ ROLE_COLOURS = {
     "induction": "#d62728",
     "copying": "#1f77b4",
     "retrieval": "#ff7f0e",
-    "first_share": "#7f7f7f",
+    "first_share": "#8c564b",
 }
 NO_ROLE = "none"
 GAIN_COLOUR = "#000000"

@@ -1,0 +1,43 @@
+"""Real-browser test of the Head roles page (METHODS §20): the role map and the score heatmaps drawn for the default
+model, an induction score drawn in the browser equal to the library's, the head on the probe, and the Causal check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlib.analyses.registry import analyse
+from attnlib.core.corpus import read_corpus
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from support.browser import FIGURES_DRAWN, IDLE, browser_page, wait_idle
+
+LONG = 300_000  # a loaded two-core machine
+LIMIT = 4
+HEATMAPS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => ({
+  title: (p.layout.title && p.layout.title.text) || '',
+  z: (p._fullData.find(t => t.type === 'heatmap') || {z: null}).z}))"""
+
+
+def _drawn(page) -> None:
+    page.wait_for_function(IDLE, timeout=LONG)
+    page.wait_for_function(FIGURES_DRAWN, timeout=LONG)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_roles_page_draws_the_library_scores(streamlit_server, browser, screenshot_dir, minilm):
+    with browser_page(browser, screenshot_dir / "head-roles-failure.png", 1500, 3000) as page:
+        page.goto(f"{streamlit_server}/head-roles?limit={LIMIT}", wait_until="domcontentloaded")
+        page.get_by_role("button", name="Compute for").click(timeout=LONG)
+        page.get_by_role("tab", name="Role map", exact=True).wait_for(timeout=LONG)
+        wait_idle(page, LONG)
+        _drawn(page)
+        page.screenshot(path=str(screenshot_dir / "head-roles-map.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        figures = page.evaluate(HEATMAPS)
+        induction = next(f["z"] for f in figures if f["title"].startswith("Induction score"))
+        text = page.inner_text("body")
+        assert "bidirectional" in text and "One head on the probe" in text
+
+    own = analyse("roles", minilm, corpus=read_corpus(CLASSROOM_SINGLE, limit=LIMIT)).result
+    np.testing.assert_allclose(np.asarray(induction, float), own.scores.induction, rtol=0, atol=1e-6)
