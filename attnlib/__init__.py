@@ -39,6 +39,7 @@ from attnlib.analyses.registry import (
     positions,
     probe,
     qk,
+    retrieval,
     roles,
     special,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "read_corpus",
     "read_result_file",
     "read_text_corpus",
+    "retrieval",
     "roles",
     "run",
     "run_batches",

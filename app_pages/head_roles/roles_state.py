@@ -16,6 +16,7 @@ from attnlib.core.corpus import CorpusError
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
 from attnlib.present.roles import ProbeText, probe_text
+from attnlib.views.roles import role_thresholds
 from ui.sources.corpus_page import CorpusPage, Shown, file_shown
 from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import model_named
@@ -27,7 +28,6 @@ from ui.widgets.progress import progress
 KEY = "roles"  # widget keys and download names start with it
 DETECT_LIMIT = 20  # detection's default corpus: the first 20 inputs (the probe needs none)
 FORM = AnalysisForm(RolesOptions(), {}, KEY, fixed=("checkpoints",))  # checkpoints: the Over training tab's
-SCORE_OF = {"sink": "first_share"}  # a role named apart from its score
 PICK = Option(f"{KEY}_pick", "pick", "", omit_default=True)  # the head opened on the probe: "layer-head", from 1
 
 
@@ -53,7 +53,7 @@ class RoleScores:
     @property
     def thresholds(self) -> dict[str, float]:
         """Each role's threshold, keyed by its score's name (the sink's is first_share's)."""
-        return {SCORE_OF.get(role, role): value for role, value in self.json["thresholds"].items()}
+        return role_thresholds(self.json["thresholds"])
 
     @property
     def notes(self) -> dict[str, str]:

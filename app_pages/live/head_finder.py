@@ -16,8 +16,8 @@ from attnlib.core.corpus import CorpusInput, read_text_corpus
 from attnlib.core.model import ModelFacts
 from attnlib.present.roles import probe_text
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
-from attnlib.stats.roles import detection_scores
 from attnlib.stats.patterns import PATTERN_HELP, PATTERNS, PatternAccumulator, rank_heads
+from attnlib.stats.roles import detection_scores
 from ui.sources.live_inputs import cached_run, text_options
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind, set_value

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_
 from attnlib import __version__
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError, CorpusInput, read_conllu, read_corpus
-from attnlib.core.engines import CorpusRun, Fill, check_device, engine_fill, run_accumulators
+from attnlib.core.engines import CorpusRun, Fill, ScaleError, check_device, engine_fill, run_accumulators
 from attnlib.core.families import Statistic, UnsupportedModelError, unsupported_reason
 from attnlib.core.model import LoadedModel, ModelFacts, load_model
 from attnlib.results.files import (
@@ -179,6 +179,8 @@ class Analysis(Generic[O, R]):
     follow: Callable[[R, O], FollowUp[R] | None] | None = None  # a second pass the first result decides
     conllu_flag: bool = False  # a corpus analysis whose corpus may be given as --conllu PATH too (a CoNLL-U file)
     compute_model: Callable[[LoadedModel, list[CorpusInput] | None, O], R] | None = None  # reads "model"
+    default_corpus: Path | None = None  # the corpus read when none is given (retrieval's haystack); None: it is needed
+    whole_corpus: bool = False  # it reads its corpus as one text (retrieval's haystack): the local engine only
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -468,7 +470,11 @@ def run_analysis(
         assert analysis.compute is not None
         result = analysis.compute(lm, item, options)
         return AnalysisRun(analysis, options, result, lm.facts, text_record(text, pair))
-    given = inputs or {}
+    given = dict(inputs or {})
+    if analysis.default_corpus is not None and given.get("corpus") is None:
+        given["corpus"] = analysis.default_corpus
+    if analysis.whole_corpus and engine != "local":
+        raise ScaleError(f"{analysis.name} reads its corpus as one text: it runs with the local engine only.")
     missing = [s for s in analysis.sources if given.get(s) is None]
     if missing:
         needs = " and ".join(f"{s}=" for s in analysis.sources)

@@ -27,6 +27,7 @@ from attnlib.analyses.norms import NORMS, InputNorms
 from attnlib.analyses.positions import POSITIONS, PositionsResult
 from attnlib.analyses.probe import PROBE, ProbeResult
 from attnlib.analyses.qk import QK, QKResult
+from attnlib.analyses.retrieval import RETRIEVAL, RetrievalResult
 from attnlib.analyses.roles import ROLES, RolesResult
 from attnlib.analyses.special import SPECIAL, SpecialTokens
 from attnlib.core.batches import Progress
@@ -50,6 +51,7 @@ ANALYSES: dict[str, Analysis] = {
         QK,
         GRADIENT,
         ROLES,
+        RETRIEVAL,
     )
 }
 
@@ -208,5 +210,12 @@ def roles(model: str | LoadedModel = DEFAULT_MODEL, *, text: str | None = None, 
     return analyse("roles", model, text=text, corpus=corpus, **keywords)
 
 
+def retrieval(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs | None = None,
+              **keywords: Any) -> AnalysisRun[RetrievalResult]:  # fmt: skip
+    """Wu et al.'s retrieval score of every head of a decoder: a needle in a haystack (the corpus; default UD EWT
+    dev's text) at each length and depth, decoded greedily or forced (`attnlib retrieval`, METHODS §20)."""
+    return analyse("retrieval", model, corpus=corpus, **keywords)
+
+
 RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient, roles)}  # fmt: skip
+                                   importance, qk, gradient, roles, retrieval)}  # fmt: skip

@@ -11,6 +11,7 @@ from typing import Any
 from attnlib.analyses.base import DEFAULT_BATCH_SIZE, Analysis, Options, choices_of, option_types
 from attnlib.core.engines import ENGINES, check_device
 from attnlib.core.model import DEFAULT_MODEL, DTYPES, LoadedModel, ModelLoadError, load_model
+from attnlib.results.shipped import ROOT
 
 CORPUS_HELP = "a text file (one input per line, TAB between A and B) or a .conllu file"
 
@@ -105,7 +106,9 @@ def add_input_flags(parser: argparse.ArgumentParser, analysis: Analysis) -> None
         group.add_argument("--conllu", dest="corpus", type=conllu_path, help=CONLLU_HELP)
     else:
         for flag in analysis.sources:
-            parser.add_argument(f"--{flag}", required=True, help=flags[f"--{flag}"])
+            default = analysis.default_corpus if flag == "corpus" else None
+            more = f" (default: {default.relative_to(ROOT)})" if default is not None else ""
+            parser.add_argument(f"--{flag}", required=default is None, default=default, help=flags[f"--{flag}"] + more)
     parser.add_argument("--limit", type=positive_int, default=None, help=f"use only the first N {flags['limit']}")
     parser.add_argument(
         "--batch-size",

@@ -17,6 +17,7 @@ from attnlib.analyses.gradient import GradientImportance
 from attnlib.analyses.hta import TokenAttribution
 from attnlib.analyses.norms import InputNorms
 from attnlib.analyses.qk import QKResult
+from attnlib.analyses.retrieval import RetrievalResult
 from attnlib.analyses.roles import SCORE_KEYS, RolesResult
 from attnlib.present.report import REPORT_PARTS, PartResult, ReportOptions
 from attnlib.present.tables import cell_frame, head_frame, layer_frame
@@ -115,6 +116,18 @@ def roles_tables(model: str, found: RolesResult) -> dict[str, pd.DataFrame]:
     return tables
 
 
+def retrieval_tables(model: str, found: RetrievalResult) -> dict[str, pd.DataFrame]:
+    """Each head's retrieval score and whether it is a retrieval head; each test's length, depth and needle."""
+    per_head = head_frame(model, {"retrieval": found.scores, "retrieval_head": found.scores > found.threshold})
+    tests = pd.DataFrame(
+        [{"model": model, "length": t.length, "depth": t.depth, "n_tokens": len(t.input_ids),
+          "needle_start": t.needle_span[0], "needle_end": t.needle_span[1], "n_decoded": len(t.decoded_ids),
+          "forced": t.forced} for t in found.tests],
+        columns=["model", "length", "depth", "n_tokens", "needle_start", "needle_end", "n_decoded", "forced"],
+    )  # fmt: skip
+    return {"Per head": per_head, "Tests": tests}
+
+
 TABLES: dict[str, Callable[[str, Any], dict[str, pd.DataFrame]]] = {
     "attention": attention_tables,
     "hta": hta_tables,
@@ -122,6 +135,7 @@ TABLES: dict[str, Callable[[str, Any], dict[str, pd.DataFrame]]] = {
     "ablate": ablate_tables,
     "qk": qk_tables,
     "gradient": gradient_tables,
+    "retrieval": retrieval_tables,
     "roles": roles_tables,
 }
 

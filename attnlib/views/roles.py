@@ -33,7 +33,13 @@ ROLE_COLOURS = {
     "first_share": "#8c564b",
 }
 NO_ROLE = "none"
+SCORE_OF_ROLE = {"sink": "first_share"}  # a role named apart from the score it is read from
 GAIN_COLOUR = "#000000"
+
+
+def role_thresholds(thresholds: Mapping[str, float]) -> dict[str, float]:
+    """A result's thresholds (by role: previous, ..., sink) keyed by the score each is read from (sink: first_share)."""
+    return {SCORE_OF_ROLE.get(role, role): value for role, value in thresholds.items()}
 
 
 def main_roles(scores: Mapping[str, np.ndarray | None], thresholds: Mapping[str, float]) -> np.ndarray:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from attnlib.analyses.ablate import InputAblation
 from attnlib.analyses.attention import AttentionMaps
 from attnlib.analyses.base import AnalysisRun
@@ -13,6 +15,8 @@ from attnlib.analyses.gradient import GradientImportance
 from attnlib.analyses.hta import TokenAttribution
 from attnlib.analyses.norms import InputNorms
 from attnlib.analyses.qk import QKResult
+from attnlib.analyses.retrieval import RetrievalResult
+from attnlib.analyses.roles import SCORE_KEYS, RolesResult
 from attnlib.present.runs import part_result
 from attnlib.views.display import View
 from attnlib.views.figure import as_figure
@@ -20,6 +24,14 @@ from attnlib.views.head_view import head_view
 from attnlib.views.heatmap import attention_heatmap
 from attnlib.views.qk import picture_figure
 from attnlib.views.report_page import PART_FIGURES
+from attnlib.views.roles import (
+    causal_bars,
+    checkpoint_lines,
+    retrieval_heatmap,
+    role_map,
+    role_thresholds,
+    score_heatmap,
+)
 from attnlib.views.special_tokens import gradient_figure
 
 Drawn = Any  # a Figure (plotly) or a View (the head view)
@@ -78,6 +90,30 @@ def qk_figures(model: str, found: QKResult) -> list[Drawn]:
 def gradient_figures(model: str, found: GradientImportance) -> list[Drawn]:
     """Clark Fig. 3: mean |dLoss/dA| per layer, to [SEP] and to all tokens."""
     return [gradient_figure(found.layers["sep"], found.layers["all"])]
+
+
+def roles_figures(model: str, found: RolesResult) -> list[Drawn]:
+    """The role map, the induction score, the causal check's bars (with a next-token loss) and, with checkpoints,
+    the lines of each score's largest value and the in-context gain over training."""
+    scores = {key: found.scores.of(key) for key in SCORE_KEYS}
+    figures = [role_map(scores, role_thresholds(found.thresholds), f"Head roles: {model}"),
+               score_heatmap(found.scores.induction, "induction")]  # fmt: skip
+    if found.causal:
+        figures.append(causal_bars({r: c.to_json() for r, c in found.causal.items()}, found.in_context_gain))
+    if found.checkpoints:
+        points = found.checkpoints
+        maxima = {
+            key: [float(np.nanmax(v)) for p in points if (v := p.scores.of(key)) is not None] for key in SCORE_KEYS
+        }
+        gains = [p.in_context_gain for p in points]
+        figures.append(checkpoint_lines([p.step for p in points], {k: v for k, v in maxima.items() if v}, gains,
+                                        title=f"{model}: head roles over training"))  # fmt: skip
+    return figures
+
+
+def retrieval_figures(model: str, found: RetrievalResult) -> list[Drawn]:
+    """Every head's retrieval score (Wu et al. 2024)."""
+    return [retrieval_heatmap(found.scores, found.threshold)]
 
 
 FIGURES: dict[str, Callable[[str, Any], list[Drawn]]] = {

@@ -19,7 +19,7 @@ from attnlib.cli.entry import build_parser, command_options
 from attnlib.core.corpus import CorpusError
 from attnlib.results.files import ResultFileError, read_result_file, write_result_file
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
-from support.runs import INPUTS, split_inputs
+from support.runs import INPUTS, KINDS, split_inputs
 
 MINIMAL_ARGS = {  # what each kind of analysis reads, as flags
     "text": ["--text", "A cat."],
@@ -145,8 +145,8 @@ def test_inputs_cover_every_analysis():
     assert set(INPUTS) == set(ANALYSES)
 
 
-@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
-@pytest.mark.parametrize("name", sorted(INPUTS))
+@pytest.mark.parametrize(("name", "tiny_model_dir"), [(name, KINDS.get(name, "bert")) for name in sorted(INPUTS)],
+                         indirect=["tiny_model_dir"])  # fmt: skip
 def test_each_result_survives_its_json_and_a_result_file(name, tiny_model, tmp_path, one_thread):
     """analyse's result, its to_json through strict JSON and from_json, and a result file written and read, say the
     same (arrays compared as JSON: every number the command prints)."""

@@ -64,7 +64,16 @@ def test_page_link_builds_every_url_in_one_place():
         page_link("special-tokens", modle="m")
     assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "heads", "view", "corpus", "norms", "tab"}
     assert page_link("special-tokens", model="m", tab="norms") == "special-tokens?model=m&tab=norms"
-    assert [s.tab for s in STEPS] == [None, "shares", "norms", "entropy", None, None, "noop", "training"]  # the tab each step opens
+    assert [s.tab for s in STEPS] == [
+        None,
+        "shares",
+        "norms",
+        "entropy",
+        None,
+        None,
+        "noop",
+        "training",
+    ]  # the tab each step opens
     assert {s.tab for s in STEPS if s.tab and s.page == "special-tokens"} <= set(SPECIAL_TOKENS)  # its tabs' URL texts
     assert STEPS[6].page == "head-importance" and STEPS[6].tab in HEAD_IMPORTANCE
 

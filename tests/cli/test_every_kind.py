@@ -11,7 +11,8 @@ import pytest
 
 import attnlib.cli.options as cli_options
 from attnlib.cli.entry import build_parser
-from attnlib.core.families import unsupported_reason
+from attnlib.core.decoding import check_decoder
+from attnlib.core.families import UnsupportedModelError, unsupported_reason
 from attnlib.core.model import load_model
 from attnlib.stats.gradients import unavailable_reason
 from support.cli import run_cli
@@ -25,13 +26,19 @@ COMMANDS = sorted({**KEYS, **COMMAND_KEYS})
 SAYS_DECODER = ("aggregation", "importance", "positions", "special")  # the JSON that carries "kind": "decoder"
 PART_KEYS = {"source", "target", "target_from", "key_tokens"}  # an encoder-decoder's `attention`: its two texts
 # what has no meaning for a kind: gradient importance takes gradients of a masked-LM loss, which no decoder or
-# encoder-decoder has; Gemma 2's soft-capped scores are not scale * q.k
-REFUSED = {"gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS), "qk": ("gemma2",)}
+# encoder-decoder has; Gemma 2's soft-capped scores are not scale * q.k; the retrieval test decodes, which needs a
+# decoder (not an encoder-decoder) and, greedily, a trained LM head, which the fine-tuned Llama classifier has not
+REFUSED = {"gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS), "qk": ("gemma2",),
+           "retrieval": (*ENCODER_DECODER_KINDS, "llama-classifier")}  # fmt: skip
 
 
 def _reason(folder: str, command: str) -> str | None:
     """The library's own reason why the command has no meaning for this model."""
     lm = load_model(folder)
+    if command == "retrieval":
+        with pytest.raises(UnsupportedModelError) as refused:
+            check_decoder(lm, forced=False)
+        return str(refused.value)
     return unavailable_reason(lm) if command == "gradient" else unsupported_reason(lm.encoder.config, "queries_keys")
 
 

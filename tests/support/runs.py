@@ -24,7 +24,11 @@ INPUTS: dict[str, dict[str, Any]] = {
     "qk": {"corpus": CLASSROOM_SINGLE, "limit": 2, "all_heads": True},
     "gradient": {"corpus": CLASSROOM_PAIRS, "limit": 3},
     "roles": {"text": "The cat sat. The cat sat.", "sequences": 2, "repeat_length": 8},
-}
+    # a needle, question and haystack short enough for a tiny decoder's 64 positions with the decoded tokens
+    "retrieval": {"corpus": CLASSROOM_SINGLE, "limit": 2, "needle": "The cat sat.", "question": "Who sat?",
+                  "lengths": "12", "depths": "0,1"},
+}  # fmt: skip
+KINDS = {"retrieval": "gpt2"}  # the tiny model each analysis runs on in the quick tier where not a BERT: a decoder
 
 COMMAND_INPUTS: dict[str, dict[str, Any]] = {
     "index": {"corpus": CLASSROOM_SINGLE, "limit": 2, "layer": 1},

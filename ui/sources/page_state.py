@@ -10,7 +10,6 @@ an empty text leaves its key out.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, Literal, TypeVar
