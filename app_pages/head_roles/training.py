@@ -14,7 +14,7 @@ from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult
 from attnlib.core.model import LoadedModel, checkpoints_of
 from attnlib.present.roles import TRAINED, checkpoint_table
 from attnlib.present.tour import page_link
-from attnlib.views.roles import checkpoint_lines
+from attnlib.views.roles import training_figure
 from ui.sources.model_sidebar import model_named
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
@@ -33,10 +33,7 @@ def roles_over_training(model_name: str, checkpoints: tuple[str, ...], options: 
 def training_lines(model_name: str, found: RolesResult, key: str) -> pd.DataFrame:
     """The lines over the checkpoints; their table (step, each score's largest value, the gain)."""
     table = checkpoint_table(found)
-    maxima = {c.removeprefix("max_"): table[c] for c in table.columns if c.startswith("max_")}
-    gain = table["in_context_gain"] if table["in_context_gain"].notna().any() else None
-    title = f"{model_name}: head roles over training"
-    chart(checkpoint_lines(table["step"], maxima, gain, title=title), "roles_over_training", key)
+    chart(training_figure(model_name, table), "roles_over_training", key)
     return table
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -198,3 +199,13 @@ def checkpoint_lines(
 def retrieval_heatmap(scores: np.ndarray, threshold: float) -> go.Figure:
     """Retrieval scores (Wu et al. 2024) of every head; a head above the threshold is a retrieval head."""
     return effect_heatmap(np.asarray(scores, float), f"Retrieval score (retrieval heads: above {threshold:g})", "score")
+
+
+def training_figure(model: str, table: pd.DataFrame) -> go.Figure:
+    """checkpoint_lines of a checkpoints' table (attnlib.present.roles.checkpoint_table: step, max_<score>,
+    in_context_gain), the scores never defined left out."""
+    maxima = {
+        c.removeprefix("max_"): table[c] for c in table.columns if c.startswith("max_") and table[c].notna().any()
+    }
+    gain = table["in_context_gain"] if table["in_context_gain"].notna().any() else None
+    return checkpoint_lines(table["step"], maxima, gain, title=f"{model}: head roles over training")

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from attnlib.analyses.ablate import InputAblation
 from attnlib.analyses.attention import AttentionMaps
 from attnlib.analyses.base import AnalysisRun
@@ -17,6 +15,7 @@ from attnlib.analyses.norms import InputNorms
 from attnlib.analyses.qk import QKResult
 from attnlib.analyses.retrieval import RetrievalResult
 from attnlib.analyses.roles import SCORE_KEYS, RolesResult
+from attnlib.present.roles import checkpoint_table
 from attnlib.present.runs import part_result
 from attnlib.views.display import View
 from attnlib.views.figure import as_figure
@@ -26,11 +25,11 @@ from attnlib.views.qk import picture_figure
 from attnlib.views.report_page import PART_FIGURES
 from attnlib.views.roles import (
     causal_bars,
-    checkpoint_lines,
     retrieval_heatmap,
     role_map,
     role_thresholds,
     score_heatmap,
+    training_figure,
 )
 from attnlib.views.special_tokens import gradient_figure
 
@@ -101,13 +100,7 @@ def roles_figures(model: str, found: RolesResult) -> list[Drawn]:
     if found.causal:
         figures.append(causal_bars({r: c.to_json() for r, c in found.causal.items()}, found.in_context_gain))
     if found.checkpoints:
-        points = found.checkpoints
-        maxima = {
-            key: [float(np.nanmax(v)) for p in points if (v := p.scores.of(key)) is not None] for key in SCORE_KEYS
-        }
-        gains = [p.in_context_gain for p in points]
-        figures.append(checkpoint_lines([p.step for p in points], {k: v for k, v in maxima.items() if v}, gains,
-                                        title=f"{model}: head roles over training"))  # fmt: skip
+        figures.append(training_figure(model, checkpoint_table(found)))
     return figures
 
 
@@ -123,7 +116,8 @@ FIGURES: dict[str, Callable[[str, Any], list[Drawn]]] = {
     "ablate": ablate_figures,
     "qk": qk_figures,
     "gradient": gradient_figures,
-    "roles": lambda _model, _found: [],  # the Head roles figures (attnlib/views/roles.py) are to come
+    "roles": roles_figures,
+    "retrieval": retrieval_figures,
 }
 
 
