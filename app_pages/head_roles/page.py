@@ -26,7 +26,7 @@ from ui.widgets.plotly_figure import clicked_point
 from ui.widgets.side_by_side import side_by_side
 
 TAB = Option(f"{KEY}_tab", "tab", HEAD_ROLES["map"], HEAD_ROLES, omit_default=True)
-MEASURE = Option(f"{KEY}_measure", "measure", "mul", ["mul", "abs"], omit_default=True)
+MEASURE = Option(f"{KEY}_measure", "detect", "mul", ["mul", "abs"], omit_default=True)
 PROBE_SCORES = ("induction", "duplicate", "previous", "copying", "first_share")
 
 

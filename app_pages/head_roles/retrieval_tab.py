@@ -8,11 +8,13 @@ import streamlit as st
 
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.retrieval import HAYSTACK, RETRIEVAL, RetrievalOptions, RetrievalResult
+from attnlib.core.corpus import CorpusError
 from attnlib.core.model import LoadedModel
+from attnlib.core.runner import InputError
 from attnlib.views.roles import retrieval_heatmap
 from attnlib.views.special_tokens import head_label
 from ui.sources.model_sidebar import model_named
-from ui.sources.page_state import AnalysisForm
+from ui.sources.page_state import AnalysisForm, forget
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.progress import asked, progress
@@ -52,8 +54,13 @@ def retrieval_test(lm: LoadedModel) -> None:
     if not lm.facts.causal:
         st.info(f"{lm.facts.name} is not a decoder: the retrieval test asks the model to generate (decoders only).")
         return
-    options = FORM.bind()
     with st.expander("The needle, the question, the lengths and depths"):
+        try:
+            options = FORM.bind()
+        except ValueError as exc:  # an empty needle, a depth outside 0..1: said, and the defaults kept
+            st.warning(f"{exc}. The defaults are used.")
+            forget(FORM.others().values())
+            options = FORM.bind()
         FORM.other_widgets()
     depths = len(options.depth_list())
     lengths = options.length_list() or ("the longest it takes",)
@@ -61,7 +68,11 @@ def retrieval_test(lm: LoadedModel) -> None:
                "prefill of the haystack and up to the needle's length + 5 decoding steps.")  # fmt: skip
     if not asked("Run the retrieval test", f"compute:{KEY}:{lm.facts.name}", (lm.facts.name, options)):
         return
-    found = compute(lm.facts.name, options)
+    try:
+        found = compute(lm.facts.name, options)
+    except (CorpusError, InputError, ValueError) as exc:  # a model too short for the needle, ...: said in words
+        st.warning(f"The retrieval test cannot run on {lm.facts.name}: {exc}")
+        return
     chart(retrieval_heatmap(found.scores, found.threshold), "retrieval_scores", f"{KEY}_scores")
     heads = ", ".join(head_label(l, h) for l, h in found.heads) or "none"
     st.markdown(f"Retrieval heads (score above {found.threshold:g}): **{heads}**.")
