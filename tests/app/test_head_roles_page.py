@@ -1,0 +1,136 @@
+"""The Head roles page (METHODS §20): what it draws is the library's `roles` result (a heatmap's z, a table's cells, the
+causal check's bars), a picked head opens on the probe and in the Live page's head view, an encoder is told what the
+probe means for it; and the Live page's head finder scores the role patterns on the current text."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from attnlib.analyses.registry import analyse
+from attnlib.core.corpus import read_corpus
+from attnlib.core.model import load_model
+from attnlib.core.runner import run
+from attnlib.present.roles import LINK_REPEAT, probe_text
+from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
+from support.apptest import figures, open_tab, plotly_values, tables
+from support.models import save_tiny
+from support.pages import view_datas
+from ui.sources.live_inputs import pretty_token
+from ui.widgets.page_tabs import HEAD_ROLES
+
+pytestmark = pytest.mark.slow
+PAGE = "app_pages/head_roles/page.py"
+LIMIT = 4
+TOLERANCE = 1e-6  # float32 maps summed over a few hundred entries, and the figure's JSON rounding
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    return save_tiny("gpt2", tmp_path_factory.mktemp("gpt2-roles"))
+
+
+@pytest.fixture(scope="module")
+def library(gpt2_dir):
+    """The library's roles of the tiny GPT-2 on the page's default corpus (the first inputs of the classroom set)."""
+    return analyse("roles", str(gpt2_dir), corpus=read_corpus(CLASSROOM_SINGLE, limit=LIMIT)).result
+
+
+def roles_page(model: str, **params: str) -> AppTest:
+    """The app on the Head roles page for `model`, its computation asked for."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(model=model, limit=str(LIMIT), **params)
+    at.run()
+    at.switch_page(PAGE).run()
+    asks = [b for b in at.button if str(b.key).startswith("compute:")]
+    if asks:
+        asks[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_the_page_draws_the_librarys_scores(gpt2_dir, library):
+    at = roles_page(str(gpt2_dir))
+    drawn = {f.key: json.loads(f.spec) for f in figures(at)}
+    assert {"roles_map", "roles_induction", "roles_duplicate", "roles_previous", "roles_copying"} <= set(drawn)
+    for score in ("induction", "duplicate", "previous", "copying", "first_share"):
+        z = plotly_values(drawn[f"roles_{score}"]["data"][0]["z"])
+        np.testing.assert_allclose(z, library.scores.of(score), rtol=0, atol=TOLERANCE, err_msg=score)
+
+    table = tables(open_tab(at, "roles_tab", HEAD_ROLES["tables"]))[0]
+    assert len(table) == library.scores.induction.size
+    for (layer, head), value in np.ndenumerate(library.scores.induction):
+        row = table[(table["layer"] == layer + 1) & (table["head"] == head + 1)].iloc[0]
+        assert (
+            abs(row["induction"] - value) <= TOLERANCE
+            and abs(row["copying"] - library.scores.copying[layer, head]) <= TOLERANCE
+        )
+        held = [role for role, heads in library.roles.items() if (layer, head) in heads]
+        assert (row["role"] == "none") == (not held)  # the map colours a head by a role the library gives it
+
+    causal = open_tab(at, "roles_tab", HEAD_ROLES["causal"])
+    (bars,) = [json.loads(f.spec) for f in figures(causal) if f.key == "roles_causal"]
+    ablated, control = (plotly_values(trace["y"]) for trace in bars["data"][:2])
+    roles = list(library.causal)
+    np.testing.assert_allclose(ablated, [library.causal[r].gain_ablated for r in roles], rtol=0, atol=TOLERANCE)
+    np.testing.assert_allclose(control, [library.causal[r].control_gain for r in roles], rtol=0, atol=TOLERANCE)
+
+
+def test_a_picked_head_opens_on_the_probe_and_in_the_live_page(gpt2_dir):
+    at = roles_page(str(gpt2_dir), pick="2-3")
+    probe = probe_text(load_model(str(gpt2_dir)), LINK_REPEAT)
+    assert probe.exact and len(probe.words) == LINK_REPEAT  # one token per word: the stripe lies at 1 - s
+    (view,) = view_datas(at)
+    own = run(load_model(str(gpt2_dir)), probe.text)
+    assert view["layer"] == 2 and view["heads"] == [3] and view["left"] == [pretty_token(t) for t in own.tokens]
+    (link,) = [b.proto.url for b in at.get("link_button")]
+    params = {k: v[0] for k, v in parse_qs(urlsplit(link).query).items()}
+    assert params == {"model": str(gpt2_dir), "a": probe.text, "view": "head", "layer": "2", "head": "3", "heads": "3"}
+
+    live = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)  # the link's state opens the Live page
+    live.query_params.update(params)
+    live.run()
+    assert not live.exception, [e.value for e in live.exception]
+    (data,) = view_datas(live)
+    assert data["layer"] == 2 and data["heads"] == [3] and data["left"] == view["left"]
+
+
+def test_an_encoder_is_told_what_the_probe_means_for_it(minilm):
+    at = roles_page("all-MiniLM-L6-v2")
+    assert any("bidirectional" in i.value for i in at.info)
+    copying_note = [c.value for c in at.caption if "no copying score" in c.value]
+    assert copying_note and "unembedding" in copying_note[0]
+    causal = open_tab(at, "roles_tab", HEAD_ROLES["causal"])
+    assert not [f for f in figures(causal) if f.key == "roles_causal"]
+    assert any("no causal check" in i.value and "does not predict the next token" in i.value for i in causal.info)
+
+
+def induction_by_hand(maps: np.ndarray, ids: list[int]) -> np.ndarray:
+    """TransformerLens's induction "mul" score of every head, from its definition: the share of each map on keys j
+    whose previous token equals the query's token (j - 1 < i)."""
+    n = len(ids)
+    pattern = np.zeros((n, n))
+    for i in range(n):
+        for j in range(1, i + 1):
+            pattern[i, j] = ids[j - 1] == ids[i]
+    a = maps.astype(np.float64)
+    return (a * pattern).sum((-2, -1)) / a.sum((-2, -1))
+
+
+def test_the_live_head_finder_scores_the_role_patterns_on_the_current_text(minilm):
+    text = "the red fox saw the red fox"
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(view="finder", a=text)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    own = run(minilm, text)
+    expected = induction_by_hand(own.attentions, own.input_ids)
+    best = np.unravel_index(int(np.argmax(expected)), expected.shape)
+    button = at.button(key="role_pick_induction_1")
+    assert button.label == f"{best[0] + 1}-{best[1] + 1} · {expected[best]:.3f}"
+    at.button(key="role_probe").click().run()
+    assert at.text_area(key="text_a").value == probe_text(minilm).text
