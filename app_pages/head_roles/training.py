@@ -11,8 +11,8 @@ import streamlit as st
 
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult
-from attnlib.core.model import LoadedModel, checkpoints_of
-from attnlib.present.roles import TRAINED, checkpoint_table
+from attnlib.core.model import TRAINED_MODEL, LoadedModel, checkpoints_of
+from attnlib.present.roles import checkpoint_table
 from attnlib.present.tour import page_link
 from attnlib.views.roles import training_figure
 from ui.sources.model_sidebar import model_named
@@ -50,7 +50,7 @@ def over_training(lm: LoadedModel, options: RolesOptions) -> None:
     if not checkpoints:
         st.info(
             f"{name} has no checkpoints here. The decoder trained in this repository has: "
-            f"[open {TRAINED}]({page_link('head-roles', model=TRAINED, tab='training')}). "
+            f"[open {TRAINED_MODEL}]({page_link('head-roles', model=TRAINED_MODEL, tab='training')}). "
             "Any model's checkpoints on the command line: `attnlib roles --checkpoints A B ...` (folders, or Hub ids "
             "with a revision, e.g. `EleutherAI/pythia-70m@step1000`), then open the result file here."
         )
