@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from attnlib.analyses.roles import RolesOptions
 from attnlib.core.runner import InputError
 from attnlib.stats.roles import detection_scores
 from attnlib.views.roles import score_heatmap
@@ -14,19 +15,15 @@ from ui.widgets.downloads import chart
 
 KEY = "roles"
 TEXT = Option(f"{KEY}_text", "text", "", omit_default=True)
-EXCLUDE_FIRST = Option(f"{KEY}_no_first", "nofirst", False, omit_default=True)
-EXCLUDE_CURRENT = Option(f"{KEY}_no_current", "nocurrent", False, omit_default=True)
 EXAMPLE = "The cat sat on the mat. The cat sat on the mat."
 
 
-def own_text_detection(measure: str) -> None:
-    """A text area (kept in the URL) and, for the loaded model, each pattern's score of every head on that text."""
+def own_text_detection(measure: str, options: RolesOptions) -> None:
+    """A text area (kept in the URL) and, for the loaded model, each pattern's score of every head on that text, with
+    the exclusions chosen in the sidebar."""
     st.subheader("On your own text")
-    bind([TEXT, EXCLUDE_FIRST, EXCLUDE_CURRENT])
+    bind([TEXT])
     st.text_area("Text", key=TEXT.key, placeholder=EXAMPLE, help="Repeat a phrase to give induction heads work.")
-    first, current = st.columns(2)
-    first.checkbox("Leave out the first key", key=EXCLUDE_FIRST.key, help="TransformerLens's exclude_bos.")
-    current.checkbox("Leave out the current token", key=EXCLUDE_CURRENT.key, help="exclude_current_token.")
     text = st.session_state[TEXT.key].strip() or EXAMPLE
     name = current_model().facts.name
     try:
@@ -34,10 +31,9 @@ def own_text_detection(measure: str) -> None:
     except InputError as exc:
         st.warning(str(exc))
         return
-    state = st.session_state
-    found = detection_scores(run.attentions, run.input_ids, bool(state[EXCLUDE_FIRST.key]),
-                             bool(state[EXCLUDE_CURRENT.key]))[measure]  # fmt: skip
-    st.caption(f"{name} on {run.n} tokens" + ("" if state[TEXT.key].strip() else " of the example text") + ".")
+    found = detection_scores(run.attentions, run.input_ids, options.exclude_first, options.exclude_current)[measure]
+    example = "" if st.session_state[TEXT.key].strip() else " of the example text"
+    st.caption(f"{name} on {run.n} tokens{example}; the exclusions are the sidebar's.")
     columns = st.columns(len(found))
     for column, (pattern, values) in zip(columns, found.items()):
         with column:

@@ -9,7 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.head_roles.own_text import own_text_detection
-from app_pages.head_roles.roles_state import FORM, KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
+from app_pages.head_roles.roles_state import KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
+from attnlib.analyses.roles import RolesOptions
 from attnlib.present.roles import LINK_REPEAT, live_head_link
 from attnlib.views.head_view import head_view_html
 from attnlib.views.roles import ROLE_NAMES, causal_bars, main_roles, role_map, score_heatmap
@@ -52,7 +53,7 @@ def pick_head(key: str, n_heads: int) -> None:
         set_value(PICK, head_label(layer, head))
 
 
-def map_tab(views: list[ShownRoles]) -> None:
+def map_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """The role map of each model (click a head to open it on the probe), then each score as a heatmap."""
     thresholds = roles_of(views[0]).thresholds
     st.markdown(
@@ -120,7 +121,7 @@ def head_on_probe(view: ShownRoles) -> None:
     )
 
 
-def detection_tab(views: list[ShownRoles]) -> None:
+def detection_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """Detection's scores on the corpus (TransformerLens's detect_head), in the measure chosen."""
     bind([MEASURE])
     st.radio(
@@ -146,10 +147,10 @@ def detection_tab(views: list[ShownRoles]) -> None:
             chart(score_heatmap(values, name, measure), f"detect_{measure}_{name}{sfx}", f"{KEY}_detect_{name}{sfx}")
 
     side_by_side(views, draw)
-    own_text_detection(measure)
+    own_text_detection(measure, options)
 
 
-def causal_tab(views: list[ShownRoles]) -> None:
+def causal_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """The in-context gain with each role's top heads switched off, against as many random heads."""
     st.markdown(
         "Is a role what the model uses? The in-context gain G = L₁ − L₂ (how much better the model predicts the "
@@ -169,14 +170,14 @@ def causal_tab(views: list[ShownRoles]) -> None:
     side_by_side(views, draw)
 
 
-def retrieval_tab(views: list[ShownRoles]) -> None:
+def retrieval_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """The needle test of Wu et al. 2024 on the loaded model."""
     from app_pages.head_roles.retrieval_tab import retrieval_test
 
     retrieval_test(current_model())
 
 
-def training_tab(views: list[ShownRoles]) -> None:
+def training_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """The roles over training: of a result file that holds checkpoints, else of the loaded model's checkpoints."""
     from app_pages.head_roles.training import over_training, training_lines
 
@@ -185,7 +186,7 @@ def training_tab(views: list[ShownRoles]) -> None:
         table = training_lines(view.model, view.result, f"{KEY}_training_{view.model}")
         data_table(table, key=f"{KEY}_training_table_{view.model}")
     if not with_points:
-        over_training(current_model(), FORM.bind())
+        over_training(current_model(), options)
 
 
 def head_table(view: ShownRoles) -> pd.DataFrame:
@@ -206,7 +207,7 @@ def head_table(view: ShownRoles) -> pd.DataFrame:
     return table
 
 
-def tables_tab(views: list[ShownRoles]) -> None:
+def tables_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     st.markdown("Every head (layers and heads from 1); the JSON counts from 0, like `attnlib roles --json`.")
     table = pd.concat([head_table(v) for v in views], ignore_index=True)
     data_table(table, key=f"{KEY}_heads", formats={name: "%.4f" for name in PROBE_SCORES})
@@ -234,7 +235,9 @@ st.caption(
 )
 cite_methods(20, 15, 18)
 encoder_part_notes()
-views = PAGE.shown(current_model())
+lm = current_model()
+given = PAGE.inputs(lm)
+views = PAGE.results(lm, given, PAGE.second(lm, given))
 if not views:
     st.stop()
 for view in views:
@@ -246,4 +249,4 @@ for view in views:
     )
 label, tab = lazy_tabs(TAB, list(TABS))
 with tab:
-    TABS[label](views)
+    TABS[label](views, given.options)

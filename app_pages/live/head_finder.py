@@ -31,7 +31,7 @@ ROLE_HELP = {
     "duplicate": "the share of attention on earlier occurrences of the query's token",
     "induction": "the share of attention on the tokens that followed earlier occurrences of the query's token",
 }
-EXCLUDE_FIRST = Option("finder_no_first", "nofirst", False, omit_default=True)
+EXCLUDE_FIRST = Option("finder_exclude_first", "exclude_first", False, omit_default=True)  # as the Head roles page's
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
