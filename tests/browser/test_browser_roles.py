@@ -18,6 +18,12 @@ HEATMAPS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => (
   z: (p._fullData.find(t => t.type === 'heatmap') || {z: null}).z}))"""
 
 
+CELL = """([layer, head]) => {
+  const p = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.layout.title.text.startsWith('Head roles'));
+  const box = p.querySelector('.nsewdrag').getBoundingClientRect();
+  return {x: box.left + p._fullLayout.xaxis.d2p(head), y: box.top + p._fullLayout.yaxis.d2p(layer)}; }"""
+
+
 def _drawn(page) -> None:
     page.wait_for_function(IDLE, timeout=LONG)
     page.wait_for_function(FIGURES_DRAWN, timeout=LONG)
@@ -38,6 +44,11 @@ def test_roles_page_draws_the_library_scores(streamlit_server, browser, screensh
         induction = next(f["z"] for f in figures if f["title"].startswith("Induction score"))
         text = page.inner_text("body")
         assert "bidirectional" in text and "One head on the probe" in text
+        cell = page.evaluate(CELL, [2, 3])  # a click on the role map's cell of head 2-3 opens it on the probe
+        page.mouse.click(cell["x"], cell["y"])
+        page.wait_for_function("() => location.search.includes('pick=2-3')", timeout=LONG)
+        wait_idle(page, LONG)
+        assert page.get_by_role("link", name="Open head 2-3 in the Live page").count() == 1
 
     own = analyse("roles", minilm, corpus=read_corpus(CLASSROOM_SINGLE, limit=LIMIT)).result
     np.testing.assert_allclose(np.asarray(induction, float), own.scores.induction, rtol=0, atol=1e-6)
