@@ -38,9 +38,10 @@ def bidirectional_note(views: list[ShownRoles]) -> None:
     st.info(
         "An encoder's maps are bidirectional: every token of the probe also sees the repeat after it. The scores "
         "count attention to the *earlier* repeat only (the token that followed the query's earlier occurrence, the "
-        "earlier occurrence itself, the token before), so a head that matches tokens in both directions scores about "
-        "half of what it does. An encoder has no next-token loss: no in-context gain and no causal check; its copying "
-        "score is not defined (it needs a linear unembedding after the last norm, as every decoder has).",
+        "earlier occurrence itself, the token before); what a head gives to the later repeat (from the first repeat to "
+        "the second) is not counted, so a head that matches tokens both ways scores lower than its pattern suggests. "
+        "An encoder has no next-token loss: no in-context gain and no causal check; its copying score is not defined "
+        "(it needs a linear unembedding after the last norm, as every decoder has).",
         icon=":material/swap_horiz:",
     )
 
