@@ -22,7 +22,7 @@ from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.ov_circuit import copying_reason, ov_weights
 from attnlib.core.runner import encode, returned_weights, run_encoded
 from attnlib.results.files import malformed, numeric_array
-from attnlib.stats.head_ablation import heads_off
+from attnlib.stats.head_ablation import MlmHead, heads_off, mlm_head
 from attnlib.stats.roles import (
     COPYING_THRESHOLD,
     DETECT_MEASURES,
@@ -310,14 +310,18 @@ def _chunks(lm: LoadedModel, probe: ProbeIds) -> list[slice]:
     return [slice(start, min(start + size, R)) for start in range(0, R, size)]
 
 
-def _forward(lm: LoadedModel, ids: np.ndarray) -> torch.Tensor | None:
-    """One batched pass of the probe's sequences: the LM's logits where the model has a trained LM head, else None."""
+def _lm_head(lm: LoadedModel) -> MlmHead | None:
+    """The LM head as the model's own forward applies it (checked once, outside any hooks), or None without one."""
+    return None if lm.causal_lm is None else mlm_head(lm)
+
+
+def _forward(lm: LoadedModel, ids: np.ndarray, head: MlmHead | None) -> torch.Tensor | None:
+    """One batched pass of the probe's sequences through the stack whose attention is read, and the LM head's logits
+    on its output (None without a head)."""
     batch = {"input_ids": torch.as_tensor(ids, device=lm.device)}
     batch["attention_mask"] = torch.ones_like(batch["input_ids"])
-    if lm.causal_lm is not None:
-        return lm.causal_lm(**batch, use_cache=False).logits
-    lm.encoder(**batch, **({"use_cache": False} if lm.facts.causal else {}))
-    return None
+    out = lm.encoder(**batch, **({"use_cache": False} if lm.facts.causal else {}))
+    return None if head is None else head(out.last_hidden_state)
 
 
 def token_losses(logits: torch.Tensor, ids: np.ndarray) -> np.ndarray:
@@ -332,10 +336,11 @@ def probe_pass(lm: LoadedModel, probe: ProbeIds) -> tuple[dict[str, np.ndarray],
     next-token losses [R, n - 1]; the sequences run in batches."""
     scores: dict[str, np.ndarray] = {}
     losses = []
+    head = _lm_head(lm)
     for part in _chunks(lm, probe):
         ids = probe.ids[part]
         with hooks(lm, ATTENTION) as cache, torch.inference_mode():
-            logits = _forward(lm, ids)
+            logits = _forward(lm, ids, head)
             maps = torch.stack(list(returned_weights(cache.attn)), dim=1).float().cpu().numpy()  # [B, L, H, n, n]
         if logits is not None:
             losses.append(token_losses(logits, ids))
@@ -347,11 +352,11 @@ def probe_pass(lm: LoadedModel, probe: ProbeIds) -> tuple[dict[str, np.ndarray],
 
 def probe_losses(lm: LoadedModel, probe: ProbeIds) -> np.ndarray:
     """The per-position next-token losses [R, n - 1] of the probe (no capture), in batches."""
-    assert lm.causal_lm is not None
+    head = _lm_head(lm)
     found = []
     with torch.inference_mode():
         for part in _chunks(lm, probe):
-            logits = _forward(lm, probe.ids[part])
+            logits = _forward(lm, probe.ids[part], head)
             assert logits is not None
             found.append(token_losses(logits, probe.ids[part]))
     return np.concatenate(found)

@@ -1,0 +1,284 @@
+"""The `roles` analysis (METHODS §20) on tiny models of an encoder (BERT), GPT-2 (LayerNorm), Llama (RMSNorm,
+grouped-query), Gemma (1 + w norms) and T5's encoder, each score against an independent computation: the probe's
+scores from the model's own `output_attentions` through loops over the definition; G from the causal-LM model's own
+logits; the causal check from plain forward passes with the heads' context vectors zeroed by a pre-hook on the output
+projection written here (by module path); the copying score from the model's own weights, read here by module path,
+against the eigenvalues of the full vocabulary x vocabulary matrix."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import attnlib
+from attnlib.analyses.roles import (
+    ROLES,
+    RolesOptions,
+    RolesResult,
+    checkpoint_step,
+    compute_roles,
+    make_probe,
+    probe_bos,
+)
+from attnlib.core.model import load_model
+from attnlib.core.runner import encode
+from attnlib.results.files import ResultFileError
+from attnlib.stats.roles import detection_patterns, detection_score
+from support.cli import run_cli
+from support.models import DECODER_KINDS, save_tiny
+from support.roles import looped_previous_score, looped_repeat_score
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+OPTIONS = RolesOptions(sequences=2, repeat_length=6, repeats=3, top_k=2)
+KINDS = ("bert", "gpt2", "llama", "t5")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """kind -> a tiny model of that kind loaded through the library's loader (once per module)."""
+    cache: dict = {}
+
+    def get(kind: str):
+        if kind not in cache:
+            cache[kind] = load_model(str(save_tiny(kind, tmp_path_factory.mktemp(f"roles-{kind}"))))
+        return cache[kind]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def results(models):
+    """kind -> (model, compute_roles with OPTIONS and one input for detection)."""
+    cache: dict = {}
+
+    def get(kind: str):
+        if kind not in cache:
+            lm = models(kind)
+            cache[kind] = lm, compute_roles(lm, [attnlib.CorpusInput("the cat sat on the mat . the cat sat")], OPTIONS)
+        return cache[kind]
+
+    return get
+
+
+def own_attentions(lm, ids: np.ndarray) -> np.ndarray:
+    """The model's own output_attentions (T5: its encoder stack's) [inputs, layers, heads, n, n] in float64."""
+    batch = torch.as_tensor(ids)
+    with torch.no_grad():
+        out = lm.encoder(input_ids=batch, attention_mask=torch.ones_like(batch), output_attentions=True)
+    return torch.stack(out.attentions, dim=1).double().numpy()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_probe_scores_are_the_definitions_on_the_models_own_attention(kind, results):
+    lm, found = results(kind)
+    probe = make_probe(lm, OPTIONS)
+    assert found.probe.tokens == probe.ids.tolist() and found.probe.repeats == 3
+    assert found.probe.bos == {"bert": lm.tokenizer.cls_token_id, "llama": lm.tokenizer.bos_token_id}.get(kind)
+    s, b = found.probe.repeat_length, found.probe.b
+    assert s == 6 and len(probe.ids[0]) == b + 3 * s
+    maps = own_attentions(lm, probe.ids)
+    # float32 maps (the model's own eager pass both times) summed in float64: a few float32 ulp of each weight
+    tolerance = 1e-6
+    np.testing.assert_allclose(found.scores.induction, looped_repeat_score(maps, b, s, 3, 1), atol=tolerance)
+    np.testing.assert_allclose(found.scores.duplicate, looped_repeat_score(maps, b, s, 3, 0), atol=tolerance)
+    np.testing.assert_allclose(found.scores.previous, looped_previous_score(maps, b), atol=tolerance)
+    first = maps[:, :, :, 1:, 0].mean(axis=(0, -1))  # §18: rows i >= 1, key 0
+    np.testing.assert_allclose(found.scores.first_share, first, atol=tolerance)
+
+
+def test_the_probe_excludes_special_tokens_and_starts_as_the_tokenizer_does(models):
+    for kind in ("bert", "gpt2", "t5"):
+        lm = models(kind)
+        probe = make_probe(lm, OPTIONS)
+        special = set(lm.tokenizer.all_special_ids)
+        assert not special & set(probe.ids[:, probe.b :].ravel().tolist())
+        first = lm.tokenizer("a")["input_ids"][0]
+        assert (probe_bos(lm) == first) == (first in special)
+
+
+def own_losses(lm, ids: np.ndarray, hook=None) -> np.ndarray:
+    """-log p(x_{i+1} | x_<=i) from the causal-LM model's own logits, in float64 ([inputs, n - 1])."""
+    batch = torch.as_tensor(ids)
+    with torch.no_grad():
+        logits = lm.causal_lm(input_ids=batch, use_cache=False).logits.double()
+    logp = torch.log_softmax(logits[:, :-1], dim=-1)
+    return -logp.gather(-1, batch[:, 1:, None])[..., 0].numpy()
+
+
+def gain_of(losses: np.ndarray, b: int, s: int) -> float:
+    """L_1 - L_2 at the positions p(k, m), m = 1..s-1, written out."""
+    first = [b + m - 1 for m in range(1, s)]
+    second = [b + s + m - 1 for m in range(1, s)]
+    return float(losses[:, first].mean() - losses[:, second].mean())
+
+
+OUTPUT_PROJECTION = {"gpt2": "transformer.h.{}.attn.c_proj", "llama": "model.layers.{}.self_attn.o_proj"}
+
+
+def zeroed_gain(lm, kind: str, ids: np.ndarray, heads, b: int, s: int) -> float:
+    """G with these heads' context vectors (the output projection's input) set to 0 by pre-hooks written here."""
+    d = lm.facts.head_dim
+    handles = []
+    for layer in {l for l, _ in heads}:
+        chosen = [h for l, h in heads if l == layer]
+
+        def hook(_module, args, chosen=chosen):
+            c = args[0].clone()
+            for h in chosen:
+                c[..., h * d : (h + 1) * d] = 0
+            return (c, *args[1:])
+
+        module = lm.causal_lm.get_submodule(OUTPUT_PROJECTION[kind].format(layer))
+        handles.append(module.register_forward_pre_hook(hook))
+    try:
+        return gain_of(own_losses(lm, ids), b, s)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_gain_and_causal_check_against_plain_forward_passes(kind, results):
+    lm, found = results(kind)
+    ids, b, s = np.array(found.probe.tokens), found.probe.b, found.probe.repeat_length
+    # float32 logits: the loss's float32 log-softmax against float64's, ~1e-6 of log(600)
+    assert found.in_context_gain == pytest.approx(gain_of(own_losses(lm, ids), b, s), abs=1e-5)
+    assert found.causal is not None and set(found.causal) == {"previous", "duplicate", "induction", "copying"}
+    for role, check in found.causal.items():
+        values = found.scores.of(role)
+        assert len(check.heads) == 2 and min(values[h] for h in check.heads) >= max(
+            values[l, h] for l in range(2) for h in range(4) if (l, h) not in check.heads
+        )
+        assert check.gain_ablated == pytest.approx(zeroed_gain(lm, kind, ids, check.heads, b, s), abs=1e-5)
+        controls = [zeroed_gain(lm, kind, ids, heads, b, s) for heads in check.control_heads]
+        assert len(controls) == 5 and check.control_gain == pytest.approx(np.mean(controls), abs=1e-5)
+
+
+def copying_from_module_paths(lm, kind: str, full: set) -> np.ndarray:
+    """§20's score of each head from the weights read here by module path: for the heads in `full` the eigenvalues
+    of the V x V matrix W_E W_V^h W_O^h W_U, for the others those of W_O^h W_U W_E W_V^h (the same non-zero ones)."""
+    model, H, d = lm.causal_lm, lm.facts.n_heads, lm.facts.head_dim
+    L = lm.facts.n_layers
+    if kind == "gpt2":
+        embed = model.transformer.wte.weight.double()
+        unembed = model.lm_head.weight.double().T * model.transformer.ln_f.weight.double()[:, None]
+        embed = embed - embed.mean(1, keepdim=True)
+        unembed = unembed - unembed.mean(1, keepdim=True)
+    else:
+        plus = 1.0 if kind == "gemma" else 0.0  # Gemma's RMSNorm multiplies by 1 + weight
+        embed = model.model.embed_tokens.weight.double()
+        unembed = model.lm_head.weight.double().T * (plus + model.model.norm.weight.double())[:, None]
+    scores = np.zeros((L, H))
+    for l in range(L):
+        for h in range(H):
+            if kind == "gpt2":
+                block = model.transformer.h[l]
+                hidden = embed.shape[1]
+                w_v = block.attn.c_attn.weight.double()[:, 2 * hidden + h * d : 2 * hidden + (h + 1) * d]
+                w_v = block.ln_1.weight.double()[:, None] * w_v
+                w_o = block.attn.c_proj.weight.double()[h * d : (h + 1) * d]
+                w_o = w_o - w_o.mean(1, keepdim=True)
+            else:
+                block = model.model.layers[l]
+                group = h // (H // (block.self_attn.v_proj.weight.shape[0] // d))  # its key-value head
+                w_v = block.self_attn.v_proj.weight.double()[group * d : (group + 1) * d].T
+                w_v = (plus + block.input_layernorm.weight.double())[:, None] * w_v
+                w_o = block.self_attn.o_proj.weight.double()[:, h * d : (h + 1) * d].T
+            product = embed @ w_v @ w_o @ unembed if (l, h) in full else w_o @ unembed @ embed @ w_v
+            eigenvalues = np.linalg.eigvals(product.detach().numpy())
+            scores[l, h] = eigenvalues.real.sum() / np.abs(eigenvalues).sum()
+    return scores
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", pytest.param("gemma", marks=pytest.mark.slow)])
+def test_copying_score_is_the_full_vocabulary_matrixs(kind, models, results):
+    lm = models(kind)
+    found = results(kind)[1] if kind != "gemma" else compute_roles(lm, None, OPTIONS)
+    assert found.scores.copying is not None and "copying" not in found.notes
+    full = {(0, 1), (1, 2)}  # a 600 x 600 eigenproblem takes a second or two: one head per layer
+    # float64 eigenvalues of a 600 x 600 matrix of rank 8: its zero ones come back at ~1e-13 of the largest
+    np.testing.assert_allclose(found.scores.copying, copying_from_module_paths(lm, kind, full), atol=1e-8)
+
+
+@pytest.mark.parametrize("kind", DECODER_KINDS)
+def test_every_decoder_family_has_a_copying_score(kind, tmp_path):
+    lm = load_model(str(save_tiny(kind, tmp_path)))
+    found = ROLES.compute_model(lm, None, RolesOptions(sequences=1, repeat_length=4))  # type: ignore[misc]
+    if kind == "llama-classifier":  # a classifier: no language-model head, so no unembedding and no G
+        assert found.scores.copying is None and "no trained one" in found.notes["copying"]
+        assert found.in_context_gain is None and found.causal is None
+        return
+    scores = found.scores.copying
+    assert scores is not None and scores.shape == (2, 4) and np.isfinite(scores).all()
+    assert np.abs(scores).max() <= 1 and found.in_context_gain is not None
+
+
+@pytest.mark.parametrize("kind", ["bert", "t5"])
+def test_encoders_have_no_copying_score_no_gain_and_say_why(kind, results):
+    _, found = results(kind)
+    assert found.scores.copying is None and found.in_context_gain is None and found.causal is None
+    assert "no linear unembedding after its last norm" in found.notes["copying"]
+    assert "does not predict the next token" in found.notes["in_context_gain"]
+    printed = json.loads(json.dumps(found.to_json(), allow_nan=False))
+    assert printed["scores"]["copying"] is None and printed["roles"]["copying"] == []
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_detection_is_transformerlens_on_the_models_own_maps(kind, models):
+    lm = models(kind)
+    texts = ["the cat sat on the mat . the cat sat", "a dog ran . a dog ran"]
+    options = RolesOptions(sequences=1, repeat_length=4, exclude_first=True)
+    found = compute_roles(lm, [attnlib.CorpusInput(t) for t in texts], options)
+    assert found.detect is not None and set(found.detect) == {"mul", "abs"}
+    for measure in ("mul", "abs"):
+        for name in ("previous", "duplicate", "induction"):
+            per_input = []
+            for text in texts:
+                ids = encode(lm, text).input_ids
+                maps = own_attentions(lm, np.array([ids]))[0]
+                per_input.append(detection_score(maps, detection_patterns(ids)[name], measure, True, False))
+            # abs: rounded to 3 decimals on both sides (a weight a float32 ulp apart may round the other way)
+            atol = 1e-3 + 1e-9 if measure == "abs" else 1e-6
+            np.testing.assert_allclose(found.detect[measure][name], np.mean(per_input, axis=0), atol=atol)
+
+
+def test_thresholds_choose_the_roles_and_a_file_round_trips(results):
+    _, found = results("gpt2")
+    lowest = float(found.scores.previous.min())
+    low = found.for_options(RolesOptions(threshold=lowest, copying_threshold=-1.0, sink_threshold=-1.0))
+    assert len(low.roles["previous"]) == 8 and len(low.roles["copying"]) == 8 and len(low.roles["sink"]) == 8
+    assert found.roles["previous"] == [h for h in low.roles["previous"] if found.scores.previous[h] >= 0.4]
+    data = json.loads(json.dumps(found.to_json(), allow_nan=False))
+    assert RolesResult.from_json(data).to_json() == found.to_json()
+    for broken in ({**data, "scores": {**data["scores"], "induction": None}}, {**data, "probe": {}},
+                   {**data, "thresholds": {"previous": 0.4}}):  # fmt: skip
+        with pytest.raises(ResultFileError, match="`roles` result"):
+            RolesResult.from_json(broken)
+
+
+def test_checkpoints_take_their_step_from_the_name(tmp_path):
+    assert checkpoint_step("data/models/tiny/step1200", 0) == 1200
+    assert checkpoint_step("EleutherAI/pythia-70m@step3000", 5) == 3000
+    assert checkpoint_step("some/model", 4) == 4
+    first, last = (save_tiny("gpt2", tmp_path / f"run/step{n}") for n in (10, 20))
+    run = attnlib.roles(str(last), checkpoints=[str(first), str(last)], sequences=1, repeat_length=4)
+    points = run.result.checkpoints
+    assert [(p.path, p.step) for p in points] == [(str(first), 10), (str(last), 20)]
+    assert points[1].scores.to_json() == run.result.scores.to_json()  # the same weights, the same numbers
+    assert points[1].in_context_gain == run.result.in_context_gain
+    assert set(run.to_json()["checkpoints"][0]) == {"path", "step", "probe", "scores", "in_context_gain"}
+    table = run.tables()["Checkpoints"]
+    assert list(table["step"].unique()) == [10, 20] and len(table) == 16
+
+
+def test_command_line_json_and_bad_values(tmp_path):
+    folder = str(save_tiny("gpt2", tmp_path / "gpt2"))
+    ran = run_cli("roles", "--model", folder, "--sequences", "1", "--repeat-length", "4", "--json")
+    assert ran.code == 0 and ran.json["probe"]["repeat_length"] == 4 and ran.json["detect"] is None
+    assert "roles: error" not in ran.err
+    assert "--repeats" in run_cli("roles", "--model", folder, "--repeats", "1", "--json").error
+    assert "at most 64 tokens" in run_cli("roles", "--model", folder, "--repeats", "65", "--json").error
+    assert "not allowed with" in run_cli("roles", "--model", folder, "--text", "a", "--corpus", "b").error
