@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
@@ -13,14 +14,19 @@ from typing import TYPE_CHECKING
 import torch
 
 from attnlib.core.families import RESERVED_POSITIONS, dtype_name, layer_window
+from attnlib.results.shipped import MODELS
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 BUNDLED_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"}
+# a GPT-2-shaped decoder trained in the repository (scripts/train_decoder.py), its checkpoints in data/models/; loads
+# offline as the bundled default does: "tiny-gpt2-induction" is its last checkpoint, "tiny-gpt2-induction@step<N>" one
+TRAINED_MODEL = "tiny-gpt2-induction"
 COMMON_MODELS = [
     DEFAULT_MODEL,
+    TRAINED_MODEL,
     "bert-base-uncased",
     "bert-base-cased",
     "distilbert-base-uncased",
@@ -33,6 +39,7 @@ ALLOW_LOCAL_ENV = "ATTNLIB_ALLOW_LOCAL_MODELS"  # "0" or "false": no loading fro
 MAX_MODEL_MB_ENV = "ATTNLIB_MAX_MODEL_MB"  # refuse models whose float32 parameters take more megabytes than this
 SIZE_NOTE_MB = 200  # `note` hears the size of models from this size up (smaller ones load in a second or two)
 DTYPES = ("float32", "saved")  # analysed in float32 (half-precision weights converted when loaded), or as saved
+STEP_FOLDER = re.compile(r"step(\d+)")  # a checkpoint's folder name (step1000), as Pythia's revisions are named
 DECODER_ARCHITECTURES = ("ForCausalLM", "LMHeadModel")
 MLM_ARCHITECTURES = ("ForMaskedLM", "ForPreTraining")  # checkpoints saved with a trained masked-LM head
 
@@ -125,14 +132,75 @@ def parse_model_list(value: str | Collection[str] | None) -> tuple[str, ...] | N
     return names or None
 
 
-def check_allowed(name: str, allowed: Collection[str] | None) -> None:
-    """Refuse a model that is not on the server's allow-list; the bundled default is always allowed."""
+def split_revision(name: str) -> tuple[str, str | None]:
+    """'id@revision' -> (id, revision); a name without one, or an existing folder's path, -> (name, None)."""
     name = name.strip()
-    if allowed is None or name in allowed or name in BUNDLED_ALIASES:
+    if "@" not in name or Path(name).expanduser().exists():
+        return name, None
+    base, _, revision = name.rpartition("@")
+    if not base or not revision:
+        raise ModelLoadError(f"'{name}': give a revision as id@revision, e.g. EleutherAI/pythia-70m@step1000.")
+    return base, revision
+
+
+def checkpoint_steps(folder: Path) -> list[int]:
+    """The training steps of a folder's checkpoints (its subfolders step<N> with a config.json), in order."""
+    if not folder.is_dir():
+        return []
+    steps = [STEP_FOLDER.fullmatch(sub.name) for sub in folder.iterdir() if (sub / "config.json").is_file()]
+    return sorted(int(match.group(1)) for match in steps if match)
+
+
+def shipped_models() -> list[str]:
+    """The models trained in the repository whose checkpoints ship in data/models/."""
+    return sorted(sub.name for sub in MODELS.iterdir() if checkpoint_steps(sub)) if MODELS.is_dir() else []
+
+
+def ships_with_app(name: str) -> bool:
+    """Whether a model name is the bundled default or a shipped model (any of its checkpoints): part of the tool,
+    always allowed, never refused for its size."""
+    name = name.strip()
+    return name in BUNDLED_ALIASES or ("/" not in name and split_revision(name)[0] in shipped_models())
+
+
+def shipped_checkpoint(name: str, revision: str | None) -> Path:
+    """The folder of a shipped model's checkpoint: `step<N>`, or the last one when no revision is given."""
+    steps = checkpoint_steps(MODELS / name)
+    if revision is None:
+        return MODELS / name / f"step{steps[-1]}"
+    match = STEP_FOLDER.fullmatch(revision)
+    if match is None or int(match.group(1)) not in steps:
+        raise ModelLoadError(
+            f"'{name}' has no checkpoint '{revision}': its checkpoints are {', '.join(f'step{s}' for s in steps)}."
+        )
+    return MODELS / name / f"step{int(match.group(1))}"
+
+
+def checkpoints_of(name: str) -> list[str]:
+    """A model's checkpoints in training order, as names load_model takes: a shipped model's `name@step<N>`, or a
+    local folder's subfolders step<N>/ (their paths)."""
+    name = name.strip()
+    if name in shipped_models():
+        return [f"{name}@step{step}" for step in checkpoint_steps(MODELS / name)]
+    folder = Path(name).expanduser()
+    if checkpoint_steps(folder):
+        return [str(folder / f"step{step}") for step in checkpoint_steps(folder)]
+    raise ModelLoadError(
+        f"'{name}' has no checkpoints to list (a shipped model, or a folder with subfolders step<N>/); give "
+        "checkpoints one by one: folders, or Hub ids with a revision such as EleutherAI/pythia-70m@step1000."
+    )
+
+
+def check_allowed(name: str, allowed: Collection[str] | None) -> None:
+    """Refuse a model that is not on the server's allow-list; the bundled default and the shipped models are always
+    allowed."""
+    name = name.strip()
+    if allowed is None or name in allowed or ships_with_app(name):
         return
+    always = [DEFAULT_MODEL, *shipped_models()]
     raise ModelLoadError(
         f"'{name}' is not one of the models this server allows: "
-        f"{', '.join([DEFAULT_MODEL, *[m for m in allowed if m != DEFAULT_MODEL]])}."
+        f"{', '.join([*always, *[m for m in allowed if m not in always]])}."
     )
 
 
@@ -183,11 +251,19 @@ def parse_megabytes(value: str | float | None, what: str = "model size limit") -
 
 def resolve_model_source(name_or_path: str, allow_local: bool = True) -> tuple[str, bool]:
     """Map a user's model name to (what from_pretrained gets, whether it is a local folder)."""
+    source, is_local, _ = _resolve(name_or_path, allow_local)
+    return source, is_local
+
+
+def _resolve(name_or_path: str, allow_local: bool) -> tuple[str, bool, str | None]:
+    """(what from_pretrained gets, whether it is a local folder, the Hub revision asked for with id@revision)."""
     name = name_or_path.strip()
     if not name:
         raise ModelLoadError("No model name given.")
     if name in BUNDLED_ALIASES:
-        return str(bundled_model_path()), True
+        return str(bundled_model_path()), True, None
+    if ships_with_app(name):
+        return str(shipped_checkpoint(*split_revision(name))), True, None
     path = Path(name).expanduser()
     looks_local = name.startswith((".", "/", "~")) or path.exists()
     if looks_local:
@@ -195,8 +271,9 @@ def resolve_model_source(name_or_path: str, allow_local: bool = True) -> tuple[s
             raise ModelLoadError("Loading models from local folders is switched off on this server.")
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"'{name}' is not a folder with a Hugging Face model (no config.json in it).")
-        return str(path), True
-    return name, False
+        return str(path), True, None
+    repo_id, revision = split_revision(name)
+    return repo_id, False, revision
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -210,12 +287,12 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _is_cached(repo_id: str) -> bool:
-    """Whether a Hub model's config is already in the local cache."""
+def _is_cached(repo_id: str, revision: str | None = None) -> bool:
+    """Whether a Hub model's config (at this revision) is already in the local cache."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
     except Exception:  # an invalid repo id is simply "not cached"
         return False
 
@@ -269,17 +346,19 @@ def _source_and_config(name_or_path: str, allow_local: bool):
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    source, is_local = resolve_model_source(name_or_path, allow_local=allow_local)
+    source, is_local, revision = _resolve(name_or_path, allow_local)
     local_only = is_local
     if not is_local:
-        if _is_cached(source):
+        if _is_cached(source, revision):
             local_only = not _hub_reachable()
         elif not _hub_reachable():
             raise ModelLoadError(
                 f"Cannot download '{name_or_path}': the Hugging Face Hub is not reachable from this machine "
                 "(no network?) and the model is not in the local cache."
             )
-    kwargs = dict(trust_remote_code=False, local_files_only=local_only)
+    kwargs: dict = dict(trust_remote_code=False, local_files_only=local_only)
+    if revision is not None:  # id@revision: config, weights and tokenizer at that revision (a branch, tag or commit)
+        kwargs["revision"] = revision
     try:
         config = AutoConfig.from_pretrained(source, **kwargs)
     except Exception as exc:
@@ -318,7 +397,7 @@ def load_model(
     parameters = parameter_count(config)
     if note is not None and float32_megabytes(parameters) >= SIZE_NOTE_MB:
         note(f"{name_or_path}: {size_text(parameters)}")
-    if name_or_path.strip() not in BUNDLED_ALIASES:  # the fallback of every refusal is never refused itself
+    if not ships_with_app(name_or_path):  # the fallback of every refusal is never refused itself
         check_size(name_or_path, parameters, limit)
     saved_dtype = dtype_name(getattr(config, "dtype", None))
     load_dtype = torch.float32 if dtype == "float32" else "auto"

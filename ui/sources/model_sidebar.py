@@ -15,7 +15,6 @@ from attnlib.core.memory import MAX_RUN_MB_ENV
 from attnlib.core.model import (
     ALLOW_LOCAL_ENV,
     ALLOWED_MODELS_ENV,
-    BUNDLED_ALIASES,
     COMMON_MODELS,
     DEFAULT_MODEL,
     MAX_MODEL_MB_ENV,
@@ -27,6 +26,8 @@ from attnlib.core.model import (
     model_parameters,
     parse_megabytes,
     parse_model_list,
+    shipped_models,
+    ships_with_app,
     size_text,
 )
 from ui.sources.page_state import Option, publish, restore
@@ -99,10 +100,11 @@ def model_named(name: str) -> LoadedModel:
 
 
 def model_options(allowed: tuple[str, ...] | None) -> list[str]:
-    """The chooser's entries: the allow-list (bundled default first), or the common ids and a free field."""
+    """The chooser's entries: the allow-list (the bundled default and the shipped models first), or the common ids and
+    a free field."""
     if allowed is None:
         return COMMON_MODELS + [OTHER]
-    return list(dict.fromkeys([DEFAULT_MODEL, *allowed]))
+    return list(dict.fromkeys([DEFAULT_MODEL, *shipped_models(), *allowed]))
 
 
 def try_load(name: str) -> tuple[LoadedModel | None, str | None]:
@@ -110,7 +112,7 @@ def try_load(name: str) -> tuple[LoadedModel | None, str | None]:
     try:
         check_allowed(name, allowed_models())  # checked on every call: the cache may hold a model loaded earlier
         parameters = cached_parameters(name, local_models_allowed())
-        if name not in BUNDLED_ALIASES:  # the size limit too, for the same reason
+        if not ships_with_app(name):  # the size limit too, for the same reason
             check_size(name, parameters, max_model_megabytes())
         with st.spinner(f"Loading {name} ({size_text(parameters)})…"):
             return model_named(name), None
@@ -149,7 +151,10 @@ def model_sidebar() -> LoadedModel:
             options,
             key="model_choice",
             label_visibility="collapsed",
-            help="all-MiniLM-L6-v2 ships with the app and works offline; the others download from the Hub.",
+            help=(
+                "all-MiniLM-L6-v2 and tiny-gpt2-induction (a small decoder trained in the repository; name@step<N> "
+                "loads one of its checkpoints) ship with the app and work offline; the others download from the Hub."
+            ),
         )
         if state.model_choice == OTHER:
             st.text_input("Hub id or local folder", key="model_custom", placeholder="e.g. bert-base-uncased")
