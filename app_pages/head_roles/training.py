@@ -11,7 +11,7 @@ import streamlit as st
 
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult
-from attnlib.core.model import TRAINED_MODEL, LoadedModel, checkpoints_of
+from attnlib.core.model import TRAINED_MODEL, LoadedModel, ModelLoadError, checkpoints_of, split_revision
 from attnlib.present.roles import checkpoint_table
 from attnlib.present.tour import page_link
 from attnlib.views.roles import training_figure
@@ -37,11 +37,21 @@ def training_lines(model_name: str, found: RolesResult, key: str) -> pd.DataFram
     return table
 
 
+def listed_checkpoints(name: str) -> tuple[str, ...]:
+    """The checkpoints of a model (or of the model a checkpoint `name@step<N>` belongs to); none when it has none."""
+    for candidate in (name, split_revision(name)[0]):
+        try:
+            return tuple(checkpoints_of(candidate))
+        except ModelLoadError:
+            continue
+    return ()
+
+
 def over_training(lm: LoadedModel, options: RolesOptions) -> None:
     """The loaded model's checkpoints: the cost, then (when asked) the lines and their table; a model without
     checkpoints is pointed to the trained decoder and to the command line."""
     name = lm.facts.name
-    checkpoints = tuple(checkpoints_of(name))
+    checkpoints = listed_checkpoints(name)
     st.markdown(
         "A model saved at checkpoints along its training: at each, the probe's scores (the largest over the heads) "
         "and the in-context gain G, so that a phase change shows where one happens (Olsson et al. 2022). The x axis "
