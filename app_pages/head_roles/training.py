@@ -5,6 +5,7 @@ repository ships its own)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -38,8 +39,9 @@ def training_lines(model_name: str, found: RolesResult, key: str) -> pd.DataFram
 
 
 def listed_checkpoints(name: str) -> tuple[str, ...]:
-    """The checkpoints of a model (or of the model a checkpoint `name@step<N>` belongs to); none when it has none."""
-    for candidate in (name, split_revision(name)[0]):
+    """The checkpoints of a model (or of the model a checkpoint belongs to: `name@step<N>`, a folder's step<N>/);
+    none when it has none."""
+    for candidate in (name, split_revision(name)[0], str(Path(name).parent)):
         try:
             return tuple(checkpoints_of(candidate))
         except ModelLoadError:

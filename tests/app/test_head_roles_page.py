@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
+from transformers import AutoModelForCausalLM
 
 from attnlib.analyses.registry import analyse
 from attnlib.core.corpus import read_corpus
@@ -18,7 +19,7 @@ from attnlib.core.runner import run
 from attnlib.present.roles import LINK_REPEAT, probe_text
 from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
 from support.apptest import figures, open_tab, plotly_values, tables
-from support.models import save_tiny
+from support.models import move_off_initial, save_tiny
 from support.pages import view_datas
 from ui.sources.live_inputs import pretty_token
 from ui.widgets.page_tabs import HEAD_ROLES
@@ -107,6 +108,33 @@ def test_an_encoder_is_told_what_the_probe_means_for_it(minilm):
     causal = open_tab(at, "roles_tab", HEAD_ROLES["causal"])
     assert not [f for f in figures(causal) if f.key == "roles_causal"]
     assert any("no causal check" in i.value and "does not predict the next token" in i.value for i in causal.info)
+
+
+@pytest.fixture(scope="module")
+def checkpoints_dir(tmp_path_factory):
+    """A folder of two checkpoints of a tiny GPT-2, step0/ and step100/ (biases and norms moved), as training saves."""
+    folder = tmp_path_factory.mktemp("checkpoints")
+    save_tiny("gpt2", folder / "step0")
+    later = save_tiny("gpt2", folder / "step100")
+    model = AutoModelForCausalLM.from_pretrained(later)
+    move_off_initial(model, seed=3).save_pretrained(later)
+    return folder
+
+
+def test_the_lines_over_training_are_the_librarys_checkpoints(checkpoints_dir):
+    at = roles_page(str(checkpoints_dir / "step100"), tab="training")
+    asks = [b for b in at.button if str(b.key).startswith("compute:")]  # the checkpoints, asked for in the tab
+    asks[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (lines,) = [json.loads(f.spec) for f in figures(at) if f.key == "roles_training"]
+    steps = [str(checkpoints_dir / "step0"), str(checkpoints_dir / "step100")]
+    own = analyse("roles", steps[1], checkpoints=tuple(steps)).result.checkpoints
+    (induction,) = [t for t in lines["data"] if t["name"] == "largest induction score"]
+    assert list(plotly_values(induction["x"])) == [0, 100]
+    expected = [float(np.max(p.scores.induction)) for p in own]
+    np.testing.assert_allclose(plotly_values(induction["y"]), expected, rtol=0, atol=TOLERANCE)
+    (gain,) = [t for t in lines["data"] if t["name"].startswith("in-context gain")]
+    np.testing.assert_allclose(plotly_values(gain["y"]), [p.in_context_gain for p in own], rtol=0, atol=TOLERANCE)
 
 
 def induction_by_hand(maps: np.ndarray, ids: list[int]) -> np.ndarray:
