@@ -178,3 +178,42 @@ def test_command_prints_the_json_and_refuses_bad_input_in_one_line(gpt2_dir, tmp
 
 def test_the_default_haystack_is_ewt_dev():
     assert RETRIEVAL.default_corpus is not None and RETRIEVAL.default_corpus.name == "en_ewt-ud-dev.conllu"
+
+
+@pytest.mark.slow  # ~3 s of CPU; over 10 s on a loaded machine
+def test_a_long_prompt_runs_block_wise_and_its_rows_are_the_models_own(tmp_path, monkeypatch, one_thread):
+    """1,100 tokens (above BLOCKWISE_FROM) on a tiny Llama with 2,048 positions: the prefill runs block-wise as a long
+    input (default block height: two blocks), and every step's row is the model's own eager row."""
+    import transformers as tf
+
+    import attnlib.core.decoding as decoding
+    from support.models import tiny_decoder_config, tokenizer_for
+
+    tokenizer = tokenizer_for("llama")
+    tokenizer.model_max_length = 2048
+    config = tiny_decoder_config("llama", tokenizer)
+    config.max_position_embeddings = 2048
+    torch.manual_seed(0)
+    tf.LlamaForCausalLM(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    lm = load_model(str(tmp_path))
+    runs = []
+
+    def counted(encoder, consumer, rows, long_input):
+        runs.append((rows, long_input))
+        return blockwise(encoder, consumer, rows, long_input)
+
+    blockwise = decoding.blockwise_attention
+    monkeypatch.setattr(decoding, "blockwise_attention", counted)
+    ids = list(np.random.default_rng(0).integers(10, len(tokenizer), 1100))
+    captured: dict[int, np.ndarray] = {}
+    decoded = greedy_decode(
+        lm, ids, 3, on_rows=lambda t, _y, rows: captured.update({t: rows.copy()}), head=mlm_head(lm)
+    )
+    assert len(runs) == 1 and runs[0][1] and runs[0][0] < 1100  # one long-input run, in more than one block
+    with torch.no_grad():
+        maps = torch.stack(lm.encoder(torch.tensor([ids + decoded[:-1]]), output_attentions=True).attentions)[:, 0]
+    n = len(ids)
+    for t, rows in captured.items():
+        # 1,100 keys: the softmax's sum of up to 1,102 terms, ROW_TOLERANCE's bound scaled to them
+        np.testing.assert_allclose(rows, maps[:, :, n - 1 + t, : n + t].numpy(), atol=1102 * 2**-23, rtol=0)
