@@ -14,13 +14,14 @@ from transformers import AutoModelForCausalLM
 
 from attnlib.analyses.registry import analyse
 from attnlib.core.corpus import read_corpus
-from attnlib.core.model import load_model
+from attnlib.core.model import TRAINED_MODEL, load_model
 from attnlib.core.runner import run
 from attnlib.present.roles import LINK_REPEAT, probe_text
 from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
 from support.apptest import figures, open_tab, plotly_values, tables
 from support.models import move_off_initial, save_tiny
 from support.pages import view_datas
+from support.views import unpack
 from ui.sources.live_inputs import pretty_token
 from ui.widgets.page_tabs import HEAD_ROLES
 
@@ -135,6 +136,32 @@ def test_the_lines_over_training_are_the_librarys_checkpoints(checkpoints_dir):
     np.testing.assert_allclose(plotly_values(induction["y"]), expected, rtol=0, atol=TOLERANCE)
     (gain,) = [t for t in lines["data"] if t["name"].startswith("in-context gain")]
     np.testing.assert_allclose(plotly_values(gain["y"]), [p.in_context_gain for p in own], rtol=0, atol=TOLERANCE)
+
+
+def test_the_trained_decoders_induction_head_shows_its_stripe_in_the_live_page():
+    """The shipped trained decoder: its best induction head opens first on the probe, and the Live page that the
+    link opens draws, from most rows of the second repeat, the strongest line to the word after the first occurrence
+    (offset 1 - s)."""
+    at = roles_page(TRAINED_MODEL)
+    (link,) = [b.proto.url for b in at.get("link_button")]
+    params = {k: v[0] for k, v in parse_qs(urlsplit(link).query).items()}
+    found = analyse("roles", TRAINED_MODEL).result.scores.induction
+    best = np.unravel_index(int(np.argmax(found)), found.shape)
+    assert (params["layer"], params["head"]) == (str(best[0] + 1), str(best[1] + 1)) and found[best] >= 0.4
+    live = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    live.query_params.update(params)
+    live.run()
+    (data,) = view_datas(live)
+    probe = probe_text(load_model(TRAINED_MODEL), LINK_REPEAT)
+    s, first = len(probe.words), len(data["left"]) - 2 * len(probe.words)  # first: the BOS, where it has one
+    lines = unpack(data["lines"])
+    strongest = {}
+    for (_, row, key), weight in lines.items():
+        if weight > strongest.get(row, (0, -1))[1]:
+            strongest[row] = (key, weight)
+    second = range(first + s + 1, first + 2 * s)  # a query of the second repeat whose next word was seen before
+    on_stripe = [strongest[i][0] == i - s + 1 for i in second if i in strongest]
+    assert len(on_stripe) == len(second) and sum(on_stripe) >= 0.5 * len(second), on_stripe
 
 
 def induction_by_hand(maps: np.ndarray, ids: list[int]) -> np.ndarray:
