@@ -224,6 +224,11 @@ def layer_span(layers: Sequence[int] | np.ndarray) -> str:
     return "layers " + ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}"
 
 
+def two_places(x: float) -> str:
+    """A number to two decimals, never "-0.00"."""
+    return f"{round(float(x), 2) + 0.0:.2f}"
+
+
 def head_name(layer: int, head: int) -> str:
     """1-based layer-head, as in Clark et al."""
     return f"{layer + 1}-{head + 1}"
@@ -483,8 +488,8 @@ def induction_notice(steps: Sequence[int], induction: Sequence[float], gain: Seq
     first, last = 0, len(steps) - 1
     sentence = (
         f"In {model}, the largest induction score goes from {induction[first]:.2f} at step {steps[first]} to "
-        f"{induction[last]:.2f} at step {steps[last]}, and the in-context gain from {gain[first]:.2f} to "
-        f"{gain[last]:.2f} nat."
+        f"{induction[last]:.2f} at step {steps[last]}, and the in-context gain from {two_places(gain[first])} to "
+        f"{two_places(gain[last])} nat."
     )
     if len(steps) < 2 or induction[last] - induction[first] < INDUCTION_RISE:
         return sentence + " The induction score does not rise: no induction head formed in these checkpoints."

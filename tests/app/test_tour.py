@@ -305,7 +305,8 @@ def test_induction_notice_names_the_jump_and_says_when_there_is_none():
     assert forming.startswith("In M, the largest induction score goes from 0.02 at step 0 to 0.61 at step 400")
     assert "in-context gain from 0.01 to 1.90 nat" in forming
     assert "between step 100 and step 200 (0.05 to 0.55)" in forming  # the largest of the jumps 0.03, 0.50, 0.06
-    flat = induction_notice([0, 100], [0.02, 0.15], [0.0, 0.1], "M")  # a rise of 0.13 < INDUCTION_RISE
+    flat = induction_notice([0, 100], [0.02, 0.15], [-0.001, 0.1], "M")  # a rise of 0.13 < INDUCTION_RISE
+    assert "gain from 0.00 to 0.10 nat" in flat  # not -0.00
     assert flat.endswith("no induction head formed in these checkpoints.") and "jump" not in flat
 
 
