@@ -101,13 +101,20 @@ def test_a_picked_head_opens_on_the_probe_and_in_the_live_page(gpt2_dir):
     assert data["layer"] == 2 and data["heads"] == [3] and data["left"] == view["left"]
 
 
-def test_an_encoder_is_told_what_the_probe_means_for_it(minilm):
-    at = roles_page("all-MiniLM-L6-v2")
+def test_an_encoder_is_told_what_the_probe_means_for_it_beside_a_decoder(minilm, gpt2_dir, library):
+    at = roles_page("all-MiniLM-L6-v2", cmp=str(gpt2_dir))
+    asks = [b for b in at.button if str(b.key).startswith("compute:")]  # the second model's, asked for in turn
+    if asks:
+        asks[0].click().run()
     assert any("bidirectional" in i.value for i in at.info)
+    drawn = {f.key: json.loads(f.spec) for f in figures(at)}
+    assert {"roles_map_1", "roles_map_2", "roles_copying_2"} <= set(drawn) and "roles_copying_1" not in drawn
+    z = plotly_values(drawn["roles_induction_2"]["data"][0]["z"])  # the decoder's, beside the encoder's
+    np.testing.assert_allclose(z, library.scores.induction, rtol=0, atol=TOLERANCE)
     copying_note = [c.value for c in at.caption if "no copying score" in c.value]
     assert copying_note and "unembedding" in copying_note[0]
     causal = open_tab(at, "roles_tab", HEAD_ROLES["causal"])
-    assert not [f for f in figures(causal) if f.key == "roles_causal"]
+    assert [f.key for f in figures(causal)] == ["roles_causal_2"]  # the decoder's bars only
     assert any("no causal check" in i.value and "does not predict the next token" in i.value for i in causal.info)
 
 
