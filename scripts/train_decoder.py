@@ -1,9 +1,10 @@
-"""Train the small GPT-2-shaped decoder shipped in data/models/tiny-gpt2-induction/, and save its checkpoints.
+"""Train the small Llama-shaped decoder shipped in data/models/tiny-llama-induction/, and save its checkpoints.
 
 Run from anywhere: python scripts/train_decoder.py [--out FOLDER] [--steps N] [--seed S] [--threads T]
 Seeded end to end (tokenizer, data, initial weights, batches): the same arguments give the same checkpoints on the same
 torch build. It trains a byte-level BPE on the text the repository ships (the UD treebanks' sentences, the classroom
-sets), then a 2-layer, width-64, 4-head decoder on sequences mixing that text with spans that repeat (a random span of
+sets), then a 2-layer, width-64, 4-head decoder (Llama's shape: rotary positions let a previous-token head form in
+few steps) on sequences mixing that text with spans that repeat (a random span of
 ordinary tokens said two or three times; sentences said again later in the sequence), which is what induction heads
 need to form (Olsson et al. 2022). Every EVAL_EVERY steps it scores the model on METHODS §20's default probe (s = 50,
 two repeats, 10 sequences, seed 0) and keeps the weights; at the end it ships the checkpoint at step 0, the last, and
@@ -26,15 +27,21 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's attnlib, whatever is installed
 
+from attnlib.analyses.roles import RolesOptions, head_scores, make_probe, ordinary_ids  # noqa: E402
+from attnlib.core.model import LoadedModel, checkpoint_steps, decoder_in_memory, load_model  # noqa: E402
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, EWT_TEST, PUD_TEST  # noqa: E402
 
-NAME = "tiny-gpt2-induction"
+NAME = "tiny-llama-induction"
 END = "<|endoftext|>"  # GPT-2's one special token: BOS (put before every text), EOS and UNK
 VOCAB_SIZE = 2048
 WIDTH, LAYERS, HEADS, POSITIONS = 64, 2, 4, 256
 SEQUENCE = 256  # training length: every position the model has is trained
 BATCH = 32
 LR, WARMUP, WEIGHT_DECAY = 3e-3, 100, 0.01
+ATTENTION_BIAS = True  # query and key biases (as Qwen2's): a constant part that rotary positions turn into a
+# previous-token pattern in layer 0, whose input (token embeddings alone) has none
+INIT_STD = WIDTH**-0.5  # weights drawn with std 1/sqrt(width): attention that is not uniform from the start (GPT-2's
+# 0.02, made for width 768, leaves every query-key logit near 0 at width 64, and training on a long plateau)
 EVAL_EVERY = 25
 SHIPPED = 10  # checkpoints shipped, step 0 and the last included
 SPAN = (5, 60)  # lengths of the random spans that repeat (the probe's s = 50 inside)
@@ -80,25 +87,28 @@ def train_tokenizer(sentences: list[str]):
 
 
 def new_model(tokenizer, seed: int):
-    """The untrained decoder: GPT-2's architecture at width 64, 2 layers, 4 heads, 256 positions, no dropout."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """The untrained decoder: Llama's architecture (rotary positions, RMSNorm, SwiGLU) at width 64, 2 layers, 4 heads
+    of 16 dimensions, 256 positions, the embedding tied to the unembedding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = GPT2Config(
+    config = LlamaConfig(
         vocab_size=len(tokenizer),
-        n_positions=POSITIONS,
-        n_embd=WIDTH,
-        n_layer=LAYERS,
-        n_head=HEADS,
-        n_inner=4 * WIDTH,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
+        hidden_size=WIDTH,
+        intermediate_size=4 * WIDTH,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        max_position_embeddings=POSITIONS,
+        tie_word_embeddings=True,
+        initializer_range=INIT_STD,
+        attention_bias=ATTENTION_BIAS,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        architectures=["GPT2LMHeadModel"],
+        pad_token_id=None,
+        architectures=["LlamaForCausalLM"],
     )
     torch.manual_seed(seed)
-    return GPT2LMHeadModel(config)
+    return LlamaForCausalLM(config)
 
 
 class Batches:
@@ -132,15 +142,11 @@ class Batches:
         return torch.tensor([self.sequence() for _ in range(BATCH)])
 
 
-def ordinary_ids(tokenizer) -> np.ndarray:
-    """Every id that is not a special or added token (the ids METHODS §20's probe draws from)."""
-    special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
-    return np.array([i for i in range(len(tokenizer)) if i not in special])
-
-
-def evaluate(model, tokenizer) -> tuple[float, float]:
-    """(largest induction score, in-context gain G in nats) on METHODS §20's default probe."""
-    raise NotImplementedError
+def evaluate(lm: LoadedModel) -> tuple[float, float]:
+    """(largest induction score, in-context gain G in nats) on METHODS §20's default probe (the roles analysis's)."""
+    scores, gain, _ = head_scores(lm, make_probe(lm, RolesOptions()))
+    assert gain is not None, "the decoder's LM head is trained"
+    return float(scores.induction.max()), gain
 
 
 def shipped_steps(steps: list[int], induction: list[float], count: int = SHIPPED) -> list[int]:
@@ -158,6 +164,78 @@ def shipped_steps(steps: list[int], induction: list[float], count: int = SHIPPED
             break
         chosen.add(i)
     return [steps[i] for i in sorted(chosen)]
+
+
+LICENCES = {  # the training text's licences (data/README.md)
+    "data/ud/UD_English-EWT/en_ewt-ud-dev.conllu": "CC BY-SA 4.0",
+    "data/ud/UD_English-EWT/en_ewt-ud-test.conllu": "CC BY-SA 4.0",
+    "data/ud/UD_English-PUD/en_pud-ud-test.conllu": "CC BY-SA 3.0",
+    "data/classroom_single.txt": "CC BY 4.0",
+    "data/classroom_pairs.tsv": "CC BY 4.0",
+}
+
+
+def measured(folder: Path) -> list[tuple[int, float, float]]:
+    """(step, largest induction score, G) of every shipped checkpoint, loaded from its folder as users load it."""
+    rows = []
+    for step in checkpoint_steps(folder):
+        lm = load_model(str(folder / f"step{step}"))
+        rows.append((step, *evaluate(lm)))
+    return rows
+
+
+def data_card(text: dict[str, list[str]], tokens: int, parameters: int, args, rows, trained_s: float, size: int) -> str:
+    """The README.md of the shipped folder: what the model was trained on, how, and what the probe measures."""
+    sources = "\n".join(f"| `{name}` | {len(lines)} | {LICENCES[name]} |" for name, lines in text.items())
+    table = "\n".join(f"| {step} | {induction:.3f} | {gain:.3f} |" for step, induction, gain in rows)
+    return f"""# {NAME}
+
+A 2-layer decoder of Llama's shape ({parameters:,} parameters: width {WIDTH}, {HEADS} heads of {WIDTH // HEADS}
+dimensions, SwiGLU MLP of {4 * WIDTH}, rotary positions, RMSNorm, the embedding tied to the unembedding, at most
+{POSITIONS} tokens) with its own byte-level BPE tokenizer ({VOCAB_SIZE} tokens; `<|endoftext|>` is its BOS, put before
+every text, its EOS and its UNK), trained in this repository so that a class can watch induction heads form offline
+(Olsson et al. 2022, "In-context Learning and Induction Heads"). Each `step<N>/` is one checkpoint, loadable by itself
+with transformers' Auto classes; in attnlib `load_model("{NAME}")` is the last and `"{NAME}@step<N>"` any one
+(`checkpoints_of("{NAME}")` lists them). It is a teaching model: it has seen about {tokens:,} tokens of text and
+writes no useful English.
+
+## Training data
+
+The sentences the repository ships, as written (a treebank's `# text =` lines; a pair's two sentences joined):
+
+| File | Sentences | Licence |
+|---|--:|---|
+{sources}
+
+{tokens:,} tokens in all. The model's training sequences ({SEQUENCE} tokens, each starting with the BOS) are
+segments one after another: with chance {P_RANDOM_SPAN} a span of {SPAN[0]}-{SPAN[1]} distinct ordinary tokens drawn at
+random, said 2 or 3 times; else 2-4 random sentences of the text above followed by one of them again. Repeats are what
+induction heads need to form.
+
+Licence: the checkpoints are trained on share-alike text (UD EWT CC BY-SA 4.0, UD PUD CC BY-SA 3.0) and the classroom
+sets (CC BY 4.0); they are released under CC BY-SA 4.0, with the attribution in `data/README.md` and the treebanks'
+own READMEs.
+
+## How
+
+`python scripts/train_decoder.py --steps {args.steps} --seed {args.seed} --threads {args.threads}` (seeded: the
+tokenizer, the initial weights and every batch). AdamW, learning rate {LR} after {WARMUP} warm-up steps, weight decay
+{WEIGHT_DECAY} (matrices only), gradients clipped at norm 1, batches of {BATCH} sequences, {args.steps} steps; float32.
+Every {EVAL_EVERY} steps the script scores the model on METHODS §20's default probe and keeps its weights; it ships
+step 0, the last step, and steps between spaced densely over the phase change. Training took {trained_s:.0f} s of wall
+time on {args.threads} CPU threads of a shared machine (`training_log.txt` has the log with its times; `curve.json`
+every evaluated step). The checkpoints take {size / 2**20:.1f} MB in all.
+
+## The phase change
+
+METHODS §20's default probe (s = 50 distinct random tokens said twice after the BOS, 10 sequences, seed 0) on each
+shipped checkpoint, loaded from its folder: the largest induction score over the {LAYERS * HEADS} heads, and the
+in-context gain G = L_1 - L_2 (nats). `tests/core/test_trained_decoder.py` holds the first and the last.
+
+| Step | Largest induction score | G (nat) |
+|--:|--:|--:|
+{table}
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,14 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = train_tokenizer(sentences)
     backend = tokenizer.backend_tokenizer
     encoded = [e.ids for e in backend.encode_batch(sentences, add_special_tokens=False) if e.ids]
-    ordinary = ordinary_ids(tokenizer)
     log(
         f"tokenizer: byte-level BPE, {len(tokenizer)} tokens, trained on {len(sentences)} sentences "
         f"({sum(map(len, encoded))} tokens)"
     )
     model = new_model(tokenizer, args.seed)
-    log(f"model: GPT-2, {sum(p.numel() for p in model.parameters())} parameters")
-    batches = Batches(encoded, ordinary, tokenizer.bos_token_id, args.seed)
+    lm = decoder_in_memory(NAME, model, tokenizer)
+    log(f"model: {type(model).__name__}, {lm.facts.parameters} parameters")
+    batches = Batches(encoded, ordinary_ids(lm), tokenizer.bos_token_id, args.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -201,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(args.steps + 1):
         if step % EVAL_EVERY == 0 or step == args.steps:
             model.eval().set_attn_implementation("eager")  # the only one that returns attention weights
-            induction, gain = evaluate(model, tokenizer)
-            model.train().set_attn_implementation("sdpa")
+            induction, gain = evaluate(lm)
+            model.train().set_attn_implementation("sdpa")  # faster to train
             snapshots[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
             curve.append((step, loss_value, induction, gain))
             log(f"step {step:5d}  loss {loss_value:.3f}  max induction {induction:.3f}  gain {gain:.3f} nat")
@@ -227,11 +305,20 @@ def main(argv: list[str] | None = None) -> int:
         model.load_state_dict(snapshots[step])
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+    rows = measured(args.out)
+    for step, induction, gain in rows:
+        log(f"shipped step{step}: largest induction score {induction:.3f}, G {gain:.3f} nat")
     (args.out / "training_log.txt").write_text("\n".join(log_lines) + "\n", encoding="utf-8")
+    size = sum(p.stat().st_size for p in args.out.rglob("step*/*") if p.is_file())
+    tokens = sum(map(len, encoded))
+    card = data_card(text, tokens, lm.facts.parameters, args, rows, trained, size)
+    (args.out / "README.md").write_text(card, encoding="utf-8")
     (args.out / "curve.json").write_text(
         json.dumps(
-            [dict(step=s, loss=None if np.isnan(l) else round(l, 4), induction=round(i, 4), gain=round(g, 4))
-             for s, l, i, g in curve],
+            [
+                dict(step=s, loss=None if np.isnan(l) else round(l, 4), induction=round(i, 4), gain=round(g, 4))
+                for s, l, i, g in curve
+            ],
             indent=1,
         )
         + "\n"

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 BUNDLED_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"}
-# a GPT-2-shaped decoder trained in the repository (scripts/train_decoder.py), its checkpoints in data/models/; loads
-# offline as the bundled default does: "tiny-gpt2-induction" is its last checkpoint, "tiny-gpt2-induction@step<N>" one
-TRAINED_MODEL = "tiny-gpt2-induction"
+# a small Llama-shaped decoder trained in the repository (scripts/train_decoder.py), its checkpoints in data/models/;
+# loads offline as the bundled default does: "tiny-llama-induction" is its last checkpoint, "...@step<N>" one of them
+TRAINED_MODEL = "tiny-llama-induction"
 COMMON_MODELS = [
     DEFAULT_MODEL,
     TRAINED_MODEL,
@@ -455,6 +455,20 @@ def load_model(
         seq2seq=seq2seq,
         causal_lm=causal_lm,
     )
+
+
+def decoder_in_memory(name: str, causal_lm: torch.nn.Module, tokenizer, device: str = "cpu") -> LoadedModel:
+    """A decoder's causal-LM model already in memory (one being trained) as load_model gives a loaded one: switched
+    to eager attention, its facts read from its config and tokenizer; its weights stay the caller's (not copied)."""
+    if model_kind(causal_lm.config) != "decoder":
+        raise ModelLoadError(f"'{name}' is not a decoder: only a causal-LM model can be wrapped this way.")
+    causal_lm.set_attn_implementation("eager")
+    parameter = next(causal_lm.parameters())
+    facts = _read_facts(name, causal_lm.base_model.config, tokenizer, has_mlm=False)
+    dtype = dtype_name(parameter.dtype)
+    facts = replace(facts, kind="decoder", parameters=sum(p.numel() for p in causal_lm.parameters()), dtype=dtype,
+                    saved_dtype=dtype)  # fmt: skip
+    return LoadedModel(causal_lm.base_model, tokenizer, facts, None, device, tokenizer, causal_lm=causal_lm)
 
 
 def _read_facts(name: str, config, tokenizer, has_mlm: bool) -> ModelFacts:

@@ -25,7 +25,9 @@ EWT_DEV = UD_DIR / "UD_English-EWT" / "en_ewt-ud-dev.conllu"
 EWT_TEST = UD_DIR / "UD_English-EWT" / "en_ewt-ud-test.conllu"
 PUD_TEST = UD_DIR / "UD_English-PUD" / "en_pud-ud-test.conllu"
 PRECOMPUTED = DATA / "precomputed"
-MODELS = DATA / "models"  # models trained in the repository: MODELS/<name>/step<N>/, each a folder from_pretrained loads
+MODELS = (
+    DATA / "models"
+)  # models trained in the repository: MODELS/<name>/step<N>/, each a folder from_pretrained loads
 # plotly.js with the traces the figures use (scatter, bar, heatmap), served to the app from static/; built by
 # scripts/plotly_bundle
 PLOTLY_BUNDLE = ROOT / "static" / "plotly-scatter-bar-heatmap-4.1.1.min.js"

@@ -97,7 +97,7 @@ def test_app_sidebar_unknown_id_and_no_network(monkeypatch):
     at = _choose_other(_sidebar(), "no-such-user/no-such-model-xyz")
     _assert_kept_default(at, "no-such-user/no-such-model-xyz", "is not a model id or folder that can be loaded")
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
-    monkeypatch.setattr(model, "_is_cached", lambda repo_id: False)
+    monkeypatch.setattr(model, "_is_cached", lambda repo_id, revision=None: False)
     at.text_input(key="model_custom").input("bert-base-uncased").run()
     _assert_kept_default(at, "bert-base-uncased", "Hugging Face Hub is not reachable")
 

@@ -66,7 +66,7 @@ def test_cli_model_errors(t5_dir, monkeypatch):
     import attnlib.core.model as model
 
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
-    monkeypatch.setattr(model, "_is_cached", lambda repo_id: False)
+    monkeypatch.setattr(model, "_is_cached", lambda repo_id, revision=None: False)
     ran = run_cli("attention", "--text", VALID, "--model", "no-such-user/no-such-model-xyz", "--json")
     assert ran.code == 2 and "not reachable" in _one_clear_line(ran.err)
     ran = run_cli("attention", "--text", VALID, "--model", str(t5_dir), "--json")

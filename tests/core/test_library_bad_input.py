@@ -73,7 +73,7 @@ def test_library_model_id_without_network(monkeypatch):
     import attnlib.core.model as model
 
     monkeypatch.setattr(model, "_hub_reachable", lambda timeout=3.0: False)
-    monkeypatch.setattr(model, "_is_cached", lambda repo_id: False)
+    monkeypatch.setattr(model, "_is_cached", lambda repo_id, revision=None: False)
     with pytest.raises(ModelLoadError, match="not reachable from this machine"):
         load_model("bert-base-uncased")
 

@@ -18,6 +18,7 @@ from attnlib.core.model import (
     COMMON_MODELS,
     DEFAULT_MODEL,
     MAX_MODEL_MB_ENV,
+    TRAINED_MODEL,
     LoadedModel,
     ModelLoadError,
     check_allowed,
@@ -152,8 +153,9 @@ def model_sidebar() -> LoadedModel:
             key="model_choice",
             label_visibility="collapsed",
             help=(
-                "all-MiniLM-L6-v2 and tiny-gpt2-induction (a small decoder trained in the repository; name@step<N> "
-                "loads one of its checkpoints) ship with the app and work offline; the others download from the Hub."
+                f"{DEFAULT_MODEL} and {TRAINED_MODEL} (a small decoder trained in the repository; {TRAINED_MODEL}"
+                "@step<N> loads one of its checkpoints) ship with the app and work offline; the others download from "
+                "the Hub."
             ),
         )
         if state.model_choice == OTHER:
