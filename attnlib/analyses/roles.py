@@ -17,6 +17,7 @@ import torch
 
 from attnlib.analyses.base import Analysis, OptionError, Options, option
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.families import UnsupportedModelError
 from attnlib.core.hooks import ATTENTION, hooks
 from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.ov_circuit import copying_reason, ov_weights
@@ -180,7 +181,7 @@ class CheckpointScores:
 class RolesResult:
     """§20's head roles of one model: the probe, every head's scores, the in-context gain and causal check (decoders
     with an LM head), detection on the inputs given, the roles at the thresholds, and the checkpoints' scores.
-    `notes` says in words why a part is missing or shortened (copying, in_context_gain, probe)."""
+    `notes` says in words why a part is missing or shortened (copying, in_context_gain, causal, probe)."""
 
     probe: ProbeRecord
     scores: HeadScores
@@ -325,10 +326,12 @@ def _forward(lm: LoadedModel, ids: np.ndarray, head: MlmHead | None) -> torch.Te
 
 
 def token_losses(logits: torch.Tensor, ids: np.ndarray) -> np.ndarray:
-    """Next-token cross-entropy at every position but the last: [inputs, n - 1] (float64)."""
+    """Next-token cross-entropy at every position but the last, logsumexp(z) - z[target]: [inputs, n - 1] (float64;
+    the logits read in place, never copied)."""
     targets = torch.as_tensor(ids[:, 1:], device=logits.device)
-    losses = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, reduction="none")
-    return losses.double().cpu().numpy()
+    kept = logits[:, :-1]
+    picked = kept.gather(-1, targets[..., None])[..., 0]
+    return (torch.logsumexp(kept.float(), dim=-1) - picked.float()).double().cpu().numpy()
 
 
 def probe_pass(lm: LoadedModel, probe: ProbeIds) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
@@ -452,7 +455,12 @@ def compute_roles(lm: LoadedModel, inputs: list[CorpusInput] | None, options: Ro
     said = shortened_note(lm, options)
     if said is not None:
         notes["probe"] = said
-    causal = None if gain is None else causal_check(lm, probe, scores, options)
+    causal = None
+    if gain is not None:
+        try:
+            causal = causal_check(lm, probe, scores, options)
+        except UnsupportedModelError as exc:  # heads this model's family cannot switch off (weights kept in float16)
+            notes["causal"] = f"The causal check (METHODS §20) ablates heads (§15), which this model refuses: {exc}"
     detect = None if not inputs else detect_inputs(lm, inputs, options)
     points = None
     if options.checkpoints:

@@ -14,6 +14,7 @@ from attnlib.core.families import (
     LayerSite,
     Layout,
     UnsupportedModelError,
+    is_linear,
     layer_norm_parameters,
     layout,
     linear_weight,
@@ -68,14 +69,21 @@ def _gamma(module: torch.nn.Module, hidden: int) -> torch.Tensor:
     return gamma.float() if _is_layer_norm(module) else rms_norm_gamma(module, hidden, eps)
 
 
+def _projected_identity(projection: torch.nn.Module, hidden: int) -> torch.Tensor:
+    """[1, d, out]: what the projection adds to each unit input vector (its weight read directly where it is a Linear
+    or GPT-2's Conv1D; else the identity pushed through it, less its output at zero: the bias)."""
+    if is_linear(projection):
+        return linear_weight(projection).detach().T[None]
+    weight = next(projection.parameters())
+    x = torch.eye(hidden, dtype=weight.dtype, device=weight.device)[None]  # one row per input dimension
+    return projection(x) - projection(torch.zeros_like(x[:, :1]))
+
+
 def _value_projection(lay: Layout, site: LayerSite, hidden: int) -> torch.Tensor:
-    """W_V^h of every query head [heads, d, d_h]: the identity pushed through the projection(s), less their output at
-    zero (the bias), split by the family's own split (a grouped-query head reads its key-value group's)."""
-    weight = linear_weight(site.output)
-    x = torch.eye(hidden, dtype=weight.dtype, device=weight.device)[None]  # [1, d, d]: one row per input dimension
-    zero = torch.zeros(1, 1, hidden, dtype=weight.dtype, device=weight.device)
+    """W_V^h of every query head [heads, d, d_h]: the projection(s) applied to the identity without their bias, split
+    by the family's own split (a grouped-query head reads its key-value group's)."""
     with torch.no_grad():
-        outputs = [p(x) - p(zero) for p in site.projections]
+        outputs = [_projected_identity(p, hidden) for p in site.projections]
         _, _, v = lay.family.split(site.heads, outputs, lay.head_dim)  # [1, heads, d, d_h]
     return v[0].double()
 
@@ -85,17 +93,31 @@ def _embedding(lm: LoadedModel) -> torch.Tensor:
     weight = lm.encoder.get_input_embeddings().weight.detach()
     project_in = getattr(getattr(lm.encoder, "decoder", None), "project_in", None)
     with torch.no_grad():
-        return (weight if project_in is None else project_in(weight)).double()
+        return (weight if project_in is None else project_in(weight)).float()
 
 
-def _unembedding(lm: LoadedModel) -> torch.Tensor:
-    """W_U [d, V] as the LM head reads the final norm's output (OPT's projection out of the model's width applied)."""
+def _unembedding_rows(lm: LoadedModel) -> torch.Tensor:
+    """W_U^T [V, d]: the LM head's rows as it reads the final norm's output (OPT's projection out applied)."""
     assert lm.causal_lm is not None
-    weight = lm.causal_lm.get_output_embeddings().weight.detach().double()  # [V, d_out]
+    weight = lm.causal_lm.get_output_embeddings().weight.detach().float()  # [V, d_out]
     project_out = getattr(getattr(lm.encoder, "decoder", None), "project_out", None)
     if project_out is not None:  # logits = W (P h): W_U = (W P)^T
-        weight = weight @ linear_weight(project_out).detach().double()
-    return weight.T
+        weight = weight @ linear_weight(project_out).detach().float()
+    return weight
+
+
+def vocabulary_circuit(
+    embed: torch.Tensor, unembed_rows: torch.Tensor, gamma: torch.Tensor, centred: bool
+) -> np.ndarray:
+    """diag(gamma) W_U W_E [d, d] (float64) from W_E [V, d] and W_U^T [V, d], with TransformerLens's centring for
+    LayerNorm models (W_E's rows mean-free over d, W_U's rows mean-free over V) written as rank-one corrections of the
+    one V-long product (computed in float32: the one product whose cost grows with the vocabulary)."""
+    circuit = (unembed_rows.T @ embed).double()  # W_U W_E
+    if centred:  # (W_U - m 1^T)(W_E P) = (W_U W_E - m (1^T W_E)) P, P = I - 1 1^T / d centring each row of W_E
+        m, column_sums = unembed_rows.mean(0).double(), embed.sum(0).double()  # float32 reductions (pairwise)
+        circuit = circuit - torch.outer(m, column_sums)
+        circuit = circuit - circuit.mean(1, keepdim=True)
+    return (gamma.double()[:, None] * circuit).cpu().numpy()
 
 
 def ov_weights(lm: LoadedModel) -> OVWeights:
@@ -105,20 +127,17 @@ def ov_weights(lm: LoadedModel) -> OVWeights:
         raise UnsupportedModelError(reason)
     lay = layout(lm.encoder, "ablation")
     assert lay.final_norm is not None
-    embed, unembed = _embedding(lm), _unembedding(lm)
+    embed = _embedding(lm)
     hidden = embed.shape[1]
     centred = _is_layer_norm(lay.final_norm)
-    if centred:  # TransformerLens: W_E and W_O write mean-free vectors, W_U reads logits mean-free over the vocabulary
-        embed = embed - embed.mean(1, keepdim=True)
-        unembed = unembed - unembed.mean(1, keepdim=True)
-    unembed = _gamma(lay.final_norm, hidden).double()[:, None] * unembed
-    circuit = unembed @ embed  # [d, d]
+    with torch.no_grad():
+        circuit = vocabulary_circuit(embed, _unembedding_rows(lm), _gamma(lay.final_norm, hidden), centred)
     values, outputs = [], []
     for site in lay.sites:
         v = _value_projection(lay, site, hidden) * _gamma(site.norm, hidden).double()[None, :, None]
         o = linear_weight(site.output).detach().double().T.reshape(lay.n_heads, lay.head_dim, -1)  # [heads, d_h, d]
-        if centred:
+        if centred:  # W_O^h's rows mean-free over d
             o = o - o.mean(-1, keepdim=True)
         values.append(v)
         outputs.append(o)
-    return OVWeights(circuit.cpu().numpy(), torch.stack(values).cpu().numpy(), torch.stack(outputs).cpu().numpy())
+    return OVWeights(circuit, torch.stack(values).cpu().numpy(), torch.stack(outputs).cpu().numpy())

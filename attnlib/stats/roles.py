@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import torch
 
 from attnlib.stats.shares import first_token_share
 
@@ -120,7 +121,7 @@ def previous_score(maps: np.ndarray, b: int) -> np.ndarray:
 
 def probe_first_share(maps: np.ndarray) -> np.ndarray:
     """§18's first_share of every head over the probe's sequences: [inputs, layers, heads, n, n] -> [layers, heads]."""
-    return first_token_share(maps.astype(np.float64)).mean(axis=0)
+    return first_token_share(maps[..., :1].astype(np.float64)).mean(axis=0)  # key 0's column alone, in float64
 
 
 def probe_scores(maps: np.ndarray, probe: ProbeIds) -> dict[str, np.ndarray]:
@@ -256,14 +257,17 @@ def detection_scores(
 
 
 def eigen_copying(matrix: np.ndarray) -> np.ndarray:
-    """sum Re(lambda) / sum |lambda| over the eigenvalues of each square matrix [..., m, m] (NaN where all are 0)."""
-    eigenvalues = np.linalg.eigvals(np.asarray(matrix, np.float64))
+    """sum Re(lambda) / sum |lambda| over the eigenvalues of each square matrix [..., m, m] (NaN where all are 0); torch's
+    LAPACK, on torch's threads."""
+    eigenvalues = torch.linalg.eigvals(torch.from_numpy(np.asarray(matrix, np.float64))).numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         return eigenvalues.real.sum(-1) / np.abs(eigenvalues).sum(-1)
 
 
 def copying_scores(circuit: np.ndarray, values: np.ndarray, outputs: np.ndarray) -> np.ndarray:
     """§20's copying score of every head from W_U W_E [d, d] (`circuit`), W_V^h [layers, heads, d, d_h] (`values`)
-    and W_O^h [layers, heads, d_h, d] (`outputs`): the eigenvalues of W_O^h (W_U W_E) W_V^h [d_h, d_h]."""
-    small = np.asarray(outputs, np.float64) @ np.asarray(circuit, np.float64) @ np.asarray(values, np.float64)
-    return eigen_copying(small)
+    and W_O^h [layers, heads, d_h, d] (`outputs`): the eigenvalues of W_O^h (W_U W_E) W_V^h [d_h, d_h]. The d x d
+    product of every head runs in float32 (relative error ~ sqrt(d) eps32), the d_h x d_h rest in float64."""
+    reads = torch.from_numpy(np.asarray(outputs, np.float32)) @ torch.from_numpy(np.asarray(circuit, np.float32))
+    small = reads.double() @ torch.from_numpy(np.asarray(values, np.float64))
+    return eigen_copying(small.numpy())

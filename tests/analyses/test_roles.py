@@ -27,7 +27,6 @@ from attnlib.core.model import load_model
 from attnlib.core.runner import encode
 from attnlib.results.files import ResultFileError
 from attnlib.stats.roles import detection_patterns, detection_score
-from support.cli import run_cli
 from support.models import DECODER_KINDS, save_tiny
 from support.roles import looped_previous_score, looped_repeat_score
 
@@ -188,19 +187,23 @@ def copying_from_module_paths(lm, kind: str, full: set) -> np.ndarray:
                 w_v = (plus + block.input_layernorm.weight.double())[:, None] * w_v
                 w_o = block.self_attn.o_proj.weight.double()[:, h * d : (h + 1) * d].T
             product = embed @ w_v @ w_o @ unembed if (l, h) in full else w_o @ unembed @ embed @ w_v
-            eigenvalues = np.linalg.eigvals(product.detach().numpy())
+            eigenvalues = torch.linalg.eigvals(product.detach()).numpy()  # on torch's one thread (numpy's BLAS
+            # threads take seconds on a 600 x 600 matrix on a loaded machine)
             scores[l, h] = eigenvalues.real.sum() / np.abs(eigenvalues).sum()
     return scores
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama", pytest.param("gemma", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "gemma"])
 def test_copying_score_is_the_full_vocabulary_matrixs(kind, models, results):
     lm = models(kind)
     found = results(kind)[1] if kind != "gemma" else compute_roles(lm, None, OPTIONS)
     assert found.scores.copying is not None and "copying" not in found.notes
-    full = {(0, 1), (1, 2)}  # a 600 x 600 eigenproblem takes a second or two: one head per layer
-    # float64 eigenvalues of a 600 x 600 matrix of rank 8: its zero ones come back at ~1e-13 of the largest
-    np.testing.assert_allclose(found.scores.copying, copying_from_module_paths(lm, kind, full), atol=1e-8)
+    full = {(1, 2)}  # a 600 x 600 eigenproblem takes a second or two: one head; the others through the d_h x d_h one
+    # attnlib forms W_U W_E and W_O^h (W_U W_E) in float32: sums of V = 600 and d = 32 products, each off by about
+    # sqrt(terms) eps32 of its size; the float64 eigenvalues here are exact to ~1e-13
+    vocabulary = lm.causal_lm.get_output_embeddings().weight.shape[0]
+    atol = (np.sqrt(vocabulary) + np.sqrt(lm.facts.hidden_size)) * np.finfo(np.float32).eps
+    np.testing.assert_allclose(found.scores.copying, copying_from_module_paths(lm, kind, full), atol=atol)
 
 
 @pytest.mark.parametrize("kind", DECODER_KINDS)
@@ -226,7 +229,7 @@ def test_encoders_have_no_copying_score_no_gain_and_say_why(kind, results):
     assert printed["scores"]["copying"] is None and printed["roles"]["copying"] == []
 
 
-@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_detection_is_transformerlens_on_the_models_own_maps(kind, models):
     lm = models(kind)
     texts = ["the cat sat on the mat . the cat sat", "a dog ran . a dog ran"]
@@ -272,13 +275,3 @@ def test_checkpoints_take_their_step_from_the_name(tmp_path):
     assert set(run.to_json()["checkpoints"][0]) == {"path", "step", "probe", "scores", "in_context_gain"}
     table = run.tables()["Checkpoints"]
     assert list(table["step"].unique()) == [10, 20] and len(table) == 16
-
-
-def test_command_line_json_and_bad_values(tmp_path):
-    folder = str(save_tiny("gpt2", tmp_path / "gpt2"))
-    ran = run_cli("roles", "--model", folder, "--sequences", "1", "--repeat-length", "4", "--json")
-    assert ran.code == 0 and ran.json["probe"]["repeat_length"] == 4 and ran.json["detect"] is None
-    assert "roles: error" not in ran.err
-    assert "--repeats" in run_cli("roles", "--model", folder, "--repeats", "1", "--json").error
-    assert "at most 64 tokens" in run_cli("roles", "--model", folder, "--repeats", "65", "--json").error
-    assert "not allowed with" in run_cli("roles", "--model", folder, "--text", "a", "--corpus", "b").error
