@@ -163,7 +163,7 @@ def causal_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     def draw(view: ShownRoles, sfx: str) -> None:
         roles = roles_of(view)
         if roles.gain is None or not roles.json.get("causal"):
-            why = roles.notes.get("in_context_gain", "it has no next-token loss here.")
+            why = roles.notes.get("causal") or roles.notes.get("in_context_gain", "it has no next-token loss here.")
             st.info(f"{view.model}: no causal check. {why}")
             return
         chart(causal_bars(roles.json["causal"], roles.gain), f"causal{sfx}", f"{KEY}_causal{sfx}")
