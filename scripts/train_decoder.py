@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,18 +35,21 @@ from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV, 
 NAME = "tiny-llama-induction"
 END = "<|endoftext|>"  # GPT-2's one special token: BOS (put before every text), EOS and UNK
 VOCAB_SIZE = 2048
-WIDTH, LAYERS, HEADS, POSITIONS = 64, 2, 4, 256
-SEQUENCE = 256  # training length: every position the model has is trained
+WIDTH, LAYERS, HEADS, POSITIONS = 64, 3, 4, 256
+SEQUENCE = 128  # training length (rotary positions carry over to the 256 the model takes)
 BATCH = 32
-LR, WARMUP, WEIGHT_DECAY = 3e-3, 100, 0.01
+LR, WARMUP, WEIGHT_DECAY = 1e-2, 100, 0.01
 ATTENTION_BIAS = True  # query and key biases (as Qwen2's): a constant part that rotary positions turn into a
 # previous-token pattern in layer 0, whose input (token embeddings alone) has none
 INIT_STD = WIDTH**-0.5  # weights drawn with std 1/sqrt(width): attention that is not uniform from the start (GPT-2's
 # 0.02, made for width 768, leaves every query-key logit near 0 at width 64, and training on a long plateau)
 EVAL_EVERY = 25
 SHIPPED = 10  # checkpoints shipped, step 0 and the last included
+# training stops early once the probe's largest induction score is at least 0.6 and G at least 2 nats at this many
+# evaluations in a row (the phase change is over)
+SETTLED = 4
 SPAN = (5, 60)  # lengths of the random spans that repeat (the probe's s = 50 inside)
-P_RANDOM_SPAN = 0.5  # chance that a segment of a sequence is a repeated random span rather than text
+P_RANDOM_SPAN = 0.8  # chance that a segment of a sequence is a repeated random span rather than text
 
 
 def treebank_text(path: Path) -> list[str]:
@@ -150,19 +154,16 @@ def evaluate(lm: LoadedModel) -> tuple[float, float]:
 
 
 def shipped_steps(steps: list[int], induction: list[float], count: int = SHIPPED) -> list[int]:
-    """`count` of the evaluated steps: the first, the last, and between them half spaced evenly over the phase change
-    (from the last step with the largest induction score under 0.1 to the first over 0.4, one evaluation either side)
-    and half evenly over the rest of training."""
-    low = max((i for i, v in enumerate(induction) if v < 0.1 and all(w < 0.4 for w in induction[: i + 1])), default=0)
+    """`count` of the evaluated steps: the first, the last, half of the rest evenly over the phase change (from the
+    last evaluation with the largest induction score under 0.1 to the first over 0.4, one more either side), and the
+    others one by one where the chosen ones leave the widest gap."""
+    low = max((i for i, v in enumerate(induction) if v < 0.1 and max(induction[: i + 1]) < 0.4), default=0)
     high = next((i for i, v in enumerate(induction) if v >= 0.4), len(steps) - 1)
     window = range(max(low - 1, 1), min(high + 2, len(steps) - 1))
     dense = np.linspace(window.start, window.stop - 1, num=min(count // 2, len(window))).round().astype(int)
     chosen = {0, len(steps) - 1, *dense.tolist()}
-    rest = np.linspace(0, len(steps) - 1, num=count + 2).round().astype(int).tolist()
-    for i in sorted(rest, key=lambda i: -min(abs(i - c) for c in chosen)):
-        if len(chosen) >= count:
-            break
-        chosen.add(i)
+    while len(chosen) < min(count, len(steps)):
+        chosen.add(max(range(len(steps)), key=lambda i: min(abs(i - c) for c in chosen)))
     return [steps[i] for i in sorted(chosen)]
 
 
@@ -190,14 +191,15 @@ def data_card(text: dict[str, list[str]], tokens: int, parameters: int, args, ro
     table = "\n".join(f"| {step} | {induction:.3f} | {gain:.3f} |" for step, induction, gain in rows)
     return f"""# {NAME}
 
-A 2-layer decoder of Llama's shape ({parameters:,} parameters: width {WIDTH}, {HEADS} heads of {WIDTH // HEADS}
-dimensions, SwiGLU MLP of {4 * WIDTH}, rotary positions, RMSNorm, the embedding tied to the unembedding, at most
-{POSITIONS} tokens) with its own byte-level BPE tokenizer ({VOCAB_SIZE} tokens; `<|endoftext|>` is its BOS, put before
+A {LAYERS}-layer decoder of Llama's shape ({parameters:,} parameters: width {WIDTH}, {HEADS} heads of {WIDTH // HEADS}
+dimensions with query, key, value and output biases, SwiGLU MLP of {4 * WIDTH}, rotary positions, RMSNorm, the
+embedding tied to the unembedding, at most {POSITIONS} tokens; weights initialised with standard deviation
+{INIT_STD:.3f}) with its own byte-level BPE tokenizer ({VOCAB_SIZE} tokens; `<|endoftext|>` is its BOS, put before
 every text, its EOS and its UNK), trained in this repository so that a class can watch induction heads form offline
 (Olsson et al. 2022, "In-context Learning and Induction Heads"). Each `step<N>/` is one checkpoint, loadable by itself
 with transformers' Auto classes; in attnlib `load_model("{NAME}")` is the last and `"{NAME}@step<N>"` any one
-(`checkpoints_of("{NAME}")` lists them). It is a teaching model: it has seen about {tokens:,} tokens of text and
-writes no useful English.
+(`checkpoints_of("{NAME}")` lists them). It is a teaching model: it was trained on {rows[-1][0] * BATCH * SEQUENCE:,}
+tokens, most of them random spans said again, and writes no useful English.
 
 ## Training data
 
@@ -207,7 +209,7 @@ The sentences the repository ships, as written (a treebank's `# text =` lines; a
 |---|--:|---|
 {sources}
 
-{tokens:,} tokens in all. The model's training sequences ({SEQUENCE} tokens, each starting with the BOS) are
+{tokens:,} tokens in all (with the tokenizer above). The model's training sequences ({SEQUENCE} tokens, each starting with the BOS) are
 segments one after another: with chance {P_RANDOM_SPAN} a span of {SPAN[0]}-{SPAN[1]} distinct ordinary tokens drawn at
 random, said 2 or 3 times; else 2-4 random sentences of the text above followed by one of them again. Repeats are what
 induction heads need to form.
@@ -220,7 +222,10 @@ own READMEs.
 
 `python scripts/train_decoder.py --steps {args.steps} --seed {args.seed} --threads {args.threads}` (seeded: the
 tokenizer, the initial weights and every batch). AdamW, learning rate {LR} after {WARMUP} warm-up steps, weight decay
-{WEIGHT_DECAY} (matrices only), gradients clipped at norm 1, batches of {BATCH} sequences, {args.steps} steps; float32.
+{WEIGHT_DECAY}, gradients clipped at norm 1, batches of {BATCH} sequences, at most {args.steps} steps (it stops
+early once the largest induction score is at least 0.6 and G at least 2 nats at {SETTLED} evaluations in a row, or when
+interrupted with Ctrl-C, and ships what it has evaluated; this run's last checkpoint is step {rows[-1][0]}, and its log
+says why it stopped); float32.
 Every {EVAL_EVERY} steps the script scores the model on METHODS §20's default probe and keeps its weights; it ships
 step 0, the last step, and steps between spaced densely over the phase change. Training took {trained_s:.0f} s of wall
 time on {args.threads} CPU threads of a shared machine (`training_log.txt` has the log with its times; `curve.json`
@@ -238,6 +243,31 @@ in-context gain G = L_1 - L_2 (nats). `tests/core/test_trained_decoder.py` holds
 """
 
 
+def train(model, lm: LoadedModel, batches: Batches, optimizer, schedule, steps: int, snapshots: dict, curve: list,
+          log) -> None:  # fmt: skip
+    """The training loop: every EVAL_EVERY steps the probe's scores, logged, and the weights kept in `snapshots`."""
+    loss_value = float("nan")
+    for step in range(steps + 1):
+        if step % EVAL_EVERY == 0 or step == steps:
+            model.eval().set_attn_implementation("eager")  # the only one that returns attention weights
+            induction, gain = evaluate(lm)
+            model.train().set_attn_implementation("sdpa")  # faster to train
+            snapshots[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            curve.append((step, loss_value, induction, gain))
+            log(f"step {step:5d}  loss {loss_value:.3f}  max induction {induction:.3f}  gain {gain:.3f} nat")
+        settled = len(curve) >= SETTLED and all(i >= 0.6 and g >= 2.0 for _, _, i, g in curve[-SETTLED:])
+        if step == steps or settled:
+            break
+        ids = batches.batch()
+        loss = model(ids, labels=ids).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        loss_value = loss.item()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "models" / NAME)
@@ -245,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even where started in the background (SIGINT ignored)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     log_lines: list[str] = []
@@ -267,35 +299,18 @@ def main(argv: list[str] | None = None) -> int:
     lm = decoder_in_memory(NAME, model, tokenizer)
     log(f"model: {type(model).__name__}, {lm.facts.parameters} parameters")
     batches = Batches(encoded, ordinary_ids(lm), tokenizer.bos_token_id, args.seed)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}], lr=LR
-    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP))
     snapshots: dict[int, dict[str, torch.Tensor]] = {}
     curve: list[tuple[int, float, float, float]] = []
-    loss_value = float("nan")
-    for step in range(args.steps + 1):
-        if step % EVAL_EVERY == 0 or step == args.steps:
-            model.eval().set_attn_implementation("eager")  # the only one that returns attention weights
-            induction, gain = evaluate(lm)
-            model.train().set_attn_implementation("sdpa")  # faster to train
-            snapshots[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            curve.append((step, loss_value, induction, gain))
-            log(f"step {step:5d}  loss {loss_value:.3f}  max induction {induction:.3f}  gain {gain:.3f} nat")
-        if step == args.steps:
-            break
-        ids = batches.batch()
-        loss = model(ids, labels=ids).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        loss_value = loss.item()
+    try:
+        train(model, lm, batches, optimizer, schedule, args.steps, snapshots, curve, log)
+    except KeyboardInterrupt:  # Ctrl-C (or kill -INT): stop here and ship the checkpoints evaluated so far
+        log(f"stopped by the user after step {curve[-1][0]}")
     trained = time.perf_counter() - started
     steps = [c[0] for c in curve]
+    if steps[-1] < args.steps:
+        log(f"the phase change is over (induction >= 0.6 and G >= 2 nat at {SETTLED} evaluations in a row): stopped")
     ship = shipped_steps(steps, [c[2] for c in curve])
     log(f"trained in {trained:.0f} s; shipping steps {ship}")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -192,10 +192,10 @@ def checkpoints_of(name: str) -> list[str]:
 
 
 def check_allowed(name: str, allowed: Collection[str] | None) -> None:
-    """Refuse a model that is not on the server's allow-list; the bundled default and the shipped models are always
-    allowed."""
+    """Refuse a model that is not on the server's allow-list (an allowed id's revisions, id@revision, are allowed);
+    the bundled default and the shipped models are always allowed."""
     name = name.strip()
-    if allowed is None or name in allowed or ships_with_app(name):
+    if allowed is None or name in allowed or ships_with_app(name) or split_revision(name)[0] in allowed:
         return
     always = [DEFAULT_MODEL, *shipped_models()]
     raise ModelLoadError(

@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from attnlib.core.corpus import CorpusError, read_conllu, read_text_corpus
-from attnlib.core.model import DEFAULT_MODEL
+from attnlib.core.model import DEFAULT_MODEL, TRAINED_MODEL
 from attnlib.results.shipped import ROOT
 from support.bad_input import (
     CONLLU_OK,
@@ -249,7 +249,9 @@ def test_app_sidebar_allow_list(tiny_model_dir, monkeypatch, how):
         secrets = {"allowed_models": [str(tiny_model_dir), "roberta-base"]}
     at = _sidebar(secrets)
     assert not at.exception
-    assert at.selectbox(key="model_choice").options == [DEFAULT_MODEL, str(tiny_model_dir), "roberta-base"]
+    # the bundled default and the model trained in the repository are always offered (they ship with the app)
+    options = [DEFAULT_MODEL, TRAINED_MODEL, str(tiny_model_dir), "roberta-base"]
+    assert at.selectbox(key="model_choice").options == options
     at.selectbox(key="model_choice").select(str(tiny_model_dir)).run()
     assert not at.exception and at.session_state["model_name"] == str(tiny_model_dir)
     # a link naming a model that is not allowed: a message and the default, nothing loaded

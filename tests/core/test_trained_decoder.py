@@ -74,6 +74,7 @@ def test_a_step_loads_that_checkpoint_and_an_unknown_step_is_refused_naming_the_
 def test_the_shipped_model_is_always_allowed_like_the_bundled_default():
     for name in (TRAINED_MODEL, f"{TRAINED_MODEL}@step0", DEFAULT_MODEL):
         check_allowed(name, ("roberta-base",))
+    check_allowed("EleutherAI/pythia-70m@step1000", ("EleutherAI/pythia-70m",))  # a revision of an allowed id
     with pytest.raises(ModelLoadError, match=TRAINED_MODEL):  # and named among the allowed ones
         check_allowed("bert-base-uncased", ("roberta-base",))
 
@@ -120,3 +121,15 @@ def test_a_hub_revision_reaches_from_pretrained(monkeypatch):
     assert {(cls, source, revision) for cls, source, revision in asked} == {
         (cls, "EleutherAI/pythia-70m", "step1000") for cls in ("AutoConfig", "AutoModelForCausalLM", "AutoTokenizer")
     }
+
+
+def test_a_folder_of_step_folders_lists_its_checkpoints_in_step_order(tmp_path):
+    for step in (10, 2, 100):
+        (tmp_path / f"step{step}").mkdir()
+        (tmp_path / f"step{step}" / "config.json").write_text("{}")
+    (tmp_path / "step7").mkdir()  # no config.json: not a checkpoint
+    assert checkpoints_of(str(tmp_path)) == [str(tmp_path / f"step{s}") for s in (2, 10, 100)]
+    with pytest.raises(ModelLoadError, match="no checkpoints to list"):
+        checkpoints_of(str(tmp_path / "step2"))
+    with pytest.raises(ModelLoadError, match="id@revision"):
+        load_model("EleutherAI/pythia-70m@")
