@@ -9,6 +9,7 @@ import pytest
 
 from attnlib.analyses.deps import DependencyRow, DependencyTable
 from attnlib.analyses.positions import CORRELATIONS, PositionOptions, PositionsResult
+from attnlib.core.model import TRAINED_MODEL
 from attnlib.present.tour import (
     LINK_KEYS,
     STEPS,
@@ -427,7 +428,7 @@ def default_notices(minilm):
 def test_tour_walks_every_step_for_the_default_model(default_notices):
     shown, expected = default_notices
     for step, notice, want in zip(STEPS, shown, expected):
-        model = "tiny-gpt2-induction" if step.key == "induction" else "all-MiniLM-L6-v2"  # step 8: the trained decoder
+        model = TRAINED_MODEL if step.key == "induction" else "all-MiniLM-L6-v2"  # step 8: the trained decoder
         assert notice.startswith(f"In {model}, "), (step.key, notice)
         assert want is None or notice == want, (step.key, notice, want)
     assert "no trained masked-language-model head" in shown[2]  # the default model has no MLM head: it says so
