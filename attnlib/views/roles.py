@@ -189,7 +189,8 @@ def checkpoint_lines(
             ),
             secondary_y=True,
         )
-        fig.update_yaxes(title_text="in-context gain (nat)", secondary_y=True, rangemode="tozero")
+        fig.update_yaxes(title_text="in-context gain (nat)", secondary_y=True, rangemode="tozero", tickmode="auto",
+                         showgrid=False)  # fmt: skip  # plotly.js 3 syncs an overlaying axis's ticks: 1.51, 3.02, ...
     fig.update_yaxes(title_text="largest score over heads", range=[0, 1.02], secondary_y=False)
     fig.update_xaxes(title_text=x_title)
     fig.update_layout(title=title, height=440, legend={"orientation": "h", "y": -0.25}, margin=dict(MARGIN, b=60))

@@ -49,7 +49,9 @@ def asked(label: str, key: str, what: object) -> bool:
     done = st.session_state.setdefault("_work_asked", set())
     if what in done:
         return True
-    if not st.button(label, key=key, type="primary"):
+    place = st.empty()  # cleared once pressed: the run that does the work shows no button still to press
+    if not place.button(label, key=key, type="primary"):
         return False
+    place.empty()
     done.add(what)
     return True
