@@ -129,6 +129,8 @@ def causal_bars(causal: Mapping[str, Mapping], gain: float | None) -> go.Figure:
                 name="role's top heads ablated",
                 marker_color=[ROLE_COLOURS.get(r, "#444") for r in roles],
                 customdata=heads,
+                texttemplate="%{y:.2f}",  # a gain ablated to about 0 has no bar to see: its number says it
+                textposition="outside",
                 hovertemplate="%{x}: heads %{customdata} ablated<br>gain %{y:.3f} nat<extra></extra>",
             ),
             go.Bar(
@@ -136,6 +138,8 @@ def causal_bars(causal: Mapping[str, Mapping], gain: float | None) -> go.Figure:
                 y=[causal[r]["control_gain"] for r in roles],
                 name="as many random other heads ablated (control)",
                 marker_color="#bdbdbd",
+                texttemplate="%{y:.2f}",
+                textposition="outside",
                 hovertemplate="%{x}: control<br>gain %{y:.3f} nat<extra></extra>",
             ),
         ]
