@@ -347,7 +347,7 @@ def render_induction(model_name: str, shown: str) -> None:
 
     found = roles_over_training(TRAINED_MODEL, tuple(checkpoints_of(TRAINED_MODEL)), RolesOptions())
     table = checkpoint_table(found)
-    _show(training_figure(TRAINED_MODEL, table), "induction_lines")
+    _show(training_figure(TRAINED_MODEL, table, scores=("induction",)), "induction_lines")
     induction = found.scores.induction  # the model's own name loads its last checkpoint
     layer, head = (int(x) for x in np.unravel_index(int(np.argmax(induction)), induction.shape))
     probe = cached_probe_text(TRAINED_MODEL, LINK_REPEAT)

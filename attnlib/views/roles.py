@@ -206,11 +206,10 @@ def retrieval_heatmap(scores: np.ndarray, threshold: float) -> go.Figure:
     return effect_heatmap(np.asarray(scores, float), f"Retrieval score (retrieval heads: above {threshold:g})", "score")
 
 
-def training_figure(model: str, table: pd.DataFrame) -> go.Figure:
+def training_figure(model: str, table: pd.DataFrame, scores: Sequence[str] | None = None) -> go.Figure:
     """checkpoint_lines of a checkpoints' table (attnlib.present.roles.checkpoint_table: step, max_<score>,
-    in_context_gain), the scores never defined left out."""
-    maxima = {
-        c.removeprefix("max_"): table[c] for c in table.columns if c.startswith("max_") and table[c].notna().any()
-    }
+    in_context_gain): the `scores` named (default: every score defined at some checkpoint) and the gain."""
+    names = [c.removeprefix("max_") for c in table.columns if c.startswith("max_") and table[c].notna().any()]
+    maxima = {name: table[f"max_{name}"] for name in names if scores is None or name in scores}
     gain = table["in_context_gain"] if table["in_context_gain"].notna().any() else None
     return checkpoint_lines(table["step"], maxima, gain, title=f"{model}: head roles over training")
