@@ -118,7 +118,8 @@ def test_a_hub_revision_reaches_from_pretrained(monkeypatch):
     monkeypatch.setattr(model_module, "_hub_reachable", lambda timeout=3.0: False)
     lm = load_model("EleutherAI/pythia-70m@step1000")
     assert lm.facts.kind == "decoder"
-    assert {(cls, source, revision) for cls, source, revision in asked} == {
+    asked_hub = {(cls, source, revision) for cls, source, revision in asked if source != local}  # not nested calls
+    assert asked_hub == {
         (cls, "EleutherAI/pythia-70m", "step1000") for cls in ("AutoConfig", "AutoModelForCausalLM", "AutoTokenizer")
     }
 
