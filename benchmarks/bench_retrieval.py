@@ -3,7 +3,7 @@ memory at 8,192 tokens through §19's block-wise attention.
 
 Run: python -m benchmarks.bench_retrieval [--length 1024] [--long 8192] [--repeats 3] [--threads 1]
 The model is a random Llama-shaped decoder (8 layers, 8 query heads and 4 key/value heads of 64, hidden 512,
-feed-forward 1376, 16,384 positions: ~29 M parameters) with the tests' byte-level BPE (support.models, 600 tokens);
+feed-forward 1376, 16,384 positions: 23.5 M parameters) with the tests' byte-level BPE (support.models, 600 tokens);
 the haystack is UD English EWT dev's text, the needle and question the analysis's defaults.
 - time: the `retrieval` analysis's tests (each depth 0, 0.25, 0.5, 0.75, 1 at --length haystack tokens: block-wise
   prefill keeping its last row, one eager row per step, the copy check) against greedy_decode of the same inputs,

@@ -33,6 +33,7 @@ DEFAULT_QUESTION = "What is the best thing to do in San Francisco?"
 DEFAULT_DEPTHS = "0,0.25,0.5,0.75,1"
 LONGEST_DEFAULT = 2048  # without --lengths: the longest haystack the model takes, at most this many tokens
 HAYSTACK = EWT_DEV  # the corpus read when none is given: UD English EWT dev's sentences, one after another
+PROMPT = "\nQuestion: {question}\nAnswer:"  # after the haystack: what the model answers by decoding
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ def run_tests(
     check_decoder(lm, options.forced)  # an encoder, or greedy decoding without an LM head, refused first
     head = None if options.forced else mlm_head(lm)
     needle = continuation_ids(lm.tokenizer, options.needle)
-    prompt = lm.tokenizer(f"\nQuestion: {options.question.strip()}\nAnswer:", add_special_tokens=False)["input_ids"]
+    prompt = lm.tokenizer(PROMPT.format(question=options.question.strip()), add_special_tokens=False)["input_ids"]
     bos = bos_of(lm)
     steps = len(needle) if options.forced else len(needle) + EXTRA_STEPS
     lengths = planned_lengths(lm, options, (bos is not None) + len(needle) + len(prompt) + steps)
@@ -259,11 +260,6 @@ def retrieval_accumulators(lm: LoadedModel, options: RetrievalOptions) -> list:
     return [RetrievalSums(lm.facts.n_layers, lm.facts.n_heads)]
 
 
-def retrieval_result(accumulators: list, options: RetrievalOptions) -> RetrievalResult:
-    """The result of the filled sums."""
-    return single_result(accumulators, options)
-
-
 RETRIEVAL: Analysis[RetrievalOptions, RetrievalResult] = Analysis(
     name="retrieval",
     help="retrieval heads of a decoder: a needle hidden in a haystack (the corpus) at several depths, decoded greedily "
@@ -273,7 +269,7 @@ RETRIEVAL: Analysis[RetrievalOptions, RetrievalResult] = Analysis(
     result=RetrievalResult,
     methods=(20,),
     accumulators=retrieval_accumulators,
-    finish=retrieval_result,
+    finish=single_result,
     fill=partial(own_loop, run_tests),
     default_corpus=HAYSTACK,
     whole_corpus=True,
