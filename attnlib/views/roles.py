@@ -109,6 +109,7 @@ def role_map(
     return fig
 
 
+@notebook_figure
 def score_heatmap(values: np.ndarray, role: str, what: str = "score") -> go.Figure:
     """One role's score of every head ([layers, heads]) as a heatmap."""
     return effect_heatmap(np.asarray(values, float), f"{ROLE_NAMES.get(role, role).capitalize()} score", what)
@@ -201,11 +202,13 @@ def checkpoint_lines(
     return fig
 
 
+@notebook_figure
 def retrieval_heatmap(scores: np.ndarray, threshold: float) -> go.Figure:
     """Retrieval scores (Wu et al. 2024) of every head; a head above the threshold is a retrieval head."""
     return effect_heatmap(np.asarray(scores, float), f"Retrieval score (retrieval heads: above {threshold:g})", "score")
 
 
+@notebook_figure
 def training_figure(model: str, table: pd.DataFrame, scores: Sequence[str] | None = None) -> go.Figure:
     """checkpoint_lines of a checkpoints' table (attnlib.present.roles.checkpoint_table: step, max_<score>,
     in_context_gain): the `scores` named (default: every score defined at some checkpoint) and the gain."""
