@@ -33,7 +33,8 @@ PICK = Option(f"{KEY}_pick", "pick", "", omit_default=True)  # the head opened o
 
 @dataclass
 class RoleScores:
-    """One model's roles as the page draws them, read from the result's JSON (the command's keys, heads 0-based)."""
+    """One model's roles as the page draws them, read from the result's JSON (the command's keys, heads 0-based): the
+    same for a result computed here, shipped, or opened from a file."""
 
     json: dict[str, Any]
 
@@ -43,11 +44,13 @@ class RoleScores:
 
     @property
     def shape(self) -> tuple[int, int]:
+        """(layers, heads)."""
         first = np.asarray(self.json["scores"]["induction"])
         return int(first.shape[0]), int(first.shape[1])
 
     @property
     def gain(self) -> float | None:
+        """The in-context gain G in nats (None without a next-token loss)."""
         return self.json.get("in_context_gain")
 
     @property
@@ -62,6 +65,7 @@ class RoleScores:
 
     @property
     def probe(self) -> dict[str, Any]:
+        """The probe: its sequences' ids, repeat_length, repeats and BOS."""
         return self.json["probe"]
 
     def detect(self) -> dict[str, dict[str, np.ndarray]] | None:
@@ -92,8 +96,7 @@ def compute(model_name: str, fingerprint: str, options: RolesOptions, _inputs: l
 def cost_sentence(lm: LoadedModel, choice: CorpusChoice, options: RolesOptions) -> str:
     """What computing it costs, said before it starts."""
     f = lm.facts
-    sequences = getattr(options, "sequences", 10)
-    length = getattr(options, "repeat_length", 50) * getattr(options, "repeats", 2)
+    sequences, length = options.sequences, options.repeat_length * options.repeats
     causal = " and the causal check (about 30 more passes of the probe with heads switched off)" if f.causal else ""
     return (
         f"Nothing ships for {f.name}: computing runs the probe ({sequences} sequences of about {length} tokens){causal}, "
