@@ -37,6 +37,12 @@ PAGES = [
         url_path="head-importance",
     ),
     st.Page(
+        "app_pages/head_roles/page.py",
+        title="Head roles",
+        icon=":material/psychology:",
+        url_path="head-roles",
+    ),
+    st.Page(
         "app_pages/queries_keys/page.py",
         title="Queries and keys",
         icon=":material/scatter_plot:",

@@ -17,9 +17,12 @@ from attnlib.analyses.deps import DIRECTIONS, head_on_sentence
 from attnlib.analyses.importance import HeadImportance, no_op_sentence
 from attnlib.analyses.positions import CORRELATIONS, PositionsResult
 from attnlib.analyses.registry import analysis_named
+from attnlib.analyses.roles import RolesOptions
 from attnlib.analyses.special import SpecialTokens, largest_weight_norm_gap
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import Sentence
+from attnlib.core.model import TRAINED_MODEL, checkpoints_of
+from attnlib.present.roles import LINK_REPEAT, checkpoint_table
 from attnlib.present.tour import (
     IMPORTANCE_SLICE,
     NO_OP_NAMES,
@@ -34,6 +37,7 @@ from attnlib.present.tour import (
     entropy_notice,
     head_name,
     heads_notice,
+    induction_notice,
     no_op_notice,
     norms_notice,
     page_link,
@@ -53,9 +57,10 @@ from attnlib.views.head_view import head_view_html
 from attnlib.views.importance import no_op_scatter
 from attnlib.views.norms import weights_vs_norms_figure
 from attnlib.views.positions import center_of_mass_chart, median_correlation_chart
+from attnlib.views.roles import training_figure
 from attnlib.views.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
 from ui.sources.corpus_picker import shipped_corpus
-from ui.sources.live_inputs import DEFAULT_A, DEFAULT_B, cached_run
+from ui.sources.live_inputs import DEFAULT_A, DEFAULT_B, cached_run, pretty_token
 from ui.sources.model_sidebar import current_model, model_named
 from ui.sources.result_source import shipped
 from ui.widgets.data_table import data_table
@@ -334,6 +339,29 @@ def render_knockout(model_name: str, shown: str, step: Step = STEPS[6]) -> None:
     _notice(no_op_sentence(result, shown), got.source, _corpus_link(step, model_name, "importance"))
 
 
+def render_induction(model_name: str, shown: str) -> None:
+    """Step 8: the decoder trained in the repository, whatever model is loaded: each role's largest score and the
+    in-context gain over its checkpoints, then its best induction head on the probe."""
+    from app_pages.head_roles.roles_state import cached_probe_text
+    from app_pages.head_roles.training import roles_over_training
+
+    found = roles_over_training(TRAINED_MODEL, tuple(checkpoints_of(TRAINED_MODEL)), RolesOptions())
+    table = checkpoint_table(found)
+    _show(training_figure(TRAINED_MODEL, table, scores=("induction",)), "induction_lines")
+    induction = found.scores.induction  # the model's own name loads its last checkpoint
+    layer, head = (int(x) for x in np.unravel_index(int(np.argmax(induction)), induction.shape))
+    probe = cached_probe_text(TRAINED_MODEL, LINK_REPEAT)
+    result = cached_run(TRAINED_MODEL, probe.text, "")
+    st.markdown(f"#### Head {head_name(layer, head)}: induction score {induction[layer, head]:.2f}, on the probe")
+    html = head_view_html(result.attentions[layer], [pretty_token(t) for t in result.tokens], [head], layer,
+                          result.segments)  # fmt: skip
+    st.iframe(html, height="content")
+    sentence = induction_notice(list(table["step"]), list(table["max_induction"]), list(table["in_context_gain"]),
+                                TRAINED_MODEL)  # fmt: skip
+    source = f"computed here on the probe of METHODS §20 at {len(table)} checkpoints of {TRAINED_MODEL}"
+    _notice(sentence, source, page_link(STEPS[7].page, model=TRAINED_MODEL, tab=STEPS[7].tab))
+
+
 def _corpus_link(step: Step, model_name: str, command: str) -> str:
     _, _, page, tab = step.shown(model_named(model_name).facts.causal)
     return page_link(page, model=model_name, corpus=corpus_slug(TOUR_CORPORA[command]), tab=tab)
@@ -347,6 +375,7 @@ RENDER: dict[str, Callable[[str, str], None]] = {
     "syntax": render_syntax,
     "positions": render_positions,
     "knockout": render_knockout,
+    "induction": render_induction,
 }
 
 

@@ -135,8 +135,8 @@ TABLES: dict[str, Callable[[str, Any], dict[str, pd.DataFrame]]] = {
     "ablate": ablate_tables,
     "qk": qk_tables,
     "gradient": gradient_tables,
-    "roles": roles_tables,
     "retrieval": retrieval_tables,
+    "roles": roles_tables,
 }
 
 

@@ -27,6 +27,7 @@ SYNTAX_SHOWN = 3  # step 5: relations named in the sentence
 SLICE = 40  # inputs computed on when nothing is shipped for the model: the tour must open in seconds
 POSITIONS_SLICE = 20  # attribution costs about a second per input for the default model
 SLICE_MIN_COUNT = 20  # step 5 on the slice: relations with at least this many dependents (Clark's 100 on a treebank)
+INDUCTION_RISE = 0.2  # step 8: the largest induction score must rise by this much for the notice to call it forming
 IMPORTANCE_SLICE = 10  # step 7: every head switched off three ways costs about 126 forward passes per input
 # Each analysis's corpus and options: its defaults (the command's), with the norms for the no-op step.
 TOUR_CORPORA = {
@@ -47,6 +48,7 @@ LINK_KEYS = (
     "b",
     "layer",
     "head",
+    "heads",
     "view",
     "corpus",
     "norms",
@@ -163,6 +165,20 @@ STEPS: tuple[Step, ...] = (
             "effects",
         ),
     ),
+    Step(
+        8,
+        "induction",
+        "Watch induction heads form",
+        "An induction head finds the earlier occurrence of the current token and looks at the token that followed "
+        "it, so the model can continue a repeated text (Olsson et al. 2022). The probe: random tokens, then the same "
+        "tokens again. The decoder trained in this repository was saved at checkpoints along its training; at each "
+        "one, the lines show its largest induction score over the heads and its in-context gain (how much better it "
+        "predicts the second repeat than the first, in nats). Both stay near zero, then rise together: a phase "
+        "change. Below, its best induction head on the probe: from each word of the second repeat a line to the word "
+        "after its first occurrence.",
+        "head-roles",
+        "training",
+    ),
 )
 
 
@@ -206,6 +222,11 @@ def layer_span(layers: Sequence[int] | np.ndarray) -> str:
     if numbers == list(range(numbers[0], numbers[-1] + 1)):
         return f"layers {numbers[0]} to {numbers[-1]}"
     return "layers " + ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}"
+
+
+def two_places(x: float) -> str:
+    """A number to two decimals, never "-0.00"."""
+    return f"{round(float(x), 2) + 0.0:.2f}"
 
 
 def head_name(layer: int, head: int) -> str:
@@ -455,4 +476,26 @@ def norms_notice(gap: WeightNormGap | None, model: str) -> str:
     return (
         f"In {model}, weights and norms tell the same story: the largest gap is {where}, "
         f"{pct(gap.weight_share)} of the weights against {pct(gap.norm_share)} of the norms."
+    )
+
+
+# ---------- step 8: induction heads form -----------------------------------------------------------------------------
+
+
+def induction_notice(steps: Sequence[int], induction: Sequence[float], gain: Sequence[float], model: str) -> str:
+    """Where the largest induction score and the in-context gain start and end over the checkpoints, and the step
+    at which the induction score jumps most (the phase change), or that it does not rise."""
+    first, last = 0, len(steps) - 1
+    sentence = (
+        f"In {model}, the largest induction score goes from {induction[first]:.2f} at step {steps[first]} to "
+        f"{induction[last]:.2f} at step {steps[last]}, and the in-context gain from {two_places(gain[first])} to "
+        f"{two_places(gain[last])} nat."
+    )
+    if len(steps) < 2 or induction[last] - induction[first] < INDUCTION_RISE:
+        return sentence + " The induction score does not rise: no induction head formed in these checkpoints."
+    jumps = np.diff(np.asarray(induction, float))
+    k = int(np.argmax(jumps))
+    return sentence + (
+        f" The largest jump comes between step {steps[k]} and step {steps[k + 1]} "
+        f"({induction[k]:.2f} to {induction[k + 1]:.2f}): the induction heads form there."
     )

@@ -13,6 +13,9 @@ from attnlib.analyses.gradient import GradientImportance
 from attnlib.analyses.hta import TokenAttribution
 from attnlib.analyses.norms import InputNorms
 from attnlib.analyses.qk import QKResult
+from attnlib.analyses.retrieval import RetrievalResult
+from attnlib.analyses.roles import SCORE_KEYS, RolesResult
+from attnlib.present.roles import checkpoint_table
 from attnlib.present.runs import part_result
 from attnlib.views.display import View
 from attnlib.views.figure import as_figure
@@ -20,6 +23,14 @@ from attnlib.views.head_view import head_view
 from attnlib.views.heatmap import attention_heatmap
 from attnlib.views.qk import picture_figure
 from attnlib.views.report_page import PART_FIGURES
+from attnlib.views.roles import (
+    causal_bars,
+    retrieval_heatmap,
+    role_map,
+    role_thresholds,
+    score_heatmap,
+    training_figure,
+)
 from attnlib.views.special_tokens import gradient_figure
 
 Drawn = Any  # a Figure (plotly) or a View (the head view)
@@ -80,6 +91,24 @@ def gradient_figures(model: str, found: GradientImportance) -> list[Drawn]:
     return [gradient_figure(found.layers["sep"], found.layers["all"])]
 
 
+def roles_figures(model: str, found: RolesResult) -> list[Drawn]:
+    """The role map, the induction score, the causal check's bars (with a next-token loss) and, with checkpoints,
+    the lines of each score's largest value and the in-context gain over training."""
+    scores = {key: found.scores.of(key) for key in SCORE_KEYS}
+    figures = [role_map(scores, role_thresholds(found.thresholds), f"Head roles: {model}"),
+               score_heatmap(found.scores.induction, "induction")]  # fmt: skip
+    if found.causal:
+        figures.append(causal_bars({r: c.to_json() for r, c in found.causal.items()}, found.in_context_gain))
+    if found.checkpoints:
+        figures.append(training_figure(model, checkpoint_table(found)))
+    return figures
+
+
+def retrieval_figures(model: str, found: RetrievalResult) -> list[Drawn]:
+    """Every head's retrieval score (Wu et al. 2024)."""
+    return [retrieval_heatmap(found.scores, found.threshold)]
+
+
 FIGURES: dict[str, Callable[[str, Any], list[Drawn]]] = {
     "attention": attention_figures,
     "hta": hta_figures,
@@ -87,13 +116,13 @@ FIGURES: dict[str, Callable[[str, Any], list[Drawn]]] = {
     "ablate": ablate_figures,
     "qk": qk_figures,
     "gradient": gradient_figures,
-    "roles": lambda _model, _found: [],  # the Head roles figures (attnlib/views/roles.py) are to come
+    "roles": roles_figures,
+    "retrieval": retrieval_figures,
 }
 
 
 def run_figures(run: AnalysisRun) -> list[Drawn]:
     """The run's figures, each showing itself in a notebook."""
     shown = part_result(run)
-    figures = FIGURES.get(run.analysis.name, lambda *_: [])  # none yet: the Head roles page's (issue 48)
-    drawn = figures(run.model, run.result) if shown is None else PART_FIGURES[shown.part]([shown])
+    drawn = FIGURES[run.analysis.name](run.model, run.result) if shown is None else PART_FIGURES[shown.part]([shown])
     return [d if isinstance(d, View) else as_figure(d) for d in drawn]

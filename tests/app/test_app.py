@@ -54,6 +54,7 @@ PAGE_FILES = [
     "app_pages/dependency_heads/page.py",
     "app_pages/local_global/page.py",
     "app_pages/head_importance/page.py",
+    "app_pages/head_roles/page.py",
     "app_pages/queries_keys/page.py",
 ]
 

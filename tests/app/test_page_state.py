@@ -129,6 +129,7 @@ def test_forget_returns_to_the_default():
         (FILTER, "A→B", "ab"),
         (Option("t_text", "b", ""), "", None),
         (Option("t_token", "token", 0, omit_default=True), 0, None),
+        (Option("t_share", "share", 0.4, lo=0), 0.25, "0.25"),
     ],
 )
 def test_url_text_round_trip(option, value, text):
@@ -142,6 +143,11 @@ def test_parse_refuses_values_outside_the_choices():
         with pytest.raises(ValueError):
             option.parse(text)
     assert SIZE.parse("0") == 1 and SIZE.parse("11") == 10
+    share = Option("t_share", "share", 0.4, lo=0)
+    for text in ("nan", "inf", "x"):
+        with pytest.raises(ValueError):
+            share.parse(text)
+    assert share.parse("-1") == 0 and share.valid(0.5) and not share.valid(-0.1)
     assert SIZE.valid(3) and not SIZE.valid(11) and MODE.valid("b") and not MODE.valid("c")
 
 

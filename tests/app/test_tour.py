@@ -9,11 +9,13 @@ import pytest
 
 from attnlib.analyses.deps import DependencyRow, DependencyTable
 from attnlib.analyses.positions import CORRELATIONS, PositionOptions, PositionsResult
+from attnlib.core.model import TRAINED_MODEL
 from attnlib.present.tour import (
     LINK_KEYS,
     STEPS,
     entropy_notice,
     heads_notice,
+    induction_notice,
     layer_span,
     no_op_notice,
     page_link,
@@ -61,16 +63,25 @@ def test_page_link_builds_every_url_in_one_place():
     assert page_link("", model="m", a="I went.", b=None, layer=2) == "./?model=m&a=I+went.&layer=2"
     with pytest.raises(ValueError, match="unknown URL keys"):
         page_link("special-tokens", modle="m")
-    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "view", "corpus", "norms", "tab"}
+    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "heads", "view", "corpus", "norms", "tab"}
     assert page_link("special-tokens", model="m", tab="norms") == "special-tokens?model=m&tab=norms"
-    assert [s.tab for s in STEPS] == [None, "shares", "norms", "entropy", None, None, "noop"]  # the tab each step opens
+    assert [s.tab for s in STEPS] == [
+        None,
+        "shares",
+        "norms",
+        "entropy",
+        None,
+        None,
+        "noop",
+        "training",
+    ]  # the tab each step opens
     assert {s.tab for s in STEPS if s.tab and s.page == "special-tokens"} <= set(SPECIAL_TOKENS)  # its tabs' URL texts
     assert STEPS[6].page == "head-importance" and STEPS[6].tab in HEAD_IMPORTANCE
 
 
 def test_steps_are_numbered_in_order_with_distinct_keys():
-    assert [s.number for s in STEPS] == [1, 2, 3, 4, 5, 6, 7]
-    assert len({s.key for s in STEPS}) == 7 and all(s.title and s.explanation for s in STEPS)
+    assert [s.number for s in STEPS] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert len({s.key for s in STEPS}) == 8 and all(s.title and s.explanation for s in STEPS)
 
 
 # ---------- step 1 -------------------------------------------------------------------------------------------------
@@ -290,6 +301,16 @@ def test_norms_notice_follows_the_gap():
     assert norms_notice(None, "M") == "In M, no layer has a [CLS] or [SEP] share to compare."
 
 
+def test_induction_notice_names_the_jump_and_says_when_there_is_none():
+    forming = induction_notice([0, 100, 200, 400], [0.02, 0.05, 0.55, 0.61], [0.01, 0.1, 1.4, 1.9], "M")
+    assert forming.startswith("In M, the largest induction score goes from 0.02 at step 0 to 0.61 at step 400")
+    assert "in-context gain from 0.01 to 1.90 nat" in forming
+    assert "between step 100 and step 200 (0.05 to 0.55)" in forming  # the largest of the jumps 0.03, 0.50, 0.06
+    flat = induction_notice([0, 100], [0.02, 0.15], [-0.001, 0.1], "M")  # a rise of 0.13 < INDUCTION_RISE
+    assert "gain from 0.00 to 0.10 nat" in flat  # not -0.00
+    assert flat.endswith("no induction head formed in these checkpoints.") and "jump" not in flat
+
+
 # ---------- slow tests
 
 
@@ -381,7 +402,20 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
         syntax_notice(table, shown),
         positions,
         knockout,
+        trained_notice(),
     ]
+
+
+def trained_notice() -> str:
+    """Step 8's notice, whatever the model: the trained decoder's checkpoints probed by the library."""
+    from attnlib.analyses.registry import analyse
+    from attnlib.core.model import TRAINED_MODEL, checkpoints_of
+    from attnlib.present.roles import checkpoint_table
+
+    found = analyse("roles", TRAINED_MODEL, checkpoints=tuple(checkpoints_of(TRAINED_MODEL))).result
+    table = checkpoint_table(found)
+    return induction_notice(list(table["step"]), list(table["max_induction"]), list(table["in_context_gain"]),
+                            TRAINED_MODEL)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -394,7 +428,8 @@ def default_notices(minilm):
 def test_tour_walks_every_step_for_the_default_model(default_notices):
     shown, expected = default_notices
     for step, notice, want in zip(STEPS, shown, expected):
-        assert notice.startswith("In all-MiniLM-L6-v2, "), (step.key, notice)
+        model = TRAINED_MODEL if step.key == "induction" else "all-MiniLM-L6-v2"  # step 8: the trained decoder
+        assert notice.startswith(f"In {model}, "), (step.key, notice)
         assert want is None or notice == want, (step.key, notice, want)
     assert "no trained masked-language-model head" in shown[2]  # the default model has no MLM head: it says so
 
@@ -403,4 +438,6 @@ def test_tour_walks_every_step_for_the_default_model(default_notices):
 def test_tour_walks_every_step_for_a_tiny_model(default_notices, tiny_model, tiny_model_dir, one_thread):
     shown = _walk_tour(str(tiny_model_dir))
     assert shown == _expected_notices(tiny_model, tiny_model_dir.name)
-    assert all(a != b for a, b in zip(default_notices[0], shown)), "a notice does not depend on the model"
+    steps = [s.key for s in STEPS]
+    same = [k for k, a, b in zip(steps, default_notices[0], shown) if a == b]
+    assert same == ["induction"], "a notice does not depend on the model"  # step 8 shows the trained decoder always

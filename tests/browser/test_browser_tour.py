@@ -43,7 +43,8 @@ def test_tour_opens_step_3_and_moves(streamlit_server, browser, screenshot_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("number", [s.number for s in STEPS])
 def test_tour_step_renders(streamlit_server, browser, screenshot_dir, number):
-    with browser_page(browser, screenshot_dir / f"failed-tour-step-{number}.png", width=1600) as page:
+    height = 2000 if number == 8 else 1000  # step 8: the lines, then the head view below them
+    with browser_page(browser, screenshot_dir / f"failed-tour-step-{number}.png", width=1600, height=height) as page:
         page.goto(f"{streamlit_server}/tour?step={number}", wait_until="domcontentloaded")
         _wait_for_step(page, number)
         page.locator(".js-plotly-plot, iframe").first.wait_for(state="visible", timeout=120_000)

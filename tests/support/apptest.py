@@ -51,7 +51,9 @@ def across_tabs(at, key: str, labels, get) -> list:
 
 
 def plotly_values(values) -> np.ndarray:
-    """A Plotly JSON array (a list, or plotly 6's {dtype, bdata})."""
+    """A Plotly JSON array (a list, or plotly 6's {dtype, bdata} with its shape when it has two dimensions)."""
     if isinstance(values, dict):
-        return np.frombuffer(base64.b64decode(values["bdata"]), np.dtype(values["dtype"]))
+        flat = np.frombuffer(base64.b64decode(values["bdata"]), np.dtype(values["dtype"]))
+        shape = values.get("shape")
+        return flat if shape is None else flat.reshape([int(x) for x in str(shape).split(",")])
     return np.asarray(values, dtype=np.float64)

@@ -27,9 +27,9 @@ KEYS = {
     "qk": {"model", "layer", "head", "method", "n_layers", "n_heads", "n_inputs", "n_truncated", "inputs", "points",
            "has_upos", "fidelity", "grid"},  # grid: --all-heads
     "gradient": {"model", "n_inputs", "layers", "heads"},
+    "retrieval": {"model", "scores", "threshold", "retrieval_heads", "tests"},
     "roles": {"model", "probe", "scores", "in_context_gain", "causal", "detect", "roles", "thresholds", "checkpoints",
               "notes"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
-    "retrieval": {"model", "scores", "threshold", "retrieval_heads", "tests"},
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},

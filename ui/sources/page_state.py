@@ -9,6 +9,7 @@ an empty text leaves its key out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, Literal, TypeVar
@@ -17,7 +18,7 @@ import streamlit as st
 
 from attnlib.analyses.base import Options, choices_of, option_types
 
-Kind = Literal["str", "int", "bool", "ints"]
+Kind = Literal["str", "int", "float", "bool", "ints"]
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -38,6 +39,8 @@ class Option:
         """What the value is, from the default (None is a list of numbers: e.g. 'every head')."""
         if isinstance(self.default, bool):
             return "bool"
+        if isinstance(self.default, float):
+            return "float"
         if isinstance(self.default, int):
             return "int"
         if self.default is None or isinstance(self.default, list):
@@ -46,7 +49,7 @@ class Option:
 
     def valid(self, value: Any) -> bool:
         """Whether a value may be given to the widget."""
-        if self.kind == "int" and not isinstance(value, bool) and isinstance(value, int | float):
+        if self.kind in ("int", "float") and not isinstance(value, bool) and isinstance(value, int | float):
             return (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi)
         if self.choices is None:
             return True
@@ -63,8 +66,10 @@ class Option:
             if text.lower() not in TRUE + FALSE:
                 raise ValueError(text)
             return text.lower() in TRUE
-        if kind == "int":
-            value = int(text)
+        if kind in ("int", "float"):
+            value = int(text) if kind == "int" else float(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
             value = value if self.lo is None else max(value, self.lo)
             return value if self.hi is None else min(value, self.hi)
         if kind == "ints":
@@ -185,6 +190,8 @@ class AnalysisForm(Generic[O]):
                 st.selectbox(label, list(option.choices), key=option.key)
             elif option.kind == "int":
                 st.number_input(label, min_value=option.lo, step=1, key=option.key)
+            elif option.kind == "float":
+                st.number_input(label, min_value=option.lo, step=0.05, format="%.2f", key=option.key)
             else:
                 st.text_input(label, key=option.key)
 

@@ -41,7 +41,7 @@ def download_figure(fig: go.Figure, name: str, key: str) -> None:
     )
 
 
-def chart(fig: go.Figure, name: str, key: str) -> None:
-    """A figure and, under it, its HTML download (`name`.html)."""
-    plotly_figure(fig, key=key)
+def chart(fig: go.Figure, name: str, key: str, on_click: Callable[[], None] | None = None) -> None:
+    """A figure and, under it, its HTML download (`name`.html); `on_click`: see plotly_figure."""
+    plotly_figure(fig, key=key, on_click=on_click)
     download_figure(fig, name, key=f"{key}_dl")

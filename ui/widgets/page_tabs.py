@@ -29,3 +29,11 @@ HEAD_IMPORTANCE = {
     "gradient": "Gradient importance",
     "tables": "Tables",
 }
+HEAD_ROLES = {
+    "map": "Role map",
+    "detect": "Detection",
+    "causal": "Causal check",
+    "retrieval": "Retrieval",
+    "training": "Over training",
+    "tables": "Tables",
+}

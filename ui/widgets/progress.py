@@ -41,3 +41,17 @@ def estimated(what: str) -> Iterator[tuple[Callable[[str], None], Report]]:
     finally:
         line.empty()
         bar.empty()
+
+
+def asked(label: str, key: str, what: object) -> bool:
+    """Whether the visitor asked for `what` (a hashable description of the work) in this session: a primary button
+    until pressed, then kept, so later reruns show the (cached) result without asking again."""
+    done = st.session_state.setdefault("_work_asked", set())
+    if what in done:
+        return True
+    place = st.empty()  # cleared once pressed: the run that does the work shows no button still to press
+    if not place.button(label, key=key, type="primary"):
+        return False
+    place.empty()
+    done.add(what)
+    return True

@@ -1,0 +1,82 @@
+"""The Head roles page's retrieval test (Wu et al. 2024, METHODS §20): a needle hidden in a haystack at several depths,
+the decoder asked for it, and each head's retrieval score; for decoders, computed when asked."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from attnlib.analyses.base import run_analysis
+from attnlib.analyses.retrieval import HAYSTACK, RETRIEVAL, RetrievalOptions, RetrievalResult
+from attnlib.core.corpus import CorpusError
+from attnlib.core.model import LoadedModel
+from attnlib.core.runner import InputError
+from attnlib.views.roles import retrieval_heatmap
+from attnlib.views.special_tokens import head_label
+from ui.sources.model_sidebar import model_named
+from ui.sources.page_state import AnalysisForm, forget
+from ui.widgets.data_table import data_table
+from ui.widgets.downloads import chart, download_json, download_table
+from ui.widgets.progress import asked, progress
+
+KEY = "retrieval"
+FORM = AnalysisForm(RetrievalOptions(), {}, KEY)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def compute(model_name: str, options: RetrievalOptions) -> RetrievalResult:
+    """The retrieval test on the shipped haystack, once per model and options."""
+    with progress(f"Retrieval test, {model_name}", unit="tests") as report:
+        return run_analysis(RETRIEVAL, model_named(model_name), options, inputs={"corpus": HAYSTACK},
+                            progress=report).result  # fmt: skip
+
+
+def tests_table(lm: LoadedModel, found: RetrievalResult) -> pd.DataFrame:
+    """One row per test: its length and depth, where the needle lies, and what the model decoded."""
+    decode = lm.tokenizer.decode
+    return pd.DataFrame(
+        [
+            {"length": t.length, "depth": t.depth, "needle_start": t.needle_span[0],
+             "needle_end": t.needle_span[1], "decoded": decode(t.decoded_ids), "forced": t.forced}
+            for t in found.tests
+        ]
+    )  # fmt: skip
+
+
+def retrieval_test(lm: LoadedModel) -> None:
+    """The needle and its test's options, the cost, then (when asked) each head's retrieval score and the tests."""
+    st.markdown(
+        "Wu et al. (2024): hide a sentence (the needle) in a long text (the haystack: UD English EWT dev) at several "
+        "depths, ask for it, and let the model answer greedily. A head *retrieves* when, at a decoding step, the key "
+        "it attends to most lies in the needle and holds the token just produced; its score is the share of the "
+        "needle it so copies, over the tests. Above 0.1: a retrieval head."
+    )
+    if not lm.facts.causal:
+        st.info(f"{lm.facts.name} is not a decoder: the retrieval test asks the model to generate (decoders only).")
+        return
+    with st.expander("The needle, the question, the lengths and depths"):
+        try:
+            options = FORM.bind()
+        except ValueError as exc:  # an empty needle, a depth outside 0..1: said, and the defaults kept
+            st.warning(f"{exc}. The defaults are used.")
+            forget(FORM.others().values())
+            options = FORM.bind()
+        FORM.other_widgets()
+    depths = len(options.depth_list())
+    lengths = options.length_list() or ("the longest it takes",)
+    st.caption(f"{depths} depths × {len(lengths)} lengths ({', '.join(map(str, lengths))} tokens): each test is one "
+               "prefill of the haystack and up to the needle's length + 5 decoding steps.")  # fmt: skip
+    if not asked("Run the retrieval test", f"compute:{KEY}:{lm.facts.name}", (lm.facts.name, options)):
+        return
+    try:
+        found = compute(lm.facts.name, options)
+    except (CorpusError, InputError, ValueError) as exc:  # a model too short for the needle, ...: said in words
+        st.warning(f"The retrieval test cannot run on {lm.facts.name}: {exc}")
+        return
+    chart(retrieval_heatmap(found.scores, found.threshold), "retrieval_scores", f"{KEY}_scores")
+    heads = ", ".join(head_label(l, h) for l, h in found.heads) or "none"
+    st.markdown(f"Retrieval heads (score above {found.threshold:g}): **{heads}**.")
+    table = tests_table(lm, found)
+    data_table(table, key=f"{KEY}_tests")
+    download_table(table, "retrieval_tests", key=f"{KEY}_tests_csv")
+    download_json({"model": lm.facts.name, **found.to_json()}, "retrieval", key=f"{KEY}_json")

@@ -1,0 +1,77 @@
+"""The Head roles page's Over training tab: each role's largest score over the heads and the in-context gain at each
+checkpoint of the loaded model (METHODS §20), where the model has checkpoints here (the decoder trained in this
+repository ships its own)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from attnlib.analyses.base import run_analysis
+from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult
+from attnlib.core.model import TRAINED_MODEL, LoadedModel, ModelLoadError, checkpoints_of, split_revision
+from attnlib.present.roles import checkpoint_table
+from attnlib.present.tour import page_link
+from attnlib.views.roles import training_figure
+from ui.sources.model_sidebar import model_named
+from ui.widgets.data_table import data_table
+from ui.widgets.downloads import chart, download_json, download_table
+from ui.widgets.progress import asked, progress
+
+KEY = "roles_training"
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def roles_over_training(model_name: str, checkpoints: tuple[str, ...], options: RolesOptions) -> RolesResult:
+    """The roles of every checkpoint, once per model, list and options."""
+    with progress(f"Head roles over {len(checkpoints)} checkpoints of {model_name}"):
+        return run_analysis(ROLES, model_named(model_name), replace(options, checkpoints=checkpoints)).result
+
+
+def training_lines(model_name: str, found: RolesResult, key: str) -> pd.DataFrame:
+    """The lines over the checkpoints; their table (step, each score's largest value, the gain)."""
+    table = checkpoint_table(found)
+    chart(training_figure(model_name, table), "roles_over_training", key)
+    return table
+
+
+def listed_checkpoints(name: str) -> tuple[str, ...]:
+    """The checkpoints of a model (or of the model a checkpoint belongs to: `name@step<N>`, a folder's step<N>/);
+    none when it has none."""
+    for candidate in (name, split_revision(name)[0], str(Path(name).parent)):
+        try:
+            return tuple(checkpoints_of(candidate))
+        except ModelLoadError:
+            continue
+    return ()
+
+
+def over_training(lm: LoadedModel, options: RolesOptions) -> None:
+    """The loaded model's checkpoints: the cost, then (when asked) the lines and their table; a model without
+    checkpoints is pointed to the trained decoder and to the command line."""
+    name = lm.facts.name
+    checkpoints = listed_checkpoints(name)
+    st.markdown(
+        "A model saved at checkpoints along its training: at each, the probe's scores (the largest over the heads) "
+        "and the in-context gain G, so that a phase change shows where one happens (Olsson et al. 2022). The x axis "
+        "is the training step each checkpoint's name carries (`step1000`)."
+    )
+    if not checkpoints:
+        st.info(
+            f"{name} has no checkpoints here. The decoder trained in this repository has: "
+            f"[open {TRAINED_MODEL}]({page_link('head-roles', model=TRAINED_MODEL, tab='training')}). "
+            "Any model's checkpoints on the command line: `attnlib roles --checkpoints A B ...` (folders, or Hub ids "
+            "with a revision, e.g. `EleutherAI/pythia-70m@step1000`), then open the result file here."
+        )
+        return
+    st.caption(f"{len(checkpoints)} checkpoints: each loaded and probed ({options.sequences} sequences).")
+    if not asked(f"Compute over {len(checkpoints)} checkpoints", f"compute:{KEY}:{name}", (name, checkpoints, options)):
+        return
+    found = roles_over_training(name, checkpoints, options)
+    table = training_lines(name, found, KEY)
+    data_table(table, key=f"{KEY}_table")
+    download_table(table, "roles_over_training", key=f"{KEY}_csv")
+    download_json({"model": name, **found.to_json()}, "roles_over_training", key=f"{KEY}_json")
