@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_
 from attnlib import __version__
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError, CorpusInput, read_conllu, read_corpus
-from attnlib.core.engines import CorpusRun, Fill, ScaleError, check_device, engine_fill, run_accumulators
+from attnlib.core.engines import CorpusRun, Fill, Scale, ScaleError, check_device, engine_fill, run_accumulators
 from attnlib.core.families import Statistic, UnsupportedModelError, unsupported_reason
 from attnlib.core.model import LoadedModel, ModelFacts, load_model
 from attnlib.results.files import (
@@ -156,7 +156,8 @@ class Analysis(Generic[O, R]):
     """One analysis: its name (the CLI command and the result file's `command`), options, inputs, computation, result.
 
     A one-input analysis (reads "text") gives `compute(lm, item, options)`; an analysis of the model alone (reads
-    "model") gives `compute_model(lm, inputs, options)`, `inputs` a text or corpus where one is given, else None. A corpus analysis gives `accumulators(lm,
+    "model") gives `compute_model(lm, inputs, options, scale)`, `inputs` a text or corpus where one is given, else None
+    (`scale`: how independent items such as checkpoints run, here or on Ray). A corpus analysis gives `accumulators(lm,
     options)` (empty mergeable accumulators, so the local and Ray engines both run it), optionally `fill` (its own
     corpus loop, as engines.Fill with the options last), and `finish(*accumulators_per_source, options)`. The result
     type has `to_json()` (the command's JSON, without the model) and `from_json(data)` raising ResultFileError; a
@@ -178,7 +179,7 @@ class Analysis(Generic[O, R]):
     needs: Callable[[O], tuple[Statistic, ...]] | None = None  # what these options ask of the model's family, if any
     follow: Callable[[R, O], FollowUp[R] | None] | None = None  # a second pass the first result decides
     conllu_flag: bool = False  # a corpus analysis whose corpus may be given as --conllu PATH too (a CoNLL-U file)
-    compute_model: Callable[[LoadedModel, list[CorpusInput] | None, O], R] | None = None  # reads "model"
+    compute_model: Callable[[LoadedModel, list[CorpusInput] | None, O, Scale], R] | None = None  # reads "model"
     default_corpus: Path | None = None  # the corpus read when none is given (retrieval's haystack); None: it is needed
     whole_corpus: bool = False  # it reads its corpus as one text (retrieval's haystack): the local engine only
 
@@ -462,7 +463,8 @@ def run_analysis(
     engine="ray". `note` is told, before a long one-input run, what it will cost. A part a model's family cannot give
     (families.unsupported_reason) is left out, or with `strict` (the command line) refused: UnsupportedModelError."""
     if analysis.reads == "model":
-        return _run_on_model(analysis, model, options, text, pair, inputs, limit, device, note)
+        scale = Scale(engine, workers, cpus_per_worker, device)
+        return _run_on_model(analysis, model, options, text, pair, inputs, limit, scale, note)
     if analysis.reads == "text":
         if text is None:
             raise CorpusError(f"{analysis.name} analyses one text: give text= (and pair=).")
@@ -536,13 +538,15 @@ def _run_on_model(
     pair: str | None,
     inputs: Mapping[str, Inputs] | None,
     limit: int | None,
-    device: str,
+    scale: Scale,
     note: Callable[[str], None] | None,
 ) -> AnalysisRun[R]:
-    """Run an analysis of the model alone, with a text (and pair) or a corpus where one is given (not both)."""
+    """Run an analysis of the model alone, with a text (and pair) or a corpus where one is given (not both); what it
+    runs of independent items (checkpoints) runs as `scale` says."""
     given = {source: value for source, value in (inputs or {}).items() if value is not None}
     if text is not None and given:
         raise CorpusError(f"{analysis.name} reads a text or a corpus, not both.")
+    device = scale.device
     check_device(device)
     lm = _loaded(model, device)
     items: list[CorpusInput] | None = None
@@ -557,8 +561,10 @@ def _run_on_model(
         note(said)  # type: ignore[misc]
     assert analysis.compute_model is not None
     start = time.perf_counter()
-    result = analysis.compute_model(lm, items, options)
-    run = {"engine": "local", "device": device, "seconds": round(time.perf_counter() - start, 3)}
+    result = analysis.compute_model(lm, items, options, scale)
+    run = {"engine": scale.engine, "device": device, "seconds": round(time.perf_counter() - start, 3)}
+    if scale.engine != "local":
+        run["workers"] = scale.workers
     return AnalysisRun(analysis, options, result, lm.facts, corpus, run)
 
 

@@ -17,6 +17,7 @@ import torch
 
 from attnlib.analyses.base import Analysis, OptionError, Options, option
 from attnlib.core.corpus import CorpusInput
+from attnlib.core.engines import LOCAL, Scale
 from attnlib.core.families import UnsupportedModelError
 from attnlib.core.hooks import ATTENTION, hooks
 from attnlib.core.model import LoadedModel, load_model
@@ -446,10 +447,12 @@ def checkpoint_scores(name: str, index: int, options: RolesOptions, device: str)
     return CheckpointScores(name, checkpoint_step(name, index), ProbeRecord.of(probe), scores, gain)
 
 
-def compute_roles(lm: LoadedModel, inputs: list[CorpusInput] | None, options: RolesOptions) -> RolesResult:
+def compute_roles(
+    lm: LoadedModel, inputs: list[CorpusInput] | None, options: RolesOptions, scale: Scale = LOCAL
+) -> RolesResult:
     """§20 for one model (and its checkpoints): the probe's scores, copying, G and the causal check, and detection on
-    the inputs given. The checkpoints load one after another here (a Ray fan-out, one checkpoint per worker, would
-    map checkpoint_scores over them: each is independent)."""
+    the inputs given. The checkpoints load one after another here, or with scale.engine "ray" one per Ray task (each
+    is independent)."""
     probe = make_probe(lm, options)
     scores, gain, notes = head_scores(lm, probe)
     said = shortened_note(lm, options)
@@ -464,7 +467,8 @@ def compute_roles(lm: LoadedModel, inputs: list[CorpusInput] | None, options: Ro
     detect = None if not inputs else detect_inputs(lm, inputs, options)
     points = None
     if options.checkpoints:
-        points = [checkpoint_scores(name, i, options, lm.device) for i, name in enumerate(options.checkpoints)]
+        arguments = [(name, i, options, scale.device) for i, name in enumerate(options.checkpoints)]
+        points = scale.map(checkpoint_scores, arguments)
     return RolesResult(ProbeRecord.of(probe), scores, gain, causal, detect, thresholds_of(options), points, notes)
 
 

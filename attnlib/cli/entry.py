@@ -65,9 +65,9 @@ def add_analysis(sub: argparse._SubParsersAction, analysis: Analysis) -> None:
     add_input_flags(p, analysis)
     add_option_flags(p, analysis.options)
     add_model_option(p)
-    if analysis.reads in ("text", "model"):
+    if analysis.reads == "text":
         add_out_option(p)
-    else:
+    else:  # a model's checkpoints, like a corpus, fan out on Ray
         add_scale_options(p)
     p.set_defaults(handler=partial(handle_analysis, analysis))
 
@@ -79,8 +79,9 @@ def handle_analysis(analysis: Analysis, args: argparse.Namespace) -> dict:
     if analysis.reads == "text":
         run = run_analysis(analysis, model, options, text=args.text, pair=args.pair, device=args.device, note=note)
     elif analysis.reads == "model":
+        scale = {name: getattr(args, name) for name in ("engine", "workers", "cpus_per_worker")}
         run = run_analysis(analysis, model, options, text=args.text, pair=args.pair, inputs={"corpus": args.corpus},
-                           limit=args.limit, device=args.device, note=note)  # fmt: skip
+                           limit=args.limit, device=args.device, note=note, **scale)  # fmt: skip
     else:
         with reporting_long_attribution(LongAttributionReport(note, StderrProgress("attribution"))):
             run = run_analysis(

@@ -7,12 +7,13 @@ them. The result therefore equals the local one up to the order of floating-poin
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import logging
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,6 +201,64 @@ def _shard_dataset(ray, rows: list[dict], worker_args: dict, pool: int, cpus: fl
     )
 
 
+@contextlib.contextmanager
+def _ray_session() -> Iterator:
+    """Ray: the running one (ray.init(address=...) before calling), else one started here and shut down after (RAY_ADDRESS
+    if set, else local)."""
+    ray = _import_ray()
+    started_here = not ray.is_initialized()
+    if started_here:
+        # RAY_ADDRESS joins an existing cluster, else Ray starts a local one; a Ray started by the caller needs
+        # ray_runtime_env() (or attnlib installed on its nodes). Ray's note that it chose token authentication (its
+        # default) is not shown: stderr carries the command line's one error line.
+        quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            ray.init(
+                include_dashboard=False, log_to_driver=False, logging_level="WARNING", runtime_env=ray_runtime_env()
+            )
+        finally:
+            quiet.setLevel(level)
+    try:
+        yield ray
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How a run of independent items (a model's checkpoints) runs: in this process, or on Ray, `workers` at a time."""
+
+    engine: str = "local"
+    workers: int = 2
+    cpus_per_worker: float = 1.0
+    device: str = "cpu"
+
+    def map(self, function: Callable, arguments: Sequence[tuple]) -> list:
+        """function(*a) for each a, in order: here one after another, or on Ray as tasks, at most `workers` running."""
+        if self.engine not in ENGINES:
+            raise ScaleError(f"--engine {self.engine}: choose one of {', '.join(ENGINES)}.")
+        if self.engine == "local":
+            return [function(*a) for a in arguments]
+        with _ray_session() as ray:
+            gpus = 1.0 if self.device.startswith("cuda") else 0.0
+            _check_cluster(ray, self.workers, self.cpus_per_worker, gpus)
+            task = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=gpus)(function)
+            submitted: list = []
+            running: list = []
+            for a in arguments:
+                if len(running) >= self.workers:
+                    _, running = ray.wait(running, num_returns=1)
+                submitted.append(task.remote(*a))
+                running.append(submitted[-1])
+            return ray.get(submitted)
+
+
+LOCAL = Scale()  # in this process
+
+
 @dataclass
 class RayRunInfo:
     """What the Ray workers reported, per shard in the order they finished: seconds and torch threads."""
@@ -224,22 +283,7 @@ def run_on_ray(
     """Run the corpus on Ray Data, one model per worker; `lm` (any device) only plans the batches on the driver.
 
     Uses the running Ray (ray.init(address=...) before calling), else starts one: RAY_ADDRESS if set, else local."""
-    ray = _import_ray()
-    started_here = not ray.is_initialized()
-    if started_here:
-        # RAY_ADDRESS joins an existing cluster, else Ray starts a local one; a Ray started by the caller needs
-        # ray_runtime_env() (or attnlib installed on its nodes). Ray's note that it chose token authentication (its
-        # default) is not shown: stderr carries the command line's one error line.
-        quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)
-        try:
-            ray.init(
-                include_dashboard=False, log_to_driver=False, logging_level="WARNING", runtime_env=ray_runtime_env()
-            )
-        finally:
-            quiet.setLevel(level)
-    try:
+    with _ray_session() as ray:
         gpus = 1.0 if device.startswith("cuda") else 0.0
         _check_cluster(ray, workers, cpus_per_worker, gpus)
         batches = plan_batches(lm, inputs, batch_size)
@@ -262,9 +306,6 @@ def run_on_ray(
             done += sum(len(b) for b in shards[shard])
             if progress is not None:
                 progress(done, len(inputs))
-    finally:
-        if started_here:
-            ray.shutdown()
     # merge in shard order, so the same run gives the same floating-point sums
     return merge_all([parts[s] for s in sorted(parts)]), RayRunInfo(len(shards), seconds, threads)
 

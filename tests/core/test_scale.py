@@ -116,3 +116,21 @@ def test_deps_command_on_ray_equals_local_and_writes_the_result_file(local_ray, 
     record = read_result_file(out.read_bytes(), "deps")
     assert record.run["engine"] == "ray" and record.run["workers"] == 2 and record.corpus["n_inputs"] == N_SENTENCES
     assert record.result == json_ready(on_ray)
+
+
+@pytest.mark.slow
+@requires_ray
+def test_roles_checkpoints_on_ray_equal_local(local_ray, tmp_path):
+    """`attnlib roles --checkpoints A B --engine ray` probes each checkpoint in its own Ray task: the same JSON as one
+    after another here (each checkpoint's probe is the same forward pass, wherever it runs)."""
+    from support.models import save_tiny
+
+    first, second = (str(save_tiny("gpt2", tmp_path / f"step{s}")) for s in (10, 20))
+    argv = ["roles", "--model", second, "--checkpoints", first, second, "--sequences", "2", "--repeat-length", "8"]
+    with torch_threads(1):
+        local = cli_json(*argv, "--json")
+    out = tmp_path / "roles.json"
+    on_ray = cli_json(*argv, "--json", "--engine", "ray", "--workers", "2", "--out", str(out))
+    assert [p["step"] for p in local["checkpoints"]] == [10, 20] and on_ray["checkpoints"] == local["checkpoints"]
+    record = read_result_file(out.read_bytes(), "roles")
+    assert record.run["engine"] == "ray" and record.run["workers"] == 2
