@@ -42,6 +42,7 @@ def test_every_page_and_every_tour_step_is_measured():
         "/dependency-heads",
         "/local-global",
         "/head-importance",
+        "/head-roles",
         "/queries-keys",
         "/report",
     }
