@@ -9,17 +9,14 @@ import streamlit as st
 
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.importance import IMPORTANCE, HeadImportance, ImportanceOptions
-from attnlib.core.corpus import CorpusError
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import InputError
 from attnlib.stats.head_ablation import MEASURES, mlm_reason, unavailable_reason
 from attnlib.views.importance import measure_names
-from ui.sources.corpus_page import CorpusPage, Shown, file_shown
+from ui.sources.corpus_page import CorpusPage, Shown, file_shown_as, shown_on_corpus
 from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import AnalysisForm, field_option
 from ui.sources.result_file import FromFile
-from ui.sources.result_source import shipped_or_computed
 from ui.widgets.progress import progress
 
 KEY = "importance"  # widget keys and download names start with it
@@ -78,32 +75,16 @@ def options_sidebar(lm: LoadedModel, from_file: bool = False) -> ImportanceOptio
 
 def model_result(lm: LoadedModel, choice: CorpusChoice, options: ImportanceOptions) -> ShownImportance | None:
     """One model's importance on the chosen corpus: shipped when one answers, else computed when asked."""
-    name = lm.facts.name
     reason = unavailable_reason(lm)
     if reason is not None:
         st.error(reason)
         return None
-    computed = IMPORTANCE.computed(options)
-    try:
-        found, source = shipped_or_computed(
-            "importance",
-            name,
-            choice,
-            computed,
-            lambda: compute(name, choice.fingerprint, computed, choice.inputs),
-            ask_first=cost_sentence(lm, choice, options),
-        )
-    except (CorpusError, InputError, ValueError) as exc:
-        st.error(f"The corpus could not be analysed with {name}: {exc}")
-        return None
-    if found is None:
-        return None
-    return Shown(name, found.for_options(options), choice.label, source, choice)
+    return shown_on_corpus("importance", lm, choice, options, compute, cost_sentence(lm, choice, options))
 
 
 def file_view(found: FromFile[HeadImportance], options: ImportanceOptions) -> ShownImportance:
     """A result file's importance, in the chosen measure."""
-    return replace(file_shown(found), result=found.value.for_options(options))
+    return file_shown_as(found, options)
 
 
 PAGE: CorpusPage[ImportanceOptions, ShownImportance] = CorpusPage(

@@ -4,7 +4,7 @@ for (the roles over a model's checkpoints, the retrieval test), each cached."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,17 +12,14 @@ import streamlit as st
 
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult
-from attnlib.core.corpus import CorpusError
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import InputError
 from attnlib.present.roles import ProbeText, probe_text
 from attnlib.views.roles import role_thresholds
-from ui.sources.corpus_page import CorpusPage, Shown, file_shown
+from ui.sources.corpus_page import CorpusPage, Shown, file_shown_as, shown_on_corpus
 from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import AnalysisForm, Option
 from ui.sources.result_file import FromFile
-from ui.sources.result_source import shipped_or_computed
 from ui.widgets.progress import progress
 
 KEY = "roles"  # widget keys and download names start with it
@@ -116,28 +113,12 @@ def options_sidebar(lm: LoadedModel, from_file: bool = False) -> RolesOptions:
 
 def model_result(lm: LoadedModel, choice: CorpusChoice, options: RolesOptions) -> ShownRoles | None:
     """One model's roles on the chosen corpus: shipped when one answers, else computed when asked."""
-    name = lm.facts.name
-    computed = ROLES.computed(options)
-    try:
-        found, source = shipped_or_computed(
-            "roles",
-            name,
-            choice,
-            computed,
-            lambda: compute(name, choice.fingerprint, computed, choice.inputs),
-            ask_first=cost_sentence(lm, choice, options),
-        )
-    except (CorpusError, InputError, ValueError) as exc:
-        st.error(f"The roles of {name} could not be computed: {exc}")
-        return None
-    if found is None:
-        return None
-    return Shown(name, found.for_options(options), choice.label, source, choice)
+    return shown_on_corpus("roles", lm, choice, options, compute, cost_sentence(lm, choice, options))
 
 
 def file_view(found: FromFile[RolesResult], options: RolesOptions) -> ShownRoles:
     """A result file's roles, at the thresholds chosen."""
-    return replace(file_shown(found), result=found.value.for_options(options))
+    return file_shown_as(found, options)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

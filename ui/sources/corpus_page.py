@@ -5,17 +5,21 @@ or from a file) as one `Shown` type, which the page's views then draw."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
+
+import streamlit as st
 
 from attnlib.analyses.base import Options
 from attnlib.analyses.registry import analysis_named
-from attnlib.core.corpus import CorpusInput
+from attnlib.core.corpus import CorpusError, CorpusInput
 from attnlib.core.model import LoadedModel
+from attnlib.core.runner import InputError
 from attnlib.results.files import ResultFile
 from ui.sources.compare import Second, second_source
 from ui.sources.corpus_picker import CorpusChoice, corpus_picker
 from ui.sources.result_file import FromFile, loaded_result
+from ui.sources.result_source import shipped_or_computed
 
 T = TypeVar("T")
 O = TypeVar("O")  # a page's options
@@ -48,6 +52,38 @@ class Shown(Generic[T]):
 def file_shown(found: FromFile[T], options: Any = None) -> Shown[T]:
     """A result file's result as shown, named by its file and provenance."""
     return Shown(found.model, found.value, found.corpus, f"from {found.name}, {found.record.provenance()}")
+
+
+def file_shown_as(found: FromFile[Any], options: Any) -> Shown[Any]:
+    """A result file's result as shown, as these options show it (its `for_options`: a measure, thresholds)."""
+    return replace(file_shown(found), result=found.value.for_options(options))
+
+
+ComputeOnCorpus = Callable[[str, str, Any, list], Any]  # (model name, corpus fingerprint, options, inputs), cached
+
+
+def shown_on_corpus(
+    analysis: str, lm: LoadedModel, choice: CorpusChoice, options: Options, compute: ComputeOnCorpus, ask_first: str
+) -> Shown[Any] | None:
+    """One model's result on the chosen corpus: shipped when one answers, else computed with the page's cached
+    `compute` once asked (`ask_first`: the cost, said first); None after a refusal in words, or before it is asked."""
+    name = lm.facts.name
+    computed = analysis_named(analysis).computed(options)
+    try:
+        found, source = shipped_or_computed(
+            analysis,
+            name,
+            choice,
+            computed,
+            lambda: compute(name, choice.fingerprint, computed, choice.inputs),
+            ask_first=ask_first,
+        )
+    except (CorpusError, InputError, ValueError) as exc:
+        st.error(f"The corpus could not be analysed with {name}: {exc}")
+        return None
+    if found is None:
+        return None
+    return Shown(name, found.for_options(options), choice.label, source, choice)
 
 
 @dataclass
