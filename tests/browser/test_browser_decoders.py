@@ -25,6 +25,7 @@ from support.browser import (
     browser_page,
     compute_all,
     compute_from_last,
+    download,
     iframe_frame,
     wait_idle,
 )
@@ -160,9 +161,7 @@ def test_global_aggregation_of_a_decoder_keeps_offsets_up_to_zero(
         assert len(found) == 1, [f["title"] for f in figures]
         histograms = found[0]
         wait_idle(page, 240_000)  # a click while the page still reruns (the positions above the tabs) is lost
-        with page.expect_download(timeout=120_000) as download:
-            panel.get_by_role("button", name="Download JSON").click()
-        download.value.save_as(tmp_path / "aggregation.json")
+        download(page, panel.get_by_role("button", name="Download JSON").click, tmp_path / "aggregation.json")
 
     corpus = {"corpus": read_corpus(CLASSROOM_SINGLE, limit=limit)}  # the page's default corpus
     options = AggregationOptions(probes=probes)

@@ -15,6 +15,7 @@ from support.browser import (
     FIGURES_DRAWN,
     INK,
     browser_page,
+    download,
     iframe_frame,
     offline_page,
     side_by_side,
@@ -96,14 +97,6 @@ def test_copied_url_reopens_the_same_view(streamlit_server, browser, screenshot_
         assert widget_values(again) == chosen
         assert "Layer 3, head 7" in frame.inner_text("#bigcap")
         again.screenshot(path=str(screenshot_dir / "live-reopened-url.png"), full_page=True)
-
-
-def download(page, click, path):
-    """Save what a click downloads."""
-    with page.expect_download(timeout=120_000) as info:
-        click()
-    info.value.save_as(path)
-    return path
 
 
 def test_exports_png_csv_and_offline_html(streamlit_server, browser, tmp_path):

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 from attnlib.results.shipped import ROOT
 
 BROWSER_ARGS = [
@@ -104,6 +106,22 @@ def wait_idle(page, timeout: int = 180_000) -> None:
     page.wait_for_timeout(300)
     page.wait_for_function(IDLE, timeout=timeout)
     page.wait_for_timeout(500)
+
+
+def download(page, click, path: Path, tries: int = 4) -> Path:
+    """Save what a click downloads, clicking again when none came: a click that lands while Streamlit reruns the page
+    (a deferred download's data is registered per run) starts no download."""
+    for attempt in range(tries):
+        try:
+            with page.expect_download(timeout=45_000) as info:
+                click()
+            info.value.save_as(path)
+            return path
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise
+            wait_idle(page)
+    return path
 
 
 def compute_all(page, most: int, timeout: int = 300_000) -> None:
