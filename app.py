@@ -13,13 +13,13 @@ PAGES = [
     st.Page("app_pages/tour/page.py", title="Tour", icon=":material/school:", url_path="tour"),
     st.Page("app_pages/live/page.py", title="Live attention", icon=":material/visibility:", default=True),
     st.Page(
-        "app_pages/special_tokens/page.py",
+        "app_pages/special/page.py",
         title="Special tokens",
         icon=":material/push_pin:",
         url_path="special-tokens",
     ),
     st.Page(
-        "app_pages/dependency_heads/page.py",
+        "app_pages/deps/page.py",
         title="Dependency heads",
         icon=":material/account_tree:",
         url_path="dependency-heads",
@@ -31,19 +31,19 @@ PAGES = [
         url_path="local-global",
     ),
     st.Page(
-        "app_pages/head_importance/page.py",
+        "app_pages/importance/page.py",
         title="Head importance",
         icon=":material/power_settings_new:",
         url_path="head-importance",
     ),
     st.Page(
-        "app_pages/head_roles/page.py",
+        "app_pages/roles/page.py",
         title="Head roles",
         icon=":material/psychology:",
         url_path="head-roles",
     ),
     st.Page(
-        "app_pages/queries_keys/page.py",
+        "app_pages/qk/page.py",
         title="Queries and keys",
         icon=":material/scatter_plot:",
         url_path="queries-keys",

@@ -110,7 +110,7 @@ def __getattr__(name: str) -> Any:
 
 class _Package(types.ModuleType):
     """attnlib itself, whose analysis functions stay in place when an old import path of the same name (`import
-    attnlib.special`, which imports attnlib.stats.shares) is imported: Python would set the module as the attribute."""
+    attnlib.special`, which imports attnlib.stats.special) is imported: Python would set the module as the attribute."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ANALYSES and isinstance(value, types.ModuleType):

@@ -1,4 +1,4 @@
-"""Import paths of attnlib 0.1's flat layout, kept working for one release: `attnlib.special` is `attnlib.stats.shares`.
+"""Import paths of attnlib 0.1's flat layout, kept working for one release: `attnlib.special` is `attnlib.stats.special`.
 
 An old path imports the module at its new home (the same module object, so patches and `isinstance` agree) and warns
 once with a DeprecationWarning that names the new path.
@@ -16,11 +16,11 @@ from types import ModuleType
 
 MOVED = {
     "ablate": "analyses.ablate",
-    "ablation": "stats.head_ablation",
+    "ablation": "stats.importance",
     "aggregation": "analyses.aggregation",
     "analysis": "analyses.base",
     "attention": "analyses.attention",
-    "attribution": "stats.attribution",
+    "attribution": "stats.hta",
     "blockwise": "core.blockwise",
     "cli_options": "cli.options",
     "commands": "cli.commands",
@@ -32,7 +32,7 @@ MOVED = {
     "errors": "core.errors",
     "export": "present.export",
     "families": "core.families",
-    "gradient_importance": "stats.gradients",
+    "gradient_importance": "stats.gradient",
     "head_distances": "stats.head_distances",
     "hta": "analyses.hta",
     "importance": "analyses.importance",
@@ -42,7 +42,7 @@ MOVED = {
     "memory": "core.memory",
     "model": "core.model",
     "norm_batch": "stats.batched_norms",
-    "norms": "stats.value_norms",
+    "norms": "stats.norms",
     "parsing": "core.parsing",
     "patterns": "stats.patterns",
     "positions": "analyses.positions",
@@ -55,7 +55,13 @@ MOVED = {
     "runner": "core.runner",
     "seq2seq": "core.seq2seq",
     "shipped": "results.shipped",
-    "special": "stats.shares",
+    "special": "stats.special",
+    "stats.attribution": "stats.hta",
+    "stats.gradients": "stats.gradient",
+    "stats.head_ablation": "stats.importance",
+    "stats.shares": "stats.special",
+    "stats.value_norms": "stats.norms",
+    "views.special_tokens": "views.special",
     "special_tokens": "analyses.special",
     "tables": "present.tables",
     "tour": "present.tour",

@@ -29,7 +29,7 @@ from attnlib.analyses.importance import ImportanceOptions, importance_accumulato
 from attnlib.core.engines import plan_batches  # noqa: E402
 from attnlib.core.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.core.runner import encode, model_inputs  # noqa: E402
-from attnlib.stats.head_ablation import head_gradients, masked_batch  # noqa: E402
+from attnlib.stats.importance import head_gradients, masked_batch  # noqa: E402
 from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev, peak_resident_mb  # noqa: E402
 
 

@@ -325,7 +325,7 @@ def exact_added_mb(n_tokens: int) -> tuple[int, float]:
     import itertools
     import threading
 
-    import attnlib.stats.attribution as attribution
+    import attnlib.stats.hta as attribution
     from attnlib.core.model import DEFAULT_MODEL, load_model
     from attnlib.core.runner import run
 
@@ -360,7 +360,7 @@ def exact_added_mb(n_tokens: int) -> tuple[int, float]:
 def exact_memory_report(lengths: list[int]) -> None:
     """Each length in a fresh process (so one run's freed memory does not hide the next one's)."""
     from attnlib.core.model import DEFAULT_MODEL, load_model
-    from attnlib.stats.attribution import exact_seconds
+    from attnlib.stats.hta import exact_seconds
 
     facts = load_model(DEFAULT_MODEL).facts
     print(f"{'tokens':>7}{'added MB':>10}{'exact_seconds':>15}")

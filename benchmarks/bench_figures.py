@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 
 from attnlib.present.tour import SHARE_NAMES
 from attnlib.views.deps import head_accuracy_heatmaps
-from attnlib.views.special_tokens import head_heatmaps, layer_lines_with_head_dots
+from attnlib.views.special import head_heatmaps, layer_lines_with_head_dots
 from benchmarks.bench_deploy import BROWSER_ARGS, CHROMIUM, ROOT, Server
 
 N_FIGURES = 3

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnlib.core.model import DEFAULT_MODEL, load_model
 from attnlib.core.runner import encode
-from attnlib.stats.attribution import DEFAULT_PROBES, hidden_token_attribution
+from attnlib.stats.hta import DEFAULT_PROBES, hidden_token_attribution
 from attnlib.stats.reverse_mode import reverse_graphs
 
 PAIR = (

@@ -22,9 +22,9 @@ from attnlib.analyses.positions import PositionOptions, accumulate_positions  # 
 from attnlib.core.batches import accumulate  # noqa: E402
 from attnlib.core.hooks import capture_set  # noqa: E402
 from attnlib.core.runner import run_batches  # noqa: E402
-from attnlib.stats.attribution import hidden_token_attribution  # noqa: E402
-from attnlib.stats.shares import SpecialTokenStats  # noqa: E402
-from attnlib.stats.value_norms import NormShareStats, norm_maps  # noqa: E402
+from attnlib.stats.hta import hidden_token_attribution  # noqa: E402
+from attnlib.stats.norms import NormShareStats, norm_maps  # noqa: E402
+from attnlib.stats.special import SpecialTokenStats  # noqa: E402
 from benchmarks import default_model_on_ewt_dev  # noqa: E402
 
 CONFIGS = ("forward only", "+ special --norms", "+ special --norms + rolled-out maps")

@@ -51,7 +51,7 @@ def timings(lm, length: int, forced: bool, repeats: int) -> tuple[float, float, 
     """Best seconds of the analysis's tests and of plain greedy decoding of the same inputs; the input length."""
     from attnlib.analyses.retrieval import RetrievalOptions, run_tests
     from attnlib.core.decoding import greedy_decode
-    from attnlib.stats.head_ablation import mlm_head
+    from attnlib.stats.importance import mlm_head
     from benchmarks import ewt_dev
 
     sentences = ewt_dev()

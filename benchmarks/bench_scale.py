@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from attnlib.analyses.special import SPECIAL, SpecialOptions  # noqa: E402
 from attnlib.core.engines import ray_runtime_env, run_accumulators  # noqa: E402
 from attnlib.core.model import DEFAULT_MODEL  # noqa: E402
-from attnlib.stats.shares import STAT_KEYS  # noqa: E402
+from attnlib.stats.special import STAT_KEYS  # noqa: E402
 from benchmarks import ewt_dev  # noqa: E402
 
 

@@ -51,7 +51,7 @@ def saved_model(kind: str, size: str, folder: Path):
 def configurations(lm) -> dict:
     """name -> a function running it once."""
     from attnlib.core.seq2seq import run_seq2seq
-    from attnlib.stats.value_norms import part_norm_maps
+    from attnlib.stats.norms import part_norm_maps
 
     return {
         "plain forward": lambda: run_seq2seq(lm, SOURCE, TARGET),

@@ -25,7 +25,7 @@ from attnlib.core.batches import accumulate  # noqa: E402
 from attnlib.core.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.stats import head_distances  # noqa: E402
 from attnlib.stats.head_distances import TILE_COLUMNS, HeadDistances, threaded_sum  # noqa: E402
-from attnlib.stats.shares import SpecialTokenStats  # noqa: E402
+from attnlib.stats.special import SpecialTokenStats  # noqa: E402
 from benchmarks import child_report, default_model_on_ewt_dev, ewt_dev, peak_resident_mb  # noqa: E402
 
 CONFIGS = ("forward only", "+ special-token stats", "+ special stats + JS head distances")

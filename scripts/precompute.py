@@ -82,7 +82,7 @@ class Job:
 # The table of jobs: one line each. Commands or options this attnlib lacks are skipped (norms, aggregation, probe are
 # being added by other branches).
 # No `gradient` job: gradient importance (METHODS §5) needs a trained masked-LM head, which the default model (a
-# sentence encoder) lacks; `attnlib gradient` refuses it in one line (attnlib.stats.gradients.unavailable_reason).
+# sentence encoder) lacks; `attnlib gradient` refuses it in one line (attnlib.stats.gradient.unavailable_reason).
 JOBS = [
     *[
         Job(f"special_{key}", ("special", "--corpus", path, "--head-map", "--norms"))

@@ -27,8 +27,8 @@ from attnlib.present.comparison import largest_difference
 from attnlib.present.export import attention_table
 from attnlib.present.labels import STAT_NAMES
 from attnlib.present.tables import by_layer
-from attnlib.stats.head_ablation import unavailable_reason
-from attnlib.stats.shares import input_statistics, punct_mask
+from attnlib.stats.importance import unavailable_reason
+from attnlib.stats.special import input_statistics, punct_mask
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from attnlib.views.long_view import MAX_WINDOW

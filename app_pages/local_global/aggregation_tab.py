@@ -12,7 +12,7 @@ from attnlib.analyses.positions import PositionOptions
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
 from attnlib.present.tables import layer_values
-from attnlib.stats.value_norms import MEASURES
+from attnlib.stats.norms import MEASURES
 from attnlib.views.norms import (
     MEASURE_NAMES,
     agreement_comparison_figure,

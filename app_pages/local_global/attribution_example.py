@@ -9,7 +9,7 @@ from attnlib.core.families import unsupported_reason
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError, RunResult
 from attnlib.results.precomputed import shipped_example
-from attnlib.stats.attribution import Attribution, attribute, exact_seconds
+from attnlib.stats.hta import Attribution, attribute, exact_seconds
 from attnlib.views.positions import example_rows_chart
 from ui.sources.live_inputs import run_or_explain, text_inputs
 from ui.sources.model_sidebar import model_named

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app_pages.dependency_heads.dependency_example import example_maps
+from app_pages.deps.dependency_example import example_maps
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.deps import DIRECTIONS, head_on_sentence
 from attnlib.analyses.importance import HeadImportance, no_op_sentence
@@ -48,17 +48,17 @@ from attnlib.present.tour import (
     syntax_rows,
 )
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, corpus_slug
-from attnlib.stats.gradients import GradientImportanceResult, gradient_importance, unavailable_reason
-from attnlib.stats.head_ablation import CHANGES, AblationUnavailable
+from attnlib.stats.gradient import GradientImportanceResult, gradient_importance, unavailable_reason
+from attnlib.stats.importance import CHANGES, AblationUnavailable
 from attnlib.stats.patterns import PatternAccumulator
-from attnlib.stats.shares import SpecialTokenResult
+from attnlib.stats.special import SpecialTokenResult
 from attnlib.views.deps import arc_diagram
 from attnlib.views.head_view import head_view_html
 from attnlib.views.importance import no_op_scatter
 from attnlib.views.norms import weights_vs_norms_figure
 from attnlib.views.positions import center_of_mass_chart, median_correlation_chart
 from attnlib.views.roles import training_figure
-from attnlib.views.special_tokens import entropy_figure, gradient_figure, layer_lines_with_head_dots
+from attnlib.views.special import entropy_figure, gradient_figure, layer_lines_with_head_dots
 from ui.sources.corpus_picker import shipped_corpus
 from ui.sources.live_inputs import DEFAULT_A, DEFAULT_B, cached_run, pretty_token
 from ui.sources.model_sidebar import current_model, model_named
@@ -342,8 +342,8 @@ def render_knockout(model_name: str, shown: str, step: Step = STEPS[6]) -> None:
 def render_induction(model_name: str, shown: str) -> None:
     """Step 8: the decoder trained in the repository, whatever model is loaded: each role's largest score and the
     in-context gain over its checkpoints, then its best induction head on the probe."""
-    from app_pages.head_roles.roles_state import cached_probe_text
-    from app_pages.head_roles.training import roles_over_training
+    from app_pages.roles.roles_state import cached_probe_text
+    from app_pages.roles.training import roles_over_training
 
     found = roles_over_training(TRAINED_MODEL, tuple(checkpoints_of(TRAINED_MODEL)), RolesOptions())
     table = checkpoint_table(found)

@@ -13,7 +13,7 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import encode
 from attnlib.results.files import malformed
-from attnlib.stats.head_ablation import (
+from attnlib.stats.importance import (
     DEFAULT_SEED,
     Change,
     Head,

@@ -23,8 +23,8 @@ from attnlib.core.hooks import ATTENTION, NORMS, Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult, run_batches
 from attnlib.results.files import json_ready, malformed
-from attnlib.stats.attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
-from attnlib.stats.value_norms import MEASURES, norm_maps
+from attnlib.stats.hta import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
+from attnlib.stats.norms import MEASURES, norm_maps
 
 ATTRIBUTION = "attribution"
 

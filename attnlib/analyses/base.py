@@ -1,6 +1,6 @@
 """The shape of an analysis: its options, what it reads, how it is computed and its result, and running one.
 
-Each analysis module (attention, special_tokens, deps, positions, ...) defines one `Analysis` and registers it in
+Each analysis module (attention, special, deps, positions, ...) defines one `Analysis` and registers it in
 attnlib.analyses.registry. The command line builds its flags from the options dataclass, result files store `asdict(options)`,
 and the pages, the Tour, the report and a notebook all run it through `run_analysis` (or `attnlib.analyse`).
 """

@@ -12,7 +12,7 @@ from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
 from attnlib.results.files import malformed, numeric_array
-from attnlib.stats.gradients import (
+from attnlib.stats.gradient import (
     DEFAULT_SEED,
     MASK_RATE,
     GradientImportanceResult,

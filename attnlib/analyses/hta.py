@@ -13,7 +13,7 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import encode
 from attnlib.results.files import malformed, numeric_array
-from attnlib.stats.attribution import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, attribute, exact_seconds
+from attnlib.stats.hta import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, attribute, exact_seconds
 
 
 @dataclass(frozen=True)

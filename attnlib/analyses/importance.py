@@ -17,7 +17,7 @@ from attnlib.core.engines import corpus_index, plan_batches
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import encode
 from attnlib.results.files import malformed, numeric_array
-from attnlib.stats.head_ablation import (
+from attnlib.stats.importance import (
     CHANGES,
     DEFAULT_SEED,
     KNOCKOUTS,
@@ -34,7 +34,7 @@ from attnlib.stats.head_ablation import (
     single_head_variants,
     variant_effects,
 )
-from attnlib.stats.shares import SINK_THRESHOLD, class_share, first_token_share
+from attnlib.stats.special import SINK_THRESHOLD, class_share, first_token_share
 
 MEASURE_HELP = "the effect the no-op test and the pruning curve show: embedding, hidden, or mlm (default %(default)s)"
 SEED_HELP = "seed of the positions the mlm measure masks: default_rng(seed + input index) (default %(default)s)"

@@ -22,7 +22,7 @@ from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult, run_batches
 from attnlib.results.files import json_ready, malformed
-from attnlib.stats.attribution import (
+from attnlib.stats.hta import (
     DEFAULT_PROBES,
     DEFAULT_SEED,
     Attribution,

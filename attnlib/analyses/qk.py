@@ -23,7 +23,7 @@ from attnlib.core.hooks import Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult
 from attnlib.results.files import ResultFileError, malformed
-from attnlib.stats.shares import CLASS_KEYS, class_masks, punct_mask
+from attnlib.stats.special import CLASS_KEYS, class_masks, punct_mask
 
 Method = Literal["pca", "tsne", "umap"]
 METHODS: tuple[str, ...] = get_args(Method)

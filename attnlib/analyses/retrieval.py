@@ -18,7 +18,7 @@ from attnlib.core.decoding import check_decoder, greedy_decode
 from attnlib.core.model import LoadedModel
 from attnlib.results.files import ResultFileError, malformed, numeric_array
 from attnlib.results.shipped import EWT_DEV
-from attnlib.stats.head_ablation import mlm_head
+from attnlib.stats.importance import mlm_head
 from attnlib.stats.retrieval import (
     EXTRA_STEPS,
     RETRIEVAL_THRESHOLD,

@@ -24,7 +24,7 @@ from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.ov_circuit import copying_reason, ov_weights
 from attnlib.core.runner import encode, returned_weights, run_encoded
 from attnlib.results.files import malformed, numeric_array
-from attnlib.stats.head_ablation import MlmHead, heads_off, mlm_head
+from attnlib.stats.importance import MlmHead, heads_off, mlm_head
 from attnlib.stats.roles import (
     COPYING_THRESHOLD,
     DETECT_MEASURES,
@@ -41,7 +41,7 @@ from attnlib.stats.roles import (
     probe_scores,
     top_heads,
 )
-from attnlib.stats.shares import SINK_THRESHOLD
+from attnlib.stats.special import SINK_THRESHOLD
 
 Head = tuple[int, int]
 SCORE_KEYS = (*PROBE_ROLES, "copying", "first_share")  # the JSON's `scores`, each [layers][heads]

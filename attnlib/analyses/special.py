@@ -12,8 +12,8 @@ from attnlib.analyses.base import Analysis, Options, option
 from attnlib.core.families import unsupported_reason
 from attnlib.core.model import LoadedModel
 from attnlib.stats.head_distances import HeadDistances, HeadMap, head_map, special_from_json
-from attnlib.stats.shares import SpecialTokenResult, SpecialTokenStats
-from attnlib.stats.value_norms import NormShareResult, NormShareStats, special_norms_from_json
+from attnlib.stats.norms import NormShareResult, NormShareStats, special_norms_from_json
+from attnlib.stats.special import SpecialTokenResult, SpecialTokenStats
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from attnlib.present.labels import NORM_NAMES, SHARE_KEYS, STAT_NAMES
 from attnlib.present.tables import by_layer, head_frame, layer_frame, layer_values, paper_rows
 from attnlib.results.files import corpus_record
 from attnlib.results.shipped import ROOT
-from attnlib.stats.attribution import DEFAULT_PROBES, Attribution, Mode, hidden_token_attribution
-from attnlib.stats.value_norms import MEASURES, NORM_KEYS
+from attnlib.stats.hta import DEFAULT_PROBES, Attribution, Mode, hidden_token_attribution
+from attnlib.stats.norms import MEASURES, NORM_KEYS
 
 METHODS_PATH = "docs/METHODS.md"  # links in the report point here, relative to the repository root
 ReportProgress = Callable[[str, int, int], None]  # (what runs now, inputs done, inputs in this pass)

@@ -14,10 +14,10 @@ from attnlib.analyses.importance import ImportanceOptions
 from attnlib.analyses.positions import PositionOptions, PositionsResult
 from attnlib.analyses.special import SpecialOptions, WeightNormGap
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
-from attnlib.stats.gradients import GradientImportanceResult
+from attnlib.stats.gradient import GradientImportanceResult
 from attnlib.stats.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
 from attnlib.stats.patterns import PATTERNS, HeadPick, rank_heads
-from attnlib.stats.shares import SpecialTokenResult
+from attnlib.stats.special import SpecialTokenResult
 
 NOTICED_PATTERNS = ("prev", "next", "broad")  # step 1: the head finder's patterns the tour names
 MOST = 0.5  # "most attention": more than half of it

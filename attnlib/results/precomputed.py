@@ -19,7 +19,7 @@ from attnlib.analyses.registry import ANALYSES
 from attnlib.core.corpus import read_conllu, read_corpus
 from attnlib.results.files import ResultFile, ResultFileError, read_result_file, text_pair_sha1
 from attnlib.results.shipped import PRECOMPUTED, ROOT, file_sha1
-from attnlib.stats.attribution import Attribution
+from attnlib.stats.hta import Attribution
 
 INDEX = "index.json"
 INDEX_FORMAT = "attnlib-precomputed-index"

@@ -47,7 +47,7 @@ from attnlib.core.model import LoadedModel, ModelFacts, load_model
 from attnlib.core.replay import editing_contexts
 from attnlib.core.runner import Encoded, InputError, encode, model_inputs, returned_weights
 from attnlib.results.files import ResultFileError, corpus_record, malformed
-from attnlib.stats.shares import CLASS_KEYS, punct_mask
+from attnlib.stats.special import CLASS_KEYS, punct_mask
 
 Dtype = Literal["float16", "float32"]
 INDEX_FORMAT = "attnlib-index"

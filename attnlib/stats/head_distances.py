@@ -14,7 +14,7 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.runner import RunResult
 from attnlib.results.files import ResultFileError, numeric_array
-from attnlib.stats.shares import SpecialTokenResult
+from attnlib.stats.special import SpecialTokenResult
 
 JS_SMOOTHING = 1e-3  # METHODS §4: 0.999 * A + 0.001 / n
 DEFAULT_BUFFER_COLUMNS = 16384

@@ -1,6 +1,6 @@
 """Plain reverse-mode autograd graphs of every head's output: the reference that exact attribution is compared with.
 
-Independent of attnlib.stats.attribution and attnlib.core.replay: the encoder runs as transformers wrote it, with
+Independent of attnlib.stats.hta and attnlib.core.replay: the encoder runs as transformers wrote it, with
 hooks (attnlib.core.hooks) that make the differentiated tensors leaves (the first layer's input e0 = hidden_states[0],
 or each layer's input e(l-1)) and record o(l), the input of each layer application's attention output projection.
 Only attnlib.core.families says where those modules are. Used by the tests and benchmarks/bench_hta.py (so it lives here: tests do not import benchmarks).

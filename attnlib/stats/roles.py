@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from attnlib.stats.shares import first_token_share
+from attnlib.stats.special import first_token_share
 
 PROBE_ROLES = ("previous", "duplicate", "induction")  # the probe's scores, and detection's patterns
 DetectMeasure = Literal["mul", "abs"]

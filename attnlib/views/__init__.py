@@ -4,7 +4,7 @@
 `head_view`, `model_view` and `neuron_view` take any model's attention as bertviz does (`head_view` and `model_view`
 take bertviz's arguments, in its order: a pair's `sentence_b_start`, `display_mode`, `html_action`, an
 encoder-decoder's `encoder_attention`, `decoder_attention` and `cross_attention`, ...); every figure builder of the
-modules here (`special_tokens`, `deps`, `positions`, `norms`, `probe`, ...) returns a `Figure`, a plotly Figure that
+modules here (`special`, `deps`, `positions`, `norms`, `probe`, ...) returns a `Figure`, a plotly Figure that
 shows itself the same way. Needs the `views` extra (plotly).
 """
 

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from attnlib.views.canvas_html import head_color
 from attnlib.views.figure import notebook_figure
-from attnlib.views.special_tokens import head_label
+from attnlib.views.special import head_label
 
 CHANGE_NAMES = {"ablate": "ablation", "drop": "[CLS]/[SEP] dropped", "renormalise": "renormalised without them"}
 MEASURE_NAMES = {

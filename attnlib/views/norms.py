@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 from attnlib.views.figure import notebook_figure
 from attnlib.views.layers import MARGIN, layer_axis_title, layer_line, per_layer_layout
 from attnlib.views.positions import ATTENTION_COLOR, ATTRIBUTION_COLOR, compared_lines
-from attnlib.views.special_tokens import (
+from attnlib.views.special import (
     COLOURS,
     add_model_lines,
     layer_lines_by_model,

@@ -15,7 +15,7 @@ from attnlib.analyses.deps import ALL, DIRECTIONS
 from attnlib.analyses.positions import CORRELATIONS
 from attnlib.present.labels import NORM_NAMES, STAT_NAMES
 from attnlib.present.report import METHODS_PATH, PartResult, Report, methods_anchor
-from attnlib.stats.value_norms import MEASURES
+from attnlib.stats.norms import MEASURES
 from attnlib.views.deps import head_accuracy_heatmaps
 from attnlib.views.figure import notebook_figure
 from attnlib.views.importance import effect_heatmap, no_op_scatter, pruning_figure
@@ -36,7 +36,7 @@ from attnlib.views.positions import (
 )
 from attnlib.views.probe import relation_bars as probe_relation_bars
 from attnlib.views.probe import weight_heatmaps
-from attnlib.views.special_tokens import entropy_figure, head_map_figure, layer_lines_with_head_dots
+from attnlib.views.special import entropy_figure, head_map_figure, layer_lines_with_head_dots
 
 SHARES = ("cls", "sep", "punct", "other")
 NEARBY = ("prev", "self", "next")

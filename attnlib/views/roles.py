@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from attnlib.views.figure import notebook_figure
 from attnlib.views.importance import effect_heatmap
 from attnlib.views.layers import MARGIN
-from attnlib.views.special_tokens import head_label
+from attnlib.views.special import head_label
 
 ROLE_NAMES = {
     "previous": "previous-token",

@@ -31,7 +31,7 @@ from attnlib.views.roles import (
     score_heatmap,
     training_figure,
 )
-from attnlib.views.special_tokens import gradient_figure
+from attnlib.views.special import gradient_figure
 
 Drawn = Any  # a Figure (plotly) or a View (the head view)
 

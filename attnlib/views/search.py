@@ -10,10 +10,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attnlib.search.by_example import IndexOptions, Match, SearchResult
-from attnlib.stats.shares import CLASS_KEYS, strip_wordpiece_marker
+from attnlib.stats.special import CLASS_KEYS, strip_wordpiece_marker
 from attnlib.views.canvas_html import head_color
 from attnlib.views.figure import notebook_figure
-from attnlib.views.special_tokens import COLOURS, head_label
+from attnlib.views.special import COLOURS, head_label
 
 CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
 BAR_HEIGHT = 26  # pixels a bar of a horizontal count chart

@@ -19,8 +19,8 @@ from attnlib.core.corpus import read_corpus
 from attnlib.core.runner import encode, model_inputs
 from attnlib.results.files import read_result_file
 from attnlib.results.shipped import CLASSROOM_SINGLE
-from attnlib.stats.attribution import hidden_token_attribution
-from attnlib.stats.value_norms import MEASURES
+from attnlib.stats.hta import hidden_token_attribution
+from attnlib.stats.norms import MEASURES
 from support.cli import cli_json
 from support.tolerances import FORWARD_RTOL
 

@@ -1,5 +1,5 @@
 """Dependency-head accuracy (METHODS section 7) on hand-built sentences and the deps command on EWT dev (the page:
-app/test_dependency_heads_page.py)."""
+app/test_deps_page.py)."""
 
 from __future__ import annotations
 

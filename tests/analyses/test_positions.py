@@ -22,7 +22,7 @@ from attnlib.analyses.positions import (
     row_correlations,
 )
 from attnlib.core.corpus import read_corpus
-from attnlib.stats.attribution import Attribution
+from attnlib.stats.hta import Attribution
 from support.cli import cli_json, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")

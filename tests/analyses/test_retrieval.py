@@ -15,7 +15,7 @@ from attnlib.core.decoding import greedy_decode
 from attnlib.core.model import load_model
 from attnlib.results.files import ResultFileError
 from attnlib.results.shipped import CLASSROOM_SINGLE
-from attnlib.stats.head_ablation import mlm_head
+from attnlib.stats.importance import mlm_head
 from attnlib.stats.retrieval import copy_scores, needle_test, retrieval_heads
 from support.cli import run_cli
 from support.json_keys import KEYS, TEST_KEYS

@@ -17,7 +17,7 @@ from attnlib.core.corpus import read_corpus
 from attnlib.core.runner import encode
 from attnlib.results.files import json_ready, read_result_file
 from attnlib.results.shipped import CLASSROOM_PAIRS
-from attnlib.stats.gradients import masked_positions
+from attnlib.stats.gradient import masked_positions
 from attnlib.views import Figure, View
 from support.cli import cli_json, run_cli
 from support.runs import INPUTS, KINDS, command_line, split_inputs

@@ -1,5 +1,5 @@
 """Special-token statistics (METHODS §1-3, §5): hand-worked arrays, merging, the CLI against transformers (the page:
-app/test_special_tokens_page.py)."""
+app/test_special_page.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from attnlib.core.corpus import CorpusInput, read_text_corpus
 from attnlib.core.model import bundled_model_path
 from attnlib.core.runner import encode
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
-from attnlib.stats import shares
-from attnlib.stats.gradients import (
+from attnlib.stats import special as special_stats
+from attnlib.stats.gradient import (
     GradientImportanceSums,
     GradientImportanceUnavailable,
     _masked_batch,
@@ -27,7 +27,7 @@ from attnlib.stats.gradients import (
     masked_positions,
     unavailable_reason,
 )
-from attnlib.stats.shares import (
+from attnlib.stats.special import (
     STAT_KEYS,
     InputRows,
     SpecialTokenStats,
@@ -117,7 +117,7 @@ def test_entropy_in_pieces_of_rows_is_the_definition(monkeypatch, causal):
     # float32: each of n terms off by about 2 eps |p ln p|, the sum by n eps: atol n x 3 eps x max |ln p|
     atol = n * 3 * np.finfo(np.float32).eps * abs(math.log(0.0001 / n))
     for rows in (1, 2, 3):
-        monkeypatch.setattr(shares, "ENTROPY_CHUNK", rows * 6 * n)
+        monkeypatch.setattr(special_stats, "ENTROPY_CHUNK", rows * 6 * n)
         got = row_entropy(attn, causal, first_row)
         np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
 
@@ -130,7 +130,7 @@ def test_class_masses_are_the_product_with_the_class_indicators(monkeypatch, gat
     attn = rng.random((2, 3, 5, n)).astype(np.float32)
     attn /= attn.sum(-1, keepdims=True)
     classes = class_masks(np.eye(n)[0], np.eye(n)[n - 1], rng.random(n) < 0.4)
-    monkeypatch.setattr(shares, "GATHERED_KEYS", gathered)
+    monkeypatch.setattr(special_stats, "GATHERED_KEYS", gathered)
     got = class_row_mass(attn, classes)
     expected = attn.astype(np.float64) @ classes
     # float32 sums of at most n weights <= 1 (rows summing to 1), "other" a difference of such sums: (n + 3) eps

@@ -50,12 +50,12 @@ def test_url_restores_model_and_text():
 
 PAGE_FILES = [
     "app_pages/live/page.py",
-    "app_pages/special_tokens/page.py",
-    "app_pages/dependency_heads/page.py",
+    "app_pages/special/page.py",
+    "app_pages/deps/page.py",
     "app_pages/local_global/page.py",
-    "app_pages/head_importance/page.py",
-    "app_pages/head_roles/page.py",
-    "app_pages/queries_keys/page.py",
+    "app_pages/importance/page.py",
+    "app_pages/roles/page.py",
+    "app_pages/qk/page.py",
 ]
 
 
@@ -88,11 +88,11 @@ def test_exact_example_states_its_time_and_refuses_long_inputs(words, expect_but
 @pytest.mark.slow
 def test_corpus_choice_survives_a_visit_to_another_page():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     at.selectbox(key="special_corpus").select("Classroom set: sentence pairs").run()
     at.number_input(key="special_limit").set_value(30).run()
     at.switch_page("app_pages/live/page.py").run()
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     assert not at.exception, at.exception
     assert at.selectbox(key="special_corpus").value == "Classroom set: sentence pairs"
     assert at.number_input(key="special_limit").value == 30
@@ -102,7 +102,7 @@ def test_corpus_choice_survives_a_visit_to_another_page():
 @pytest.mark.slow
 def test_deps_example_follows_a_new_relation_and_the_url():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("app_pages/dependency_heads/page.py")
+    at.switch_page("app_pages/deps/page.py")
     at.session_state["deps_limit"] = 15
     at.session_state["deps_min_count"] = 5
     at.run()
@@ -139,7 +139,7 @@ def test_unknown_family_on_the_pages(unknown_dir):
     at.run()
     assert not at.exception and any("Value-weighted norms" in i.value for i in at.info)
     at.query_params["tab"], at.query_params["limit"] = "norms", "3"
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     assert not at.exception and not at.error, (at.exception, at.error)
     assert any("are not available for 'megatron-bert'" in i.value for i in at.info)
     at.query_params["step"] = "3"

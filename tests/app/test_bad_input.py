@@ -188,10 +188,10 @@ def test_app_typed_text_follows_the_visitor_across_pages(live_app):
     """Streamlit drops widget values and the URL on a page change; the typed sentence must survive both."""
     at = _type(live_app, "My own sentence about a purple owl.", "")
     at.session_state["lg_tab"] = "One example"  # the Local vs global tab with the sentence inputs
-    for page in ("app_pages/local_global/page.py", "app_pages/dependency_heads/page.py", "app_pages/live/page.py"):
+    for page in ("app_pages/local_global/page.py", "app_pages/deps/page.py", "app_pages/live/page.py"):
         at.switch_page(page).run()
         assert not at.exception, (page, at.exception)
-        if page != "app_pages/dependency_heads/page.py":  # a page without the sentence inputs in between
+        if page != "app_pages/deps/page.py":  # a page without the sentence inputs in between
             assert at.text_area(key="text_a").value == "My own sentence about a purple owl.", page
             assert (
                 at.text_area(key="text_b").value == "" and at.query_params["a"] == "My own sentence about a purple owl."
@@ -222,7 +222,7 @@ def test_app_local_global_example_bad_text(live_app, text):
 @pytest.mark.slow
 @pytest.mark.parametrize("text", BAD_TYPED.values(), ids=BAD_TYPED.keys())
 def test_app_deps_typed_text_bad(live_app, text):
-    at = live_app.switch_page("app_pages/dependency_heads/page.py").run()
+    at = live_app.switch_page("app_pages/deps/page.py").run()
     at.radio(key="deps_source").set_value("silver").run()
     at.selectbox(key="deps_text_choice").select("Type or paste text").run()
     at.text_area(key="deps_text").input(text).run()
@@ -283,8 +283,8 @@ def test_app_corpus_pages_show_upload_errors(case):
     at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
     at.session_state["deps_corpus"] = "Upload a CoNLL-U file"
     for page, key, upload_label in (
-        ("app_pages/special_tokens/page.py", "special", "Upload a text or CoNLL-U file"),
-        ("app_pages/dependency_heads/page.py", "deps", "Upload a CoNLL-U file"),
+        ("app_pages/special/page.py", "special", "Upload a text or CoNLL-U file"),
+        ("app_pages/deps/page.py", "deps", "Upload a CoNLL-U file"),
     ):
         at.switch_page(page).run()
         assert not at.exception, (page, at.exception)
@@ -300,10 +300,10 @@ def test_app_corpus_pages_show_upload_errors(case):
 def test_upload_is_kept_when_leaving_the_page():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
     at.session_state["special_corpus"] = "Upload a text or CoNLL-U file"
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     at = _upload(at, "ok.conllu", CONLLU_OK.encode(), "special")
     at.switch_page("app_pages/live/page.py").run()
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.selectbox(key="special_corpus").value == "Upload a text or CoNLL-U file"
     assert any("ok.conllu, uploaded earlier" in c.value for c in at.caption)

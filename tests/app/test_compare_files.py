@@ -326,7 +326,7 @@ def test_a_loaded_result_file_survives_another_tab_and_page_until_removed(tmp_pa
     assert {m.label: m.value for m in at.metric}["UAS, attention-only probe"] == shown
     open_tab(at, "deps_tab", "Best head per relation")  # the probe's uploader is not drawn: Streamlit drops its file
     at.switch_page("app_pages/live/page.py").run()
-    at.switch_page("app_pages/dependency_heads/page.py").run()
+    at.switch_page("app_pages/deps/page.py").run()
     open_tab(at, "deps_tab", "All heads together")
     assert not at.exception, [e.value for e in at.exception]
     assert any("Using **tiny-probe.json**, loaded earlier" in c.value for c in at.caption)

@@ -48,7 +48,7 @@ def computed(at: AppTest, page: str) -> AppTest:
 def test_dependency_heads_page_shows_a_decoders_ceilings(gpt2_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), limit="6", min_count="1")
-    computed(at, "app_pages/dependency_heads/page.py")
+    computed(at, "app_pages/deps/page.py")
     (table, *_) = tables(at)
     ceilings = ["ceiling dep->head %", "ceiling head<-dep %"]
     assert set(ceilings) <= set(table.columns)
@@ -84,7 +84,7 @@ def test_local_global_page_draws_a_decoders_attention_and_attribution_over_offse
 def test_compared_dependency_tables_give_the_decoders_ceilings_only(gpt2_dir, tiny_model_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), cmp=str(tiny_model_dir), limit="6", min_count="1")
-    computed(at, "app_pages/dependency_heads/page.py")
+    computed(at, "app_pages/deps/page.py")
     (table, *_) = tables(at)
     assert f"{gpt2_dir}: ceiling head<-dep %" in table.columns and f"{gpt2_dir}: accuracy %" in table.columns
     assert f"{tiny_model_dir}: accuracy %" in table.columns

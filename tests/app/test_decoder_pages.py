@@ -56,7 +56,7 @@ def test_special_tokens_sinks_of_a_decoder_beside_an_encoder(gpt2_dir, tiny_mode
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), cmp=str(tiny_model_dir), limit="4", tab="sinks")
     at.run()
-    at.switch_page("app_pages/special_tokens/page.py")
+    at.switch_page("app_pages/special/page.py")
     at.run()
     for _ in range(4):  # compute each model's statistics on request
         assert not at.exception, [e.value for e in at.exception]
@@ -76,7 +76,7 @@ def test_head_importance_of_a_decoder_is_the_sink_test(gpt2_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), limit="3", tab="noop", ko="1", measure="mlm")
     at.run()
-    at.switch_page("app_pages/head_importance/page.py")
+    at.switch_page("app_pages/importance/page.py")
     at.run()
     asks = [b for b in at.button if str(b.key).startswith("compute:")]
     assert asks and "first-token attention" in " ".join(i.value for i in at.info)
@@ -112,7 +112,7 @@ def test_special_tokens_weights_vs_norms_of_a_decoder(gpt2_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(gpt2_dir), limit="4", tab="norms")
     at.run()
-    at.switch_page("app_pages/special_tokens/page.py")
+    at.switch_page("app_pages/special/page.py")
     at.run()
     for _ in range(4):
         assert not at.exception, [e.value for e in at.exception]
@@ -131,7 +131,7 @@ def test_special_tokens_weights_vs_norms_of_a_decoder(gpt2_dir):
 
 def test_live_norms_view_of_a_decoder(gpt2_dir):
     """The Live page's norms switch on a decoder: rows of ||A f(x)|| normalised, from the library's maps, causal."""
-    from attnlib.stats.value_norms import norm_maps
+    from attnlib.stats.norms import norm_maps
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.query_params.update(model=str(gpt2_dir), a=TEXT, show="norms")

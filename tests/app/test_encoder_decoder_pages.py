@@ -20,8 +20,8 @@ from attnlib.core.families import unsupported_reason
 from attnlib.core.model import LoadedModel, load_model
 from attnlib.present.tour import STEPS
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
-from attnlib.stats.head_ablation import mlm_reason
-from attnlib.stats.head_ablation import unavailable_reason as ablation_reason
+from attnlib.stats.importance import mlm_reason
+from attnlib.stats.importance import unavailable_reason as ablation_reason
 from support.apptest import figures, tables
 from support.models import save_tiny
 from support.pages import run_computing
@@ -101,7 +101,7 @@ def encoder_shares(model_dir) -> dict[str, np.ndarray]:
 def test_special_tokens_page_shows_the_encoders_shares(encdec_dir):
     """The Special tokens page of an encoder-decoder: every tab opens; the per-layer shares are `attnlib special`'s
     and the encoder's own attention's: T5 has no CLS (its class is empty), BART's CLS is its first token <s>."""
-    at = open_page("app_pages/special_tokens/page.py", model=str(encdec_dir), limit=str(LIMIT), tab="tables")
+    at = open_page("app_pages/special/page.py", model=str(encdec_dir), limit=str(LIMIT), tab="tables")
     assert len(encoder_captions(at)) == 1
     rows = per_layer(at, str(encdec_dir))
     own = library_special(encdec_dir)
@@ -131,7 +131,7 @@ def test_special_tokens_of_an_encoder_decoder_beside_an_encoder(tiny_model_dir):
     t5_dir = save_tiny("t5", tiny_model_dir.parent / "t5-beside-bert")
     own = {model_dir: library_special(model_dir) for model_dir in (t5_dir, tiny_model_dir)}
     for first, second in ((t5_dir, tiny_model_dir), (tiny_model_dir, t5_dir)):
-        page = "app_pages/special_tokens/page.py"
+        page = "app_pages/special/page.py"
         at = open_page(page, model=str(first), cmp=str(second), limit=str(LIMIT), tab="tables")
         (caption,) = encoder_captions(at)
         assert caption.startswith(str(t5_dir))
@@ -147,7 +147,7 @@ def test_dependency_heads_page_shows_the_encoders_table(encdec_dir):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=str(encdec_dir))
     at.run()
-    at.switch_page("app_pages/dependency_heads/page.py")
+    at.switch_page("app_pages/deps/page.py")
     at.session_state["deps_limit"], at.session_state["deps_min_count"] = n_sentences, min_count
     run_computing(at, "deps")
     assert len(encoder_captions(at)) == 1
@@ -174,9 +174,9 @@ REASONS: dict[str, Callable[[LoadedModel], str | None]] = {
 }
 # page, its tabs' session key and labels, the statistic its numbers need from the family
 NEEDS = [
-    ("app_pages/head_importance/page.py", "importance_tab", list(HEAD_IMPORTANCE.values()), "ablation"),
+    ("app_pages/importance/page.py", "importance_tab", list(HEAD_IMPORTANCE.values()), "ablation"),
     ("app_pages/local_global/page.py", "lg_tab", list(LOCAL_GLOBAL.values()), "hta"),
-    ("app_pages/queries_keys/page.py", None, [None], "queries_keys"),
+    ("app_pages/qk/page.py", None, [None], "queries_keys"),
 ]
 
 

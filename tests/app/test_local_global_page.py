@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attnlib.results.shipped import ROOT
-from attnlib.stats.value_norms import MEASURES
+from attnlib.stats.norms import MEASURES
 from support.apptest import across_tabs, figures, open_tab, tables
 from support.pages import assert_table_equals_cli, cli_aggregation, page_with
 from support.positions import TABS

@@ -17,7 +17,7 @@ from attnlib.core.model import DEFAULT_MODEL
 from attnlib.present.export import attention_table
 from attnlib.results.precomputed import shipped_result
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
-from attnlib.stats.attribution import EXACT_SECONDS_AT_34_TOKENS, exact_seconds
+from attnlib.stats.hta import EXACT_SECONDS_AT_34_TOKENS, exact_seconds
 from support.cli import cli_json, run_cli
 
 

@@ -19,7 +19,7 @@ def _special_page():
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.session_state["special_limit"] = 2  # the page computes once before the file is chosen
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     return at
 
 
@@ -50,7 +50,7 @@ def test_dependency_page_loads_a_result_file(tmp_path):
     assert ran.code == 0, ran.err
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
     at.session_state["deps_limit"] = 2  # the page computes once before the file is chosen
-    at.switch_page("app_pages/dependency_heads/page.py").run()
+    at.switch_page("app_pages/deps/page.py").run()
     open_result_file(at, "deps_result_file", path.read_bytes())
     assert any("computed by `python -m attnlib deps` on en_ewt-ud-dev.conllu (30 inputs)" in i.value for i in at.info)
     assert [m.value for m in at.metric][:1] == ["30"]

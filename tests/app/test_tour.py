@@ -25,9 +25,9 @@ from attnlib.present.tour import (
     step_number,
     syntax_notice,
 )
-from attnlib.stats.gradients import GradientImportanceResult
+from attnlib.stats.gradient import GradientImportanceResult
 from attnlib.stats.patterns import PATTERNS
-from attnlib.stats.shares import STAT_KEYS, SpecialTokenResult
+from attnlib.stats.special import STAT_KEYS, SpecialTokenResult
 from ui.widgets.page_tabs import HEAD_IMPORTANCE, SPECIAL_TOKENS
 
 M = "model-x"
@@ -360,7 +360,7 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
     )
     from attnlib.results.precomputed import shipped_result
     from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
-    from attnlib.stats.gradients import gradient_importance, unavailable_reason
+    from attnlib.stats.gradient import gradient_importance, unavailable_reason
     from attnlib.stats.patterns import PatternAccumulator
 
     f = lm.facts

@@ -16,7 +16,7 @@ from attnlib.views import head_view, model_view, neuron_view
 from attnlib.views.canvas_html import quantize
 from attnlib.views.deps import head_accuracy_heatmaps
 from attnlib.views.neuron_view import neuron_view_html
-from attnlib.views.special_tokens import layer_lines_with_head_dots
+from attnlib.views.special import layer_lines_with_head_dots
 from support.browser import INK, PLOTTED, offline_page
 
 CANVAS = {"head": "#cv", "model": "#grid", "neuron": "#cv"}

@@ -15,7 +15,7 @@ from attnlib.cli.entry import build_parser
 from attnlib.core.decoding import check_decoder
 from attnlib.core.families import UnsupportedModelError, unsupported_reason
 from attnlib.core.model import load_model
-from attnlib.stats.gradients import unavailable_reason
+from attnlib.stats.gradient import unavailable_reason
 from support.cli import run_cli
 from support.json_keys import COMMAND_KEYS, KEYS
 from support.models import (

@@ -12,7 +12,7 @@ from attnlib.analyses.registry import load
 from attnlib.core.model import load_model
 from attnlib.core.seq2seq import run_seq2seq
 from attnlib.present.runs import run_tables
-from attnlib.stats.value_norms import part_norm_maps
+from attnlib.stats.norms import part_norm_maps
 from attnlib.views.runs import run_figures
 from support.cli import run_cli
 from support.models import ENCODER_DECODER_KINDS, save_tiny

@@ -28,7 +28,7 @@ from attnlib.core.blockwise import (
 from attnlib.core.memory import MAX_RUN_MB_ENV, MemoryLimitError, RunSize, check_memory, estimate_peak_bytes, run_size
 from attnlib.core.model import ModelLoadError, load_model
 from attnlib.core.runner import encode, model_inputs, run_encoded
-from attnlib.stats.shares import STAT_KEYS, SpecialTokenStats
+from attnlib.stats.special import STAT_KEYS, SpecialTokenStats
 from attnlib.views.neuron_view import neuron_scores
 from support.models import DECODER_KINDS, FAMILY_KINDS, save_tiny
 from support.tolerances import FORWARD_RTOL

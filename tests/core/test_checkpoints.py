@@ -16,7 +16,7 @@ import attnlib.cli.options as cli_options
 from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import DEFAULT_MODEL, LoadedModel, ModelLoadError, load_model, model_parameters
 from attnlib.core.runner import NoAttentionWeightsError, encode, returned_weights, run
-from attnlib.stats.attribution import hidden_token_attribution
+from attnlib.stats.hta import hidden_token_attribution
 from support.bad_input import _assert_kept_default, _choose_other, _sidebar
 from support.cli import cli_json, run_cli
 from support.json_keys import COMMAND_KEYS, KEYS

@@ -13,7 +13,7 @@ from attnlib.analyses.base import run_analysis
 from attnlib.analyses.special import SPECIAL, SpecialOptions
 from attnlib.core.model import load_model
 from attnlib.core.runner import run
-from attnlib.stats.shares import (
+from attnlib.stats.special import (
     STAT_KEYS,
     SpecialTokenResult,
     input_statistics,

@@ -17,9 +17,9 @@ from attnlib.core.families import UnsupportedModelError, found_for, layout, unsu
 from attnlib.core.found import find_layout
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode, run
-from attnlib.stats import value_norms as norms
-from attnlib.stats.attribution import hidden_token_attribution
-from attnlib.stats.head_ablation import Variant, prepare, variant_effects
+from attnlib.stats import norms
+from attnlib.stats.hta import hidden_token_attribution
+from attnlib.stats.importance import Variant, prepare, variant_effects
 from support.ablation import REPLAY_ATOL
 from support.models import FOUND_ENCODER_DECODER_KINDS, FOUND_LAYOUT_KINDS, move_off_initial, save_tiny
 from support.reference import reverse_mode_reference

@@ -16,7 +16,7 @@ from attnlib.results.shipped import CHECKOUT
 
 
 def test_new_name_maps_a_module_and_what_is_below_it():
-    assert new_name("attnlib.special") == "attnlib.stats.shares"
+    assert new_name("attnlib.special") == "attnlib.stats.special"
     assert new_name("attnlib.special_tokens") == "attnlib.analyses.special"
     assert new_name("attnlib.commands.search") == "attnlib.cli.commands.search"
     assert new_name("attnlib.views.report") == "attnlib.views.report_page"
@@ -44,7 +44,7 @@ out["functions"] = sorted(n for n in attnlib.ANALYSES if getattr(attnlib, n) is 
 from attnlib.special_tokens import SpecialOptions
 from attnlib.analyses.special import SpecialOptions as New
 from attnlib.special import SpecialTokenStats
-from attnlib.stats.shares import SpecialTokenStats as Shares
+from attnlib.stats.special import SpecialTokenStats as Shares
 out["from import"] = SpecialOptions is New and SpecialTokenStats is Shares
 print(json.dumps(out))
 """

@@ -26,8 +26,8 @@ from attnlib.present.report import (
 )
 from attnlib.present.tables import paper_rows
 from attnlib.results.shipped import CLASSROOM_SINGLE
-from attnlib.stats.shares import STAT_KEYS
-from attnlib.stats.value_norms import NORM_KEYS
+from attnlib.stats.norms import NORM_KEYS
+from attnlib.stats.special import STAT_KEYS
 from attnlib.views.plotly_js import plotly_js
 from attnlib.views.report_page import render_report
 from support.cli import cli_json, run_cli

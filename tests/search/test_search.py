@@ -27,7 +27,7 @@ from attnlib.search.by_example import (
     search_corpus,
     top_k,
 )
-from attnlib.stats.shares import CLASS_KEYS
+from attnlib.stats.special import CLASS_KEYS
 from support.cli import run_cli
 from support.json_keys import COMMAND_KEYS
 from support.search import QUERY, check_top_k_equals_brute_force_cosine, ewt_dev_head, sentences

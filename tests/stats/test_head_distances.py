@@ -22,7 +22,7 @@ from attnlib.stats.head_distances import (
     pairwise_js,
     smoothed,
 )
-from attnlib.stats.shares import STAT_KEYS, SpecialTokenResult
+from attnlib.stats.special import STAT_KEYS, SpecialTokenResult
 from support.results import random_input
 from support.tolerances import EPS32, JS_RTOL
 

@@ -15,9 +15,9 @@ from attnlib.core.hooks import NORMS
 from attnlib.core.runner import encode, run, run_encoded
 from attnlib.results.files import read_result_file
 from attnlib.results.shipped import CLASSROOM_SINGLE
-from attnlib.stats import value_norms as norms
-from attnlib.stats.shares import class_masks
-from attnlib.stats.value_norms import special_norms_from_json
+from attnlib.stats import norms
+from attnlib.stats.norms import special_norms_from_json
+from attnlib.stats.special import class_masks
 from support.cli import cli_json, run_cli
 from support.reference import _reference_vectors
 from support.tolerances import FORWARD_RTOL

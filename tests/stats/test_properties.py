@@ -26,10 +26,10 @@ from attnlib.core.corpus import CorpusInput, Sentence, read_text_corpus
 from attnlib.core.runner import RunResult
 from attnlib.core.words import ROW_RULES, word_groups, word_level_attention
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
-from attnlib.stats.attribution import Attribution
 from attnlib.stats.head_distances import HeadDistances
+from attnlib.stats.hta import Attribution
 from attnlib.stats.patterns import PATTERNS, PatternAccumulator, input_scores
-from attnlib.stats.shares import (
+from attnlib.stats.special import (
     CLASS_KEYS,
     SpecialTokenStats,
     class_share,

@@ -23,7 +23,7 @@ from attnlib.stats.roles import (
     probe_scores,
     top_heads,
 )
-from attnlib.stats.shares import first_token_share
+from attnlib.stats.special import first_token_share
 from support.roles import looped_previous_score, looped_repeat_score
 
 ORDINARY = np.arange(3, 103)  # ids 0-2 stand for special tokens

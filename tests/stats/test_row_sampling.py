@@ -25,7 +25,7 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.engines import numbered
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode
-from attnlib.stats.attribution import RowAttribution, hidden_token_attribution, row_attribution
+from attnlib.stats.hta import RowAttribution, hidden_token_attribution, row_attribution
 from attnlib.stats.row_sampling import sampled_offset_sums, sampled_rows
 from support.cli import run_cli
 from support.models import save_tiny

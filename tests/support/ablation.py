@@ -1,5 +1,5 @@
 """What the ablation tests share: their sentences, and the checks that hold for a tiny model of every family
-(analyses/test_ablation.py runs them on BERT in the quick tier and on the other families in the slow tier)."""
+(analyses/test_importance.py runs them on BERT in the quick tier and on the other families in the slow tier)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from attnlib.core.families import layout
 from attnlib.core.replay import editing_contexts
 from attnlib.core.runner import encode, model_inputs, run
-from attnlib.stats.head_ablation import (
+from attnlib.stats.importance import (
     Variant,
     changed_states,
     heads_off,

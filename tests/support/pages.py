@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
-from attnlib.stats.value_norms import MEASURES
+from attnlib.stats.norms import MEASURES
 from support.apptest import tables
 from support.cli import cli_json
 from ui.widgets.page_tabs import SPECIAL_TOKENS
@@ -117,7 +117,7 @@ def _deps_page(source: str, **state):
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("app_pages/dependency_heads/page.py")
+    at.switch_page("app_pages/deps/page.py")
     defaults = dict(deps_source=source, deps_min_count=5, deps_rule="mean", deps_split="same")
     for key, value in {**defaults, **state}.items():
         at.session_state[key] = value

@@ -11,7 +11,7 @@ import torch
 
 from attnlib.analyses.deps import DependencyCounts
 from attnlib.stats.head_distances import HeadDistances
-from attnlib.stats.shares import STAT_KEYS, SpecialTokenStats
+from attnlib.stats.special import STAT_KEYS, SpecialTokenStats
 from support.tolerances import FORWARD_RTOL, JS_RTOL
 
 requires_ray = pytest.mark.skipif(

@@ -214,7 +214,7 @@ def test_js_files_are_package_data():
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert", "roberta"], indirect=True)
 def test_norm_rows_of_the_library_match_the_independent_computation(tiny_model):
-    from attnlib.stats.value_norms import row_normalised, value_norms_from_values, weighted_norms
+    from attnlib.stats.norms import row_normalised, value_norms_from_values, weighted_norms
 
     text_a, text_b = "The cat sat on the mat.", "The dog slept."
     r = run(tiny_model, text_a, text_b, capture_norms=True)
@@ -226,7 +226,7 @@ def test_norm_rows_of_the_library_match_the_independent_computation(tiny_model):
 
 
 def test_norm_rows_by_hand():
-    from attnlib.stats.value_norms import row_normalised, weighted_norms
+    from attnlib.stats.norms import row_normalised, weighted_norms
 
     attn = np.array([[[[0.5, 0.5], [0.25, 0.75]]]])  # [1, 1, 2, 2]
     value_norm = np.array([[[1.0, 3.0]]])  # ||f(x_0)|| = 1, ||f(x_1)|| = 3

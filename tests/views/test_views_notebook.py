@@ -138,7 +138,7 @@ def test_a_result_without_queries_has_no_neuron_view():
 
 def notebook_outputs(pair_result) -> dict[str, tuple[object, str]]:
     """Each kind of view and a figure, with the JavaScript file that only it carries."""
-    from attnlib.views.special_tokens import entropy_figure
+    from attnlib.views.special import entropy_figure
 
     rng = np.random.default_rng(7)
     return {

@@ -11,7 +11,7 @@ from attnlib.analyses.base import run_analysis
 from attnlib.core.runner import InputError, RunResult, run
 from attnlib.core.words import RowRule, unit_labels, word_groups, word_level_attention
 from attnlib.results.shipped import TUTORIAL_A, TUTORIAL_B
-from attnlib.stats.value_norms import row_normalised, weighted_norms
+from attnlib.stats.norms import row_normalised, weighted_norms
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind
 

@@ -11,7 +11,7 @@ from attnlib.core.corpus import CorpusError
 from attnlib.core.engines import check_device
 from attnlib.core.runner import InputError
 from attnlib.present.report import Report, ReportOptions, run_report, terminal_progress
-from attnlib.stats.attribution import DEFAULT_PROBES
+from attnlib.stats.hta import DEFAULT_PROBES
 
 
 def report_renderer() -> Callable[[Report], str]:

@@ -45,7 +45,7 @@ from attnlib.core.hooks import ATTENTION, hooks
 from attnlib.core.model import LoadedModel
 from attnlib.core.replay import Recording, captured_contexts, editing_contexts, record, served_once
 from attnlib.core.runner import Encoded, encode, model_inputs, returned_weights
-from attnlib.stats.gradients import unavailable_reason as gradient_unavailable_reason
+from attnlib.stats.gradient import unavailable_reason as gradient_unavailable_reason
 
 Head = tuple[int, int]  # (layer, head), 0-based
 Change = Literal["ablate", "drop", "renormalise"]

@@ -32,7 +32,7 @@ from attnlib.core.model import load_model
 from attnlib.core.replay import editing_contexts, served_once
 from attnlib.core.runner import encode, run
 from attnlib.results.shipped import CLASSROOM_SINGLE
-from attnlib.stats.head_ablation import (
+from attnlib.stats.importance import (
     CHANGES,
     AblationUnavailable,
     Variant,

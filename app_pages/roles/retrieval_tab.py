@@ -12,7 +12,7 @@ from attnlib.core.corpus import CorpusError
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
 from attnlib.views.roles import retrieval_heatmap
-from attnlib.views.special_tokens import head_label
+from attnlib.views.special import head_label
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import AnalysisForm, forget
 from ui.widgets.data_table import data_table

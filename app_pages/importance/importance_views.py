@@ -10,7 +10,7 @@ import streamlit as st
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.importance import IMPORTANCE, HeadImportance, ImportanceOptions
 from attnlib.core.model import LoadedModel
-from attnlib.stats.head_ablation import MEASURES, mlm_reason, unavailable_reason
+from attnlib.stats.importance import MEASURES, mlm_reason, unavailable_reason
 from attnlib.views.importance import measure_names
 from ui.sources.corpus_page import CorpusPage, Shown, file_shown_as, shown_on_corpus
 from ui.sources.corpus_picker import CorpusChoice

@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app_pages.head_roles.own_text import own_text_detection
-from app_pages.head_roles.roles_state import KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
+from app_pages.roles.own_text import own_text_detection
+from app_pages.roles.roles_state import KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
 from attnlib.analyses.roles import RolesOptions
 from attnlib.present.roles import LINK_REPEAT, live_head_link
 from attnlib.views.head_view import head_view_html
 from attnlib.views.roles import ROLE_NAMES, causal_bars, main_roles, role_map, score_heatmap
-from attnlib.views.special_tokens import head_label
+from attnlib.views.special import head_label
 from ui.sources.live_inputs import cached_run, pretty_token
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, bind, lazy_tabs, set_value
@@ -173,14 +173,14 @@ def causal_tab(views: list[ShownRoles], options: RolesOptions) -> None:
 
 def retrieval_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """The needle test of Wu et al. 2024 on the loaded model."""
-    from app_pages.head_roles.retrieval_tab import retrieval_test
+    from app_pages.roles.retrieval_tab import retrieval_test
 
     retrieval_test(current_model())
 
 
 def training_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """The roles over training: of a result file that holds checkpoints, else of the loaded model's checkpoints."""
-    from app_pages.head_roles.training import over_training, training_lines
+    from app_pages.roles.training import over_training, training_lines
 
     with_points = [v for v in views if v.result.checkpoints]
     for view in with_points:

@@ -56,7 +56,7 @@ def test_page_compares_two_models_table_and_probe(minilm, tiny_model_dir, tiny_m
     for key, value in {"limit": "10", "min": "1", "probe_limit": "4", "cmp": str(tiny_model_dir)}.items():
         at.query_params[key] = value
     at.run()
-    at.switch_page("app_pages/dependency_heads/page.py").run()
+    at.switch_page("app_pages/deps/page.py").run()
     assert not at.exception, [e.value for e in at.exception]
     first, second = minilm.facts.name, str(tiny_model_dir)
     sentences = read_conllu(EWT_DEV)[:10]
@@ -103,7 +103,7 @@ def test_page_opens_the_shipped_table_at_once_and_says_so(monkeypatch):
 
     monkeypatch.setattr("attnlib.analyses.base.run_analysis", no_counting)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
-    at.switch_page("app_pages/dependency_heads/page.py").run()
+    at.switch_page("app_pages/deps/page.py").run()
     assert not at.exception, [e.value for e in at.exception]
     record = shipped_result("deps", DEFAULT_MODEL, hashlib.sha1(EWT_DEV.read_bytes()).hexdigest(), 2001, DepsOptions())
     assert record is not None
@@ -129,7 +129,7 @@ def _probe_page(model: str | None = None, compare: str | None = None, limit: int
     for key, value in params.items():
         at.query_params[key] = value
     at.run()
-    return at.switch_page("app_pages/dependency_heads/page.py").run()
+    return at.switch_page("app_pages/deps/page.py").run()
 
 
 def _cli_probe(model: str, limit: int, out_file=None) -> dict:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app_pages.queries_keys.qk_grid import head_grid, picked_head
+from app_pages.qk.qk_grid import head_grid, picked_head
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.qk import METHOD_NAMES, METHODS, QK, Fidelity, ProjectionUnavailable, QKOptions, QKResult
 from attnlib.core.corpus import CorpusError, CorpusInput

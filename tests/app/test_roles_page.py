@@ -26,7 +26,7 @@ from ui.sources.live_inputs import pretty_token
 from ui.widgets.page_tabs import HEAD_ROLES
 
 pytestmark = pytest.mark.slow
-PAGE = "app_pages/head_roles/page.py"
+PAGE = "app_pages/roles/page.py"
 LIMIT = 4
 TOLERANCE = 1e-6  # float32 maps summed over a few hundred entries, and the figure's JSON rounding
 

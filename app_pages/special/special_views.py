@@ -10,10 +10,10 @@ import plotly.graph_objects as go
 
 from attnlib.analyses.special import SpecialTokens
 from attnlib.present.tables import by_layer
-from attnlib.stats.gradients import GradientImportanceResult
+from attnlib.stats.gradient import GradientImportanceResult
 from attnlib.stats.head_distances import HeadMap
-from attnlib.stats.shares import SpecialTokenResult
-from attnlib.stats.value_norms import NormShareResult
+from attnlib.stats.norms import NormShareResult
+from attnlib.stats.special import SpecialTokenResult
 from ui.sources.compare import difference_line
 from ui.sources.corpus_page import Shown
 from ui.widgets.downloads import chart

@@ -16,7 +16,7 @@ from attnlib.analyses.special import SPECIAL, SpecialOptions
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode
-from attnlib.stats.head_ablation import Variant, changed_states, prepare, single_head_variants, variant_effects
+from attnlib.stats.importance import Variant, changed_states, prepare, single_head_variants, variant_effects
 from support.ablation import REPLAY_ATOL, SENTENCES
 from support.cli import run_cli
 from support.models import save_tiny

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app_pages.head_importance.importance_views import KEY, PAGE, ShownImportance
+from app_pages.importance.importance_views import KEY, PAGE, ShownImportance
 from attnlib.analyses.importance import no_op_sentence, ranked_heads
-from attnlib.stats.head_ablation import mlm_reason
+from attnlib.stats.importance import mlm_reason
 from attnlib.views.importance import (
     change_names,
     effect_heatmap,
@@ -18,7 +18,7 @@ from attnlib.views.importance import (
     pruning_figure,
     share_title,
 )
-from attnlib.views.special_tokens import head_label
+from attnlib.views.special import head_label
 from ui.sources.compare import difference_line
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, lazy_tabs

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app_pages.special_tokens.special_views import (
+from app_pages.special.special_views import (
     GRADIENT_CAVEAT,
     KEY,
     ShownResult,
@@ -15,17 +15,17 @@ from app_pages.special_tokens.special_views import (
     per_model,
     show_figure,
 )
-from app_pages.special_tokens.weights_norms_tab import weights_norms_tab
+from app_pages.special.weights_norms_tab import weights_norms_tab
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.special import SPECIAL, SpecialOptions, SpecialTokens
 from attnlib.core.corpus import CorpusError
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import InputError
 from attnlib.present.tables import head_frame, layer_frame
-from attnlib.stats.gradients import GradientImportanceResult, gradient_importance, unavailable_reason
+from attnlib.stats.gradient import GradientImportanceResult, gradient_importance, unavailable_reason
 from attnlib.stats.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
-from attnlib.stats.shares import CLASS_KEYS, SINK_THRESHOLD, heads_above
-from attnlib.views.special_tokens import (
+from attnlib.stats.special import CLASS_KEYS, SINK_THRESHOLD, heads_above
+from attnlib.views.special import (
     entropy_figure,
     gradient_figure,
     head_heatmaps,

@@ -7,8 +7,8 @@ import hashlib
 import pandas as pd
 import streamlit as st
 
-from app_pages.dependency_heads.dependency_example import EXAMPLE, example_viewer
-from app_pages.dependency_heads.probe_tab import PERCENT, probe_section
+from app_pages.deps.dependency_example import EXAMPLE, example_viewer
+from app_pages.deps.probe_tab import PERCENT, probe_section
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.deps import DEPS, DIRECTIONS, PAPER_MODELS, DependencyCounts, DependencyTable, DepsOptions
 from attnlib.core.corpus import CorpusError, Sentence

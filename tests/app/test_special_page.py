@@ -18,7 +18,7 @@ def test_page_runs_on_a_small_corpus():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     at.number_input(key="special_limit").set_value(20).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -38,7 +38,7 @@ def test_page_shows_gradient_importance_for_a_model_with_an_mlm_head(tiny_model_
     from ui.sources.model_sidebar import OTHER
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     at.selectbox(key="model_choice").set_value(OTHER).run()
     at.text_input(key="model_custom").set_value(str(tiny_model_dir)).run()
     at.number_input(key="special_limit").set_value(6).run()
@@ -58,7 +58,7 @@ def test_page_options_pairs_all_punctuation_no_map():
     at.query_params["map"] = "0"
     at.query_params["tab"] = "map"
     at.run()
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     at.selectbox(key="special_corpus").set_value("Classroom set: sentence pairs").run()
     at.number_input(key="special_limit").set_value(10).run()
     assert not at.exception, [e.value for e in at.exception]
@@ -74,7 +74,7 @@ def page_at(**params):
     for key, value in params.items():
         at.query_params[key] = value
     at.run()
-    at.switch_page("app_pages/special_tokens/page.py").run()
+    at.switch_page("app_pages/special/page.py").run()
     return at
 
 
@@ -136,7 +136,7 @@ def test_page_shows_a_shipped_result_without_running_the_model(tmp_path, monkeyp
 
     monkeypatch.setattr("ui.sources.result_source.shipped_result", shipped)
     monkeypatch.setattr("attnlib.analyses.base.run_analysis", no_model_run)
-    monkeypatch.setattr("attnlib.stats.gradients.gradient_importance", no_model_run)
+    monkeypatch.setattr("attnlib.stats.gradient.gradient_importance", no_model_run)
     at = page_at(norms="1", limit="8", punct="clark")
     assert not at.exception, [e.value for e in at.exception]
     assert ("special", record.model, 8, SpecialOptions(all_punct=False, head_map=True, norms=True)) in asked

@@ -27,7 +27,7 @@ from attnlib.stats.batched_norms import (
     row_normalised_tensor,
 )
 from attnlib.stats.batched_norms import row_normalised as row_normalised  # part of this module's API
-from attnlib.stats.shares import CLASS_KEYS, class_masks, punct_mask
+from attnlib.stats.special import CLASS_KEYS, class_masks, punct_mask
 
 MEASURES = ("attention", "layer_norm", "residual_ln", "attention_rollout", "residual_ln_rollout")
 VALUE_KEYS = tuple(f"value_{key}" for key in CLASS_KEYS)
