@@ -5,6 +5,21 @@ from __future__ import annotations
 from attnlib.results.shipped import EWT_DEV
 
 
+class TimedAdds:
+    """Wraps an accumulator and adds up the seconds spent in its add()."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.seconds = inner, 0.0
+        self.captures = inner.captures
+
+    def add(self, result, item) -> None:
+        import time
+
+        start = time.perf_counter()
+        self.inner.add(result, item)
+        self.seconds += time.perf_counter() - start
+
+
 def ewt_dev(limit: int | None = None) -> list:
     """The first `limit` sentences of UD English EWT dev (all when None), as the repository ships it."""
     from attnlib.core.corpus import read_conllu

@@ -16,22 +16,9 @@ sys.path.insert(0, str(ROOT))
 
 from attnlib.analyses.deps import DependencyCounts  # noqa: E402
 from attnlib.core.batches import accumulate  # noqa: E402
-from benchmarks import default_model_on_ewt_dev  # noqa: E402
+from benchmarks import TimedAdds, default_model_on_ewt_dev  # noqa: E402
 
 CONFIGS = ("forward pass alone", "+ dependency table (mean rows)", "+ dependency table (max rows)")
-
-
-class Timed:
-    """Wraps an accumulator and adds up the seconds spent in its add()."""
-
-    def __init__(self, inner: DependencyCounts) -> None:
-        self.inner, self.seconds = inner, 0.0
-        self.captures = inner.captures
-
-    def add(self, result, item) -> None:
-        start = time.perf_counter()
-        self.inner.add(result, item)
-        self.seconds += time.perf_counter() - start
 
 
 def run_config(lm, sentences, config: str, batch_size: int) -> tuple[float, float]:
@@ -39,7 +26,7 @@ def run_config(lm, sentences, config: str, batch_size: int) -> tuple[float, floa
     accs = (
         []
         if config == CONFIGS[0]
-        else [Timed(DependencyCounts(lm.facts.n_layers, lm.facts.n_heads, "mean" if "mean" in config else "max"))]
+        else [TimedAdds(DependencyCounts(lm.facts.n_layers, lm.facts.n_heads, "mean" if "mean" in config else "max"))]
     )
     start = time.perf_counter()
     accumulate(lm, sentences, accs, batch_size=batch_size)

@@ -20,6 +20,7 @@ from attnlib.core.batches import accumulate  # noqa: E402
 from attnlib.core.corpus import read_conllu  # noqa: E402
 from attnlib.core.model import DEFAULT_MODEL, load_model  # noqa: E402
 from attnlib.results.shipped import EWT_DEV, EWT_TEST  # noqa: E402
+from benchmarks import TimedAdds  # noqa: E402
 
 
 def timed(function, *args, **kwargs):
@@ -29,23 +30,10 @@ def timed(function, *args, **kwargs):
     return value, time.perf_counter() - start
 
 
-class Timed:
-    """Wraps the map store and adds up the seconds spent in its add() (word maps, counts, copies)."""
-
-    def __init__(self, inner: ProbeCorpus) -> None:
-        self.inner, self.seconds = inner, 0.0
-        self.captures = inner.captures
-
-    def add(self, result, item) -> None:
-        start = time.perf_counter()
-        self.inner.add(result, item)
-        self.seconds += time.perf_counter() - start
-
-
 def extract(lm, sentences, words: bool, batch_size: int) -> tuple[ProbeCorpus, float, float]:
     """extract_maps with its add() timed: (maps, wall seconds, seconds inside add)."""
     table = word_embedding_table(lm) if words else None
-    store = Timed(ProbeCorpus(lm.facts.n_layers, lm.facts.n_heads, table))
+    store = TimedAdds(ProbeCorpus(lm.facts.n_layers, lm.facts.n_heads, table))
     _, wall = timed(accumulate, lm, sentences, [store], batch_size)
     return store.inner, wall, store.seconds
 

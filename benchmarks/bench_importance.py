@@ -1,6 +1,6 @@
 """Benchmark head ablation (METHODS §15) on EWT dev against the forward pass, and its peak memory.
 
-Run: python -m benchmarks.bench_ablation [--limit N] [--gradient-limit M] [--repeats R]
+Run: python -m benchmarks.bench_importance [--limit N] [--gradient-limit M] [--repeats R]
 Targets (issue 27), for L layers and H heads (42 forward passes' worth for the default model's 6 x 12):
 - every single-head ablation over the corpus (`importance`, the recording pass, the shares and the measures
   included) at most 1.1 x H (L + 1) / 2 forward passes over the same corpus;
