@@ -9,9 +9,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from attnlib.results.shipped import ROOT
+from attnlib.views.canvas_html import LEVELS
+from attnlib.views.head_view import MIN_WEIGHT
+from support.views import unpack
 
 BROWSER_ARGS = [
     "--no-sandbox",
@@ -171,3 +175,22 @@ def view_frame(page, canvas: str, timeout: int = 180_000):
     frame.wait_for_selector(canvas, timeout=timeout)
     frame.wait_for_function(f"() => ({INK})('{canvas}') > 200", timeout=timeout)
     return frame
+
+
+VIEW_DATA = "() => JSON.parse(document.getElementById('data').textContent)"  # the data a canvas view's page embeds
+
+
+def assert_lines_are_weights(drawn: dict, attentions: np.ndarray) -> None:
+    """The lines a head view draws (`drawn`: its embedded data) are the weights of `attentions` ([layers, heads, n, n],
+    computed by the test) of the layer and heads it names, between the positions it names, each a byte
+    round(weight x LEVELS); and every weight of at least MIN_WEIGHT has its line."""
+    left, right = [i - 1 for i in drawn["leftPos"]], [j - 1 for j in drawn["rightPos"]]
+    ((layer,), heads) = [l - 1 for l in drawn["layers"]], [h - 1 for h in drawn["heads"]]
+    maps = attentions[layer][heads][:, left][:, :, right]  # [heads, rows drawn, columns drawn]
+    lines = unpack(drawn["lines"])
+    # the app's run and the test's differ by float32 rounding of sums (a few 1e-7), so a weight within that of a
+    # rounding boundary may land on either side: at most one level off
+    assert lines and all(abs(byte - maps[k, i, j] * LEVELS) <= 0.5 + 1e-4 for (k, i, j), byte in lines.items())
+    # and every weight of at least MIN_WEIGHT (away from that cut by more than the rounding) has its line
+    clear = np.argwhere(maps >= MIN_WEIGHT + 1e-4)
+    assert all((int(k), int(i), int(j)) in lines for k, i, j in clear) and len(clear) > maps.shape[-1]
