@@ -177,6 +177,21 @@ def view_frame(page, canvas: str, timeout: int = 180_000):
     return frame
 
 
+# Each figure of the page as plotly.js drew it: its title and each trace's type, name and data (x, y; a heatmap's z by
+# rows), the base64 arrays decoded.
+TRACES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => ({
+  title: (p.layout.title && p.layout.title.text) || '',
+  traces: p._fullData.map(t => ({type: t.type, name: t.name, x: t.x ? Array.from(t.x) : null,
+    y: t.y ? Array.from(t.y) : null, z: t.z ? Array.from(t.z, row => Array.from(row)) : null}))}))"""
+
+
+def traces_of(figures: list[dict], title: str) -> list[dict]:
+    """The traces of the one figure (of TRACES) whose title starts with `title`."""
+    found = [f for f in figures if f["title"].startswith(title)]
+    assert len(found) == 1, (title, [f["title"] for f in figures])
+    return found[0]["traces"]
+
+
 VIEW_DATA = "() => JSON.parse(document.getElementById('data').textContent)"  # the data a canvas view's page embeds
 
 
