@@ -99,16 +99,14 @@ def test_tiny_mlm_model_page_computed_in_browser(streamlit_server, browser, scre
         assert page.locator("[data-testid='stException']").count() == 0
 
     corpus = read_corpus(CLASSROOM_SINGLE, limit=limit)  # the page's default corpus
-    options = ImportanceOptions(
-        knockout=True, measure="mlm"
-    )  # the page's knockouts; its pruning pass changes no effect
+    options = ImportanceOptions(knockout=True, measure="mlm")  # as the page's, less the pruning pass (no effect)
     own = run_analysis(IMPORTANCE, load_model(folder), options, inputs={"corpus": corpus}).result
     (share,) = traces_of(figures, share_title(False))
     np.testing.assert_allclose(share["z"], own.special_share, rtol=FORWARD_RTOL, atol=FORWARD_RTOL)
     (effect,) = traces_of(figures, f"Effect: {CHANGE_NAMES['ablate']}")
-    # an effect is the difference of two mean cross-entropies, and a logit off by d moves a cross-entropy by at most
-    # 2d; float32 puts a logit within FORWARD_RTOL of its size, which a head switched off or a masked token leaves
-    # within twice the plain model's largest |logit|: 2 losses x 2d, d = FORWARD_RTOL x 2 x that
+    # an effect is the difference of two mean cross-entropies, and logits off by d move a cross-entropy by at most 2d;
+    # float32 puts a logit within d = FORWARD_RTOL x its size, bounded by twice the plain model's largest |logit| (a
+    # head switched off or a masked token changes the logits, not their scale): 2 losses x 2 d
     atol = 2 * 2 * FORWARD_RTOL * 2 * largest_logit(folder, [c.text_a for c in corpus])
     np.testing.assert_allclose(effect["z"], own.effect("ablate"), rtol=0, atol=atol)
 
