@@ -177,10 +177,12 @@ def view_frame(page, canvas: str, timeout: int = 180_000):
     return frame
 
 
-# Each figure of the page as plotly.js drew it: its title, its (first) y axis's title, and each trace's type, name,
-# mode, line width, x axis (its panel: x, x2, ...) and data (x, y; a heatmap's z by rows), the base64 arrays decoded.
+# Each figure of the page as plotly.js drew it: its title, its (first) y axis's title, the x axes' tick labels, and
+# each trace's type, name, mode, line width, x axis (its panel: x, x2, ...) and data (x, y; a heatmap's z by rows),
+# the base64 arrays decoded.
 TRACES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => ({
   title: (p.layout.title && p.layout.title.text) || '', ytitle: p._fullLayout.yaxis.title.text || '',
+  ticks: [...p.querySelectorAll('.xtick text')].map(t => t.textContent),
   traces: p._fullData.map(t => ({type: t.type, name: t.name, mode: t.mode || null, width: t.line ? t.line.width : null,
     axis: t.xaxis, x: t.x ? Array.from(t.x) : null,
     y: t.y ? Array.from(t.y) : null, z: t.z ? Array.from(t.z, row => Array.from(row)) : null}))}))"""
