@@ -22,6 +22,7 @@ from support.browser import (
     FIGURES_DRAWN,
     IDLE,
     INK,
+    TRACES,
     browser_page,
     compute_all,
     compute_from_last,
@@ -126,14 +127,6 @@ def test_head_importance_sink_test_and_tour_step_of_a_decoder(
         assert "3. Is the sink a no-op?" in body and "first-token share against effect" in body
 
 
-# Each figure's title, its bar traces' x and y as plotly.js drew them (decoded from the figure's base64 arrays) and
-# the x axes' tick labels.
-BARS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => ({
-  title: (p.layout.title && p.layout.title.text) || '',
-  bars: p._fullData.filter(t => t.type === 'bar').map(t => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y)})),
-  ticks: [...p.querySelectorAll('.xtick text')].map(t => t.textContent)}))"""
-
-
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_global_aggregation_of_a_decoder_keeps_offsets_up_to_zero(
     streamlit_server, browser, screenshot_dir, tmp_path_factory, tmp_path, kind
@@ -156,7 +149,7 @@ def test_global_aggregation_of_a_decoder_keeps_offsets_up_to_zero(
         page.wait_for_function(FIGURES_DRAWN, timeout=120_000)
         page.screenshot(path=str(screenshot_dir / f"decoder-{kind}-aggregation.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
-        figures = page.evaluate(BARS)  # before the download, whose click reruns the page
+        figures = page.evaluate(TRACES)  # before the download, whose click reruns the page
         found = [f for f in figures if "layer-output attribution per layer" in f["title"]]
         assert len(found) == 1, [f["title"] for f in figures]
         histograms = found[0]
@@ -174,7 +167,8 @@ def test_global_aggregation_of_a_decoder_keeps_offsets_up_to_zero(
 
     ticks = [float(t.replace("\u2212", "-")) for t in histograms["ticks"]]  # plotly writes a minus sign
     assert ticks and max(ticks) <= 0 < -min(ticks)
-    bars = histograms["bars"]  # per layer: the chosen measure's (attention) bars, then attribution's
+    # per layer: the chosen measure's (attention) bars, then attribution's
+    bars = [t for t in histograms["traces"] if t["type"] == "bar"]
     assert len(bars) == 2 * len(own.histograms["attention"])
     for i, bar in enumerate(bars):
         measure = "attention" if i % 2 == 0 else "attribution"

@@ -6,9 +6,18 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import numpy as np
 import pytest
+import torch
 
-from support.browser import FIGURES_DRAWN, IDLE, browser_page
+from attnlib.analyses.base import run_analysis
+from attnlib.analyses.importance import IMPORTANCE, ImportanceOptions
+from attnlib.core.corpus import read_corpus
+from attnlib.core.model import load_model
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from attnlib.views.importance import CHANGE_NAMES, share_title
+from support.browser import FIGURES_DRAWN, IDLE, TRACES, browser_page, traces_of
+from support.tolerances import FORWARD_RTOL
 
 VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"
 LONG = 300_000  # a loaded two-core machine
@@ -62,10 +71,14 @@ def _show_tab_text(page, name: str) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_tiny_mlm_model_page_computed_in_browser(streamlit_server, browser, screenshot_dir, tiny_model_dir):
-    folder = quote(str(tiny_model_dir))
+    """A tiny masked-LM BERT computed on the page (first 6 classroom sentences, the mlm measure): its heatmaps of the
+    [CLS]/[SEP] share and of the ablation effect are the library's importance computed here (METHODS §15); the
+    gradient importance and the no-op test drawn."""
+    folder, limit = str(tiny_model_dir), 6
     with browser_page(browser, screenshot_dir / "importance-tiny-failure.png", 1500, 2400) as page:
         page.goto(
-            f"{streamlit_server}/head-importance?model={folder}&limit=6&measure=mlm", wait_until="domcontentloaded"
+            f"{streamlit_server}/head-importance?model={quote(folder)}&limit={limit}&measure=mlm",
+            wait_until="domcontentloaded",
         )
         button = page.get_by_role("button", name="Compute for 6 inputs")
         button.wait_for(timeout=LONG)
@@ -76,6 +89,7 @@ def test_tiny_mlm_model_page_computed_in_browser(streamlit_server, browser, scre
         page.wait_for_function(FIGURES_DRAWN, timeout=LONG)
         page.screenshot(path=str(screenshot_dir / "importance-tiny-mlm-effects.png"), full_page=True)
         assert "change of the masked-LM loss" in page.inner_text("body")  # the mlm measure is shown
+        figures = page.evaluate(TRACES)
         text = _show_tab(page, "Gradient importance")
         page.screenshot(path=str(screenshot_dir / "importance-tiny-mlm-gradient.png"), full_page=True)
         assert page.locator(VISIBLE_PLOTS).count() == 1 and "no trained masked-LM head" not in text
@@ -83,6 +97,27 @@ def test_tiny_mlm_model_page_computed_in_browser(streamlit_server, browser, scre
         page.screenshot(path=str(screenshot_dir / "importance-tiny-mlm-no-op.png"), full_page=True)
         assert "What it shows." in text and "the masked-LM loss" in text
         assert page.locator("[data-testid='stException']").count() == 0
+
+    corpus = read_corpus(CLASSROOM_SINGLE, limit=limit)  # the page's default corpus
+    options = ImportanceOptions(knockout=True, measure="mlm")  # as the page's, less the pruning pass (no effect)
+    own = run_analysis(IMPORTANCE, load_model(folder), options, inputs={"corpus": corpus}).result
+    (share,) = traces_of(figures, share_title(False))
+    np.testing.assert_allclose(share["z"], own.special_share, rtol=FORWARD_RTOL, atol=FORWARD_RTOL)
+    (effect,) = traces_of(figures, f"Effect: {CHANGE_NAMES['ablate']}")
+    # an effect is the difference of two mean cross-entropies, and logits off by d move a cross-entropy by at most 2d;
+    # float32 puts a logit within d = FORWARD_RTOL x its size, bounded by twice the plain model's largest |logit| (a
+    # head switched off or a masked token changes the logits, not their scale): 2 losses x 2 d
+    atol = 2 * 2 * FORWARD_RTOL * 2 * largest_logit(folder, [c.text_a for c in corpus])
+    np.testing.assert_allclose(effect["z"], own.effect("ablate"), rtol=0, atol=atol)
+
+
+def largest_logit(folder: str, texts: list[str]) -> float:
+    """The largest |logit| of a masked-LM model's plain forward pass over some texts."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForMaskedLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return float(model(**tokenizer(texts, padding=True, return_tensors="pt")).logits.abs().max())
 
 
 @pytest.mark.browser

@@ -1,14 +1,21 @@
 """Real browser: the Local vs global page in comparison mode (two tiny BERTs of 2 and 3 layers), Global aggregation
-section included; screenshots in test-output/screenshots/."""
+section included, the centres of mass drawn the library's; screenshots in test-output/screenshots/."""
 
 from __future__ import annotations
 
 import json
 from urllib.parse import urlencode
 
+import numpy as np
 import pytest
 
-from support.browser import COMPUTED, FIGURES_DRAWN, IDLE, browser_page, compute_from_last
+from attnlib.analyses.base import run_analysis
+from attnlib.analyses.positions import POSITIONS, PositionOptions
+from attnlib.core.corpus import read_corpus
+from attnlib.core.model import load_model
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from support.browser import COMPUTED, FIGURES_DRAWN, IDLE, TRACES, browser_page, compute_from_last
+from support.tolerances import FORWARD_RTOL
 
 TRACE_NAMES = (  # each figure's trace names and subplot titles
     "() => [...document.querySelectorAll('.js-plotly-plot')]"
@@ -30,10 +37,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot_dir, tiny_model_dir, tmp_path):
+    """Both models' positions (METHODS §12) and aggregations drawn in every tab, overlaid or side by side; the first
+    model's attention centres of mass drawn are the library's, computed here."""
     from support.models import save_tiny_bert
 
     first, second = str(tiny_model_dir), str(save_tiny_bert(tmp_path / "three-layers", layers=3, seed=1))
-    query = urlencode({"model": first, "cmp": second, "limit": 3, "probes": 2, "tab": "aggregation"})
+    limit, probes = 3, 2
+    query = urlencode({"model": first, "cmp": second, "limit": limit, "probes": probes, "tab": "aggregation"})
     with browser_page(browser, screenshot_dir / "failed-local-global-compare.png") as page:
         page.goto(f"{streamlit_server}/local-global?{query}", wait_until="domcontentloaded")
         compute_from_last(page, 4, 180_000)  # positions and aggregation for each model
@@ -53,6 +63,17 @@ def test_comparison_mode_draws_both_models(streamlit_server, browser, screenshot
             page.screenshot(path=str(screenshot_dir / f"local-global-compare-{i}.png"))
             assert page.locator("[data-testid='stException']").count() == 0
             names += [json.loads(n) for n in page.evaluate(TRACE_NAMES)]
+            if tab == "Centre of mass":
+                (centres,) = [f["traces"] for f in page.evaluate(TRACES) if f["ytitle"] == "centre of mass (offset)"]
         both = [n for n in names if any(first in str(x) for x in n) and any(second in str(x) for x in n)]
         assert len(both) >= 8, names  # 4 overlays (positions, aggregation) and 4 side-by-side heatmaps
         assert differences == 2  # positions above the tabs, aggregation in its tab
+
+    lm = load_model(first)
+    corpus = read_corpus(CLASSROOM_SINGLE, limit=limit)  # the page's default corpus
+    own = run_analysis(POSITIONS, lm, PositionOptions(probes=probes), inputs={"corpus": corpus}).result
+    (drawn,) = [t for t in centres if t["name"] == lm.facts.name and t["axis"] == "x"]  # the attention panel
+    # a centre of mass is sum_k k h(k) / sum_k h(k) over offsets |k| < n, each h(k) a sum of weights within FORWARD_RTOL
+    # of its size: it moves by at most 2 FORWARD_RTOL max|k|
+    longest = max(len(lm.tokenizer(c.text_a)["input_ids"]) for c in corpus)
+    np.testing.assert_allclose(drawn["y"], own.attention_center_of_mass, rtol=0, atol=2 * FORWARD_RTOL * longest)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from playwright.sync_api import expect
 
 import attnlib
 from attnlib.core.model import DEFAULT_MODEL, load_model
 from attnlib.results.shipped import TUTORIAL_A, TUTORIAL_B
-from attnlib.views.canvas_html import LEVELS
-from attnlib.views.head_view import MIN_WEIGHT
-from support.browser import FIGURES_DRAWN, IDLE, browser_page, view_frame
-from support.views import unpack
+from support.browser import FIGURES_DRAWN, IDLE, VIEW_DATA, assert_lines_are_weights, browser_page, view_frame
 from ui.sources.live_inputs import pretty_token
 
 PAGES = [
@@ -54,21 +50,13 @@ def test_live_page_shows_default_pair_chart(streamlit_server, browser, screensho
         expect(page.locator("textarea").first).to_have_value(TUTORIAL_A, timeout=120_000)
         expect(page.locator("textarea").nth(1)).to_have_value(TUTORIAL_B, timeout=30_000)
         frame = view_frame(page, "#cv")
-        drawn = frame.evaluate("() => JSON.parse(document.getElementById('data').textContent)")  # the view's data
+        drawn = frame.evaluate(VIEW_DATA)
         page.screenshot(path=str(screenshot_dir / "page-live-default-pair.png"), full_page=True)
     result = attnlib.run(load_model(DEFAULT_MODEL), TUTORIAL_A, TUTORIAL_B)
     left, right = [i - 1 for i in drawn["leftPos"]], [j - 1 for j in drawn["rightPos"]]
     assert left == right == list(range(len(result.tokens)))
     assert drawn["left"] == drawn["right"] == [pretty_token(t) for t in result.tokens]
-    ((layer,), heads) = [l - 1 for l in drawn["layers"]], [h - 1 for h in drawn["heads"]]
-    maps = result.attentions[layer][heads]  # [heads, n, n]
-    lines = unpack(drawn["lines"])
-    # every line drawn is the model's weight to a byte: the app's run and this one differ by float32 rounding of sums
-    # (a few 1e-7), so a weight within that of a rounding boundary may land on either side: at most one level off
-    assert lines and all(abs(byte - maps[k, i, j] * LEVELS) <= 0.5 + 1e-4 for (k, i, j), byte in lines.items())
-    # and every weight of at least MIN_WEIGHT (away from that cut by more than the rounding) has its line
-    clear = np.argwhere(maps >= MIN_WEIGHT + 1e-4)
-    assert all((int(k), int(i), int(j)) in lines for k, i, j in clear) and len(clear) > maps.shape[-1]
+    assert_lines_are_weights(drawn, result.attentions)
 
 
 def test_exact_example_computes_on_request(streamlit_server, browser, screenshot_dir):

@@ -1,11 +1,21 @@
 """Real-browser test of the Queries and keys page: the grid of every head opens from the shipped result, a click on a
-head opens it large, and a click on a query draws its attention to its input's keys as lines."""
+head opens it large, and a click on a query draws its attention to its input's keys as lines, their widths the
+model's weights."""
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlparse
+
+import numpy as np
 import pytest
 
-from support.browser import FIGURES_DRAWN, IDLE, browser_page
+import attnlib
+from attnlib.core.corpus import read_corpus
+from attnlib.core.model import DEFAULT_MODEL, load_model
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from attnlib.views.qk import MIN_LINE_WEIGHT
+from support.browser import FIGURES_DRAWN, IDLE, TRACES, browser_page
+from support.tolerances import EPS32
 
 GRID = "canvas[data-drawn]"
 PICTURE = ".js-plotly-plot[data-drawn]"
@@ -50,5 +60,18 @@ def test_grid_click_a_head_then_a_query(streamlit_server, browser, screenshot_di
         link = page.get_by_role("link", name="Open this input in the Live page's head view")
         href = link.get_attribute("href") or ""
         assert "view=head" in href and "layer=3" in href and "head=5" in href and "token=" in href
+        (picture,) = [f for f in page.evaluate(TRACES) if f["title"].startswith(f"Head {layer}-{head}")]
+        query = parse_qs(urlparse(page.url).query)["query"][0]
         page.locator(PICTURE).first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "qk-head-with-lines.png"), full_page=True)
+
+    # each line's width is 0.8 + 7 w (views/qk.py), w the query's weight to a key, lines under MIN_LINE_WEIGHT left out
+    drawn = sorted(((t["width"] - 0.8) / 7 for t in picture["traces"] if t["mode"] == "lines"), reverse=True)
+    item, position = (int(n) - 1 for n in query.split(","))  # 1-based in the URL
+    lm, text = load_model(DEFAULT_MODEL), read_corpus(CLASSROOM_SINGLE)[item]  # the page's default corpus
+    row = attnlib.run(lm, text.text_a, text.text_b).attentions[layer - 1, head - 1, position]
+    # the page's run and this one differ by float32 sums in another order: tolerances.py's bound for this model
+    config = lm.encoder.config
+    tol = 2 * config.intermediate_size * config.num_hidden_layers * EPS32
+    assert int((row >= MIN_LINE_WEIGHT + tol).sum()) <= len(drawn) <= int((row >= MIN_LINE_WEIGHT - tol).sum())
+    np.testing.assert_allclose(drawn, np.sort(row)[::-1][: len(drawn)], rtol=tol, atol=tol)

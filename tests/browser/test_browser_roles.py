@@ -11,15 +11,10 @@ from attnlib.core.corpus import read_corpus
 from attnlib.core.model import TRAINED_MODEL, checkpoints_of
 from attnlib.present.roles import checkpoint_table
 from attnlib.results.shipped import CLASSROOM_SINGLE
-from support.browser import FIGURES_DRAWN, IDLE, browser_page, wait_idle
+from support.browser import FIGURES_DRAWN, IDLE, TRACES, browser_page, traces_of, wait_idle
 
 LONG = 300_000  # a loaded two-core machine
 LIMIT = 4
-HEATMAPS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => ({
-  title: (p.layout.title && p.layout.title.text) || '',
-  z: (p._fullData.find(t => t.type === 'heatmap') || {z: null}).z}))"""
-
-
 CELL = """([layer, head]) => {
   const p = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.layout.title.text.startsWith('Head roles'));
   const box = p.querySelector('.nsewdrag').getBoundingClientRect();
@@ -42,8 +37,8 @@ def test_roles_page_draws_the_library_scores(streamlit_server, browser, screensh
         _drawn(page)
         page.screenshot(path=str(screenshot_dir / "head-roles-map.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
-        figures = page.evaluate(HEATMAPS)
-        induction = next(f["z"] for f in figures if f["title"].startswith("Induction score"))
+        figures = page.evaluate(TRACES)
+        induction = next(t["z"] for t in traces_of(figures, "Induction score") if t["type"] == "heatmap")
         text = page.inner_text("body")
         assert "bidirectional" in text and "One head on the probe" in text
         cell = page.evaluate(CELL, [2, 3])  # a click on the role map's cell of head 2-3 opens it on the probe
@@ -54,10 +49,6 @@ def test_roles_page_draws_the_library_scores(streamlit_server, browser, screensh
 
     own = analyse("roles", minilm, corpus=read_corpus(CLASSROOM_SINGLE, limit=LIMIT)).result
     np.testing.assert_allclose(np.asarray(induction, float), own.scores.induction, rtol=0, atol=1e-6)
-
-
-LINES = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.layout.title.text.includes('over training'))
-  .map(p => p._fullData.map(t => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y)})))"""
 
 
 def _tab(page, name: str) -> None:
@@ -86,7 +77,7 @@ def test_the_trained_decoders_roles_form_over_training(streamlit_server, browser
         wait_idle(page, LONG)
         _drawn(page)
         page.screenshot(path=str(screenshot_dir / "head-roles-trained-training.png"), full_page=True)
-        (traces,) = page.evaluate(LINES)
+        (traces,) = [f["traces"] for f in page.evaluate(TRACES) if "over training" in f["title"]]
         assert page.locator("[data-testid='stException']").count() == 0
         page.goto(f"{streamlit_server}/{live_link.removeprefix('./')}", wait_until="domcontentloaded")
         page.locator("iframe").first.wait_for(timeout=LONG)

@@ -1,14 +1,21 @@
-"""Real-browser tests of the Special tokens page: the Weights vs norms tab, and two models compared."""
+"""Real-browser tests of the Special tokens page: the Weights vs norms tab, and two models compared (the shares drawn
+are the library's)."""
 
 from __future__ import annotations
 
 from urllib.parse import quote
 
+import numpy as np
 import pytest
 
+from attnlib.analyses.base import run_analysis
+from attnlib.analyses.special import SPECIAL, SpecialOptions
+from attnlib.core.corpus import read_corpus
+from attnlib.core.model import load_model
 from attnlib.results.shipped import CLASSROOM_SINGLE
-from support.browser import FIGURES_DRAWN, IDLE, browser_page
+from support.browser import FIGURES_DRAWN, IDLE, TRACES, browser_page, traces_of
 from support.cli import run_cli
+from support.tolerances import FORWARD_RTOL
 
 VISIBLE_PLOTS = "[role='tabpanel']:not([hidden]) .js-plotly-plot"
 
@@ -48,10 +55,13 @@ def test_weights_vs_norms_tab_in_browser(streamlit_server, browser, screenshot_d
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_two_models_compared_in_browser(streamlit_server, browser, screenshot_dir, tiny_model_dir):
-    folder = str(tiny_model_dir)
+    """The default model and a tiny BERT on the first 6 classroom sentences: the Shares tab overlays both models'
+    lines, and the tiny model's lines are the library's per-layer shares (METHODS §2) computed here."""
+    folder, limit = str(tiny_model_dir), 6
     with browser_page(browser, screenshot_dir / "special-browser-failure.png", 1500, 2200) as page:
-        _open(page, f"{streamlit_server}/special-tokens?norms=1&limit=6&grad=0&map=0&cmp={quote(folder)}")
+        _open(page, f"{streamlit_server}/special-tokens?norms=1&limit={limit}&grad=0&map=0&cmp={quote(folder)}")
         _show_tab(page, "Shares")
+        lines = traces_of(page.evaluate(TRACES), "Share of attention per layer")
         page.screenshot(path=str(screenshot_dir / "special-compare-shares.png"), full_page=True)
         panel = page.locator("[role='tabpanel']:not([hidden])")
         assert "largest difference:" in panel.inner_text()
@@ -62,6 +72,15 @@ def test_two_models_compared_in_browser(streamlit_server, browser, screenshot_di
         page.screenshot(path=str(screenshot_dir / "special-compare-weights-vs-norms.png"), full_page=True)
         assert page.locator("[role='tabpanel']:not([hidden])").inner_text().count("What it shows.") == 2
         assert page.locator("[data-testid='stException']").count() == 0
+
+    corpus = {"corpus": read_corpus(CLASSROOM_SINGLE, limit=limit)}  # the page's default corpus
+    own = run_analysis(SPECIAL, load_model(folder), SpecialOptions(norms=True), inputs=corpus).result.special
+    for key, name in SHARES_LEGEND.items():  # each line a layer's mean share over its heads
+        (line,) = [t for t in lines if t["name"] == f"{name} ({folder})"]
+        np.testing.assert_allclose(line["y"], own.heads[key].mean(axis=1), rtol=FORWARD_RTOL, atol=FORWARD_RTOL)
+
+
+SHARES_LEGEND = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other tokens"}  # as the legend says
 
 
 @pytest.mark.browser

@@ -1,11 +1,18 @@
-"""Real-browser test of the tour: a link to ?step=3 opens step 3; Next and Previous move and keep the URL in step."""
+"""Real-browser test of the tour: a link to ?step=3 opens step 3; Next and Previous move and keep the URL in step;
+every step draws; step 1's three head views fit their columns and draw the default model's weights."""
 
 from __future__ import annotations
 
+from functools import cache
+
+import numpy as np
 import pytest
 
+import attnlib
+from attnlib.core.model import DEFAULT_MODEL, load_model
 from attnlib.present.tour import STEPS
-from support.browser import FIGURES_DRAWN, IDLE, INK, browser_page, iframe_frame
+from attnlib.results.shipped import TUTORIAL_A, TUTORIAL_B
+from support.browser import FIGURES_DRAWN, IDLE, INK, VIEW_DATA, assert_lines_are_weights, browser_page, iframe_frame
 
 
 def _wait_for_step(page, number: int) -> None:
@@ -72,7 +79,8 @@ WHOLE_LABELS = """() => { const c = document.createElement('canvas').getContext(
 def test_tour_head_views_fit_their_columns(streamlit_server, browser, screenshot_dir, width):
     """Step 1's three head views in three columns (projector widths, down to 1,024 px): each canvas, tokens and
     lines, fits its column without a sideways scroll bar; from 1,280 px no token is cut (at 1,024 px the columns are
-    177 px wide, and the longest tokens end in '…')."""
+    177 px wide, and the longest tokens end in '…'); each view's lines are the default model's weights of the tutorial
+    pair in the head its heading names."""
     with browser_page(browser, screenshot_dir / f"failed-tour-heads-{width}.png", width=width, height=900) as page:
         page.goto(f"{streamlit_server}/tour?step=1", wait_until="domcontentloaded")
         _wait_for_step(page, 1)
@@ -82,6 +90,17 @@ def test_tour_head_views_fit_their_columns(streamlit_server, browser, screenshot
         page.locator("iframe").first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / f"tour-step-1-{width}px.png"))
         fits = [frame.evaluate(FIT) for frame in frames]
+        drawn = [frame.evaluate(VIEW_DATA) for frame in frames]
+        headings = page.locator("[data-testid='stMain'] h4").all_inner_texts()
         assert all(f["right"] <= f["page"] and not f["scrolls"] for f in fits), fits
         if width >= 1280:
             assert all(frame.evaluate(WHOLE_LABELS) for frame in frames)
+    for heading, view in zip(headings, drawn, strict=True):
+        assert heading.startswith(f"Head {view['layers'][0]}-{view['heads'][0]}: ")
+        assert_lines_are_weights(view, tutorial_attentions())
+
+
+@cache
+def tutorial_attentions() -> np.ndarray:
+    """The default model's attention weights of the tutorial pair ([layers, heads, n, n]), computed here."""
+    return attnlib.run(load_model(DEFAULT_MODEL), TUTORIAL_A, TUTORIAL_B).attentions

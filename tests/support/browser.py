@@ -9,9 +9,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from attnlib.results.shipped import ROOT
+from attnlib.views.canvas_html import LEVELS
+from attnlib.views.head_view import MIN_WEIGHT
+from support.views import unpack
 
 BROWSER_ARGS = [
     "--no-sandbox",
@@ -171,3 +175,40 @@ def view_frame(page, canvas: str, timeout: int = 180_000):
     frame.wait_for_selector(canvas, timeout=timeout)
     frame.wait_for_function(f"() => ({INK})('{canvas}') > 200", timeout=timeout)
     return frame
+
+
+# Each figure of the page as plotly.js drew it: its title, its (first) y axis's title, the x axes' tick labels, and
+# each trace's type, name, mode, line width, x axis (its panel: x, x2, ...) and data (x, y; a heatmap's z by rows),
+# the base64 arrays decoded.
+TRACES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(p => ({
+  title: (p.layout.title && p.layout.title.text) || '', ytitle: p._fullLayout.yaxis.title.text || '',
+  ticks: [...p.querySelectorAll('.xtick text')].map(t => t.textContent),
+  traces: p._fullData.map(t => ({type: t.type, name: t.name, mode: t.mode || null, width: t.line ? t.line.width : null,
+    axis: t.xaxis, x: t.x ? Array.from(t.x) : null,
+    y: t.y ? Array.from(t.y) : null, z: t.z ? Array.from(t.z, row => Array.from(row)) : null}))}))"""
+
+
+def traces_of(figures: list[dict], title: str) -> list[dict]:
+    """The traces of the one figure (of TRACES) whose title starts with `title`."""
+    found = [f for f in figures if f["title"].startswith(title)]
+    assert len(found) == 1, (title, [f["title"] for f in figures])
+    return found[0]["traces"]
+
+
+VIEW_DATA = "() => JSON.parse(document.getElementById('data').textContent)"  # the data a canvas view's page embeds
+
+
+def assert_lines_are_weights(drawn: dict, attentions: np.ndarray) -> None:
+    """The lines a head view draws (`drawn`: its embedded data) are the weights of `attentions` ([layers, heads, n, n],
+    computed by the test) of the layer and heads it names, between the positions it names, each a byte
+    round(weight x LEVELS); and every weight of at least MIN_WEIGHT has its line."""
+    left, right = [i - 1 for i in drawn["leftPos"]], [j - 1 for j in drawn["rightPos"]]
+    ((layer,), heads) = [l - 1 for l in drawn["layers"]], [h - 1 for h in drawn["heads"]]
+    maps = attentions[layer][heads][:, left][:, :, right]  # [heads, rows drawn, columns drawn]
+    lines = unpack(drawn["lines"])
+    # the app's run and the test's differ by float32 rounding of sums (a few 1e-7), so a weight within that of a
+    # rounding boundary may land on either side: at most one level off
+    assert lines and all(abs(byte - maps[k, i, j] * LEVELS) <= 0.5 + 1e-4 for (k, i, j), byte in lines.items())
+    # and every weight of at least MIN_WEIGHT (away from that cut by more than the rounding) has its line
+    clear = np.argwhere(maps >= MIN_WEIGHT + 1e-4)
+    assert all((int(k), int(i), int(j)) in lines for k, i, j in clear) and len(clear) > maps.shape[-1]
