@@ -11,6 +11,7 @@ import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -42,6 +43,9 @@ from attnlib.stats.roles import (
     top_heads,
 )
 from attnlib.stats.special import SINK_THRESHOLD
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Head = tuple[int, int]
 SCORE_KEYS = (*PROBE_ROLES, "copying", "first_share")  # the JSON's `scores`, each [layers][heads]
@@ -246,6 +250,47 @@ class RolesResult:
                 checkpoints=None if points is None else [CheckpointScores.from_json(c) for c in points],
                 notes={str(k): str(v) for k, v in data.get("notes", {}).items()},
             )
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """Every head's §20 scores and the roles it holds at the thresholds; with checkpoints, each checkpoint's scores
+        and in-context gain by step."""
+        import pandas as pd
+
+        from attnlib.present.tables import head_frame
+
+        held = self.roles
+        frame = head_frame(model, {key: s for key in SCORE_KEYS if (s := self.scores.of(key)) is not None})
+        frame["role"] = [
+            ",".join(role for role, heads in held.items() if (layer - 1, head - 1) in heads)
+            for layer, head in zip(frame["layer"], frame["head"])
+        ]
+        tables = {"Head roles": frame}
+        if self.checkpoints:
+            frames = []
+            for point in self.checkpoints:
+                scores = {key: s for key in SCORE_KEYS if (s := point.scores.of(key)) is not None}
+                one = head_frame(model, scores)
+                one.insert(1, "checkpoint", point.path)
+                one.insert(2, "step", point.step)
+                one["in_context_gain"] = point.in_context_gain
+                frames.append(one)
+            tables["Checkpoints"] = pd.concat(frames, ignore_index=True)
+        return tables
+
+    def figures(self, model: str) -> list:
+        """The role map, the induction score, the causal check's bars (with a next-token loss) and, with checkpoints,
+        the lines of each score's largest value and the in-context gain over training."""
+        from attnlib.present.roles import checkpoint_table
+        from attnlib.views.roles import causal_bars, role_map, role_thresholds, score_heatmap, training_figure
+
+        scores = {key: self.scores.of(key) for key in SCORE_KEYS}
+        figures = [role_map(scores, role_thresholds(self.thresholds), f"Head roles: {model}"),
+                   score_heatmap(self.scores.induction, "induction")]  # fmt: skip
+        if self.causal:
+            figures.append(causal_bars({r: c.to_json() for r, c in self.causal.items()}, self.in_context_gain))
+        if self.checkpoints:
+            figures.append(training_figure(model, checkpoint_table(self)))
+        return figures
 
 
 def _detect_json(detect: dict[str, dict[str, np.ndarray]]) -> dict:
