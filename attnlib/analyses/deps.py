@@ -212,6 +212,30 @@ class DependencyTable:
             "rows": [_row_json(r) for r in self.rows],
         }
 
+    def shown_frame(self) -> pd.DataFrame:
+        """The table as the Dependency heads page shows and downloads it: heads 1-based, accuracies in percent; a
+        decoder's ceilings last."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "relation": r.relation,
+                    "count": r.count,
+                    "best head": f"{r.layer + 1}-{r.head + 1}",
+                    "layer": r.layer + 1,
+                    "head": r.head + 1,
+                    "direction": r.direction,
+                    "accuracy %": 100 * r.accuracy,
+                    "baseline offset": f"{r.baseline_offset:+d}",
+                    "baseline accuracy %": 100 * r.baseline_accuracy,
+                    "margin (points)": 100 * r.margin,
+                }
+                | ({} if r.ceiling is None else {f"ceiling {d} %": 100 * r.ceiling[d] for d in DIRECTIONS})
+                for r in self.rows
+            ]
+        )
+
 
 def _row_json(row: DependencyRow) -> dict:
     """One row's JSON object; `ceiling` only where there is one (a decoder's), so an encoder's rows read as before."""

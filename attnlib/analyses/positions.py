@@ -434,7 +434,7 @@ class PositionsResult:
             "Per head": head_frame(model, per_head),
         }
 
-    def summary_frame(self) -> pd.DataFrame:
+    def shown_frame(self) -> pd.DataFrame:
         """Per layer (1-based), as the Local vs global page shows it: centres of mass and median correlations (the
         attention's alone without attribution), rounded to 4 places."""
         import pandas as pd
