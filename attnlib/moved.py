@@ -66,6 +66,7 @@ MOVED = {
     "special_tokens": "analyses.special",
     "tables": "present.tables",
     "tour": "present.tour",
+    "present.roles": "analyses.roles",
     "views.report": "present.report",
     "views.report_page": "present.report",
     "words": "core.words",
