@@ -69,7 +69,7 @@ class PartResult:
     part: str
     model: str
     tables: dict[str, pd.DataFrame]  # title -> table with a `model` column first
-    result: Any  # the analysis's result (attnlib.views.report_page draws it)
+    result: Any  # the analysis's result (its figures are drawn from it)
     comparable: dict[str, dict[str, float]]  # statistic -> {"layer 3": value, ...} on one scale per part
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # this part's own work (statistics, attribution, training), not the shared forward pass
