@@ -15,7 +15,8 @@ import warnings
 from types import ModuleType
 
 MOVED = {
-    "ablate": "analyses.ablate",
+    "ablate": "analyses.importance",
+    "analyses.ablate": "analyses.importance",
     "ablation": "stats.importance",
     "aggregation": "analyses.aggregation",
     "analysis": "analyses.base",
@@ -65,7 +66,9 @@ MOVED = {
     "special_tokens": "analyses.special",
     "tables": "present.tables",
     "tour": "present.tour",
-    "views.report": "views.report_page",
+    "present.roles": "analyses.roles",
+    "views.report": "present.report",
+    "views.report_page": "present.report",
     "words": "core.words",
 }
 

@@ -154,28 +154,6 @@ def table_options() -> tuple[DepsOptions, bool]:
     return options, held_out
 
 
-def _table_frame(table: DependencyTable) -> pd.DataFrame:
-    """The table as shown and downloaded: heads 1-based, accuracies in percent; a decoder's ceilings last."""
-    return pd.DataFrame(
-        [
-            {
-                "relation": r.relation,
-                "count": r.count,
-                "best head": f"{r.layer + 1}-{r.head + 1}",
-                "layer": r.layer + 1,
-                "head": r.head + 1,
-                "direction": r.direction,
-                "accuracy %": 100 * r.accuracy,
-                "baseline offset": f"{r.baseline_offset:+d}",
-                "baseline accuracy %": 100 * r.baseline_accuracy,
-                "margin (points)": 100 * r.margin,
-            }
-            | ({} if r.ceiling is None else {f"ceiling {d} %": 100 * r.ceiling[d] for d in DIRECTIONS})
-            for r in table.rows
-        ]
-    )
-
-
 def _paper_frame() -> pd.DataFrame:
     """Clark et al. Table 1 with the closest UD label, as the page shows it."""
     paper = clark_table1()
@@ -286,10 +264,10 @@ def compared_counts(
 
 def compared_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
     """One column group per model (best head, direction, accuracy, margin) by relation, the first model's relations."""
-    first = _table_frame(next(iter(tables.values()))).set_index("relation")
+    first = next(iter(tables.values())).shown_frame().set_index("relation")
     groups = [first[["count"]]]
     for model, table in tables.items():
-        frame = _table_frame(table).set_index("relation")
+        frame = table.shown_frame().set_index("relation")
         shown = ["best head", "direction", "accuracy %", "margin (points)", *(c for c in CEILING_COLUMNS if c in frame)]
         groups.append(frame[shown].add_prefix(f"{model}: "))
     return pd.concat(groups, axis=1, join="outer").loc[first.index].reset_index()
@@ -297,7 +275,7 @@ def compared_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
 
 def long_frame(tables: dict[str, DependencyTable]) -> pd.DataFrame:
     """Every model's table one below the other, the model named in each row (the download)."""
-    return pd.concat([_table_frame(t).assign(model=m)[["model", *_table_frame(t).columns]] for m, t in tables.items()])
+    return pd.concat([t.shown_frame().assign(model=m)[["model", *t.shown_frame().columns]] for m, t in tables.items()])
 
 
 def compared_tables(tables: dict[str, DependencyTable]) -> None:
@@ -345,7 +323,7 @@ def table_section(tables: dict[str, DependencyTable], label: str, min_count: int
         if len(tables) > 1:
             compared_tables(tables)
         else:
-            frame = _table_frame(table)
+            frame = table.shown_frame()
             causal = any(r.ceiling is not None for r in table.rows)
             data_table(frame, key="deps_table", formats=COLUMNS | (CEILING_COLUMNS if causal else {}))
             download_table(frame, "dependency_heads", key="deps_table_download")

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from attnlib.analyses.roles import probe_text
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import CorpusInput, read_text_corpus
 from attnlib.core.model import ModelFacts
-from attnlib.present.roles import probe_text
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
 from attnlib.stats.patterns import PATTERN_HELP, PATTERNS, PatternAccumulator, rank_heads
 from attnlib.stats.roles import detection_scores

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.live.head_switches import clicked_heads
-from attnlib.analyses.ablate import InputAblation
+from attnlib.analyses.importance import InputAblation
 from attnlib.core.model import ModelFacts
 from attnlib.stats.importance import AblationUnavailable, heads_text, unavailable_reason
 from ui.sources.live_inputs import cached_ablation

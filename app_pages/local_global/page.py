@@ -155,23 +155,9 @@ POSITIONS_PAGE: CorpusPage[PositionOptions, Shown[PositionsResult]] = CorpusPage
 )
 
 
-def _summary_table(r: PositionsResult) -> pd.DataFrame:
-    """Per layer (1-based): centres of mass and median correlations (the attention's alone without attribution)."""
-    table = pd.DataFrame(
-        {
-            "layer": np.arange(1, len(r.attention_center_of_mass) + 1),
-            "attention centre of mass": r.attention_center_of_mass,
-        }
-        | ({} if r.attribution_note else {"input-contribution centre of mass": r.attribution_center_of_mass})
-    )
-    for name in () if r.attribution_note else CORRELATIONS:
-        table[f"median {name.replace('_', ' ')}"] = r.median_correlation(name)
-    return table.round(4)
-
-
 def summary_table(results: Results) -> pd.DataFrame:
     """The per-layer table of every model, a `model` column first."""
-    tables = [_summary_table(r).assign(model=name) for name, r in results.items()]
+    tables = [r.shown_frame().assign(model=name) for name, r in results.items()]
     table = pd.concat(tables, ignore_index=True)
     return table[["model", *(c for c in table.columns if c != "model")]]
 

@@ -10,9 +10,8 @@ import streamlit as st
 from attnlib.core.corpus import CorpusError, CorpusInput
 from attnlib.core.model import DEFAULT_MODEL
 from attnlib.core.runner import InputError
-from attnlib.present.report import REPORT_PARTS, ReportOptions, report_of_inputs
+from attnlib.present.report import REPORT_PARTS, ReportOptions, render_report, report_of_inputs
 from attnlib.results.shipped import TREEBANKS
-from attnlib.views.report_page import render_report
 from ui.sources.compare import COMPARE, compared_model
 from ui.sources.corpus_picker import CorpusChoice, chosen_corpus, corpus_picker
 from ui.sources.model_sidebar import current_model, model_named

@@ -10,8 +10,8 @@ import streamlit as st
 
 from app_pages.roles.own_text import own_text_detection
 from app_pages.roles.roles_state import KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
-from attnlib.analyses.roles import RolesOptions
-from attnlib.present.roles import LINK_REPEAT, live_head_link
+from attnlib.analyses.roles import LINK_REPEAT, RolesOptions
+from attnlib.present.tour import live_head_link
 from attnlib.views.head_view import head_view_html
 from attnlib.views.roles import ROLE_NAMES, causal_bars, main_roles, role_map, score_heatmap
 from attnlib.views.special import head_label

@@ -11,9 +11,8 @@ import numpy as np
 import streamlit as st
 
 from attnlib.analyses.base import run_analysis
-from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult
+from attnlib.analyses.roles import ROLES, ProbeText, RolesOptions, RolesResult, probe_text
 from attnlib.core.model import LoadedModel
-from attnlib.present.roles import ProbeText, probe_text
 from attnlib.views.roles import role_thresholds
 from ui.sources.corpus_page import CorpusPage, Shown, file_shown_as, shown_on_corpus
 from ui.sources.corpus_picker import CorpusChoice

@@ -11,9 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from attnlib.analyses.base import run_analysis
-from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult
+from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult, checkpoint_table
 from attnlib.core.model import TRAINED_MODEL, LoadedModel, ModelLoadError, checkpoints_of, split_revision
-from attnlib.present.roles import checkpoint_table
 from attnlib.present.tour import page_link
 from attnlib.views.roles import training_figure
 from ui.sources.model_sidebar import model_named

@@ -17,12 +17,11 @@ from attnlib.analyses.deps import DIRECTIONS, head_on_sentence
 from attnlib.analyses.importance import HeadImportance, no_op_sentence
 from attnlib.analyses.positions import CORRELATIONS, PositionsResult
 from attnlib.analyses.registry import analysis_named
-from attnlib.analyses.roles import RolesOptions
+from attnlib.analyses.roles import LINK_REPEAT, RolesOptions, checkpoint_table
 from attnlib.analyses.special import SpecialTokens, largest_weight_norm_gap
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import Sentence
 from attnlib.core.model import TRAINED_MODEL, checkpoints_of
-from attnlib.present.roles import LINK_REPEAT, checkpoint_table
 from attnlib.present.tour import (
     IMPORTANCE_SLICE,
     NO_OP_NAMES,

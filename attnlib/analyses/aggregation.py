@@ -8,10 +8,10 @@ per-row Pearson/Spearman sums and the relative-position histograms are the ones 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from attnlib.core.runner import RunResult, run_batches
 from attnlib.results.files import json_ready, malformed
 from attnlib.stats.hta import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
 from attnlib.stats.norms import MEASURES, norm_maps
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ATTRIBUTION = "attribution"
 
@@ -85,6 +88,38 @@ class AggregationResult:
                 histograms=arrays(d["histograms"], (*MEASURES, ATTRIBUTION)) if "histograms" in d else {},
                 causal=d.get("kind") == "decoder",
             )
+
+    def layer_statistics(self) -> dict[str, np.ndarray]:
+        """Per layer: each measure's Pearson and Spearman correlation with G_out (mean over rows)."""
+        return {
+            **{f"pearson_{m}": self.pearson[m] for m in MEASURES},
+            **{f"spearman_{m}": self.spearman[m] for m in MEASURES},
+        }
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """Each measure's agreement with layer-output attribution per layer, and each one's centre of mass."""
+        from attnlib.present.tables import layer_frame
+
+        centres = {f"center_of_mass_{m}": v for m, v in self.center_of_mass.items()}
+        return {
+            "Agreement with layer-output attribution per layer (mean row correlation)": layer_frame(
+                model, self.layer_statistics()
+            ),
+            "Centre of mass per layer": layer_frame(model, centres),
+        }
+
+    @classmethod
+    def compared_figures(cls, results: Mapping[str, AggregationResult]) -> list:
+        """The figures of several models' results (model -> result) together, as the report compares them."""
+        from attnlib.views.aggregation import aggregation_figures
+
+        return aggregation_figures(results)
+
+    def figures(self, model: str) -> list:
+        """Each measure's agreement with layer-output attribution, and the centres of mass per layer."""
+        from attnlib.views.aggregation import aggregation_figures
+
+        return aggregation_figures({model: self})
 
 
 @dataclass

@@ -7,6 +7,7 @@ and the pages, the Tour, the report and a notebook all run it through `run_analy
 
 from __future__ import annotations
 
+import html
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar, get_args, get_origin, get_type_hints
 
 from attnlib import __version__
 from attnlib.core.batches import Progress
@@ -134,8 +135,25 @@ class Options:
             _check(f.name, hints[f.name], getattr(self, f.name), f.metadata.get("minimum"))
 
 
+class Result(Protocol):
+    """What every analysis's result type has: the command's JSON (`to_json`, read back by `from_json`, which raises
+    ResultFileError; a result that keeps more than its JSON in a result file, deps' counts, has `state_json()` and
+    `from_json(data, state)`), and how it shows itself: its long tables by title (a `model` column first, layers and
+    heads numbered from 1) and its figures (attnlib.views, imported when asked: the `views` extra), as the pages,
+    the report and a notebook show them."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], /, *args: Any, **kwargs: Any) -> Self: ...
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]: ...
+
+    def figures(self, model: str) -> list: ...
+
+
 O = TypeVar("O", bound=Options)
-R = TypeVar("R")
+R = TypeVar("R", bound=Result)
 MakeAccumulators = Callable[..., list]  # (lm, options) -> empty accumulators
 OwnFill = Callable[..., list]  # (lm, inputs, accumulators, batch_size, progress, options) -> filled accumulators
 
@@ -160,9 +178,7 @@ class Analysis(Generic[O, R]):
     (`scale`: how independent items such as checkpoints run, here or on Ray). A corpus analysis gives `accumulators(lm,
     options)` (empty mergeable accumulators, so the local and Ray engines both run it), optionally `fill` (its own
     corpus loop, as engines.Fill with the options last), and `finish(*accumulators_per_source, options)`. The result
-    type has `to_json()` (the command's JSON, without the model) and `from_json(data)` raising ResultFileError; a
-    result that keeps more than its JSON in a result file (deps: its counts) has `state_json()` and
-    `from_json(data, state)`."""
+    type is a `Result` (its JSON is the command's, without the model)."""
 
     name: str
     help: str
@@ -242,14 +258,14 @@ class Analysis(Generic[O, R]):
 
     def to_json(self, result: R, model: str) -> dict:
         """The command's JSON (strict: NaN as null), the model named first where the command always did."""
-        data = result.to_json()  # type: ignore[attr-defined]
+        data = result.to_json()
         return json_ready({"model": model, **data} if self.json_model else data)
 
     def from_record(self, record: ResultFile) -> R:
         """The result a result file holds; ResultFileError when it is of another analysis or malformed."""
         if record.command != self.name:
             raise ResultFileError(f"this file holds the result of `{record.command}`, not `{self.name}`.")
-        reader = self.result.from_json  # type: ignore[attr-defined]
+        reader = self.result.from_json
         return reader(record.result, record.state) if hasattr(self.result, "state_json") else reader(record.result)
 
     def read(self, record: ResultFile, options: O) -> R:
@@ -344,19 +360,29 @@ class AnalysisRun(Generic[R]):
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Its long tables by title: a `model` column first, layers and heads numbered from 1."""
-        from attnlib.present.runs import run_tables
-
-        return run_tables(self)
+        return self.result.tables(self.model)
 
     def to_pandas(self) -> pd.DataFrame:
         """Its main long table (the first of `tables()`)."""
         return next(iter(self.tables().values()))
 
     def figures(self) -> list:
-        """Its figures (attnlib.views: needs the `views` extra), drawn as the app draws them."""
-        from attnlib.views.runs import run_figures
+        """Its figures (attnlib.views: needs the `views` extra), drawn as the app draws them, each showing itself in a
+        notebook."""
+        from attnlib.views.display import View
+        from attnlib.views.figure import as_figure
 
-        return run_figures(self)
+        return [f if isinstance(f, View) else as_figure(f) for f in self.result.figures(self.model)]
+
+    def _repr_html_(self) -> str | None:
+        """In a notebook, a run left as a cell's value draws its figures (its tables where it has none), under a
+        line that says what it is; None without the `views` extra (the notebook prints its repr)."""
+        try:
+            figures = self.figures()
+        except ImportError:
+            return None
+        drawn = [f._repr_html_() for f in figures] or [t.to_html(index=False) for t in self.tables().values()]
+        return f"<p>{html.escape(repr(self))}</p>" + "".join(drawn)
 
     def show(self) -> list | None:
         """In a notebook, draw its figures (each shows itself) and return None, so that the cell prints nothing under

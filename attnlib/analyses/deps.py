@@ -4,9 +4,9 @@ trees (METHODS §6-7, Clark Table 1)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult
 from attnlib.core.words import ROW_RULES, RowRule, word_groups, word_level_attention
 from attnlib.results.files import ResultFileError, malformed, numeric_array
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DIRECTIONS: tuple[str, str] = ("dep->head", "head<-dep")  # index 0: the dependent attends to its head
 OFFSETS = np.array([-3, -2, -1, 1, 2, 3])  # baseline: predicted head = i + k; ties go to the first in this order
@@ -208,6 +211,30 @@ class DependencyTable:
             "n_skipped": self.n_skipped,
             "rows": [_row_json(r) for r in self.rows],
         }
+
+    def shown_frame(self) -> pd.DataFrame:
+        """The table as the Dependency heads page shows and downloads it: heads 1-based, accuracies in percent; a
+        decoder's ceilings last."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "relation": r.relation,
+                    "count": r.count,
+                    "best head": f"{r.layer + 1}-{r.head + 1}",
+                    "layer": r.layer + 1,
+                    "head": r.head + 1,
+                    "direction": r.direction,
+                    "accuracy %": 100 * r.accuracy,
+                    "baseline offset": f"{r.baseline_offset:+d}",
+                    "baseline accuracy %": 100 * r.baseline_accuracy,
+                    "margin (points)": 100 * r.margin,
+                }
+                | ({} if r.ceiling is None else {f"ceiling {d} %": 100 * r.ceiling[d] for d in DIRECTIONS})
+                for r in self.rows
+            ]
+        )
 
 
 def _row_json(row: DependencyRow) -> dict:
@@ -510,6 +537,38 @@ class DepsResult:
             rows = [DependencyRow(**row) for row in data["rows"]]
             table = DependencyTable(rows, int(data["n_sentences"]), int(data["n_words"]), int(data["n_skipped"]))
         return cls(dependency_counts_from_json(state), table)
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """The best head per relation against the best fixed offset (layers and heads 1-based); for a model of Clark et
+        al.'s, beside their Table 1."""
+        import pandas as pd
+
+        from attnlib.present.tables import paper_rows
+
+        frame = pd.DataFrame([asdict(r) for r in self.table.rows])
+        frame.insert(0, "model", model)
+        frame["layer"] += 1
+        frame["head"] += 1
+        tables = {"Best head per relation against the best fixed offset": frame}
+        if model in PAPER_MODELS:
+            paper = paper_rows(list(frame["relation"]))
+            tables["This model next to Clark et al. (2019) Table 1"] = frame[
+                ["model", "relation", "layer", "head", "accuracy", "baseline_accuracy"]
+            ].merge(paper, on="relation")
+        return tables
+
+    @classmethod
+    def compared_figures(cls, results: Mapping[str, DepsResult]) -> list:
+        """The figures of several models' results (model -> result) together, as the report compares them."""
+        from attnlib.views.deps import deps_figures
+
+        return deps_figures(results)
+
+    def figures(self, model: str) -> list:
+        """Accuracy per relation against the best offset, and every head's accuracy on all relations."""
+        from attnlib.views.deps import deps_figures
+
+        return deps_figures({model: self})
 
 
 def dependency_accumulators(lm: LoadedModel, options: DepsOptions) -> list:

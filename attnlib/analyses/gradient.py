@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from attnlib.analyses.base import Analysis, Options, option, own_loop, single_result
 from attnlib.core.batches import Progress
@@ -21,6 +22,9 @@ from attnlib.stats.gradient import (
     add_gradients,
     unavailable_reason,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GRADIENT_BATCH = 8  # a backward pass keeps every layer's activations: smaller batches than the forward-only passes
 
@@ -48,6 +52,19 @@ class GradientImportance(GradientImportanceResult):
             return cls(
                 int(data["n_inputs"]), numeric_array(heads["sep"], "sep", 2), numeric_array(heads["all"], "all", 2)
             )
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """Mean |dLoss/dA| to [SEP] and to all keys, per layer (mean over heads) and per head."""
+        from attnlib.present.tables import head_frame, layer_frame
+
+        return {"Per layer (mean over heads)": layer_frame(model, self.layers),
+                "Per head": head_frame(model, {"sep": self.sep, "all": self.all})}  # fmt: skip
+
+    def figures(self, model: str) -> list:
+        """Clark Fig. 3: mean |dLoss/dA| per layer, to [SEP] and to all tokens."""
+        from attnlib.views.special import gradient_figure
+
+        return [gradient_figure(self.layers["sep"], self.layers["all"])]
 
 
 def gradient_accumulators(lm: LoadedModel, options: GradientOptions) -> list:

@@ -4,6 +4,7 @@ attribution of §13."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from attnlib.core.model import LoadedModel
 from attnlib.core.runner import encode
 from attnlib.results.files import malformed, numeric_array
 from attnlib.stats.hta import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, attribute, exact_seconds
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,30 @@ class TokenAttribution(Attribution):
                 probes=None if data["probes"] is None else int(data["probes"]),
                 output=None if output is None else numeric_array(output, "output", 3, np.float32),
             )
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """Per head, each query's attribution to the input tokens and to the previous layer; per layer, the output's."""
+        from attnlib.present.tables import cell_frame
+
+        per_head = {"input": self.input, "previous": self.previous}
+        tables = {"Attribution per head": cell_frame(model, per_head, self.tokens, self.tokens, ("query", "token"))}
+        if self.output is not None:
+            tables["Layer-output attribution"] = cell_frame(
+                model, {"output": self.output}, self.tokens, self.tokens, ("query", "token")
+            )
+        return tables
+
+    def figures(self, model: str) -> list:
+        """The last layer's attribution to the input tokens (mean over heads) and, when computed, its output's."""
+        from attnlib.views.heatmap import attention_heatmap
+
+        last = len(self.input)
+        figures = [attention_heatmap(self.input[-1].mean(0), self.tokens, self.tokens,
+                                     f"{model}: input attribution, layer {last} (mean over heads)")]  # fmt: skip
+        if self.output is not None:
+            title = f"{model}: layer-output attribution, layer {last}"
+            figures.append(attention_heatmap(self.output[-1], self.tokens, self.tokens, title))
+        return figures
 
 
 def token_attribution(lm: LoadedModel, item: CorpusInput, options: AttributionOptions) -> TokenAttribution:

@@ -1,13 +1,17 @@
 """The `importance` analysis: every head's single-head effect over a corpus, the [CLS]/[SEP] knockouts, Michel's
-gradient importance, the pruning curve and the no-op test (METHODS §15, with §2's share of attention)."""
+gradient importance, the pruning curve and the no-op test (METHODS §15, with §2's share of attention); and the
+`ablate` analysis: one sentence or pair with a set of heads switched off (or knocked out at [CLS]/[SEP]), its effect
+under each measure of METHODS §15, and a masked-LM model's top predictions at each typed mask before and after."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 from scipy.stats import spearmanr
 
 from attnlib.analyses.base import Analysis, FollowUp, Options, option
@@ -28,13 +32,19 @@ from attnlib.stats.importance import (
     Prepared,
     Variant,
     ceil_tenths,
+    changed_states,
     check_available,
     head_gradients,
+    parse_heads,
     prepare,
     single_head_variants,
+    top_predictions,
     variant_effects,
 )
 from attnlib.stats.special import SINK_THRESHOLD, class_share, first_token_share
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MEASURE_HELP = "the effect the no-op test and the pruning curve show: embedding, hidden, or mlm (default %(default)s)"
 SEED_HELP = "seed of the positions the mlm measure masks: default_rng(seed + input index) (default %(default)s)"
@@ -222,6 +232,42 @@ class HeadImportance:
             knockout=self.knockout if options.knockout else None,
             pruning=self.pruning if options.prune else None,
         )
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """Every head's [CLS]/[SEP] share and effect under each change and measure (corpus means), and the no-op
+        test's Spearman's rho per layer."""
+        import pandas as pd
+
+        from attnlib.present.tables import head_frame
+
+        L, _ = self.special_share.shape
+        per_head = {"cls_sep_share": self.special_share}
+        for change in ("ablate", "drop", "renormalise"):
+            for measure in self.measures():
+                values = self.effect(change, measure)
+                if values is not None:
+                    per_head[f"{change}_{measure}"] = values
+        if self.importance is not None:
+            per_head["gradient_importance"] = self.importance
+        test = self.no_op()
+        spearman = pd.DataFrame(
+            {"model": model, "layer": range(1, L + 1)} | {f"rho_{c}": test.per_layer[c] for c in test.per_layer}
+        )
+        return {"Per head (effects are corpus means; METHODS §15)": head_frame(model, per_head),
+                "No-op test: Spearman's rho of the share against each effect, per layer": spearman}  # fmt: skip
+
+    @classmethod
+    def compared_figures(cls, results: Mapping[str, HeadImportance]) -> list:
+        """The figures of several models' results (model -> result) together, as the report compares them."""
+        from attnlib.views.importance import importance_figures
+
+        return importance_figures(results)
+
+    def figures(self, model: str) -> list:
+        """The single-head ablation effect per head, the no-op scatter and the pruning curve."""
+        from attnlib.views.importance import importance_figures
+
+        return importance_figures({model: self})
 
 
 # ------------------------------------------------------------------------------------------- accumulators
@@ -544,3 +590,140 @@ def sink_sentence(result: HeadImportance, model: str, measure: str | None = None
         )
     parts += _rho_sentence(result.no_op(measure), "first-token share")
     return " ".join(parts)
+
+
+# ---------------------------------------------------------------------------- `ablate`: one input, some heads changed
+
+HEADS_HELP = "the heads to switch off: 0-based layer-head pairs, comma-separated, e.g. 1-2,3-0"
+CHANGE_HELP = (
+    "ablate: their context vectors set to zero; drop / renormalise: the [CLS]/[SEP] knockouts of METHODS §15 "
+    "(heads of one layer) (default %(default)s)"
+)
+Predictions = list[tuple[str, float]]
+
+
+@dataclass(frozen=True)
+class AblateOptions(Options):
+    """Which heads change, and how."""
+
+    heads: str = option("", HEADS_HELP)
+    change: Change = option("ablate", CHANGE_HELP)
+    seed: int = option(DEFAULT_SEED, "seed of the positions the mlm measure masks (default %(default)s)")
+
+
+@dataclass
+class MaskPrediction:
+    """At a mask token typed in the text: the likeliest tokens before and after the change."""
+
+    position: int  # 0-based token position
+    before: Predictions
+    after: Predictions
+
+    def to_json(self) -> dict:
+        return {"position": self.position, "before": [list(p) for p in self.before],
+                "after": [list(p) for p in self.after]}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict) -> MaskPrediction:
+        def read(items: list) -> Predictions:
+            return [(str(t), float(p)) for t, p in items]
+
+        return cls(int(data["position"]), read(data["before"]), read(data["after"]))
+
+
+@dataclass
+class InputAblation:
+    """One input with some heads changed: the §15 measures (mlm None without a trained masked-LM head) and the
+    predictions at each typed mask."""
+
+    tokens: list[str]
+    heads: list[Head]
+    change: str
+    embedding: float  # 1 - cos of the mean-pooled sentence embeddings
+    hidden: float
+    mlm: float | None
+    predictions: list[MaskPrediction] = field(default_factory=list)
+
+    @property
+    def similarity(self) -> float:
+        """cos(s(x), s_M(x)): the sentence embedding's similarity to the unchanged model's."""
+        return 1.0 - self.embedding
+
+    def to_json(self) -> dict:
+        """The `ablate` command's JSON (heads 0-based)."""
+        return {
+            "heads": [list(h) for h in self.heads],
+            "change": self.change,
+            "embedding": self.embedding,
+            "similarity": self.similarity,
+            "hidden": self.hidden,
+            "mlm": self.mlm,
+            "tokens": self.tokens,
+            "predictions": [p.to_json() for p in self.predictions],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> InputAblation:
+        with malformed("`ablate` result"):
+            return cls(
+                tokens=[str(t) for t in data["tokens"]],
+                heads=[(int(l), int(h)) for l, h in data["heads"]],
+                change=str(data["change"]),
+                embedding=float(data["embedding"]),
+                hidden=float(data["hidden"]),
+                mlm=None if data["mlm"] is None else float(data["mlm"]),
+                predictions=[MaskPrediction.from_json(p) for p in data.get("predictions", [])],
+            )
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """One row: the heads changed (1-based layer-head), the change and its effect under each measure."""
+        import pandas as pd
+
+        row = {"model": model, "heads": ",".join(f"{l + 1}-{h + 1}" for l, h in self.heads), "change": self.change,
+               "embedding": self.embedding, "similarity": self.similarity, "hidden": self.hidden, "mlm": self.mlm}  # fmt: skip
+        return {"Effect of the change": pd.DataFrame([row])}
+
+    def figures(self, model: str) -> list:
+        """Nothing to draw: one input's three numbers are its table."""
+        return []
+
+
+def ablate_input(lm: LoadedModel, item: CorpusInput, options: AblateOptions) -> InputAblation:
+    """Run one input unchanged and with the heads changed; OptionError for heads outside the model, or a knockout
+    across layers; AblationUnavailable for a model whose heads attnlib cannot reach."""
+    check_available(lm)
+    heads = parse_heads(options.heads, lm.facts.n_layers, lm.facts.n_heads)
+    encoded = encode(lm, item.text_a, item.text_b)
+    prep = prepare(lm, [encoded], seed=options.seed)
+    if heads:
+        (_, states), *_ = changed_states(prep, [Variant(options.change, heads)])
+    else:  # nothing changed: the model compared with itself
+        states = prep.output
+    effects = prep.effects(states)
+    predictions = []
+    if prep.head is not None and not lm.facts.causal:  # a decoder's text has no mask token to predict at
+        typed = torch.nonzero(prep.batch["input_ids"][0] == lm.tokenizer.mask_token_id)[:, 0]
+        before = top_predictions(prep.head, prep.output[0, typed], lm.tokenizer)
+        after = top_predictions(prep.head, states[0, typed], lm.tokenizer)
+        predictions = [MaskPrediction(int(p), b, a) for p, b, a in zip(typed, before, after)]
+    mlm = effects.get("mlm")
+    return InputAblation(
+        tokens=list(encoded.tokens),
+        heads=list(heads),
+        change=options.change,
+        embedding=float(effects["embedding"][0, 0]),
+        hidden=float(effects["hidden"][0, 0]),
+        mlm=None if mlm is None else float(mlm[0, 0]),
+        predictions=predictions,
+    )
+
+
+ABLATE: Analysis[AblateOptions, InputAblation] = Analysis(
+    name="ablate",
+    help="one sentence or pair with some heads switched off: the change of its embedding, hidden states and MLM loss",
+    options=AblateOptions,
+    reads="text",
+    result=InputAblation,
+    methods=(15,),
+    compute=ablate_input,
+)

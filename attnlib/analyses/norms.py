@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,9 +27,13 @@ from attnlib.results.files import malformed, numeric_array
 from attnlib.stats.batched_norms import NormMaps, ValueNormMaps
 from attnlib.stats.norms import norm_maps, part_norm_maps
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 RANKS = {"value_norm": 3, "weighted_norm": 4, "layer_norm": 3, "residual_ln": 3, "attention_rollout": 3,
          "residual_ln_rollout": 3}  # fmt: skip
 RESIDUAL_MAPS = ("residual_ln", "attention_rollout", "residual_ln_rollout")  # METHODS §12-13: none for cross-attention
+LAYER_MAPS = ("layer_norm", *RESIDUAL_MAPS)  # the [layers, n, n] maps
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,35 @@ class InputNorms(ValueNormMaps):
             about = {k: data[k] for k in ENCODER_DECODER_KEYS} if "part" in data and "key_tokens" in data else None
             reason = data["not_computed"]["reason"] if "not_computed" in data else None
             return cls(tokens=[str(t) for t in data["tokens"]], **maps, encoder_decoder=about, not_computed=reason)
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """The weighted norms per head, then the per-layer maps (norms, residual+LayerNorm, both rollouts;
+        cross-attention: the norms alone, its keys the source's tokens)."""
+        from attnlib.present.tables import cell_frame
+
+        layer_maps = {name: m for name in LAYER_MAPS if (m := getattr(self, name)) is not None}
+        keys = self.key_tokens
+        return {
+            "Value-weighted norms per head": cell_frame(
+                model, {"weighted_norm": self.weighted_norm}, self.tokens, keys
+            ),
+            "Per layer": cell_frame(model, layer_maps, self.tokens, keys),
+        }
+
+    def figures(self, model: str) -> list:
+        """Both rollouts at the last layer (METHODS §12-13); cross-attention, which has none: its last layer's norms
+        ||sum_h A f_h(x_j)|| (METHODS §11-12), target tokens to source tokens."""
+        from attnlib.views.heatmap import attention_heatmap
+
+        if self.attention_rollout is None or self.residual_ln_rollout is None:
+            title = f"{model}: ‖Σ_h α f(x)‖, layer {len(self.layer_norm)}"
+            return [attention_heatmap(self.layer_norm[-1], self.tokens, self.key_tokens, title)]
+        return [
+            attention_heatmap(self.attention_rollout[-1], self.tokens, self.tokens, f"{model}: attention rollout"),
+            attention_heatmap(
+                self.residual_ln_rollout[-1], self.tokens, self.tokens, f"{model}: residual+LayerNorm rollout"
+            ),
+        ]
 
 
 def input_norms(lm: LoadedModel, item: CorpusInput, options: NormOptions) -> InputNorms:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from scipy.stats import rankdata
@@ -32,6 +32,9 @@ from attnlib.stats.hta import (
     row_attribution,
 )
 from attnlib.stats.row_sampling import sampled_offset_sums, sampled_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CORRELATIONS = ("pearson_previous", "spearman_previous", "pearson_input", "spearman_input")
 
@@ -408,6 +411,57 @@ class PositionsResult:
                 attribution_inputs_sampled=d.get("attribution_inputs_sampled", 0),
                 attribution_stderr=arr(d["attribution_stderr"]) if "attribution_stderr" in d else None,
             )
+
+    def layer_statistics(self) -> dict[str, np.ndarray]:
+        """Per layer: both centres of mass (mean over heads) and each correlation's median over the heads."""
+        return {
+            "attention_center_of_mass": self.attention_center_of_mass,
+            "attribution_center_of_mass": self.attribution_center_of_mass,
+            **{f"median_{name}": self.median_correlation(name) for name in CORRELATIONS},
+        }
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """Centres of mass and correlations per layer (correlations: the median over heads) and per head."""
+        from attnlib.present.tables import head_frame, layer_frame
+
+        per_head = {
+            "attention_center_of_mass": self.attention_head_com,
+            "attribution_center_of_mass": self.attribution_head_com,
+            **self.correlation,
+        }
+        return {
+            "Per layer (mean over heads; correlations: median)": layer_frame(model, self.layer_statistics()),
+            "Per head": head_frame(model, per_head),
+        }
+
+    def shown_frame(self) -> pd.DataFrame:
+        """Per layer (1-based), as the Local vs global page shows it: centres of mass and median correlations (the
+        attention's alone without attribution), rounded to 4 places."""
+        import pandas as pd
+
+        table = pd.DataFrame(
+            {
+                "layer": np.arange(1, len(self.attention_center_of_mass) + 1),
+                "attention centre of mass": self.attention_center_of_mass,
+            }
+            | ({} if self.attribution_note else {"input-contribution centre of mass": self.attribution_center_of_mass})
+        )
+        for name in () if self.attribution_note else CORRELATIONS:
+            table[f"median {name.replace('_', ' ')}"] = self.median_correlation(name)
+        return table.round(4)
+
+    @classmethod
+    def compared_figures(cls, results: Mapping[str, PositionsResult]) -> list:
+        """The figures of several models' results (model -> result) together, as the report compares them."""
+        from attnlib.views.positions import positions_figures
+
+        return positions_figures(results)
+
+    def figures(self, model: str) -> list:
+        """Pascual Fig. 2-6: centres of mass, relative-position histograms, correlations and their medians."""
+        from attnlib.views.positions import positions_figures
+
+        return positions_figures({model: self})
 
 
 def _layer_statistic(per_head: np.ndarray, statistic) -> np.ndarray:

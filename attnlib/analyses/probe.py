@@ -3,9 +3,9 @@ trained on one treebank and scored on another (METHODS §14)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult
 from attnlib.results.files import malformed
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Variant = Literal["attention", "words"]
 VARIANTS: tuple[Variant, ...] = ("attention", "words")
@@ -340,6 +343,46 @@ class ProbeResult:
             (int(layer), int(head), DIRECTIONS[d], float(grid[layer, head, d]))
             for layer, head, d in zip(*np.unravel_index(order, grid.shape))
         ]
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """The probe's summary row (layers and heads 1-based) and its accuracy per relation, as long tables."""
+        import pandas as pd
+
+        best = self.best_head
+        summary = {
+            "model": model,
+            "uas": self.uas,
+            "best_head_accuracy": self.best_head_accuracy,
+            "best_head_layer": best["layer"] + 1,
+            "best_head_head": best["head"] + 1,
+            "best_head_direction": best["direction"],
+            "baseline_accuracy": self.baseline_accuracy,
+            "baseline_offset": self.baseline_offset,
+            "n_train": self.n_train,
+            "n_test": self.n_test,
+            "n_words": self.n_words,
+            "n_skipped_train": self.n_skipped_train,
+            "n_skipped_test": self.n_skipped_test,
+        }
+        relations = pd.DataFrame([{"relation": r, **v} for r, v in self.uas_by_relation.items()])
+        relations.insert(0, "model", model)
+        return {
+            "Probe against the best single head and fixed offset": pd.DataFrame([summary]),
+            "UAS per relation": relations,
+        }
+
+    @classmethod
+    def compared_figures(cls, results: Mapping[str, ProbeResult]) -> list:
+        """The figures of several models' results (model -> result) together, as the report compares them."""
+        from attnlib.views.probe import probe_figures
+
+        return probe_figures(results)
+
+    def figures(self, model: str) -> list:
+        """Every head's learned weight, and UAS per relation against the best head and offset."""
+        from attnlib.views.probe import probe_figures
+
+        return probe_figures({model: self})
 
 
 def _scored(sentence: Sentence) -> np.ndarray:

@@ -12,7 +12,7 @@ import itertools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult
 from attnlib.results.files import ResultFileError, malformed
 from attnlib.stats.special import CLASS_KEYS, class_masks, punct_mask
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Method = Literal["pca", "tsne", "umap"]
 METHODS: tuple[str, ...] = get_args(Method)
@@ -588,6 +591,24 @@ class QKResult:
                 "grid" in data,
                 int(data["n_truncated"]),
             )
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """Every query and key of the asked head's picture: where it is, its token and class, and its coordinates."""
+        import pandas as pd
+
+        asked = self.asked
+        frame = pd.DataFrame({**self.point_table(), "x": asked.x, "y": asked.y})
+        for column, value in reversed([("model", model), ("layer", self.layer + 1), ("head", self.head + 1),
+                                       ("method", self.method)]):  # fmt: skip
+            frame.insert(0, column, value)
+        return {"Queries and keys": frame}
+
+    def figures(self, model: str) -> list:
+        """The asked head's picture of its queries and keys."""
+        from attnlib.views.qk import picture_figure
+
+        title = f"{model}: queries and keys of head {self.layer + 1}-{self.head + 1}"
+        return [picture_figure(self, self.layer, self.head, self.method, title=title)]
 
 
 # ----------------------------------------------------------------------------------------------------- analysis

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnlib.analyses.ablate import ABLATE, InputAblation
 from attnlib.analyses.aggregation import AGGREGATION, AggregationResult
 from attnlib.analyses.attention import ATTENTION, AttentionMaps
 from attnlib.analyses.base import (
@@ -22,7 +21,7 @@ from attnlib.analyses.base import (
 from attnlib.analyses.deps import DEPS, DepsResult
 from attnlib.analyses.gradient import GRADIENT, GradientImportance
 from attnlib.analyses.hta import HTA, TokenAttribution
-from attnlib.analyses.importance import IMPORTANCE, HeadImportance
+from attnlib.analyses.importance import ABLATE, IMPORTANCE, HeadImportance, InputAblation
 from attnlib.analyses.norms import NORMS, InputNorms
 from attnlib.analyses.positions import POSITIONS, PositionsResult
 from attnlib.analyses.probe import PROBE, ProbeResult

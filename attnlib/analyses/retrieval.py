@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from attnlib.stats.retrieval import (
     needle_test,
     retrieval_heads,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_NEEDLE = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
 DEFAULT_QUESTION = "What is the best thing to do in San Francisco?"
@@ -131,6 +135,27 @@ class RetrievalResult:
             if result.heads != [[int(l), int(h)] for l, h in data["retrieval_heads"]]:
                 raise ResultFileError("the `retrieval` result's retrieval_heads are not those its scores give.")
             return result
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """Each head's retrieval score and whether it is a retrieval head; each test's length, depth and needle."""
+        import pandas as pd
+
+        from attnlib.present.tables import head_frame
+
+        per_head = head_frame(model, {"retrieval": self.scores, "retrieval_head": self.scores > self.threshold})
+        tests = pd.DataFrame(
+            [{"model": model, "length": t.length, "depth": t.depth, "n_tokens": len(t.input_ids),
+              "needle_start": t.needle_span[0], "needle_end": t.needle_span[1], "n_decoded": len(t.decoded_ids),
+              "forced": t.forced} for t in self.tests],
+            columns=["model", "length", "depth", "n_tokens", "needle_start", "needle_end", "n_decoded", "forced"],
+        )  # fmt: skip
+        return {"Per head": per_head, "Tests": tests}
+
+    def figures(self, model: str) -> list:
+        """Every head's retrieval score (Wu et al. 2024)."""
+        from attnlib.views.roles import retrieval_heatmap
+
+        return [retrieval_heatmap(self.scores, self.threshold)]
 
 
 @dataclass

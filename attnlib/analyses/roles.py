@@ -3,7 +3,8 @@ repeated-random-tokens probe, its OV copying score and §18's first_share; a dec
 check of each role; TransformerLens-compatible pattern detection on a text or a corpus where one is given; the same
 scores over a list of training checkpoints.
 
-It reads the model alone (`reads="model"`): the probe is made from the model's vocabulary."""
+It reads the model alone (`reads="model"`): the probe is made from the model's vocabulary. The probe as a text the
+Live page opens (random words of the vocabulary, then the same words again) and the checkpoints' table are here too."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -42,6 +44,9 @@ from attnlib.stats.roles import (
     top_heads,
 )
 from attnlib.stats.special import SINK_THRESHOLD
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Head = tuple[int, int]
 SCORE_KEYS = (*PROBE_ROLES, "copying", "first_share")  # the JSON's `scores`, each [layers][heads]
@@ -246,6 +251,46 @@ class RolesResult:
                 checkpoints=None if points is None else [CheckpointScores.from_json(c) for c in points],
                 notes={str(k): str(v) for k, v in data.get("notes", {}).items()},
             )
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """Every head's §20 scores and the roles it holds at the thresholds; with checkpoints, each checkpoint's scores
+        and in-context gain by step."""
+        import pandas as pd
+
+        from attnlib.present.tables import head_frame
+
+        held = self.roles
+        frame = head_frame(model, {key: s for key in SCORE_KEYS if (s := self.scores.of(key)) is not None})
+        frame["role"] = [
+            ",".join(role for role, heads in held.items() if (layer - 1, head - 1) in heads)
+            for layer, head in zip(frame["layer"], frame["head"])
+        ]
+        tables = {"Head roles": frame}
+        if self.checkpoints:
+            frames = []
+            for point in self.checkpoints:
+                scores = {key: s for key in SCORE_KEYS if (s := point.scores.of(key)) is not None}
+                one = head_frame(model, scores)
+                one.insert(1, "checkpoint", point.path)
+                one.insert(2, "step", point.step)
+                one["in_context_gain"] = point.in_context_gain
+                frames.append(one)
+            tables["Checkpoints"] = pd.concat(frames, ignore_index=True)
+        return tables
+
+    def figures(self, model: str) -> list:
+        """The role map, the induction score, the causal check's bars (with a next-token loss) and, with checkpoints,
+        the lines of each score's largest value and the in-context gain over training."""
+        from attnlib.views.roles import causal_bars, role_map, role_thresholds, score_heatmap, training_figure
+
+        scores = {key: self.scores.of(key) for key in SCORE_KEYS}
+        figures = [role_map(scores, role_thresholds(self.thresholds), f"Head roles: {model}"),
+                   score_heatmap(self.scores.induction, "induction")]  # fmt: skip
+        if self.causal:
+            figures.append(causal_bars({r: c.to_json() for r, c in self.causal.items()}, self.in_context_gain))
+        if self.checkpoints:
+            figures.append(training_figure(model, checkpoint_table(self)))
+        return figures
 
 
 def _detect_json(detect: dict[str, dict[str, np.ndarray]]) -> dict:
@@ -490,3 +535,75 @@ ROLES: Analysis[RolesOptions, RolesResult] = Analysis(
     compute_model=compute_roles,
     note=_note,
 )
+
+
+# ------------------------------------------------- the probe as a text (the Live page) and the checkpoints' table
+
+LINK_REPEAT = 20  # words in each repeat of the Live page's probe: an induction stripe, and a head view that reads
+
+
+@dataclass(frozen=True)
+class ProbeText:
+    """A probe as text: its words, said twice; `exact` when the model's tokenizer reads it as one token per word
+    (so an induction head's stripe lies exactly at offset 1 - s)."""
+
+    words: tuple[str, ...]
+    text: str
+    exact: bool
+
+    @property
+    def length(self) -> int:
+        """s: the words in one repeat."""
+        return len(self.words)
+
+
+def _ordinary_ids(tokenizer) -> set[int]:
+    """The tokenizer's special and added tokens' ids."""
+    return set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+
+
+def _single(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def probe_words(tokenizer, length: int = LINK_REPEAT, seed: int = 0) -> tuple[str, ...]:
+    """`length` distinct words of letters, each one ordinary token of the vocabulary that the tokenizer reads back as
+    one token, with or without a space before it; drawn in a seeded random order."""
+    special = _ordinary_ids(tokenizer)
+    words: list[str] = []
+    for token_id in np.random.default_rng(seed).permutation(len(tokenizer)):
+        if int(token_id) in special:
+            continue
+        word = tokenizer.decode([int(token_id)]).strip()
+        if len(word) < 2 or not (word.isascii() and word.isalpha()) or word.lower() in {w.lower() for w in words}:
+            continue
+        if len(_single(tokenizer, word)) == 1 and _single(tokenizer, " " + word) == [int(token_id)]:
+            words.append(word)
+            if len(words) == length:
+                break
+    return tuple(words)
+
+
+def probe_text(lm: LoadedModel, length: int = LINK_REPEAT, seed: int = 0) -> ProbeText:
+    """The probe as a text for the Live page: `length` random words, then the same words again."""
+    words = probe_words(lm.tokenizer, length, seed)
+    text = " ".join(words + words)
+    ids = [i for i in _single(lm.tokenizer, text) if i not in _ordinary_ids(lm.tokenizer)]
+    s = len(words)
+    exact = len(ids) == 2 * s and ids[1:s] == ids[s + 1 :]
+    return ProbeText(words, text, exact)
+
+
+def checkpoint_table(result: RolesResult) -> pd.DataFrame:
+    """One row per checkpoint of a roles result (`checkpoints` of its JSON): its step and path, each score's largest
+    value over the heads (`max_<score>`, NaN where undefined) and its in-context gain (NaN without an LM head)."""
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = []
+    for point in result.to_json()["checkpoints"] or []:
+        row: dict[str, Any] = {"step": point["step"], "path": point["path"]}
+        for name, values in point["scores"].items():
+            row[f"max_{name}"] = np.nan if values is None else float(np.nanmax(np.asarray(values, float)))
+        gain = point["in_context_gain"]
+        rows.append({**row, "in_context_gain": np.nan if gain is None else float(gain)})
+    return pd.DataFrame(rows)

@@ -3,8 +3,9 @@ with the head map and the value-weighted norm shares when asked (METHODS §1-4, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from attnlib.core.model import LoadedModel
 from attnlib.stats.head_distances import HeadDistances, HeadMap, head_map, special_from_json
 from attnlib.stats.norms import NormShareResult, NormShareStats, special_norms_from_json
 from attnlib.stats.special import SpecialTokenResult, SpecialTokenStats
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,37 @@ class SpecialTokens:
         return SpecialTokens(
             self.special, self.head_map if options.head_map else None, self.norms if options.norms else None
         )
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        """The shares, entropies and offsets per layer (mean over heads) and per head (with the head map's behaviour);
+        with norms, the norm shares and value norms per layer and per head."""
+        from attnlib.present.tables import head_frame, layer_frame
+
+        result, hm, norms = self.special, self.head_map, self.norms
+        per_head = dict(result.heads)
+        if hm is not None:
+            per_head["behaviour"] = hm.labels.reshape(result.heads["cls"].shape)
+        tables = {
+            "Per layer (mean over heads)": layer_frame(model, result.layers),
+            "Per head": head_frame(model, per_head),
+        }
+        if norms is not None:  # the report always asks for them; a notebook's run may not
+            tables["Norm shares and value norms per layer (mean over heads)"] = layer_frame(model, norms.layers)
+            tables["Norm shares and value norms per head"] = head_frame(model, norms.heads)
+        return tables
+
+    @classmethod
+    def compared_figures(cls, results: Mapping[str, SpecialTokens]) -> list:
+        """The figures of several models' results (model -> result) together, as the report compares them."""
+        from attnlib.views.special import special_figures
+
+        return special_figures(results)
+
+    def figures(self, model: str) -> list:
+        """Clark Fig. 2, 4, 6: shares, nearby tokens, [SEP], entropy, the head map and, with norms, weights against norms."""
+        from attnlib.views.special import special_figures
+
+        return special_figures({model: self})
 
 
 NORM_GAP_FACTOR = 2.0  # a norm share within this factor of the weight share tells the same story

@@ -4,11 +4,14 @@ A report is a list of parts (REPORT_PARTS), one per analysis: the report's files
 report's) and how its result becomes long tables (a `model` column first, layers and heads 1-based as on the pages),
 per-layer values to compare and notes. Parts reading the same file share one engine pass, so the model runs once per
 file, and positions and aggregation attribute each input once between them; the probe's training treebank gets its
-own pass. The HTML is written by attnlib.views.report_page (this module runs no plotly).
+own pass. `render_report` writes the HTML: each part's tables and figures are its result's own (`tables(model)`,
+`figures(model)`; two models: its result type's `compared_figures`), the figures drawn by attnlib.views (plotly, the
+`views` extra: imported only when a page is written).
 """
 
 from __future__ import annotations
 
+import html
 import re
 import sys
 import time
@@ -34,7 +37,7 @@ from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.runner import RunResult
 from attnlib.present.comparison import Difference, largest_difference
 from attnlib.present.labels import NORM_NAMES, SHARE_KEYS, STAT_NAMES
-from attnlib.present.tables import by_layer, head_frame, layer_frame, layer_values, paper_rows
+from attnlib.present.tables import by_layer, layer_values
 from attnlib.results.files import corpus_record
 from attnlib.results.shipped import ROOT
 from attnlib.stats.hta import DEFAULT_PROBES, Attribution, Mode, hidden_token_attribution
@@ -66,7 +69,7 @@ class PartResult:
     part: str
     model: str
     tables: dict[str, pd.DataFrame]  # title -> table with a `model` column first
-    result: Any  # the analysis's result (attnlib.views.report_page draws it)
+    result: Any  # the analysis's result (its figures are drawn from it)
     comparable: dict[str, dict[str, float]]  # statistic -> {"layer 3": value, ...} on one scale per part
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # this part's own work (statistics, attribution, training), not the shared forward pass
@@ -108,126 +111,51 @@ class ReportPart:
 
 
 def _special_show(model: str, found: SpecialTokens, options: ReportOptions) -> PartResult:
-    result, hm, norms = found.special, found.head_map, found.norms
-    per_head = dict(result.heads)
-    if hm is not None:
-        per_head["behaviour"] = hm.labels.reshape(result.heads["cls"].shape)
+    result, norms = found.special, found.norms
     notes = [
         f"{result.n_inputs} inputs ({result.n_truncated} truncated to the model's length); punctuation: "
         f"{'every punctuation token' if result.all_punct else '. and ,'}; uniform attention's mean ln n = "
         f"{result.uniform_entropy:.3f}"
         + ("; norm shares weigh attention by the value norm ||f(x)|| (Kobayashi et al.)." if norms else ".")
     ]
-    tables = {"Per layer (mean over heads)": layer_frame(model, result.layers), "Per head": head_frame(model, per_head)}
     comparable = by_layer(result.layers, SHARE_KEYS, STAT_NAMES)
     if norms is not None:  # the report always asks for them; a notebook's run may not
-        tables["Norm shares and value norms per layer (mean over heads)"] = layer_frame(model, norms.layers)
-        tables["Norm shares and value norms per head"] = head_frame(model, norms.heads)
         comparable |= by_layer(norms.layers, list(NORM_KEYS[:4]), NORM_NAMES)
-    return PartResult("special", model, tables, found, comparable, notes)
+    return PartResult("special", model, found.tables(model), found, comparable, notes)
 
 
 def _deps_show(model: str, found: DepsResult, options: ReportOptions) -> PartResult:
     table = found.table
-    frame = pd.DataFrame([asdict(r) for r in table.rows])
-    frame.insert(0, "model", model)
-    frame["layer"] += 1
-    frame["head"] += 1
-    tables = {"Best head per relation against the best fixed offset": frame}
     notes = [
         f"{table.n_sentences} sentences, {table.n_words} words, {table.n_skipped} skipped (longer than the model "
         f"takes); relations with at least {options.min_count} dependents, root and punct pooled in 'all' only."
     ]
     if model in PAPER_MODELS:
-        paper = paper_rows(list(frame["relation"]))
-        tables["This model next to Clark et al. (2019) Table 1"] = frame[
-            ["model", "relation", "layer", "head", "accuracy", "baseline_accuracy"]
-        ].merge(paper, on="relation")
         notes.append("Clark et al. used WSJ with Stanford labels; the UD label closest to each paper relation is used.")
     accuracy = {r.relation: r.accuracy for r in table.rows}
-    return PartResult(
-        "deps", model, tables, found, {"best-head accuracy": {f"relation {k}": v for k, v in accuracy.items()}}, notes
-    )
+    comparable = {"best-head accuracy": {f"relation {k}": v for k, v in accuracy.items()}}
+    return PartResult("deps", model, found.tables(model), found, comparable, notes)
 
 
 def _positions_show(model: str, result: PositionsResult, options: ReportOptions) -> PartResult:
-    per_layer = {
-        "attention_center_of_mass": result.attention_center_of_mass,
-        "attribution_center_of_mass": result.attribution_center_of_mass,
-        **{f"median_{name}": result.median_correlation(name) for name in CORRELATIONS},
-    }
-    per_head = {
-        "attention_center_of_mass": result.attention_head_com,
-        "attribution_center_of_mass": result.attribution_head_com,
-        **result.correlation,
-    }
     names = {f"median_{name}": f"median {name.replace('_', ' ')} correlation" for name in CORRELATIONS}
     notes = [
         f"{result.n_inputs} inputs, {result.n_longer} of them longer than the head dimension ({result.head_dim}); "
         f"Hidden Token Attribution in estimate mode with {result.options.probes} probes per token, seed "
         f"{result.options.seed}."
     ]
-    return PartResult(
-        "positions",
-        model,
-        {
-            "Per layer (mean over heads; correlations: median)": layer_frame(model, per_layer),
-            "Per head": head_frame(model, per_head),
-        },
-        result,
-        by_layer(per_layer, list(names), names),
-        notes,
-    )
+    comparable = by_layer(result.layer_statistics(), list(names), names)
+    return PartResult("positions", model, result.tables(model), result, comparable, notes)
 
 
 def _aggregation_show(model: str, result: AggregationResult, options: ReportOptions) -> PartResult:
-    per_layer = {
-        **{f"pearson_{m}": result.pearson[m] for m in MEASURES},
-        **{f"spearman_{m}": result.spearman[m] for m in MEASURES},
-    }
-    centres = {f"center_of_mass_{m}": v for m, v in result.center_of_mass.items()}
     names = {f"spearman_{m}": f"{m.replace('_', ' ')} Spearman with G_out" for m in MEASURES}
     notes = [
         f"{result.n_inputs} inputs; layer-output attribution G_out in estimate mode with {result.options.probes} "
         f"probes per token, seed {result.options.seed} (the same attributions as the positions part)."
     ]
-    return PartResult(
-        "aggregation",
-        model,
-        {
-            "Agreement with layer-output attribution per layer (mean row correlation)": layer_frame(model, per_layer),
-            "Centre of mass per layer": layer_frame(model, centres),
-        },
-        result,
-        by_layer(per_layer, list(names), names),
-        notes,
-    )
-
-
-def probe_tables(model: str, result: ProbeResult) -> dict[str, pd.DataFrame]:
-    """The probe's summary row (layers and heads 1-based) and its accuracy per relation, as long tables."""
-    best = result.best_head
-    summary = {
-        "model": model,
-        "uas": result.uas,
-        "best_head_accuracy": result.best_head_accuracy,
-        "best_head_layer": best["layer"] + 1,
-        "best_head_head": best["head"] + 1,
-        "best_head_direction": best["direction"],
-        "baseline_accuracy": result.baseline_accuracy,
-        "baseline_offset": result.baseline_offset,
-        "n_train": result.n_train,
-        "n_test": result.n_test,
-        "n_words": result.n_words,
-        "n_skipped_train": result.n_skipped_train,
-        "n_skipped_test": result.n_skipped_test,
-    }
-    relations = pd.DataFrame([{"relation": r, **v} for r, v in result.uas_by_relation.items()])
-    relations.insert(0, "model", model)
-    return {
-        "Probe against the best single head and fixed offset": pd.DataFrame([summary]),
-        "UAS per relation": relations,
-    }
+    comparable = by_layer(result.layer_statistics(), list(names), names)
+    return PartResult("aggregation", model, result.tables(model), result, comparable, notes)
 
 
 def _probe_show(model: str, result: ProbeResult, options: ReportOptions) -> PartResult:
@@ -237,30 +165,16 @@ def _probe_show(model: str, result: ProbeResult, options: ReportOptions) -> Part
         "(longer than the model takes)."
     ]
     uas = {"probe UAS": {f"relation {r}": v["uas"] for r, v in result.uas_by_relation.items()}}
-    return PartResult("probe", model, probe_tables(model, result), result, uas, notes)
+    return PartResult("probe", model, result.tables(model), result, uas, notes)
 
 
 def _importance_show(model: str, result: HeadImportance, options: ReportOptions) -> PartResult:
     L, H = result.special_share.shape
-    per_head = {"cls_sep_share": result.special_share}
-    for change in ("ablate", "drop", "renormalise"):
-        for measure in result.measures():
-            values = result.effect(change, measure)
-            if values is not None:
-                per_head[f"{change}_{measure}"] = values
-    if result.importance is not None:
-        per_head["gradient_importance"] = result.importance
-    test = result.no_op()
-    spearman = pd.DataFrame(
-        {"model": model, "layer": range(1, L + 1)} | {f"rho_{c}": test.per_layer[c] for c in test.per_layer}
-    )
-    tables = {"Per head (effects are corpus means; METHODS §15)": head_frame(model, per_head),
-              "No-op test: Spearman's rho of the share against each effect, per layer": spearman}  # fmt: skip
     embedding = result.effect("ablate", "embedding")
     assert embedding is not None  # every encoder has the embedding measure
     comparable = {"ablation effect (embedding)": layer_values(embedding.mean(1))}
     notes = [f"{result.n_inputs} inputs, {L} x {H} heads. {no_op_sentence(result, model)}"]
-    return PartResult("importance", model, tables, result, comparable, notes)
+    return PartResult("importance", model, result.tables(model), result, comparable, notes)
 
 
 REPORT_PARTS: tuple[ReportPart, ...] = (
@@ -652,3 +566,125 @@ def terminal_progress(stream: Any = sys.stderr, width: int = 30) -> ReportProgre
         stream.flush()
 
     return show
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; padding: 0 1rem; color: #222; }
+table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1rem; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+td:nth-child(-n+2), th:first-child { text-align: left; }
+th { background: #f3f3f3; }
+.difference { background: #fff4d6; padding: 0.4rem 0.8rem; border-left: 4px solid #e0a800; }
+details { margin: 0.5rem 0; }
+pre { white-space: pre-wrap; background: #f8f8f8; padding: 0.5rem; }
+"""
+
+
+def part_figures(results: Sequence[PartResult]) -> list:
+    """A part's figures: its result's own for one model; for two, its result type's figures of both together."""
+    first = results[0]
+    if len(results) == 1:
+        return first.result.figures(first.model)
+    return type(first.result).compared_figures({r.model: r.result for r in results})
+
+
+def _table_html(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, float_format=lambda x: f"{x:.6g}", na_rep="", border=0)
+
+
+def _key_values(rows: dict[str, Any]) -> str:
+    cells = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows.items())
+    return f"<table>{cells}</table>"
+
+
+def _figure_html(fig: Any, div_id: str) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False})
+
+
+def _definitions(report: Report, sections: Sequence[int]) -> str:
+    items = []
+    for number in sections:
+        heading, text = report.methods.get(number, (f"{number}.", ""))
+        link = f"{METHODS_PATH}#{methods_anchor(heading)}"
+        items.append(
+            f"<details><summary><a href='{html.escape(link)}'>{html.escape(heading)}</a></summary>"
+            f"<pre>{html.escape(text)}</pre></details>"
+        )
+    return f"<p>Definitions ({html.escape(METHODS_PATH)} in the attnlib repository):</p>{''.join(items)}"
+
+
+def _part_section(report: Report, index: int, differences: dict) -> str:
+    part = report.parts[index]
+    results = report.results[part.name]
+    out = [f"<section id='{part.name}'><h2>{html.escape(part.title)}</h2>"]
+    for result in results:
+        out += [
+            f"<p><b>{html.escape(result.model)}</b>: {html.escape(' '.join(result.notes))} ({result.seconds:.1f} s)</p>"
+        ]
+    difference = differences.get(part.name)
+    if difference is not None:
+        out.append(f"<p class='difference'>{html.escape(difference.text())}</p>")
+    for i, fig in enumerate(part_figures(results)):
+        out.append(_figure_html(fig, f"{part.name}-figure-{i}"))
+    for title in results[0].tables:
+        frame = pd.concat([r.tables[title] for r in results if title in r.tables], ignore_index=True)
+        out.append(f"<h3>{html.escape(title)}</h3>")
+        body = _table_html(frame)
+        out.append(f"<details><summary>{len(frame)} rows</summary>{body}</details>" if len(frame) > 40 else body)
+    out.append(_definitions(report, part.methods))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def render_report(report: Report) -> str:
+    """The whole page: header with provenance and timings, one section per part; plotly.js inlined once (the figures
+    need the `views` extra)."""
+    from attnlib.views.plotly_js import plotly_js
+
+    differences = report.differences()
+    title = f"Attention report: {' vs '.join(report.models)}"
+    provenance = {
+        "model" if len(report.models) == 1 else "models": ", ".join(report.models),
+        **{
+            f"{source} file": f"{c['name']} ({c['n_inputs']} inputs, {c.get('bytes', '?')} bytes, SHA-1 {c['sha1']})"
+            for source, c in report.corpora.items()
+        },
+        **(
+            {
+                "statistics of": "; ".join(
+                    f"{name}: its encoder's self-attention over the source (an encoder-decoder, METHODS §18)"
+                    for name in report.stacks
+                )
+            }
+            if report.stacks
+            else {}
+        ),
+        "options": ", ".join(f"{k}={v}" for k, v in vars(report.options).items()),
+        "library": f"attnlib {report.library_version}",
+        "created": report.created,
+        "total time": f"{report.seconds:.1f} s",
+    }
+    timing_rows = [{"model": m, "step": "load the model", "seconds": s} for m, s in report.load_seconds.items()]
+    for t in report.timings:
+        timing_rows.append(
+            {
+                "model": t.model,
+                "step": f"forward pass over the {t.source} file ({t.n_inputs} inputs, shared by {', '.join(t.parts)})",
+                "seconds": t.forward_seconds,
+            }
+        )
+    for results in report.results.values():
+        timing_rows += [{"model": r.model, "step": f"part: {r.part}", "seconds": r.seconds} for r in results]
+    contents = "".join(f"<li><a href='#{p.name}'>{html.escape(p.title)}</a></li>" for p in report.parts)
+    sections = "\n".join(_part_section(report, i, differences) for i in range(len(report.parts)))
+    layers_note = "Layers and heads are numbered from 1, as in the papers (the command-line JSON counts from 0)."
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{CSS}</style>"
+        f"<script type='text/javascript'>{plotly_js()}</script></head><body>"
+        f"<h1>{html.escape(title)}</h1>{_key_values(provenance)}<p>{layers_note}</p>"
+        f"<h2>Time each part took</h2>{_table_html(pd.DataFrame(timing_rows))}"
+        f"<ul>{contents}</ul>{sections}</body></html>\n"
+    )

@@ -200,6 +200,11 @@ def page_link(page: str, **params: str | int | None) -> str:
     return f"{page}?{query}" if page else f"./?{query}"
 
 
+def live_head_link(model: str, text: str, layer: int, head: int) -> str:
+    """The Live page's head view of one head (0-based) of `model` on `text`, that head alone drawn."""
+    return page_link("", model=model, a=text, view="head", layer=layer + 1, head=head + 1, heads=head + 1)
+
+
 # ---------- formatting --------------------------------------------------------------------------------------------
 
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import html
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from attnlib.views.figure import notebook_figure
+from attnlib.views.layers import MODEL_COLOURS
+
+if TYPE_CHECKING:
+    from attnlib.analyses.deps import DepsResult
 
 DIRECTION_TITLES = ("dep->head: the dependent attends to its head", "head<-dep: the head attends to its dependent")
 GOLD_FOCUS, GOLD_OTHER, HIT, MISS = "#1f3b73", "#b8bec9", "#2a9d47", "#d1343b"
@@ -210,3 +217,65 @@ def arc_diagram(
         plot_bgcolor="white",
     )
     return fig
+
+
+@notebook_figure
+def best_head_bars(tables: Mapping[str, pd.DataFrame], title: str) -> go.Figure:
+    """Best-head accuracy per relation for each model (one colour each), with its best-offset baseline as a mark."""
+    fig = go.Figure()
+    for m, (model, frame) in enumerate(tables.items()):
+        colour = MODEL_COLOURS[m % len(MODEL_COLOURS)]
+        heads = [
+            f"{layer}-{head} {direction}"
+            for layer, head, direction in zip(frame["layer"], frame["head"], frame["direction"])
+        ]
+        fig.add_trace(
+            go.Bar(
+                x=frame["relation"],
+                y=frame["accuracy"],
+                name=f"{model}: best head",
+                marker_color=colour,
+                offsetgroup=str(m),
+                customdata=heads,
+                hovertemplate="%{x}: %{y:.3f} (head %{customdata})<extra>" + html.escape(model) + "</extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=frame["relation"],
+                y=frame["baseline_accuracy"],
+                mode="markers",
+                name=f"{model}: best offset",
+                marker=dict(color=colour, symbol="line-ew-open", size=18, line=dict(width=3)),
+                customdata=frame["baseline_offset"],
+                hovertemplate="%{x}: %{y:.3f} (offset %{customdata:+d})<extra>" + html.escape(model) + "</extra>",
+            )
+        )
+    fig.update_layout(
+        title=title,
+        barmode="group",
+        height=420,
+        yaxis=dict(title="accuracy", range=[0, 1]),
+        margin=dict(l=10, r=10, t=60, b=10),
+    )
+    return fig
+
+
+def deps_figures(results: Mapping[str, DepsResult]) -> list[go.Figure]:
+    """Accuracy per relation (bars, baseline marks) of each model (model -> result); for one model also every head's
+    accuracy on all relations."""
+    from attnlib.analyses.deps import ALL, DIRECTIONS
+
+    figures = [
+        best_head_bars(
+            {model: next(iter(r.tables(model).values())) for model, r in results.items()},
+            "Best head per relation against the best fixed offset",
+        )
+    ]
+    if len(results) == 1:
+        found = next(iter(results.values()))
+        counts, table = found.counts, found.table
+        best = next(((r.layer, r.head, DIRECTIONS.index(r.direction)) for r in table.rows if r.relation == ALL), None)
+        if best is not None:
+            figures.append(head_accuracy_heatmaps(counts.accuracy_grid("all"), "all", best))
+    return figures

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
@@ -11,6 +12,9 @@ import plotly.graph_objects as go
 from attnlib.views.canvas_html import head_color
 from attnlib.views.figure import notebook_figure
 from attnlib.views.special import head_label
+
+if TYPE_CHECKING:
+    from attnlib.analyses.importance import HeadImportance
 
 CHANGE_NAMES = {"ablate": "ablation", "drop": "[CLS]/[SEP] dropped", "renormalise": "renormalised without them"}
 MEASURE_NAMES = {
@@ -133,3 +137,23 @@ def pruning_figure(
     fig.update_layout(title="Pruning curve", height=420, legend={"orientation": "h", "y": -0.2},
                       margin=dict(l=10, r=10, t=60, b=10))  # fmt: skip
     return fig
+
+
+def importance_figures(results: Mapping[str, HeadImportance]) -> list[go.Figure]:
+    """Per model (model -> result): the single-head ablation effect per head and the no-op scatter; the pruning curves
+    together."""
+    figures = []
+    for model, result in results.items():
+        effect = result.effect("ablate", "embedding")
+        assert effect is not None  # every encoder has the embedding measure
+        figures.append(effect_heatmap(effect, f"{model}: effect of switching each head off", "1 − cos"))
+        effects = {c: e for c in ("ablate", "drop", "renormalise") if (e := result.effect(c, "embedding")) is not None}
+        test = result.no_op("embedding")
+        figures.append(no_op_scatter(result.special_share, effects, test.overall, "embedding", result.causal))
+    curves = {model: r.pruning["embedding"] for model, r in results.items() if r.pruning}
+    if curves:
+        drawn = {m: (c.removed, c.effect) for m, c in curves.items()}
+        figures.append(
+            pruning_figure(drawn, {model: r.special_share.size for model, r in results.items()}, "embedding")
+        )
+    return figures

@@ -7,6 +7,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from attnlib.views.figure import notebook_figure
 
 MODEL_COLOURS = ("#1f77b4", "#d62728")  # first model, compared model
 MARGIN = dict(l=10, r=10, t=60, b=40)
@@ -56,4 +59,35 @@ def per_layer_layout(
     fig.update_xaxes(title_text="layer", tickmode="linear", dtick=1)
     fig.update_yaxes(title_text=y_title, range=y_range)
     fig.update_layout(title=title, height=height, margin=MARGIN, **layout)
+    return fig
+
+
+@notebook_figure
+def model_lines(
+    per_model: dict[str, dict[str, np.ndarray]],
+    names: dict[str, str],
+    title: str,
+    y_title: str,
+    cols: int = 3,
+    shared_y: bool = True,
+) -> go.Figure:
+    """One panel per statistic, one line per model through its per-layer values ([layers] arrays), one colour each."""
+    keys = list(next(iter(per_model.values())))
+    rows = -(-len(keys) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[names[k] for k in keys], shared_yaxes=shared_y)
+    for m, (model, values) in enumerate(per_model.items()):
+        colour = MODEL_COLOURS[m % len(MODEL_COLOURS)]
+        for i, key in enumerate(keys):
+            trace = layer_line(
+                np.asarray(values[key], dtype=float),
+                model,
+                hover=f"{model}<br>{names[key]}",
+                legendgroup=model,
+                showlegend=i == 0,
+                line=dict(color=colour, width=2),
+            )
+            fig.add_trace(trace, row=i // cols + 1, col=i % cols + 1)
+    fig.update_xaxes(title="layer", tickmode="linear", dtick=1)
+    fig.update_yaxes(title=y_title, col=1)
+    fig.update_layout(title=title, height=260 * rows + 80, margin=dict(l=10, r=10, t=80, b=10))
     return fig

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
@@ -16,8 +17,12 @@ from attnlib.views.layers import (
     layer_axis_title,
     layer_line,
     layer_positions,
+    model_lines,
     per_layer_layout,
 )
+
+if TYPE_CHECKING:
+    from attnlib.analyses.positions import PositionsResult
 
 ATTENTION_COLOR = "#1f77b4"
 ATTRIBUTION_COLOR = "#ff7f0e"
@@ -281,3 +286,56 @@ def compared_heatmaps(by_model: dict[str, np.ndarray], title: str = "", zmin: fl
     n_heads = max(v.shape[1] for v in by_model.values())
     fig.update_layout(title=title, height=120 + 26 * n_heads, margin=dict(l=10, r=10, t=70, b=40))
     return fig
+
+
+def positions_figures(results: Mapping[str, PositionsResult]) -> list[go.Figure]:
+    """Pascual Fig. 2-6 of one model's result (model -> result); for two, centres of mass and median correlations of
+    both."""
+    from attnlib.analyses.positions import CORRELATIONS
+
+    medians = {name: f"median {name.replace('_', ' ')}" for name in CORRELATIONS}
+    if len(results) > 1:
+        com = {"attention": "attention", "attribution": "input contribution (HTA)"}
+        return [
+            model_lines(
+                {
+                    model: {"attention": r.attention_center_of_mass, "attribution": r.attribution_center_of_mass}
+                    for model, r in results.items()
+                },
+                com,
+                "Centre of mass per layer (mean over heads)",
+                "offset",
+                cols=2,
+            ),
+            model_lines(
+                {model: {n: r.median_correlation(n) for n in CORRELATIONS} for model, r in results.items()},
+                medians,
+                "Attention vs attribution: median correlation over the heads of each layer",
+                "correlation",
+                cols=4,
+            ),
+        ]
+    r = next(iter(results.values()))
+    n_layers = r.attention_histograms.shape[0]
+    max_offset = max(1, min(10, int(r.offsets.max()) if len(r.offsets) else 1))
+    return [
+        center_of_mass_chart(r.attention_center_of_mass, r.attribution_center_of_mass, "Centre of mass per layer"),
+        position_histograms(
+            r.offsets,
+            r.attention_histograms.mean(1),
+            r.attribution_histograms.mean(1),
+            [f"layer {l + 1}" for l in range(n_layers)],
+            max_offset=max_offset,
+            columns=min(n_layers, 3),
+            title="Relative-position histograms per layer (mean over heads)",
+        ),
+        correlation_heatmaps(
+            r.correlation["pearson_previous"],
+            r.correlation["spearman_previous"],
+            "Attention vs previous-layer contribution (local)",
+        ),
+        correlation_heatmaps(
+            r.correlation["pearson_input"], r.correlation["spearman_input"], "Attention vs input contribution (global)"
+        ),
+        median_correlation_chart({n: r.median_correlation(n) for n in CORRELATIONS}, "Median over each layer's heads"),
+    ]

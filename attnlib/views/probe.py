@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
@@ -10,6 +12,10 @@ from plotly.subplots import make_subplots
 
 from attnlib.views.deps import DIRECTION_TITLES, arc_diagram
 from attnlib.views.figure import notebook_figure
+from attnlib.views.layers import MODEL_COLOURS
+
+if TYPE_CHECKING:
+    from attnlib.analyses.probe import ProbeResult
 
 SERIES = (("uas", "probe", "#1f3b73"), ("best_head_accuracy", "best single head", "#2a9d47"))
 BASELINE = ("baseline_accuracy", "best fixed offset", "#b8bec9")
@@ -89,3 +95,29 @@ def probe_sentence(
     return arc_diagram(
         words, heads, deprels, predicted, scored, title, predicts_root=True, focus_name="gold arc (scored word)"
     )
+
+
+def probe_figures(results: Mapping[str, ProbeResult]) -> list[go.Figure]:
+    """Each model's learned head weights (model -> result); UAS per relation (one model: against best head and
+    offset; two: both UAS)."""
+    figures = [
+        weight_heatmaps(r.weight_grid(), f"{model}: learned weight of every head") for model, r in results.items()
+    ]
+    if len(results) == 1:
+        return figures + [relation_bars(next(iter(results.values())).uas_by_relation)]
+    fig = go.Figure()
+    for m, (model, r) in enumerate(results.items()):
+        by_relation = r.uas_by_relation
+        fig.add_trace(
+            go.Bar(
+                x=list(by_relation),
+                y=[v["uas"] for v in by_relation.values()],
+                name=model,
+                marker_color=MODEL_COLOURS[m % len(MODEL_COLOURS)],
+                hovertemplate="%{x}: %{y:.3f}<extra>" + html.escape(model) + "</extra>",
+            )
+        )
+    fig.update_layout(
+        title="Probe UAS per relation", barmode="group", height=420, yaxis=dict(title="UAS", range=[0, 1])
+    )
+    return figures + [fig]

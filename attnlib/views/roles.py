@@ -210,7 +210,7 @@ def retrieval_heatmap(scores: np.ndarray, threshold: float) -> go.Figure:
 
 @notebook_figure
 def training_figure(model: str, table: pd.DataFrame, scores: Sequence[str] | None = None) -> go.Figure:
-    """checkpoint_lines of a checkpoints' table (attnlib.present.roles.checkpoint_table: step, max_<score>,
+    """checkpoint_lines of a checkpoints' table (attnlib.analyses.roles.checkpoint_table: step, max_<score>,
     in_context_gain): the `scores` named (default: every score defined at some checkpoint) and the gain."""
     names = [c.removeprefix("max_") for c in table.columns if c.startswith("max_") and table[c].notna().any()]
     maxima = {name: table[f"max_{name}"] for name in names if scores is None or name in scores}

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.present.labels import NORM_NAMES, STAT_NAMES
 from attnlib.views.figure import notebook_figure
 from attnlib.views.layers import (
     MODEL_COLOURS,
@@ -16,8 +18,12 @@ from attnlib.views.layers import (
     layer_axis_title,
     layer_line,
     layer_positions,
+    model_lines,
     per_layer_layout,
 )
+
+if TYPE_CHECKING:
+    from attnlib.analyses.special import SpecialTokens
 
 COLOURS = {
     "cls": "#d62728",
@@ -40,6 +46,9 @@ BEHAVIOUR_COLOURS = {
     "other": "#c7c7c7",
 }
 
+SHARES = ("cls", "sep", "punct", "other")
+NEARBY = ("prev", "self", "next")
+TO_SEP = ("sep_to_sep", "rest_to_sep")
 STAT_DASHES = ("solid", "dash", "dot", "dashdot")
 STAT_SYMBOLS = ("circle", "square", "diamond", "triangle-up")
 
@@ -281,3 +290,59 @@ def layer_lines_by_model(
     fig.update_yaxes(title=y_title, range=y_range)
     fig.update_layout(title=title, height=460, margin=dict(l=10, r=10, t=60, b=10), legend=dict(font=dict(size=11)))
     return fig
+
+
+def _by_keys(values: dict[str, np.ndarray], keys: Sequence[str]) -> dict[str, np.ndarray]:
+    return {k: values[k] for k in keys}
+
+
+def special_figures(results: Mapping[str, SpecialTokens]) -> list[go.Figure]:
+    """Clark Fig. 2, 4, 6 of one model's special-tokens result (model -> result); of two, per-layer lines of both."""
+    from attnlib.views.norms import value_norm_figure, weights_vs_norms_figure
+
+    if len(results) > 1:
+        layers = {m: r.special.layers for m, r in results.items()}
+        norms = {m: r.norms.layers for m, r in results.items() if r.norms is not None}
+        return [
+            model_lines(
+                {m: _by_keys(v, SHARES + NEARBY) for m, v in layers.items()},
+                STAT_NAMES,
+                "Share of attention per layer (mean over heads)",
+                "share",
+                cols=4,
+            ),
+            model_lines(
+                {m: _by_keys(v, TO_SEP + ("entropy", "cls_entropy")) for m, v in layers.items()},
+                STAT_NAMES,
+                "[SEP] as a no-op, and entropy",
+                "value",
+                cols=4,
+                shared_y=False,
+            ),
+            model_lines(
+                norms,
+                NORM_NAMES,
+                "Value-weighted norm shares and value norms ||f(x)|| per layer (mean over heads)",
+                "value",
+                cols=4,
+                shared_y=False,
+            ),
+        ]
+    found = next(iter(results.values()))
+    stats, hm, norms_found = found.special, found.head_map, found.norms
+    figures = [
+        layer_lines_with_head_dots(_by_keys(stats.heads, SHARES), STAT_NAMES, "Share of attention per layer", "share"),
+        layer_lines_with_head_dots(_by_keys(stats.heads, NEARBY), STAT_NAMES, "Attention to nearby tokens", "share"),
+        layer_lines_with_head_dots(_by_keys(stats.heads, TO_SEP), STAT_NAMES, "Attention to [SEP]", "mass to [SEP]"),
+        entropy_figure(stats.heads["entropy"], stats.heads["cls_entropy"], stats.uniform_entropy),
+    ]
+    if hm is not None:
+        figures.append(head_map_figure(hm.coords, hm.layer, hm.head, hm.labels))
+    if norms_found is None:  # a notebook's run without norms=True (the report always has them)
+        return figures
+    return figures + [
+        weights_vs_norms_figure(
+            stats.heads, norms_found.heads, "Attention weights vs value-weighted norms per token class"
+        ),
+        value_norm_figure(norms_found.heads),
+    ]

@@ -375,3 +375,20 @@ def test_clark_table1_holds_what_the_repositorys_text_of_the_paper_says():
     assert f"{named} with >75% accuracy" in text
     assert [rows[relation][1] > 75 for relation in ("dobj", "det", "pobj", "poss")] == [True] * 4
     assert "in head 8-10 direct objects attend to their verbs" in text and rows["dobj"][0] == "8-10"
+
+
+def test_the_pages_table_is_the_rows_in_percent_heads_from_one():
+    """DependencyTable.shown_frame (the Dependency heads page's table): heads 1-based, accuracies and the margin in
+    percent, the offset signed; a decoder's ceilings (share of dependents whose head a causal map sees) last."""
+    rows = [
+        deps.DependencyRow("nsubj", 10, 0, 2, "dep->head", 0.5, -1, 0.25),
+        deps.DependencyRow("obj", 4, 3, 0, "head<-dep", 0.75, 2, 0.5, {"dep->head": 0.25, "head<-dep": 1.0}),
+    ]
+    frame = deps.DependencyTable(rows, 2, 14, 0).shown_frame()
+    assert (
+        list(frame["best head"]) == ["1-3", "4-1"] and list(frame["layer"]) == [1, 4] and list(frame["head"]) == [3, 1]
+    )
+    assert list(frame["accuracy %"]) == [50.0, 75.0] and list(frame["baseline accuracy %"]) == [25.0, 50.0]
+    assert list(frame["margin (points)"]) == [25.0, 25.0] and list(frame["baseline offset"]) == ["-1", "+2"]
+    assert list(frame.columns[-2:]) == ["ceiling dep->head %", "ceiling head<-dep %"]
+    assert np.isnan(frame["ceiling dep->head %"][0]) and list(frame.iloc[1, -2:]) == [25.0, 100.0]

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.analyses.ablate import ABLATE, AblateOptions, InputAblation
 from attnlib.analyses.base import OptionError, run_analysis
 from attnlib.analyses.importance import (
+    ABLATE,
     IMPORTANCE,
+    AblateOptions,
     HeadImportance,
     ImportanceOptions,
+    InputAblation,
     importance_accumulators,
     importance_fill,
     no_op_test,

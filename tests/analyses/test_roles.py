@@ -22,9 +22,11 @@ from attnlib.analyses.roles import (
     compute_roles,
     make_probe,
     probe_bos,
+    probe_text,
 )
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode
+from attnlib.present.tour import live_head_link
 from attnlib.results.files import ResultFileError
 from attnlib.stats.roles import detection_patterns, detection_score
 from support.models import DECODER_KINDS, save_tiny
@@ -275,3 +277,14 @@ def test_checkpoints_take_their_step_from_the_name(tmp_path):
     assert set(run.to_json()["checkpoints"][0]) == {"path", "step", "probe", "scores", "in_context_gain"}
     table = run.tables()["Checkpoints"]
     assert list(table["step"].unique()) == [10, 20] and len(table) == 16
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_the_probe_text_reads_back_as_one_token_per_word(kind, tmp_path):
+    lm = load_model(str(save_tiny(kind, tmp_path / kind)))
+    probe = probe_text(lm, 8)
+    ids = lm.tokenizer(probe.text, add_special_tokens=False)["input_ids"]
+    words = [lm.tokenizer(" " + w, add_special_tokens=False)["input_ids"] for w in probe.words]
+    assert probe.exact and len(set(probe.words)) == 8 and all(len(w) == 1 for w in words)
+    assert ids[1:8] == [w[0] for w in words][1:] == ids[9:]  # the second repeat is the first, word for word
+    assert live_head_link("m", "a b", 1, 2) == "./?model=m&a=a+b&view=head&layer=2&head=3&heads=3"

@@ -4,6 +4,7 @@ gradient importance (METHODS §5) against an independent autograd computation.""
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -158,3 +159,28 @@ def test_show_draws_in_a_notebook_and_leaves_nothing_to_print():
         assert [o.data["text/plain"] for o in shown.outputs] == [f.summary() for f in figures]
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_every_result_type_shows_itself():
+    """Every analysis's result type is a Result: its JSON and back, its tables and its figures (analyses.base)."""
+    for name, analysis in ANALYSES.items():
+        for method in ("to_json", "from_json", "tables", "figures"):
+            assert callable(getattr(analysis.result, method, None)), f"{name}: {analysis.result.__name__}.{method}"
+
+
+def test_a_run_as_a_cells_value_draws_its_figures_else_its_table():
+    """A notebook shows a run left as a cell's value by `_repr_html_`: a line naming it, then each of its figures'
+    own frames (the shipped special file: seven figures), or its tables where it draws none (ablate's one row)."""
+    from attnlib.analyses.importance import ABLATE, InputAblation
+    from attnlib.results.shipped import PRECOMPUTED
+
+    run = attnlib.load(PRECOMPUTED / "special_classroom-pairs.json")
+    page = run._repr_html_()
+    framed = [f._repr_html_() for f in run.figures()]
+    assert page == f"<p>{html.escape(repr(run))}</p>" + "".join(framed) and len(framed) == 7
+    ablation = InputAblation(["[CLS]", "a", "[SEP]"], [(0, 1)], "ablate", 0.25, 0.5, None)
+    ablated = AnalysisRun(ABLATE, ABLATE.make_options(heads="0-1"), ablation, run.facts, {})
+    row = ablated._repr_html_().removeprefix(f"<p>{html.escape(repr(ablated))}</p>")
+    assert ablated.figures() == [] and row.count("<tr") == 2  # the header and the one row
+    for cell in (run.model, "1-2", "ablate", "0.25", "0.75", "0.5"):  # heads 1-based; similarity 1 - 0.25
+        assert f"<td>{cell}</td>" in row

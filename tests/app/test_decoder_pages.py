@@ -170,7 +170,7 @@ def test_live_neuron_view_of_a_decoder_reproduces_its_row(kind, tmp_path_factory
 def test_live_page_finder_switches_and_search_of_a_decoder(kind, tmp_path_factory):
     """The Live page's head finder, head switches and corpus search on a decoder (METHODS §15, §16, §18): a pick opens
     its head; a head switched off gives the library's own ablation of the input; the matches are the library's."""
-    from attnlib.analyses.ablate import AblateOptions, ablate_input
+    from attnlib.analyses.importance import AblateOptions, ablate_input
     from attnlib.core.corpus import CorpusInput
     from attnlib.results.shipped import CLASSROOM_SINGLE
     from attnlib.search.by_example import search_corpus

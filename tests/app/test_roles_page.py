@@ -13,10 +13,10 @@ from streamlit.testing.v1 import AppTest
 from transformers import AutoModelForCausalLM
 
 from attnlib.analyses.registry import analyse
+from attnlib.analyses.roles import LINK_REPEAT, probe_text
 from attnlib.core.corpus import read_corpus
 from attnlib.core.model import TRAINED_MODEL, load_model
 from attnlib.core.runner import run
-from attnlib.present.roles import LINK_REPEAT, probe_text
 from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
 from support.apptest import figures, open_tab, plotly_values, tables
 from support.models import move_off_initial, save_tiny

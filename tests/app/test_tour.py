@@ -409,8 +409,8 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
 def trained_notice() -> str:
     """Step 8's notice, whatever the model: the trained decoder's checkpoints probed by the library."""
     from attnlib.analyses.registry import analyse
+    from attnlib.analyses.roles import checkpoint_table
     from attnlib.core.model import TRAINED_MODEL, checkpoints_of
-    from attnlib.present.roles import checkpoint_table
 
     found = analyse("roles", TRAINED_MODEL, checkpoints=tuple(checkpoints_of(TRAINED_MODEL))).result
     table = checkpoint_table(found)

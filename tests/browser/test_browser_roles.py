@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from attnlib.analyses.registry import analyse
+from attnlib.analyses.roles import checkpoint_table
 from attnlib.core.corpus import read_corpus
 from attnlib.core.model import TRAINED_MODEL, checkpoints_of
-from attnlib.present.roles import checkpoint_table
 from attnlib.results.shipped import CLASSROOM_SINGLE
 from support.browser import FIGURES_DRAWN, IDLE, TRACES, browser_page, traces_of, wait_idle
 

@@ -11,9 +11,7 @@ import pytest
 from attnlib.analyses.registry import load
 from attnlib.core.model import load_model
 from attnlib.core.seq2seq import run_seq2seq
-from attnlib.present.runs import run_tables
 from attnlib.stats.norms import part_norm_maps
-from attnlib.views.runs import run_figures
 from support.cli import run_cli
 from support.models import ENCODER_DECODER_KINDS, save_tiny
 
@@ -61,12 +59,12 @@ def test_norms_of_a_part_are_the_librarys_with_the_parts_keys(encdec_dir, part, 
     back = load(str(out))
     assert back.result.encoder_decoder["key_tokens"] == keys and back.options.part == part
     assert (back.result.residual_ln is None) == (part == "cross")
-    per_layer = run_tables(back)["Per layer"]
+    per_layer = back.tables()["Per layer"]
     assert set(per_layer["key"]) <= set(keys) and len(per_layer) == 2 * len(queries) * len(keys)
     assert {"layer_norm", "residual_ln"} & set(per_layer.columns) == (
         {"layer_norm"} if part == "cross" else {"layer_norm", "residual_ln"}
     )
-    assert len(run_figures(back)) == (1 if part == "cross" else 2)
+    assert len(back.figures()) == (1 if part == "cross" else 2)
 
 
 def test_the_encoders_norms_are_the_default_part_and_read_no_target(encdec_dir):

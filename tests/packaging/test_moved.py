@@ -19,7 +19,7 @@ def test_new_name_maps_a_module_and_what_is_below_it():
     assert new_name("attnlib.special") == "attnlib.stats.special"
     assert new_name("attnlib.special_tokens") == "attnlib.analyses.special"
     assert new_name("attnlib.commands.search") == "attnlib.cli.commands.search"
-    assert new_name("attnlib.views.report") == "attnlib.views.report_page"
+    assert new_name("attnlib.views.report") == new_name("attnlib.views.report_page") == "attnlib.present.report"
     assert new_name("attnlib.views.head_view") is None and new_name("attnlib.core.model") is None
     assert new_name("attnlib.specialist") is None
 

@@ -21,6 +21,7 @@ from attnlib.present.report import (
     ReportPart,
     methods_anchor,
     methods_sections,
+    render_report,
     run_parts,
     run_report,
 )
@@ -29,7 +30,6 @@ from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats.norms import NORM_KEYS
 from attnlib.stats.special import STAT_KEYS
 from attnlib.views.plotly_js import plotly_js
-from attnlib.views.report_page import render_report
 from support.cli import cli_json, run_cli
 from support.json_keys import COMMAND_KEYS
 from support.report import MIN_COUNT, N_INPUTS, read_tables, report_parts

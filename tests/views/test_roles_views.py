@@ -1,15 +1,10 @@
-"""The head roles figures (attnlib/views/roles.py) on hand-made scores, and the probe as a text the Live page opens
-(attnlib/present/roles.py) against the model's own tokenizer."""
+"""The head roles figures (attnlib/views/roles.py) on hand-made scores."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from attnlib.core.model import load_model
-from attnlib.present.roles import live_head_link, probe_text
 from attnlib.views.roles import causal_bars, checkpoint_lines, main_roles, role_map, role_thresholds
-from support.models import save_tiny
 
 THRESHOLDS = {"previous": 0.4, "duplicate": 0.4, "induction": 0.4, "copying": 0.5, "sink": 0.3}
 SCORES = {  # 2 layers x 2 heads, worked by hand below
@@ -52,14 +47,3 @@ def test_causal_bars_and_lines_hold_the_given_numbers():
     lines = checkpoint_lines([0, 100, 400], {"induction": [0.02, 0.1, 0.7]}, [0.0, None, 1.5])
     assert list(lines.data[0].x) == [0, 100, 400] and list(lines.data[0].y) == [0.02, 0.1, 0.7]
     assert np.isnan(lines.data[1].y[1]) and lines.data[1].yaxis == "y2"
-
-
-@pytest.mark.parametrize("kind", ["bert", "gpt2"])
-def test_the_probe_text_reads_back_as_one_token_per_word(kind, tmp_path):
-    lm = load_model(str(save_tiny(kind, tmp_path / kind)))
-    probe = probe_text(lm, 8)
-    ids = lm.tokenizer(probe.text, add_special_tokens=False)["input_ids"]
-    words = [lm.tokenizer(" " + w, add_special_tokens=False)["input_ids"] for w in probe.words]
-    assert probe.exact and len(set(probe.words)) == 8 and all(len(w) == 1 for w in words)
-    assert ids[1:8] == [w[0] for w in words][1:] == ids[9:]  # the second repeat is the first, word for word
-    assert live_head_link("m", "a b", 1, 2) == "./?model=m&a=a+b&view=head&layer=2&head=3&heads=3"

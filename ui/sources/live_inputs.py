@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from attnlib.analyses.ablate import ABLATE, AblateOptions, InputAblation
 from attnlib.analyses.base import run_analysis
+from attnlib.analyses.importance import ABLATE, AblateOptions, InputAblation
 from attnlib.core.runner import InputError, RunResult, run
 from attnlib.core.words import RowRule, unit_labels, word_groups, word_level_attention
 from attnlib.results.shipped import TUTORIAL_A, TUTORIAL_B

@@ -10,15 +10,15 @@ from attnlib.cli.options import add_model_option, loaded, positive_int
 from attnlib.core.corpus import CorpusError
 from attnlib.core.engines import check_device
 from attnlib.core.runner import InputError
-from attnlib.present.report import Report, ReportOptions, run_report, terminal_progress
+from attnlib.present.report import Report, ReportOptions, render_report, run_report, terminal_progress
 from attnlib.stats.hta import DEFAULT_PROBES
 
 
 def report_renderer() -> Callable[[Report], str]:
-    """attnlib.views.report_page.render_report, imported here only: its figures need the views extra (plotly), which every
+    """attnlib.present.report.render_report, once plotly imports: its figures need the views extra (plotly), which every
     other command runs without."""
     try:
-        from attnlib.views.report_page import render_report
+        import attnlib.views.figure  # noqa: F401 (the figures' plotly, imported here only)
     except ImportError as exc:
         raise InputError(f"report: the report's figures need plotly ({exc}); install attnlib[views].") from exc
     return render_report
