@@ -79,7 +79,8 @@ def test_commands_import_at_module_level():
     import ast
 
     def views_extra(node: ast.Import | ast.ImportFrom) -> bool:
-        return isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnlib.views")
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
+        return all(name.startswith("attnlib.views") for name in names)
 
     files = sorted((ROOT / "attnlib" / "cli").rglob("*.py"))
     inner = [
