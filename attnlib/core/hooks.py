@@ -25,17 +25,16 @@ import torch
 from attnlib.core.families import HeadsCall, Layout, Part, bound_arguments, layout, unsupported_reason
 from attnlib.core.model import LoadedModel
 
-Capture = Literal["attn", "qk", "values", "layer_inputs", "norm_inputs", "norm_maps"]
+Capture = Literal["attn", "qk", "values", "layer_inputs", "norm_inputs"]
 """attn: the model's attention maps; qk: queries and keys as q.k sees them (with the scale and the logits' extra
 terms; none for a family attnlib does not know); values: value vectors (and value norms); layer_inputs: each layer's
-input x (the residual); norm_inputs: the input u of the LayerNorm after attention (post-LN families; Gemma 2 and 3: of the RMSNorm of the
-attention output); norm_maps: every
-METHODS §11-13 map, which the runner makes from values, layer_inputs and norm_inputs (it hooks nothing of its own)."""
+input x (the residual); norm_inputs: the input u of the LayerNorm after attention (post-LN families; Gemma 2 and 3: of
+the RMSNorm of the attention output). Every METHODS §11-13 map of a batch at once is a statistic made from values,
+layer_inputs and norm_inputs (runner.run_encoded's batch_maps), not a capture."""
 
 CAPTURES: tuple[Capture, ...] = get_args(Capture)
 ATTENTION: frozenset[Capture] = frozenset({"attn"})
 NORMS: frozenset[Capture] = frozenset({"values", "layer_inputs", "norm_inputs"})  # what METHODS §11-12 read
-_IMPLIED: dict[Capture, frozenset[Capture]] = {"norm_maps": NORMS}
 
 Site = Literal[
     "layer", "block", "heads", "output", "norm", "attention_norm"
@@ -50,14 +49,12 @@ class Capturing(Protocol):
 
 
 def capture_set(names: Iterable[str]) -> frozenset[Capture]:
-    """The named captures with those they imply (norm_maps: the norms'); ValueError naming an unknown one."""
-    wanted: set[Capture] = set()
-    for name in names:
+    """The named captures; ValueError naming an unknown one."""
+    wanted = tuple(names)
+    for name in wanted:
         if name not in CAPTURES:
             raise ValueError(f"unknown capture {name!r}: one of {', '.join(CAPTURES)}")
-        capture = cast(Capture, name)
-        wanted |= {capture} | _IMPLIED.get(capture, frozenset())
-    return frozenset(wanted)
+    return cast(frozenset[Capture], frozenset(wanted))
 
 
 def captures_of(parts: Iterable[Capturing]) -> frozenset[Capture]:
@@ -256,7 +253,7 @@ SITES: dict[Capture, SiteHooks] = {
     "values": _heads_site,
     "layer_inputs": _layer_inputs_site,
     "norm_inputs": _norm_inputs_site,
-}  # norm_maps: made from the norms' captures, no site of its own
+}
 
 
 def _layout_for(encoder: torch.nn.Module, wanted: frozenset[Capture], part: Part) -> Layout | None:

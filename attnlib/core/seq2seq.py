@@ -17,6 +17,7 @@ from attnlib.core.model import LoadedModel
 from attnlib.core.runner import (
     Encoded,
     InputError,
+    NormWeights,
     _align_words,
     block_scales,
     check_tokens,
@@ -24,7 +25,6 @@ from attnlib.core.runner import (
     norm_weights,
     returned_weights,
 )
-from attnlib.stats.batched_norms import NormWeights
 
 PARTS: tuple[Part, ...] = ("encoder", "decoder", "cross")
 PART_NAMES: dict[Part, str] = {

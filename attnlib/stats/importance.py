@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from attnlib.analyses.base import OptionError
+from attnlib.core.errors import OptionError
 from attnlib.core.families import (
     STATISTICS,
     SUPPORTED_NAMES,
