@@ -1,4 +1,5 @@
-"""Layers import downwards (docs/development.md's layout), and one module, core/hooks.py, intercepts the model.
+"""Layers import downwards (docs/development.md's layout), and one module, core/hooks.py, intercepts the model (its
+hooks, replaced forwards, switched attention kernels and attention weights asked for).
 
 Read from the source with `ast` (nothing is imported): a module's module-level imports (also under `if` and `try`)
 may name its own layer or one below; functions may import lazily, but never the app (streamlit, ui/, app_pages/).
