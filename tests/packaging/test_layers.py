@@ -15,11 +15,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "attnlib"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("attnlib.results.files", "attnlib.results.shipped"),  # result files' format and the shipped data: no model
+    ("attnlib.results",),  # result files' format and where the shipped data lie: no model (but precomputed)
     ("attnlib.core",),  # models, families, hooks, the runner, corpora
     ("attnlib.stats",),  # statistics: functions of arrays and their sums
     ("attnlib.analyses",),  # one module per analysis
-    ("attnlib.results", "attnlib.search"),  # shipped results found by analysis; search by example (its options)
+    ("attnlib.results.precomputed", "attnlib.search"),  # shipped results found by analysis; search by example
     ("attnlib.present", "attnlib.views"),  # tables, the report, the tour; views and figures
     ("attnlib.cli",),  # the command line
     ("attnlib", "attnlib.__main__", "attnlib.moved"),  # the package's functions, old import paths, `python -m`
