@@ -20,10 +20,10 @@ sys.path.insert(0, str(ROOT))
 from attnlib.analyses.aggregation import AggregationOptions, accumulate_aggregation  # noqa: E402
 from attnlib.analyses.positions import PositionOptions, accumulate_positions  # noqa: E402
 from attnlib.core.batches import accumulate  # noqa: E402
-from attnlib.core.hooks import capture_set  # noqa: E402
+from attnlib.core.hooks import NORMS, capture_set  # noqa: E402
 from attnlib.core.runner import run_batches  # noqa: E402
 from attnlib.stats.hta import hidden_token_attribution  # noqa: E402
-from attnlib.stats.norms import NormShareStats, norm_maps  # noqa: E402
+from attnlib.stats.norms import NormShareStats, batch_norm_maps, norm_maps  # noqa: E402
 from attnlib.stats.special import SpecialTokenStats  # noqa: E402
 from benchmarks import default_model_on_ewt_dev  # noqa: E402
 
@@ -33,7 +33,7 @@ CONFIGS = ("forward only", "+ special --norms", "+ special --norms + rolled-out 
 class EveryMap:
     """Computes every §11-13 map of each input (value and weighted norms, N, N_ResLN, both rollouts)."""
 
-    captures = capture_set({"attn", "norm_maps"})
+    captures = capture_set({"attn"}) | NORMS  # with the pass's batch_maps=batch_norm_maps (config_seconds)
 
     def add(self, result, item) -> None:
         norm_maps(result)
@@ -50,7 +50,8 @@ def config_seconds(lm, sentences, config: str, batch_size: int) -> float:
     """Wall seconds of one engine pass with a configuration, its results made."""
     accs = accumulators(lm, config)
     start = time.perf_counter()
-    accumulate(lm, sentences, accs, batch_size=batch_size)
+    every_map = any(isinstance(acc, EveryMap) for acc in accs)
+    accumulate(lm, sentences, accs, batch_size=batch_size, batch_maps=batch_norm_maps if every_map else None)
     for acc in accs:
         if hasattr(acc, "result"):
             acc.result()

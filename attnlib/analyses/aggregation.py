@@ -24,7 +24,7 @@ from attnlib.core.model import LoadedModel
 from attnlib.core.runner import RunResult, run_batches
 from attnlib.results.files import json_ready, malformed
 from attnlib.stats.hta import DEFAULT_PROBES, DEFAULT_SEED, Attribution, Mode, hidden_token_attribution
-from attnlib.stats.norms import MEASURES, norm_maps
+from attnlib.stats.norms import MEASURES, batch_norm_maps, norm_maps
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -193,7 +193,7 @@ def accumulate_aggregation(
     """Run every input (attention and value vectors in batches, then its attribution) into one accumulator."""
     acc = AggregationAccumulator(lm.facts.n_layers, options, causal=lm.facts.causal)
     pairs = ((item.text_a, item.text_b) for item in inputs)
-    for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size, capture={"norm_maps"}), start=1):
+    for done, result in enumerate(run_batches(lm, pairs, batch_size=batch_size, batch_maps=batch_norm_maps), start=1):
         attribution = hidden_token_attribution(
             lm, result, mode=options.mode, probes=options.probes, seed=options.seed, with_output=True
         )

@@ -21,6 +21,7 @@ from attnlib import __version__
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError, CorpusInput, read_conllu, read_corpus
 from attnlib.core.engines import CorpusRun, Fill, Scale, ScaleError, check_device, engine_fill, run_accumulators
+from attnlib.core.errors import OptionError as OptionError  # part of this module's API
 from attnlib.core.families import Statistic, UnsupportedModelError, unsupported_reason
 from attnlib.core.model import LoadedModel, ModelFacts, load_model
 from attnlib.results.files import (
@@ -49,10 +50,6 @@ OPTIONAL_SOURCES: dict[str, tuple[str, ...]] = {"model": ("corpus",)}  # inputs 
 NO_INPUT = {"name": "no input", "path": None, "n_inputs": 0, "sha1": None}  # a run of the model alone
 DEFAULT_BATCH_SIZE = 32
 Inputs = Sequence[CorpusInput] | str | Path  # a file's path, or inputs already read (plain strings are sentences)
-
-
-class OptionError(ValueError):
-    """An option an analysis does not have, or a value it does not take."""
 
 
 def option(

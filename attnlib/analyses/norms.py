@@ -24,8 +24,7 @@ from attnlib.core.model import LoadedModel
 from attnlib.core.runner import run
 from attnlib.core.seq2seq import run_seq2seq
 from attnlib.results.files import malformed, numeric_array
-from attnlib.stats.batched_norms import NormMaps, ValueNormMaps
-from attnlib.stats.norms import norm_maps, part_norm_maps
+from attnlib.stats.norms import NormMaps, ValueNormMaps, norm_maps, part_norm_maps
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -10,7 +10,7 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.hooks import Capturing, captures_of
 from attnlib.core.memory import estimate_peak_bytes, memory_limit, run_size
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import Encoded, RunResult, run_batches
+from attnlib.core.runner import BatchMaps, Encoded, RunResult, run_batches
 
 A = TypeVar("A", bound="Accumulator")
 MADE_IN_POST_INIT: Any = None  # default of an accumulator's arrays, which __post_init__ makes from its sizes
@@ -55,6 +55,7 @@ def accumulate(
     batch_size: int = 32,
     progress: Progress | None = None,
     skip: Callable[[RunResult, CorpusInput], bool] | None = None,
+    batch_maps: BatchMaps | None = None,
 ) -> int:
     """Run every input once and add it to each accumulator; returns how many inputs were added.
 
@@ -63,12 +64,15 @@ def accumulate(
     would exceed the memory limit, run block-wise (METHODS §19: the same statistics, within float32 error).
 
     Each run captures the union of what the accumulators capture (their `captures`: value vectors and layer inputs
-    for METHODS §11-12, every §11-13 map, queries and keys for §17...)."""
+    for METHODS §11-12, queries and keys for §17...); batch_maps, run_encoded's computation over each padded batch
+    (stats.norms.batch_norm_maps: every §11-13 map), fills each result's maps."""
     accumulators = list(accumulators)
     added = 0
     pairs = ((item.text_a, item.text_b) for item in inputs)
     defer = blockwise_inputs(lm, accumulators)
-    results = run_batches(lm, pairs, batch_size=batch_size, capture=captures_of(accumulators), defer=defer)
+    results = run_batches(
+        lm, pairs, batch_size=batch_size, capture=captures_of(accumulators), defer=defer, batch_maps=batch_maps
+    )
     for done, (result, item) in enumerate(zip(results, inputs), start=1):
         if skip is None or not skip(result, item):
             if result.deferred:

@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from attnlib.core.hooks import hooks
+from attnlib.core.hooks import hooks, switched_attention
 from attnlib.core.memory import check_memory, memory_limit, run_size
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import Encoded, model_inputs
@@ -251,16 +251,7 @@ def supports_blockwise(encoder: torch.nn.Module) -> bool:
     return any(m is not None and "ALL_ATTENTION_FUNCTIONS" in vars(m) for m in modules)
 
 
-def _configs(encoder: torch.nn.Module) -> list:
-    """Every distinct config the model's modules read their attention implementation from."""
-    found = {
-        id(m.config): m.config for m in encoder.modules() if hasattr(getattr(m, "config", None), "_attn_implementation")
-    }
-    return list(found.values())
-
-
-_SWITCH_LOCK = threading.Lock()
-_SWITCHED: dict[int, list] = {}  # id(config) -> [config, its implementation before the first run, runs using it]
+_RUNS_LOCK = threading.Lock()
 _RUNS = [0]  # block-wise runs of long inputs under way in this process
 
 # glibc maps allocations above a threshold that grows to 32 MB with what is freed; below it, a run's activations
@@ -286,7 +277,7 @@ def _mallopt() -> Callable[[int, int], int] | None:
 
 
 def _map_large_arrays(runs: int) -> None:
-    """Set the allocator's mapping threshold for this many block-wise runs under way (called under _SWITCH_LOCK)."""
+    """Set the allocator's mapping threshold for this many block-wise runs under way (called under _RUNS_LOCK)."""
     mallopt = _mallopt()
     if mallopt is not None:
         mallopt(_M_MMAP_THRESHOLD, MAPPED_FROM if runs else _GLIBC_CEILING)
@@ -299,38 +290,27 @@ def blockwise_attention(
     """Within the block, the model's attention runs block-wise in this thread, each block handed to consumer (while a
     long input's run is under way, large arrays are mapped: MAPPED_FROM).
 
-    The configs name NAME until the last block-wise run on them ends (threads of the app share a model); other
-    threads' forward passes meanwhile compute eager attention in `_attention`. The internal attribute is set, not
-    the property, which would also overwrite sub-configs restored before their parent."""
+    The model's attention kernel is switched to NAME through attnlib.core.hooks (until the last block-wise run on its
+    configs ends: threads of the app share a model); other threads' forward passes meanwhile compute eager attention
+    in `_attention`."""
     if block_rows < 1:
         raise ValueError(f"block_rows must be at least 1, not {block_rows}.")
     _register()
-    configs = _configs(encoder)
-    with _SWITCH_LOCK:
-        for c in configs:
-            entry = _SWITCHED.setdefault(id(c), [c, c._attn_implementation_internal, 0])
-            entry[2] += 1
-        for c in configs:
-            c._attn_implementation_internal = NAME
-        _RUNS[0] += long_input
-        if long_input and _RUNS[0] == 1:
-            _map_large_arrays(1)
-    active = _Active(consumer, block_rows)
-    _ACTIVE.run = active
-    try:
-        yield active
-    finally:
-        _ACTIVE.run = None
-        with _SWITCH_LOCK:
-            _RUNS[0] -= long_input
-            if long_input and _RUNS[0] == 0:
-                _map_large_arrays(0)
-            for c in configs:
-                entry = _SWITCHED[id(c)]
-                entry[2] -= 1
-                if entry[2] == 0:
-                    c._attn_implementation_internal = entry[1]
-                    del _SWITCHED[id(c)]
+    with switched_attention(encoder, NAME):
+        with _RUNS_LOCK:
+            _RUNS[0] += long_input
+            if long_input and _RUNS[0] == 1:
+                _map_large_arrays(1)
+        active = _Active(consumer, block_rows)
+        _ACTIVE.run = active
+        try:
+            yield active
+        finally:
+            _ACTIVE.run = None
+            with _RUNS_LOCK:
+                _RUNS[0] -= long_input
+                if long_input and _RUNS[0] == 0:
+                    _map_large_arrays(0)
 
 
 def default_block_rows(n: int, heads: int, budget: int = BLOCK_BYTES) -> int:

@@ -1,5 +1,10 @@
-"""The error of an input that cannot be run, shared by the runner and the memory guard (messages meant for users)."""
+"""Errors whose messages are meant for users, shared across the library's layers (the runner, the memory guard, the
+statistics and the analyses that check options)."""
 
 
 class InputError(ValueError):
     """The text given to the model cannot be run (empty, say, or too long to fit in memory); the message is for users."""
+
+
+class OptionError(ValueError):
+    """An option an analysis does not have, or a value it does not take."""

@@ -56,7 +56,7 @@ from attnlib.core.families import (
     register_found,
     sliding_window,
 )
-from attnlib.core.hooks import hooked
+from attnlib.core.hooks import attentions_returned, hooked
 from attnlib.core.replay import Call, first_output
 
 TOLERANCE = 1e-5  # of the largest magnitude compared, in float32
@@ -157,7 +157,8 @@ def _record(stack: torch.nn.Module, lay: Layout, ids: torch.Tensor, extra: dict,
     with contextlib.ExitStack() as entered, torch.no_grad():
         for module, hook, after, with_kwargs in hooks:
             entered.enter_context(hooked([module], hook, after=after, with_kwargs=with_kwargs))
-        out = stack(input_ids=ids, output_attentions=True, **no_cache, **extra)
+        entered.enter_context(attentions_returned([stack]))
+        out = stack(input_ids=ids, **no_cache, **extra)
     rec.attentions = tuple(getattr(out, maps) or ())
     rec.last_hidden = out.last_hidden_state
     return rec

@@ -7,9 +7,16 @@ After TransformerLens's `hooks()` and `run_with_cache(names_filter=...)`:
   one hook site in `SITES`, so a new capture is one new site).
 - `with hooked(site_modules(layout, "output"), hook): ...`: the lower level, one hook on each module of a named site
   (or on any modules), before or after their forward; replay, attribution, ablation and reverse mode go through it.
+- `with attentions_returned([module]): ...`: each call of the modules is asked for its attention weights (as if
+  called with output_attentions=True); `hooks(..., graph=True)` keeps them in autograd's graph (gradient importance).
+- `with served_once(module, serve): ...`: the module's forward replaced, so that one call returns a known tensor
+  instead of running (a replay skips work whose result it knows).
+- `with switched_attention(encoder, name): ...`: the model's attention kernel switched to a function registered with
+  transformers (block-wise attention, METHODS §19).
 
-Every hook fires only in the thread that made it (the app shares one model between visitors' threads) and is removed
-in `finally`, whatever happens in the block.
+This is the one module that touches a model's modules: every hook fires only in the thread that made it (the app
+shares one model between visitors' threads), and every hook, replaced forward and switched kernel is removed or
+restored in `finally`, whatever happens in the block.
 """
 
 from __future__ import annotations
@@ -25,17 +32,16 @@ import torch
 from attnlib.core.families import HeadsCall, Layout, Part, bound_arguments, layout, unsupported_reason
 from attnlib.core.model import LoadedModel
 
-Capture = Literal["attn", "qk", "values", "layer_inputs", "norm_inputs", "norm_maps"]
+Capture = Literal["attn", "qk", "values", "layer_inputs", "norm_inputs"]
 """attn: the model's attention maps; qk: queries and keys as q.k sees them (with the scale and the logits' extra
 terms; none for a family attnlib does not know); values: value vectors (and value norms); layer_inputs: each layer's
-input x (the residual); norm_inputs: the input u of the LayerNorm after attention (post-LN families; Gemma 2 and 3: of the RMSNorm of the
-attention output); norm_maps: every
-METHODS §11-13 map, which the runner makes from values, layer_inputs and norm_inputs (it hooks nothing of its own)."""
+input x (the residual); norm_inputs: the input u of the LayerNorm after attention (post-LN families; Gemma 2 and 3: of
+the RMSNorm of the attention output). Every METHODS §11-13 map of a batch at once is a statistic made from values,
+layer_inputs and norm_inputs (runner.run_encoded's batch_maps), not a capture."""
 
 CAPTURES: tuple[Capture, ...] = get_args(Capture)
 ATTENTION: frozenset[Capture] = frozenset({"attn"})
 NORMS: frozenset[Capture] = frozenset({"values", "layer_inputs", "norm_inputs"})  # what METHODS §11-12 read
-_IMPLIED: dict[Capture, frozenset[Capture]] = {"norm_maps": NORMS}
 
 Site = Literal[
     "layer", "block", "heads", "output", "norm", "attention_norm"
@@ -50,14 +56,12 @@ class Capturing(Protocol):
 
 
 def capture_set(names: Iterable[str]) -> frozenset[Capture]:
-    """The named captures with those they imply (norm_maps: the norms'); ValueError naming an unknown one."""
-    wanted: set[Capture] = set()
-    for name in names:
+    """The named captures; ValueError naming an unknown one."""
+    wanted = tuple(names)
+    for name in wanted:
         if name not in CAPTURES:
             raise ValueError(f"unknown capture {name!r}: one of {', '.join(CAPTURES)}")
-        capture = cast(Capture, name)
-        wanted |= {capture} | _IMPLIED.get(capture, frozenset())
-    return frozenset(wanted)
+    return cast(frozenset[Capture], frozenset(wanted))
 
 
 def captures_of(parts: Iterable[Capturing]) -> frozenset[Capture]:
@@ -109,6 +113,106 @@ def hooked(
             handle.remove()
 
 
+@contextlib.contextmanager
+def attentions_returned(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
+    """Within the context, every call of these modules in this thread is asked for its attention weights, as a call
+    with output_attentions=True is (transformers returns them only when asked, and only with eager attention)."""
+
+    def ask(_module, args, kwargs):
+        return args, {**kwargs, "output_attentions": True}
+
+    with hooked(modules, ask, with_kwargs=True):
+        yield
+
+
+class _ServedModule:
+    """A module's forward that, in a thread with something to serve, returns it once instead of running."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        self.own_forward = module.__dict__.get("forward")  # an instance's own forward (accelerate's), kept
+        self.run = module.forward
+        self.serving: dict[int, Callable[[torch.Tensor], torch.Tensor | None]] = {}
+        self.contexts = 0
+
+    def __call__(self, x: torch.Tensor, *args, **kwargs):
+        thread = threading.get_ident()
+        serve = self.serving.get(thread)
+        out = None if serve is None else serve(x)
+        if out is None:
+            return self.run(x, *args, **kwargs)
+        del self.serving[thread]
+        return out
+
+
+_SERVED: dict[torch.nn.Module, _ServedModule] = {}
+_SERVED_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def served_once(module: torch.nn.Module, serve: Callable[[torch.Tensor], torch.Tensor | None]) -> Iterator[None]:
+    """Within the context, the first call of `module` in this thread for which serve(its input) gives a tensor
+    returns that tensor without running the module (a replay skips work whose result it knows); every other call,
+    and every call of another thread, runs as usual. The module's forward is restored in `finally`."""
+    thread = threading.get_ident()
+    with _SERVED_LOCK:
+        served = _SERVED.get(module)
+        if served is None:
+            served = _SERVED[module] = _ServedModule(module)
+            module.forward = served
+        served.serving[thread] = serve
+        served.contexts += 1
+    try:
+        yield
+    finally:
+        with _SERVED_LOCK:
+            served.serving.pop(thread, None)
+            served.contexts -= 1
+            if served.contexts == 0:
+                del _SERVED[module]
+                if served.own_forward is None:
+                    del module.forward
+                else:
+                    module.forward = served.own_forward
+
+
+def attention_configs(encoder: torch.nn.Module) -> list:
+    """Every distinct config the model's modules read their attention implementation from."""
+    found = {
+        id(m.config): m.config for m in encoder.modules() if hasattr(getattr(m, "config", None), "_attn_implementation")
+    }
+    return list(found.values())
+
+
+_SWITCH_LOCK = threading.Lock()
+_SWITCHED: dict[int, list] = {}  # id(config) -> [config, its implementation before the first switch, blocks using it]
+
+
+@contextlib.contextmanager
+def switched_attention(encoder: torch.nn.Module, name: str) -> Iterator[None]:
+    """Within the context, the model's configs name the attention function `name` (registered with transformers'
+    AttentionInterface) until the last context on them ends, when each is restored (threads of the app share a model:
+    the function must compute eager attention for other threads' passes meanwhile). The internal attribute is set, not
+    the property, which would also overwrite sub-configs restored before their parent."""
+    configs = attention_configs(encoder)
+    with _SWITCH_LOCK:
+        for c in configs:
+            entry = _SWITCHED.setdefault(id(c), [c, c._attn_implementation_internal, 0])
+            entry[2] += 1
+        for c in configs:
+            c._attn_implementation_internal = name
+    try:
+        yield
+    finally:
+        with _SWITCH_LOCK:
+            for c in configs:
+                entry = _SWITCHED[id(c)]
+                entry[2] -= 1
+                if entry[2] == 0:
+                    c._attn_implementation_internal = entry[1]
+                    del _SWITCHED[id(c)]
+
+
 # ------------------------------------------------------------------------------------------- the named captures
 
 
@@ -136,6 +240,7 @@ class Cache:
     layout: Layout | None  # None when only attention was asked for (or qk of an unknown family)
     part: Part = "encoder"  # an encoder-decoder's attention hooked: its encoder's, decoder's or cross-attention
     layers: frozenset[int] | None = None
+    graph: bool = False  # attn kept in autograd's graph (not detached), for gradients with respect to the maps
     attn: list[torch.Tensor] = field(default_factory=list)  # [batch, heads, n, n]: the model's own attentions
     heads_calls: list[HeadsCall] = field(default_factory=list)  # the heads module's calls (positions, masks); of
     # an application left out by `layers`, the module alone (no arguments kept)
@@ -174,16 +279,13 @@ class Cache:
 
 def _attention_site(encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.AbstractContextManager]:
     """attn: the stack asked for its attentions (output_attentions=True), and each pass's kept (a decoder stack's
-    cross-attentions for the cross part)."""
-
-    def ask(_module, args, kwargs):
-        return args, {**kwargs, "output_attentions": True}
+    cross-attentions for the cross part; in autograd's graph with cache.graph)."""
 
     def keep(_module, _args, out):
         maps = out.cross_attentions if cache.part == "cross" else out.attentions
-        cache.attn.extend(a.detach() for a in (maps or ()))
+        cache.attn.extend(a if cache.graph else a.detach() for a in (maps or ()))
 
-    return [hooked([encoder], ask, with_kwargs=True), hooked([encoder], keep, after=True)]
+    return [attentions_returned([encoder]), hooked([encoder], keep, after=True)]
 
 
 def _heads_site(_encoder: torch.nn.Module, cache: Cache) -> Sequence[contextlib.AbstractContextManager]:
@@ -256,7 +358,7 @@ SITES: dict[Capture, SiteHooks] = {
     "values": _heads_site,
     "layer_inputs": _layer_inputs_site,
     "norm_inputs": _norm_inputs_site,
-}  # norm_maps: made from the norms' captures, no site of its own
+}
 
 
 def _layout_for(encoder: torch.nn.Module, wanted: frozenset[Capture], part: Part) -> Layout | None:
@@ -281,17 +383,22 @@ def hooked_stack(lm: LoadedModel, part: Part) -> torch.nn.Module:
 
 @contextlib.contextmanager
 def hooks(
-    lm: LoadedModel, capture: Iterable[Capture], part: Part = "encoder", layers: Iterable[int] | None = None
+    lm: LoadedModel,
+    capture: Iterable[Capture],
+    part: Part = "encoder",
+    layers: Iterable[int] | None = None,
+    graph: bool = False,
 ) -> Iterator[Cache]:
     """Within the block, every forward pass of lm.encoder (of an encoder-decoder's decoder stack for the decoder or
-    cross `part`, run by the whole model) records the named captures (and those they imply) into the yielded Cache;
-    attn also makes the stack return its attentions; qk and values keep only the `layers` given (0-based layer
-    applications of one pass; None: every one). Hooks are removed in `finally`."""
+    cross `part`, run by the whole model, as lm.mlm runs lm.encoder) records the named captures into the yielded
+    Cache; attn also makes the stack return its attentions (kept in autograd's graph with `graph`: gradients with
+    respect to them); qk and values keep only the `layers` given (0-based layer applications of one pass; None: every
+    one). Hooks are removed in `finally`."""
     wanted = capture_set(capture)
     hooked_module = hooked_stack(lm, part)
     lay = _layout_for(hooked_module, wanted, part)
     kept = None if layers is None else frozenset(layers)
-    cache = Cache(wanted if lay is not None else wanted - {"qk"}, lay, part, kept)
+    cache = Cache(wanted if lay is not None else wanted - {"qk"}, lay, part, kept, graph)
     sites = dict.fromkeys(SITES[name] for name in CAPTURES if name in cache.captured and name in SITES)
     with contextlib.ExitStack() as stack:
         for site in sites:

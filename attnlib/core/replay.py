@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,6 +25,7 @@ import torch
 
 from attnlib.core.families import HeadsCall, Layout, Statistic, bound_arguments, layout
 from attnlib.core.hooks import hooked, site_modules
+from attnlib.core.hooks import served_once as served_once  # part of this module's API
 from attnlib.core.hooks import this_thread_only as this_thread_only  # part of this module's API
 
 Edit = Callable[[int, torch.Tensor], torch.Tensor | None]  # (layer index, c [batch, n, heads * d]) -> new c or None
@@ -215,57 +215,6 @@ def editing_contexts(lay: Layout, edit: Edit, layers: Sequence[int] | None = Non
 
     with hooked(applications, hook):
         yield
-
-
-class _ServedModule:
-    """A module's forward that, in a thread with something to serve, returns it once instead of running."""
-
-    def __init__(self, module: torch.nn.Module):
-        self.module = module
-        self.own_forward = module.__dict__.get("forward")  # an instance's own forward (accelerate's), kept
-        self.run = module.forward
-        self.serving: dict[int, Callable[[torch.Tensor], torch.Tensor | None]] = {}
-        self.contexts = 0
-
-    def __call__(self, x: torch.Tensor, *args, **kwargs):
-        thread = threading.get_ident()
-        serve = self.serving.get(thread)
-        out = None if serve is None else serve(x)
-        if out is None:
-            return self.run(x, *args, **kwargs)
-        del self.serving[thread]
-        return out
-
-
-_SERVED: dict[torch.nn.Module, _ServedModule] = {}
-_SERVED_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def served_once(module: torch.nn.Module, serve: Callable[[torch.Tensor], torch.Tensor | None]) -> Iterator[None]:
-    """Within the context, the first call of `module` in this thread for which serve(its input) gives a tensor
-    returns that tensor without running the module (a replay skips work whose result it knows); every other call,
-    and every call of another thread, runs as usual. The module's forward is restored in `finally`."""
-    thread = threading.get_ident()
-    with _SERVED_LOCK:
-        served = _SERVED.get(module)
-        if served is None:
-            served = _SERVED[module] = _ServedModule(module)
-            module.forward = served
-        served.serving[thread] = serve
-        served.contexts += 1
-    try:
-        yield
-    finally:
-        with _SERVED_LOCK:
-            served.serving.pop(thread, None)
-            served.contexts -= 1
-            if served.contexts == 0:
-                del _SERVED[module]
-                if served.own_forward is None:
-                    del module.forward
-                else:
-                    module.forward = served.own_forward
 
 
 @contextlib.contextmanager

@@ -6,6 +6,8 @@ import inspect
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +26,6 @@ from attnlib.core.hooks import ATTENTION, NORMS, Capture, capture_set, hooks
 from attnlib.core.hooks import this_thread_only as this_thread_only  # part of this module's API
 from attnlib.core.memory import check_memory, estimate_peak_bytes, memory_limit, run_size
 from attnlib.core.model import LoadedModel
-from attnlib.stats.batched_norms import NormMaps, NormWeights, padded_norm_maps
 
 TextOrWords = str | Sequence[str]
 
@@ -65,7 +66,7 @@ class RunResult(Encoded):
     value_norm: np.ndarray | None = None  # [layers, heads, n]: ||v_j W_O^h||, §11's value norms
     block_scale: np.ndarray | None = None  # [layers, n]: s_i = sqrt(var(u_i) + eps), u_i the first LN's input
     norm_weights: NormWeights | None = None  # the model's output projections and first LayerNorms
-    maps: NormMaps | None = None  # every §11-13 map, when the run was asked for them (capture norm_maps)
+    maps: Any = None  # what run_encoded's batch_maps made of this input (stats.norms.batch_norm_maps: its NormMaps)
     deferred: bool = False  # not run here: run_batches' defer chose it for a block-wise run (no attentions)
 
 
@@ -166,6 +167,41 @@ def _align_words(enc, seq_ids, text_a, text_b, split: bool) -> tuple[list[str], 
             words.append(texts[s][start:end])
     word_ids = [None if s is None or w is None else index[(s, w)] for s, w in zip(seq_ids, raw_word_ids)]
     return words, word_ids
+
+
+@dataclass
+class NormWeights:
+    """Per layer, the weights that turn head values into the attention block's output (METHODS §11-12), float32."""
+
+    out_weight: np.ndarray  # [layers, heads, head_dim, hidden]: W_O^h, the rows of W_O that multiply head h
+    out_bias: np.ndarray  # [layers, hidden]: b_O
+    gamma: np.ndarray  # [layers, hidden]: the first LayerNorm's weight
+    beta: np.ndarray  # [layers, hidden]
+    eps: np.ndarray  # [layers]
+    post_layer_norm: bool = True  # False (pre-LN, ModernBERT): no LayerNorm follows; gamma 1, beta 0, s_i = 1
+    # True (Gemma 2 and 3, pre-LN): an RMSNorm scales the attention output before the residual; gamma and eps are its
+    # own, and s_i is its divisor r_i = sqrt(mean(o_i^2) + eps) of the attention output o_i (METHODS §12)
+    attention_norm: bool = False
+
+    @cached_property
+    def out_gram(self) -> np.ndarray:
+        """W_O^h (W_O^h)^T [layers, heads, head_dim, head_dim]: ||v W_O^h||^2 = v W_O^h (W_O^h)^T v^T."""
+        return np.matmul(self.out_weight, self.out_weight.transpose(0, 1, 3, 2))
+
+
+@dataclass
+class PaddedCaptures:
+    """What a padded batch captured for METHODS §11-13, as float32 tensors before run_encoded cuts them per input."""
+
+    attentions: torch.Tensor  # [batch, layers, heads, n_max, n_max]
+    values: torch.Tensor  # [batch, layers, n_max, hidden]: v = x W_V + b_V, heads side by side
+    layer_inputs: torch.Tensor  # [batch, layers, n_max, hidden]: x
+    block_scale: torch.Tensor  # [batch, layers, n_max]: the decomposition's divisors s_i
+    weights: NormWeights
+
+
+BatchMaps = Callable[[PaddedCaptures, Sequence[Encoded]], Sequence[Any]]
+"""A computation over a whole padded batch (stats.norms.batch_norm_maps: every §11-13 map), one object per input."""
 
 
 _NORM_WEIGHTS: weakref.WeakKeyDictionary[torch.nn.Module, dict[Part, NormWeights]] = weakref.WeakKeyDictionary()
@@ -273,16 +309,23 @@ def _layers_of_input(per_layer: list[torch.Tensor], b: int, n: int) -> np.ndarra
     return torch.stack([x[b, :, :n] for x in per_layer]).numpy()
 
 
-def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture: Iterable[Capture] = ATTENTION) -> list[RunResult]:
+def run_encoded(
+    lm: LoadedModel,
+    encoded: Sequence[Encoded],
+    capture: Iterable[Capture] = ATTENTION,
+    batch_maps: BatchMaps | None = None,
+) -> list[RunResult]:
     """Run a padded batch and cut each input's maps (and captures) back to its own length.
 
     `capture` (attnlib.core.hooks; attention is always captured): qk adds queries, keys, qk_scale and score_bias
     (left None for a family attnlib does not know: see families.unsupported_reason); values the value vectors and
     their norms, layer_inputs each layer's input and norm_inputs the block scales, each with the model's NormWeights
-    (METHODS §11-12); norm_maps (which implies those three) also every §11-13 map, computed for the whole batch."""
+    (METHODS §11-12). `batch_maps` (which implies those three) runs on the whole padded batch's captures, and each
+    input's RunResult.maps is its object (stats.norms.batch_norm_maps: every §11-13 map)."""
     check_memory(run_size(lm, max(e.n for e in encoded), len(encoded)), memory_limit(device=lm.device))
     batch = model_inputs(lm, encoded)
-    with hooks(lm, capture_set(capture) | ATTENTION) as cache, torch.inference_mode():
+    wanted = capture_set(capture) | ATTENTION | (NORMS if batch_maps is not None else frozenset())
+    with hooks(lm, wanted) as cache, torch.inference_mode():
         lm.encoder(**batch)
     _check_attentions(cache.attn, lm.facts.n_layers, batch)
     captured = cache.captured
@@ -309,10 +352,9 @@ def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture: Iterable[C
         values_np = by_head.numpy()
     if "norm_inputs" in captured:
         scales_t = block_scales(cache.norm_inputs, weights, (b_, l_, n_))
-    if "norm_maps" in captured:
-        padded = padded_norm_maps(stacked_maps, values, stacked_inputs, scales_t, weights)
-        value_norms = padded.value_norm.numpy()  # the maps' head Gram diagonals: not computed a second time
-    elif "values" in captured:
+    if batch_maps is not None:
+        made = batch_maps(PaddedCaptures(stacked_maps, values, stacked_inputs, scales_t, weights), encoded)
+    if "values" in captured:
         out_gram = torch.from_numpy(weights.out_gram)
         value_norms = torch.matmul(by_head, out_gram).mul_(by_head).sum(-1).clamp_(min=0).sqrt_().numpy()
     results = []
@@ -333,8 +375,8 @@ def run_encoded(lm: LoadedModel, encoded: Sequence[Encoded], capture: Iterable[C
             r.block_scale = np.ascontiguousarray(scales_t[b, :, : e.n].numpy())
         if captured & NORMS:
             r.norm_weights = weights
-        if "norm_maps" in captured:
-            r.maps = padded.input_maps(b, list(e.tokens))
+        if batch_maps is not None:
+            r.maps = made[b]
         results.append(r)
     return results
 
@@ -372,11 +414,12 @@ def run_batches(
     window: int = 512,
     capture: Iterable[Capture] = ATTENTION,
     defer: Callable[[Encoded], bool] | None = None,
+    batch_maps: BatchMaps | None = None,
 ) -> Iterator[RunResult]:
     """Run many inputs in padded batches of similar length, yielding results in input order (run_encoded's
-    captures for each); an input that defer chooses is yielded unrun (deferred)."""
+    captures and batch_maps for each); an input that defer chooses is yielded unrun (deferred)."""
     buffer: list[Encoded] = []
-    options = (batch_size, capture_set(capture), defer)
+    options = (batch_size, capture_set(capture), defer, batch_maps)
     for text_a, text_b in inputs:
         buffer.append(encode(lm, text_a, text_b))
         if len(buffer) == window:
@@ -392,6 +435,7 @@ def _run_window(
     batch_size: int,
     capture: frozenset[Capture] = ATTENTION,
     defer: Callable[[Encoded], bool] | None = None,
+    batch_maps: BatchMaps | None = None,
 ) -> Iterator[RunResult]:
     """Sort a window of inputs by length so batches carry little padding, then restore the order."""
     out: list[RunResult | None] = [None] * len(encoded)
@@ -409,7 +453,7 @@ def _run_window(
 
     for idx in _batches(order, [e.n for e in encoded], batch_size, fits):
         batch = [encoded[i] for i in idx]
-        for i, r in zip(idx, run_encoded(lm, batch, capture)):
+        for i, r in zip(idx, run_encoded(lm, batch, capture, batch_maps)):
             out[i] = r
     yield from out  # type: ignore[misc]
 

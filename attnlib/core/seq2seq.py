@@ -12,11 +12,12 @@ import numpy as np
 import torch
 
 from attnlib.core.families import Part, UnsupportedModelError, unsupported_reason
-from attnlib.core.hooks import NORMS, Cache, Capture, hooked_stack, hooks
+from attnlib.core.hooks import NORMS, Cache, Capture, attentions_returned, hooked_stack, hooks
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import (
     Encoded,
     InputError,
+    NormWeights,
     _align_words,
     block_scales,
     check_tokens,
@@ -24,7 +25,6 @@ from attnlib.core.runner import (
     norm_weights,
     returned_weights,
 )
-from attnlib.stats.batched_norms import NormWeights
 
 PARTS: tuple[Part, ...] = ("encoder", "decoder", "cross")
 PART_NAMES: dict[Part, str] = {
@@ -198,11 +198,10 @@ def run_seq2seq(
     else:
         greedy = greedy_target(lm, source)
         target = encode_target(lm, greedy, "greedy") if greedy else encode_target(lm, source_text, "source")
-    with hooks(lm, captures, part) as cache, torch.inference_mode():
+    with hooks(lm, captures, part) as cache, attentions_returned([model]), torch.inference_mode():
         out = model(
             **source_inputs(lm, source),
             decoder_input_ids=torch.tensor([target.input_ids], device=lm.device),
-            output_attentions=True,
             use_cache=False,
         )
 

@@ -42,6 +42,7 @@ from attnlib.core.blockwise import BLOCKWISE_FROM, Block, run_blockwise, support
 from attnlib.core.corpus import CorpusInput, Sentence
 from attnlib.core.engines import plan_batches, run_accumulators
 from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family_for, layout
+from attnlib.core.hooks import attentions_returned
 from attnlib.core.memory import MemoryLimitError, check_memory, memory_limit, run_size
 from attnlib.core.model import LoadedModel, ModelFacts, load_model
 from attnlib.core.replay import editing_contexts
@@ -201,10 +202,10 @@ def batch_vectors(lm: LoadedModel, encoded: Sequence[Encoded], options: IndexOpt
                     contexts.append(c.detach())
 
             stack.enter_context(editing_contexts(lay, keep))
+        if layer is not None:
+            stack.enter_context(attentions_returned([lm.encoder]))
         with torch.inference_mode():
-            out = lm.encoder(
-                **model_inputs(lm, encoded), output_attentions=layer is not None, output_hidden_states=not heads
-            )
+            out = lm.encoder(**model_inputs(lm, encoded), output_hidden_states=not heads)
     x = head_columns(lay, contexts[0], heads) if heads else out.hidden_states[hidden_index(options)].float()
     x, head_norms = normalised(x, heads)
     argmax = None

@@ -12,6 +12,7 @@ from attnlib.core.batches import MADE_IN_POST_INIT
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.engines import corpus_index
 from attnlib.core.families import UnsupportedModelError
+from attnlib.core.hooks import ATTENTION, hooks
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import Encoded, encode, model_inputs, returned_weights
 
@@ -126,14 +127,14 @@ def batch_attention_gradients(
     if reason is not None or lm.mlm is None:
         raise GradientImportanceUnavailable(reason)
     batch, labels = _masked_batch(lm, encoded, range(len(encoded)) if indices is None else indices, seed, rate)
-    with torch.enable_grad():
-        out = lm.mlm(**batch, output_attentions=True)
+    with torch.enable_grad(), hooks(lm, ATTENTION, graph=True) as cache:
+        out = lm.mlm(**batch)
         token_loss = torch.nn.functional.cross_entropy(
             out.logits.transpose(1, 2).float(), labels, ignore_index=-100, reduction="none"
         )  # [batch, n]
         per_input = token_loss.sum(dim=1) / (labels != -100).sum(dim=1)
         # Summing independent per-input losses gives each input's own gradient, whatever the batch.
-        grads = torch.autograd.grad(per_input.sum(), list(returned_weights(out.attentions)))
+        grads = torch.autograd.grad(per_input.sum(), list(returned_weights(cache.attn)))
     stacked = torch.stack(grads, dim=1).float().cpu().numpy()  # [batch, layers, heads, n_max, n_max]
     return [stacked[b, :, :, : e.n, : e.n] for b, e in enumerate(encoded)]
 

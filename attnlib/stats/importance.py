@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from attnlib.analyses.base import OptionError
+from attnlib.core.errors import OptionError
 from attnlib.core.families import (
     STATISTICS,
     SUPPORTED_NAMES,
@@ -41,9 +41,9 @@ from attnlib.core.families import (
     layout,
     unsupported_reason,
 )
-from attnlib.core.hooks import ATTENTION, hooks
+from attnlib.core.hooks import ATTENTION, hooks, served_once
 from attnlib.core.model import LoadedModel
-from attnlib.core.replay import Recording, captured_contexts, editing_contexts, record, served_once
+from attnlib.core.replay import Recording, captured_contexts, editing_contexts, record
 from attnlib.core.runner import Encoded, encode, model_inputs, returned_weights
 from attnlib.stats.gradient import unavailable_reason as gradient_unavailable_reason
 

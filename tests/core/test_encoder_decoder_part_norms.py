@@ -12,7 +12,7 @@ import pytest
 from attnlib.core.families import UnsupportedModelError, layout, unsupported_reason
 from attnlib.core.seq2seq import run_seq2seq
 from attnlib.stats import norms
-from attnlib.stats.batched_norms import NormMaps, ValueNormMaps
+from attnlib.stats.norms import NormMaps, ValueNormMaps
 from support.models import ENCODER_DECODER_KINDS
 from support.seq2seq import moved_off_encoder_decoder, own_values, parent
 from support.tolerances import EPS32

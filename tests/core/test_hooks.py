@@ -4,22 +4,31 @@ keys rebuild it, what a pass captures is the union of its accumulators', and a r
 
 from __future__ import annotations
 
-import re
 import threading
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-import attnlib
 from attnlib.analyses.attention import AttentionOptions
 from attnlib.analyses.base import Analysis
 from attnlib.analyses.qk import QK, QKOptions
 from attnlib.core.batches import accumulate
 from attnlib.core.corpus import CorpusInput
-from attnlib.core.hooks import ATTENTION, CAPTURES, NORMS, capture_set, captures_of, hooked, hooks, site_modules
+from attnlib.core.hooks import (
+    ATTENTION,
+    CAPTURES,
+    NORMS,
+    attention_configs,
+    attentions_returned,
+    capture_set,
+    captures_of,
+    hooked,
+    hooks,
+    site_modules,
+    switched_attention,
+)
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode, model_inputs, run, run_encoded
 from attnlib.present.report import PartResult, ReportOptions, ReportPart, run_parts
@@ -87,7 +96,9 @@ def test_capture_names_filter_what_is_kept(tiny_model):
     values = run_encoded(tiny_model, encoded, {"values"})[0]
     assert values.values is not None and values.value_norm is not None and values.queries is None
     assert values.layer_inputs is None and values.block_scale is None
-    assert capture_set({"norm_maps"}) == NORMS | {"norm_maps"}
+    assert capture_set(["values", "layer_inputs", "norm_inputs", "values"]) == NORMS
+    with pytest.raises(ValueError, match="unknown capture 'norm_maps'"):  # a statistic now: run_encoded's batch_maps
+        capture_set({"norm_maps"})
     with pytest.raises(ValueError, match="unknown capture 'queries'"):
         capture_set({"queries"})
 
@@ -190,13 +201,31 @@ def test_a_report_part_needing_queries_and_keys_gets_them(tiny_model):
     assert len(results[1].result.inputs) == len(TEXTS)
 
 
-def test_every_hook_in_attnlib_is_registered_in_core_hooks():
-    root = Path(attnlib.__file__).parent
-    registering = re.compile(r"register_forward_(pre_)?hook|register_(full_)?backward(_pre)?_hook")
-    found = [
-        str(path.relative_to(root))
-        for path in sorted(root.rglob("*.py"))
-        if path != root / "core" / "hooks.py" and registering.search(path.read_text(encoding="utf-8"))
-    ]
-    assert found == []
-    assert registering.search((root / "core" / "hooks.py").read_text(encoding="utf-8"))
+def test_attentions_returned_asks_for_them_within_the_block_only(tiny_model):
+    """As a call with output_attentions=True, bit for bit; without the block the model returns none."""
+    batch = batch_of(tiny_model)
+    with torch.no_grad():
+        with attentions_returned([tiny_model.encoder]):
+            asked = tiny_model.encoder(**batch).attentions
+        plain = tiny_model.encoder(**batch).attentions
+        explicit = tiny_model.encoder(**batch, output_attentions=True).attentions
+    assert plain is None and len(asked) == len(explicit) == tiny_model.facts.n_layers
+    assert all(torch.equal(a, e) for a, e in zip(asked, explicit))
+
+
+def test_a_switched_attention_kernel_is_restored_when_the_last_block_ends(tiny_model):
+    """Blocks on one model nest (threads share it): the configs keep the switched kernel until the last one ends,
+    an exception included."""
+    configs = attention_configs(tiny_model.encoder)
+    before = [c._attn_implementation_internal for c in configs]
+    assert configs and set(before) == {"eager"}
+
+    def kernels() -> set[str]:
+        return {c._attn_implementation_internal for c in configs}
+
+    with switched_attention(tiny_model.encoder, "sdpa"):
+        assert kernels() == {"sdpa"}
+        with pytest.raises(RuntimeError, match="inside"), switched_attention(tiny_model.encoder, "sdpa"):
+            raise RuntimeError("inside")
+        assert kernels() == {"sdpa"}  # the outer block still runs on it
+    assert [c._attn_implementation_internal for c in configs] == before

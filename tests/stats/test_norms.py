@@ -128,7 +128,7 @@ def test_padding_never_enters(tiny_model):
     equal the per-input functions of norms.py."""
     lm = tiny_model
     encoded = [encode(lm, s) for s in SENTENCES]
-    batched = run_encoded(lm, encoded, {"norm_maps"})
+    batched = run_encoded(lm, encoded, batch_maps=norms.batch_norm_maps)
     alone = [run_encoded(lm, [e], NORMS)[0] for e in encoded]
     for b, a in zip(batched, alone):
         assert b.values.shape == a.values.shape and b.layer_inputs.shape[1] == a.n
