@@ -34,6 +34,8 @@ from attnlib.stats.importance import (
     single_head_variants,
     variant_effects,
 )
+from attnlib.stats.importance import mlm_reason as mlm_reason  # what the page asks of a model, here
+from attnlib.stats.importance import unavailable_reason as unavailable_reason
 from attnlib.stats.special import SINK_THRESHOLD, class_share, first_token_share
 
 MEASURE_HELP = "the effect the no-op test and the pruning curve show: embedding, hidden, or mlm (default %(default)s)"
