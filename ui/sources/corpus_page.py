@@ -5,7 +5,7 @@ words) as one `Shown` type, which the page's views then draw. A page declares it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
@@ -17,7 +17,7 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
 from attnlib.results.files import ResultFile
 from ui.sources.compare import Second, second_source
-from ui.sources.corpus_picker import CorpusChoice, corpus_picker
+from ui.sources.corpus_picker import CorpusChoice, Kind, corpus_picker
 from ui.sources.result_source import REFUSED, RUNNING, Bar, FromFile, computed, loaded_result, shipped_or_computed
 
 REFUSAL = "The corpus could not be analysed with {model}: {error}"  # a refusal's sentence, unless a page says its own
@@ -121,6 +121,9 @@ class CorpusPage(Generic[O, S]):
     parse: Callable[[ResultFile], Any] | None = None  # default: the analysis's own reading of its files
     analysis_options: Callable[[O], Options] = lambda options: options  # type: ignore[assignment,return-value]
     default_limit: int = 200
+    kind: Kind = "any"  # the corpora the picker offers ("conllu": treebanks only)
+    corpus: Callable[[bool], CorpusChoice | None] | None = None  # the page's own corpus widgets, told whether a file
+    # is loaded (None beside one); default: the corpus picker
     section: str = ""  # the part of the page the files are for, when a page has several
     first_needed: bool = True  # whether the second model is shown only beside the first's result
     bar: Bar = RUNNING  # the computation's progress bar
@@ -161,8 +164,15 @@ class CorpusPage(Generic[O, S]):
     def inputs(self, lm: LoadedModel) -> Inputs[O]:
         """The sidebar in order: the result file, the corpus (when there is no file), the options."""
         loaded = self.loaded()
-        choice = corpus_picker(self.key, default_limit=self.default_limit) if loaded is None else None
+        if self.corpus is not None:
+            choice = self.corpus(loaded is not None)
+        else:
+            choice = self.picker() if loaded is None else None
         return Inputs(loaded, choice, self.options(lm, loaded is not None))
+
+    def picker(self) -> CorpusChoice | None:
+        """The corpus widgets (sidebar) and the chosen corpus, or None with a message shown."""
+        return corpus_picker(self.key, self.kind, default_limit=self.default_limit)
 
     def second(self, lm: LoadedModel, given: Inputs[O]) -> Second[Any]:
         """The second model: its result file, else the compared model to run on the corpus, else nothing."""
@@ -191,3 +201,12 @@ class CorpusPage(Generic[O, S]):
         """The whole skeleton: the inputs, the second model, and the results the views show (empty: nothing to)."""
         given = self.inputs(lm)
         return self.results(lm, given, self.second(lm, given))
+
+
+def one_corpus(lm: LoadedModel, pages: Sequence[CorpusPage[O, Any]]) -> list[Inputs[O]]:
+    """The inputs of corpus pages that share one page, one corpus and one set of options (the first page's widgets):
+    the options, each page's result file, then the corpus (none beside a result file), in that order in the sidebar."""
+    options = pages[0].options(lm, False)
+    loaded = [page.loaded() for page in pages]
+    choice = None if any(loaded) else pages[0].picker()
+    return [Inputs(found, choice, options) for found in loaded]
