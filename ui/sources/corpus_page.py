@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 
 import streamlit as st
 
-from attnlib.analyses.base import Options
+from attnlib.analyses.base import OPTIONAL_SOURCES, Options
 from attnlib.analyses.registry import analysis_named
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
@@ -80,7 +80,7 @@ def result_on_corpus(
     (`refusal`: its sentence, of {model} and {error})."""
     found = analysis_named(analysis)
     wanted = found.computed(options)
-    *first, last = found.sources
+    *first, last = found.sources or OPTIONAL_SOURCES[found.reads]  # an analysis of the model: its optional corpus
     inputs = {last: choice.inputs, **({first[0]: train.inputs} if first and train is not None else {})}
     fingerprint = choice.fingerprint if train is None else f"{train.fingerprint}|{choice.fingerprint}"
     try:
