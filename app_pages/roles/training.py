@@ -23,6 +23,12 @@ from ui.widgets.progress import asked
 KEY = "roles_training"
 
 
+def roles_over_training(model_name: str, checkpoints: tuple[str, ...], options: RolesOptions) -> RolesResult:
+    """The roles of every checkpoint (the skeleton's computation: once per model, list and options)."""
+    bar = Bar(f"Head roles over {len(checkpoints)} checkpoints of {{model}}")
+    return computed("roles", model_name, "", replace(options, checkpoints=checkpoints), None, bar)
+
+
 def training_lines(model_name: str, found: RolesResult, key: str) -> pd.DataFrame:
     """The lines over the checkpoints; their table (step, each score's largest value, the gain)."""
     table = checkpoint_table(found)
@@ -62,8 +68,7 @@ def over_training(lm: LoadedModel, options: RolesOptions) -> None:
     st.caption(f"{len(checkpoints)} checkpoints: each loaded and probed ({options.sequences} sequences).")
     if not asked(f"Compute over {len(checkpoints)} checkpoints", f"compute:{KEY}:{name}", (name, checkpoints, options)):
         return
-    bar = Bar(f"Head roles over {len(checkpoints)} checkpoints of {{model}}")
-    found: RolesResult = computed("roles", name, "", replace(options, checkpoints=checkpoints), None, bar)
+    found = roles_over_training(name, checkpoints, options)
     table = training_lines(name, found, KEY)
     data_table(table, key=f"{KEY}_table")
     download_table(table, "roles_over_training", key=f"{KEY}_csv")
