@@ -71,28 +71,22 @@ def result_on_corpus(
     bar: Bar = RUNNING,
     ask_first: str | None = None,
     refusal: str = REFUSAL,
-    parse: Callable[[ResultFile], Any] | None = None,
-    train: CorpusChoice | None = None,
 ) -> tuple[Any | None, str]:
-    """One model's result of an analysis on the chosen corpus (a probe's: its test treebank, trained on `train`) and
-    where it came from: shipped when one answers, else computed (`computed`, cached, with its bar) at once or, given
-    `ask_first` (the cost, said first), once asked. (None, "") before it is asked, or after a refusal in words
-    (`refusal`: its sentence, of {model} and {error})."""
+    """One model's result of an analysis on the chosen corpus and where it came from: shipped when one answers, else
+    computed (`computed`, cached, with its bar) at once or, given `ask_first` (the cost, said first), once asked.
+    (None, "") before it is asked, or after a refusal in words (`refusal`: its sentence, of {model} and {error})."""
     found = analysis_named(analysis)
     wanted = found.computed(options)
-    *first, last = found.sources or OPTIONAL_SOURCES[found.reads]  # an analysis of the model: its optional corpus
-    inputs = {last: choice.inputs, **({first[0]: train.inputs} if first and train is not None else {})}
-    fingerprint = choice.fingerprint if train is None else f"{train.fingerprint}|{choice.fingerprint}"
+    (source,) = found.sources or OPTIONAL_SOURCES[found.reads]  # the corpus (an analysis of the model: its optional)
+    inputs = {source: choice.inputs}
     try:
         return shipped_or_computed(
             analysis,
             model_name,
             choice,
             wanted,
-            lambda: computed(analysis, model_name, fingerprint, wanted, inputs, bar),
-            parse,
-            ask_first,
-            train,
+            lambda: computed(analysis, model_name, choice.fingerprint, wanted, inputs, bar),
+            ask_first=ask_first,
         )
     except REFUSED as exc:
         st.error(refusal.format(model=model_name, error=exc))
