@@ -117,7 +117,9 @@ def file_view(found: FromFile[SpecialTokens], chosen: Chosen) -> ShownResult:
     """A result file's statistics as the page shows them, with the gradient importance of a `gradient` file of the
     same model where one is loaded."""
     grads, grad_source = gradients_of(found.model, chosen)
-    return ShownResult(**vars(file_shown(found)), gradients=grads, gradient_source=grad_source)
+    other = chosen.gradient_file
+    caveats = {} if grads is not None or other is None else {GRADIENT_CAVEAT: f"{other.name} is {other.model}'s."}
+    return ShownResult(**vars(file_shown(found)) | {"caveats": caveats}, gradients=grads, gradient_source=grad_source)
 
 
 PAGE: CorpusPage[Chosen, ShownResult] = CorpusPage(

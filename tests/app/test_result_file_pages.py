@@ -63,6 +63,11 @@ def test_special_page_shows_a_gradient_result_file(tmp_path, tiny_model_dir):
         # float64 means of at most 4 heads: a few ulps apart
         assert plotly_values(trace["y"]) == pytest.approx(np.mean(heads[key], axis=1), rel=1e-12)
     assert any("gradient importance from result.json" in c.value for c in at.caption)
+    record = json.loads(paths["gradient"].read_text())
+    other = {**record, "model": "another-model", "result": {**record["result"], "model": "another-model"}}
+    open_result_file(at, "special_gradient_result_file", json.dumps(other).encode())  # another model's: not drawn
+    assert not any("Gradient importance" in f.spec for f in figures(at))
+    assert any("result.json is another-model's" in i.value for i in at.info)
 
 
 def test_dependency_page_loads_a_result_file(tmp_path):
