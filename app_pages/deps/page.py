@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
 
 from app_pages.deps.dependency_example import EXAMPLE, example_viewer
 from app_pages.deps.probe_tab import PERCENT, probe_section
-from attnlib.analyses.base import run_analysis
 from attnlib.analyses.deps import DEPS, DIRECTIONS, PAPER_MODELS, DependencyCounts, DependencyTable, DepsOptions
 from attnlib.core.corpus import CorpusError, Sentence
-from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import LoadedModel
 from attnlib.core.parsing import parse_text, parser_name
-from attnlib.core.runner import InputError
 from attnlib.core.words import ROW_RULES
 from attnlib.present.tables import clark_table1
 from attnlib.results.files import ResultFile
@@ -23,17 +21,15 @@ from attnlib.results.shipped import CLASSROOM
 from attnlib.views.deps import head_accuracy_heatmaps
 from ui.sources.compare import Second, difference_line
 from ui.sources.corpus_page import CorpusPage, Inputs, Shown
-from ui.sources.corpus_picker import SHIPPED, CorpusChoice, corpus_picker, kept_upload
-from ui.sources.model_sidebar import current_model, model_named
+from ui.sources.corpus_picker import SHIPPED, CorpusChoice, kept_upload
+from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import AnalysisForm, Option, bind, field_option, forget, lazy_tabs
-from ui.sources.result_file import FromFile
-from ui.sources.result_source import shipped_or_computed
+from ui.sources.result_source import Bar
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_table
 from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import DEPENDENCY_HEADS
-from ui.widgets.progress import progress
 
 SOURCES = {"gold": "Gold trees (CoNLL-U)", "silver": "Text parsed by spaCy (predicted trees)"}
 TYPED, UPLOADED = "Type or paste text", "Upload a text file"
@@ -74,14 +70,6 @@ FORM = AnalysisForm(DepsOptions(), {"min_count": MIN_COUNT, "rule": RULE}, "deps
 def _parsed(digest: str, limit: int, name: str, _text: str) -> list[Sentence]:
     """spaCy parses of a text, once per (text, limit)."""
     return parse_text(_text, name, limit)
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _counts(model_name: str, fingerprint: str, options: DepsOptions, _sentences: list[Sentence]) -> DependencyCounts:
-    """Every head's dependency predictions over the corpus, counted once per (model, corpus, row rule)."""
-    with progress("Running the model over the sentences", "sentences") as report:
-        lm = model_named(model_name)
-        return run_analysis(DEPS, lm, options, inputs={"conllu": _sentences}, progress=report).result.counts
 
 
 def _silver_text() -> tuple[str, str] | None:
@@ -197,22 +185,10 @@ def _show_paper_table(is_silver: bool) -> None:
 def chosen_corpus(is_silver: bool) -> CorpusChoice | None:
     """The treebank or the parsed text; None with a message."""
     try:
-        return silver_corpus() if is_silver else corpus_picker("deps", kind="conllu", default_limit=100_000)
+        return silver_corpus() if is_silver else PAGE.picker()
     except CorpusError as exc:
         st.error(str(exc))
         return None
-
-
-def model_counts(model_name: str, choice: CorpusChoice, options: DepsOptions) -> tuple[DependencyCounts | None, str]:
-    """One model's counts on the corpus and where they came from: shipped (gold trees), cached, or now."""
-    counted = DEPS.computed(options)  # the table's minimum count only chooses what is shown of the counts
-
-    def compute() -> DependencyCounts:
-        return _counts(model_name, choice.fingerprint, counted, choice.inputs)  # type: ignore[arg-type]
-
-    if not choice.is_conllu:  # spaCy's parses ship nowhere
-        return compute(), "computed here"
-    return shipped_or_computed("deps", model_name, choice, counted, compute, parse_deps)
 
 
 def parse_deps(record: ResultFile) -> DependencyCounts:
@@ -220,28 +196,39 @@ def parse_deps(record: ResultFile) -> DependencyCounts:
     return DEPS.from_record(record).counts
 
 
-def corpus_counts(lm: LoadedModel, choice: CorpusChoice, options: DepsOptions) -> Shown[DependencyCounts] | None:
-    """One model's counts on the chosen corpus, where they came from said; None after an error."""
-    model_name = lm.facts.name
-    try:
-        counts, source = model_counts(model_name, choice, options)
-    except (CorpusError, InputError, UnsupportedModelError, TypeError) as exc:
-        st.error(f"{model_name}: {exc}")
+def corpus_counts(
+    lm: LoadedModel, choice: CorpusChoice, chosen: tuple[DepsOptions, bool]
+) -> Shown[DependencyCounts] | None:
+    """One model's counts on the chosen corpus (the skeleton's: shipped for gold trees, else computed), where they
+    came from said; None after a refusal in words."""
+    shown = PAGE.on_corpus(lm, choice, chosen)
+    if shown is None:
         return None
-    if counts is None:
-        return None
-    st.caption(f"Table 1 of {model_name} on {choice.label}: {source}.")
-    return Shown(model_name, counts, choice.label, source, choice)
+    st.caption(f"Table 1 of {shown.model} on {choice.label}: {shown.source}.")
+    return replace(shown, result=shown.result.counts)
+
+
+def trees_and_corpus(file_loaded: bool) -> CorpusChoice | None:
+    """The choice of trees (kept in the URL), then the treebank or the text spaCy parses; None beside a result file,
+    or with a message."""
+    bind([SOURCE])
+    st.sidebar.radio("Trees", list(SOURCES), key=SOURCE.key, format_func=SOURCES.get)
+    return None if file_loaded else chosen_corpus(st.session_state[SOURCE.key] == "silver")
 
 
 PAGE: CorpusPage[tuple[DepsOptions, bool], Shown[DependencyCounts]] = CorpusPage(
     "deps",
     "deps",
     options=lambda lm, from_file: table_options(),
-    result=lambda lm, choice, chosen: corpus_counts(lm, choice, chosen[0]),
+    result=corpus_counts,
     parse=parse_deps,
     analysis_options=lambda chosen: chosen[0],
+    default_limit=100_000,
+    kind="conllu",
+    corpus=trees_and_corpus,
     section="Table 1",
+    bar=Bar("Running the model over the sentences", "sentences"),
+    refusal="{model}: {error}",
 )
 
 
@@ -357,18 +344,10 @@ def relation_section(counts: dict[str, DependencyCounts], tables: dict[str, Depe
     return chosen
 
 
-def sources_sidebar() -> tuple[FromFile[DependencyCounts] | None, bool]:
-    """A loaded result file (or None) and whether the trees are spaCy's; the choice of trees kept in the URL."""
-    loaded = PAGE.loaded()
-    bind([SOURCE])
-    st.sidebar.radio("Trees", list(SOURCES), key=SOURCE.key, format_func=SOURCES.get)
-    return loaded, st.session_state[SOURCE.key] == "silver" and loaded is None
-
-
 def table_one(lm: LoadedModel) -> None:
     """Issues 7, 15, 17: the best head per relation for one or two models, every head on one relation, an example."""
-    loaded, is_silver = sources_sidebar()
-    given = Inputs(loaded, None if loaded is not None else chosen_corpus(is_silver), table_options())
+    given = PAGE.inputs(lm)
+    loaded, is_silver = given.loaded, given.choice is not None and not given.choice.is_conllu
     (options, held_out), second = given.options, PAGE.second(lm, given)
     views = compared_counts(lm, given, second)
     if not views:

@@ -19,8 +19,7 @@ from ui.sources.compare import difference_line, second_source
 from ui.sources.corpus_picker import SHIPPED, CorpusChoice, kept_upload, parse_upload, read_path
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind
-from ui.sources.result_file import FromFile, loaded_result
-from ui.sources.result_source import shipped_or_computed
+from ui.sources.result_source import FromFile, loaded_result, shipped_or_computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.methods import cite_methods

@@ -7,17 +7,13 @@ from dataclasses import replace
 
 import streamlit as st
 
-from attnlib.analyses.base import run_analysis
-from attnlib.analyses.importance import IMPORTANCE, HeadImportance, ImportanceOptions
+from attnlib.analyses.importance import MEASURES, HeadImportance, ImportanceOptions, mlm_reason, unavailable_reason
 from attnlib.core.model import LoadedModel
-from attnlib.stats.importance import MEASURES, mlm_reason, unavailable_reason
 from attnlib.views.importance import measure_names
-from ui.sources.corpus_page import CorpusPage, Shown, file_shown_as, shown_on_corpus
+from ui.sources.corpus_page import CorpusPage, Shown, file_shown_as
 from ui.sources.corpus_picker import CorpusChoice
-from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import AnalysisForm, field_option
-from ui.sources.result_file import FromFile
-from ui.widgets.progress import progress
+from ui.sources.result_source import Bar
 
 KEY = "importance"  # widget keys and download names start with it
 SHIPPED_LIMIT = 100  # EWT dev ships on its first 100 sentences (scripts/precompute.py); the classroom sets whole
@@ -29,14 +25,6 @@ FIELDS = {
 }
 FORM = AnalysisForm(SHOWN_FIRST, FIELDS, KEY)  # the seed (the gradient importance's masks) a plain widget
 ShownImportance = Shown[HeadImportance]  # one model's importance as the page shows it (in the chosen measure)
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def compute(model_name: str, fingerprint: str, options: ImportanceOptions, _inputs: list) -> HeadImportance:
-    """The importance of a corpus, once per model, corpus and computed options (a cached library dataclass)."""
-    with progress(f"Head importance, {model_name}") as report:
-        return run_analysis(IMPORTANCE, model_named(model_name), options, inputs={"corpus": _inputs},
-                            progress=report).result  # fmt: skip
 
 
 def cost_sentence(lm: LoadedModel, choice: CorpusChoice, options: ImportanceOptions) -> str:
@@ -73,20 +61,13 @@ def options_sidebar(lm: LoadedModel, from_file: bool = False) -> ImportanceOptio
     return options
 
 
-def model_result(lm: LoadedModel, choice: CorpusChoice, options: ImportanceOptions) -> ShownImportance | None:
-    """One model's importance on the chosen corpus: shipped when one answers, else computed when asked."""
-    reason = unavailable_reason(lm)
-    if reason is not None:
-        st.error(reason)
-        return None
-    return shown_on_corpus("importance", lm, choice, options, compute, cost_sentence(lm, choice, options))
-
-
-def file_view(found: FromFile[HeadImportance], options: ImportanceOptions) -> ShownImportance:
-    """A result file's importance, in the chosen measure."""
-    return file_shown_as(found, options)
-
-
 PAGE: CorpusPage[ImportanceOptions, ShownImportance] = CorpusPage(
-    KEY, "importance", options_sidebar, model_result, file_view, default_limit=SHIPPED_LIMIT
+    KEY,
+    "importance",
+    options_sidebar,
+    from_file=file_shown_as,
+    default_limit=SHIPPED_LIMIT,
+    bar=Bar("Head importance, {model}"),
+    ask_first=cost_sentence,
+    unavailable=unavailable_reason,
 )

@@ -8,8 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.importance.importance_views import KEY, PAGE, ShownImportance
-from attnlib.analyses.importance import no_op_sentence, ranked_heads
-from attnlib.stats.importance import mlm_reason
+from attnlib.analyses.importance import mlm_reason, no_op_sentence, ranked_heads
 from attnlib.views.importance import (
     change_names,
     effect_heatmap,

@@ -6,13 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from attnlib.analyses.aggregation import AGGREGATION, ATTRIBUTION, AggregationOptions, AggregationResult
-from attnlib.analyses.base import run_analysis
+from attnlib.analyses.aggregation import ATTRIBUTION, MEASURES, AggregationOptions, AggregationResult
 from attnlib.analyses.positions import PositionOptions
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import InputError
 from attnlib.present.tables import layer_values
-from attnlib.stats.norms import MEASURES
 from attnlib.views.norms import (
     MEASURE_NAMES,
     agreement_comparison_figure,
@@ -24,14 +21,11 @@ from attnlib.views.positions import position_histograms
 from ui.sources.compare import Second, difference_line
 from ui.sources.corpus_page import CorpusPage, Inputs, Shown
 from ui.sources.corpus_picker import CorpusChoice
-from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind
-from ui.sources.result_file import FromFile
-from ui.sources.result_source import shipped_or_computed
+from ui.sources.result_source import Bar, FromFile
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.methods import cite_methods
-from ui.widgets.progress import progress
 
 AGG_MEASURE = Option("lg_agg_measure", "agg_measure", "attention", list(MEASURES))
 NO_COMMON_LAYER = "The two models have no layer in common to compare."
@@ -51,14 +45,6 @@ def per_input_cost(mode: str) -> str:
     return "a few seconds" if mode == "estimate" else "a minute or more"
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def _aggregation_result(model_name: str, fingerprint: str, options: AggregationOptions, _inputs) -> AggregationResult:
-    """Agreement of the measures with layer-output attribution over a corpus, once per (model, corpus, options)."""
-    with progress(f"Running the model and layer-output attribution ({model_name})") as report:
-        lm = model_named(model_name)
-        return run_analysis(AGGREGATION, lm, options, inputs={"corpus": _inputs}, progress=report).result
-
-
 def aggregation_options(options: PositionOptions) -> AggregationOptions:
     """The tab's options: the page's attribution mode, probes and seed (the other tabs')."""
     return AggregationOptions(mode=options.mode, probes=options.probes, seed=options.seed)
@@ -67,29 +53,23 @@ def aggregation_options(options: PositionOptions) -> AggregationOptions:
 Aggregations = dict[str, AggregationResult]  # model name -> its result
 
 
+def aggregation_cost(lm: LoadedModel, choice: CorpusChoice, options: AggregationOptions) -> str:
+    """What computing the aggregation of a corpus costs, said before it starts."""
+    return (
+        f"{lm.facts.name}: layer-output attribution of every layer needs its own run per input "
+        f"({per_input_cost(options.mode)} per input on 2 CPU cores)."
+    )
+
+
 def aggregation_result(
     lm: LoadedModel, choice: CorpusChoice, options: PositionOptions
 ) -> Shown[AggregationResult] | None:
-    """One model's aggregation result: shipped, computed earlier in this session, or computed when asked."""
-    model_name = lm.facts.name
-    agg_options = aggregation_options(options)
-
-    def compute() -> AggregationResult | None:
-        try:
-            return _aggregation_result(model_name, choice.fingerprint, agg_options, choice.inputs)
-        except (InputError, ValueError) as exc:
-            st.error(f"{model_name}: {exc}")
-            return None
-
-    ask = (
-        f"{model_name}: layer-output attribution of every layer needs its own run per input "
-        f"({per_input_cost(options.mode)} per input on 2 CPU cores)."
-    )
-    result, source = shipped_or_computed("aggregation", model_name, choice, agg_options, compute, ask_first=ask)
-    if result is None:
-        return None
-    st.caption(f"{model_name}: {result.n_inputs} inputs of {choice.label}; {source}.")
-    return Shown(model_name, result, choice.label, source, choice)
+    """One model's aggregation result (the skeleton's: shipped, computed earlier, or computed when asked), its inputs
+    and source said."""
+    shown = AGGREGATION_PAGE.on_corpus(lm, choice, options)
+    if shown is not None:
+        st.caption(f"{shown.model}: {shown.result.n_inputs} inputs of {choice.label}; {shown.source}.")
+    return shown
 
 
 def aggregation_file(found: FromFile[AggregationResult], options: PositionOptions) -> Shown[AggregationResult]:
@@ -107,6 +87,9 @@ AGGREGATION_PAGE: CorpusPage[PositionOptions, Shown[AggregationResult]] = Corpus
     analysis_options=aggregation_options,
     section="aggregation",
     first_needed=False,
+    bar=Bar("Running the model and layer-output attribution ({model})"),
+    ask_first=aggregation_cost,
+    refusal="{model}: {error}",
 )
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import streamlit as st
 
+from attnlib.analyses.hta import Attribution, attribute, exact_seconds
 from attnlib.core.families import unsupported_reason
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import InputError, RunResult
+from attnlib.core.runner import RunResult
 from attnlib.results.precomputed import shipped_example
-from attnlib.stats.hta import Attribution, attribute, exact_seconds
 from attnlib.views.positions import example_rows_chart
 from ui.sources.live_inputs import run_or_explain, text_inputs
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind
+from ui.sources.result_source import REFUSED
 from ui.widgets.downloads import chart, download_json
 
 # 120 s caps the default model at 65 tokens, which add about 410 MB resident (bench_classroom --exact-memory 65):
@@ -58,7 +59,7 @@ def example_attribution(lm: LoadedModel, run: RunResult, text_a: str, text_b: st
     try:
         with st.spinner("Computing exact Hidden Token Attribution…"):
             attribution = _example_attribution(f.name, text_a, text_b)
-    except (InputError, ValueError) as exc:
+    except REFUSED as exc:
         st.error(str(exc))
         return None
     done.add((f.name, text_a, text_b))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -16,10 +18,8 @@ from app_pages.local_global.aggregation_tab import (
     per_input_cost,
 )
 from app_pages.local_global.attribution_example import example_section
-from attnlib.analyses.base import run_analysis
 from attnlib.analyses.positions import (
     CORRELATIONS,
-    POSITIONS,
     LongAttributionReport,
     PositionOptions,
     PositionsResult,
@@ -27,7 +27,6 @@ from attnlib.analyses.positions import (
 )
 from attnlib.core.families import unsupported_reason
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import InputError
 from attnlib.present.tables import layer_values
 from attnlib.views.positions import (
     center_of_mass_chart,
@@ -38,18 +37,17 @@ from attnlib.views.positions import (
     position_histograms,
 )
 from ui.sources.compare import difference_line
-from ui.sources.corpus_page import CorpusPage, Inputs, Shown
-from ui.sources.corpus_picker import CorpusChoice, corpus_picker
-from ui.sources.model_sidebar import current_model, model_named
+from ui.sources.corpus_page import CorpusPage, Shown, one_corpus
+from ui.sources.corpus_picker import CorpusChoice
+from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import AnalysisForm, Option, bind, field_option, lazy_tabs
-from ui.sources.result_file import FromFile
-from ui.sources.result_source import shipped_or_computed
+from ui.sources.result_source import Bar, FromFile
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.family_notes import encoder_part_notes, local_layers_note
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import LOCAL_GLOBAL
-from ui.widgets.progress import estimated, progress
+from ui.widgets.progress import estimated
 
 KEY = "local_global"
 MODE_LABELS = {"estimate": "estimate (random probes, fast)", "exact": "exact (forward mode, slow)"}
@@ -65,13 +63,11 @@ TABS = LOCAL_GLOBAL
 TAB = Option("lg_tab", "tab", TABS["com"], TABS, omit_default=True)
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def _corpus_result(model_name: str, fingerprint: str, options: PositionOptions, _inputs) -> PositionsResult:
-    """Position statistics of a corpus, once per (model, corpus, options); the bar is made here so a hit replays it."""
-    with progress(f"Running attribution ({model_name})") as report, estimated("Sampled attribution") as (say, rows):
-        lm = model_named(model_name)
-        with reporting_long_attribution(LongAttributionReport(say, rows)):
-            return run_analysis(POSITIONS, lm, options, inputs={"corpus": _inputs}, progress=report).result
+@contextmanager
+def long_attribution_reported() -> Iterator[None]:
+    """While a corpus runs: a long input's sampled attribution says how long it takes and shows how far it is."""
+    with estimated("Sampled attribution") as (say, rows), reporting_long_attribution(LongAttributionReport(say, rows)):
+        yield
 
 
 def options_sidebar(head_dim: int, attribution_refused: bool = False) -> PositionOptions:
@@ -109,31 +105,12 @@ def options_sidebar(head_dim: int, attribution_refused: bool = False) -> Positio
 Results = dict[str, PositionsResult]  # model name -> its result, first model first, as the views draw them
 
 
-def positions_result(
-    model_name: str, choice: CorpusChoice, options: PositionOptions
-) -> tuple[PositionsResult | None, str]:
-    """The positions result of one model: shipped, computed earlier in this session, or computed on request."""
-
-    def compute() -> PositionsResult | None:
-        try:
-            return _corpus_result(model_name, choice.fingerprint, options, choice.inputs)
-        except (InputError, ValueError) as exc:  # ValueError: a model whose attention HTA cannot follow
-            st.error(f"{model_name}: {exc}")
-            return None
-
-    lm = model_named(model_name)
-    ask = (
-        f"{model_name}: attention histograms of the corpus (a decoder: no attribution)."
-        if lm.facts.causal and unsupported_reason(lm.encoder.config, "hta") is not None
-        else f"{model_name}: each input needs its own attribution run ({per_input_cost(options.mode)} per input)."
-    )
-    return shipped_or_computed("positions", model_name, choice, options, compute, ask_first=ask)
-
-
-def positions_shown(lm: LoadedModel, choice: CorpusChoice, options: PositionOptions) -> Shown[PositionsResult] | None:
-    """One model's positions result on the chosen corpus, None until there is one."""
-    result, source = positions_result(lm.facts.name, choice, options)
-    return None if result is None else Shown(lm.facts.name, result, choice.label, source, choice)
+def positions_cost(lm: LoadedModel, choice: CorpusChoice, options: PositionOptions) -> str:
+    """What computing the positions of a corpus costs, said before it starts."""
+    name = lm.facts.name
+    if lm.facts.causal and unsupported_reason(lm.encoder.config, "hta") is not None:
+        return f"{name}: attention histograms of the corpus (a decoder: no attribution)."
+    return f"{name}: each input needs its own attribution run ({per_input_cost(options.mode)} per input)."
 
 
 def positions_file(found: FromFile[PositionsResult], options: PositionOptions) -> Shown[PositionsResult]:
@@ -147,11 +124,13 @@ POSITIONS_PAGE: CorpusPage[PositionOptions, Shown[PositionsResult]] = CorpusPage
     options=lambda lm, from_file: options_sidebar(
         lm.facts.head_dim, unsupported_reason(lm.encoder.config, "hta") is not None
     ),
-    result=positions_shown,
     from_file=positions_file,
     default_limit=100,
     section="positions",
     first_needed=False,  # the second model's result is shown while the first waits for its Compute button
+    bar=Bar("Running attribution ({model})", around=long_attribution_reported),
+    ask_first=positions_cost,
+    refusal="{model}: {error}",
 )
 
 
@@ -380,12 +359,8 @@ CORPUS_SECTIONS = {
 lm = current_model()
 local_layers_note(lm.facts)
 encoder_part_notes()
-options = POSITIONS_PAGE.options(lm, False)
-positions, aggregation = POSITIONS_PAGE.loaded(), AGGREGATION_PAGE.loaded()
-choice = None if positions or aggregation else corpus_picker(KEY, default_limit=POSITIONS_PAGE.default_limit)
-given = Inputs(positions, choice, options)
+given, given_aggregation = one_corpus(lm, [POSITIONS_PAGE, AGGREGATION_PAGE])
 results = corpus_summary(POSITIONS_PAGE.results(lm, given, POSITIONS_PAGE.second(lm, given)))
-given_aggregation = Inputs(aggregation, choice, options)
 second_aggregation = AGGREGATION_PAGE.second(lm, given_aggregation)  # drawn on every run: an uploaded file stays
 label, tab = lazy_tabs(TAB, list(TABS.values()))
 with tab:

@@ -10,24 +10,19 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.qk.qk_grid import head_grid, picked_head
-from attnlib.analyses.base import run_analysis
-from attnlib.analyses.qk import METHOD_NAMES, METHODS, QK, Fidelity, ProjectionUnavailable, QKOptions, QKResult
-from attnlib.core.corpus import CorpusError, CorpusInput
-from attnlib.core.families import UnsupportedModelError
-from attnlib.core.model import LoadedModel
-from attnlib.core.runner import InputError, run
+from attnlib.analyses.qk import METHOD_NAMES, METHODS, Fidelity, ProjectionUnavailable, QKOptions, QKResult
+from attnlib.core.corpus import CorpusInput
+from attnlib.core.runner import run
 from attnlib.views.qk import COLOURINGS, MIN_LINE_WEIGHT, grid_html, picture_figure
 from ui.sources.corpus_page import CorpusPage, Shown
-from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import current_model, model_named, try_load
 from ui.sources.page_state import Option, bind, set_value
-from ui.sources.result_source import shipped, shipped_or_computed
+from ui.sources.result_source import Bar, computed, shipped
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import download_figure, download_json, download_table
 from ui.widgets.family_notes import encoder_part_notes, score_cap_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.plotly_figure import clicked_point, plotly_figure
-from ui.widgets.progress import progress
 from ui.widgets.side_by_side import side_by_side
 
 KEY = "qk"
@@ -38,15 +33,8 @@ LAYER = Option(f"{KEY}_layer", "layer", 1, lo=1)
 HEAD = Option(f"{KEY}_head", "head", 1, lo=1)
 QUERY = Option(f"{KEY}_query", "query", None)  # [input, token], 1-based: the query whose attention is drawn
 OPTIONS = [METHOD, COLOUR, LAYER, HEAD, QUERY]
+BAR = Bar("Queries and keys, {model}")
 ShownQK = Shown[QKResult]  # a model's grid as the page shows it (a result file's: its own texts are used)
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def compute(model_name: str, fingerprint: str, options: QKOptions, _inputs: list) -> QKResult:
-    """The qk analysis of a corpus (cached per model, corpus and options)."""
-    lm = model_named(model_name)
-    with progress(f"Queries and keys, {model_name}") as report:
-        return run_analysis(QK, lm, options, inputs={"corpus": _inputs}, progress=report).result
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -56,21 +44,13 @@ def attention_row(model_name: str, text_a, text_b, layer: int, head: int, positi
     return list(r.tokens), r.attentions[layer, head, position].tolist()
 
 
-def model_result(lm: LoadedModel, choice: CorpusChoice, options: QKOptions) -> ShownQK | None:
-    """A model's grid on the chosen corpus: shipped when one matches, else computed (None after an error)."""
-    name = lm.facts.name
-    try:
-        result, source = shipped_or_computed(
-            "qk", name, choice, options, lambda: compute(name, choice.fingerprint, options, choice.inputs)
-        )
-    except (CorpusError, InputError, UnsupportedModelError, ValueError) as exc:
-        st.error(f"Queries and keys of {name} cannot be shown: {exc}")
-        return None
-    assert result is not None
-    return Shown(name, result, choice.label, source, choice)
-
-
-PAGE: CorpusPage[QKOptions, ShownQK] = CorpusPage(KEY, "qk", lambda lm, from_file: GRID, model_result)  # no widgets
+PAGE: CorpusPage[QKOptions, ShownQK] = CorpusPage(
+    KEY,
+    "qk",
+    lambda lm, from_file: GRID,  # no widgets
+    bar=BAR,
+    refusal="Queries and keys of {model} cannot be shown: {error}",
+)
 
 
 # ---------------------------------------------------------------------------------------------- state and clicks
@@ -187,7 +167,7 @@ def picture_of(v: ShownQK, layer: int, head: int, method: str, index: int) -> QK
             return None
         st.session_state[asked] = True
     try:
-        return compute(v.model, v.choice.fingerprint, options, v.choice.inputs)
+        return computed("qk", v.model, v.choice.fingerprint, options, {"corpus": v.choice.inputs}, BAR)
     except ProjectionUnavailable as exc:
         st.error(str(exc))
         return None

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnlib.analyses.roles import RolesOptions
+from attnlib.analyses.roles import RolesOptions, detection_scores
 from attnlib.core.runner import InputError
-from attnlib.stats.roles import detection_scores
 from attnlib.views.roles import score_heatmap
 from ui.sources.live_inputs import cached_run
 from ui.sources.model_sidebar import current_model

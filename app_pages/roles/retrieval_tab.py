@@ -6,29 +6,19 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from attnlib.analyses.base import run_analysis
-from attnlib.analyses.retrieval import HAYSTACK, RETRIEVAL, RetrievalOptions, RetrievalResult
-from attnlib.core.corpus import CorpusError
+from attnlib.analyses.retrieval import HAYSTACK, RetrievalOptions, RetrievalResult
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import InputError
 from attnlib.views.roles import retrieval_heatmap
 from attnlib.views.special import head_label
-from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import AnalysisForm, forget
+from ui.sources.result_source import REFUSED, Bar, computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
-from ui.widgets.progress import asked, progress
+from ui.widgets.progress import asked
 
 KEY = "retrieval"
 FORM = AnalysisForm(RetrievalOptions(), {}, KEY)
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def compute(model_name: str, options: RetrievalOptions) -> RetrievalResult:
-    """The retrieval test on the shipped haystack, once per model and options."""
-    with progress(f"Retrieval test, {model_name}", unit="tests") as report:
-        return run_analysis(RETRIEVAL, model_named(model_name), options, inputs={"corpus": HAYSTACK},
-                            progress=report).result  # fmt: skip
+BAR = Bar("Retrieval test, {model}", unit="tests")
 
 
 def tests_table(lm: LoadedModel, found: RetrievalResult) -> pd.DataFrame:
@@ -69,8 +59,8 @@ def retrieval_test(lm: LoadedModel) -> None:
     if not asked("Run the retrieval test", f"compute:{KEY}:{lm.facts.name}", (lm.facts.name, options)):
         return
     try:
-        found = compute(lm.facts.name, options)
-    except (CorpusError, InputError, ValueError) as exc:  # a model too short for the needle, ...: said in words
+        found: RetrievalResult = computed("retrieval", lm.facts.name, "", options, {"corpus": HAYSTACK}, BAR)
+    except REFUSED as exc:  # a model too short for the needle, ...: said in words
         st.warning(f"The retrieval test cannot run on {lm.facts.name}: {exc}")
         return
     chart(retrieval_heatmap(found.scores, found.threshold), "retrieval_scores", f"{KEY}_scores")

@@ -10,16 +10,14 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from attnlib.analyses.base import run_analysis
-from attnlib.analyses.roles import ROLES, ProbeText, RolesOptions, RolesResult, probe_text
+from attnlib.analyses.roles import ProbeText, RolesOptions, RolesResult, probe_text
 from attnlib.core.model import LoadedModel
 from attnlib.views.roles import role_thresholds
-from ui.sources.corpus_page import CorpusPage, Shown, file_shown_as, shown_on_corpus
+from ui.sources.corpus_page import CorpusPage, Shown, file_shown_as
 from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import AnalysisForm, Option
-from ui.sources.result_file import FromFile
-from ui.widgets.progress import progress
+from ui.sources.result_source import Bar
 
 KEY = "roles"  # widget keys and download names start with it
 DETECT_LIMIT = 20  # detection's default corpus: the first 20 inputs (the probe needs none)
@@ -80,15 +78,6 @@ def roles_of(view: ShownRoles) -> RoleScores:
     return RoleScores(view.result.to_json())
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def compute(model_name: str, fingerprint: str, options: RolesOptions, _inputs: list) -> RolesResult:
-    """The roles of a model (the probe, the causal check, detection on the corpus), once per model, corpus and
-    options."""
-    with progress(f"Head roles, {model_name}") as report:
-        return run_analysis(ROLES, model_named(model_name), options, inputs={"corpus": _inputs},
-                            progress=report).result  # fmt: skip
-
-
 def cost_sentence(lm: LoadedModel, choice: CorpusChoice, options: RolesOptions) -> str:
     """What computing it costs, said before it starts."""
     f = lm.facts
@@ -110,16 +99,6 @@ def options_sidebar(lm: LoadedModel, from_file: bool = False) -> RolesOptions:
     return options
 
 
-def model_result(lm: LoadedModel, choice: CorpusChoice, options: RolesOptions) -> ShownRoles | None:
-    """One model's roles on the chosen corpus: shipped when one answers, else computed when asked."""
-    return shown_on_corpus("roles", lm, choice, options, compute, cost_sentence(lm, choice, options))
-
-
-def file_view(found: FromFile[RolesResult], options: RolesOptions) -> ShownRoles:
-    """A result file's roles, at the thresholds chosen."""
-    return file_shown_as(found, options)
-
-
 @st.cache_data(max_entries=8, show_spinner=False)
 def cached_probe_text(model_name: str, length: int) -> ProbeText:
     """The probe as a text for the Live page, once per model."""
@@ -127,5 +106,11 @@ def cached_probe_text(model_name: str, length: int) -> ProbeText:
 
 
 PAGE: CorpusPage[RolesOptions, ShownRoles] = CorpusPage(
-    KEY, "roles", options_sidebar, model_result, file_view, default_limit=DETECT_LIMIT
+    KEY,
+    "roles",
+    options_sidebar,
+    from_file=file_shown_as,
+    default_limit=DETECT_LIMIT,
+    bar=Bar("Head roles, {model}"),
+    ask_first=cost_sentence,
 )

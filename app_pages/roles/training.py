@@ -10,24 +10,22 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from attnlib.analyses.base import run_analysis
-from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult, checkpoint_table
+from attnlib.analyses.roles import RolesOptions, RolesResult, checkpoint_table
 from attnlib.core.model import TRAINED_MODEL, LoadedModel, ModelLoadError, checkpoints_of, split_revision
 from attnlib.present.tour import page_link
 from attnlib.views.roles import training_figure
-from ui.sources.model_sidebar import model_named
+from ui.sources.result_source import Bar, computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
-from ui.widgets.progress import asked, progress
+from ui.widgets.progress import asked
 
 KEY = "roles_training"
 
 
-@st.cache_data(max_entries=4, show_spinner=False)
 def roles_over_training(model_name: str, checkpoints: tuple[str, ...], options: RolesOptions) -> RolesResult:
-    """The roles of every checkpoint, once per model, list and options."""
-    with progress(f"Head roles over {len(checkpoints)} checkpoints of {model_name}"):
-        return run_analysis(ROLES, model_named(model_name), replace(options, checkpoints=checkpoints)).result
+    """The roles of every checkpoint (the skeleton's computation: once per model, list and options)."""
+    bar = Bar(f"Head roles over {len(checkpoints)} checkpoints of {{model}}")
+    return computed("roles", model_name, "", replace(options, checkpoints=checkpoints), None, bar)
 
 
 def training_lines(model_name: str, found: RolesResult, key: str) -> pd.DataFrame:

@@ -8,23 +8,29 @@ import streamlit as st
 
 from app_pages.special.special_views import (
     GRADIENT_CAVEAT,
+    GRADIENT_TITLE,
     KEY,
+    Chosen,
     ShownResult,
+    gradient_file,
     models_difference,
     names_for,
     per_model,
     show_figure,
 )
 from app_pages.special.weights_norms_tab import weights_norms_tab
-from attnlib.analyses.base import run_analysis
-from attnlib.analyses.special import SPECIAL, SpecialOptions, SpecialTokens
-from attnlib.core.corpus import CorpusError
+from attnlib.analyses.gradient import GradientImportance, GradientOptions, unavailable_reason
+from attnlib.analyses.special import (
+    BROAD_ENTROPY_FRACTION,
+    CLASS_KEYS,
+    SHARE_THRESHOLD,
+    SINK_THRESHOLD,
+    SpecialOptions,
+    SpecialTokens,
+    heads_above,
+)
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import InputError
 from attnlib.present.tables import head_frame, layer_frame
-from attnlib.stats.gradient import GradientImportanceResult, gradient_importance, unavailable_reason
-from attnlib.stats.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
-from attnlib.stats.special import CLASS_KEYS, SINK_THRESHOLD, heads_above
 from attnlib.views.special import (
     entropy_figure,
     gradient_figure,
@@ -34,18 +40,16 @@ from attnlib.views.special import (
     layer_lines_by_model,
     layer_lines_with_head_dots,
 )
-from ui.sources.corpus_page import CorpusPage
+from ui.sources.corpus_page import CorpusPage, file_shown, result_on_corpus
 from ui.sources.corpus_picker import CorpusChoice
-from ui.sources.model_sidebar import current_model, model_named
+from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import AnalysisForm, Option, bind, field_option, lazy_tabs
-from ui.sources.result_file import FromFile
-from ui.sources.result_source import shipped_or_computed
+from ui.sources.result_source import Bar, FromFile
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import download_json, download_table
 from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import SPECIAL_TOKENS
-from ui.widgets.progress import progress
 from ui.widgets.side_by_side import side_by_side
 
 PUNCT_LABELS = {False: '"." and "," (Clark et al.)', True: "all punctuation"}
@@ -58,27 +62,11 @@ FIELDS = {
 FORM = AnalysisForm(SHOWN_FIRST, FIELDS, KEY)
 GRADIENTS = Option(f"{KEY}_grad", "grad", True)
 COMPUTED_HERE = "computed here"
+GRADIENT_BAR = Bar("Gradient importance, {model}")
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def compute(model_name: str, fingerprint: str, options: SpecialOptions, _inputs: list) -> SpecialTokens:
-    """Run the corpus once with every accumulator asked for (cached per model, corpus and options).
-
-    Returns library dataclasses only: the cache pickles its values, and a class defined in a page cannot be pickled."""
-    lm = model_named(model_name)
-    with progress(f"Running {model_name}") as report:
-        return run_analysis(SPECIAL, lm, options, inputs={"corpus": _inputs}, progress=report).result
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def compute_gradients(model_name: str, fingerprint: str, _inputs: list) -> GradientImportanceResult:
-    """Gradient importance of a corpus (a forward and backward pass per input), cached per model and corpus."""
-    with progress(f"Gradient importance, {model_name}") as report:
-        return gradient_importance(model_named(model_name), _inputs, progress=report)
-
-
-def options_sidebar(lm: LoadedModel, from_file: bool) -> tuple[SpecialOptions, bool]:
-    """The page's options (kept in the URL): the analysis's, and whether to add gradient importance."""
+def options_sidebar(lm: LoadedModel, from_file: bool) -> Chosen:
+    """The page's options (kept in the URL): the analysis's, whether to add gradient importance, and its result file."""
     options = FORM.bind()
     gradients = bool(bind([GRADIENTS])["grad"])
     with st.sidebar:
@@ -93,7 +81,7 @@ def options_sidebar(lm: LoadedModel, from_file: bool) -> tuple[SpecialOptions, b
             st.caption("Gradient importance needs a model with a trained masked-LM head.")
         if from_file:
             st.caption("These options apply when computing; the loaded file's own are named above.")
-    return options, gradients
+    return Chosen(options, gradients, gradient_file())
 
 
 def grad_asked_key(model: str, fingerprint: str) -> str:
@@ -101,40 +89,47 @@ def grad_asked_key(model: str, fingerprint: str) -> str:
     return f"_{KEY}_grad_asked:{model}:{fingerprint}"
 
 
-def model_result(lm: LoadedModel, choice: CorpusChoice, options: SpecialOptions, gradients: bool) -> ShownResult | None:
-    """One model's result on the chosen corpus: shipped when one matches, else computed (None after an error)."""
-    name = lm.facts.name
-    try:
-        run, source = shipped_or_computed(
-            "special", name, choice, options, lambda: compute(name, choice.fingerprint, options, choice.inputs)
-        )
-    except (CorpusError, InputError, ValueError) as exc:
-        st.error(f"The corpus could not be analysed with {name}: {exc}")
+def gradients_of(model: str, chosen: Chosen) -> tuple[GradientImportance | None, str]:
+    """A model's gradient importance from the `gradient` result file loaded for it, and the file's origin."""
+    found = chosen.gradient_file
+    if found is None or found.model != model:
+        return None, ""
+    return found.value, f"from {found.name}, {found.record.provenance()}"
+
+
+def model_result(lm: LoadedModel, choice: CorpusChoice, chosen: Chosen) -> ShownResult | None:
+    """One model's result on the chosen corpus (the skeleton's), with its gradient importance: from a loaded file, or
+    the `gradient` analysis computed beside it when asked (at once beside a result computed here)."""
+    shown = PAGE.on_corpus(lm, choice, chosen)
+    if shown is None:
         return None
-    assert run is not None  # nothing is asked first
+    name = lm.facts.name
+    grads, grad_source = gradients_of(name, chosen)
     reason = unavailable_reason(lm)
-    asked = source == COMPUTED_HERE or st.session_state.get(grad_asked_key(name, choice.fingerprint), False)
-    grads = None
-    if gradients and reason is None and asked:
-        grads = compute_gradients(name, choice.fingerprint, choice.inputs)
-    caveats = {} if reason is None else {GRADIENT_CAVEAT: reason}
-    return ShownResult(name, run, choice.label, source, choice, caveats, gradients=grads)
+    asked = shown.source == COMPUTED_HERE or st.session_state.get(grad_asked_key(name, choice.fingerprint), False)
+    if grads is None and chosen.gradients and reason is None and asked:
+        grads, grad_source = result_on_corpus("gradient", name, choice, GradientOptions(), GRADIENT_BAR)
+    caveats = {} if reason is None or grads is not None else {GRADIENT_CAVEAT: reason}
+    return ShownResult(**vars(shown) | {"caveats": caveats}, gradients=grads, gradient_source=grad_source)
 
 
-def file_view(found: FromFile[SpecialTokens], chosen: object = None) -> ShownResult:
-    """A result file's statistics as the page shows them (no gradient importance: files do not hold it)."""
-    reason = "result files hold no gradient importance; compute on the page to see it."
-    source = f"from {found.name}, {found.record.provenance()}"
-    return ShownResult(found.model, found.value, found.corpus, source, caveats={GRADIENT_CAVEAT: reason})
+def file_view(found: FromFile[SpecialTokens], chosen: Chosen) -> ShownResult:
+    """A result file's statistics as the page shows them, with the gradient importance of a `gradient` file of the
+    same model where one is loaded."""
+    grads, grad_source = gradients_of(found.model, chosen)
+    other = chosen.gradient_file
+    caveats = {} if grads is not None or other is None else {GRADIENT_CAVEAT: f"{other.name} is {other.model}'s."}
+    return ShownResult(**vars(file_shown(found)) | {"caveats": caveats}, gradients=grads, gradient_source=grad_source)
 
 
-PAGE: CorpusPage[tuple[SpecialOptions, bool], ShownResult] = CorpusPage(
+PAGE: CorpusPage[Chosen, ShownResult] = CorpusPage(
     KEY,
     "special",
     options=options_sidebar,
-    result=lambda lm, choice, chosen: model_result(lm, choice, *chosen),
+    result=model_result,
     from_file=file_view,
-    analysis_options=lambda chosen: chosen[0],
+    analysis_options=lambda chosen: chosen.options,
+    bar=Bar("Running {model}"),
 )
 
 
@@ -337,6 +332,12 @@ def draw_gradients(view: ShownResult, sfx: str) -> None:
         st.info(f"Gradient importance is not shown: {view.grad_reason}")
         return
     g = view.gradients
+    if g is None and view.from_file:
+        st.info(
+            f"{view.model}: the result file holds no gradient importance; load the `gradient` command's result file "
+            f"(sidebar, *{GRADIENT_TITLE}*) to show it."
+        )
+        return
     if g is None and view.source != COMPUTED_HERE and st.session_state.get(GRADIENTS.key, True):
         st.info("The statistics above are shipped precomputed; gradient importance is not in them.")
         st.button("Compute gradient importance", key=f"{KEY}_grad_now{sfx}", on_click=ask_gradients, args=(view,))
@@ -344,6 +345,8 @@ def draw_gradients(view: ShownResult, sfx: str) -> None:
     if g is None:
         st.info("Switch on *Gradient importance* in the sidebar to compute it (a forward and backward pass per input).")
         return
+    if view.gradient_source:
+        st.caption(f"{view.model}: gradient importance {view.gradient_source}.")
     show_figure(gradient_figure(g.layers["sep"], g.layers["all"]), "gradient_importance" + sfx)
     n_layers = len(g.layers["sep"])
     grad_table = pd.DataFrame(

@@ -7,15 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
+import streamlit as st
 
-from attnlib.analyses.special import SpecialTokens
+from attnlib.analyses.gradient import GRADIENT, GradientImportance
+from attnlib.analyses.special import HeadMap, NormShareResult, SpecialOptions, SpecialTokenResult, SpecialTokens
 from attnlib.present.tables import by_layer
-from attnlib.stats.gradient import GradientImportanceResult
-from attnlib.stats.head_distances import HeadMap
-from attnlib.stats.norms import NormShareResult
-from attnlib.stats.special import SpecialTokenResult
 from ui.sources.compare import difference_line
 from ui.sources.corpus_page import Shown
+from ui.sources.result_source import LOAD_TITLE, FromFile, uploaded_result
 from ui.widgets.downloads import chart
 
 KEY = "special"  # widget keys and download names of the page start with it
@@ -49,13 +48,43 @@ def names_for(views: list[ShownResult]) -> dict[str, str]:
 
 
 GRADIENT_CAVEAT = "gradients"  # the caveat saying why gradient importance cannot be computed for a model
+GRADIENT_TITLE = f"{LOAD_TITLE} (gradient importance)"
+
+
+@dataclass
+class Chosen:
+    """The page's options: the analysis's, whether to add gradient importance, and the `gradient` result file."""
+
+    options: SpecialOptions
+    gradients: bool
+    gradient_file: FromFile[GradientImportance] | None = None
+
+
+def gradient_file() -> FromFile[GradientImportance] | None:
+    """The `gradient` command's result file (sidebar): the gradient importance of the model it names, shown in the
+    Gradient tab beside that model's statistics (computed, shipped or from their own file)."""
+    with st.sidebar, st.expander(GRADIENT_TITLE):
+        found = uploaded_result(
+            "JSON written by `python -m attnlib gradient ... --out FILE`",
+            f"{KEY}_gradient_result_file",
+            "gradient",
+            GRADIENT.from_record,
+        )
+    if found is not None:
+        st.info(
+            f"Gradient importance of **{found.model}** from **{found.name}**, {found.record.provenance()}. Options: "
+            f"{found.record.options_text()}. Remove the file (sidebar, *{GRADIENT_TITLE}*) to compute it instead."
+        )
+    return found
 
 
 @dataclass
 class ShownResult(Shown[SpecialTokens]):
-    """One model's result as the page shows it (`Shown`), with gradient importance when it was computed."""
+    """One model's result as the page shows it (`Shown`), with gradient importance when there is one (computed, or
+    from a `gradient` result file: `gradient_source` names it)."""
 
-    gradients: GradientImportanceResult | None = None
+    gradients: GradientImportance | None = None
+    gradient_source: str = ""
 
     @property
     def run(self) -> SpecialTokens:

@@ -7,9 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.special.special_views import KEY, ShownResult, models_difference, names_for, show_figure
-from attnlib.analyses.special import NORM_GAP_FACTOR, largest_weight_norm_gap
+from attnlib.analyses.special import CLASS_KEYS, NORM_GAP_FACTOR, largest_weight_norm_gap
 from attnlib.present.tables import layer_frame
-from attnlib.stats.special import CLASS_KEYS
 from attnlib.views.norms import (
     CLASS_NAMES,
     value_norm_figure,

@@ -12,9 +12,14 @@ import numpy as np
 from attnlib.analyses.base import Analysis, Options, option
 from attnlib.core.families import unsupported_reason
 from attnlib.core.model import LoadedModel
+from attnlib.stats.head_distances import BROAD_ENTROPY_FRACTION as BROAD_ENTROPY_FRACTION  # what the pages show, here
+from attnlib.stats.head_distances import SHARE_THRESHOLD as SHARE_THRESHOLD
 from attnlib.stats.head_distances import HeadDistances, HeadMap, head_map, special_from_json
 from attnlib.stats.norms import NormShareResult, NormShareStats, special_norms_from_json
+from attnlib.stats.special import CLASS_KEYS as CLASS_KEYS
+from attnlib.stats.special import SINK_THRESHOLD as SINK_THRESHOLD
 from attnlib.stats.special import SpecialTokenResult, SpecialTokenStats
+from attnlib.stats.special import heads_above as heads_above
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from attnlib.analyses.attention import MAX_JSON_VALUES, AttentionMaps
 from attnlib.analyses.base import Analysis, AnalysisRun, OptionError, Options, run_analysis
+from attnlib.analyses.errors import USER_ERRORS
 from attnlib.analyses.positions import LongAttributionReport, reporting_long_attribution
 from attnlib.analyses.registry import ANALYSES
 from attnlib.cli import commands
@@ -28,24 +29,8 @@ from attnlib.cli.options import (
     note,
     options_from_args,
 )
-from attnlib.core.corpus import CorpusError
-from attnlib.core.engines import ScaleError
-from attnlib.core.families import UnsupportedModelError
-from attnlib.core.model import ModelLoadError
-from attnlib.core.runner import InputError
 from attnlib.results.files import json_ready, write_result_file
-from attnlib.search.by_example import SearchError
 
-USER_ERRORS = (
-    CorpusError,
-    ModelLoadError,
-    InputError,
-    FileNotFoundError,
-    ScaleError,
-    OptionError,
-    SearchError,
-    UnsupportedModelError,
-)
 USAGE_ERROR = 2  # exit status of user errors, as argparse uses
 
 

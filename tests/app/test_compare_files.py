@@ -108,7 +108,7 @@ def test_special_second_model_from_its_result_file_beside_the_shipped_first(tmp_
         tmp_path, "tiny", "special", "--corpus", str(CLASSROOM_SINGLE), "--norms", "--model", str(tiny_model_dir)
     )
     first_model, second_model = "all-MiniLM-L6-v2", str(tiny_model_dir)
-    at = app("special_tokens", grad="0")  # the default model's shipped result on the whole classroom set
+    at = app("special", grad="0")  # the default model's shipped result on the whole classroom set
     assert [f.label for f in at.get("file_uploader") if "second model" in f.label]  # under "Compare with"
     at = upload(at, "special_compare_file", "tiny.json", data)
     assert not at.error, [e.value for e in at.error]
@@ -134,7 +134,7 @@ def test_special_two_result_files_without_a_corpus(tmp_path, tiny_model_dir, one
     argv = ["special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "5", "--head-map"]
     first_data, first = cli_file(tmp_path, "minilm", *argv)
     second_data, second = cli_file(tmp_path, "tiny", *argv, "--limit", "4", "--model", str(tiny_model_dir))
-    at = app("special_tokens", grad="0", norms="0")
+    at = app("special", grad="0", norms="0")
     at = upload(at, "special_result_file", "minilm.json", first_data)
     at = upload(at, "special_compare_file", "tiny.json", second_data)
     assert not at.error, [e.value for e in at.error]
@@ -157,7 +157,7 @@ def test_special_two_result_files_without_a_corpus(tmp_path, tiny_model_dir, one
 def test_special_bad_compare_files_are_errors(tmp_path, tiny_model_dir):
     data, _ = cli_file(tmp_path, "tiny", "special", "--corpus", str(CLASSROOM_SINGLE), "--limit", "3")
     record = json.loads(data)
-    at = app("special_tokens", grad="0", tab="tables")
+    at = app("special", grad="0", tab="tables")
     cases = [
         ("positions.json", json.dumps({**record, "command": "positions"}).encode(), "holds the result of `positions`"),
         ("broken.json", b'{"format": "attnlib-result", "format_ver', "not a JSON file"),
@@ -181,7 +181,7 @@ def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_
         tmp_path, "tiny", "deps", "--conllu", str(EWT_DEV), "--limit", "10", "--model", str(tiny_model_dir)
     )
     second_model = str(tiny_model_dir)
-    at = app("dependency_heads", limit="10", min="1")
+    at = app("deps", limit="10", min="1")
     at = upload(at, "deps_compare_file", "tiny-deps.json", data)
     assert not at.error, [e.value for e in at.error]
     assert not at.warning, [w.value for w in at.warning]
@@ -206,7 +206,7 @@ def test_deps_table_of_a_computed_first_and_a_second_models_file(tmp_path, tiny_
 @pytest.mark.slow
 @TINY_BERT
 def test_deps_example_sentence_in_both_models(tiny_model_dir, tiny_model, one_thread):
-    at = app("dependency_heads", limit="10", min="1", cmp=str(tiny_model_dir), sentence="2")
+    at = app("deps", limit="10", min="1", cmp=str(tiny_model_dir), sentence="2")
     assert not at.exception and not at.error, [e.value for e in at.error]
     arcs = [json.loads(c.spec) for c in figures(at) if c.key.startswith("deps_arcs")]
     assert len(arcs) == 2
@@ -227,7 +227,7 @@ def test_probe_of_two_result_files(tmp_path, tiny_model_dir, one_thread):
     argv = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "4"]
     first_data, first = cli_file(tmp_path, "minilm-probe", *argv)
     second_data, second = cli_file(tmp_path, "tiny-probe", *argv, "--model", str(tiny_model_dir))
-    at = app("dependency_heads", limit="10", min="1", tab="probe")
+    at = app("deps", limit="10", min="1", tab="probe")
     at = upload(at, "probe_result_file", "minilm-probe.json", first_data)
     at = upload(at, "probe_compare_file", "tiny-probe.json", second_data)
     assert not at.error, [e.value for e in at.error]
@@ -320,7 +320,7 @@ def test_neuron_view_of_both_models(tiny_model_dir, tiny_model, minilm):
 def test_a_loaded_result_file_survives_another_tab_and_page_until_removed(tmp_path, tiny_model_dir):
     argv = ["probe", "--train", str(EWT_DEV), "--test", str(EWT_TEST), "--limit", "4", "--model", str(tiny_model_dir)]
     data, out = cli_file(tmp_path, "tiny-probe", *argv)
-    at = app("dependency_heads", limit="10", min="1", tab="probe")
+    at = app("deps", limit="10", min="1", tab="probe")
     at = upload(at, "probe_result_file", "tiny-probe.json", data)
     shown = f"{100 * out['uas']:.1f}%"
     assert {m.label: m.value for m in at.metric}["UAS, attention-only probe"] == shown

@@ -3,9 +3,13 @@ headers and key suffixes (ui.widgets.side_by_side)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from attnlib.core.corpus import CorpusInput
@@ -90,3 +94,34 @@ def test_side_by_side_draws_two_in_columns_under_their_headers_and_one_on_the_pa
     assert at.session_state["two"] == [(1, "_1"), (2, "_2")]
     assert at.session_state["one"] == [("alone", "")]
     assert "**not drawn**" not in [m.value for m in at.markdown]
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_the_one_computation_is_the_analysis_run_once_per_model_corpus_and_options(tiny_model_dir):
+    """`computed` (every corpus page's path) gives what run_analysis gives, and a second call with the same analysis,
+    model, corpus fingerprint and options is a cache hit: its bar and the page's context around the run never start."""
+    from attnlib.analyses.base import run_analysis
+    from attnlib.analyses.gradient import GRADIENT, GradientOptions
+    from attnlib.core.model import load_model
+    from ui.sources.result_source import Bar, computed
+
+    inputs = {"corpus": CHOICE.inputs}
+    started: list[str] = []
+
+    @contextmanager
+    def counted() -> Iterator[None]:
+        started.append("run")
+        yield
+
+    bar = Bar("Gradient importance, {model}", around=counted)
+    name, fingerprint = str(tiny_model_dir), f"{CHOICE.fingerprint}:{tiny_model_dir}"
+    first = computed("gradient", name, fingerprint, GradientOptions(), inputs, bar)
+    again = computed("gradient", name, fingerprint, GradientOptions(), inputs, bar)
+    assert started == ["run"]
+    expected = run_analysis(GRADIENT, load_model(name), GradientOptions(), inputs=inputs).result
+    for found in (first, again):
+        assert type(found) is type(expected)
+        np.testing.assert_array_equal(found.sep, expected.sep)  # the same passes in the same order: bit for bit
+        np.testing.assert_array_equal(found.all, expected.all)
+    computed("gradient", name, fingerprint, GradientOptions(seed=1), inputs, bar)  # other options: computed again
+    assert started == ["run", "run"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from attnlib.results.shipped import CLASSROOM_SINGLE, EWT_DEV, ROOT
-from support.apptest import figures, open_tab
+from support.apptest import figures, open_tab, plotly_values
 from support.cli import run_cli
 
 pytestmark = pytest.mark.slow  # each test computes or opens a page with a result
@@ -40,6 +41,33 @@ def test_special_page_loads_a_result_file(special_file):
     )
     assert any("6 inputs from classroom_single.txt" in c.value for c in at.caption)
     assert any("Map of the heads" in c.spec for c in figures(open_tab(at, "special_tab", "Head map")))
+
+
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_special_page_shows_a_gradient_result_file(tmp_path, tiny_model_dir):
+    """`gradient --out` beside a `special` file of the same model: the Gradient tab draws the file's gradient
+    importance (per layer, the mean over heads of the file's per-head values), named as from the file."""
+    paths = {command: tmp_path / f"{command}.json" for command in ("special", "gradient")}
+    for command, path in paths.items():
+        argv = ("--corpus", str(CLASSROOM_SINGLE), "--limit", "2", "--model", str(tiny_model_dir), "--out", str(path))
+        ran = run_cli(command, *argv, "--json")
+        assert ran.code == 0, ran.err
+    at = _special_page()
+    open_result_file(at, "special_result_file", paths["special"].read_bytes())
+    open_result_file(at, "special_gradient_result_file", paths["gradient"].read_bytes())
+    open_tab(at, "special_tab", "Gradient importance")
+    assert not at.exception, [e.value for e in at.exception]
+    drawn = json.loads(next(f.spec for f in figures(at) if "Gradient importance" in f.spec))
+    heads = json.loads(paths["gradient"].read_text())["result"]["heads"]
+    for trace, key in zip(drawn["data"], ("sep", "all")):
+        # float64 means of at most 4 heads: a few ulps apart
+        assert plotly_values(trace["y"]) == pytest.approx(np.mean(heads[key], axis=1), rel=1e-12)
+    assert any("gradient importance from result.json" in c.value for c in at.caption)
+    record = json.loads(paths["gradient"].read_text())
+    other = {**record, "model": "another-model", "result": {**record["result"], "model": "another-model"}}
+    open_result_file(at, "special_gradient_result_file", json.dumps(other).encode())  # another model's: not drawn
+    assert not any("Gradient importance" in f.spec for f in figures(at))
+    assert any("result.json is another-model's" in i.value for i in at.info)
 
 
 def test_dependency_page_loads_a_result_file(tmp_path):

@@ -213,13 +213,18 @@ def test_gradients_beside_a_shipped_result_wait_for_a_click(tmp_path, monkeypatc
     cli_json("special", *argv, "--out", str(out), "--json")
     record = read_result_file(out.read_bytes())
     monkeypatch.setattr(
-        "ui.sources.result_source.shipped_result", lambda *a: record if (a[1], a[3]) == (record.model, 4) else None
+        "ui.sources.result_source.shipped_result",
+        lambda *a: record if (a[0], a[1], a[3]) == ("special", record.model, 4) else None,
     )
+    from ui.sources import result_source
 
-    def no_model_run(*args, **kwargs):
-        raise AssertionError("the statistics were computed although a shipped result matches")
+    run_analysis = result_source.run_analysis
 
-    monkeypatch.setattr("attnlib.analyses.base.run_analysis", no_model_run)
+    def no_special_run(analysis, *args, **kwargs):
+        assert analysis.name != "special", "the statistics were computed although a shipped result matches"
+        return run_analysis(analysis, *args, **kwargs)
+
+    monkeypatch.setattr(result_source, "run_analysis", no_special_run)
     from ui.sources.model_sidebar import OTHER
 
     at = page_at(limit="4", tab="gradient")

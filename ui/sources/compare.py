@@ -16,7 +16,7 @@ from attnlib.present.comparison import largest_difference
 from attnlib.results.files import ResultFile, comparison_caveats
 from ui.sources.model_sidebar import try_load
 from ui.sources.page_state import Option, bind
-from ui.sources.result_file import FromFile, uploaded_result
+from ui.sources.result_source import FromFile, uploaded_result
 
 T = TypeVar("T")
 COMPARE = Option("compare_name", "cmp", "")

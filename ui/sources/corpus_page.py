@@ -1,25 +1,26 @@
 """The skeleton every corpus page fills: its inputs (a loaded result file, else the corpus picker), its options, the
-second model (its result file, else the compared model on the same corpus), each model's result (shipped, computed,
-or from a file) as one `Shown` type, which the page's views then draw."""
+second model (its result file, else the compared model on the same corpus), each model's result (shipped, or
+computed through the analysis once per model, corpus and options with a progress bar, or from a file; refused in
+words) as one `Shown` type, which the page's views then draw. A page declares its analysis, options and views."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 import streamlit as st
 
-from attnlib.analyses.base import Options
+from attnlib.analyses.base import OPTIONAL_SOURCES, Options
 from attnlib.analyses.registry import analysis_named
-from attnlib.core.corpus import CorpusError, CorpusInput
+from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import InputError
 from attnlib.results.files import ResultFile
 from ui.sources.compare import Second, second_source
-from ui.sources.corpus_picker import CorpusChoice, corpus_picker
-from ui.sources.result_file import FromFile, loaded_result
-from ui.sources.result_source import shipped_or_computed
+from ui.sources.corpus_picker import CorpusChoice, Kind, corpus_picker
+from ui.sources.result_source import REFUSED, RUNNING, Bar, FromFile, computed, loaded_result, shipped_or_computed
+
+REFUSAL = "The corpus could not be analysed with {model}: {error}"  # a refusal's sentence, unless a page says its own
 
 T = TypeVar("T")
 O = TypeVar("O")  # a page's options
@@ -59,31 +60,37 @@ def file_shown_as(found: FromFile[Any], options: Any) -> Shown[Any]:
     return replace(file_shown(found), result=found.value.for_options(options))
 
 
-ComputeOnCorpus = Callable[[str, str, Any, list], Any]  # (model name, corpus fingerprint, options, inputs), cached
+AskFirst = Callable[[LoadedModel, CorpusChoice, Any], str | None]  # (model, corpus, options) -> the cost, said first
 
 
-def shown_on_corpus(
-    analysis: str, lm: LoadedModel, choice: CorpusChoice, options: Options, compute: ComputeOnCorpus, ask_first: str
-) -> Shown[Any] | None:
-    """One model's result on the chosen corpus: shipped when one answers, else computed with the page's cached
-    `compute` once asked (`ask_first`: the cost, said first); None after a refusal in words, or before it is asked."""
-    name = lm.facts.name
-    computed = analysis_named(analysis).computed(options)
+def result_on_corpus(
+    analysis: str,
+    model_name: str,
+    choice: CorpusChoice,
+    options: Options,
+    bar: Bar = RUNNING,
+    ask_first: str | None = None,
+    refusal: str = REFUSAL,
+) -> tuple[Any | None, str]:
+    """One model's result of an analysis on the chosen corpus and where it came from: shipped when one answers, else
+    computed (`computed`, cached, with its bar) at once or, given `ask_first` (the cost, said first), once asked.
+    (None, "") before it is asked, or after a refusal in words (`refusal`: its sentence, of {model} and {error})."""
+    found = analysis_named(analysis)
+    wanted = found.computed(options)
+    (source,) = found.sources or OPTIONAL_SOURCES[found.reads]  # the corpus (an analysis of the model: its optional)
+    inputs = {source: choice.inputs}
     try:
-        found, source = shipped_or_computed(
+        return shipped_or_computed(
             analysis,
-            name,
+            model_name,
             choice,
-            computed,
-            lambda: compute(name, choice.fingerprint, computed, choice.inputs),
+            wanted,
+            lambda: computed(analysis, model_name, choice.fingerprint, wanted, inputs, bar),
             ask_first=ask_first,
         )
-    except (CorpusError, InputError, ValueError) as exc:
-        st.error(f"The corpus could not be analysed with {name}: {exc}")
-        return None
-    if found is None:
-        return None
-    return Shown(name, found.for_options(options), choice.label, source, choice)
+    except REFUSED as exc:
+        st.error(refusal.format(model=model_name, error=exc))
+        return None, ""
 
 
 @dataclass
@@ -103,13 +110,41 @@ class CorpusPage(Generic[O, S]):
     key: str  # widget keys start with it
     analysis: str  # the command whose result files the page opens
     options: Callable[[LoadedModel, bool], O]  # draws the option widgets (told whether a file is loaded)
-    result: Callable[[LoadedModel, CorpusChoice, O], S | None]
+    result: Callable[[LoadedModel, CorpusChoice, O], S | None] | None = None  # default: on_corpus
     from_file: Callable[[FromFile[Any], O], S] = file_shown  # type: ignore[assignment]
     parse: Callable[[ResultFile], Any] | None = None  # default: the analysis's own reading of its files
     analysis_options: Callable[[O], Options] = lambda options: options  # type: ignore[assignment,return-value]
     default_limit: int = 200
+    kind: Kind = "any"  # the corpora the picker offers ("conllu": treebanks only)
+    corpus: Callable[[bool], CorpusChoice | None] | None = None  # the page's own corpus widgets, told whether a file
+    # is loaded (None beside one); default: the corpus picker
     section: str = ""  # the part of the page the files are for, when a page has several
     first_needed: bool = True  # whether the second model is shown only beside the first's result
+    bar: Bar = RUNNING  # the computation's progress bar
+    ask_first: AskFirst | None = None  # what computing costs, said before it starts (None: computed at once)
+    unavailable: Callable[[LoadedModel], str | None] | None = None  # why a model cannot be analysed at all, if so
+    refusal: str = REFUSAL  # the sentence of a refusal, of {model} and {error}
+
+    def on_corpus(self, lm: LoadedModel, choice: CorpusChoice, options: O) -> Shown[Any] | None:
+        """One model's result on the chosen corpus, as these options show it: shipped when one answers, else computed
+        (once asked, where the page says the cost first); None after a refusal in words, or before it is asked."""
+        name = lm.facts.name
+        reason = None if self.unavailable is None else self.unavailable(lm)
+        if reason is not None:
+            st.error(reason)
+            return None
+        wanted = self.analysis_options(options)
+        ask = None if self.ask_first is None else self.ask_first(lm, choice, wanted)
+        found, source = result_on_corpus(self.analysis, name, choice, wanted, self.bar, ask, self.refusal)
+        if found is None:
+            return None
+        shown = analysis_named(self.analysis).for_options(found, wanted)
+        return Shown(name, shown, choice.label, source, choice)
+
+    def model_result(self, lm: LoadedModel, choice: CorpusChoice, options: O) -> S | None:
+        """One model's result on the chosen corpus as the page shows it (its own `result`, else `on_corpus`)."""
+        found = self.on_corpus(lm, choice, options) if self.result is None else self.result(lm, choice, options)
+        return found  # type: ignore[return-value]
 
     @property
     def reader(self) -> Callable[[ResultFile], Any]:
@@ -123,8 +158,15 @@ class CorpusPage(Generic[O, S]):
     def inputs(self, lm: LoadedModel) -> Inputs[O]:
         """The sidebar in order: the result file, the corpus (when there is no file), the options."""
         loaded = self.loaded()
-        choice = corpus_picker(self.key, default_limit=self.default_limit) if loaded is None else None
+        if self.corpus is not None:
+            choice = self.corpus(loaded is not None)
+        else:
+            choice = self.picker() if loaded is None else None
         return Inputs(loaded, choice, self.options(lm, loaded is not None))
+
+    def picker(self) -> CorpusChoice | None:
+        """The corpus widgets (sidebar) and the chosen corpus, or None with a message shown."""
+        return corpus_picker(self.key, self.kind, default_limit=self.default_limit)
 
     def second(self, lm: LoadedModel, given: Inputs[O]) -> Second[Any]:
         """The second model: its result file, else the compared model to run on the corpus, else nothing."""
@@ -138,16 +180,27 @@ class CorpusPage(Generic[O, S]):
     def results(self, lm: LoadedModel, given: Inputs[O], second: Second[Any]) -> list[S]:
         """The first model's result (its file, else on the corpus) and the second's (its file, else on the corpus)."""
         loaded, choice, options = given.loaded, given.choice, given.options
-        first = self.from_file(loaded, options) if loaded else (self.result(lm, choice, options) if choice else None)
+        first = (
+            self.from_file(loaded, options) if loaded else (self.model_result(lm, choice, options) if choice else None)
+        )
         if first is None and self.first_needed:
             return []
         if second.file is not None:
             other: S | None = self.from_file(second.file, options)
         else:
-            other = self.result(second.model, choice, options) if second.model and choice else None
+            other = self.model_result(second.model, choice, options) if second.model and choice else None
         return [shown for shown in (first, other) if shown is not None]
 
     def shown(self, lm: LoadedModel) -> list[S]:
         """The whole skeleton: the inputs, the second model, and the results the views show (empty: nothing to)."""
         given = self.inputs(lm)
         return self.results(lm, given, self.second(lm, given))
+
+
+def one_corpus(lm: LoadedModel, pages: Sequence[CorpusPage[O, Any]]) -> list[Inputs[O]]:
+    """The inputs of corpus pages that share one page, one corpus and one set of options (the first page's widgets):
+    the options, each page's result file, then the corpus (none beside a result file), in that order in the sidebar."""
+    options = pages[0].options(lm, False)
+    loaded = [page.loaded() for page in pages]
+    choice = None if any(loaded) else pages[0].picker()
+    return [Inputs(found, choice, options) for found in loaded]

@@ -1,20 +1,107 @@
-"""Where a corpus page's result comes from: shipped with the repository, computed earlier in this session, or now."""
+"""Where a corpus page's result comes from: a result file (the first model's 'Load a result file instead of computing'
+and the second model's uploader under "Compare with", the JSON a command wrote with --out), shipped with the
+repository, or computed here (once per analysis, model, corpus and options, with a progress bar), refused in words."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import streamlit as st
 
-from attnlib.analyses.base import Options
+from attnlib.analyses.base import Options, run_analysis
+from attnlib.analyses.errors import USER_ERRORS
 from attnlib.analyses.registry import analysis_named
-from attnlib.results.files import ResultFile
+from attnlib.results.files import MAX_RESULT_BYTES, ResultFile, ResultFileError, read_result_file
 from attnlib.results.precomputed import shipped_result
 from ui.sources.corpus_picker import CorpusChoice
+from ui.sources.model_sidebar import model_named
+from ui.widgets.progress import progress
 
 T = TypeVar("T")
+LOAD_TITLE = "Load a result file instead of computing"
+REFUSED = (*USER_ERRORS, ValueError, TypeError)  # what a page says in words: the command line's user errors, and
+# what an analysis raises of a model or corpus it cannot take (a model whose attention HTA cannot follow: ValueError;
+# deps' counts of sentences without heads: TypeError)
+
+
+@dataclass
+class FromFile(Generic[T]):
+    """An uploaded result file: its file name, the record, what the page parsed from it, and the model name shown."""
+
+    name: str
+    record: ResultFile
+    value: T
+    model: str  # the record's model; with the file name when the first result is of the same model
+
+    @property
+    def corpus(self) -> str:
+        """The corpus file the result was computed on."""
+        return str(self.record.corpus.get("name", "?"))
+
+
+def uploaded_result(label: str, key: str, command: str, parse: Callable[[ResultFile], T]) -> FromFile[T] | None:
+    """An uploader (in the current container) for a `python -m attnlib <command> --out FILE` result, parsed.
+
+    The file is kept for the session: a run that does not draw the uploader (another page or tab) forgets its widget,
+    so the next run that draws it again uses the kept file until the visitor removes it. A file over the size limit,
+    of another command, or malformed is shown as an error and None is returned."""
+    kept, had = f"_kept_{key}", f"_had_{key}"
+    had_file = key in st.session_state and st.session_state.get(had, False)  # the widget held a file on the last run
+    upload = st.file_uploader(
+        label,
+        type=["json"],
+        key=key,
+        help="Results computed elsewhere (a GPU machine, a Ray cluster) open here without running the model. "
+        "The file is read as JSON only.",
+    )
+    st.session_state[had] = upload is not None
+    if upload is not None:
+        if upload.size > MAX_RESULT_BYTES:
+            st.error(f"{upload.name} is {upload.size / 1e6:.1f} MB; the limit is {MAX_RESULT_BYTES / 1e6:.0f} MB.")
+            return None
+        st.session_state[kept] = (upload.name, upload.getvalue())
+    elif had_file or kept not in st.session_state:  # removed by the visitor, or never given
+        st.session_state.pop(kept, None)
+        return None
+    elif st.button("Remove", key=f"{key}_remove"):
+        st.session_state.pop(kept)
+        return None
+    else:
+        st.caption(f"Using **{st.session_state[kept][0]}**, loaded earlier; upload another file to replace it.")
+    name, data = st.session_state[kept]
+    try:
+        record = read_result_file(data, command)
+    except ResultFileError as exc:
+        st.error(f"{name}: {exc}")
+        return None
+    try:
+        value = parse(record)
+    except ResultFileError as exc:
+        st.error(f"{name} cannot be shown: {exc}")
+        return None
+    return FromFile(name, record, value, record.model)
+
+
+def loaded_result(key: str, command: str, parse: Callable[[ResultFile], T], section: str = "") -> FromFile[T] | None:
+    """The first model's result file of `command` (sidebar), parsed, its origin shown; None to compute instead.
+
+    `section` names the part of the page the file is for, when a page has several."""
+    title = f"{LOAD_TITLE} ({section})" if section else LOAD_TITLE
+    with st.sidebar, st.expander(title):
+        found = uploaded_result(
+            f"JSON written by `python -m attnlib {command} ... --out FILE`", f"{key}_result_file", command, parse
+        )
+    if found is None:
+        return None
+    st.info(
+        f"Showing **{found.name}**, {found.record.provenance()}. Options: {found.record.options_text()}. The sidebar's "
+        f"model and corpus are not used; remove the file (sidebar, *{title}*) to compute instead."
+    )
+    return found
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -79,3 +166,35 @@ def shipped_or_computed(
     result = compute()
     done.add(key)
     return result, "computed here"
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A computation's progress bar: its words (`{model}` is the model's name), what it counts, and a context the run
+    happens in (a page's own reports of a long step), if any."""
+
+    what: str = "Running {model}"
+    unit: str = "inputs"
+    around: Callable[[], AbstractContextManager[Any]] | None = None
+
+    @contextmanager
+    def shown(self, model_name: str) -> Iterator[Callable[[int, int], None]]:
+        """The bar (and the page's context) while the computation runs; yields the callback that moves the bar."""
+        with progress(self.what.format(model=model_name), self.unit) as report, (self.around or nullcontext)():
+            yield report
+
+
+RUNNING = Bar()  # "Running <model>: N of M inputs"
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def computed(
+    analysis: str, model_name: str, fingerprint: str, options: Options, _inputs: Mapping[str, Any] | None, _bar: Bar
+) -> Any:
+    """An analysis's result of a model on its inputs (source -> inputs or a file's path), once per analysis, model,
+    inputs' fingerprint and options, with its progress bar; a library dataclass (the cache pickles its values).
+
+    The bar is made here so that a cache hit replays it (and removes it again)."""
+    with _bar.shown(model_name) as report:
+        lm = model_named(model_name)
+        return run_analysis(analysis_named(analysis), lm, options, inputs=_inputs, progress=report).result
