@@ -6,10 +6,10 @@ from __future__ import annotations
 from attnlib.analyses.base import OptionError
 from attnlib.core.corpus import CorpusError
 from attnlib.core.engines import ScaleError
+from attnlib.core.errors import SearchError
 from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import ModelLoadError
 from attnlib.core.runner import InputError
-from attnlib.search.by_example import SearchError
 
 USER_ERRORS = (
     CorpusError,

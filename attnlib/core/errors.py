@@ -8,3 +8,7 @@ class InputError(ValueError):
 
 class OptionError(ValueError):
     """An option an analysis does not have, or a value it does not take."""
+
+
+class SearchError(ValueError):
+    """A query, a layer, heads or an index that search cannot take; the message says why in a user's words."""

@@ -41,6 +41,7 @@ from attnlib.core.batches import Progress
 from attnlib.core.blockwise import BLOCKWISE_FROM, Block, run_blockwise, supports_blockwise
 from attnlib.core.corpus import CorpusInput, Sentence
 from attnlib.core.engines import plan_batches, run_accumulators
+from attnlib.core.errors import SearchError as SearchError  # part of this module's API
 from attnlib.core.families import SUPPORTED_NAMES, UnsupportedModelError, family_for, layout
 from attnlib.core.hooks import attentions_returned
 from attnlib.core.memory import MemoryLimitError, check_memory, memory_limit, run_size
@@ -57,10 +58,6 @@ FLOAT16_SCORE_BOUND = 2e-3  # METHODS §16: float16 scores agree with float32 wi
 DEFAULT_K = 20
 SCORE_BLOCK = 8192  # rows widened to float32 at a time when scoring a float16 index
 MAX_INDEX_BYTES = 2 * 1024**3
-
-
-class SearchError(ValueError):
-    """A query, a layer, heads or an index that search cannot take; the message says why in a user's words."""
 
 
 class IndexFileError(SearchError):
