@@ -11,10 +11,10 @@ import streamlit as st
 
 from app_pages.live.neuron import neuron_notes, neuron_part
 from app_pages.live.shows import QUANTITY, SHOW, SHOWS
+from attnlib.analyses.norms import row_normalised, value_norms_from_values, weighted_norms
 from attnlib.core.model import ModelFacts
 from attnlib.core.runner import InputError
 from attnlib.core.seq2seq import PART_NAMES, PARTS, TARGET_FROM_TEXT, Part, Seq2SeqMaps, run_seq2seq
-from attnlib.stats.norms import row_normalised, value_norms_from_values, weighted_norms
 from attnlib.views.head_view import head_view
 from attnlib.views.model_view import model_view
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html, seq2seq_terms, value_norm_figure

@@ -11,13 +11,18 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlib.analyses.roles import probe_text
-from attnlib.core.batches import accumulate
+from attnlib.analyses.roles import (
+    PATTERN_HELP,
+    PATTERNS,
+    PatternAccumulator,
+    detection_scores,
+    head_patterns,
+    probe_text,
+    rank_heads,
+)
 from attnlib.core.corpus import CorpusInput, read_text_corpus
 from attnlib.core.model import ModelFacts
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE
-from attnlib.stats.patterns import PATTERN_HELP, PATTERNS, PatternAccumulator, rank_heads
-from attnlib.stats.roles import detection_scores
 from ui.sources.live_inputs import cached_run, text_options
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind, set_value
@@ -37,11 +42,8 @@ EXCLUDE_FIRST = Option("finder_exclude_first", "exclude_first", False, omit_defa
 @st.cache_data(max_entries=8, show_spinner=False)
 def head_finder(model_name: str, fingerprint: str, _inputs: list[CorpusInput]) -> PatternAccumulator:
     """Pattern scores of every head over the classroom set, once per model."""
-    lm = model_named(model_name)
-    acc = PatternAccumulator(lm.facts.n_layers, lm.facts.n_heads)
     with progress("Head finder: running the classroom set") as report:
-        accumulate(lm, _inputs, [acc], progress=report)
-    return acc
+        return head_patterns(model_named(model_name), _inputs, report)
 
 
 def classroom_inputs() -> tuple[str, list[CorpusInput]]:

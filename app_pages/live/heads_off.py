@@ -7,9 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.live.head_switches import clicked_heads
-from attnlib.analyses.importance import InputAblation
+from attnlib.analyses.importance import AblationUnavailable, InputAblation, heads_text, unavailable_reason
 from attnlib.core.model import ModelFacts
-from attnlib.stats.importance import AblationUnavailable, heads_text, unavailable_reason
 from ui.sources.live_inputs import cached_ablation
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, set_value

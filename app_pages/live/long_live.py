@@ -11,15 +11,13 @@ import streamlit as st
 
 from app_pages.live.neuron import neuron_notes
 from app_pages.live.view_messages import listen
-from attnlib.analyses.attention import ATTENTION, AttentionOptions
-from attnlib.analyses.base import run_analysis
 from attnlib.core.blockwise import WindowHeads, reduced_maps, supports_blockwise, window_heads
 from attnlib.core.model import ModelFacts
 from attnlib.core.runner import Encoded, InputError, encode
 from attnlib.views.long_view import LONG_FROM, MAP_WIDTH, MAX_WINDOW, long_view_html
 from attnlib.views.model_view import model_view_html
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html
-from ui.sources.live_inputs import pretty_token
+from ui.sources.live_inputs import cached_window, pretty_token
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, set_value
 
@@ -52,14 +50,6 @@ def cached_reduced(model_name: str, text_a: str, text_b: str) -> tuple[np.ndarra
     """reduced_maps of the input at MAP_WIDTH cells (METHODS §19), once per (model, text)."""
     lm = model_named(model_name)
     return reduced_maps(lm, cached_encoded(model_name, text_a, text_b), MAP_WIDTH)
-
-
-@st.cache_data(max_entries=4, show_spinner="Computing the window's rows…")
-def cached_window(model_name: str, text_a: str, text_b: str, layer: int, start: int, end: int) -> np.ndarray:
-    """Rows start:end (0-based, half-open) of every head of one layer, [heads, rows, n], computed block-wise."""
-    options = AttentionOptions(layers=str(layer), rows=f"{start}:{end}")
-    found = run_analysis(ATTENTION, model_named(model_name), options, text=text_a, pair=text_b.strip() or None)
-    return found.result.attentions[0]
 
 
 @st.cache_data(max_entries=2, show_spinner="Computing the layer's queries and keys block by block…")

@@ -20,6 +20,8 @@ from app_pages.live.long_live import WINDOW_OPTIONS, long_input, long_neuron, lo
 from app_pages.live.neuron import neuron_part
 from app_pages.live.shows import QUANTITY, SHOW, SHOWS
 from app_pages.live.token_pick import listen_for_picks
+from attnlib.analyses.importance import unavailable_reason
+from attnlib.analyses.special import input_statistics, punct_mask
 from attnlib.core.model import LoadedModel, ModelFacts
 from attnlib.core.runner import InputError, RunResult
 from attnlib.core.words import ROW_RULES
@@ -27,8 +29,6 @@ from attnlib.present.comparison import largest_difference
 from attnlib.present.export import attention_table
 from attnlib.present.labels import STAT_NAMES
 from attnlib.present.tables import by_layer
-from attnlib.stats.importance import unavailable_reason
-from attnlib.stats.special import input_statistics, punct_mask
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
 from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
 from attnlib.views.long_view import MAX_WINDOW

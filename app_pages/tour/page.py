@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,14 +13,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages.deps.dependency_example import example_maps
-from attnlib.analyses.base import run_analysis
 from attnlib.analyses.deps import DIRECTIONS, head_on_sentence
-from attnlib.analyses.importance import HeadImportance, no_op_sentence
+from attnlib.analyses.gradient import GradientImportance, unavailable_reason
+from attnlib.analyses.importance import CHANGES, AblationUnavailable, HeadImportance, no_op_sentence
 from attnlib.analyses.positions import CORRELATIONS, PositionsResult
 from attnlib.analyses.registry import analysis_named
-from attnlib.analyses.roles import LINK_REPEAT, RolesOptions, checkpoint_table
-from attnlib.analyses.special import SpecialTokens, largest_weight_norm_gap
-from attnlib.core.batches import accumulate
+from attnlib.analyses.roles import LINK_REPEAT, RolesOptions, checkpoint_table, head_patterns
+from attnlib.analyses.special import SpecialTokenResult, SpecialTokens, largest_weight_norm_gap
 from attnlib.core.corpus import Sentence
 from attnlib.core.model import TRAINED_MODEL, checkpoints_of
 from attnlib.present.tour import (
@@ -47,10 +47,6 @@ from attnlib.present.tour import (
     syntax_rows,
 )
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, corpus_slug
-from attnlib.stats.gradient import GradientImportanceResult, gradient_importance, unavailable_reason
-from attnlib.stats.importance import CHANGES, AblationUnavailable
-from attnlib.stats.patterns import PatternAccumulator
-from attnlib.stats.special import SpecialTokenResult
 from attnlib.views.deps import arc_diagram
 from attnlib.views.head_view import head_view_html
 from attnlib.views.importance import no_op_scatter
@@ -61,7 +57,7 @@ from attnlib.views.special import entropy_figure, gradient_figure, layer_lines_w
 from ui.sources.corpus_picker import shipped_corpus
 from ui.sources.live_inputs import DEFAULT_A, DEFAULT_B, cached_run, pretty_token
 from ui.sources.model_sidebar import current_model, model_named
-from ui.sources.result_source import shipped
+from ui.sources.result_source import Bar, computed, shipped
 from ui.widgets.data_table import data_table
 from ui.widgets.family_notes import encoder_part_notes, unsupported_for
 from ui.widgets.plotly_figure import plotly_figure
@@ -73,7 +69,7 @@ PROJECTOR_FONT = 18
 PROJECTOR_HEIGHT = 540
 EXAMPLE_MAX_WORDS = 16  # step 5's example sentence must read on a projector
 TITLES = {"special": "Special tokens", "deps": "Dependency heads", "positions": "Attribution (estimate mode)",
-          "importance": "Head importance"}  # fmt: skip
+          "importance": "Head importance", "gradient": "Gradient importance"}  # fmt: skip
 
 
 # ---------- results: shipped for the model, else computed once on a slice --------------------------------------------
@@ -92,14 +88,12 @@ def _slice_source(n: int, path: Path) -> str:
     return f"computed here on the first {n} inputs of {path.name}"
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def _on_slice(analysis: str, model_name: str, n: int) -> object:
-    """The tour's analysis on the first n inputs of its corpus, computed once per model."""
-    inputs = shipped_corpus(TOUR_CORPORA[analysis]).inputs[:n]
-    with progress(TITLES[analysis]) as report:
-        found = analysis_named(analysis)
-        return run_analysis(found, model_named(model_name), TOUR_OPTIONS[analysis], inputs={found.sources[0]: inputs},
-                            progress=report).result  # fmt: skip
+def _on_slice(analysis: str, model_name: str, n: int) -> Any:
+    """The tour's analysis on the first n inputs of its corpus, computed once per model (the skeleton's computation)."""
+    corpus = shipped_corpus(TOUR_CORPORA[analysis])
+    inputs = {analysis_named(analysis).sources[0]: corpus.inputs[:n]}
+    options = TOUR_OPTIONS[analysis]
+    return computed(analysis, model_name, f"{corpus.fingerprint}:first {n}", options, inputs, Bar(TITLES[analysis]))
 
 
 def _shipped_else_slice(analysis: str, model_name: str, n: int) -> Sourced:
@@ -130,25 +124,18 @@ def positions_result(model_name: str) -> Sourced:
 @st.cache_data(max_entries=8, show_spinner=False)
 def pattern_scores(model_name: str) -> np.ndarray:
     """Head-finder scores [patterns, layers, heads] on the first sentences and pairs of the classroom set."""
-    lm = model_named(model_name)
-    acc = PatternAccumulator(lm.facts.n_layers, lm.facts.n_heads)
     inputs = (
         shipped_corpus(CLASSROOM_SINGLE).inputs[: SLICE // 2] + shipped_corpus(CLASSROOM_PAIRS).inputs[: SLICE // 2]
     )
     with progress("Head finder") as report:
-        accumulate(lm, inputs, [acc], progress=report)
-    return acc.scores()
+        return head_patterns(model_named(model_name), inputs, report).scores()
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def gradient_result(model_name: str) -> GradientImportanceResult | None:
-    """Gradient importance on the special-token slice, or None when the model has no trained masked-LM head."""
-    lm = model_named(model_name)
-    if unavailable_reason(lm) is not None:
+def gradient_result(model_name: str) -> GradientImportance | None:
+    """The `gradient` analysis on the special-token slice, or None when the model has no trained masked-LM head."""
+    if unavailable_reason(model_named(model_name)) is not None:
         return None
-    with progress("Gradient importance") as report:
-        result = gradient_importance(lm, shipped_corpus(TOUR_CORPORA["special"]).inputs[:SLICE], progress=report)
-    return result
+    return _on_slice("gradient", model_name, SLICE)
 
 
 # ---------- drawing -------------------------------------------------------------------------------------------------
@@ -217,7 +204,7 @@ class Panel:
     notice: list[str] = field(default_factory=list)
 
 
-def _gradient_panel(model_name: str) -> tuple[Panel, GradientImportanceResult | None, str | None]:
+def _gradient_panel(model_name: str) -> tuple[Panel, GradientImportance | None, str | None]:
     reason = unavailable_reason(model_named(model_name))
     gradients = gradient_result(model_name) if reason is None else None
     if gradients is None:

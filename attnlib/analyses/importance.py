@@ -41,6 +41,8 @@ from attnlib.stats.importance import (
     top_predictions,
     variant_effects,
 )
+from attnlib.stats.importance import AblationUnavailable as AblationUnavailable
+from attnlib.stats.importance import heads_text as heads_text  # the Live page's heads switched off
 from attnlib.stats.importance import mlm_reason as mlm_reason  # what the page asks of a model, here
 from attnlib.stats.importance import unavailable_reason as unavailable_reason
 from attnlib.stats.special import SINK_THRESHOLD, class_share, first_token_share

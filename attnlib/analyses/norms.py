@@ -25,6 +25,9 @@ from attnlib.core.runner import run
 from attnlib.core.seq2seq import run_seq2seq
 from attnlib.results.files import malformed, numeric_array
 from attnlib.stats.norms import NormMaps, ValueNormMaps, norm_maps, part_norm_maps
+from attnlib.stats.norms import row_normalised as row_normalised  # what the Live page draws of one input, here
+from attnlib.stats.norms import value_norms_from_values as value_norms_from_values
+from attnlib.stats.norms import weighted_norms as weighted_norms
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from attnlib.analyses.base import Analysis, OptionError, Options, option
+from attnlib.core.batches import Progress, accumulate
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.engines import LOCAL, Scale
 from attnlib.core.families import UnsupportedModelError
@@ -27,6 +28,10 @@ from attnlib.core.ov_circuit import copying_reason, ov_weights
 from attnlib.core.runner import encode, returned_weights, run_encoded
 from attnlib.results.files import malformed, numeric_array
 from attnlib.stats.importance import MlmHead, heads_off, mlm_head
+from attnlib.stats.patterns import PATTERN_HELP as PATTERN_HELP  # the head finder's patterns, for the pages
+from attnlib.stats.patterns import PATTERNS as PATTERNS
+from attnlib.stats.patterns import PatternAccumulator as PatternAccumulator
+from attnlib.stats.patterns import rank_heads as rank_heads
 from attnlib.stats.roles import (
     COPYING_THRESHOLD,
     DETECT_MEASURES,
@@ -35,7 +40,6 @@ from attnlib.stats.roles import (
     ProbeIds,
     control_draws,
     copying_scores,
-    detection_scores,
     heads_at,
     in_context_gain,
     probe_ids,
@@ -43,6 +47,7 @@ from attnlib.stats.roles import (
     probe_scores,
     top_heads,
 )
+from attnlib.stats.roles import detection_scores as detection_scores  # the head finder's role patterns
 from attnlib.stats.special import SINK_THRESHOLD
 
 if TYPE_CHECKING:
@@ -476,6 +481,15 @@ def head_scores(lm: LoadedModel, probe: ProbeIds) -> tuple[HeadScores, float | N
         notes["in_context_gain"] = why
     scores = HeadScores(found["previous"], found["duplicate"], found["induction"], copying, found["first_share"])
     return scores, gain, notes
+
+
+def head_patterns(
+    lm: LoadedModel, inputs: Sequence[CorpusInput], progress: Progress | None = None
+) -> PatternAccumulator:
+    """The head finder's sums over these inputs: `.scores()` [patterns, layers, heads], `.counts` per pattern."""
+    found = PatternAccumulator(lm.facts.n_layers, lm.facts.n_heads)
+    accumulate(lm, inputs, [found], progress=progress)
+    return found
 
 
 def checkpoint_step(name: str, index: int) -> int:

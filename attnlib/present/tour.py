@@ -10,6 +10,7 @@ import numpy as np
 
 from attnlib.analyses.base import Options
 from attnlib.analyses.deps import ALL, DependencyRow, DependencyTable, DepsOptions
+from attnlib.analyses.gradient import GradientOptions
 from attnlib.analyses.importance import ImportanceOptions
 from attnlib.analyses.positions import PositionOptions, PositionsResult
 from attnlib.analyses.special import SpecialOptions, WeightNormGap
@@ -35,12 +36,14 @@ TOUR_CORPORA = {
     "deps": EWT_DEV,
     "positions": CLASSROOM_SINGLE,
     "importance": CLASSROOM_PAIRS,
+    "gradient": CLASSROOM_PAIRS,  # step 3, beside the special-token shares
 }
 TOUR_OPTIONS: dict[str, Options] = {
     "special": SpecialOptions(norms=True),
     "deps": DepsOptions(),
     "positions": PositionOptions(),
     "importance": ImportanceOptions(knockout=True),
+    "gradient": GradientOptions(),
 }
 LINK_KEYS = (
     "model",

@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from attnlib.analyses.attention import ATTENTION, AttentionOptions
 from attnlib.analyses.base import run_analysis
 from attnlib.analyses.importance import ABLATE, AblateOptions, InputAblation
+from attnlib.analyses.norms import row_normalised, weighted_norms
 from attnlib.core.runner import InputError, RunResult, run
 from attnlib.core.words import RowRule, unit_labels, word_groups, word_level_attention
 from attnlib.results.shipped import TUTORIAL_A, TUTORIAL_B
-from attnlib.stats.norms import row_normalised, weighted_norms
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind
 
@@ -44,6 +45,14 @@ def cached_ablation(model_name: str, text_a: str, text_b: str, heads: str) -> In
     """The input with these heads (0-based 'layer-head,...') switched off, once per (model, text, heads)."""
     options = AblateOptions(heads=heads)
     return run_analysis(ABLATE, model_named(model_name), options, text=text_a, pair=text_b.strip() or None).result
+
+
+@st.cache_data(max_entries=4, show_spinner="Computing the window's rows…")
+def cached_window(model_name: str, text_a: str, text_b: str, layer: int, start: int, end: int) -> np.ndarray:
+    """Rows start:end (0-based, half-open) of every head of one layer, [heads, rows, n], computed block-wise."""
+    options = AttentionOptions(layers=str(layer), rows=f"{start}:{end}")
+    found = run_analysis(ATTENTION, model_named(model_name), options, text=text_a, pair=text_b.strip() or None)
+    return found.result.attentions[0]
 
 
 def run_or_explain(model_name: str, text_a: str, text_b: str) -> RunResult | None:
