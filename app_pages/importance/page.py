@@ -19,10 +19,11 @@ from attnlib.views.importance import (
 )
 from attnlib.views.special import head_label
 from ui.sources.compare import difference_line
+from ui.sources.corpus_page import every_head_tab
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, lazy_tabs
 from ui.widgets.data_table import data_table
-from ui.widgets.downloads import chart, download_json, download_table
+from ui.widgets.downloads import chart, download_table
 from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import HEAD_IMPORTANCE
@@ -207,12 +208,7 @@ def head_table(view: ShownImportance) -> pd.DataFrame:
 
 
 def tables_tab(views: list[ShownImportance]) -> None:
-    st.markdown("Every head (layers and heads from 1); the JSON counts from 0, like `attnlib importance --json`.")
-    table = pd.concat([head_table(v) for v in views], ignore_index=True)
-    data_table(table, key=f"{KEY}_heads")
-    download_table(table, "head_importance", key=f"{KEY}_heads_csv")
-    parts = [{"model": v.model, "corpus": v.corpus, "source": v.source, **v.result.to_json()} for v in views]
-    download_json(parts[0] if len(parts) == 1 else {"models": parts}, "head_importance", key=f"{KEY}_json")
+    every_head_tab(views, head_table, "importance", "head_importance", KEY)
 
 
 RENDERERS = {

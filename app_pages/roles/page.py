@@ -15,11 +15,12 @@ from attnlib.present.tour import live_head_link
 from attnlib.views.head_view import head_view_html
 from attnlib.views.roles import ROLE_NAMES, causal_bars, main_roles, role_map, score_heatmap
 from attnlib.views.special import head_label
+from ui.sources.corpus_page import every_head_tab
 from ui.sources.live_inputs import cached_run, pretty_token
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, bind, lazy_tabs, set_value
 from ui.widgets.data_table import data_table
-from ui.widgets.downloads import chart, download_json, download_table
+from ui.widgets.downloads import chart
 from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import HEAD_ROLES
@@ -209,12 +210,7 @@ def head_table(view: ShownRoles) -> pd.DataFrame:
 
 
 def tables_tab(views: list[ShownRoles], options: RolesOptions) -> None:
-    st.markdown("Every head (layers and heads from 1); the JSON counts from 0, like `attnlib roles --json`.")
-    table = pd.concat([head_table(v) for v in views], ignore_index=True)
-    data_table(table, key=f"{KEY}_heads", formats={name: "%.4f" for name in PROBE_SCORES})
-    download_table(table, "head_roles", key=f"{KEY}_heads_csv")
-    parts = [{"model": v.model, "corpus": v.corpus, "source": v.source, **v.result.to_json()} for v in views]
-    download_json(parts[0] if len(parts) == 1 else {"models": parts}, "head_roles", key=f"{KEY}_json")
+    every_head_tab(views, head_table, "roles", "head_roles", KEY, formats={name: "%.4f" for name in PROBE_SCORES})
 
 
 RENDERERS = {

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
+import pandas as pd
 import streamlit as st
 
 from attnlib.analyses.base import OPTIONAL_SOURCES, Options
@@ -19,6 +20,8 @@ from attnlib.results.files import ResultFile
 from ui.sources.compare import Second, second_source
 from ui.sources.corpus_picker import CorpusChoice, Kind, corpus_picker
 from ui.sources.result_source import REFUSED, RUNNING, Bar, FromFile, computed, loaded_result, shipped_or_computed
+from ui.widgets.data_table import data_table
+from ui.widgets.downloads import download_json, download_table
 
 REFUSAL = "The corpus could not be analysed with {model}: {error}"  # a refusal's sentence, unless a page says its own
 
@@ -204,3 +207,21 @@ def one_corpus(lm: LoadedModel, pages: Sequence[CorpusPage[O, Any]]) -> list[Inp
     loaded = [page.loaded() for page in pages]
     choice = None if any(loaded) else pages[0].picker()
     return [Inputs(found, choice, options) for found in loaded]
+
+
+def every_head_tab(
+    views: Sequence[Shown[Any]],
+    head_table: Callable[[Any], pd.DataFrame],
+    command: str,
+    name: str,
+    key: str,
+    formats: dict[str, str] | None = None,
+) -> None:
+    """A page's table of every head of every model shown (`head_table` of each), its CSV, and the models' JSON as
+    `attnlib <command> --json` prints it (with the model, corpus and source)."""
+    st.markdown(f"Every head (layers and heads from 1); the JSON counts from 0, like `attnlib {command} --json`.")
+    table = pd.concat([head_table(v) for v in views], ignore_index=True)
+    data_table(table, key=f"{key}_heads", formats=formats)
+    download_table(table, name, key=f"{key}_heads_csv")
+    parts = [{"model": v.model, "corpus": v.corpus, "source": v.source, **v.result.to_json()} for v in views]
+    download_json(parts[0] if len(parts) == 1 else {"models": parts}, name, key=f"{key}_json")
