@@ -20,6 +20,20 @@ class TimedAdds:
         self.seconds += time.perf_counter() - start
 
 
+def best_of_interleaved(runs: dict, repeats: int) -> dict[str, float]:
+    """Each run's best wall seconds over `repeats` rounds, the runs interleaved within each round (so a change of load
+    on the machine falls on all of them alike)."""
+    import time
+
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(repeats):
+        for name, once in runs.items():
+            start = time.perf_counter()
+            once()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
 def ewt_dev(limit: int | None = None) -> list:
     """The first `limit` sentences of UD English EWT dev (all when None), as the repository ships it."""
     from attnlib.core.corpus import read_conllu

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from benchmarks import best_of_interleaved  # noqa: E402
 
 GPT2_SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_inner=3072, n_positions=1024, vocab_size=50257)
 
@@ -81,12 +82,7 @@ def main() -> None:
         runs = {"probe: plain forward + LM head": plain, "probe: probe_pass (maps, scores, losses)": scored,
                 "probe: its extra work alone (stack, scores, losses)": extra, "copying: every head (144)": copying}  # fmt: skip
         plain()  # warm-up
-        best = dict.fromkeys(runs, float("inf"))
-        for _ in range(args.repeats):
-            for name, once in runs.items():
-                start = time.perf_counter()
-                once()
-                best[name] = min(best[name], time.perf_counter() - start)
+        best = best_of_interleaved(runs, args.repeats)
     print(f"GPT-2 small's shape (random), {torch.get_num_threads()} torch threads, best of {args.repeats} interleaved")
     print(
         f"probe: {probe.ids.shape[0]} sequences x {probe.ids.shape[1]} tokens (s = {probe.repeat_length}, b = {probe.b})"

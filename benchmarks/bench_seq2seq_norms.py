@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from benchmarks import best_of_interleaved  # noqa: E402
 
 SOURCE = "The cat sat on the mat because it was warm, and the dog slept by the fire all afternoon."
 TARGET = "A dog ran to the park, and then it slept for a very long time by the fire in the house."
@@ -75,12 +76,7 @@ def main() -> None:
                 lm = saved_model(kind, size, Path(folder))
                 runs = configurations(lm)
                 maps = runs["plain forward"]()
-                best = dict.fromkeys(runs, float("inf"))
-                for _ in range(args.repeats):
-                    for name, once in runs.items():
-                        start = time.perf_counter()
-                        once()
-                        best[name] = min(best[name], time.perf_counter() - start)
+                best = best_of_interleaved(runs, args.repeats)
             plain = best["plain forward"]
             shape = f"{kind} {size} ({lm.facts.hidden_size} hidden, {lm.facts.n_layers} layers, "
             shape += f"{maps.source.n} source / {len(maps.target.tokens)} target tokens)"
