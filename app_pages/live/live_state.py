@@ -11,7 +11,7 @@ import streamlit as st
 from app_pages.live.heads_off import CLICK, OFF
 from app_pages.live.long_live import WINDOW_OPTIONS
 from app_pages.live.shows import SHOW
-from attnlib.core.words import ROW_RULES
+from attnlib.core.words import ROW_RULES, RowRule
 from ui.sources.page_state import Option, bind, set_value
 
 VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
@@ -41,7 +41,7 @@ class LiveState:
 
     view: str  # a key of VIEWS
     level: str  # a key of LEVELS
-    rule: str  # the word rows' rule (ROW_RULES)
+    rule: RowRule  # how a word's rows merge
     show: str  # "weights" or "norms"
     layer: int
     head: int  # the head of the model and neuron views

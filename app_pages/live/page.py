@@ -3,132 +3,37 @@ one model or two side by side), a head finder, and exports."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TypeVar
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
+from app_pages.live.controls import controls, head_controls, view_choice
+from app_pages.live.downloads import export_buttons, exports, head_export, long_table
 from app_pages.live.encoder_decoder import encoder_decoder_live
 from app_pages.live.head_finder import show_finder
 from app_pages.live.head_switches import head_switches
 from app_pages.live.heads_off import SWITCHES, clicked, heads_off_now, switches_section
-from app_pages.live.live_state import KEY, LEVELS, VIEWS, LiveState, bind_state, change, keep, page_options
+from app_pages.live.live_state import KEY, LiveState, bind_state, change, keep, page_options
+from app_pages.live.live_view import LiveView, models_side_by_side, shown_views
 from app_pages.live.long_live import long_input, long_neuron, long_views, needs_window
 from app_pages.live.neuron import neuron_part
-from app_pages.live.shows import QUANTITY, SHOWS
 from app_pages.live.token_pick import listen_for_picks
 from attnlib.analyses.importance import unavailable_reason
-from attnlib.analyses.special import input_layer_statistics
 from attnlib.core.model import LoadedModel, ModelFacts
-from attnlib.core.runner import Encoded, InputError, RunResult
-from attnlib.core.words import ROW_RULES
-from attnlib.present.comparison import largest_difference
+from attnlib.core.runner import Encoded, RunResult
 from attnlib.present.export import attention_table
-from attnlib.present.labels import STAT_NAMES
-from attnlib.present.tables import by_layer
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
-from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
+from attnlib.views.head_view import head_view_data, head_view_html
 from attnlib.views.long_view import MAX_WINDOW
 from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
 from ui.sources.compare import compared_model
-from ui.sources.live_inputs import (
-    cached_run,
-    pretty_token,
-    run_or_explain,
-    text_inputs,
-    text_options,
-    token_maps,
-    units,
-)
+from ui.sources.live_inputs import pretty_token, run_or_explain, text_inputs, text_options
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import publish, set_value
 from ui.widgets.family_notes import explain_unsupported, local_layers_note
 from ui.widgets.methods import cite_methods
-from ui.widgets.side_by_side import side_by_side
-
-DIFFER_KEYS = ("cls", "sep", "punct", "prev", "self", "next")  # shares compared between two models on one input
-T = TypeVar("T")
-Maps = tuple[np.ndarray, list[str], np.ndarray]  # what units gives: maps [layers, heads, u, u], labels, segments
-
-
-@dataclass
-class LiveView:
-    """What the views draw: the run, its units (tokens or words) and the chosen layer, head and token (0-based)."""
-
-    facts: ModelFacts
-    text_a: str
-    text_b: str
-    result: RunResult
-    level: str
-    rule: str
-    show: str  # "weights" or "norms"
-    attn: np.ndarray  # [layers, heads, u, u]: attention weights, or norms normalised over each row
-    labels: list[str]
-    segments: np.ndarray  # [u]
-    layer: int
-    head: int
-    selected: int | None
-
-    @property
-    def stem(self) -> str:
-        """The start of download file names."""
-        norms = "-norms" if self.show == "norms" else ""
-        return f"{self.facts.name.replace('/', '_')}{norms}-L{self.layer + 1}"
-
-    @property
-    def level_title(self) -> str:
-        words = f" (word rows: {self.rule})" if self.level == "word" else ""
-        return LEVELS[self.level] + words + (", norms ‖α f(x)‖ per row" if self.show == "norms" else "")
-
-    @property
-    def quantity(self) -> str:
-        """What the maps hold, for hints and tooltips."""
-        return QUANTITY[self.show]
-
-    @property
-    def value_key(self) -> str:
-        """The name of the maps' numbers in downloads."""
-        return "norm_share" if self.show == "norms" else "attention"
-
-    def export(self, **extra) -> dict:
-        """The JSON download: where the numbers come from, 0-based indices, and the view's own fields."""
-        origin = {"model": self.facts.name, "text_a": self.text_a, "text_b": self.text_b or None, "shows": self.show}
-        return {**origin, "indices": "0-based", "layer": self.layer, "labels": self.labels, **extra}
-
-
-def live_view(
-    facts: ModelFacts,
-    texts: tuple[str, str],
-    result: RunResult,
-    measure: tuple[str, str, str],
-    state: LiveState,
-    maps: Maps | None = None,
-) -> LiveView:
-    """One model's view of the input: its maps at the measure's (level, rule, show), computed unless given, and the
-    state's layer, head and token kept inside its layers, heads and units."""
-    level, rule, show = measure
-    attn, labels, segments = units(result, level, facts.name, texts, rule, show) if maps is None else maps
-    kept = state.within(facts.n_layers, facts.n_heads, len(labels))
-    return LiveView(
-        facts=facts,
-        text_a=texts[0],
-        text_b=texts[1],
-        result=result,
-        level=level,
-        rule=rule,
-        show=show,
-        attn=attn,
-        labels=labels,
-        segments=segments,
-        layer=kept.layer - 1,
-        head=kept.head - 1,
-        selected=kept.selected,
-    )
-
 
 # ------------------------------------------------------------------------------------------------------- callbacks
 
@@ -151,224 +56,12 @@ def _open_match(text_a: str, text_b: str, token: int) -> None:
     change(view="head", level="token", token=token + 1, pair_filter="All")
 
 
-def _reset_token() -> None:
-    """A new level numbers the positions differently: forget the selected one."""
-    change(token=0)
-
-
-# -------------------------------------------------------------------------------------------------------- controls
+# ------------------------------------------------------------------------------------------------------- the views
 
 
 def show(html: str) -> None:
     """Embed a self-contained view; the iframe takes the height of its content (the views scroll inside)."""
     st.iframe(html, height="content")
-
-
-def view_choice() -> None:
-    """The radio of the four views."""
-    st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key=KEY["view"])
-
-
-def _choice(column, label: str, choices: dict, name: str, view: str, help: str, on_change=None) -> None:
-    """A horizontal radio of the head and model views (the state's field `name`), greyed out in the neuron view."""
-    column.radio(
-        label,
-        list(choices),
-        format_func=choices.get,
-        horizontal=True,
-        key=KEY[name],
-        on_change=on_change,
-        disabled=view == "neuron",
-        help=help,
-    )
-
-
-def measure_controls(state: LiveState, facts: ModelFacts, columns) -> tuple[str, str, str]:
-    """Token or word level, the word row rule and weights / norms; what the views draw: (level, rule, show). The
-    neuron view is at token level and shows weights."""
-    c_level, c_rule, c_show = columns
-    view = state.view
-    _choice(
-        c_level,
-        "Level",
-        LEVELS,
-        "level",
-        view,
-        "Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
-        "The neuron view is always at token level.",
-        on_change=_reset_token,
-    )
-    c_rule.selectbox(
-        "Word rows",
-        ROW_RULES,
-        key=KEY["rule"],
-        disabled=state.level != "word" or view == "neuron",
-        help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.",
-    )
-    _choice(
-        c_show,
-        "Shows",
-        SHOWS,
-        "show",
-        view,
-        "Weights: the attention α. Norms: ‖α f(x_j)‖ (METHODS §11), each query's row normalised to sum 1: "
-        "how much each token actually moves into the query. The neuron view shows weights, value norms beside it.",
-    )
-    shows = "weights" if view == "neuron" else state.show
-    shows = "weights" if shows == "norms" and explain_unsupported(facts, "norms") else shows
-    return "token" if view == "neuron" else state.level, state.rule, shows
-
-
-def head_controls(view: str, facts: ModelFacts, c_layer, c_head) -> None:
-    """The layer slider, and the heads shown (head view) or the one head (other views)."""
-    c_layer.slider("Layer", 1, facts.n_layers, key=KEY["layer"])
-    if view == "head":
-        st.pills(
-            "Heads shown",
-            list(range(1, facts.n_heads + 1)),
-            selection_mode="multi",
-            key=KEY["heads"],
-            help="Heads drawn in the head view, one colour each (click a number inside the figure to hide it too).",
-        )
-    else:
-        c_head.selectbox("Head", list(range(1, facts.n_heads + 1)), key=KEY["head"])
-
-
-def token_controls(view: str, labels: list[str], is_pair: bool) -> None:
-    """The selected (or query) token and, for a pair in the head view, the pair filter."""
-    c_token, c_filter = st.columns([2, 3])
-    if view != "model":
-        none = "none (first token)" if view == "neuron" else "none"
-        c_token.selectbox(
-            "Query token" if view == "neuron" else "Selected token",
-            list(range(0, len(labels) + 1)),
-            key=KEY["token"],
-            format_func=lambda i: none if i == 0 else f"{i}: {labels[i - 1]}",
-            help="Positions are numbered from 1. In the head view only this token's lines are drawn.",
-        )
-    if view == "head" and is_pair:
-        c_filter.radio(
-            "Pair filter",
-            list(PAIR_FILTERS),
-            horizontal=True,
-            key=KEY["pair_filter"],
-            help="Queries of one sentence to keys of the other (or the same); weights are not renormalised.",
-        )
-
-
-def controls(
-    state: LiveState, facts: ModelFacts, texts: tuple[str, str], result: RunResult
-) -> tuple[LiveState, LiveView]:
-    """Every control of the three views; the state kept inside the model and the input, and the view it chooses."""
-    c_level, c_rule, c_show, c_layer, c_head = st.columns([1.2, 1, 1.2, 2.2, 1.2])
-    measure = measure_controls(state, facts, (c_level, c_rule, c_show))
-    level, rule, shows = measure
-    maps = units(result, level, facts.name, texts, rule, shows)
-    state = state.within(facts.n_layers, facts.n_heads, len(maps[1])).one_head_shown()
-    keep(state)
-    head_controls(state.view, facts, c_layer, c_head)
-    token_controls(state.view, maps[1], bool(texts[1].strip()))
-    return state, live_view(facts, texts, result, measure, state, maps)
-
-
-# ----------------------------------------------------------------------------------------------- one model or two
-
-
-def compared_view(s: LiveView, state: LiveState, facts: ModelFacts) -> LiveView | None:
-    """The same input, level and measure in a second model (its own tokens), the layer and head kept in its range."""
-    if facts.kind == "encoder-decoder":
-        st.info(
-            f"{facts.name} is an encoder-decoder: open it as the model to see its encoder, decoder and cross attention."
-        )
-        return None
-    try:
-        r = cached_run(facts.name, s.text_a, s.text_b)
-    except InputError as exc:
-        st.warning(f"{facts.name}: {exc}")
-        return None
-    return live_view(facts, (s.text_a, s.text_b), r, (s.level, s.rule, s.show), state)
-
-
-def shown_views(s: LiveView, state: LiveState, second: ModelFacts | None) -> list[LiveView]:
-    """The view of the model chosen and, when a second model is compared and can show the input, its view."""
-    return [v for v in (s, compared_view(s, state, second) if second else None) if v is not None]
-
-
-def layer_shares(v: LiveView) -> dict[str, dict[str, float]]:
-    """Token-level shares of the shown measure per layer (mean over heads), as largest_difference compares them."""
-    maps = token_maps(v.facts.name, v.text_a, v.text_b, v.show)
-    return by_layer(input_layer_statistics(maps, v.result, v.facts.causal), DIFFER_KEYS, STAT_NAMES)
-
-
-def models_side_by_side(views: list[LiveView], draw: Callable[[LiveView, str], T]) -> list[T]:
-    """draw(view, suffix) of each model, a column each headed by its model and layer when two, and where the two
-    differ most on this input; what the draws returned."""
-    headers = [
-        f"**{v.facts.name}** · layer {v.layer + 1} of {v.facts.n_layers}, {v.facts.n_heads} heads" for v in views
-    ]
-    drawn = side_by_side(views, draw, headers)
-    if len(views) == 1:
-        return drawn
-    difference = largest_difference(layer_shares(views[0]), layer_shares(views[1]))
-    if difference is not None:
-        st.caption(
-            f"{views[0].facts.name} vs {views[1].facts.name} on this input ({SHOWS[views[0].show].lower()}, "
-            f"token level, mean over heads, layers by number): {difference.text()}"
-        )
-    return drawn
-
-
-# --------------------------------------------------------------------------------------------------------- exports
-
-
-def export_buttons(
-    name: str, csv_maker: Callable[[], pd.DataFrame], json_maker: Callable[[], dict], views: list, key: str
-):
-    """CSV and JSON of the current maps (made on click) and each figure as offline HTML (views: [(LiveView, html)])."""
-    c1, c2, *figure_columns = st.columns(2 + len(views))
-    csv = lambda: csv_maker().to_csv(index=False).encode()  # noqa: E731
-    c1.download_button("Download attention (CSV)", csv, f"{name}.csv", "text/csv", key=f"{key}_csv", on_click="ignore")
-    as_json = lambda: json.dumps(json_maker()).encode()  # noqa: E731
-    c2.download_button(
-        "Download attention (JSON)", as_json, f"{name}.json", "application/json", key=f"{key}_json", on_click="ignore"
-    )
-    for k, (column, (view, html)) in enumerate(zip(figure_columns, views)):
-        column.download_button(
-            "Download figure (HTML)" if k == 0 else f"Figure of {view.facts.name} (HTML)",
-            html.encode(),
-            f"{name}.html" if k == 0 else f"{view.stem}.html",
-            "text/html",
-            key=f"{key}_html" if k == 0 else f"{key}_html{k}",
-            on_click="ignore",
-            help="A standalone page that opens offline (no CDN).",
-        )
-    st.caption(
-        "PNG: the **Save PNG** button inside the figure. Downloads use 0-based indices; "
-        "`layer_head` is the 1-based label shown on the page."
-    )
-
-
-def long_table(views: list[LiveView], tables: list[pd.DataFrame], value_key: str) -> pd.DataFrame:
-    """The views' tables in one, with a `model` column first when there are two models."""
-    if len(views) > 1:
-        tables = [t.assign(model=v.facts.name)[["model", *t.columns]] for v, t in zip(views, tables)]
-    table = pd.concat(tables, ignore_index=True)
-    return table.rename(columns={"weight": "norm_share"}) if value_key == "norm_share" else table
-
-
-def exports(views: list[LiveView], parts: list[dict]) -> dict:
-    """The JSON download: one model's export, or {"models": [...]} with each model's."""
-    return parts[0] if len(views) == 1 else {"models": parts}
-
-
-def head_export(v: LiveView, data, pair_filter: str) -> dict:
-    """One model's head view as JSON."""
-    maps = np.round(data.maps.astype(np.float64), 6).tolist()
-    fields = {"level": v.level, "rule": v.rule, "pair_filter": pair_filter, "heads": data.heads}
-    return v.export(**fields, query_index=data.left, key_index=data.right, **{v.value_key: maps})
-
-
-# ------------------------------------------------------------------------------------------------------- the views
 
 
 def head_view_part(v: LiveView, heads: list[int], pair_filter: str, two: bool):
@@ -419,8 +112,16 @@ def model_view_section(s: LiveView, state: LiveState, second: ModelFacts | None)
         title = (f"{v.facts.name} · " if len(views) > 1 else "") + v.level_title
         clicks = v is s and bool(state.click) and unavailable_reason(current_model()) is None
         off = heads_off_now(v.facts) if clicks else []
-        kwargs = {"title": title, "quantity": v.quantity, "switches": clicks, "off": off}
-        html = model_view_html(v.attn, v.labels, (v.layer, v.head), windows=v.facts.windows, **kwargs)
+        html = model_view_html(
+            v.attn,
+            v.labels,
+            (v.layer, v.head),
+            windows=v.facts.windows,
+            title=title,
+            quantity=v.quantity,
+            switches=clicks,
+            off=off,
+        )
         if clicks:
             head_switches(html, SWITCHES, on_change=clicked)
         else:
