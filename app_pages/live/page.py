@@ -3,136 +3,49 @@ one model or two side by side), a head finder, and exports."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
+from app_pages.live.controls import controls, head_controls, view_choice
+from app_pages.live.downloads import export_buttons, exports, head_export, long_table
 from app_pages.live.encoder_decoder import encoder_decoder_live
 from app_pages.live.head_finder import show_finder
 from app_pages.live.head_switches import head_switches
-from app_pages.live.heads_off import CLICK, OFF, SWITCHES, clicked, heads_off_now, switches_section
-from app_pages.live.long_live import WINDOW_OPTIONS, long_input, long_neuron, long_views, needs_window
+from app_pages.live.heads_off import SWITCHES, clicked, heads_off_now, switches_section
+from app_pages.live.live_state import KEY, LiveState, bind_state, change, keep, page_options
+from app_pages.live.live_view import LiveView, models_side_by_side, shown_views
+from app_pages.live.long_live import long_input, long_neuron, long_views, needs_window
 from app_pages.live.neuron import neuron_part
-from app_pages.live.shows import QUANTITY, SHOW, SHOWS
 from app_pages.live.token_pick import listen_for_picks
 from attnlib.analyses.importance import unavailable_reason
-from attnlib.analyses.special import input_statistics, punct_mask
 from attnlib.core.model import LoadedModel, ModelFacts
-from attnlib.core.runner import InputError, RunResult
-from attnlib.core.words import ROW_RULES
-from attnlib.present.comparison import largest_difference
+from attnlib.core.runner import Encoded, RunResult
 from attnlib.present.export import attention_table
-from attnlib.present.labels import STAT_NAMES
-from attnlib.present.tables import by_layer
 from attnlib.views.head_view import MIN_WEIGHT as HEAD_MIN_WEIGHT
-from attnlib.views.head_view import PAIR_FILTERS, head_view_data, head_view_html
+from attnlib.views.head_view import head_view_data, head_view_html
 from attnlib.views.long_view import MAX_WINDOW
 from attnlib.views.model_view import LINES_MAX_TOKENS, model_view_html
 from ui.sources.compare import compared_model
-from ui.sources.live_inputs import (
-    cached_run,
-    pretty_token,
-    run_or_explain,
-    text_inputs,
-    text_options,
-    token_maps,
-    units,
-)
+from ui.sources.live_inputs import pretty_token, run_or_explain, text_inputs, text_options
 from ui.sources.model_sidebar import current_model
-from ui.sources.page_state import Option, bind, publish, set_value
+from ui.sources.page_state import publish, set_value
 from ui.widgets.family_notes import explain_unsupported, local_layers_note
 from ui.widgets.methods import cite_methods
-from ui.widgets.side_by_side import side_by_side
 
-VIEWS = {"head": "Head view", "model": "Model view", "neuron": "Neuron view", "finder": "Head finder"}
-LEVELS = {"token": "Tokens", "word": "Words"}
-FILTER_PARAMS = {"all": "All", "aa": "A→A", "bb": "B→B", "ab": "A→B", "ba": "B→A"}
-DIFFER_KEYS = ("cls", "sep", "punct", "prev", "self", "next")  # shares compared between two models on one input
-
-VIEW = Option("live_view", "view", "head", list(VIEWS))
-LEVEL = Option("live_level", "level", "token", list(LEVELS))
-RULE = Option("live_rule", "rule", "mean", list(ROW_RULES))
-LAYER = Option("live_layer", "layer", 1, lo=1)
-HEAD = Option("live_head", "head", 1, lo=1)
-HEADS = Option("live_heads", "heads", None)  # None: every head
-TOKEN = Option("live_token", "token", 0, lo=0, omit_default=True)  # 0: no token selected
-PAIR_FILTER = Option("live_filter", "filter", "All", FILTER_PARAMS)
-FIND = Option("live_find", "find", False, omit_default=True)  # the "Find similar tokens in a corpus" section is open
-T = TypeVar("T")
-OPTIONS = [VIEW, LEVEL, RULE, SHOW, LAYER, HEAD, HEADS, TOKEN, PAIR_FILTER, OFF, CLICK, FIND]
-
-
-@dataclass
-class LiveView:
-    """What the views draw: the run, its units (tokens or words) and the chosen layer, head and token (0-based)."""
-
-    facts: ModelFacts
-    text_a: str
-    text_b: str
-    result: RunResult
-    level: str
-    rule: str
-    show: str  # "weights" or "norms"
-    attn: np.ndarray  # [layers, heads, u, u]: attention weights, or norms normalised over each row
-    labels: list[str]
-    segments: np.ndarray  # [u]
-    layer: int
-    head: int
-    selected: int | None
-
-    @property
-    def stem(self) -> str:
-        """The start of download file names."""
-        norms = "-norms" if self.show == "norms" else ""
-        return f"{self.facts.name.replace('/', '_')}{norms}-L{self.layer + 1}"
-
-    @property
-    def level_title(self) -> str:
-        words = f" (word rows: {self.rule})" if self.level == "word" else ""
-        return LEVELS[self.level] + words + (", norms ‖α f(x)‖ per row" if self.show == "norms" else "")
-
-    @property
-    def quantity(self) -> str:
-        """What the maps hold, for hints and tooltips."""
-        return QUANTITY[self.show]
-
-    @property
-    def value_key(self) -> str:
-        """The name of the maps' numbers in downloads."""
-        return "norm_share" if self.show == "norms" else "attention"
-
-    def export(self, **extra) -> dict:
-        """The JSON download: where the numbers come from, 0-based indices, and the view's own fields."""
-        origin = {"model": self.facts.name, "text_a": self.text_a, "text_b": self.text_b or None, "shows": self.show}
-        return {**origin, "indices": "0-based", "layer": self.layer, "labels": self.labels, **extra}
-
-
-def clamp_options(n_layers: int, n_heads: int, n_units: int) -> None:
-    """Keep the controls inside the model's layers and heads and the input's positions."""
-    state = st.session_state
-    state[LAYER.key] = min(max(int(state[LAYER.key]), 1), n_layers)
-    state[HEAD.key] = min(max(int(state[HEAD.key]), 1), n_heads)
-    heads = state[HEADS.key]
-    state[HEADS.key] = sorted({h for h in (heads if heads is not None else range(1, n_heads + 1)) if 1 <= h <= n_heads})
-    if not 0 <= int(state[TOKEN.key]) <= n_units:
-        state[TOKEN.key] = 0
+# ------------------------------------------------------------------------------------------------------- callbacks
 
 
 def _open_head(layer: int, head: int) -> None:
     """Button callback of the head finder: show one head (0-based) in the head view."""
-    for option, value in [(VIEW, "head"), (LAYER, layer + 1), (HEAD, head + 1), (HEADS, [head + 1]), (TOKEN, 0)]:
-        set_value(option, value)
-    set_value(PAIR_FILTER, "All")
+    change(view="head", layer=layer + 1, head=head + 1, heads=[head + 1], token=0, pair_filter="All")
 
 
 def _pick_token(position: int) -> None:
     """A click on a query token in the head view (1-based, 0: unpinned) selects it, as the token selector does."""
-    set_value(TOKEN, position)
+    change(token=position)
 
 
 def _open_match(text_a: str, text_b: str, token: int) -> None:
@@ -140,214 +53,15 @@ def _open_match(text_a: str, text_b: str, token: int) -> None:
     option_a, option_b = text_options()
     set_value(option_a, text_a)
     set_value(option_b, text_b)
-    for option, value in [(VIEW, "head"), (LEVEL, "token"), (TOKEN, token + 1), (PAIR_FILTER, "All")]:
-        set_value(option, value)
+    change(view="head", level="token", token=token + 1, pair_filter="All")
 
 
-def _reset_token() -> None:
-    """A new level numbers the positions differently: forget the selected one."""
-    st.session_state[TOKEN.key] = 0
-
-
-def export_buttons(
-    name: str, csv_maker: Callable[[], pd.DataFrame], json_maker: Callable[[], dict], views: list, key: str
-):
-    """CSV and JSON of the current maps (made on click) and each figure as offline HTML (views: [(LiveView, html)])."""
-    c1, c2, *figure_columns = st.columns(2 + len(views))
-    csv = lambda: csv_maker().to_csv(index=False).encode()  # noqa: E731
-    c1.download_button("Download attention (CSV)", csv, f"{name}.csv", "text/csv", key=f"{key}_csv", on_click="ignore")
-    as_json = lambda: json.dumps(json_maker()).encode()  # noqa: E731
-    c2.download_button(
-        "Download attention (JSON)", as_json, f"{name}.json", "application/json", key=f"{key}_json", on_click="ignore"
-    )
-    for k, (column, (view, html)) in enumerate(zip(figure_columns, views)):
-        column.download_button(
-            "Download figure (HTML)" if k == 0 else f"Figure of {view.facts.name} (HTML)",
-            html.encode(),
-            f"{name}.html" if k == 0 else f"{view.stem}.html",
-            "text/html",
-            key=f"{key}_html" if k == 0 else f"{key}_html{k}",
-            on_click="ignore",
-            help="A standalone page that opens offline (no CDN).",
-        )
-    st.caption(
-        "PNG: the **Save PNG** button inside the figure. Downloads use 0-based indices; "
-        "`layer_head` is the 1-based label shown on the page."
-    )
+# ------------------------------------------------------------------------------------------------------- the views
 
 
 def show(html: str) -> None:
     """Embed a self-contained view; the iframe takes the height of its content (the views scroll inside)."""
     st.iframe(html, height="content")
-
-
-def _choice(column, label: str, choices: dict, option: Option, view: str, help: str, on_change=None) -> None:
-    """A horizontal radio of the head and model views, greyed out in the neuron view."""
-    column.radio(
-        label,
-        list(choices),
-        format_func=choices.get,
-        horizontal=True,
-        key=option.key,
-        on_change=on_change,
-        disabled=view == "neuron",
-        help=help,
-    )
-
-
-def show_control(view: str, column) -> str:
-    """The weights / norms switch of the head and model views; the neuron view always shows weights."""
-    _choice(
-        column,
-        "Shows",
-        SHOWS,
-        SHOW,
-        view,
-        "Weights: the attention α. Norms: ‖α f(x_j)‖ (METHODS §11), each query's row normalised to sum 1: "
-        "how much each token actually moves into the query. The neuron view shows weights, value norms beside it.",
-    )
-    return "weights" if view == "neuron" else st.session_state[SHOW.key]
-
-
-def level_controls(view: str, result: RunResult, facts: ModelFacts, texts: tuple[str, str], columns) -> tuple:
-    """Token or word level, the word row rule and weights / norms; returns (level, rule, show, maps, labels, segments)."""
-    c_level, c_rule, c_show = columns
-    _choice(
-        c_level,
-        "Level",
-        LEVELS,
-        LEVEL,
-        view,
-        "Words: METHODS §6 (attention to a word = sum over its pieces; from a word = the row rule). "
-        "The neuron view is always at token level.",
-        on_change=_reset_token,
-    )
-    rule = c_rule.selectbox(
-        "Word rows",
-        ROW_RULES,
-        key=RULE.key,
-        disabled=st.session_state[LEVEL.key] != "word" or view == "neuron",
-        help="How the rows of a word's pieces merge: mean (default), first piece, or max renormalised.",
-    )
-    shows = show_control(view, c_show)
-    shows = "weights" if shows == "norms" and explain_unsupported(facts, "norms") else shows
-    level = "token" if view == "neuron" else st.session_state[LEVEL.key]
-    return level, rule, shows, *units(result, level, facts.name, texts, rule, shows)
-
-
-def head_controls(view: str, facts: ModelFacts, c_layer, c_head) -> tuple[int, int]:
-    """The layer slider, and the heads shown (head view) or the one head (other views); 0-based."""
-    layer = int(c_layer.slider("Layer", 1, facts.n_layers, key=LAYER.key)) - 1
-    state = st.session_state
-    if view == "head":
-        st.pills(
-            "Heads shown",
-            list(range(1, facts.n_heads + 1)),
-            selection_mode="multi",
-            key=HEADS.key,
-            help="Heads drawn in the head view, one colour each (click a number inside the figure to hide it too).",
-        )
-        if len(state[HEADS.key]) == 1:
-            state[HEAD.key] = state[HEADS.key][0]
-    else:
-        c_head.selectbox("Head", list(range(1, facts.n_heads + 1)), key=HEAD.key)
-    return layer, int(state[HEAD.key]) - 1
-
-
-def token_controls(view: str, labels: list[str], is_pair: bool) -> int | None:
-    """The selected (or query) token and, for a pair in the head view, the pair filter; the token 0-based or None."""
-    c_token, c_filter = st.columns([2, 3])
-    if view != "model":
-        none = "none (first token)" if view == "neuron" else "none"
-        c_token.selectbox(
-            "Query token" if view == "neuron" else "Selected token",
-            list(range(0, len(labels) + 1)),
-            key=TOKEN.key,
-            format_func=lambda i: none if i == 0 else f"{i}: {labels[i - 1]}",
-            help="Positions are numbered from 1. In the head view only this token's lines are drawn.",
-        )
-    if view == "head" and is_pair:
-        c_filter.radio(
-            "Pair filter",
-            list(PAIR_FILTERS),
-            horizontal=True,
-            key=PAIR_FILTER.key,
-            help="Queries of one sentence to keys of the other (or the same); weights are not renormalised.",
-        )
-    token = st.session_state[TOKEN.key]
-    return int(token) - 1 if token else None
-
-
-def controls(view: str, facts: ModelFacts, result: RunResult, text_a: str, text_b: str) -> LiveView:
-    """Every control of the three views, kept in the URL; what they choose."""
-    c_level, c_rule, c_show, c_layer, c_head = st.columns([1.2, 1, 1.2, 2.2, 1.2])
-    level, rule, shows, attn, labels, segments = level_controls(
-        view, result, facts, (text_a, text_b), (c_level, c_rule, c_show)
-    )
-    clamp_options(facts.n_layers, facts.n_heads, len(labels))
-    layer, head = head_controls(view, facts, c_layer, c_head)
-    selected = token_controls(view, labels, bool(text_b.strip()))
-    publish(OPTIONS)
-    return LiveView(facts, text_a, text_b, result, level, rule, shows, attn, labels, segments, layer, head, selected)
-
-
-def compared_view(s: LiveView, facts: ModelFacts) -> LiveView | None:
-    """The same input, level and measure in a second model (its own tokens), the layer and head kept in its range."""
-    if facts.kind == "encoder-decoder":
-        st.info(
-            f"{facts.name} is an encoder-decoder: open it as the model to see its encoder, decoder and cross attention."
-        )
-        return None
-    try:
-        r = cached_run(facts.name, s.text_a, s.text_b)
-    except InputError as exc:
-        st.warning(f"{facts.name}: {exc}")
-        return None
-    attn, labels, segments = units(r, s.level, facts.name, (s.text_a, s.text_b), s.rule, s.show)
-    selected = s.selected if s.selected is not None and s.selected < len(labels) else None
-    layer, head = min(s.layer, facts.n_layers - 1), min(s.head, facts.n_heads - 1)
-    return LiveView(
-        facts, s.text_a, s.text_b, r, s.level, s.rule, s.show, attn, labels, segments, layer, head, selected
-    )
-
-
-def layer_shares(v: LiveView) -> dict[str, dict[str, float]]:
-    """Token-level shares of the shown measure per layer (mean over heads), as largest_difference compares them."""
-    r = v.result
-    maps = token_maps(v.facts.name, v.text_a, v.text_b, v.show)
-    stats = input_statistics(maps, r.cls_mask, r.sep_mask, punct_mask(r.tokens, r.special_mask), v.facts.causal)
-    return by_layer({key: stats[key].mean(axis=1) for key in DIFFER_KEYS}, DIFFER_KEYS, STAT_NAMES)
-
-
-def models_side_by_side(views: list[LiveView], draw: Callable[[LiveView, str], T]) -> list[T]:
-    """draw(view, suffix) of each model, a column each headed by its model and layer when two, and where the two
-    differ most on this input; what the draws returned."""
-    headers = [
-        f"**{v.facts.name}** · layer {v.layer + 1} of {v.facts.n_layers}, {v.facts.n_heads} heads" for v in views
-    ]
-    drawn = side_by_side(views, draw, headers)
-    if len(views) == 1:
-        return drawn
-    difference = largest_difference(layer_shares(views[0]), layer_shares(views[1]))
-    if difference is not None:
-        st.caption(
-            f"{views[0].facts.name} vs {views[1].facts.name} on this input ({SHOWS[views[0].show].lower()}, "
-            f"token level, mean over heads, layers by number): {difference.text()}"
-        )
-    return drawn
-
-
-def long_table(views: list[LiveView], tables: list[pd.DataFrame], value_key: str) -> pd.DataFrame:
-    """The views' tables in one, with a `model` column first when there are two models."""
-    if len(views) > 1:
-        tables = [t.assign(model=v.facts.name)[["model", *t.columns]] for v, t in zip(views, tables)]
-    table = pd.concat(tables, ignore_index=True)
-    return table.rename(columns={"weight": "norm_share"}) if value_key == "norm_share" else table
-
-
-def exports(views: list[LiveView], parts: list[dict]) -> dict:
-    """The JSON download: one model's export, or {"models": [...]} with each model's."""
-    return parts[0] if len(views) == 1 else {"models": parts}
 
 
 def head_view_part(v: LiveView, heads: list[int], pair_filter: str, two: bool):
@@ -362,14 +76,14 @@ def head_view_part(v: LiveView, heads: list[int], pair_filter: str, two: bool):
     return html, data
 
 
-def head_view_section(s: LiveView, second: ModelFacts | None) -> None:
+def head_view_section(s: LiveView, state: LiveState, second: ModelFacts | None) -> None:
     """The head view of the chosen heads of one layer (of each model), and its exports."""
-    heads = [h - 1 for h in st.session_state[HEADS.key]]
-    pair_filter = st.session_state[PAIR_FILTER.key] if s.text_b.strip() else "All"
+    heads = [h - 1 for h in state.heads or []]
+    pair_filter = state.pair_filter if s.text_b.strip() else "All"
     if not heads:
         st.info("Choose at least one head.")
         return
-    views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    views = shown_views(s, state, second)
     listen_for_picks(_pick_token)
     drawn = models_side_by_side(views, lambda v, sfx: head_view_part(v, heads, pair_filter, len(views) > 1))
     words = f" Word level: rows merged by **{s.rule}**, columns summed (METHODS §6)." if s.level == "word" else ""
@@ -388,25 +102,26 @@ def head_view_section(s: LiveView, second: ModelFacts | None) -> None:
     )
 
 
-def head_export(v: LiveView, data, pair_filter: str) -> dict:
-    """One model's head view as JSON."""
-    maps = np.round(data.maps.astype(np.float64), 6).tolist()
-    fields = {"level": v.level, "rule": v.rule, "pair_filter": pair_filter, "heads": data.heads}
-    return v.export(**fields, query_index=data.left, key_index=data.right, **{v.value_key: maps})
-
-
-def model_view_section(s: LiveView, second: ModelFacts | None) -> None:
+def model_view_section(s: LiveView, state: LiveState, second: ModelFacts | None) -> None:
     """Every head of every layer as thumbnails (of each model), the chosen one enlarged, and the chosen layer's exports."""
-    views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
+    views = shown_views(s, state, second)
 
     def draw(v: LiveView, sfx: str) -> str:
         if len(v.labels) > LINES_MAX_TOKENS:
             st.caption(f"More than {LINES_MAX_TOKENS} {v.level}s: thumbnails are heatmaps so they stay readable.")
         title = (f"{v.facts.name} · " if len(views) > 1 else "") + v.level_title
-        clicks = v is s and bool(st.session_state[CLICK.key]) and unavailable_reason(current_model()) is None
+        clicks = v is s and bool(state.click) and unavailable_reason(current_model()) is None
         off = heads_off_now(v.facts) if clicks else []
-        kwargs = {"title": title, "quantity": v.quantity, "switches": clicks, "off": off}
-        html = model_view_html(v.attn, v.labels, (v.layer, v.head), windows=v.facts.windows, **kwargs)
+        html = model_view_html(
+            v.attn,
+            v.labels,
+            (v.layer, v.head),
+            windows=v.facts.windows,
+            title=title,
+            quantity=v.quantity,
+            switches=clicks,
+            off=off,
+        )
         if clicks:
             head_switches(html, SWITCHES, on_change=clicked)
         else:
@@ -434,11 +149,10 @@ def model_view_section(s: LiveView, second: ModelFacts | None) -> None:
     st.caption("The downloads hold the chosen layer (all heads); the enlarged head is the chosen layer and head.")
 
 
-def neuron_view_section(s: LiveView, second: ModelFacts | None) -> None:
+def neuron_view_section(s: LiveView, state: LiveState, second: ModelFacts | None) -> None:
     """Query and key vectors of one head and query token, their softmax against the model's row, the value norms; of
     each model, side by side."""
-    views = [v for v in (s, compared_view(s, second) if second else None) if v is not None]
-    views = [v for v in views if not explain_unsupported(v.facts, "queries_keys")]
+    views = [v for v in shown_views(s, state, second) if not explain_unsupported(v.facts, "queries_keys")]
     if not views:
         return
     first_key = {"": "live_value_norms", "_1": "live_value_norms"}  # the second model's chart: live_value_norms1
@@ -461,52 +175,59 @@ def live_neuron_part(v: LiveView, two: bool, chart_key: str) -> tuple[str, dict,
     return neuron_part(v.facts, v.result, v.labels, (v.text_a, v.text_b), where, two, chart_key)
 
 
+SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": neuron_view_section}
+
+
+# ------------------------------------------------------------------------------------------- similar tokens (§16)
+
+
 def find_switch() -> bool:
     """The switch of "Find similar tokens in a corpus" (METHODS §16), below a divider: whether it is on."""
     st.divider()
     return st.toggle(
         "Find similar tokens in a corpus",
-        key=FIND.key,
+        key=KEY["find"],
         help="exBERT's search by example: the tokens of a corpus whose vectors (this layer's output, or the heads "
         "shown) are most like the selected token's, with their parts of speech, relations and what they attend to.",
     )
 
 
-def similar_tokens_section(s: LiveView, view: str, second: LoadedModel | None) -> None:
+def similar_tokens_section(s: LiveView, state: LiveState, second: LoadedModel | None) -> None:
     """ "Find similar tokens in a corpus" (METHODS §16): off by default, and nothing of it loads until switched on."""
     if not find_switch():
         return
     from app_pages.live.similar_tokens import Ask, find_similar, first_piece
 
     token = first_piece(s.result, s.selected, s.level)
-    heads = tuple(h - 1 for h in st.session_state[HEADS.key]) if view == "head" else (s.head,)
+    heads = tuple(h - 1 for h in state.heads or []) if state.view == "head" else (s.head,)
     ask = None if token is None else Ask(s.text_a, s.text_b, token, s.layer, heads)
     find_similar(current_model(), second, ask, s.result, _open_match)
 
 
-SECTIONS = {"head": head_view_section, "model": model_view_section, "neuron": neuron_view_section}
-
-
-def window_token(window: tuple[int, int], labels: list[str]) -> int:
+def window_token(state: LiveState, window: tuple[int, int], labels: list[str]) -> int:
     """The query token of a long input's neuron view, one of the window's (0-based, half-open); 0-based, the window's
     first when none of its tokens is selected."""
     start, end = window
-    state = st.session_state
-    if not start < int(state[TOKEN.key]) <= end:
-        state[TOKEN.key] = 0
-    st.selectbox(
+    if not start < int(state.token) <= end:
+        keep(replace(state, token=0))
+    token = st.selectbox(
         "Query token",
         [0, *range(start + 1, end + 1)],
-        key=TOKEN.key,
+        key=KEY["token"],
         format_func=lambda i: "none (the window's first token)" if i == 0 else f"{i}: {labels[i - 1]}",
         help="One of the window's tokens; positions are numbered from 1 in the whole input.",
     )
-    token = int(state[TOKEN.key])
-    return token - 1 if token else start
+    return int(token) - 1 if token else start
 
 
 def long_similar_section(
-    encoded, texts: tuple[str, str], window: tuple[int, int] | None, query: int | None, layer: int, heads: list[int]
+    state: LiveState,
+    encoded: Encoded,
+    texts: tuple[str, str],
+    window: tuple[int, int] | None,
+    query: int | None,
+    layer: int,
+    heads: list[int],
 ) -> None:
     """ "Find similar tokens in a corpus" of a long input: the query one of the chosen window's tokens (0-based; in
     the head view picked here, in the neuron view the neuron view's query), its vector from a block-wise pass."""
@@ -518,71 +239,104 @@ def long_similar_section(
     from app_pages.live.similar_tokens import Ask, find_similar
 
     if query is None:
-        query = window_token(window, [pretty_token(t) for t in encoded.tokens])
+        query = window_token(state, window, [pretty_token(t) for t in encoded.tokens])
     find_similar(current_model(), None, Ask(*texts, query, layer, tuple(heads)), None, _open_match)
 
 
-def long_page(facts: ModelFacts, text_a: str, text_b: str, encoded) -> None:
+# ----------------------------------------------------------------------------------------------------------- pages
+
+
+def long_page(state: LiveState, facts: ModelFacts, texts: tuple[str, str], encoded: Encoded) -> None:
     """A long input (METHODS §19): the head and model views draw the reduced map and a window's lines, computed
     block-wise, the neuron view a window's tokens; the head finder says why it is not drawn."""
-    bind(OPTIONS + WINDOW_OPTIONS)
     st.caption(f"{encoded.n} tokens. Layers, heads and token positions are numbered from 1 on this page.")
-    view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key=VIEW.key)
-    clamp_options(facts.n_layers, facts.n_heads, encoded.n)
-    if view == "finder":
-        publish(OPTIONS + WINDOW_OPTIONS)
+    view_choice()
+    state = state.within(facts.n_layers, facts.n_heads, encoded.n).one_head_shown()
+    keep(state)
+    if state.view == "finder":
         needs_window(encoded)
+    else:
+        c_layer, c_head, _ = st.columns([2.2, 1.2, 3])
+        head_controls(state.view, facts, c_layer, c_head)
+        if state.view == "neuron":
+            long_neuron_section(state, facts, texts, encoded)
+        else:
+            long_map_section(state, facts, texts, encoded)
+
+
+def long_neuron_section(state: LiveState, facts: ModelFacts, texts: tuple[str, str], encoded: Encoded) -> None:
+    """The neuron view of a long input's window, and the search of its query token."""
+    if explain_unsupported(facts, "queries_keys"):
         return
-    c_layer, c_head, _ = st.columns([2.2, 1.2, 3])
-    layer, head = head_controls(view, facts, c_layer, c_head)
-    if view == "neuron":
-        if not explain_unsupported(facts, "queries_keys"):
-            picked = long_neuron(facts, (text_a, text_b), encoded, (layer, head), window_token)
-            window, query = (None, None) if picked is None else picked
-            long_similar_section(encoded, (text_a, text_b), window, query, layer, [head])
-        publish(OPTIONS + WINDOW_OPTIONS)
-        return
-    heads = [h - 1 for h in st.session_state[HEADS.key]] if view == "head" else [head]
+    layer, head = state.layer - 1, state.head - 1
+    pick = lambda window, labels: window_token(state, window, labels)  # noqa: E731
+    picked = long_neuron(facts, texts, encoded, (layer, head), pick)
+    window, query = (None, None) if picked is None else picked
+    long_similar_section(state, encoded, texts, window, query, layer, [head])
+
+
+def long_map_section(state: LiveState, facts: ModelFacts, texts: tuple[str, str], encoded: Encoded) -> None:
+    """The head or model view of a long input's reduced map and window, and (head view) the search of a window token."""
+    heads = [h - 1 for h in state.heads or []] if state.view == "head" else [state.head - 1]
     if not heads:
-        publish(OPTIONS + WINDOW_OPTIONS)
         st.info("Choose at least one head.")
         return
-    window = long_views(view, facts, (text_a, text_b), encoded, layer, heads)
-    if view == "head":
-        long_similar_section(encoded, (text_a, text_b), window, None, layer, heads)
-    publish(OPTIONS + WINDOW_OPTIONS)
+    window = long_views(state.view, facts, texts, encoded, state.layer - 1, heads)
+    if state.view == "head":
+        long_similar_section(state, encoded, texts, window, None, state.layer - 1, heads)
 
 
-st.title("Live attention")
-facts = current_model().facts
-if facts.kind == "encoder-decoder":
-    encoder_decoder_live(facts)
-    cite_methods(18)
-    st.stop()
-text_a, text_b = text_inputs()
-long = long_input(facts.name, text_a, text_b)
-if long is not None:
-    long_page(facts, text_a, text_b, long)
-    cite_methods(19)
-    st.stop()
-result = run_or_explain(facts.name, text_a, text_b)
-bind(OPTIONS)
-if result is None:
-    st.stop()
-st.caption(
-    f"{result.n} tokens. Layers, heads and token positions are numbered from 1 on this page "
-    '("layer-head" as in Clark et al. 2019, so 3-10 is layer 3, head 10).'
-)
-view = st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True, key=VIEW.key)
-if view == "finder":
-    clamp_options(facts.n_layers, facts.n_heads, result.n)
-    publish(OPTIONS)
-    show_finder(facts, text_a, text_b, on_pick=_open_head)
-else:
-    compared = compared_model()
-    live = controls(view, facts, result, text_a, text_b)
-    SECTIONS[view](live, compared.facts if compared else None)
-    switches_section(live.facts, live.text_a, live.text_b)
-    if view != "model":
-        similar_tokens_section(live, view, compared)
-cite_methods(6, 11, 15, 16)
+def short_page(state: LiveState, facts: ModelFacts, texts: tuple[str, str], result: RunResult) -> None:
+    """An input of one pass: the head finder, or a view of one model or two with its controls and exports, the heads
+    switched off and the search of similar tokens."""
+    st.caption(
+        f"{result.n} tokens. Layers, heads and token positions are numbered from 1 on this page "
+        '("layer-head" as in Clark et al. 2019, so 3-10 is layer 3, head 10).'
+    )
+    view_choice()
+    if state.view == "finder":
+        keep(state.within(facts.n_layers, facts.n_heads, result.n))
+        show_finder(facts, *texts, on_pick=_open_head)
+    else:
+        compared = compared_model()
+        state, live = controls(state, facts, texts, result)
+        SECTIONS[state.view](live, state, compared.facts if compared else None)
+        switches_section(facts, *texts)
+        if state.view != "model":
+            similar_tokens_section(live, state, compared)
+
+
+def sentence_page(facts: ModelFacts) -> tuple[int, ...]:
+    """A sentence or pair typed in, its options bound at the start and written into the URL at the end; the METHODS
+    sections it uses (none when the input cannot run)."""
+    texts = text_inputs()
+    encoded = long_input(facts.name, *texts)
+    options = page_options(long=encoded is not None)
+    state = bind_state(options)
+    cited: tuple[int, ...] = ()
+    if encoded is not None:
+        long_page(state, facts, texts, encoded)
+        cited = (19,)
+    else:
+        result = run_or_explain(facts.name, *texts)
+        if result is not None:
+            short_page(state, facts, texts, result)
+            cited = (6, 11, 15, 16)
+    publish(options)
+    return cited
+
+
+def live_page() -> None:
+    """The page: an encoder-decoder's views of a source and target, or a sentence or pair's; the definitions used."""
+    st.title("Live attention")
+    facts = current_model().facts
+    if facts.kind == "encoder-decoder":
+        encoder_decoder_live(facts)
+        cited: tuple[int, ...] = (18,)
+    else:
+        cited = sentence_page(facts)
+    if cited:
+        cite_methods(*cited)
+
+
+live_page()

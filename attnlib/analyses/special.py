@@ -20,8 +20,7 @@ from attnlib.stats.special import CLASS_KEYS as CLASS_KEYS
 from attnlib.stats.special import SINK_THRESHOLD as SINK_THRESHOLD
 from attnlib.stats.special import SpecialTokenResult, SpecialTokenStats
 from attnlib.stats.special import heads_above as heads_above
-from attnlib.stats.special import input_statistics as input_statistics  # the Live page's one input
-from attnlib.stats.special import punct_mask as punct_mask
+from attnlib.stats.special import input_layer_statistics as input_layer_statistics  # the Live page's one input
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -285,6 +285,14 @@ def input_statistics(
     return rows.statistics()
 
 
+def input_layer_statistics(attn: np.ndarray, encoded: Encoded, causal: bool = False) -> dict[str, np.ndarray]:
+    """Every statistic of one input's maps [layers, heads, n, n] (weights, or norm rows) per layer: the mean over its
+    heads of input_statistics, punctuation found in its tokens."""
+    punct = punct_mask(encoded.tokens, encoded.special_mask)
+    stats = input_statistics(attn, encoded.cls_mask, encoded.sep_mask, punct, causal)
+    return {key: values.mean(axis=1) for key, values in stats.items()}
+
+
 @dataclass
 class SpecialTokenResult:
     """Corpus means of every statistic, per head ([layers, heads]); per layer is the mean over heads."""

@@ -35,6 +35,7 @@ from attnlib.stats.special import (
     class_row_mass,
     class_share,
     heads_above,
+    input_layer_statistics,
     input_statistics,
     offset_share,
     punct_mask,
@@ -43,6 +44,7 @@ from attnlib.stats.special import (
 )
 from support.cli import cli_json, run_cli
 from support.results import fake_result, random_input
+from support.tolerances import EPS32
 
 # One head over [CLS] hi . [SEP]; every row sums to 1.
 A = np.array(
@@ -182,6 +184,30 @@ def test_input_statistics_by_hand():
     for key, value in expected.items():
         assert stats[key].shape == (1, 1)
         assert stats[key][0, 0] == pytest.approx(value, rel=1e-5), key
+
+
+def test_input_layer_statistics_are_the_means_over_heads_by_hand():
+    """Layer 1 holds A and a head whose every row attends to [SEP], layer 2 that head twice; the punctuation is found
+    in the tokens ('.'), [CLS] and [SEP] by name."""
+    to_sep = np.zeros_like(A)
+    to_sep[:, 3] = 1
+    maps = np.stack([np.stack([A, to_sep]), np.stack([to_sep, to_sep])])
+    found = input_layer_statistics(maps, fake_result(maps, TOKENS))
+    # A's values are test_input_statistics_by_hand's; to_sep's: all on [SEP], row 3 on itself, row 2 on its next
+    expected = {
+        "cls": [0.2125 / 2, 0.0],
+        "sep": [(0.4125 + 1) / 2, 1.0],
+        "punct": [0.2 / 2, 0.0],
+        "prev": [0.35 / 4 / 2, 0.0],
+        "self": [(0.95 / 4 + 1 / 4) / 2, 1 / 4],
+        "next": [(1.55 / 4 + 1 / 4) / 2, 1 / 4],
+        "sep_to_sep": [(0.25 + 1) / 2, 1.0],
+    }
+    assert set(found) == set(STAT_KEYS)
+    for key, values in expected.items():
+        assert found[key].shape == (2,)
+        # float32 entries (each within eps/2), means of 4 rows, then of 2 heads: within 8 eps of the exact share
+        np.testing.assert_allclose(found[key], values, rtol=0, atol=8 * EPS32, err_msg=key)
 
 
 def test_pair_with_two_seps_by_hand():

@@ -4,6 +4,7 @@ the corpus search (METHODS §16), and every family's views."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -121,6 +122,21 @@ def test_bad_url_values_fall_back_to_defaults():
     assert at.session_state["live_layer"] == 6  # clamped to the model's last layer
     assert at.session_state["live_token"] == 0
     assert view_data(at)["heads"] == [3]
+
+
+def test_the_state_is_kept_inside_the_model_and_the_input():
+    """LiveState.within: 6 layers, 12 heads and 19 units; one head shown in the head view is the chosen head."""
+    from app_pages.live.live_state import LiveState
+
+    chosen = LiveState(
+        view="head", level="token", rule="mean", show="weights", layer=9, head=0, heads=None, token=20,
+        pair_filter="All", off="", click=False, find=False,
+    )  # fmt: skip
+    kept = chosen.within(6, 12, 19)
+    assert (kept.layer, kept.head, kept.heads, kept.token, kept.selected) == (6, 1, list(range(1, 13)), 0, None)
+    one = replace(chosen, heads=[13, 4, 4, 0], token=19).within(6, 12, 19)
+    assert (one.heads, one.selected, one.one_head_shown().head) == ([4], 18, 4)
+    assert replace(one, view="model").one_head_shown().head == 1  # the other views keep their own head
 
 
 def test_downloads_are_offered_in_the_neuron_view():
