@@ -15,8 +15,6 @@ Layout: `core` (models, families, the runner, hooks, corpora), `stats` (plain fu
 module per analysis), `search`, `results` (files, shipped data), `present` (report, tour, tables), `cli`, `views`.
 """
 
-__version__ = "0.1.0"
-
 import importlib
 import sys
 import types
@@ -48,6 +46,7 @@ from attnlib.core.model import DEFAULT_MODEL, LoadedModel, ModelFacts, ModelLoad
 from attnlib.core.runner import Encoded, InputError, RunResult, encode, run, run_batches
 from attnlib.core.words import word_level_attention
 from attnlib.results.files import ResultFile, ResultFileError, read_result_file
+from attnlib.results.version import __version__ as __version__
 from attnlib.search.by_example import CorpusIndex, build_index, search_corpus
 
 moved.install()

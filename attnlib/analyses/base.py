@@ -17,7 +17,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar, get_args, get_origin, get_type_hints
 
-from attnlib import __version__
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError, CorpusInput, read_conllu, read_corpus
 from attnlib.core.engines import CorpusRun, Fill, Scale, ScaleError, check_device, engine_fill, run_accumulators
@@ -32,6 +31,7 @@ from attnlib.results.files import (
     text_record,
     write_result_file,
 )
+from attnlib.results.version import __version__
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -517,7 +517,7 @@ def report_of_inputs(
 ) -> Report:
     """Run every part whose files are in `inputs` for each model, one model in memory at a time (a name is loaded
     here, a LoadedModel used as it is); corpora: source -> name, sha1, n_inputs (and path, bytes) for the header."""
-    from attnlib import __version__
+    from attnlib.results.version import __version__
 
     if "corpus" not in inputs and "conllu" not in inputs:
         raise CorpusError("give a corpus, a CoNLL-U treebank or both.")
