@@ -98,7 +98,7 @@ class AggregationResult:
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Each measure's agreement with layer-output attribution per layer, and each one's centre of mass."""
-        from attnlib.present.tables import layer_frame
+        from attnlib.analyses.tables import layer_frame
 
         centres = {f"center_of_mass_{m}": v for m, v in self.center_of_mass.items()}
         return {

@@ -156,7 +156,7 @@ class AttentionMaps:
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Every weight kept: layer, head, query and key (an encoder-decoder's cross part: source tokens as keys)."""
-        from attnlib.present.tables import cell_frame
+        from attnlib.analyses.tables import cell_frame
 
         chosen = self.selection or {}
         first_row = chosen["rows"][0] if "rows" in chosen else 0

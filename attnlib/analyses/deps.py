@@ -50,6 +50,32 @@ CLARK_TABLE1: tuple[tuple[str, str | None, str, float, float, int], ...] = (
 )
 
 
+def clark_table1() -> pd.DataFrame:
+    """Clark et al. (2019) Table 1 (BERT-base uncased, WSJ dev): each paper relation with the closest UD label (None
+    where UD has none), its best head (layer-head, 1-based), accuracy and baseline accuracy in percent, and offset."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {"paper relation": rel, "relation": ud, "paper head": head, "paper accuracy %": acc,
+             "paper baseline offset": offset, "paper baseline accuracy %": base}
+            for rel, ud, head, acc, base, offset in CLARK_TABLE1
+        ]
+    )  # fmt: skip
+
+
+def paper_rows(relations: Sequence[str]) -> pd.DataFrame:
+    """Clark et al. Table 1 for the UD relations given, by the closest UD label, accuracies as fractions."""
+    paper = clark_table1()
+    paper = paper[paper["relation"].isin(list(relations))].reset_index(drop=True)
+    percent = {"paper accuracy %": "paper accuracy", "paper baseline accuracy %": "paper baseline accuracy"}
+    for column in percent:
+        paper[column] = paper[column] / 100
+    paper = paper.rename(columns=percent)
+    return paper[["relation", "paper relation", "paper head", "paper accuracy", "paper baseline offset",
+                  "paper baseline accuracy"]]  # fmt: skip
+
+
 def predict_heads(word_map: np.ndarray, causal: bool = False) -> np.ndarray:
     """1-based head predictions [2, ..., m] (dep->head, head<-dep) from word-level maps [..., m+2, m+2] with CLS first, SEP last.
 
@@ -542,8 +568,6 @@ class DepsResult:
         """The best head per relation against the best fixed offset (layers and heads 1-based); for a model of Clark et
         al.'s, beside their Table 1."""
         import pandas as pd
-
-        from attnlib.present.tables import paper_rows
 
         frame = pd.DataFrame([asdict(r) for r in self.table.rows])
         frame.insert(0, "model", model)

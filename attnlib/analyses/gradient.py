@@ -55,7 +55,7 @@ class GradientImportance(GradientImportanceResult):
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Mean |dLoss/dA| to [SEP] and to all keys, per layer (mean over heads) and per head."""
-        from attnlib.present.tables import head_frame, layer_frame
+        from attnlib.analyses.tables import head_frame, layer_frame
 
         return {"Per layer (mean over heads)": layer_frame(model, self.layers),
                 "Per head": head_frame(model, {"sep": self.sep, "all": self.all})}  # fmt: skip

@@ -61,7 +61,7 @@ class TokenAttribution(Attribution):
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Per head, each query's attribution to the input tokens and to the previous layer; per layer, the output's."""
-        from attnlib.present.tables import cell_frame
+        from attnlib.analyses.tables import cell_frame
 
         per_head = {"input": self.input, "previous": self.previous}
         tables = {"Attribution per head": cell_frame(model, per_head, self.tokens, self.tokens, ("query", "token"))}

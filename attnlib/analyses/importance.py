@@ -242,7 +242,7 @@ class HeadImportance:
         test's Spearman's rho per layer."""
         import pandas as pd
 
-        from attnlib.present.tables import head_frame
+        from attnlib.analyses.tables import head_frame
 
         L, _ = self.special_share.shape
         per_head = {"cls_sep_share": self.special_share}

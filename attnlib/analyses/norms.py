@@ -86,7 +86,7 @@ class InputNorms(ValueNormMaps):
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """The weighted norms per head, then the per-layer maps (norms, residual+LayerNorm, both rollouts;
         cross-attention: the norms alone, its keys the source's tokens)."""
-        from attnlib.present.tables import cell_frame
+        from attnlib.analyses.tables import cell_frame
 
         layer_maps = {name: m for name in LAYER_MAPS if (m := getattr(self, name)) is not None}
         keys = self.key_tokens

@@ -422,7 +422,7 @@ class PositionsResult:
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Centres of mass and correlations per layer (correlations: the median over heads) and per head."""
-        from attnlib.present.tables import head_frame, layer_frame
+        from attnlib.analyses.tables import head_frame, layer_frame
 
         per_head = {
             "attention_center_of_mass": self.attention_head_com,

@@ -140,7 +140,7 @@ class RetrievalResult:
         """Each head's retrieval score and whether it is a retrieval head; each test's length, depth and needle."""
         import pandas as pd
 
-        from attnlib.present.tables import head_frame
+        from attnlib.analyses.tables import head_frame
 
         per_head = head_frame(model, {"retrieval": self.scores, "retrieval_head": self.scores > self.threshold})
         tests = pd.DataFrame(

@@ -262,7 +262,7 @@ class RolesResult:
         and in-context gain by step."""
         import pandas as pd
 
-        from attnlib.present.tables import head_frame
+        from attnlib.analyses.tables import head_frame
 
         held = self.roles
         frame = head_frame(model, {key: s for key in SCORE_KEYS if (s := self.scores.of(key)) is not None})

@@ -68,7 +68,7 @@ class SpecialTokens:
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """The shares, entropies and offsets per layer (mean over heads) and per head (with the head map's behaviour);
         with norms, the norm shares and value norms per layer and per head."""
-        from attnlib.present.tables import head_frame, layer_frame
+        from attnlib.analyses.tables import head_frame, layer_frame
 
         result, hm, norms = self.special, self.head_map, self.norms
         per_head = dict(result.heads)
