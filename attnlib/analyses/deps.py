@@ -4,7 +4,7 @@ trees (METHODS §6-7, Clark Table 1)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, ClassVar, cast
 
@@ -580,19 +580,6 @@ class DepsResult:
                 ["model", "relation", "layer", "head", "accuracy", "baseline_accuracy"]
             ].merge(paper, on="relation")
         return tables
-
-    @classmethod
-    def compared_figures(cls, results: Mapping[str, DepsResult]) -> list:
-        """The figures of several models' results (model -> result) together, as the report compares them."""
-        from attnlib.views.deps import deps_figures
-
-        return deps_figures(results)
-
-    def figures(self, model: str) -> list:
-        """Accuracy per relation against the best offset, and every head's accuracy on all relations."""
-        from attnlib.views.deps import deps_figures
-
-        return deps_figures({model: self})
 
 
 def dependency_accumulators(lm: LoadedModel, options: DepsOptions) -> list:

@@ -60,12 +60,6 @@ class GradientImportance(GradientImportanceResult):
         return {"Per layer (mean over heads)": layer_frame(model, self.layers),
                 "Per head": head_frame(model, {"sep": self.sep, "all": self.all})}  # fmt: skip
 
-    def figures(self, model: str) -> list:
-        """Clark Fig. 3: mean |dLoss/dA| per layer, to [SEP] and to all tokens."""
-        from attnlib.views.special import gradient_figure
-
-        return [gradient_figure(self.layers["sep"], self.layers["all"])]
-
 
 def gradient_accumulators(lm: LoadedModel, options: GradientOptions) -> list:
     """Empty sums; GradientImportanceUnavailable (in words) for a model without a trained masked-LM head."""

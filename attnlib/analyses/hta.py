@@ -71,18 +71,6 @@ class TokenAttribution(Attribution):
             )
         return tables
 
-    def figures(self, model: str) -> list:
-        """The last layer's attribution to the input tokens (mean over heads) and, when computed, its output's."""
-        from attnlib.views.heatmap import attention_heatmap
-
-        last = len(self.input)
-        figures = [attention_heatmap(self.input[-1].mean(0), self.tokens, self.tokens,
-                                     f"{model}: input attribution, layer {last} (mean over heads)")]  # fmt: skip
-        if self.output is not None:
-            title = f"{model}: layer-output attribution, layer {last}"
-            figures.append(attention_heatmap(self.output[-1], self.tokens, self.tokens, title))
-        return figures
-
 
 def token_attribution(lm: LoadedModel, item: CorpusInput, options: AttributionOptions) -> TokenAttribution:
     """Attribute one sentence or pair, with the layer-output attribution."""

@@ -151,12 +151,6 @@ class RetrievalResult:
         )  # fmt: skip
         return {"Per head": per_head, "Tests": tests}
 
-    def figures(self, model: str) -> list:
-        """Every head's retrieval score (Wu et al. 2024)."""
-        from attnlib.views.roles import retrieval_heatmap
-
-        return [retrieval_heatmap(self.scores, self.threshold)]
-
 
 @dataclass
 class RetrievalSums:

@@ -283,20 +283,6 @@ class RolesResult:
             tables["Checkpoints"] = pd.concat(frames, ignore_index=True)
         return tables
 
-    def figures(self, model: str) -> list:
-        """The role map, the induction score, the causal check's bars (with a next-token loss) and, with checkpoints,
-        the lines of each score's largest value and the in-context gain over training."""
-        from attnlib.views.roles import causal_bars, role_map, role_thresholds, score_heatmap, training_figure
-
-        scores = {key: self.scores.of(key) for key in SCORE_KEYS}
-        figures = [role_map(scores, role_thresholds(self.thresholds), f"Head roles: {model}"),
-                   score_heatmap(self.scores.induction, "induction")]  # fmt: skip
-        if self.causal:
-            figures.append(causal_bars({r: c.to_json() for r, c in self.causal.items()}, self.in_context_gain))
-        if self.checkpoints:
-            figures.append(training_figure(model, checkpoint_table(self)))
-        return figures
-
 
 def _detect_json(detect: dict[str, dict[str, np.ndarray]]) -> dict:
     return {measure: {name: _grid(v) for name, v in by.items()} for measure, by in detect.items()}
