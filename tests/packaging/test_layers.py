@@ -62,7 +62,7 @@ def layer_of(name: str) -> int:
 def imports(tree: ast.Module) -> list[tuple[int, str, bool]]:
     """(line, dotted name, inside a function) of every import of the package's modules or another package: `from P
     import x` names P.x where that is a module of attnlib, else P (the package's `__init__` for `from attnlib import
-    __version__`)."""
+    __version__`); `importlib.import_module("P")` and `__import__("P")` of a name written out name P."""
     found: list[tuple[int, str, bool]] = []
 
     def visit(node: ast.AST, lazily: bool) -> None:
@@ -71,6 +71,10 @@ def imports(tree: ast.Module) -> list[tuple[int, str, bool]]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
             named = [f"{node.module}.{alias.name}" for alias in node.names]
             found.extend((node.lineno, n if n in modules() else node.module, lazily) for n in named)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                found.append((node.lineno, node.args[0].value, lazily))
         inside = lazily or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
         for child in ast.iter_child_nodes(node):
             visit(child, inside)
@@ -243,14 +247,16 @@ def test_the_checks_find_what_they_look_for():
         "from attnlib.core.hooks import hooks\n"
         "if True:\n    from attnlib.views import head_view\n"
         "def f():\n    import streamlit\n    from attnlib.present import report\n"
+        "    importlib.import_module('attnlib.cli')\n"
     )
     assert [(line, lazily) for line, _, lazily in imports(tree)] == [
-        (1, False), (2, False), (3, False), (5, False), (7, True), (8, True)]  # fmt: skip
+        (1, False), (2, False), (3, False), (5, False), (7, True), (8, True), (9, True)]  # fmt: skip
     assert upward_imports("attnlib.stats.x", tree) == [
         "attnlib.stats.x:1 imports attnlib.analyses.base (layer 3 above its 2)",
         "attnlib.stats.x:2 imports attnlib (layer 7 above its 2)",
         "attnlib.stats.x:5 imports attnlib.views.head_view (layer 5 above its 2)",
         "attnlib.stats.x:8 imports attnlib.present.report (in a function) (layer 5 above its 2)",
+        "attnlib.stats.x:9 imports attnlib.cli (in a function) (layer 6 above its 2)",
     ]
     assert import_circles({"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": set(), "e": {"d"}}) == [["a", "b", "c"]]
     assert imports_of_the_app("attnlib.stats.x", tree) == ["attnlib.stats.x:7 imports streamlit"]
