@@ -3,7 +3,7 @@
 (attnlib.analyses.registry) that also draws itself: `.figures()`, `.show()` and a notebook cell's value ask the views'
 registry for its result's figures (attnlib.views.drawing, imported when asked: the `views` extra). The analyses never
 import the views; this module does, once.
-Adding an analysis: its function here and its name in attnlib/__init__.py."""
+Adding an analysis: its function here (and in RUNNERS) and its name in attnlib/__init__.py."""
 
 from __future__ import annotations
 
