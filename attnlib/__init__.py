@@ -12,10 +12,9 @@
 function here of the same name returning an `AnalysisRun`).
 
 Layout: `core` (models, families, the runner, hooks, corpora), `stats` (plain functions of arrays), `analyses` (one
-module per analysis), `search`, `results` (files, shipped data), `present` (report, tour, tables), `cli`, `views`.
+module per analysis), `search`, `results` (files, shipped data), `present` (report, tour, tables), `cli`, `views`;
+`runs` (the functions above and their runs, which ask `views` for their figures).
 """
-
-__version__ = "0.1.0"
 
 import importlib
 import sys
@@ -23,9 +22,16 @@ import types
 from typing import Any
 
 from attnlib import moved
-from attnlib.analyses.base import Analysis, AnalysisRun, OptionError
-from attnlib.analyses.registry import (
-    ANALYSES,
+from attnlib.analyses.base import Analysis, OptionError
+from attnlib.analyses.registry import ANALYSES
+from attnlib.core.corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
+from attnlib.core.model import DEFAULT_MODEL, LoadedModel, ModelFacts, ModelLoadError, load_model
+from attnlib.core.runner import Encoded, InputError, RunResult, encode, run, run_batches
+from attnlib.core.words import word_level_attention
+from attnlib.results.files import ResultFile, ResultFileError, read_result_file
+from attnlib.results.version import __version__ as __version__
+from attnlib.runs import (
+    AnalysisRun,
     ablate,
     aggregation,
     analyse,
@@ -43,11 +49,6 @@ from attnlib.analyses.registry import (
     roles,
     special,
 )
-from attnlib.core.corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
-from attnlib.core.model import DEFAULT_MODEL, LoadedModel, ModelFacts, ModelLoadError, load_model
-from attnlib.core.runner import Encoded, InputError, RunResult, encode, run, run_batches
-from attnlib.core.words import word_level_attention
-from attnlib.results.files import ResultFile, ResultFileError, read_result_file
 from attnlib.search.by_example import CorpusIndex, build_index, search_corpus
 
 moved.install()

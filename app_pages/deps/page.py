@@ -10,12 +10,19 @@ import streamlit as st
 
 from app_pages.deps.dependency_example import EXAMPLE, example_viewer
 from app_pages.deps.probe_tab import PERCENT, probe_section
-from attnlib.analyses.deps import DEPS, DIRECTIONS, PAPER_MODELS, DependencyCounts, DependencyTable, DepsOptions
+from attnlib.analyses.deps import (
+    DEPS,
+    DIRECTIONS,
+    PAPER_MODELS,
+    DependencyCounts,
+    DependencyTable,
+    DepsOptions,
+    clark_table1,
+)
 from attnlib.core.corpus import CorpusError, Sentence
 from attnlib.core.model import LoadedModel
 from attnlib.core.parsing import parse_text, parser_name
 from attnlib.core.words import ROW_RULES
-from attnlib.present.tables import clark_table1
 from attnlib.results.files import ResultFile
 from attnlib.results.shipped import CLASSROOM
 from attnlib.views.deps import head_accuracy_heatmaps

@@ -29,8 +29,8 @@ from attnlib.analyses.special import (
     SpecialTokens,
     heads_above,
 )
+from attnlib.analyses.tables import head_frame, layer_frame
 from attnlib.core.model import LoadedModel
-from attnlib.present.tables import head_frame, layer_frame
 from attnlib.views.special import (
     entropy_figure,
     gradient_figure,

@@ -8,7 +8,7 @@ per-row Pearson/Spearman sums and the relative-position histograms are the ones 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, ClassVar
@@ -98,7 +98,7 @@ class AggregationResult:
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Each measure's agreement with layer-output attribution per layer, and each one's centre of mass."""
-        from attnlib.present.tables import layer_frame
+        from attnlib.analyses.tables import layer_frame
 
         centres = {f"center_of_mass_{m}": v for m, v in self.center_of_mass.items()}
         return {
@@ -107,19 +107,6 @@ class AggregationResult:
             ),
             "Centre of mass per layer": layer_frame(model, centres),
         }
-
-    @classmethod
-    def compared_figures(cls, results: Mapping[str, AggregationResult]) -> list:
-        """The figures of several models' results (model -> result) together, as the report compares them."""
-        from attnlib.views.aggregation import aggregation_figures
-
-        return aggregation_figures(results)
-
-    def figures(self, model: str) -> list:
-        """Each measure's agreement with layer-output attribution, and the centres of mass per layer."""
-        from attnlib.views.aggregation import aggregation_figures
-
-        return aggregation_figures({model: self})
 
 
 @dataclass

@@ -156,28 +156,13 @@ class AttentionMaps:
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Every weight kept: layer, head, query and key (an encoder-decoder's cross part: source tokens as keys)."""
-        from attnlib.present.tables import cell_frame
+        from attnlib.analyses.tables import cell_frame
 
         chosen = self.selection or {}
         first_row = chosen["rows"][0] if "rows" in chosen else 0
         frame = cell_frame(model, {"weight": self.attentions}, self.tokens, self.key_tokens,
                            layers=chosen.get("layers"), heads=chosen.get("heads"), first_row=first_row)  # fmt: skip
         return {"Attention weights": frame}
-
-    def figures(self, model: str) -> list:
-        """The head view of self-attention; the first map kept as a heatmap otherwise (a selection, cross-attention)."""
-        from attnlib.views.head_view import head_view
-        from attnlib.views.heatmap import attention_heatmap
-
-        n_rows, n_keys = self.attentions.shape[2:]
-        if self.selection is None and n_rows == n_keys:
-            pair_start = self.segments.index(1) if 1 in self.segments else None
-            return [head_view(self.attentions, self.tokens, pair_start, title=model)]
-        chosen = self.selection or {}
-        first = chosen.get("rows", (0, n_rows))[0]
-        layer, head = chosen.get("layers", [0])[0], chosen.get("heads", [0])[0]
-        title = f"{model}: layer {layer + 1}, head {head + 1}"
-        return [attention_heatmap(self.attentions[0, 0], self.tokens[first : first + n_rows], self.key_tokens, title)]
 
 
 ENCODER_DECODER_KEYS = ("kind", "part", "source", "target", "target_from", "key_tokens")

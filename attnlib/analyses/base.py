@@ -7,8 +7,6 @@ and the pages, the Tour, the report and a notebook all run it through `run_analy
 
 from __future__ import annotations
 
-import html
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -17,7 +15,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar, get_args, get_origin, get_type_hints
 
-from attnlib import __version__
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError, CorpusInput, read_conllu, read_corpus
 from attnlib.core.engines import CorpusRun, Fill, Scale, ScaleError, check_device, engine_fill, run_accumulators
@@ -32,6 +29,7 @@ from attnlib.results.files import (
     text_record,
     write_result_file,
 )
+from attnlib.results.version import __version__
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -135,9 +133,9 @@ class Options:
 class Result(Protocol):
     """What every analysis's result type has: the command's JSON (`to_json`, read back by `from_json`, which raises
     ResultFileError; a result that keeps more than its JSON in a result file, deps' counts, has `state_json()` and
-    `from_json(data, state)`), and how it shows itself: its long tables by title (a `model` column first, layers and
-    heads numbered from 1) and its figures (attnlib.views, imported when asked: the `views` extra), as the pages,
-    the report and a notebook show them."""
+    `from_json(data, state)`), and its long tables by title (a `model` column first, layers and heads numbered from
+    1), as the pages, the report and a notebook show them. Its figures are the views' (`@draws(ResultType)` in
+    attnlib/views/<name>.py): a result never names them."""
 
     def to_json(self) -> dict[str, Any]: ...
 
@@ -145,8 +143,6 @@ class Result(Protocol):
     def from_json(cls, data: dict[str, Any], /, *args: Any, **kwargs: Any) -> Self: ...
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]: ...
-
-    def figures(self, model: str) -> list: ...
 
 
 O = TypeVar("O", bound=Options)
@@ -300,9 +296,9 @@ class AnalysisRun(Generic[R]):
     """One analysis run: its result, the model's facts, its options, what it read and how it ran (engine, device,
     workers, seconds), with the attnlib version and the time it was made.
 
-    In a notebook: `.show()` draws its figures (`.figures()` returns them), `.to_pandas()` gives its main long table
-    (`.tables()` all of them), `.to_json()` is what `attnlib <command> --json` prints and `.save(path)` writes the
-    `--out` result file that the app's "Load a result file" opens; `attnlib.load(path)` reads one back."""
+    `.to_pandas()` gives its main long table (`.tables()` all of them), `.to_json()` is what `attnlib <command> --json`
+    prints and `.save(path)` writes the `--out` result file that the app's "Load a result file" opens. A notebook's
+    run (attnlib.runs.AnalysisRun, what `attnlib.analyse` returns) also draws itself."""
 
     analysis: Analysis
     options: Options
@@ -362,42 +358,6 @@ class AnalysisRun(Generic[R]):
     def to_pandas(self) -> pd.DataFrame:
         """Its main long table (the first of `tables()`)."""
         return next(iter(self.tables().values()))
-
-    def figures(self) -> list:
-        """Its figures (attnlib.views: needs the `views` extra), drawn as the app draws them, each showing itself in a
-        notebook."""
-        from attnlib.views.display import View
-        from attnlib.views.figure import as_figure
-
-        return [f if isinstance(f, View) else as_figure(f) for f in self.result.figures(self.model)]
-
-    def _repr_html_(self) -> str | None:
-        """In a notebook, a run left as a cell's value draws its figures (its tables where it has none), under a
-        line that says what it is; None without the `views` extra (the notebook prints its repr)."""
-        try:
-            figures = self.figures()
-        except ImportError:
-            return None
-        drawn = [f._repr_html_() for f in figures] or [t.to_html(index=False) for t in self.tables().values()]
-        return f"<p>{html.escape(repr(self))}</p>" + "".join(drawn)
-
-    def show(self) -> list | None:
-        """In a notebook, draw its figures (each shows itself) and return None, so that the cell prints nothing under
-        them (`figures()` returns them); outside a notebook, return `figures()`."""
-        figures = self.figures()
-        if _notebook_shell() is None:
-            return figures
-        from IPython.display import display
-
-        for figure in figures:
-            display(figure)
-        return None
-
-
-def _notebook_shell() -> Any:
-    """The running IPython shell, or None outside one."""
-    ipython = sys.modules.get("IPython")
-    return None if ipython is None else ipython.get_ipython()
 
 
 def run_of_record(analysis: Analysis, record: ResultFile) -> AnalysisRun:

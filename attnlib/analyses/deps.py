@@ -4,7 +4,7 @@ trees (METHODS §6-7, Clark Table 1)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, ClassVar, cast
 
@@ -48,6 +48,32 @@ CLARK_TABLE1: tuple[tuple[str, str | None, str, float, float, int], ...] = (
     ("mark", "mark", "8-2", 50.7, 14.5, 2),
     ("prt", "compound:prt", "6-7", 99.1, 91.4, -1),
 )
+
+
+def clark_table1() -> pd.DataFrame:
+    """Clark et al. (2019) Table 1 (BERT-base uncased, WSJ dev): each paper relation with the closest UD label (None
+    where UD has none), its best head (layer-head, 1-based), accuracy and baseline accuracy in percent, and offset."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {"paper relation": rel, "relation": ud, "paper head": head, "paper accuracy %": acc,
+             "paper baseline offset": offset, "paper baseline accuracy %": base}
+            for rel, ud, head, acc, base, offset in CLARK_TABLE1
+        ]
+    )  # fmt: skip
+
+
+def paper_rows(relations: Sequence[str]) -> pd.DataFrame:
+    """Clark et al. Table 1 for the UD relations given, by the closest UD label, accuracies as fractions."""
+    paper = clark_table1()
+    paper = paper[paper["relation"].isin(list(relations))].reset_index(drop=True)
+    percent = {"paper accuracy %": "paper accuracy", "paper baseline accuracy %": "paper baseline accuracy"}
+    for column in percent:
+        paper[column] = paper[column] / 100
+    paper = paper.rename(columns=percent)
+    return paper[["relation", "paper relation", "paper head", "paper accuracy", "paper baseline offset",
+                  "paper baseline accuracy"]]  # fmt: skip
 
 
 def predict_heads(word_map: np.ndarray, causal: bool = False) -> np.ndarray:
@@ -543,8 +569,6 @@ class DepsResult:
         al.'s, beside their Table 1."""
         import pandas as pd
 
-        from attnlib.present.tables import paper_rows
-
         frame = pd.DataFrame([asdict(r) for r in self.table.rows])
         frame.insert(0, "model", model)
         frame["layer"] += 1
@@ -556,19 +580,6 @@ class DepsResult:
                 ["model", "relation", "layer", "head", "accuracy", "baseline_accuracy"]
             ].merge(paper, on="relation")
         return tables
-
-    @classmethod
-    def compared_figures(cls, results: Mapping[str, DepsResult]) -> list:
-        """The figures of several models' results (model -> result) together, as the report compares them."""
-        from attnlib.views.deps import deps_figures
-
-        return deps_figures(results)
-
-    def figures(self, model: str) -> list:
-        """Accuracy per relation against the best offset, and every head's accuracy on all relations."""
-        from attnlib.views.deps import deps_figures
-
-        return deps_figures({model: self})
 
 
 def dependency_accumulators(lm: LoadedModel, options: DepsOptions) -> list:

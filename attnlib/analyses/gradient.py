@@ -55,16 +55,10 @@ class GradientImportance(GradientImportanceResult):
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Mean |dLoss/dA| to [SEP] and to all keys, per layer (mean over heads) and per head."""
-        from attnlib.present.tables import head_frame, layer_frame
+        from attnlib.analyses.tables import head_frame, layer_frame
 
         return {"Per layer (mean over heads)": layer_frame(model, self.layers),
                 "Per head": head_frame(model, {"sep": self.sep, "all": self.all})}  # fmt: skip
-
-    def figures(self, model: str) -> list:
-        """Clark Fig. 3: mean |dLoss/dA| per layer, to [SEP] and to all tokens."""
-        from attnlib.views.special import gradient_figure
-
-        return [gradient_figure(self.layers["sep"], self.layers["all"])]
 
 
 def gradient_accumulators(lm: LoadedModel, options: GradientOptions) -> list:

@@ -61,7 +61,7 @@ class TokenAttribution(Attribution):
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Per head, each query's attribution to the input tokens and to the previous layer; per layer, the output's."""
-        from attnlib.present.tables import cell_frame
+        from attnlib.analyses.tables import cell_frame
 
         per_head = {"input": self.input, "previous": self.previous}
         tables = {"Attribution per head": cell_frame(model, per_head, self.tokens, self.tokens, ("query", "token"))}
@@ -70,18 +70,6 @@ class TokenAttribution(Attribution):
                 model, {"output": self.output}, self.tokens, self.tokens, ("query", "token")
             )
         return tables
-
-    def figures(self, model: str) -> list:
-        """The last layer's attribution to the input tokens (mean over heads) and, when computed, its output's."""
-        from attnlib.views.heatmap import attention_heatmap
-
-        last = len(self.input)
-        figures = [attention_heatmap(self.input[-1].mean(0), self.tokens, self.tokens,
-                                     f"{model}: input attribution, layer {last} (mean over heads)")]  # fmt: skip
-        if self.output is not None:
-            title = f"{model}: layer-output attribution, layer {last}"
-            figures.append(attention_heatmap(self.output[-1], self.tokens, self.tokens, title))
-        return figures
 
 
 def token_attribution(lm: LoadedModel, item: CorpusInput, options: AttributionOptions) -> TokenAttribution:

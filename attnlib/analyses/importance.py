@@ -242,7 +242,7 @@ class HeadImportance:
         test's Spearman's rho per layer."""
         import pandas as pd
 
-        from attnlib.present.tables import head_frame
+        from attnlib.analyses.tables import head_frame
 
         L, _ = self.special_share.shape
         per_head = {"cls_sep_share": self.special_share}
@@ -259,19 +259,6 @@ class HeadImportance:
         )
         return {"Per head (effects are corpus means; METHODS §15)": head_frame(model, per_head),
                 "No-op test: Spearman's rho of the share against each effect, per layer": spearman}  # fmt: skip
-
-    @classmethod
-    def compared_figures(cls, results: Mapping[str, HeadImportance]) -> list:
-        """The figures of several models' results (model -> result) together, as the report compares them."""
-        from attnlib.views.importance import importance_figures
-
-        return importance_figures(results)
-
-    def figures(self, model: str) -> list:
-        """The single-head ablation effect per head, the no-op scatter and the pruning curve."""
-        from attnlib.views.importance import importance_figures
-
-        return importance_figures({model: self})
 
 
 # ------------------------------------------------------------------------------------------- accumulators
@@ -686,10 +673,6 @@ class InputAblation:
         row = {"model": model, "heads": ",".join(f"{l + 1}-{h + 1}" for l, h in self.heads), "change": self.change,
                "embedding": self.embedding, "similarity": self.similarity, "hidden": self.hidden, "mlm": self.mlm}  # fmt: skip
         return {"Effect of the change": pd.DataFrame([row])}
-
-    def figures(self, model: str) -> list:
-        """Nothing to draw: one input's three numbers are its table."""
-        return []
 
 
 def ablate_input(lm: LoadedModel, item: CorpusInput, options: AblateOptions) -> InputAblation:

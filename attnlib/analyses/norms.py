@@ -86,7 +86,7 @@ class InputNorms(ValueNormMaps):
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """The weighted norms per head, then the per-layer maps (norms, residual+LayerNorm, both rollouts;
         cross-attention: the norms alone, its keys the source's tokens)."""
-        from attnlib.present.tables import cell_frame
+        from attnlib.analyses.tables import cell_frame
 
         layer_maps = {name: m for name in LAYER_MAPS if (m := getattr(self, name)) is not None}
         keys = self.key_tokens
@@ -96,21 +96,6 @@ class InputNorms(ValueNormMaps):
             ),
             "Per layer": cell_frame(model, layer_maps, self.tokens, keys),
         }
-
-    def figures(self, model: str) -> list:
-        """Both rollouts at the last layer (METHODS §12-13); cross-attention, which has none: its last layer's norms
-        ||sum_h A f_h(x_j)|| (METHODS §11-12), target tokens to source tokens."""
-        from attnlib.views.heatmap import attention_heatmap
-
-        if self.attention_rollout is None or self.residual_ln_rollout is None:
-            title = f"{model}: ‖Σ_h α f(x)‖, layer {len(self.layer_norm)}"
-            return [attention_heatmap(self.layer_norm[-1], self.tokens, self.key_tokens, title)]
-        return [
-            attention_heatmap(self.attention_rollout[-1], self.tokens, self.tokens, f"{model}: attention rollout"),
-            attention_heatmap(
-                self.residual_ln_rollout[-1], self.tokens, self.tokens, f"{model}: residual+LayerNorm rollout"
-            ),
-        ]
 
 
 def input_norms(lm: LoadedModel, item: CorpusInput, options: NormOptions) -> InputNorms:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, ClassVar
@@ -422,7 +422,7 @@ class PositionsResult:
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Centres of mass and correlations per layer (correlations: the median over heads) and per head."""
-        from attnlib.present.tables import head_frame, layer_frame
+        from attnlib.analyses.tables import head_frame, layer_frame
 
         per_head = {
             "attention_center_of_mass": self.attention_head_com,
@@ -449,19 +449,6 @@ class PositionsResult:
         for name in () if self.attribution_note else CORRELATIONS:
             table[f"median {name.replace('_', ' ')}"] = self.median_correlation(name)
         return table.round(4)
-
-    @classmethod
-    def compared_figures(cls, results: Mapping[str, PositionsResult]) -> list:
-        """The figures of several models' results (model -> result) together, as the report compares them."""
-        from attnlib.views.positions import positions_figures
-
-        return positions_figures(results)
-
-    def figures(self, model: str) -> list:
-        """Pascual Fig. 2-6: centres of mass, relative-position histograms, correlations and their medians."""
-        from attnlib.views.positions import positions_figures
-
-        return positions_figures({model: self})
 
 
 def _layer_statistic(per_head: np.ndarray, statistic) -> np.ndarray:

@@ -3,7 +3,7 @@ trained on one treebank and scored on another (METHODS §14)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -370,19 +370,6 @@ class ProbeResult:
             "Probe against the best single head and fixed offset": pd.DataFrame([summary]),
             "UAS per relation": relations,
         }
-
-    @classmethod
-    def compared_figures(cls, results: Mapping[str, ProbeResult]) -> list:
-        """The figures of several models' results (model -> result) together, as the report compares them."""
-        from attnlib.views.probe import probe_figures
-
-        return probe_figures(results)
-
-    def figures(self, model: str) -> list:
-        """Every head's learned weight, and UAS per relation against the best head and offset."""
-        from attnlib.views.probe import probe_figures
-
-        return probe_figures({model: self})
 
 
 def _scored(sentence: Sentence) -> np.ndarray:

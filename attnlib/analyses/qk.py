@@ -603,13 +603,6 @@ class QKResult:
             frame.insert(0, column, value)
         return {"Queries and keys": frame}
 
-    def figures(self, model: str) -> list:
-        """The asked head's picture of its queries and keys."""
-        from attnlib.views.qk import picture_figure
-
-        title = f"{model}: queries and keys of head {self.layer + 1}-{self.head + 1}"
-        return [picture_figure(self, self.layer, self.head, self.method, title=title)]
-
 
 # ----------------------------------------------------------------------------------------------------- analysis
 

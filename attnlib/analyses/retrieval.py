@@ -140,7 +140,7 @@ class RetrievalResult:
         """Each head's retrieval score and whether it is a retrieval head; each test's length, depth and needle."""
         import pandas as pd
 
-        from attnlib.present.tables import head_frame
+        from attnlib.analyses.tables import head_frame
 
         per_head = head_frame(model, {"retrieval": self.scores, "retrieval_head": self.scores > self.threshold})
         tests = pd.DataFrame(
@@ -150,12 +150,6 @@ class RetrievalResult:
             columns=["model", "length", "depth", "n_tokens", "needle_start", "needle_end", "n_decoded", "forced"],
         )  # fmt: skip
         return {"Per head": per_head, "Tests": tests}
-
-    def figures(self, model: str) -> list:
-        """Every head's retrieval score (Wu et al. 2024)."""
-        from attnlib.views.roles import retrieval_heatmap
-
-        return [retrieval_heatmap(self.scores, self.threshold)]
 
 
 @dataclass

@@ -262,7 +262,7 @@ class RolesResult:
         and in-context gain by step."""
         import pandas as pd
 
-        from attnlib.present.tables import head_frame
+        from attnlib.analyses.tables import head_frame
 
         held = self.roles
         frame = head_frame(model, {key: s for key in SCORE_KEYS if (s := self.scores.of(key)) is not None})
@@ -282,20 +282,6 @@ class RolesResult:
                 frames.append(one)
             tables["Checkpoints"] = pd.concat(frames, ignore_index=True)
         return tables
-
-    def figures(self, model: str) -> list:
-        """The role map, the induction score, the causal check's bars (with a next-token loss) and, with checkpoints,
-        the lines of each score's largest value and the in-context gain over training."""
-        from attnlib.views.roles import causal_bars, role_map, role_thresholds, score_heatmap, training_figure
-
-        scores = {key: self.scores.of(key) for key in SCORE_KEYS}
-        figures = [role_map(scores, role_thresholds(self.thresholds), f"Head roles: {model}"),
-                   score_heatmap(self.scores.induction, "induction")]  # fmt: skip
-        if self.causal:
-            figures.append(causal_bars({r: c.to_json() for r, c in self.causal.items()}, self.in_context_gain))
-        if self.checkpoints:
-            figures.append(training_figure(model, checkpoint_table(self)))
-        return figures
 
 
 def _detect_json(detect: dict[str, dict[str, np.ndarray]]) -> dict:

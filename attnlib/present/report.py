@@ -4,9 +4,9 @@ A report is a list of parts (REPORT_PARTS), one per analysis: the report's files
 report's) and how its result becomes long tables (a `model` column first, layers and heads 1-based as on the pages),
 per-layer values to compare and notes. Parts reading the same file share one engine pass, so the model runs once per
 file, and positions and aggregation attribute each input once between them; the probe's training treebank gets its
-own pass. `render_report` writes the HTML: each part's tables and figures are its result's own (`tables(model)`,
-`figures(model)`; two models: its result type's `compared_figures`), the figures drawn by attnlib.views (plotly, the
-`views` extra: imported only when a page is written).
+own pass. `render_report` writes the HTML: each part's tables are its result's own (`tables(model)`), its figures
+those the views register for its result type (attnlib.views.drawing: one model's, or two together; plotly, the
+`views` extra, imported only when a page is written).
 """
 
 from __future__ import annotations
@@ -517,7 +517,7 @@ def report_of_inputs(
 ) -> Report:
     """Run every part whose files are in `inputs` for each model, one model in memory at a time (a name is loaded
     here, a LoadedModel used as it is); corpora: source -> name, sha1, n_inputs (and path, bytes) for the header."""
-    from attnlib import __version__
+    from attnlib.results.version import __version__
 
     if "corpus" not in inputs and "conllu" not in inputs:
         raise CorpusError("give a corpus, a CoNLL-U treebank or both.")
@@ -583,11 +583,10 @@ pre { white-space: pre-wrap; background: #f8f8f8; padding: 0.5rem; }
 
 
 def part_figures(results: Sequence[PartResult]) -> list:
-    """A part's figures: its result's own for one model; for two, its result type's figures of both together."""
-    first = results[0]
-    if len(results) == 1:
-        return first.result.figures(first.model)
-    return type(first.result).compared_figures({r.model: r.result for r in results})
+    """A part's figures, as the views draw its result type: one model's, or two models' together."""
+    from attnlib.views.drawing import compared_figures_of
+
+    return compared_figures_of({r.model: r.result for r in results})
 
 
 def _table_html(frame: pd.DataFrame) -> str:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from attnlib import __version__
 from attnlib.results.shipped import file_sha1
+from attnlib.results.version import __version__
 
 RESULT_FORMAT = "attnlib-result"
 RESULT_FORMAT_VERSION = 1

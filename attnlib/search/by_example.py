@@ -35,7 +35,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from attnlib import __version__
 from attnlib.analyses.base import DEFAULT_BATCH_SIZE, Inputs, OptionError, Options, option, read_inputs
 from attnlib.core.batches import Progress
 from attnlib.core.blockwise import BLOCKWISE_FROM, Block, run_blockwise, supports_blockwise
@@ -49,6 +48,7 @@ from attnlib.core.model import LoadedModel, ModelFacts, load_model
 from attnlib.core.replay import editing_contexts
 from attnlib.core.runner import Encoded, InputError, encode, model_inputs, returned_weights
 from attnlib.results.files import ResultFileError, corpus_record, malformed
+from attnlib.results.version import __version__
 from attnlib.stats.special import CLASS_KEYS, punct_mask
 
 Dtype = Literal["float16", "float32"]

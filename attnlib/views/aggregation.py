@@ -4,18 +4,17 @@ attribution and its centre of mass per layer, of one model or two."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
+from attnlib.analyses.aggregation import AggregationResult
 from attnlib.stats.norms import MEASURES
+from attnlib.views.drawing import draws
 from attnlib.views.layers import model_lines
 from attnlib.views.norms import MEASURE_NAMES, agreement_figure, measure_center_of_mass_figure
 
-if TYPE_CHECKING:
-    from attnlib.analyses.aggregation import AggregationResult
 
-
+@draws(AggregationResult, compared=True)
 def aggregation_figures(results: Mapping[str, AggregationResult]) -> list[go.Figure]:
     """Agreement of each measure with G_out and centres of mass (model -> result); for two models, lines of both per
     measure."""

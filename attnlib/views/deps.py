@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.analyses.deps import ALL, DIRECTIONS, DepsResult
+from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 from attnlib.views.layers import MODEL_COLOURS
-
-if TYPE_CHECKING:
-    from attnlib.analyses.deps import DepsResult
 
 DIRECTION_TITLES = ("dep->head: the dependent attends to its head", "head<-dep: the head attends to its dependent")
 GOLD_FOCUS, GOLD_OTHER, HIT, MISS = "#1f3b73", "#b8bec9", "#2a9d47", "#d1343b"
@@ -261,11 +259,10 @@ def best_head_bars(tables: Mapping[str, pd.DataFrame], title: str) -> go.Figure:
     return fig
 
 
+@draws(DepsResult, compared=True)
 def deps_figures(results: Mapping[str, DepsResult]) -> list[go.Figure]:
     """Accuracy per relation (bars, baseline marks) of each model (model -> result); for one model also every head's
     accuracy on all relations."""
-    from attnlib.analyses.deps import ALL, DIRECTIONS
-
     figures = [
         best_head_bars(
             {model: next(iter(r.tables(model).values())) for model, r in results.items()},

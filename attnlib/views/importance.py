@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 
+from attnlib.analyses.importance import HeadImportance
 from attnlib.views.canvas_html import head_color
+from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 from attnlib.views.special import head_label
-
-if TYPE_CHECKING:
-    from attnlib.analyses.importance import HeadImportance
 
 CHANGE_NAMES = {"ablate": "ablation", "drop": "[CLS]/[SEP] dropped", "renormalise": "renormalised without them"}
 MEASURE_NAMES = {
@@ -139,6 +137,7 @@ def pruning_figure(
     return fig
 
 
+@draws(HeadImportance, compared=True)
 def importance_figures(results: Mapping[str, HeadImportance]) -> list[go.Figure]:
     """Per model (model -> result): the single-head ablation effect per head and the no-op scatter; the pruning curves
     together."""

@@ -6,7 +6,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.analyses.norms import InputNorms
+from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
+from attnlib.views.heatmap import attention_heatmap
 from attnlib.views.layers import MARGIN, layer_axis_title, layer_line, per_layer_layout
 from attnlib.views.positions import ATTENTION_COLOR, ATTRIBUTION_COLOR, compared_lines
 from attnlib.views.special import (
@@ -140,3 +143,18 @@ def center_of_mass_comparison_figure(center_of_mass: dict[str, dict[str, np.ndar
     """Two models' centres of mass per layer: a panel per measure and one for attribution, a colour per model."""
     measures = next(iter(center_of_mass.values()))
     return compared_lines(center_of_mass, {m: MEASURE_NAMES[m] for m in measures}, "centre of mass", title=title)
+
+
+@draws(InputNorms)
+def norms_figures(norms: InputNorms, model: str) -> list:
+    """Both rollouts at the last layer (METHODS §12-13); cross-attention, which has none: its last layer's norms
+    ||sum_h A f_h(x_j)|| (METHODS §11-12), target tokens to source tokens."""
+    if norms.attention_rollout is None or norms.residual_ln_rollout is None:
+        title = f"{model}: ‖Σ_h α f(x)‖, layer {len(norms.layer_norm)}"
+        return [attention_heatmap(norms.layer_norm[-1], norms.tokens, norms.key_tokens, title)]
+    return [
+        attention_heatmap(norms.attention_rollout[-1], norms.tokens, norms.tokens, f"{model}: attention rollout"),
+        attention_heatmap(
+            norms.residual_ln_rollout[-1], norms.tokens, norms.tokens, f"{model}: residual+LayerNorm rollout"
+        ),
+    ]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.analyses.positions import CORRELATIONS, PositionsResult
+from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 from attnlib.views.layers import (
     MODEL_COLOURS,
@@ -20,9 +21,6 @@ from attnlib.views.layers import (
     model_lines,
     per_layer_layout,
 )
-
-if TYPE_CHECKING:
-    from attnlib.analyses.positions import PositionsResult
 
 ATTENTION_COLOR = "#1f77b4"
 ATTRIBUTION_COLOR = "#ff7f0e"
@@ -288,11 +286,10 @@ def compared_heatmaps(by_model: dict[str, np.ndarray], title: str = "", zmin: fl
     return fig
 
 
+@draws(PositionsResult, compared=True)
 def positions_figures(results: Mapping[str, PositionsResult]) -> list[go.Figure]:
     """Pascual Fig. 2-6 of one model's result (model -> result); for two, centres of mass and median correlations of
     both."""
-    from attnlib.analyses.positions import CORRELATIONS
-
     medians = {name: f"median {name.replace('_', ' ')}" for name in CORRELATIONS}
     if len(results) > 1:
         com = {"attention": "attention", "attribution": "input contribution (HTA)"}

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.analyses.probe import ProbeResult
 from attnlib.views.deps import DIRECTION_TITLES, arc_diagram
+from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 from attnlib.views.layers import MODEL_COLOURS
-
-if TYPE_CHECKING:
-    from attnlib.analyses.probe import ProbeResult
 
 SERIES = (("uas", "probe", "#1f3b73"), ("best_head_accuracy", "best single head", "#2a9d47"))
 BASELINE = ("baseline_accuracy", "best fixed offset", "#b8bec9")
@@ -97,6 +95,7 @@ def probe_sentence(
     )
 
 
+@draws(ProbeResult, compared=True)
 def probe_figures(results: Mapping[str, ProbeResult]) -> list[go.Figure]:
     """Each model's learned head weights (model -> result); UAS per relation (one model: against best head and
     offset; two: both UAS)."""

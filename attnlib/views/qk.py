@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from attnlib.analyses.qk import METHOD_NAMES, QKResult
 from attnlib.views.canvas_html import html_page, view_script
+from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 
 COLOURINGS = {
@@ -226,3 +227,10 @@ class QKGrid:
 
         page = grid_html(self.result, self.colouring)
         return f'<iframe srcdoc="{html.escape(page)}" style="width:100%;height:560px;border:0"></iframe>'
+
+
+@draws(QKResult)
+def qk_figures(result: QKResult, model: str) -> list:
+    """The asked head's picture of its queries and keys."""
+    title = f"{model}: queries and keys of head {result.layer + 1}-{result.head + 1}"
+    return [picture_figure(result, result.layer, result.head, result.method, title=title)]

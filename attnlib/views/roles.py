@@ -11,6 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.analyses.roles import SCORE_KEYS, RolesResult, checkpoint_table
+from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 from attnlib.views.importance import effect_heatmap
 from attnlib.views.layers import MARGIN
@@ -216,3 +218,17 @@ def training_figure(model: str, table: pd.DataFrame, scores: Sequence[str] | Non
     maxima = {name: table[f"max_{name}"] for name in names if scores is None or name in scores}
     gain = table["in_context_gain"] if table["in_context_gain"].notna().any() else None
     return checkpoint_lines(table["step"], maxima, gain, title=f"{model}: head roles over training")
+
+
+@draws(RolesResult)
+def roles_figures(roles: RolesResult, model: str) -> list:
+    """The role map, the induction score, the causal check's bars (with a next-token loss) and, with checkpoints,
+    the lines of each score's largest value and the in-context gain over training."""
+    scores = {key: roles.scores.of(key) for key in SCORE_KEYS}
+    figures = [role_map(scores, role_thresholds(roles.thresholds), f"Head roles: {model}"),
+               score_heatmap(roles.scores.induction, "induction")]  # fmt: skip
+    if roles.causal:
+        figures.append(causal_bars({r: c.to_json() for r, c in roles.causal.items()}, roles.in_context_gain))
+    if roles.checkpoints:
+        figures.append(training_figure(model, checkpoint_table(roles)))
+    return figures

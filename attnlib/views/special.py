@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.analyses.special import SpecialTokens
 from attnlib.present.labels import NORM_NAMES, STAT_NAMES
+from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 from attnlib.views.layers import (
     MODEL_COLOURS,
@@ -21,9 +22,6 @@ from attnlib.views.layers import (
     model_lines,
     per_layer_layout,
 )
-
-if TYPE_CHECKING:
-    from attnlib.analyses.special import SpecialTokens
 
 COLOURS = {
     "cls": "#d62728",
@@ -296,6 +294,7 @@ def _by_keys(values: dict[str, np.ndarray], keys: Sequence[str]) -> dict[str, np
     return {k: values[k] for k in keys}
 
 
+@draws(SpecialTokens, compared=True)
 def special_figures(results: Mapping[str, SpecialTokens]) -> list[go.Figure]:
     """Clark Fig. 2, 4, 6 of one model's special-tokens result (model -> result); of two, per-layer lines of both."""
     from attnlib.views.norms import value_norm_figure, weights_vs_norms_figure

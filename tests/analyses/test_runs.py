@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import attnlib
-from attnlib.analyses.base import AnalysisRun
-from attnlib.analyses.registry import ANALYSES, RUNNERS
+from attnlib.analyses.registry import ANALYSES
 from attnlib.core.corpus import read_corpus
 from attnlib.core.runner import encode
 from attnlib.results.files import json_ready, read_result_file
 from attnlib.results.shipped import CLASSROOM_PAIRS
+from attnlib.runs import RUNNERS, AnalysisRun
 from attnlib.stats.gradient import masked_positions
 from attnlib.views import Figure, View
 from support.cli import cli_json, run_cli
@@ -33,7 +33,8 @@ def test_one_function_per_analysis_named_as_its_command():
     assert set(RUNNERS) == set(ANALYSES)
     for name, function in RUNNERS.items():
         assert getattr(attnlib, name) is function and name in attnlib.__all__
-    assert attnlib.load.__module__ == "attnlib.analyses.registry" and "AnalysisRun" in attnlib.__all__
+    assert attnlib.load.__module__ == "attnlib.runs" and attnlib.AnalysisRun is AnalysisRun
+    assert "AnalysisRun" in attnlib.__all__
 
 
 @pytest.mark.parametrize(("name", "tiny_model_dir"), [(name, KINDS.get(name, "bert")) for name in sorted(INPUTS)],
@@ -162,10 +163,17 @@ def test_show_draws_in_a_notebook_and_leaves_nothing_to_print():
 
 
 def test_every_result_type_shows_itself():
-    """Every analysis's result type is a Result: its JSON and back, its tables and its figures (analyses.base)."""
+    """Every analysis's result type is a Result: its JSON and back and its tables (analyses.base), and no figures of
+    its own: the views draw it (every type but ablate's, whose table says all)."""
+    from attnlib.views.drawing import _COMPARED, _ONE, _registered
+
+    _registered()
     for name, analysis in ANALYSES.items():
-        for method in ("to_json", "from_json", "tables", "figures"):
+        for method in ("to_json", "from_json", "tables"):
             assert callable(getattr(analysis.result, method, None)), f"{name}: {analysis.result.__name__}.{method}"
+        assert not hasattr(analysis.result, "figures") and not hasattr(analysis.result, "compared_figures"), name
+    drawn = {name for name, analysis in ANALYSES.items() if analysis.result in _ONE or analysis.result in _COMPARED}
+    assert set(ANALYSES) - drawn == {"ablate"}
 
 
 def test_a_run_as_a_cells_value_draws_its_figures_else_its_table():

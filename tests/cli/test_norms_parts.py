@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlib.analyses.registry import load
+from attnlib import load
 from attnlib.core.model import load_model
 from attnlib.core.seq2seq import run_seq2seq
 from attnlib.stats.norms import part_norm_maps

@@ -1,8 +1,10 @@
 """Layers import downwards (docs/development.md's layout), and one module, core/hooks.py, intercepts the model (its
 hooks, replaced forwards, switched attention kernels and attention weights asked for).
 
-Read from the source with `ast` (nothing is imported): a module's module-level imports (also under `if` and `try`)
-may name its own layer or one below; functions may import lazily, but never the app (streamlit, ui/, app_pages/).
+Read from the source with `ast` (nothing is imported): every import of a module, at module level or inside a function,
+names its own layer or one below (`from attnlib import x`, x not a module, names the package's `__init__`, the top),
+never the app (streamlit, ui/, app_pages/); the views are imported by the package's top in one place only
+(DRAWN_FROM_THE_TOP), lazily; and no circle of imports joins two layers.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("attnlib.results.precomputed", "attnlib.search"),  # shipped results found by analysis; search by example
     ("attnlib.present", "attnlib.views"),  # tables, the report, the tour; views and figures
     ("attnlib.cli",),  # the command line
-    ("attnlib", "attnlib.__main__", "attnlib.moved"),  # the package's functions, old import paths, `python -m`
+    ("attnlib", "attnlib.__main__", "attnlib.moved", "attnlib.runs"),  # the package, notebook runs, old paths, -m
 )
 """Lowest first; a module is in the layer of its longest matching prefix (the package itself: only its own name)."""
 
 THE_APP = ("streamlit", "ui", "app_pages")
-SHARED_FROM_THE_TOP = {("attnlib", "__version__")}  # set before attnlib/__init__.py imports anything
+VIEWS = "attnlib.views"
+DRAWN_FROM_THE_TOP = [("attnlib.runs", "attnlib.views.drawing")]
+"""The one import of the views by the package's top (inside a function: plotly is the `views` extra): the notebook's
+run asks the views' registry for its figures."""
 INTERCEPTOR = "attnlib.core.hooks"
 
 
@@ -54,35 +59,84 @@ def layer_of(name: str) -> int:
     return max(matches)[1] if matches else -1
 
 
-def module_level_imports(tree: ast.Module) -> list[tuple[int, str, str | None]]:
-    """(line, module, name or None) of each import run when the module is imported: top-level statements and those
-    under top-level `if`/`try` blocks, not function or class bodies."""
-    found: list[tuple[int, str, str | None]] = []
-    pending: list[ast.stmt] = list(tree.body)
-    while pending:
-        node = pending.pop(0)
+def imports(tree: ast.Module) -> list[tuple[int, str, bool]]:
+    """(line, dotted name, inside a function) of every import of the package's modules or another package: `from P
+    import x` names P.x where that is a module of attnlib, else P (the package's `__init__` for `from attnlib import
+    __version__`); `importlib.import_module("P")` and `__import__("P")` of a name written out name P."""
+    found: list[tuple[int, str, bool]] = []
+
+    def visit(node: ast.AST, lazily: bool) -> None:
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name, None) for alias in node.names]
+            found.extend((node.lineno, alias.name, lazily) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
-            found += [(node.lineno, node.module, alias.name) for alias in node.names]
-        elif isinstance(node, ast.If):
-            pending += node.body + node.orelse
-        elif isinstance(node, ast.Try):
-            pending += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
-    return found
+            named = [f"{node.module}.{alias.name}" for alias in node.names]
+            found.extend((node.lineno, n if n in modules() else node.module, lazily) for n in named)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                found.append((node.lineno, node.args[0].value, lazily))
+        inside = lazily or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(tree, False)
+    return list(dict.fromkeys(found))  # once per line and module, however many names it imports
 
 
 def upward_imports(name: str, tree: ast.Module) -> list[str]:
-    """The module-level imports of module `name` that name a layer above its own."""
+    """The imports of module `name`, at module level or inside a function, that name a layer above its own."""
     own = layer_of(name)
-    found = []
-    for line, imported, what in module_level_imports(tree):
-        if (imported, what) in SHARED_FROM_THE_TOP:
-            continue
-        target = f"{imported}.{what}" if imported == "attnlib" and what is not None else imported
-        if layer_of(target) > own:
-            found.append(f"{name}:{line} imports {target} (layer {layer_of(target)} above its {own})")
-    return list(dict.fromkeys(found))  # once per line and module, however many names it imports
+    return [
+        f"{name}:{line} imports {imported}{' (in a function)' if lazily else ''} (layer {layer_of(imported)} above its {own})"
+        for line, imported, lazily in imports(tree)
+        if imported.startswith("attnlib") and layer_of(imported) > own
+    ]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it names in an import, anywhere in it (a package's `__init__` by the package's
+    name; the parent packages an import runs first are not counted)."""
+    graph: dict[str, set[str]] = {}
+    for name, tree in modules().items():
+        named = {imported for _, imported, _ in imports(tree)}
+        graph[name] = {n for n in named if n in modules() and n != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each a set of modules that import each
+    other, directly or round a circle; sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return sorted(found)
 
 
 def imports_of_the_app(name: str, tree: ast.Module) -> list[str]:
@@ -147,9 +201,29 @@ def test_every_module_has_a_layer():
 
 
 def test_layers_import_downwards():
-    """core <- stats <- analyses <- present/views <- cli, at module level (result files below core, shipped results
-    and search above analyses)."""
+    """core <- stats <- analyses <- present/views <- cli <- the package's top (result files below core, shipped
+    results and search above analyses), inside functions too: the analyses never import the views, the present layer,
+    the command line or the package's `__init__`."""
     assert [v for name, tree in modules().items() for v in upward_imports(name, tree)] == []
+
+
+def test_the_top_draws_through_one_lazy_import_of_the_views():
+    """The package's top imports the views in one place, inside a function (import attnlib needs no plotly)."""
+    top = layer_of("attnlib")
+    found = [
+        (name, imported, lazily)
+        for name, tree in modules().items()
+        if layer_of(name) == top
+        for _, imported, lazily in imports(tree)
+        if imported == VIEWS or imported.startswith(VIEWS + ".")
+    ]
+    assert found == [(name, imported, True) for name, imported in DRAWN_FROM_THE_TOP]
+
+
+def test_no_import_circle_joins_two_layers():
+    """No circle of imports (inside functions too, the package's `__init__` counted) has modules of two layers."""
+    joining = [circle for circle in import_circles(import_graph()) if len({layer_of(n) for n in circle}) > 1]
+    assert joining == []
 
 
 def test_the_library_never_imports_the_app():
@@ -173,12 +247,18 @@ def test_the_checks_find_what_they_look_for():
         "from attnlib.core.hooks import hooks\n"
         "if True:\n    from attnlib.views import head_view\n"
         "def f():\n    import streamlit\n    from attnlib.present import report\n"
+        "    importlib.import_module('attnlib.cli')\n"
     )
-    assert [line for line, *_ in module_level_imports(tree)] == [1, 2, 3, 5]
+    assert [(line, lazily) for line, _, lazily in imports(tree)] == [
+        (1, False), (2, False), (3, False), (5, False), (7, True), (8, True), (9, True)]  # fmt: skip
     assert upward_imports("attnlib.stats.x", tree) == [
         "attnlib.stats.x:1 imports attnlib.analyses.base (layer 3 above its 2)",
-        "attnlib.stats.x:5 imports attnlib.views (layer 5 above its 2)",
+        "attnlib.stats.x:2 imports attnlib (layer 7 above its 2)",
+        "attnlib.stats.x:5 imports attnlib.views.head_view (layer 5 above its 2)",
+        "attnlib.stats.x:8 imports attnlib.present.report (in a function) (layer 5 above its 2)",
+        "attnlib.stats.x:9 imports attnlib.cli (in a function) (layer 6 above its 2)",
     ]
+    assert import_circles({"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": set(), "e": {"d"}}) == [["a", "b", "c"]]
     assert imports_of_the_app("attnlib.stats.x", tree) == ["attnlib.stats.x:7 imports streamlit"]
     touching = ast.parse(
         "m.forward = f\ndel m.forward\nc._attn_implementation_internal = 'x'\nsetattr(m, 'forward', f)\n"

@@ -40,7 +40,7 @@ for old, new in {dict(MOVED)!r}.items():
 import attnlib
 import attnlib.special, attnlib.attention
 out["attribute"] = attnlib.special_tokens is importlib.import_module("attnlib.analyses.special")
-out["functions"] = sorted(n for n in attnlib.ANALYSES if getattr(attnlib, n) is not getattr(attnlib.analyses.registry, n))
+out["functions"] = sorted(n for n in attnlib.ANALYSES if getattr(attnlib, n) is not getattr(attnlib.runs, n))
 from attnlib.special_tokens import SpecialOptions
 from attnlib.analyses.special import SpecialOptions as New
 from attnlib.special import SpecialTokenStats

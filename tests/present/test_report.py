@@ -11,7 +11,7 @@ import pytest
 
 from attnlib.analyses.attention import AttentionOptions
 from attnlib.analyses.base import Analysis
-from attnlib.analyses.deps import CLARK_TABLE1
+from attnlib.analyses.deps import CLARK_TABLE1, paper_rows
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.hooks import ATTENTION
 from attnlib.present.comparison import Difference, largest_difference
@@ -25,7 +25,6 @@ from attnlib.present.report import (
     run_parts,
     run_report,
 )
-from attnlib.present.tables import paper_rows
 from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats.norms import NORM_KEYS
 from attnlib.stats.special import STAT_KEYS

@@ -8,7 +8,6 @@ from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from attnlib import __version__
 from attnlib.analyses.base import DEFAULT_BATCH_SIZE
 from attnlib.cli.options import (
     CORPUS_HELP,
@@ -23,6 +22,7 @@ from attnlib.core.engines import check_device
 from attnlib.core.model import LoadedModel
 from attnlib.results.files import ResultFile, json_ready, write_result_file
 from attnlib.results.shipped import file_sha1
+from attnlib.results.version import __version__
 from attnlib.search.by_example import CorpusIndex, IndexOptions, SearchError, SearchOptions, build_index, search_index
 
 INDEX_FIELDS = {f.name: f for f in fields(IndexOptions)}
