@@ -18,8 +18,7 @@ from attnlib.core.families import STATISTICS, unsupported_reason
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode, run, run_encoded
 from attnlib.stats import norms
-from attnlib.stats.hta import forward
-from attnlib.stats.hta import hidden_token_attribution
+from attnlib.stats.hta import forward, hidden_token_attribution
 from attnlib.stats.importance import (
     AblationUnavailable,
     Variant,

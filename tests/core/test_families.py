@@ -14,8 +14,7 @@ from attnlib.core.replay import captured_contexts, editing_contexts, record
 from attnlib.core.runner import encode, model_inputs, run, run_encoded
 from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats import norms
-from attnlib.stats.hta import choice, forward
-from attnlib.stats.hta import hidden_token_attribution
+from attnlib.stats.hta import choice, forward, hidden_token_attribution
 from support.cli import cli_json, run_cli
 from support.families import TEXT_A, TEXT_B
 from support.models import DECODER_KINDS, MODERNBERT_WINDOW, move_off_initial, save_tiny

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from attnlib.core.runner import encode
-from attnlib.stats.hta import attention, forward, norms
-from attnlib.stats.hta import attribute, hidden_token_attribution
+from attnlib.stats.hta import attention, attribute, forward, hidden_token_attribution, norms
 from support.reference import reverse_mode_reference
 from support.tolerances import EPS32
 
