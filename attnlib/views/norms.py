@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.analyses.labels import CLASS_NAMES
 from attnlib.views.figure import notebook_figure
 from attnlib.views.layers import MARGIN, layer_axis_title, layer_line, per_layer_layout
 from attnlib.views.positions import ATTENTION_COLOR, ATTRIBUTION_COLOR, compared_lines
@@ -17,7 +18,6 @@ from attnlib.views.special import (
     models_differ_in_depth,
 )
 
-CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
 MEASURE_NAMES = {
     "attention": "attention (mean over heads)",
     "layer_norm": "norm N",

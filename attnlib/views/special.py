@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from attnlib.present.labels import NORM_NAMES, STAT_NAMES
+from attnlib.analyses.labels import NORM_NAMES, STAT_NAMES
 from attnlib.views.figure import notebook_figure
 from attnlib.views.layers import (
     MODEL_COLOURS,
