@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import torch
 
 from attnlib.core.families import HeadsCall, LayerSite, Layout, linear_weight
-from attnlib.stats.hta.norms import _norm_at, _NormAt
+from attnlib.stats.hta.norms import NormAt, norm_at
 
 
 @dataclass
-class _LayerAtInput:
+class LayerAtInput:
     """One layer's self-attention at this input (per head [heads, n, d] or [heads, n, n]) and how a tangent of the
     layer input moves its queries, keys, values and scores."""
 
@@ -24,10 +24,10 @@ class _LayerAtInput:
     weights: torch.Tensor  # attention A [heads, n, n]
     heads: torch.Tensor  # o(l) [heads, n, d]
     scale: float
-    qk_norms: tuple[_NormAt | None, ...]  # q, k, v: a per-head norm before rotary (Qwen3, Gemma 3), stats [n, heads, d]
+    qk_norms: tuple[NormAt | None, ...]  # q, k, v: a per-head norm before rotary (Qwen3, Gemma 3), stats [n, heads, d]
     rotations: tuple[_PairRotation | None, ...]  # q, k, v: rotary's map per position, or None
     relative: tuple[torch.Tensor, torch.Tensor] | None  # DeBERTa: logit terms per (i, k) linear in q_i and in k_k
-    norm: _NormAt | None  # pre-LN: the LayerNorm or RMSNorm before it
+    norm: NormAt | None  # pre-LN: the LayerNorm or RMSNorm before it
     cap_slope: torch.Tensor | None  # soft-capped logits c tanh(s / c) (Gemma 2): their slope in s [heads, n, n]
 
 
@@ -66,7 +66,7 @@ class _PairRotation:
         return t * diag + (t @ self.swap) * off
 
 
-def _pair_rotation(matrices: torch.Tensor) -> _PairRotation | None:
+def pair_rotation(matrices: torch.Tensor) -> _PairRotation | None:
     """matrices [heads, n, d_out, d_in] as a _PairRotation; None when they mix coordinates otherwise."""
     diag = matrices.diagonal(dim1=-2, dim2=-1)
     off_matrices = matrices - torch.diag_embed(diag)
@@ -96,7 +96,7 @@ def _rotations(lay: Layout, call: HeadsCall, n: int) -> tuple[_PairRotation | No
         if torch.equal(matrices, identity):
             maps.append(None)
             continue
-        pair = _pair_rotation(matrices)
+        pair = pair_rotation(matrices)
         if pair is None:
             return None
         maps.append(pair)
@@ -117,9 +117,9 @@ def _relative_terms(lay: Layout, call: HeadsCall, n: int, scale: float) -> tuple
     return by_query.permute(1, 2, 3, 0).contiguous(), by_key.permute(1, 2, 3, 0).contiguous()
 
 
-def _layer_at_input(
+def layer_at_input(
     lay: Layout, site: LayerSite, call: HeadsCall, layer_input: torch.Tensor, expected: torch.Tensor
-) -> _LayerAtInput | None:
+) -> LayerAtInput | None:
     """Recompute a layer's heads from its own projections and the family's score terms; None when that does not
     give what the module computed (the written-out tangent would not be exact for it)."""
     x = call.hidden  # what the heads read: the layer input, or pre-LN its LayerNorm
@@ -147,23 +147,23 @@ def _layer_at_input(
     rotations, qk_norms = _rotations(lay, call, n), _qk_norms_at(lay, site, outputs)
     if rotations is None or qk_norms is None:
         return None
-    norm = None if lay.family.post_layer_norm else _norm_at(site.norm, layer_input[0])
+    norm = None if lay.family.post_layer_norm else norm_at(site.norm, layer_input[0])
     relative = _relative_terms(lay, call, n, scale)
-    return _LayerAtInput(qkv_t, q, k, v, weights, heads, scale, qk_norms, rotations, relative, norm, cap_slope)
+    return LayerAtInput(qkv_t, q, k, v, weights, heads, scale, qk_norms, rotations, relative, norm, cap_slope)
 
 
-def _qk_norms_at(lay: Layout, site: LayerSite, outputs: list[torch.Tensor]) -> tuple[_NormAt | None, ...] | None:
+def _qk_norms_at(lay: Layout, site: LayerSite, outputs: list[torch.Tensor]) -> tuple[NormAt | None, ...] | None:
     """The family's per-head norms of q and k (none of v) at the projections' outputs, stats [n, heads, d]; None when
-    one is not a norm that _norm_at recognises."""
+    one is not a norm that norm_at recognises."""
     modules = lay.family.qk_norms(site.heads)
     if modules is None:
         return (None, None, None)
     raw = lay.family.split(site.heads, outputs, lay.head_dim)  # [1, heads, n, d] each
-    found = [_norm_at(module, t[0].transpose(0, 1)) for module, t in zip(modules, raw)]
+    found = [norm_at(module, t[0].transpose(0, 1)) for module, t in zip(modules, raw)]
     return None if any(f is None for f in found) else (*found, None)
 
 
-def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> list[torch.Tensor]:
+def _row_qkv_tangents(layer: LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> list[torch.Tensor]:
     """dq, dk, dv [c, heads, d] when layer input row tokens[p] moves along vectors[p] [c, hidden]."""
     if layer.norm is not None:
         vectors = layer.norm.at(tokens).tangent(vectors)
@@ -173,7 +173,7 @@ def _row_qkv_tangents(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch
     return [t if r is None else r.rows(t, tokens) for t, r in zip(normed, layer.rotations)]
 
 
-def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torch.Tensor]:
+def _dense_qkv_tangents(layer: LayerAtInput, inputs: torch.Tensor) -> list[torch.Tensor]:
     """dq, dk, dv [n, c, heads, d] for a tangent of the layer input [n, c, hidden]."""
     if layer.norm is not None:
         inputs = layer.norm.at((slice(None), None)).tangent(inputs)
@@ -183,7 +183,7 @@ def _dense_qkv_tangents(layer: _LayerAtInput, inputs: torch.Tensor) -> list[torc
     return [t if r is None else r.dense(t) for t, r in zip(normed, layer.rotations)]
 
 
-def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+def row_tangent_heads(layer: LayerAtInput, tokens: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
     """Tangent of o(l) [n, c, heads, d] when layer input row tokens[p] moves along vectors[p] (and no other row).
 
     Forward-mode derivative of softmax(logits) v written out for a one-row tangent: the logits move only in row i (a)
@@ -210,7 +210,7 @@ def _row_tangent_heads(layer: _LayerAtInput, tokens: torch.Tensor, vectors: torc
     return tangent.permute(2, 0, 1, 3)
 
 
-def _dense_tangent_heads(layer: _LayerAtInput, inputs: torch.Tensor) -> torch.Tensor:
+def dense_tangent_heads(layer: LayerAtInput, inputs: torch.Tensor) -> torch.Tensor:
     """Tangent of o(l) [n, c, heads, d] for a tangent of the layer input [n, c, hidden] (forward mode, written out)."""
     dq, dk, dv = _dense_qkv_tangents(layer, inputs)  # [n, c, heads, d]
     scores = torch.einsum("jchd,hkd->hcjk", dq, layer.k) + torch.einsum("hjd,kchd->hcjk", layer.q, dk)

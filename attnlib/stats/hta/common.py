@@ -35,7 +35,7 @@ class Attribution:
     output: np.ndarray | None = None  # [layers, position j, input token i]: G_out, C(e0_i, e(l+1)_j) (METHODS §13)
 
 
-def _direction_chunks(
+def direction_chunks(
     n: int, hidden: int, mode: str, probes: int, seed: int, chunk: int, device
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Chunks of (input token i, direction vector in token i's hidden space [c, hidden])."""
@@ -55,16 +55,16 @@ def _direction_chunks(
         yield index // per_token, vectors
 
 
-def _normalise(squared: torch.Tensor) -> np.ndarray:
+def normalise(squared: torch.Tensor) -> np.ndarray:
     """[i, layers, j, heads] squared norms -> [layers, heads, j, i] Frobenius norms divided by their sum over i."""
     norms = squared.clamp_min(0).sqrt().permute(1, 3, 2, 0)
     sums = norms.sum(-1, keepdim=True)
     return (norms / torch.where(sums > 0, sums, torch.ones_like(sums))).cpu().numpy().astype(np.float32)
 
 
-def _normalise_outputs(squared: torch.Tensor) -> np.ndarray:
+def normalise_outputs(squared: torch.Tensor) -> np.ndarray:
     """[i, layers, j] squared norms -> [layers, j, i] Frobenius norms divided by their sum over i."""
-    return _normalise(squared[..., None])[:, 0]
+    return normalise(squared[..., None])[:, 0]
 
 
 def default_chunk(n: int, hidden: int, widest: int, n_heads: int) -> int:
@@ -73,13 +73,13 @@ def default_chunk(n: int, hidden: int, widest: int, n_heads: int) -> int:
     return int(max(8, min(1024, CHUNK_BUDGET // per_direction)))
 
 
-def _widest_activation(encoder: torch.nn.Module, hidden: int) -> int:
+def widest_activation(encoder: torch.nn.Module, hidden: int) -> int:
     """The widest Linear output in the encoder (the feed-forward size)."""
     return max([m.out_features for m in encoder.modules() if isinstance(m, torch.nn.Linear)] + [hidden])
 
 
 @contextlib.contextmanager
-def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
+def eval_mode(module: torch.nn.Module) -> Iterator[None]:
     """Dropout off for the duration, whatever the module's mode was."""
     was_training = module.training
     module.eval()

@@ -17,15 +17,15 @@ from attnlib.stats.hta.common import (
     DEFAULT_SEED,
     Attribution,
     Mode,
-    _direction_chunks,
-    _eval_mode,
-    _normalise,
-    _normalise_outputs,
-    _widest_activation,
     default_chunk,
+    direction_chunks,
+    eval_mode,
+    normalise,
+    normalise_outputs,
     refuse_unless_supported,
+    widest_activation,
 )
-from attnlib.stats.hta.through_model import _all_heads_function, _block_heads_function, _plain_input_norms
+from attnlib.stats.hta.through_model import all_heads_function, block_heads_function, plain_input_norms
 
 
 def hidden_token_attribution(
@@ -49,45 +49,45 @@ def hidden_token_attribution(
     f = lm.facts
     n, hidden = encoded.n, f.hidden_size
     batch = model_inputs(lm, [encoded])
-    widest = _widest_activation(encoder, hidden)
+    widest = widest_activation(encoder, hidden)
     through_model, through_rows, through_layers = (
         chunk_size or default_chunk(n, hidden, width, f.n_heads) for width in (widest, hidden, 3 * hidden)
     )
 
     def directions(chunk: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        return _direction_chunks(n, hidden, mode, probes, seed, chunk, lm.device)
+        return direction_chunks(n, hidden, mode, probes, seed, chunk, lm.device)
 
-    with _eval_mode(encoder), torch.no_grad():
+    with eval_mode(encoder), torch.no_grad():
         rec = record(lm, batch, "hta")
         method = choose_method(rec, f, linearise, with_output)
         if method.layers is not None:
-            previous_sq = forward._previous_norms(method.layers, directions(through_rows))
+            previous_sq = forward.previous_norms(method.layers, directions(through_rows))
         else:
             previous_sq = torch.cat(
                 [
-                    _plain_input_norms(
-                        _block_heads_function(rec, l), rec.layers[l].hidden, f.n_heads, directions(through_model)
+                    plain_input_norms(
+                        block_heads_function(rec, l), rec.layers[l].hidden, f.n_heads, directions(through_model)
                     )[0]
                     for l in range(rec.n_layers)
                 ],
                 dim=1,
             )
         if method.layers is not None and method.rest is not None:
-            input_sq, output_sq = forward._linearised_input_norms(
+            input_sq, output_sq = forward.linearised_input_norms(
                 method.layers, method.rest, directions(through_layers), with_output
             )
         else:
-            everything = _all_heads_function(rec, with_output)
-            input_sq, output_sq = _plain_input_norms(
+            everything = all_heads_function(rec, with_output)
+            input_sq, output_sq = plain_input_norms(
                 everything, rec.layers[0].hidden, f.n_heads, directions(through_model)
             )
     return Attribution(
         tokens=list(encoded.tokens),
-        input=_normalise(input_sq),
-        previous=_normalise(previous_sq),
+        input=normalise(input_sq),
+        previous=normalise(previous_sq),
         mode=mode,
         probes=probes if mode == "estimate" else None,
-        output=_normalise_outputs(output_sq) if with_output else None,
+        output=normalise_outputs(output_sq) if with_output else None,
     )
 
 

@@ -12,18 +12,18 @@ from torch.func import jvp
 from attnlib.core.families import is_linear, linear_weight
 from attnlib.core.hooks import hooked
 from attnlib.core.replay import Recording, captured_contexts
-from attnlib.stats.hta.norms import _is_norm, _norm_at, _norm_times, _NormAt, _times_norm
+from attnlib.stats.hta.norms import NormAt, is_norm, norm_at, norm_times, times_norm
 
 
 @dataclass
-class _PositionWise:
+class PositionWise:
     """A layer after self-attention, linearised at this input: r = x + N(o W^T) (N the identity, or Gemma's norm of
     the attention output), then e(l)_j = f(r_j) per token; or, with a parallel residual (GPT-NeoX), e(l)_j = r_j +
     g(x_j) - x_j, the per-token part reading the layer input."""
 
     projection_t: torch.Tensor  # W^T [heads * d, hidden]: the projection applied to the heads' outputs
     jacobian_t: torch.Tensor  # [n, hidden_in, hidden_out]: d f(r_j) / d r_j (parallel: d g(x_j) / d x_j), transposed
-    attention_norm: _NormAt | None = None  # N: Gemma 2's and 3's norm of o W^T before the residual
+    attention_norm: NormAt | None = None  # N: Gemma 2's and 3's norm of o W^T before the residual
     parallel: bool = False
 
     def tangent(self, heads: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
@@ -82,7 +82,7 @@ def _ffn_jacobians(
     )
 
 
-def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | None:
+def _position_wise(rec: Recording, index: int, chunk: int) -> PositionWise | None:
     """Per-token Jacobians of the layer after its heads: e(l) = LN_b(y + W2 act(W1 y)), y = LN_a(r) post-LN (BERT),
     e(l) = r + N_f(W2 act(W1 LN_b(r))) pre-LN (the decoders, T5, ModernBERT; act(W1 y) is gated, act(a) * g, where W1
     gives a and g as one projection, as ModernBERT's and Phi-3's, or as two, as Llama's; N_f Gemma's norm of the
@@ -107,7 +107,7 @@ def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | No
         if normed is None or attention_norm is None:
             return None
         attention = normed
-    norm_a = next((s for s in _after(steps, attention) if _is_norm(s.module)), None)
+    norm_a = next((s for s in _after(steps, attention) if is_norm(s.module)), None)
     if norm_a is None:
         return None
     parallel = not post_ln and _same(norm_a.input, x)  # the feed-forward reads x, not r = x + attention
@@ -118,21 +118,21 @@ def _position_wise(rec: Recording, index: int, chunk: int) -> _PositionWise | No
         return None
     ffn, down = feed_forward  # W2 diag(act') W1 [n, out, in]
     if post_ln:  # LN_b (I + F) LN_a
-        at_b = _norm_of(next((s for s in _after(steps, down) if _is_norm(s.module)), None))
+        at_b = _norm_of(next((s for s in _after(steps, down) if is_norm(s.module)), None))
         if at_b is None:
             return None
         ffn.diagonal(dim1=1, dim2=2).add_(1.0)
-        jacobian = _norm_times(at_b, _times_norm(ffn, at_a))
+        jacobian = norm_times(at_b, times_norm(ffn, at_a))
     else:  # I + N_f F LN_b: here norm_a is the norm in front of the feed-forward block
-        jacobian = _times_norm(ffn, at_a)
+        jacobian = times_norm(ffn, at_a)
         if site.feed_forward_norm is not None:
             at_f = _norm_of(_call_reading(steps, site.feed_forward_norm, down.output))
             if at_f is None:
                 return None
-            jacobian = _norm_times(at_f, jacobian)
+            jacobian = norm_times(at_f, jacobian)
         jacobian.diagonal(dim1=1, dim2=2).add_(1.0)
     projection_t = linear_weight(projection.module).T.contiguous()
-    return _PositionWise(projection_t, jacobian.transpose(1, 2).contiguous(), attention_norm, parallel)
+    return PositionWise(projection_t, jacobian.transpose(1, 2).contiguous(), attention_norm, parallel)
 
 
 def _after(steps: list[_Step], step: _Step) -> list[_Step]:
@@ -140,9 +140,9 @@ def _after(steps: list[_Step], step: _Step) -> list[_Step]:
     return steps[steps.index(step) + 1 :]
 
 
-def _norm_of(step: _Step | None) -> _NormAt | None:
-    """The norm that this call ran, at its input (None for no call, or one _norm_at does not recognise)."""
-    return None if step is None else _norm_at(step.module, step.input[0])
+def _norm_of(step: _Step | None) -> NormAt | None:
+    """The norm that this call ran, at its input (None for no call, or one norm_at does not recognise)."""
+    return None if step is None else norm_at(step.module, step.input[0])
 
 
 def _call_reading(steps: list[_Step], module: torch.nn.Module, x: torch.Tensor) -> _Step | None:
@@ -193,7 +193,7 @@ def _reads(step: _Step, x: torch.Tensor) -> bool:
     return step.input.shape[1:] == x.shape and torch.equal(step.input[0], x)
 
 
-def _linearise(rec: Recording, chunk: int) -> list[_PositionWise] | None:
+def position_wise_parts(rec: Recording, chunk: int) -> list[PositionWise] | None:
     """The position-wise part of every layer, or None where one cannot be linearised."""
     rest = []
     for index in range(rec.n_layers):

@@ -15,21 +15,21 @@ from torch.func import vjp, vmap
 from attnlib.core.model import LoadedModel
 from attnlib.core.replay import record
 from attnlib.core.runner import Encoded, model_inputs
-from attnlib.stats.hta.attention import _dense_tangent_heads, _LayerAtInput
+from attnlib.stats.hta.attention import LayerAtInput, dense_tangent_heads
 from attnlib.stats.hta.choice import choose_method
 from attnlib.stats.hta.common import (
     CHUNK_BUDGET,
     DEFAULT_PROBES,
     DEFAULT_SEED,
     Mode,
-    _direction_chunks,
-    _eval_mode,
-    _normalise,
+    direction_chunks,
+    eval_mode,
+    normalise,
     refuse_unless_supported,
 )
-from attnlib.stats.hta.forward import _previous_norms
-from attnlib.stats.hta.position_wise import _PositionWise
-from attnlib.stats.hta.through_model import _heads_from_input, _heads_from_layer_input
+from attnlib.stats.hta.forward import previous_norms
+from attnlib.stats.hta.position_wise import PositionWise
+from attnlib.stats.hta.through_model import heads_from_input, heads_from_layer_input
 
 
 @dataclass
@@ -74,16 +74,16 @@ def _row_squared_norms(fn: Callable, x: torch.Tensor, rows: torch.Tensor, n_head
     return total if mode == "exact" else total / probes
 
 
-def _linearised_heads_function(layers: Sequence[_LayerAtInput], rest: Sequence[_PositionWise], index: int) -> Callable:
+def _linearised_heads_function(layers: Sequence[LayerAtInput], rest: Sequence[PositionWise], index: int) -> Callable:
     """A tangent of e0 [n, 1, hidden] -> the tangent of o(l) [n, 1, heads, d] of layer `index`, through the
-    linearised layers below it (the same arithmetic as _linearised_input_norms, for a dense tangent)."""
+    linearised layers below it (the same arithmetic as linearised_input_norms, for a dense tangent)."""
 
     def heads(tangent: torch.Tensor) -> torch.Tensor:
         inputs = tangent
         n, c, _ = tangent.shape
         for l in range(index):
-            inputs = rest[l].tangent(_dense_tangent_heads(layers[l], inputs).reshape(n, c, -1), inputs)
-        return _dense_tangent_heads(layers[index], inputs)
+            inputs = rest[l].tangent(dense_tangent_heads(layers[l], inputs).reshape(n, c, -1), inputs)
+        return dense_tangent_heads(layers[index], inputs)
 
     return heads
 
@@ -161,7 +161,7 @@ def row_attribution(
     chunk = chunk_size or row_chunk(n, f.n_heads)
     batch = model_inputs(lm, [encoded])
     started = time.perf_counter()
-    with _eval_mode(lm.encoder), torch.no_grad():
+    with eval_mode(lm.encoder), torch.no_grad():
         rec = record(lm, batch, "hta")
         method = choose_method(rec, f, linearise, False)
         layers, rest = method.layers, method.rest
@@ -169,13 +169,13 @@ def row_attribution(
         if layers is not None:
             # one row tangent is [n, heads, d]: a chunk of them within CHUNK_BUDGET floats
             row_tangents = int(max(8, min(1024, CHUNK_BUDGET // (n * hidden))))
-            directions = _direction_chunks(n, hidden, mode, probes, seed, row_tangents, lm.device)
-            previous = _previous_norms(layers, directions)[:, :, index].permute(1, 3, 2, 0)  # [layers, heads, m, i]
+            directions = direction_chunks(n, hidden, mode, probes, seed, row_tangents, lm.device)
+            previous = previous_norms(layers, directions)[:, :, index].permute(1, 3, 2, 0)  # [layers, heads, m, i]
         else:
             previous = torch.stack(
                 [
                     _row_squared_norms(
-                        _heads_from_layer_input(rec, l),
+                        heads_from_layer_input(rec, l),
                         rec.layers[l].hidden,
                         index,
                         f.n_heads,
@@ -196,13 +196,13 @@ def row_attribution(
             if layers is not None and rest is not None:
                 inputs[l] = _linearised_row_norms(layers, rest, l, index, mode, probes, generator, chunk, tally)
             else:
-                inputs[l] = _row_squared_norms(_heads_from_input(rec, l), e0, index, f.n_heads, mode, probes,
+                inputs[l] = _row_squared_norms(heads_from_input(rec, l), e0, index, f.n_heads, mode, probes,
                                                generator, chunk, tally)  # fmt: skip
         tally.finish()
     return RowAttribution(
         rows=index.cpu().numpy(),
-        input=_normalise(torch.stack(inputs).permute(3, 0, 2, 1)),
-        previous=_normalise(previous.permute(3, 0, 2, 1)),
+        input=normalise(torch.stack(inputs).permute(3, 0, 2, 1)),
+        previous=normalise(previous.permute(3, 0, 2, 1)),
         mode=mode,
         probes=probes if mode == "estimate" else None,
     )

@@ -11,7 +11,7 @@ from torch.func import jvp, vmap
 from attnlib.core.replay import Recording, captured_contexts
 
 
-def _all_heads_function(rec: Recording, with_output: bool) -> Callable:
+def all_heads_function(rec: Recording, with_output: bool) -> Callable:
     """e0 -> (o(l) of every layer, e(l+1) of every layer), each [layers, 1, n, hidden], running the layers themselves.
 
     Without with_output the last layer runs only up to o and the layer outputs are an empty [0, 1, n, hidden]."""
@@ -31,7 +31,7 @@ def _all_heads_function(rec: Recording, with_output: bool) -> Callable:
     return heads_of_every_layer
 
 
-def _heads_from_layer_input(rec: Recording, index: int) -> Callable:
+def heads_from_layer_input(rec: Recording, index: int) -> Callable:
     """e(l-1) -> o(l) [1, n, hidden] through layer `index`'s attention block alone."""
 
     def heads(x: torch.Tensor) -> torch.Tensor:
@@ -42,21 +42,20 @@ def _heads_from_layer_input(rec: Recording, index: int) -> Callable:
     return heads
 
 
-def _heads_from_input(rec: Recording, index: int) -> Callable:
+def heads_from_input(rec: Recording, index: int) -> Callable:
     """e0 -> o(l) [1, n, hidden] of layer `index`, running the layers below it and its attention block."""
 
+    through_block = heads_from_layer_input(rec, index)
+
     def heads(e0: torch.Tensor) -> torch.Tensor:
-        h = rec.replay(e0, 0, index)
-        with captured_contexts(rec.layout, [index]) as seen:
-            rec.replay_block(index, h)
-        return seen[-1][1]
+        return through_block(rec.replay(e0, 0, index))
 
     return heads
 
 
-def _block_heads_function(rec: Recording, index: int) -> Callable:
+def block_heads_function(rec: Recording, index: int) -> Callable:
     """e(l-1) -> (o(l) [1, 1, n, hidden], nothing [0, 1, n, hidden]) through layer `index`'s attention block alone."""
-    heads = _heads_from_layer_input(rec, index)
+    heads = heads_from_layer_input(rec, index)
 
     def heads_of_one_layer(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return heads(x)[None], x.new_zeros(0, *x.shape)
@@ -64,7 +63,7 @@ def _block_heads_function(rec: Recording, index: int) -> Callable:
     return heads_of_one_layer
 
 
-def _plain_input_norms(
+def plain_input_norms(
     fn: Callable, e0: torch.Tensor, n_heads: int, directions: Iterator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sums over token i's directions v of ||d o(l,h)_j / d e0_i . v||^2 as [i, layers, j, heads], and of
