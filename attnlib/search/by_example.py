@@ -6,13 +6,16 @@ the counts of their UPOS and DEPREL and of what each head makes them attend to m
 - mode heads: the concatenated context vectors c[l, h, t] of a set of heads (METHODS §15), taken where the attention
   output projection reads them (attnlib.core.replay), for every family of attnlib.core.families.
 
-An index is built in one batched pass (`fill_index`, a Fill of the corpus engines: in-process or on Ray). It keeps
+An index is built in one batched pass (`build.fill_index`, a Fill run as a core.engines.Scale says). It keeps
 the vectors normalised, rounded to float16 (or float32) as its file stores them and held as float32 for the
 matrix-vector product of search, and per position only what search and the summaries need: its
 input, position, piece and word, the gold UPOS and DEPREL of a CoNLL-U corpus, and the key each head of the layer
 attends to most. A heads index keeps every head it was built for, each row normalised over them with each head's
 part of the norm: a search over any subset S of them is the exact cosine over S, from the same index. Search is
 exact: one float32 matrix-vector product over every row, the top k by score, ties by (input, position).
+
+The package's modules: options (what an index holds), vectors (the model's vectors, the query), index (CorpusIndex:
+data and file), build (build_index), scoring (the search); this one searches an index, or a corpus indexed on the way.
 """
 
 from __future__ import annotations
