@@ -325,7 +325,7 @@ def exact_added_mb(n_tokens: int) -> tuple[int, float]:
     import itertools
     import threading
 
-    import attnlib.stats.hta as attribution
+    import attnlib.stats.hta.every_row as attribution
     from attnlib.core.model import DEFAULT_MODEL, load_model
     from attnlib.core.runner import run
 
@@ -333,8 +333,8 @@ def exact_added_mb(n_tokens: int) -> tuple[int, float]:
     words = ("the committee approved a new budget after a long debate and everyone went home early " * 40).split()
     text = " ".join(words[: n_tokens - 2])
     n = run(lm, text).n
-    whole = attribution._direction_chunks
-    attribution._direction_chunks = lambda *a, **k: itertools.islice(whole(*a, **k), 2)
+    whole = attribution.direction_chunks
+    attribution.direction_chunks = lambda *a, **k: itertools.islice(whole(*a, **k), 2)
     process = psutil.Process()
     base = peak = process.memory_info().rss
     sampling = True
@@ -353,7 +353,7 @@ def exact_added_mb(n_tokens: int) -> tuple[int, float]:
     finally:
         sampling = False
         sampler.join()
-        attribution._direction_chunks = whole
+        attribution.direction_chunks = whole
     return n, (peak - base) / 2**20
 
 

@@ -9,7 +9,7 @@ included) is its own, once on 128 tokens (one-off costs) and then measured on th
   blockwise  the library's block-wise forward pass (attnlib.core.blockwise), every block handed to a consumer that only
              reads it
   special    `special` statistics of the one input (block-wise above attnlib.core.blockwise.BLOCKWISE_FROM tokens)
-  query      search's query vector of the middle token, last layer's output (attnlib.search.by_example.query_of:
+  query      search's query vector of the middle token, last layer's output (attnlib.search.vectors.query_of:
              block-wise above BLOCKWISE_FROM tokens, keeping that one hidden state)
   query-eager the same query on the eager path at any length (every layer's maps and hidden states)
   blockwise-glibc  (only when asked) blockwise with glibc's own mapping threshold, not the library's 1 MB
@@ -112,7 +112,7 @@ def one(config: str, folder: str, n: int) -> dict:
     from attnlib.core.corpus import CorpusInput
     from attnlib.core.model import load_model
     from attnlib.core.runner import encode, model_inputs
-    from attnlib.search import by_example
+    from attnlib.search import vectors
     from attnlib.search.by_example import IndexOptions
 
     torch.set_num_threads(torch.get_num_threads())
@@ -134,8 +134,8 @@ def one(config: str, folder: str, n: int) -> dict:
             run_analysis(SPECIAL, lm, SPECIAL.make_options(), inputs={"corpus": [CorpusInput(text)]})
         else:
             if config == "query-eager":
-                by_example.BLOCKWISE_FROM = 2**30
-            by_example.query_of(lm, text, None, len(batch["input_ids"][0]) // 2, IndexOptions(lm.facts.n_layers - 1))
+                vectors.BLOCKWISE_FROM = 2**30
+            vectors.query_of(lm, text, None, len(batch["input_ids"][0]) // 2, IndexOptions(lm.facts.n_layers - 1))
 
     short = text_of(lm, WARM_UP_TOKENS)  # first calls pay one-off costs (kernels, thread pools, registrations)
     call(model_inputs(lm, [encode(lm, short)]), short)

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from attnlib.analyses.gradient import GRADIENT, GradientImportance
+from attnlib.analyses.labels import TOKEN_NAMES
 from attnlib.analyses.special import HeadMap, NormShareResult, SpecialOptions, SpecialTokenResult, SpecialTokens
 from attnlib.present.tables import by_layer
 from ui.sources.compare import difference_line
@@ -18,19 +19,7 @@ from ui.sources.result_source import LOAD_TITLE, FromFile, uploaded_result
 from ui.widgets.downloads import chart
 
 KEY = "special"  # widget keys and download names of the page start with it
-NAMES = {
-    "cls": "[CLS]",
-    "sep": "[SEP]",
-    "punct": "punctuation",
-    "other": "other tokens",
-    "prev": "previous token",
-    "self": "the token itself",
-    "next": "next token",
-    "sep_to_sep": "[SEP] rows to [SEP]",
-    "rest_to_sep": "other rows to [SEP]",
-    "entropy": "entropy",
-    "cls_entropy": "[CLS]-row entropy",
-}
+NAMES = TOKEN_NAMES
 
 
 DECODER_NAMES = {"cls": "first token", "sep": "end token", "cls_entropy": "first-row entropy"}  # METHODS §18

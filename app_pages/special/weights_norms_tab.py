@@ -7,10 +7,10 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.special.special_views import KEY, ShownResult, models_difference, names_for, show_figure
+from attnlib.analyses.labels import CLASS_NAMES
 from attnlib.analyses.special import CLASS_KEYS, NORM_GAP_FACTOR, largest_weight_norm_gap
 from attnlib.analyses.tables import layer_frame
 from attnlib.views.norms import (
-    CLASS_NAMES,
     value_norm_figure,
     value_norms_by_model,
     weights_vs_norms_by_model,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError, CorpusInput, read_conllu, read_corpus
-from attnlib.core.engines import CorpusRun, Fill, Scale, ScaleError, check_device, engine_fill, run_accumulators
+from attnlib.core.engines import CorpusRun, Fill, Scale, ScaleError, check_device, engine_fill
 from attnlib.core.errors import OptionError as OptionError  # part of this module's API
 from attnlib.core.families import Statistic, UnsupportedModelError, unsupported_reason
 from attnlib.core.model import LoadedModel, ModelFacts, load_model
@@ -445,8 +445,8 @@ def run_analysis(
     A loaded model is used as it is (the local engine); a name is loaded here, or by each Ray worker with
     engine="ray". `note` is told, before a long one-input run, what it will cost. A part a model's family cannot give
     (families.unsupported_reason) is left out, or with `strict` (the command line) refused: UnsupportedModelError."""
+    scale = Scale(engine, workers, cpus_per_worker, device)
     if analysis.reads == "model":
-        scale = Scale(engine, workers, cpus_per_worker, device)
         return _run_on_model(analysis, model, options, text, pair, inputs, limit, scale, note)
     if analysis.reads == "text":
         if text is None:
@@ -485,27 +485,14 @@ def run_analysis(
     for items in read.values():
         before = sum(len(read[s]) for s in analysis.sources[: len(runs)])
         report = None if progress is None else partial(_offset_progress, progress, before, total)
-        runs.append(
-            run_accumulators(
-                model,
-                items,
-                analysis.make_accumulators(options),
-                analysis.make_fill(options),
-                engine=engine,
-                device=device,
-                workers=workers,
-                batch_size=batch_size,
-                cpus_per_worker=cpus_per_worker,
-                progress=report,
-            )
-        )
+        make, fill = analysis.make_accumulators(options), analysis.make_fill(options)
+        runs.append(scale.accumulate(model, items, make, fill, batch_size, report))
     assert analysis.finish is not None
     result = analysis.finish(*[r.accumulators for r in runs], options)
     follow = None if analysis.follow is None else analysis.follow(result, options)
     if follow is not None:
-        again = run_accumulators(model, list(read.values())[-1], follow.make_accumulators, follow.fill, engine=engine,
-                                 device=device, workers=workers, batch_size=batch_size, cpus_per_worker=cpus_per_worker,
-                                 progress=progress)  # fmt: skip
+        again = scale.accumulate(model, list(read.values())[-1], follow.make_accumulators, follow.fill, batch_size,
+                                 progress)  # fmt: skip
         result = follow.finish(result, again.accumulators)
         runs.append(again)
     last = runs[-1]

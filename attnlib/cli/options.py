@@ -9,7 +9,7 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from attnlib.analyses.base import DEFAULT_BATCH_SIZE, Analysis, Options, choices_of, option_types
-from attnlib.core.engines import ENGINES, check_device
+from attnlib.core.engines import ENGINES, Scale, check_device
 from attnlib.core.model import DEFAULT_MODEL, DTYPES, LoadedModel, ModelLoadError, load_model
 from attnlib.results.shipped import ROOT
 
@@ -182,6 +182,11 @@ def corpus_run_flags(args: argparse.Namespace) -> dict:
     """What a corpus command's flags say about the run: limit, engine, device, workers, CPUs per worker, batch size."""
     names = ("limit", "engine", "device", "workers", "cpus_per_worker", "batch_size")
     return {name: getattr(args, name) for name in names}
+
+
+def scale_of(args: argparse.Namespace) -> Scale:
+    """Where a corpus command's flags say it runs: engine, workers, CPUs per worker and device."""
+    return Scale(args.engine, args.workers, args.cpus_per_worker, args.device)
 
 
 def note(line: str) -> None:

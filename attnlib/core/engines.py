@@ -229,7 +229,8 @@ def _ray_session() -> Iterator:
 
 @dataclass(frozen=True)
 class Scale:
-    """How a run of independent items (a model's checkpoints) runs: in this process, or on Ray, `workers` at a time."""
+    """Where a run runs: in this process, or on Ray, `workers` at a time, on a device; for a corpus (accumulate) or
+    for independent items such as a model's checkpoints (map)."""
 
     engine: str = "local"
     workers: int = 2
@@ -254,6 +255,19 @@ class Scale:
                 submitted.append(task.remote(*a))
                 running.append(submitted[-1])
             return ray.get(submitted)
+
+    def accumulate(
+        self,
+        model: str | LoadedModel,
+        inputs: Sequence[CorpusInput],
+        make_accumulators: MakeAccumulators,
+        fill: Fill = engine_fill,
+        batch_size: int = 32,
+        progress: Progress | None = None,
+    ) -> CorpusRun:
+        """run_accumulators over a corpus with this engine, device, workers and CPUs per worker."""
+        return run_accumulators(model, inputs, make_accumulators, fill, self.engine, self.device, self.workers,
+                                batch_size, self.cpus_per_worker, progress)  # fmt: skip
 
 
 LOCAL = Scale()  # in this process

@@ -27,6 +27,7 @@ from attnlib.analyses.aggregation import AGGREGATION, AggregationOptions, Aggreg
 from attnlib.analyses.base import Analysis, Options, read_inputs, run_analysis
 from attnlib.analyses.deps import DEPS, PAPER_MODELS, DepsOptions, DepsResult
 from attnlib.analyses.importance import IMPORTANCE, HeadImportance, ImportanceOptions, no_op_sentence
+from attnlib.analyses.labels import NORM_NAMES, SHARE_KEYS, STAT_NAMES
 from attnlib.analyses.positions import CORRELATIONS, POSITIONS, PositionOptions, PositionsResult
 from attnlib.analyses.probe import PROBE, ProbeOptions, ProbeResult
 from attnlib.analyses.special import SPECIAL, SpecialOptions, SpecialTokens
@@ -36,7 +37,6 @@ from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.runner import RunResult
 from attnlib.present.comparison import Difference, largest_difference
-from attnlib.present.labels import NORM_NAMES, SHARE_KEYS, STAT_NAMES
 from attnlib.present.tables import by_layer, layer_values
 from attnlib.results.files import corpus_record
 from attnlib.results.shipped import ROOT

@@ -12,6 +12,7 @@ from attnlib.analyses.base import Options
 from attnlib.analyses.deps import ALL, DependencyRow, DependencyTable, DepsOptions
 from attnlib.analyses.gradient import GradientOptions
 from attnlib.analyses.importance import ImportanceOptions
+from attnlib.analyses.labels import CLASS_NAMES, TOKEN_NAMES
 from attnlib.analyses.positions import PositionOptions, PositionsResult
 from attnlib.analyses.special import SpecialOptions, WeightNormGap
 from attnlib.results.shipped import CLASSROOM_PAIRS, CLASSROOM_SINGLE, EWT_DEV
@@ -288,9 +289,9 @@ def heads_notice(scores: np.ndarray, model: str) -> HeadsNotice:
 
 # ---------- step 2: most attention goes to a few tokens -----------------------------------------------------------
 
-SPECIAL_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation"}
-SHARE_NAMES = {**SPECIAL_NAMES, "other": "other tokens"}
-NO_OP_NAMES = {"sep_to_sep": "[SEP] rows to [SEP]", "rest_to_sep": "other rows to [SEP]"}
+SPECIAL_NAMES = {key: CLASS_NAMES[key] for key in ("cls", "sep", "punct")}
+SHARE_NAMES = {key: TOKEN_NAMES[key] for key in ("cls", "sep", "punct", "other")}
+NO_OP_NAMES = {key: TOKEN_NAMES[key] for key in ("sep_to_sep", "rest_to_sep")}
 
 
 def special_notice(special: SpecialTokenResult, model: str) -> str:

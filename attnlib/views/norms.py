@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.analyses.labels import CLASS_NAMES
 from attnlib.analyses.norms import InputNorms
 from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
@@ -20,7 +21,6 @@ from attnlib.views.special import (
     models_differ_in_depth,
 )
 
-CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
 MEASURE_NAMES = {
     "attention": "attention (mean over heads)",
     "layer_norm": "norm N",

@@ -9,6 +9,7 @@ import base64
 import numpy as np
 import plotly.graph_objects as go
 
+from attnlib.analyses.labels import CLASS_NAMES
 from attnlib.analyses.qk import METHOD_NAMES, QKResult
 from attnlib.views.canvas_html import html_page, view_script
 from attnlib.views.drawing import draws
@@ -23,7 +24,6 @@ COLOURINGS = {
 KIND_COLOURS = {"query": "#1b9e77", "key": "#d95f02"}  # AttentionViz-like: queries green, keys orange
 KIND_SYMBOLS = {"query": "circle", "key": "diamond"}
 PLURAL = {"query": "queries", "key": "keys"}
-CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
 CLASS_COLOURS = {"cls": "#1f77b4", "sep": "#d62728", "punct": "#9467bd", "other": "#bbbbbb"}
 UPOS_TAGS = (
     "NOUN", "PROPN", "PRON", "VERB", "AUX", "ADJ", "ADV", "ADP", "DET", "NUM", "CCONJ", "SCONJ", "PART", "PUNCT",

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from attnlib.analyses.labels import CLASS_NAMES
 from attnlib.search.by_example import IndexOptions, Match, SearchResult
 from attnlib.stats.special import CLASS_KEYS, strip_wordpiece_marker
 from attnlib.views.canvas_html import head_color
 from attnlib.views.figure import notebook_figure
 from attnlib.views.special import COLOURS, head_label
 
-CLASS_NAMES = {"cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "other": "other"}
 BAR_HEIGHT = 26  # pixels a bar of a horizontal count chart
 
 

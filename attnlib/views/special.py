@@ -9,8 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlib.analyses.labels import NORM_NAMES, STAT_NAMES
 from attnlib.analyses.special import SpecialTokens
-from attnlib.present.labels import NORM_NAMES, STAT_NAMES
 from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 from attnlib.views.layers import (

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import attnlib.search.by_example as by_example
+import attnlib.search.vectors as vectors
 from attnlib.core.blockwise import reduce_map
 from attnlib.core.corpus import read_corpus
 from attnlib.core.model import load_model
@@ -154,10 +154,10 @@ def test_search_of_a_window_token_is_the_eager_query_and_shades_the_matches(long
     index = build_index(lm, CLASSROOM_SINGLE, IndexOptions(0))
     expected = index.search(query_of(lm, text, None, 119, index.options), 4)  # N <= BLOCKWISE_FROM: eager
     passes = []
-    monkeypatch.setattr(by_example, "BLOCKWISE_FROM", 512)
-    run = by_example.run_blockwise
+    monkeypatch.setattr(vectors, "BLOCKWISE_FROM", 512)
+    run = vectors.run_blockwise
     monkeypatch.setattr(
-        by_example, "run_blockwise", lambda *a, **k: passes.append(a[1]["input_ids"].shape) or run(*a, **k)
+        vectors, "run_blockwise", lambda *a, **k: passes.append(a[1]["input_ids"].shape) or run(*a, **k)
     )
     at = open_live(
         model=folder, a=text, b="", view="neuron", layer="1", head="2", start="101", end="164", token="120",

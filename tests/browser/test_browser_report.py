@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from attnlib.analyses.base import run_analysis
+from attnlib.analyses.labels import STAT_NAMES
 from attnlib.analyses.special import SPECIAL, SpecialOptions
 from attnlib.core.corpus import read_corpus
 from attnlib.core.model import load_model
-from attnlib.present.labels import STAT_NAMES
 from attnlib.results.shipped import CLASSROOM_SINGLE
 from support.browser import TRACES, browser_page, download, traces_of, wait_idle
 from support.tolerances import FORWARD_RTOL

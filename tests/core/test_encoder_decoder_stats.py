@@ -17,8 +17,8 @@ from attnlib.cli.entry import main as cli_main
 from attnlib.core.families import STATISTICS, unsupported_reason
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode, run, run_encoded
-from attnlib.stats import hta, norms
-from attnlib.stats.hta import hidden_token_attribution
+from attnlib.stats import norms
+from attnlib.stats.hta import forward, hidden_token_attribution
 from attnlib.stats.importance import (
     AblationUnavailable,
     Variant,
@@ -244,8 +244,8 @@ def test_attribution_equals_reverse_mode(encdec, monkeypatch):
     _, lm = encdec
     enc = encode(lm, "Cats sleep a lot.")
     runs: list[int] = []
-    written_out = hta._linearised_input_norms
-    monkeypatch.setattr(hta, "_linearised_input_norms", lambda *a: runs.append(1) or written_out(*a))
+    written_out = forward.linearised_input_norms
+    monkeypatch.setattr(forward, "linearised_input_norms", lambda *a: runs.append(1) or written_out(*a))
     exact = hidden_token_attribution(lm, enc, mode="exact", with_output=True)
     assert len(runs) == 2  # the check on two directions, then every direction
     heads = [(0, 1), (lm.facts.n_layers - 1, 3)]

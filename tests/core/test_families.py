@@ -13,8 +13,8 @@ from attnlib.core.families import BY_MODEL_TYPE, FAMILIES, UnsupportedModelError
 from attnlib.core.replay import captured_contexts, editing_contexts, record
 from attnlib.core.runner import encode, model_inputs, run, run_encoded
 from attnlib.results.shipped import CLASSROOM_SINGLE
-from attnlib.stats import hta, norms
-from attnlib.stats.hta import hidden_token_attribution
+from attnlib.stats import norms
+from attnlib.stats.hta import choice, forward, hidden_token_attribution
 from support.cli import cli_json, run_cli
 from support.families import TEXT_A, TEXT_B
 from support.models import DECODER_KINDS, MODERNBERT_WINDOW, move_off_initial, save_tiny
@@ -251,8 +251,8 @@ def test_soft_capped_scores_are_written_out_and_equal_jvp(tmp_path, monkeypatch)
     lm = load_model(str(folder))
     move_off_initial(lm.encoder)
     layers: list = []
-    at_input = hta._layer_at_input
-    monkeypatch.setattr(hta, "_layer_at_input", lambda *a: layers.append(at_input(*a)) or layers[-1])
+    at_input = choice.layer_at_input
+    monkeypatch.setattr(choice, "layer_at_input", lambda *a: layers.append(at_input(*a)) or layers[-1])
     _assert_written_out_equals_jvp(lm, monkeypatch)
     assert min(float(layer.cap_slope.min()) for layer in layers) < 0.5  # the cap bends the largest scores
 
@@ -261,8 +261,8 @@ def _assert_written_out_equals_jvp(lm, monkeypatch) -> None:
     """HTA (estimate mode, with the layer outputs) takes the written-out tangents and equals jvp through the layers."""
     enc = encode(lm, TEXT_A, TEXT_B)
     runs: list[int] = []
-    written_out = hta._linearised_input_norms
-    monkeypatch.setattr(hta, "_linearised_input_norms", lambda *a: runs.append(1) or written_out(*a))
+    written_out = forward.linearised_input_norms
+    monkeypatch.setattr(forward, "linearised_input_norms", lambda *a: runs.append(1) or written_out(*a))
     fast = hidden_token_attribution(lm, enc, mode="estimate", probes=4, with_output=True)
     assert len(runs) == 2  # the check on two directions, then every direction: no fallback
     plain = hidden_token_attribution(lm, enc, mode="estimate", probes=4, linearise=False, with_output=True)

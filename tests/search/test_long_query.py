@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attnlib.core.blockwise
-import attnlib.search.by_example as by_example
+import attnlib.search.vectors as vectors
 from attnlib.core.model import load_model
 from attnlib.core.runner import encode, model_inputs
 from attnlib.search.by_example import IndexOptions, SearchError, query_of
@@ -41,10 +41,10 @@ def spy_long_path(monkeypatch, lm) -> list:
     """Force the long path (every input block-wise, 3 query rows a block); the list receives each block-wise pass's
     model output (what transformers kept of it) and the blocks' heights."""
     seen: list = []
-    monkeypatch.setattr(by_example, "BLOCKWISE_FROM", 4)
+    monkeypatch.setattr(vectors, "BLOCKWISE_FROM", 4)
     monkeypatch.setattr(attnlib.core.blockwise, "default_block_rows", lambda n, heads: 3)
     handle = lm.encoder.register_forward_hook(lambda _m, _args, out: seen.append(out))
-    monkeypatch.setattr(by_example, "run_blockwise", _counting(by_example.run_blockwise, seen))
+    monkeypatch.setattr(vectors, "run_blockwise", _counting(vectors.run_blockwise, seen))
     return seen, handle
 
 
@@ -80,7 +80,7 @@ def test_long_query_equals_the_eager_query(family_lm, name, monkeypatch):
         np.testing.assert_allclose(long.head_norms, eager.head_norms, rtol=0, atol=FORWARD_RTOL)
     else:
         kept = [i for i, h in enumerate(out.hidden_states) if h is not None]
-        assert kept == [by_example.hidden_index(options)]  # one hidden state kept, not every layer's
+        assert kept == [vectors.hidden_index(options)]  # one hidden state kept, not every layer's
     assert long.tokens == eager.tokens and long.token == eager.token
     np.testing.assert_allclose(long.vector, eager.vector, rtol=0, atol=FORWARD_RTOL)
     assert np.linalg.norm(long.vector) == pytest.approx(1, abs=FORWARD_RTOL)
@@ -102,8 +102,8 @@ def test_last_layer_is_the_models_last_hidden_state(family_lm, monkeypatch):
 def test_family_without_blockwise_is_refused_above_the_memory_guard(tmp_path, monkeypatch):
     folder = str(save_tiny("deberta-v2", tmp_path / "deberta"))
     lm = load_model(folder)
-    monkeypatch.setattr(by_example, "BLOCKWISE_FROM", 4)
-    assert not by_example.runs_blockwise(lm, encode(lm, TEXT))
+    monkeypatch.setattr(vectors, "BLOCKWISE_FROM", 4)
+    assert not vectors.runs_blockwise(lm, encode(lm, TEXT))
     assert query_of(lm, TEXT, None, TOKEN, IndexOptions(1)).vector.shape == (lm.facts.hidden_size,)  # eager fits
     monkeypatch.setenv("ATTNLIB_MAX_RUN_MB", "0.001")
     with pytest.raises(SearchError, match="'deberta-v2' models cannot run block-wise"):
@@ -135,7 +135,7 @@ def test_cli_searches_with_a_long_text(long_cli, monkeypatch):
     assert ran.code == 0, ran.err
     eager_lm = load_model(model)
     assert encode(eager_lm, text).n == N_CLI
-    monkeypatch.setattr(by_example, "BLOCKWISE_FROM", N_CLI)  # the same query, eager
+    monkeypatch.setattr(vectors, "BLOCKWISE_FROM", N_CLI)  # the same query, eager
     eager = run_cli(*argv, "--k", "5", "--heads", "1,3")
     got, expected = ran.json["matches"], eager.json["matches"]
     assert [(m["input"], m["position"]) for m in got] == [(m["input"], m["position"]) for m in expected]

@@ -27,6 +27,7 @@ from attnlib.search.by_example import (
     search_corpus,
     top_k,
 )
+from attnlib.search.scoring import candidate_scores
 from attnlib.stats.special import CLASS_KEYS
 from support.cli import run_cli
 from support.json_keys import COMMAND_KEYS
@@ -202,7 +203,7 @@ def test_float16_scores_agree_with_float32_within_the_bound(minilm):
     assert half.options.dtype == "float16" and not np.array_equal(half.vectors, full.vectors)
     np.testing.assert_array_equal(half.vectors.astype(np.float16).astype(np.float32), half.vectors)  # float16 values
     query = query_of(minilm, QUERY, None, 2, options)
-    s16, s32 = half.scores(query), full.scores(query)
+    s16, s32 = candidate_scores(half, query), candidate_scores(full, query)
     assert np.abs(s16 - s32).max() <= FLOAT16_ROUNDING * 1.01 < FLOAT16_SCORE_BOUND
     top16, top32 = half.search(query, k=20), full.search(query, k=20)
     for a, b in zip(top16.matches, top32.matches):

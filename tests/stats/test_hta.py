@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from attnlib.core.runner import encode
-from attnlib.stats import hta
-from attnlib.stats.hta import attribute, hidden_token_attribution
+from attnlib.stats.hta import attention, attribute, forward, hidden_token_attribution, norms
 from support.reference import reverse_mode_reference
 from support.tolerances import EPS32
 
@@ -19,8 +18,8 @@ def test_linearised_layers_equal_the_models_own(tiny_model, monkeypatch):
     """Per-token Jacobians give what torch.func.jvp through the model's own layers gives, in both modes."""
     enc = encode(tiny_model, "The cat sat on the mat.", "It was warm.")
     runs = []
-    linearised = hta._linearised_input_norms
-    monkeypatch.setattr(hta, "_linearised_input_norms", lambda *args: runs.append(1) or linearised(*args))
+    linearised = forward.linearised_input_norms
+    monkeypatch.setattr(forward, "linearised_input_norms", lambda *args: runs.append(1) or linearised(*args))
     for mode in ("exact", "estimate"):
         fast = hidden_token_attribution(tiny_model, enc, mode=mode, probes=5)
         plain = hidden_token_attribution(tiny_model, enc, mode=mode, probes=5, linearise=False)
@@ -37,7 +36,7 @@ def test_layer_norm_tangent_is_the_layer_norms_jacobian():
     torch.nn.init.normal_(norm.weight)
     x, tangents = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
     norm = norm.double()
-    at = hta._norm_at(norm, x)
+    at = norms.norm_at(norm, x)
     assert at is not None and at.centred
     for row in range(3):
         jacobian = torch.func.jacfwd(norm)(x[row])
@@ -55,7 +54,7 @@ def test_rms_norm_tangent_is_the_rms_norms_jacobian(family):
     norm = (LlamaRMSNorm if family == "llama" else GemmaRMSNorm)(8, eps=1e-6)
     torch.nn.init.normal_(norm.weight)
     x, tangents = torch.randn(3, 8), torch.randn(3, 8)
-    at = hta._norm_at(norm, x)
+    at = norms.norm_at(norm, x)
     assert at is not None and not at.centred
     for row in range(3):
         jacobian = torch.func.jacfwd(norm)(x[row])
@@ -73,7 +72,7 @@ def test_pair_rotation_is_the_matrix_it_was_read_from():
         c, s_ = angles[..., e].cos(), angles[..., e].sin()
         matrices[..., 2 * e, 2 * e], matrices[..., 2 * e, 2 * e + 1] = c, -s_
         matrices[..., 2 * e + 1, 2 * e], matrices[..., 2 * e + 1, 2 * e + 1] = s_, c
-    pair = hta._pair_rotation(matrices)
+    pair = attention.pair_rotation(matrices)
     assert pair is not None
     t = torch.randn(n, 5, heads, d)
     # float32: each output is a two-term sum either way
@@ -83,7 +82,7 @@ def test_pair_rotation_is_the_matrix_it_was_read_from():
     torch.testing.assert_close(
         pair.rows(rows, tokens), torch.einsum("hcde,che->chd", matrices[:, tokens], rows), rtol=1e-6, atol=1e-6
     )
-    assert hta._pair_rotation(torch.randn(heads, n, d, d)) is None
+    assert attention.pair_rotation(torch.randn(heads, n, d, d)) is None
 
 
 def test_estimate_converges_to_exact(tiny_model):

@@ -14,9 +14,9 @@ from attnlib.cli.options import (
     add_model_option,
     add_option_flags,
     add_scale_options,
-    corpus_run_flags,
     loaded,
     positive_int,
+    scale_of,
 )
 from attnlib.core.engines import check_device
 from attnlib.core.model import LoadedModel
@@ -90,7 +90,9 @@ def indexed(lm: LoadedModel, args: argparse.Namespace, options: IndexOptions) ->
     """The index that the corpus flags and options describe, built in one pass of the chosen engine."""
     path, conllu = corpus_of(args)
     assert path is not None
-    return build_index(lm, path, options, conllu=conllu, **corpus_run_flags(args))
+    return build_index(
+        lm, path, options, conllu=conllu, limit=args.limit, scale=scale_of(args), batch_size=args.batch_size
+    )
 
 
 def handle(args: argparse.Namespace) -> dict:
