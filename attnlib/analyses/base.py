@@ -335,6 +335,11 @@ class AnalysisRun(Generic[R]):
             data["layout_found"] = dict(self.facts.layout_found)
         return data
 
+    def as_options(self, options: Options) -> AnalysisRun[R]:
+        """The run as these options show it (a shipped or cached run may hold more, or another view: the result's
+        for_options), its JSON what the command prints with them."""
+        return replace(self, options=options, result=self.analysis.for_options(self.result, options))
+
     def result_file(self) -> ResultFile:
         """The run as a result file (`--out`): its options as asdict, the model's facts, this run's version and time."""
         state = self.result.state_json() if hasattr(self.result, "state_json") else None
