@@ -116,7 +116,13 @@ def positions_cost(lm: LoadedModel, choice: CorpusChoice, options: PositionOptio
 
 def positions_file(found: FromFile[PositionsResult], options: PositionOptions) -> Shown[PositionsResult]:
     """A `positions` result file's statistics."""
-    return Shown(found.model, found.value, found.corpus, f"loaded from {found.name}", run=run_in_file(found.record))
+    return Shown(
+        found.model,
+        found.value,
+        found.corpus,
+        f"loaded from {found.name}",
+        run=run_in_file(found.record, read=found.value),
+    )
 
 
 POSITIONS_PAGE: CorpusPage[PositionOptions, Shown[PositionsResult]] = CorpusPage(
@@ -157,7 +163,13 @@ def aggregation_result(
 def aggregation_file(found: FromFile[AggregationResult], options: PositionOptions) -> Shown[AggregationResult]:
     """An `aggregation` result file's statistics, where they come from said."""
     st.caption(f"{found.model}: {found.value.n_inputs} inputs of {found.corpus}; loaded from {found.name}.")
-    return Shown(found.model, found.value, found.corpus, f"loaded from {found.name}", run=run_in_file(found.record))
+    return Shown(
+        found.model,
+        found.value,
+        found.corpus,
+        f"loaded from {found.name}",
+        run=run_in_file(found.record, read=found.value),
+    )
 
 
 AGGREGATION_PAGE: CorpusPage[PositionOptions, Shown[AggregationResult]] = CorpusPage(

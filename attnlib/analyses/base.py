@@ -405,13 +405,14 @@ def _notebook_shell() -> Any:
     return None if ipython is None else ipython.get_ipython()
 
 
-def run_of_record(analysis: Analysis, record: ResultFile) -> AnalysisRun:
-    """The run a result file holds; ResultFileError when it is malformed or of another analysis. Files written
-    before attnlib kept the model's facts give only the model's name, kind and dtype (the rest zero)."""
+def run_of_record(analysis: Analysis, record: ResultFile, result: Any = None) -> AnalysisRun:
+    """The run a result file holds (its `result` when already read from it); ResultFileError when it is malformed or
+    of another analysis. Files written before attnlib kept the model's facts give only the model's name, kind and
+    dtype (the rest zero)."""
     return AnalysisRun(
         analysis,
         analysis.options_from_json(record.options),
-        analysis.from_record(record),
+        analysis.from_record(record) if result is None else result,
         facts_of_record(record),
         record.corpus,
         record.run,

@@ -66,12 +66,12 @@ class Shown(Generic[T]):
 def file_shown(found: FromFile[T], options: Any = None) -> Shown[T]:
     """A result file's result as shown, named by its file and provenance, with the run it holds."""
     origin = f"from {found.name}, {found.record.provenance()}"
-    return Shown(found.model, found.value, found.corpus, origin, run=run_in_file(found.record))
+    return Shown(found.model, found.value, found.corpus, origin, run=run_in_file(found.record, read=found.value))
 
 
 def file_shown_as(found: FromFile[Any], options: Any) -> Shown[Any]:
     """A result file's run as these options show it (its `for_options`: a measure, thresholds)."""
-    run = run_in_file(found.record, options)
+    run = run_in_file(found.record, options, found.value)
     return replace(file_shown(found), result=run.result, run=run)
 
 
@@ -234,7 +234,7 @@ def every_head_tab(
 ) -> None:
     """A page's table of every head of every model shown (its result's table of that title), its CSV, and the runs'
     JSON, what `attnlib <command> --json` prints."""
-    command = views[0].run.analysis.name if views[0].run is not None else name
+    command = next(v.run.analysis.name for v in views if v.run is not None)
     st.markdown(f"Every head (layers and heads from 1); the JSON counts from 0, like `attnlib {command} --json`.")
     table = pd.concat([v.result.tables(v.model)[title] for v in views], ignore_index=True)
     data_table(table, key=f"{key}_heads", formats=formats)

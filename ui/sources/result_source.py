@@ -114,9 +114,11 @@ def _shipped(key: tuple, sha1: str, n_inputs: int, train: tuple[str, int] | None
     return None if record is None else (_parse(record), record.provenance())
 
 
-def run_in_file(record: ResultFile, options: Options | None = None) -> AnalysisRun:
-    """The run a result file holds (its analysis named by the file), as these options show it (default: its own)."""
-    run = run_of_record(analysis_named(record.command), record)
+def run_in_file(record: ResultFile, options: Options | None = None, read: Any = None) -> AnalysisRun:
+    """The run a result file holds (its analysis named by the file; `read`: what a page read of it, reused where it is
+    the analysis's result), as these options show it (default: its own)."""
+    analysis = analysis_named(record.command)
+    run = run_of_record(analysis, record, read if isinstance(read, analysis.result) else None)
     return run if options is None else run.as_options(options)
 
 
