@@ -106,7 +106,8 @@ def model_result(lm: LoadedModel, choice: CorpusChoice, chosen: Chosen) -> Shown
     reason = unavailable_reason(lm)
     asked = shown.source == COMPUTED_HERE or st.session_state.get(grad_asked_key(name, choice.fingerprint), False)
     if grads is None and chosen.gradients and reason is None and asked:
-        grads, grad_source = result_on_corpus("gradient", name, choice, GradientOptions(), GRADIENT_BAR)
+        run, grad_source = result_on_corpus("gradient", name, choice, GradientOptions(), GRADIENT_BAR)
+        grads = None if run is None else run.result
     caveats = {} if reason is None or grads is not None else {GRADIENT_CAVEAT: reason}
     return ShownResult(**vars(shown) | {"caveats": caveats}, gradients=grads, gradient_source=grad_source)
 
