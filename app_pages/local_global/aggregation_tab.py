@@ -8,6 +8,7 @@ import streamlit as st
 
 from attnlib.analyses.aggregation import ATTRIBUTION, MEASURES, AggregationOptions, AggregationResult
 from attnlib.analyses.positions import PositionOptions
+from attnlib.core.model import LoadedModel
 from attnlib.present.tables import layer_values
 from attnlib.views.norms import (
     MEASURE_NAMES,
@@ -17,8 +18,8 @@ from attnlib.views.norms import (
     measure_center_of_mass_figure,
 )
 from attnlib.views.positions import position_histograms
-from ui.sources.compare import difference_line
-from ui.sources.corpus_page import Inputs, Shown
+from ui.sources.compare import Second, difference_line
+from ui.sources.corpus_page import CorpusPage, Inputs, Shown
 from ui.sources.page_state import Option, bind
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
@@ -111,7 +112,12 @@ def aggregation_histograms(results: Aggregations, measure: str) -> None:
         chart(fig, f"aggregation_histograms_{measure}", f"lg_agg_hist{i}")
 
 
-def aggregation_section(shown: list[Shown[AggregationResult]], given: Inputs[PositionOptions]) -> None:
+def aggregation_section(
+    page: CorpusPage[PositionOptions, Shown[AggregationResult]],
+    lm: LoadedModel,
+    given: Inputs[PositionOptions],
+    second: Second,
+) -> None:
     """Issue 14: each measure's agreement with layer-output attribution per layer, centres of mass, histograms."""
     st.subheader("Global aggregation")
     st.caption(
@@ -120,7 +126,7 @@ def aggregation_section(shown: list[Shown[AggregationResult]], given: Inputs[Pos
         "Spearman solid, Pearson dashed, mean over query rows and inputs (METHODS §13). Same mode and probes as the other tabs."
     )
     cite_methods(13)
-    results = {v.model: v.result for v in shown}
+    results = {v.model: v.result for v in page.results(lm, given, second)}
     if not results:
         if given.choice is None and given.loaded is None:
             st.info(

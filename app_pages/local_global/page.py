@@ -420,6 +420,6 @@ with tab:
     if label == TABS["example"]:
         example_section(lm)
     elif label == TABS["aggregation"]:
-        aggregation_section(AGGREGATION_PAGE.results(lm, given_aggregation, second_aggregation), given_aggregation)
+        aggregation_section(AGGREGATION_PAGE, lm, given_aggregation, second_aggregation)
     elif results:
         CORPUS_SECTIONS[label](results)
