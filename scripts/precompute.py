@@ -57,7 +57,9 @@ from attnlib.results.shipped import (  # noqa: E402
 
 CHECK_INPUTS = 5
 UD_LIMIT = 100  # the corpus pages' default limit for slow statistics on a treebank
-IMPORTANCE_LIMIT = UD_LIMIT  # head importance replays every head three times (ui/importance_views.SHIPPED_LIMIT)
+IMPORTANCE_LIMIT = (
+    UD_LIMIT  # head importance replays every head three times (app_pages/importance/page.py: SHIPPED_LIMIT)
+)
 CHECK_DIR = "check"
 
 

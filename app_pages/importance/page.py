@@ -3,12 +3,22 @@ no-op test, the pruning curve and Michel's gradient importance (METHODS §15, Mi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app_pages.importance.importance_views import KEY, PAGE, ShownImportance
-from attnlib.analyses.importance import mlm_reason, no_op_sentence, ranked_heads
+from attnlib.analyses.importance import (
+    MEASURES,
+    HeadImportance,
+    ImportanceOptions,
+    mlm_reason,
+    no_op_sentence,
+    ranked_heads,
+    unavailable_reason,
+)
+from attnlib.core.model import LoadedModel
 from attnlib.views.importance import (
     change_names,
     effect_heatmap,
@@ -19,9 +29,11 @@ from attnlib.views.importance import (
 )
 from attnlib.views.special import head_label
 from ui.sources.compare import difference_line
-from ui.sources.corpus_page import every_head_tab
+from ui.sources.corpus_page import CorpusPage, Shown, every_head_tab, file_shown_as
+from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import current_model
-from ui.sources.page_state import Option, lazy_tabs
+from ui.sources.page_state import AnalysisForm, Option, field_option, lazy_tabs
+from ui.sources.result_source import Bar
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_table
 from ui.widgets.family_notes import encoder_part_notes
@@ -29,7 +41,63 @@ from ui.widgets.methods import cite_methods
 from ui.widgets.page_tabs import HEAD_IMPORTANCE
 from ui.widgets.side_by_side import side_by_side
 
+KEY = "importance"  # widget keys and download names start with it
+SHIPPED_LIMIT = 100  # EWT dev ships on its first 100 sentences (scripts/precompute.py); the classroom sets whole
+SHOWN_FIRST = ImportanceOptions(knockout=True, prune=True)
+FIELDS = {
+    "knockout": field_option(SHOWN_FIRST, "knockout", f"{KEY}_knockout", "ko"),
+    "prune": field_option(SHOWN_FIRST, "prune", f"{KEY}_prune", "prune"),
+    "measure": field_option(SHOWN_FIRST, "measure", f"{KEY}_measure", "measure", choices=list(MEASURES)),
+}
+FORM = AnalysisForm(SHOWN_FIRST, FIELDS, KEY)  # the seed (the gradient importance's masks) a plain widget
+ShownImportance = Shown[HeadImportance]  # one model's importance as the page shows it (in the chosen measure)
 TAB = Option(f"{KEY}_tab", "tab", HEAD_IMPORTANCE["effects"], HEAD_IMPORTANCE, omit_default=True)
+
+
+def cost_sentence(lm: LoadedModel, choice: CorpusChoice, options: ImportanceOptions) -> str:
+    """What computing it costs, said before it starts."""
+    f = lm.facts
+    passes = f.n_heads * (f.n_layers + 1) / 2 * (3 if options.knockout else 1) * (2 if lm.mlm is not None else 1)
+    special = "first-token" if f.causal else "[CLS]/[SEP]"
+    knock = f" (and knocks out its {special} attention)" if options.knockout else ""
+    prune = ", then a pruning pass" if options.prune else ""
+    return (
+        f"Nothing ships for {f.name} on {choice.label}: computing switches every head off in turn{knock}{prune}, about "
+        f"{passes:.0f} forward passes over the {choice.n_inputs} inputs."
+    )
+
+
+def options_sidebar(lm: LoadedModel, from_file: bool = False) -> ImportanceOptions:
+    """The page's options (kept in the URL): the knockouts, the pruning curve, and the measure shown."""
+    options = FORM.bind()
+    with st.sidebar:
+        st.subheader("Options")
+        causal = lm.facts.causal
+        special = "First-token" if causal else "[CLS]/[SEP]"
+        st.checkbox(f"{special} knockouts (drop, renormalise)", key=FIELDS["knockout"].key)
+        st.checkbox("Pruning curve (a second pass)", key=FIELDS["prune"].key)
+        measures = [m for m in MEASURES if m != "mlm" or mlm_reason(lm) is None]
+        if options.measure not in measures:
+            missing = "language-model head: the next-token loss" if causal else "masked-LM head: the mlm measure"
+            st.caption(f"{lm.facts.name} has no trained {missing} is not defined for it.")
+            options = replace(options, measure="embedding")
+            st.session_state[FIELDS["measure"].key] = "embedding"
+        names = measure_names(causal)
+        st.radio("Effect measure", measures, format_func=names.get, key=FIELDS["measure"].key)
+        FORM.other_widgets()
+    return options
+
+
+PAGE: CorpusPage[ImportanceOptions, ShownImportance] = CorpusPage(
+    KEY,
+    "importance",
+    options_sidebar,
+    from_file=file_shown_as,
+    default_limit=SHIPPED_LIMIT,
+    bar=Bar("Head importance, {model}"),
+    ask_first=cost_sentence,
+    unavailable=unavailable_reason,
+)
 
 
 def per_layer_means(view: ShownImportance) -> dict[str, dict[str, float]]:
@@ -43,6 +111,7 @@ def per_layer_means(view: ShownImportance) -> dict[str, dict[str, float]]:
 
 
 SHARE_NAMES = {False: "CLS+SEP share", True: "first_share"}
+HEAD_TABLE = "Per head (effects are corpus means; METHODS §15)"  # the result's table of every head
 
 
 def causal(views: list[ShownImportance]) -> bool:
@@ -185,30 +254,9 @@ def gradient_tab(views: list[ShownImportance]) -> None:
     side_by_side(views, draw)
 
 
-def head_table(view: ShownImportance) -> pd.DataFrame:
-    """One row per head (layer and head from 1): the share, and every change under every measure computed."""
-    r = view.result
-    L, H = r.special_share.shape
-    table = pd.DataFrame(
-        {
-            "model": view.model,
-            "layer": np.repeat(np.arange(1, L + 1), H),
-            "head": np.tile(np.arange(1, H + 1), L),
-            "first_share" if r.causal else "cls_sep_share": r.special_share.ravel(),
-        }
-    )
-    for change in ("ablate", "drop", "renormalise"):
-        for measure in r.measures():
-            values = r.effect(change, measure)
-            if values is not None:
-                table[f"{change}_{measure}"] = values.ravel()
-    if r.importance is not None:
-        table["gradient_importance"] = r.importance.ravel()
-    return table
-
-
 def tables_tab(views: list[ShownImportance]) -> None:
-    every_head_tab(views, head_table, "importance", "head_importance", KEY)
+    """Every head's share and effects (the result's table), with the command's JSON."""
+    every_head_tab(views, HEAD_TABLE, "head_importance", KEY)
 
 
 RENDERERS = {

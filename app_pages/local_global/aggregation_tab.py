@@ -20,9 +20,7 @@ from attnlib.views.norms import (
 from attnlib.views.positions import position_histograms
 from ui.sources.compare import Second, difference_line
 from ui.sources.corpus_page import CorpusPage, Inputs, Shown
-from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.page_state import Option, bind
-from ui.sources.result_source import Bar, FromFile
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.methods import cite_methods
@@ -51,46 +49,6 @@ def aggregation_options(options: PositionOptions) -> AggregationOptions:
 
 
 Aggregations = dict[str, AggregationResult]  # model name -> its result
-
-
-def aggregation_cost(lm: LoadedModel, choice: CorpusChoice, options: AggregationOptions) -> str:
-    """What computing the aggregation of a corpus costs, said before it starts."""
-    return (
-        f"{lm.facts.name}: layer-output attribution of every layer needs its own run per input "
-        f"({per_input_cost(options.mode)} per input on 2 CPU cores)."
-    )
-
-
-def aggregation_result(
-    lm: LoadedModel, choice: CorpusChoice, options: PositionOptions
-) -> Shown[AggregationResult] | None:
-    """One model's aggregation result (the skeleton's: shipped, computed earlier, or computed when asked), its inputs
-    and source said."""
-    shown = AGGREGATION_PAGE.on_corpus(lm, choice, options)
-    if shown is not None:
-        st.caption(f"{shown.model}: {shown.result.n_inputs} inputs of {choice.label}; {shown.source}.")
-    return shown
-
-
-def aggregation_file(found: FromFile[AggregationResult], options: PositionOptions) -> Shown[AggregationResult]:
-    """An `aggregation` result file's statistics, where they come from said."""
-    st.caption(f"{found.model}: {found.value.n_inputs} inputs of {found.corpus}; loaded from {found.name}.")
-    return Shown(found.model, found.value, found.corpus, f"loaded from {found.name}")
-
-
-AGGREGATION_PAGE: CorpusPage[PositionOptions, Shown[AggregationResult]] = CorpusPage(
-    "aggregation",
-    "aggregation",
-    options=lambda lm, from_file: PositionOptions(),  # never drawn: the tab takes Local vs global's options
-    result=aggregation_result,
-    from_file=aggregation_file,
-    analysis_options=aggregation_options,
-    section="aggregation",
-    first_needed=False,
-    bar=Bar("Running the model and layer-output attribution ({model})"),
-    ask_first=aggregation_cost,
-    refusal="{model}: {error}",
-)
 
 
 def aggregation_table(results: Aggregations) -> pd.DataFrame:
@@ -154,7 +112,12 @@ def aggregation_histograms(results: Aggregations, measure: str) -> None:
         chart(fig, f"aggregation_histograms_{measure}", f"lg_agg_hist{i}")
 
 
-def aggregation_section(lm: LoadedModel, given: Inputs[PositionOptions], second: Second) -> None:
+def aggregation_section(
+    page: CorpusPage[PositionOptions, Shown[AggregationResult]],
+    lm: LoadedModel,
+    given: Inputs[PositionOptions],
+    second: Second,
+) -> None:
     """Issue 14: each measure's agreement with layer-output attribution per layer, centres of mass, histograms."""
     st.subheader("Global aggregation")
     st.caption(
@@ -163,7 +126,7 @@ def aggregation_section(lm: LoadedModel, given: Inputs[PositionOptions], second:
         "Spearman solid, Pearson dashed, mean over query rows and inputs (METHODS §13). Same mode and probes as the other tabs."
     )
     cite_methods(13)
-    results = {v.model: v.result for v in AGGREGATION_PAGE.results(lm, given, second)}
+    results = {v.model: v.result for v in page.results(lm, given, second)}
     if not results:
         if given.choice is None and given.loaded is None:
             st.info(

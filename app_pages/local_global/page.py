@@ -11,13 +11,14 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.local_global.aggregation_tab import (
-    AGGREGATION_PAGE,
     NO_COMMON_LAYER,
+    aggregation_options,
     aggregation_section,
     causal_offsets_text,
     per_input_cost,
 )
 from app_pages.local_global.attribution_example import example_section
+from attnlib.analyses.aggregation import AggregationOptions, AggregationResult
 from attnlib.analyses.positions import (
     CORRELATIONS,
     LongAttributionReport,
@@ -41,7 +42,7 @@ from ui.sources.corpus_page import CorpusPage, Shown, one_corpus
 from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import AnalysisForm, Option, bind, field_option, lazy_tabs
-from ui.sources.result_source import Bar, FromFile
+from ui.sources.result_source import Bar, FromFile, run_in_file
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.family_notes import encoder_part_notes, local_layers_note
@@ -115,7 +116,13 @@ def positions_cost(lm: LoadedModel, choice: CorpusChoice, options: PositionOptio
 
 def positions_file(found: FromFile[PositionsResult], options: PositionOptions) -> Shown[PositionsResult]:
     """A `positions` result file's statistics."""
-    return Shown(found.model, found.value, found.corpus, f"loaded from {found.name}")
+    return Shown(
+        found.model,
+        found.value,
+        found.corpus,
+        f"loaded from {found.name}",
+        run=run_in_file(found.record, read=found.value),
+    )
 
 
 POSITIONS_PAGE: CorpusPage[PositionOptions, Shown[PositionsResult]] = CorpusPage(
@@ -130,6 +137,52 @@ POSITIONS_PAGE: CorpusPage[PositionOptions, Shown[PositionsResult]] = CorpusPage
     first_needed=False,  # the second model's result is shown while the first waits for its Compute button
     bar=Bar("Running attribution ({model})", around=long_attribution_reported),
     ask_first=positions_cost,
+    refusal="{model}: {error}",
+)
+
+
+def aggregation_cost(lm: LoadedModel, choice: CorpusChoice, options: AggregationOptions) -> str:
+    """What computing the aggregation of a corpus costs, said before it starts."""
+    return (
+        f"{lm.facts.name}: layer-output attribution of every layer needs its own run per input "
+        f"({per_input_cost(options.mode)} per input on 2 CPU cores)."
+    )
+
+
+def aggregation_result(
+    lm: LoadedModel, choice: CorpusChoice, options: PositionOptions
+) -> Shown[AggregationResult] | None:
+    """One model's aggregation result (the skeleton's: shipped, computed earlier, or computed when asked), its inputs
+    and source said."""
+    shown = AGGREGATION_PAGE.on_corpus(lm, choice, options)
+    if shown is not None:
+        st.caption(f"{shown.model}: {shown.result.n_inputs} inputs of {choice.label}; {shown.source}.")
+    return shown
+
+
+def aggregation_file(found: FromFile[AggregationResult], options: PositionOptions) -> Shown[AggregationResult]:
+    """An `aggregation` result file's statistics, where they come from said."""
+    st.caption(f"{found.model}: {found.value.n_inputs} inputs of {found.corpus}; loaded from {found.name}.")
+    return Shown(
+        found.model,
+        found.value,
+        found.corpus,
+        f"loaded from {found.name}",
+        run=run_in_file(found.record, read=found.value),
+    )
+
+
+AGGREGATION_PAGE: CorpusPage[PositionOptions, Shown[AggregationResult]] = CorpusPage(
+    "aggregation",
+    "aggregation",
+    options=lambda lm, from_file: PositionOptions(),  # never drawn: the tab takes Local vs global's options
+    result=aggregation_result,
+    from_file=aggregation_file,
+    analysis_options=aggregation_options,
+    section="aggregation",
+    first_needed=False,
+    bar=Bar("Running the model and layer-output attribution ({model})"),
+    ask_first=aggregation_cost,
     refusal="{model}: {error}",
 )
 
@@ -367,6 +420,6 @@ with tab:
     if label == TABS["example"]:
         example_section(lm)
     elif label == TABS["aggregation"]:
-        aggregation_section(lm, given_aggregation, second_aggregation)
+        aggregation_section(AGGREGATION_PAGE, lm, given_aggregation, second_aggregation)
     elif results:
         CORPUS_SECTIONS[label](results)

@@ -159,7 +159,7 @@ def picture_of(v: ShownQK, layer: int, head: int, method: str, index: int) -> QK
     options = QKOptions(layer=layer, head=head, method=method)
     found = shipped("qk", v.model, v.choice, options)
     if found is not None:
-        return found[0]
+        return found[0].result
     asked = f"_{KEY}_asked:{v.model}:{v.choice.fingerprint}:{layer}:{head}:{method}"
     if not st.session_state.get(asked):
         st.info(f"{METHOD_NAMES[method]} of head {layer + 1}-{head + 1} is not precomputed for this corpus.")
@@ -167,7 +167,7 @@ def picture_of(v: ShownQK, layer: int, head: int, method: str, index: int) -> QK
             return None
         st.session_state[asked] = True
     try:
-        return computed("qk", v.model, v.choice.fingerprint, options, {"corpus": v.choice.inputs}, BAR)
+        return computed("qk", v.model, v.choice.fingerprint, options, {"corpus": v.choice.inputs}, BAR).result
     except ProjectionUnavailable as exc:
         st.error(str(exc))
         return None

@@ -5,20 +5,22 @@ roles over a model's training checkpoints."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from app_pages.roles.own_text import own_text_detection
-from app_pages.roles.roles_state import KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
-from attnlib.analyses.roles import LINK_REPEAT, RolesOptions
+from app_pages.roles.probe import cached_probe_text
+from attnlib.analyses.roles import LINK_REPEAT, ROLE_NAMES, RolesOptions, RolesResult
+from attnlib.core.model import LoadedModel
 from attnlib.present.tour import live_head_link
 from attnlib.views.head_view import head_view_html
-from attnlib.views.roles import ROLE_NAMES, causal_bars, main_roles, role_map, score_heatmap
+from attnlib.views.roles import causal_bars, role_map, score_heatmap
 from attnlib.views.special import head_label
-from ui.sources.corpus_page import every_head_tab
+from ui.sources.corpus_page import CorpusPage, Shown, every_head_tab, file_shown_as
+from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.live_inputs import cached_run, pretty_token
 from ui.sources.model_sidebar import current_model
-from ui.sources.page_state import Option, bind, lazy_tabs, set_value
+from ui.sources.page_state import AnalysisForm, Option, bind, lazy_tabs, set_value
+from ui.sources.result_source import Bar
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart
 from ui.widgets.family_notes import encoder_part_notes
@@ -27,14 +29,51 @@ from ui.widgets.page_tabs import HEAD_ROLES
 from ui.widgets.plotly_figure import clicked_point
 from ui.widgets.side_by_side import side_by_side
 
+KEY = "roles"  # widget keys and download names start with it
+DETECT_LIMIT = 20  # detection's default corpus: the first 20 inputs (the probe needs none)
+FORM = AnalysisForm(RolesOptions(), {}, KEY, fixed=("checkpoints",))  # checkpoints: the Over training tab's
+PICK = Option(f"{KEY}_pick", "pick", "", omit_default=True)  # the head opened on the probe: "layer-head", from 1
 TAB = Option(f"{KEY}_tab", "tab", HEAD_ROLES["map"], HEAD_ROLES, omit_default=True)
 MEASURE = Option(f"{KEY}_measure", "detect", "mul", ["mul", "abs"], omit_default=True)
 PROBE_SCORES = ("induction", "duplicate", "previous", "copying", "first_share")
+ShownRoles = Shown[RolesResult]  # one model's roles result as the page shows it
+
+
+def cost_sentence(lm: LoadedModel, choice: CorpusChoice, options: RolesOptions) -> str:
+    """What computing it costs, said before it starts."""
+    f = lm.facts
+    sequences, length = options.sequences, options.repeat_length * options.repeats
+    causal = " and the causal check (about 30 more passes of the probe with heads switched off)" if f.causal else ""
+    return (
+        f"Nothing ships for {f.name}: computing runs the probe ({sequences} sequences of about {length} tokens){causal}, "
+        f"then detection on the {choice.n_inputs} inputs of {choice.label}: seconds for a small model, a minute or "
+        "more for a large one."
+    )
+
+
+def options_sidebar(lm: LoadedModel, from_file: bool = False) -> RolesOptions:
+    """The page's options (kept in the URL): the probe's, the causal check's, detection's and the thresholds."""
+    options = FORM.bind()
+    with st.sidebar:
+        st.subheader("Options")
+        FORM.other_widgets()
+    return options
+
+
+PAGE: CorpusPage[RolesOptions, ShownRoles] = CorpusPage(
+    KEY,
+    "roles",
+    options_sidebar,
+    from_file=file_shown_as,
+    default_limit=DETECT_LIMIT,
+    bar=Bar("Head roles, {model}"),
+    ask_first=cost_sentence,
+)
 
 
 def bidirectional_note(views: list[ShownRoles]) -> None:
     """For an encoder: what the probe means for maps that look both ways."""
-    if all(roles_of(v).gain is not None for v in views) or current_model().facts.causal:
+    if all(v.result.in_context_gain is not None for v in views) or current_model().facts.causal:
         return
     st.info(
         "An encoder's maps are bidirectional: every token of the probe also sees the repeat after it. The scores "
@@ -57,7 +96,7 @@ def pick_head(key: str, n_heads: int) -> None:
 
 def map_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """The role map of each model (click a head to open it on the probe), then each score as a heatmap."""
-    thresholds = roles_of(views[0]).thresholds
+    thresholds = views[0].result.score_thresholds
     st.markdown(
         "Each cell is one head, coloured by its role: the role whose score passes its threshold by the largest "
         "factor (" + ", ".join(f"{ROLE_NAMES.get(r, r)} ≥ {t:g}" for r, t in thresholds.items() if r in ROLE_NAMES)
@@ -66,12 +105,12 @@ def map_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     bidirectional_note(views)
 
     def draw(view: ShownRoles, sfx: str) -> None:
-        roles = roles_of(view)
+        roles = view.result
         key = f"{KEY}_map{sfx}"
-        n_heads = roles.shape[1]
-        chart(role_map(roles.scores(), roles.thresholds, f"Head roles: {view.model}"), f"head_roles{sfx}", key,
+        scores = roles.scores.grids()
+        n_heads = roles.scores.induction.shape[1]
+        chart(role_map(scores, roles.score_thresholds, f"Head roles: {view.model}"), f"head_roles{sfx}", key,
               on_click=lambda: pick_head(key, n_heads))  # fmt: skip
-        scores = roles.scores()
         shown = [(name, scores[name]) for name in PROBE_SCORES if scores.get(name) is not None]
         columns = st.columns(2) if len(views) == 1 else [st.container(), st.container()]
         for k, (name, values) in enumerate(shown):
@@ -86,8 +125,7 @@ def map_tab(views: list[ShownRoles], options: RolesOptions) -> None:
 
 def default_pick(view: ShownRoles) -> str:
     """The head opened on the probe at first: the best induction head."""
-    induction = roles_of(view).scores()["induction"]
-    assert induction is not None
+    induction = view.result.scores.induction
     layer, head = np.unravel_index(int(np.nanargmax(induction)), induction.shape)
     return head_label(int(layer), int(head))
 
@@ -97,7 +135,7 @@ def head_on_probe(view: ShownRoles) -> None:
     opens it in the Live page."""
     if view.model != current_model().facts.name:
         return
-    n_layers, n_heads = roles_of(view).shape
+    n_layers, n_heads = view.result.scores.induction.shape
     labels = [head_label(l, h) for l in range(n_layers) for h in range(n_heads)]
     bind([PICK])
     if st.session_state[PICK.key] not in labels:
@@ -141,8 +179,8 @@ def detection_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     )
 
     def draw(view: ShownRoles, sfx: str) -> None:
-        found = roles_of(view).detect()
-        if found is None:
+        found = view.result.detect
+        if not found:
             st.info(f"{view.model}: this result has no detection (it was computed without text or a corpus).")
             return
         for name, values in found[measure].items():
@@ -162,12 +200,13 @@ def causal_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     )
 
     def draw(view: ShownRoles, sfx: str) -> None:
-        roles = roles_of(view)
-        if roles.gain is None or not roles.json.get("causal"):
+        roles = view.result
+        if roles.in_context_gain is None or not roles.causal:
             why = roles.notes.get("causal") or roles.notes.get("in_context_gain", "it has no next-token loss here.")
             st.info(f"{view.model}: no causal check. {why}")
             return
-        chart(causal_bars(roles.json["causal"], roles.gain), f"causal{sfx}", f"{KEY}_causal{sfx}")
+        checks = {role: check.to_json() for role, check in roles.causal.items()}
+        chart(causal_bars(checks, roles.in_context_gain), f"causal{sfx}", f"{KEY}_causal{sfx}")
 
     side_by_side(views, draw)
 
@@ -191,26 +230,9 @@ def training_tab(views: list[ShownRoles], options: RolesOptions) -> None:
         over_training(current_model(), options)
 
 
-def head_table(view: ShownRoles) -> pd.DataFrame:
-    """One row per head (layer and head from 1): every score, and the role the map colours it by."""
-    roles = roles_of(view)
-    n_layers, n_heads = roles.shape
-    scores = roles.scores()
-    table = pd.DataFrame(
-        {
-            "model": view.model,
-            "layer": np.repeat(np.arange(1, n_layers + 1), n_heads),
-            "head": np.tile(np.arange(1, n_heads + 1), n_layers),
-        }
-    )
-    for name, values in scores.items():
-        table[name] = np.nan if values is None else values.ravel()
-    table["role"] = [ROLE_NAMES.get(r, r) for r in main_roles(scores, roles.thresholds).ravel()]
-    return table
-
-
 def tables_tab(views: list[ShownRoles], options: RolesOptions) -> None:
-    every_head_tab(views, head_table, "roles", "head_roles", KEY, formats={name: "%.4f" for name in PROBE_SCORES})
+    """Every head's scores and the role the map colours it by (the result's table), with the command's JSON."""
+    every_head_tab(views, "Head roles", "head_roles", KEY, formats={name: "%.4f" for name in PROBE_SCORES})
 
 
 RENDERERS = {
@@ -238,11 +260,10 @@ views = PAGE.results(lm, given, PAGE.second(lm, given))
 if not views:
     st.stop()
 for view in views:
-    probe = roles_of(view).probe
+    probe, notes = view.result.probe, view.result.notes
     st.caption(
-        f"{view.model}: the probe of {len(probe['tokens'])} sequences, {probe['repeats']} repeats of "
-        f"{probe['repeat_length']} tokens; detection on {view.corpus}; {view.source}."
-        + (f" {roles_of(view).notes['probe']}" if "probe" in roles_of(view).notes else "")
+        f"{view.model}: the probe of {len(probe.tokens)} sequences, {probe.repeats} repeats of {probe.repeat_length} "
+        f"tokens; detection on {view.corpus}; {view.source}." + (f" {notes['probe']}" if "probe" in notes else "")
     )
 label, tab = lazy_tabs(TAB, list(TABS))
 with tab:

@@ -59,14 +59,15 @@ def retrieval_test(lm: LoadedModel) -> None:
     if not asked("Run the retrieval test", f"compute:{KEY}:{lm.facts.name}", (lm.facts.name, options)):
         return
     try:
-        found: RetrievalResult = computed("retrieval", lm.facts.name, "", options, {"corpus": HAYSTACK}, BAR)
+        run = computed("retrieval", lm.facts.name, "", options, {"corpus": HAYSTACK}, BAR)
     except REFUSED as exc:  # a model too short for the needle, ...: said in words
         st.warning(f"The retrieval test cannot run on {lm.facts.name}: {exc}")
         return
+    found: RetrievalResult = run.result
     chart(retrieval_heatmap(found.scores, found.threshold), "retrieval_scores", f"{KEY}_scores")
     heads = ", ".join(head_label(l, h) for l, h in found.heads) or "none"
     st.markdown(f"Retrieval heads (score above {found.threshold:g}): **{heads}**.")
     table = tests_table(lm, found)
     data_table(table, key=f"{KEY}_tests")
     download_table(table, "retrieval_tests", key=f"{KEY}_tests_csv")
-    download_json({"model": lm.facts.name, **found.to_json()}, "retrieval", key=f"{KEY}_json")
+    download_json(run.to_json, "retrieval", key=f"{KEY}_json")  # the command's JSON

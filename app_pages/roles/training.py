@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from attnlib.analyses.base import AnalysisRun
 from attnlib.analyses.roles import RolesOptions, RolesResult, checkpoint_table
 from attnlib.core.model import TRAINED_MODEL, LoadedModel, ModelLoadError, checkpoints_of, split_revision
 from attnlib.present.tour import page_link
@@ -22,7 +23,7 @@ from ui.widgets.progress import asked
 KEY = "roles_training"
 
 
-def roles_over_training(model_name: str, checkpoints: tuple[str, ...], options: RolesOptions) -> RolesResult:
+def roles_over_training(model_name: str, checkpoints: tuple[str, ...], options: RolesOptions) -> AnalysisRun:
     """The roles of every checkpoint (the skeleton's computation: once per model, list and options)."""
     bar = Bar(f"Head roles over {len(checkpoints)} checkpoints of {{model}}")
     return computed("roles", model_name, "", replace(options, checkpoints=checkpoints), None, bar)
@@ -67,8 +68,8 @@ def over_training(lm: LoadedModel, options: RolesOptions) -> None:
     st.caption(f"{len(checkpoints)} checkpoints: each loaded and probed ({options.sequences} sequences).")
     if not asked(f"Compute over {len(checkpoints)} checkpoints", f"compute:{KEY}:{name}", (name, checkpoints, options)):
         return
-    found = roles_over_training(name, checkpoints, options)
-    table = training_lines(name, found, KEY)
+    run = roles_over_training(name, checkpoints, options)
+    table = training_lines(name, run.result, KEY)
     data_table(table, key=f"{KEY}_table")
     download_table(table, "roles_over_training", key=f"{KEY}_csv")
-    download_json({"model": name, **found.to_json()}, "roles_over_training", key=f"{KEY}_json")
+    download_json(run.to_json, "roles_over_training", key=f"{KEY}_json")  # the command's JSON

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -29,7 +28,6 @@ from attnlib.analyses.special import (
     SpecialTokens,
     heads_above,
 )
-from attnlib.analyses.tables import head_frame, layer_frame
 from attnlib.core.model import LoadedModel
 from attnlib.views.special import (
     entropy_figure,
@@ -108,7 +106,8 @@ def model_result(lm: LoadedModel, choice: CorpusChoice, chosen: Chosen) -> Shown
     reason = unavailable_reason(lm)
     asked = shown.source == COMPUTED_HERE or st.session_state.get(grad_asked_key(name, choice.fingerprint), False)
     if grads is None and chosen.gradients and reason is None and asked:
-        grads, grad_source = result_on_corpus("gradient", name, choice, GradientOptions(), GRADIENT_BAR)
+        run, grad_source = result_on_corpus("gradient", name, choice, GradientOptions(), GRADIENT_BAR)
+        grads = None if run is None else run.result
     caveats = {} if reason is None or grads is not None else {GRADIENT_CAVEAT: reason}
     return ShownResult(**vars(shown) | {"caveats": caveats}, gradients=grads, gradient_source=grad_source)
 
@@ -133,12 +132,13 @@ PAGE: CorpusPage[Chosen, ShownResult] = CorpusPage(
 )
 
 
+PER_LAYER, PER_HEAD = "Per layer (mean over heads)", "Per head"  # the result's tables the Tables tab shows
+
+
 def _per_head_table(view: ShownResult) -> pd.DataFrame:
-    """Per head, layer-head from 1, with the model named in each row."""
-    table = head_frame(view.model, {key: view.special.heads[key] for key in view.special.heads})
+    """The result's table per head, with each head's label (layer-head from 1) after the model."""
+    table = view.result.tables(view.model)[PER_HEAD]
     table.insert(1, "layer-head", [head_label(l - 1, h - 1) for l, h in zip(table["layer"], table["head"])])
-    if view.head_map is not None:
-        table["behaviour"] = view.head_map.labels
     return table
 
 
@@ -348,16 +348,13 @@ def draw_gradients(view: ShownResult, sfx: str) -> None:
     if view.gradient_source:
         st.caption(f"{view.model}: gradient importance {view.gradient_source}.")
     show_figure(gradient_figure(g.layers["sep"], g.layers["all"]), "gradient_importance" + sfx)
-    n_layers = len(g.layers["sep"])
-    grad_table = pd.DataFrame(
-        {"model": view.model, "layer": np.arange(1, n_layers + 1), "to_sep": g.layers["sep"], "to_all": g.layers["all"]}
-    )
+    grad_table = g.tables(view.model)[PER_LAYER]
     download_table(grad_table, "gradient_importance" + sfx, key=f"{KEY}_grad_csv{sfx}")
 
 
 def view_json(view: ShownResult) -> dict:
     """One model's numbers as the JSON download holds them (0-based, as the command line)."""
-    out = {"model": view.model, "corpus": view.corpus, "source": view.source, **view.run.to_json()}
+    out = {"model": view.model, "corpus": view.corpus, "source": view.source, **view.result.to_json()}
     if view.gradients is not None:
         out["gradient_importance"] = view.gradients.to_json()
     return out
@@ -366,7 +363,7 @@ def view_json(view: ShownResult) -> dict:
 def tables_tab(views: list[ShownResult]) -> None:
     """Per-layer and per-head tables (a model column in each) and everything as JSON (0-based)."""
     st.markdown("Per layer (mean over heads); layers from 1.")
-    per_layer = pd.concat([layer_frame(v.model, v.special.layers) for v in views], ignore_index=True)
+    per_layer = pd.concat([v.result.tables(v.model)[PER_LAYER] for v in views], ignore_index=True)
     data_table(per_layer, key=f"{KEY}_layers")
     download_table(per_layer, "special_tokens_per_layer", key=f"{KEY}_layers_csv")
     st.markdown("Per head (layer-head from 1).")

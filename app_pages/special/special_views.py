@@ -76,10 +76,6 @@ class ShownResult(Shown[SpecialTokens]):
     gradient_source: str = ""
 
     @property
-    def run(self) -> SpecialTokens:
-        return self.result
-
-    @property
     def grad_reason(self) -> str | None:
         """Why gradient importance cannot be computed for this model (None when it can)."""
         return self.caveats.get(GRADIENT_CAVEAT)
@@ -90,15 +86,15 @@ class ShownResult(Shown[SpecialTokens]):
 
     @property
     def special(self) -> SpecialTokenResult:
-        return self.run.special
+        return self.result.special
 
     @property
     def head_map(self) -> HeadMap | None:
-        return self.run.head_map
+        return self.result.head_map
 
     @property
     def norms(self) -> NormShareResult | None:
-        return self.run.norms
+        return self.result.norms
 
 
 def show_figure(fig: go.Figure, name: str) -> None:

@@ -93,14 +93,16 @@ def _on_slice(analysis: str, model_name: str, n: int) -> Any:
     corpus = shipped_corpus(TOUR_CORPORA[analysis])
     inputs = {analysis_named(analysis).sources[0]: corpus.inputs[:n]}
     options = TOUR_OPTIONS[analysis]
-    return computed(analysis, model_name, f"{corpus.fingerprint}:first {n}", options, inputs, Bar(TITLES[analysis]))
+    found = computed(analysis, model_name, f"{corpus.fingerprint}:first {n}", options, inputs, Bar(TITLES[analysis]))
+    return found.result
 
 
 def _shipped_else_slice(analysis: str, model_name: str, n: int) -> Sourced:
     """An analysis's shipped result on its tour corpus for this model, else computed on the first n inputs."""
     found = shipped(analysis, model_name, shipped_corpus(TOUR_CORPORA[analysis]), TOUR_OPTIONS[analysis])
     if found is not None:
-        return Sourced(*found)
+        run, provenance = found
+        return Sourced(run.result, provenance)
     return Sourced(_on_slice(analysis, model_name, n), _slice_source(n, TOUR_CORPORA[analysis]), shipped=False)
 
 
@@ -328,10 +330,10 @@ def render_knockout(model_name: str, shown: str, step: Step = STEPS[6]) -> None:
 def render_induction(model_name: str, shown: str) -> None:
     """Step 8: the decoder trained in the repository, whatever model is loaded: each role's largest score and the
     in-context gain over its checkpoints, then its best induction head on the probe."""
-    from app_pages.roles.roles_state import cached_probe_text
+    from app_pages.roles.probe import cached_probe_text
     from app_pages.roles.training import roles_over_training
 
-    found = roles_over_training(TRAINED_MODEL, tuple(checkpoints_of(TRAINED_MODEL)), RolesOptions())
+    found = roles_over_training(TRAINED_MODEL, tuple(checkpoints_of(TRAINED_MODEL)), RolesOptions()).result
     table = checkpoint_table(found)
     _show(training_figure(TRAINED_MODEL, table, scores=("induction",)), "induction_lines")
     induction = found.scores.induction  # the model's own name loads its last checkpoint

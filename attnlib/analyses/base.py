@@ -331,6 +331,11 @@ class AnalysisRun(Generic[R]):
             data["layout_found"] = dict(self.facts.layout_found)
         return data
 
+    def as_options(self, options: Options) -> AnalysisRun[R]:
+        """The run as these options show it (a shipped or cached run may hold more, or another view: the result's
+        for_options), its JSON what the command prints with them."""
+        return replace(self, options=options, result=self.analysis.for_options(self.result, options))
+
     def result_file(self) -> ResultFile:
         """The run as a result file (`--out`): its options as asdict, the model's facts, this run's version and time."""
         state = self.result.state_json() if hasattr(self.result, "state_json") else None
@@ -360,13 +365,14 @@ class AnalysisRun(Generic[R]):
         return next(iter(self.tables().values()))
 
 
-def run_of_record(analysis: Analysis, record: ResultFile) -> AnalysisRun:
-    """The run a result file holds; ResultFileError when it is malformed or of another analysis. Files written
-    before attnlib kept the model's facts give only the model's name, kind and dtype (the rest zero)."""
+def run_of_record(analysis: Analysis, record: ResultFile, result: Any = None) -> AnalysisRun:
+    """The run a result file holds (its `result` when already read from it); ResultFileError when it is malformed or
+    of another analysis. Files written before attnlib kept the model's facts give only the model's name, kind and
+    dtype (the rest zero)."""
     return AnalysisRun(
         analysis,
         analysis.options_from_json(record.options),
-        analysis.from_record(record),
+        analysis.from_record(record) if result is None else result,
         facts_of_record(record),
         record.corpus,
         record.run,

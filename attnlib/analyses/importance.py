@@ -238,14 +238,14 @@ class HeadImportance:
         )
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
-        """Every head's [CLS]/[SEP] share and effect under each change and measure (corpus means), and the no-op
-        test's Spearman's rho per layer."""
+        """Every head's [CLS]/[SEP] share (a decoder's first_share) and effect under each change and measure (corpus
+        means), and the no-op test's Spearman's rho per layer."""
         import pandas as pd
 
         from attnlib.analyses.tables import head_frame
 
         L, _ = self.special_share.shape
-        per_head = {"cls_sep_share": self.special_share}
+        per_head = {"first_share" if self.causal else "cls_sep_share": self.special_share}
         for change in ("ablate", "drop", "renormalise"):
             for measure in self.measures():
                 values = self.effect(change, measure)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,16 @@ Head = tuple[int, int]
 SCORE_KEYS = (*PROBE_ROLES, "copying", "first_share")  # the JSON's `scores`, each [layers][heads]
 CAUSAL_ROLES = (*PROBE_ROLES, "copying")  # the roles the causal check ablates (copying where it is defined)
 ROLE_KEYS = (*PROBE_ROLES, "copying", "sink")  # the JSON's `roles`, each role's heads at its threshold
+ROLE_NAMES = {  # each score's role in words, as the role map and the tables name it
+    "previous": "previous-token",
+    "duplicate": "duplicate-token",
+    "induction": "induction",
+    "copying": "copying",
+    "retrieval": "retrieval",
+    "first_share": "sink",
+}
+NO_ROLE = "none"
+SCORE_OF_ROLE = {"sink": "first_share"}  # a role named apart from the score it is read from
 PROBE_BYTES = 256 * 2**20  # the probe's attention maps (or logits) held at once stay near this
 STEP = re.compile(r"step[-_]?(\d+)")
 
@@ -85,6 +95,24 @@ class RolesOptions(Options):
     checkpoints: tuple[str, ...] = option(
         (), "checkpoints of one model in training order (folders, or Hub ids as ID@REVISION): the scores of each"
     )
+
+
+def role_thresholds(thresholds: Mapping[str, float]) -> dict[str, float]:
+    """A result's thresholds (by role: previous, ..., sink) keyed by the score each is read from (sink: first_share)."""
+    return {SCORE_OF_ROLE.get(role, role): value for role, value in thresholds.items()}
+
+
+def main_roles(scores: Mapping[str, np.ndarray | None], thresholds: Mapping[str, float]) -> np.ndarray:
+    """Each head's role for the map's colour [layers, heads]: of the roles whose score reaches its threshold, the one
+    it exceeds by the largest factor (score / threshold); "none" where it reaches none."""
+    held = {r: s for r, s in scores.items() if s is not None and r in thresholds}
+    shape = next(iter(held.values())).shape
+    best, ratio = np.full(shape, NO_ROLE, dtype=object), np.zeros(shape)
+    for role, values in held.items():
+        over = np.nan_to_num(np.asarray(values, float), nan=-np.inf) / thresholds[role]
+        chosen = (over >= 1) & (over > ratio)
+        best[chosen], ratio[chosen] = role, over[chosen]
+    return best
 
 
 def _grid(values: np.ndarray | None) -> list | None:
@@ -146,6 +174,10 @@ class HeadScores:
     def of(self, role: str) -> np.ndarray | None:
         """One score's [layers, heads] (copying: None where undefined)."""
         return getattr(self, role)
+
+    def grids(self) -> dict[str, np.ndarray | None]:
+        """Every score by its JSON name, [layers, heads] (copying None where undefined)."""
+        return {key: self.of(key) for key in SCORE_KEYS}
 
 
 @dataclass
@@ -216,6 +248,15 @@ class RolesResult:
             found[role] = [] if values is None else heads_at(values, self.thresholds[role])
         return found
 
+    @property
+    def score_thresholds(self) -> dict[str, float]:
+        """Each role's threshold, keyed by its score's name (the sink's is first_share's)."""
+        return role_thresholds(self.thresholds)
+
+    def main_roles(self) -> np.ndarray:
+        """Each head's role as the role map colours it [layers, heads] (main_roles; "none": it reaches none)."""
+        return main_roles(self.scores.grids(), self.score_thresholds)
+
     def for_options(self, options: RolesOptions) -> RolesResult:
         """The result with the thresholds these options ask for (the scores do not depend on them)."""
         return replace(self, thresholds=thresholds_of(options))
@@ -258,18 +299,19 @@ class RolesResult:
             )
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
-        """Every head's §20 scores and the roles it holds at the thresholds; with checkpoints, each checkpoint's scores
-        and in-context gain by step."""
+        """Every head's §20 scores (copying NaN where undefined) and the role the role map colours it by; with
+        checkpoints, each checkpoint's scores and in-context gain by step."""
         import pandas as pd
 
         from attnlib.analyses.tables import head_frame
 
-        held = self.roles
-        frame = head_frame(model, {key: s for key in SCORE_KEYS if (s := self.scores.of(key)) is not None})
-        frame["role"] = [
-            ",".join(role for role, heads in held.items() if (layer - 1, head - 1) in heads)
-            for layer, head in zip(frame["layer"], frame["head"])
-        ]
+        shape = self.scores.induction.shape
+        scores = {
+            k: np.full(shape, np.nan) if s is None else np.asarray(s, np.float64)
+            for k, s in self.scores.grids().items()
+        }
+        frame = head_frame(model, scores)
+        frame["role"] = [ROLE_NAMES.get(r, r) for r in self.main_roles().ravel()]
         tables = {"Head roles": frame}
         if self.checkpoints:
             frames = []

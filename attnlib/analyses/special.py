@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnlib.analyses.base import Analysis, Options, option
-from attnlib.core.families import unsupported_reason
+from attnlib.core.families import Statistic, unsupported_reason
 from attnlib.core.model import LoadedModel
 from attnlib.stats.head_distances import BROAD_ENTROPY_FRACTION as BROAD_ENTROPY_FRACTION  # what the pages show, here
 from attnlib.stats.head_distances import SHARE_THRESHOLD as SHARE_THRESHOLD
@@ -141,6 +141,11 @@ def special_results(accumulators: Sequence, options: SpecialOptions | None = Non
     )
 
 
+def special_needs(options: SpecialOptions) -> tuple[Statistic, ...]:
+    """What these options ask of the model's family: the norms, when asked (a function, so that a run pickles)."""
+    return ("norms",) if options.norms else ()
+
+
 SPECIAL: Analysis[SpecialOptions, SpecialTokens] = Analysis(
     name="special",
     help="attention to [CLS], [SEP] and punctuation per layer and head over a corpus",
@@ -150,5 +155,5 @@ SPECIAL: Analysis[SpecialOptions, SpecialTokens] = Analysis(
     methods=(1, 2, 3, 4, 11),
     accumulators=special_accumulators,
     finish=special_results,
-    needs=lambda options: ("norms",) if options.norms else (),
+    needs=special_needs,
 )

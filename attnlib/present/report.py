@@ -2,11 +2,12 @@
 
 A report is a list of parts (REPORT_PARTS), one per analysis: the report's files it reads, its options (made from the
 report's) and how its result becomes long tables (a `model` column first, layers and heads 1-based as on the pages),
-per-layer values to compare and notes. Parts reading the same file share one engine pass, so the model runs once per
-file, and positions and aggregation attribute each input once between them; the probe's training treebank gets its
-own pass. `render_report` writes the HTML: each part's tables are its result's own (`tables(model)`), its figures
-those the views register for its result type (attnlib.views.drawing: one model's, or two together; plotly, the
-`views` extra, imported only when a page is written).
+per-layer values to compare and notes. Parts reading the same file share one engine pass (core.engines'
+run_accumulators, through which run_analysis fills each file; importance, with its own loop, runs by run_analysis),
+so the model runs once per file, and positions and aggregation attribute each input once between them; the probe's
+training treebank gets its own pass. `render_report` writes the HTML: each part's tables are its result's own
+(`tables(model)`), its figures those the views register for its result type (attnlib.views.drawing: one model's, or
+two together; plotly, the `views` extra, imported only when a page is written).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -31,8 +33,8 @@ from attnlib.analyses.labels import NORM_NAMES, SHARE_KEYS, STAT_NAMES
 from attnlib.analyses.positions import CORRELATIONS, POSITIONS, PositionOptions, PositionsResult
 from attnlib.analyses.probe import PROBE, ProbeOptions, ProbeResult
 from attnlib.analyses.special import SPECIAL, SpecialOptions, SpecialTokens
-from attnlib.core.batches import accumulate
 from attnlib.core.corpus import CorpusError, CorpusInput
+from attnlib.core.engines import run_accumulators
 from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.runner import RunResult
@@ -351,10 +353,9 @@ def run_parts(
         chosen = [p.options(options) for p in group]
         timed = [[_Timed(a) for a in part_accumulators(p, lm, o, shared)] for p, o in zip(group, chosen)]
         label = f"{lm.facts.name}: {' + '.join(p.name for p in group)}"
-        counter = _Counter(label, len(items), progress)
-        start = time.perf_counter()
-        accumulate(lm, items, [a for accs in timed for a in accs] + [counter], batch_size=options.batch_size)
-        seconds = time.perf_counter() - start
+        every = [a for accs in timed for a in accs] + [_Counter(label, len(items), progress)]
+        made = partial(_made, every)  # the pass's accumulators are made above (wrapped, timed)
+        seconds = run_accumulators(lm, items, made, batch_size=options.batch_size).seconds
         own = [sum(a.seconds for a in accs) for accs in timed]
         timings.append(
             PassTiming(lm.facts.name, source, [p.name for p in group], len(items), seconds, seconds - sum(own))
@@ -369,6 +370,11 @@ def run_parts(
             shown.seconds = add_seconds + time.perf_counter() - start
             results[part.name] = shown
     return [results[p.name] for p in parts if p.name in results], timings
+
+
+def _made(accumulators: list, lm: LoadedModel) -> list:
+    """make_accumulators of a pass whose accumulators are made already."""
+    return accumulators
 
 
 def _own_loop_part(
@@ -396,11 +402,11 @@ def _own_pass(
     options: ReportOptions,
     progress: ReportProgress | None,
 ) -> list:
-    """A part's accumulators filled over one more of its files, in a pass of its own."""
+    """A part's accumulators filled over one more of its files, in a pass of its own (as run_analysis fills each)."""
     label = f"{lm.facts.name}: {part.name} ({', '.join(f for f in part.files.values() if f != part.source)})"
     report = None if progress is None else (lambda done, total: progress(label, done, total))
-    fill = part.analysis.make_fill(part_options)
-    return fill(lm, items, part.analysis.accumulators(lm, part_options), options.batch_size, report)  # type: ignore
+    accumulators, fill = part.analysis.make_accumulators(part_options), part.analysis.make_fill(part_options)
+    return run_accumulators(lm, items, accumulators, fill, batch_size=options.batch_size, progress=report).accumulators
 
 
 # --------------------------------------------------------------------------------------------------- the report

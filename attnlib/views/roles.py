@@ -11,21 +11,21 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from attnlib.analyses.roles import SCORE_KEYS, RolesResult, checkpoint_table
+from attnlib.analyses.roles import (
+    NO_ROLE,
+    ROLE_NAMES,
+    SCORE_KEYS,
+    RolesResult,
+    checkpoint_table,
+    main_roles,
+    role_thresholds,
+)
 from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 from attnlib.views.importance import effect_heatmap
 from attnlib.views.layers import MARGIN
 from attnlib.views.special import head_label
 
-ROLE_NAMES = {
-    "previous": "previous-token",
-    "duplicate": "duplicate-token",
-    "induction": "induction",
-    "copying": "copying",
-    "retrieval": "retrieval",
-    "first_share": "sink",
-}
 ROLE_COLOURS = {
     "none": "#e8e8e8",
     "previous": "#9467bd",
@@ -35,27 +35,7 @@ ROLE_COLOURS = {
     "retrieval": "#ff7f0e",
     "first_share": "#8c564b",
 }
-NO_ROLE = "none"
-SCORE_OF_ROLE = {"sink": "first_share"}  # a role named apart from the score it is read from
 GAIN_COLOUR = "#000000"
-
-
-def role_thresholds(thresholds: Mapping[str, float]) -> dict[str, float]:
-    """A result's thresholds (by role: previous, ..., sink) keyed by the score each is read from (sink: first_share)."""
-    return {SCORE_OF_ROLE.get(role, role): value for role, value in thresholds.items()}
-
-
-def main_roles(scores: Mapping[str, np.ndarray | None], thresholds: Mapping[str, float]) -> np.ndarray:
-    """Each head's role for the map's colour [layers, heads]: of the roles whose score reaches its threshold, the one
-    it exceeds by the largest factor (score / threshold); "none" where it reaches none."""
-    held = {r: s for r, s in scores.items() if s is not None and r in thresholds}
-    shape = next(iter(held.values())).shape
-    best, ratio = np.full(shape, NO_ROLE, dtype=object), np.zeros(shape)
-    for role, values in held.items():
-        over = np.nan_to_num(np.asarray(values, float), nan=-np.inf) / thresholds[role]
-        chosen = (over >= 1) & (over > ratio)
-        best[chosen], ratio[chosen] = role, over[chosen]
-    return best
 
 
 def hover_text(scores: Mapping[str, np.ndarray | None], roles: np.ndarray) -> np.ndarray:

@@ -184,7 +184,8 @@ def corpus() -> list[CorpusInput]:
 @pytest.mark.slow
 def test_importance_of_a_decoder_is_the_sink_test(decoder):
     """importance with knockouts: special_share is the `special` analysis's first_share on the same inputs, the
-    sink test's Spearman is scipy's on the same arrays, and its JSON keeps the encoder's keys (plus kind)."""
+    sink test's Spearman is scipy's on the same arrays, its JSON keeps the encoder's keys (plus kind), and its table
+    names the share first_share."""
     kind, lm = decoder
     result: HeadImportance = run_analysis(IMPORTANCE, lm, ImportanceOptions(knockout=True, measure="mlm"),
                                           inputs={"corpus": corpus()}).result  # fmt: skip
@@ -204,6 +205,9 @@ def test_importance_of_a_decoder_is_the_sink_test(decoder):
     assert back.causal and back.no_op().overall["drop"] == pytest.approx(test.overall["drop"], nan_ok=True)
     sentence = no_op_sentence(result, kind)
     assert "next-token loss" in sentence and "first-token share" in sentence and "[CLS]" not in sentence
+    per_head = next(iter(result.tables(kind).values()))  # the share named as a decoder's (§18), heads from 1
+    np.testing.assert_array_equal(per_head["first_share"], result.special_share.ravel())
+    assert "cls_sep_share" not in per_head and list(per_head["head"][:2]) == [1, 2]
 
 
 def test_cli_ablate_and_importance_on_a_decoder(tmp_path_factory, tmp_path):

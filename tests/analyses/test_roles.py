@@ -16,6 +16,8 @@ import torch
 import attnlib
 from attnlib.analyses.roles import (
     ROLES,
+    HeadScores,
+    ProbeRecord,
     RolesOptions,
     RolesResult,
     checkpoint_step,
@@ -262,6 +264,26 @@ def test_thresholds_choose_the_roles_and_a_file_round_trips(results):
                    {**data, "thresholds": {"previous": 0.4}}):  # fmt: skip
         with pytest.raises(ResultFileError, match="`roles` result"):
             RolesResult.from_json(broken)
+
+
+def test_the_table_of_every_head_names_the_role_the_map_colours_it_by():
+    """Hand-made scores of 2 layers x 2 heads: 0-0 previous (0.9 / 0.4), 0-1 sink (first_share 0.6 / 0.3), 1-0
+    induction (0.8 / 0.4 beats duplicate 0.5 / 0.4), 1-1 none; an encoder's copying score is NaN."""
+    scores = HeadScores(
+        previous=np.array([[0.9, 0.1], [0.1, 0.1]]),
+        duplicate=np.array([[0.0, 0.0], [0.5, 0.1]]),
+        induction=np.array([[0.0, 0.0], [0.8, 0.1]]),
+        copying=None,
+        first_share=np.array([[0.0, 0.6], [0.0, 0.2]]),
+    )
+    thresholds = {"previous": 0.4, "duplicate": 0.4, "induction": 0.4, "copying": 0.5, "sink": 0.3}
+    found = RolesResult(ProbeRecord([[1, 2, 1, 2]], 2, 2, None), scores, None, None, None, thresholds)
+    table = found.tables("m")["Head roles"]
+    assert list(table.columns) == ["model", "layer", "head", "previous", "duplicate", "induction", "copying",
+                                   "first_share", "role"]  # fmt: skip
+    assert list(zip(table["layer"], table["head"], table["role"])) == [
+        (1, 1, "previous-token"), (1, 2, "sink"), (2, 1, "induction"), (2, 2, "none")]  # fmt: skip
+    assert table["copying"].isna().all() and list(table["duplicate"]) == [0.0, 0.0, 0.5, 0.1]
 
 
 def test_checkpoints_take_their_step_from_the_name(tmp_path):

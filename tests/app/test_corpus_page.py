@@ -1,5 +1,5 @@
-"""The corpus-page skeleton: which models' results a page shows (ui.sources.corpus_page), and side_by_side's columns,
-headers and key suffixes (ui.widgets.side_by_side)."""
+"""The corpus-page skeleton: which models' results a page shows (ui.sources.corpus_page), the every-head tab's JSON (the
+command's), and side_by_side's columns, headers and key suffixes (ui.widgets.side_by_side)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from attnlib.core.corpus import CorpusInput
+from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
+from support.apptest import downloads_on_click, open_tab
+from support.cli import run_cli
 from ui.sources.compare import Second
 from ui.sources.corpus_page import CorpusPage, Inputs, Shown
 from ui.sources.corpus_picker import CorpusChoice
+from ui.widgets.page_tabs import HEAD_IMPORTANCE, HEAD_ROLES
 
 CHOICE = CorpusChoice("two.txt", "0" * 40, "0" * 40 + ":2", [CorpusInput("a b"), CorpusInput("c d")], False)
 
@@ -98,7 +102,7 @@ def test_side_by_side_draws_two_in_columns_under_their_headers_and_one_on_the_pa
 
 @pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
 def test_the_one_computation_is_the_analysis_run_once_per_model_corpus_and_options(tiny_model_dir):
-    """`computed` (every corpus page's path) gives what run_analysis gives, and a second call with the same analysis,
+    """`computed` (every corpus page's path) gives the run run_analysis gives, and a second call with the same analysis,
     model, corpus fingerprint and options is a cache hit: its bar and the page's context around the run never start."""
     from attnlib.analyses.base import run_analysis
     from attnlib.analyses.gradient import GRADIENT, GradientOptions
@@ -118,10 +122,43 @@ def test_the_one_computation_is_the_analysis_run_once_per_model_corpus_and_optio
     first = computed("gradient", name, fingerprint, GradientOptions(), inputs, bar)
     again = computed("gradient", name, fingerprint, GradientOptions(), inputs, bar)
     assert started == ["run"]
-    expected = run_analysis(GRADIENT, load_model(name), GradientOptions(), inputs=inputs).result
-    for found in (first, again):
-        assert type(found) is type(expected)
-        np.testing.assert_array_equal(found.sep, expected.sep)  # the same passes in the same order: bit for bit
-        np.testing.assert_array_equal(found.all, expected.all)
+    expected = run_analysis(GRADIENT, load_model(name), GradientOptions(), inputs=inputs)
+    for found in (first, again):  # the whole run: the result, the model's facts and the options
+        assert type(found.result) is type(expected.result)
+        assert (found.facts, found.options, found.analysis.name) == (expected.facts, expected.options, "gradient")
+        np.testing.assert_array_equal(found.result.sep, expected.result.sep)  # the same passes in the same order
+        np.testing.assert_array_equal(found.result.all, expected.result.all)
     computed("gradient", name, fingerprint, GradientOptions(seed=1), inputs, bar)  # other options: computed again
     assert started == ["run", "run"]
+
+
+EVERY_HEAD = {  # page, its tabs, the JSON's file name, the page's options in the URL, the same as the command's flags
+    "importance": ("app_pages/importance/page.py", HEAD_IMPORTANCE, "head_importance.json",
+                   {"measure": "hidden"}, ("--knockout", "--prune", "--measure", "hidden")),
+    "roles": ("app_pages/roles/page.py", HEAD_ROLES, "head_roles.json", {}, ()),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", list(EVERY_HEAD))
+@pytest.mark.parametrize("tiny_model_dir", ["bert"], indirect=True)
+def test_the_every_head_tabs_json_is_the_commands(command, tiny_model_dir):
+    """The Tables tab's JSON download is, byte for byte, what `attnlib <command> --json` prints for the same model,
+    inputs and options (importance in a measure the page shows of what it computed: a view of the run)."""
+    path, tabs, name, params, flags = EVERY_HEAD[command]
+    limit = "2"
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(model=str(tiny_model_dir), limit=limit, **params)
+    at.run()
+    at.switch_page(path).run()
+    (ask,) = [b for b in at.button if str(b.key).startswith("compute:")]
+    ask.click().run()
+    with downloads_on_click() as drawn:
+        open_tab(at, f"{command}_tab", tabs["tables"])
+    assert not at.exception, [e.value for e in at.exception]
+    page_json = drawn[name]()
+
+    ran = run_cli(command, "--model", str(tiny_model_dir), "--corpus", str(CLASSROOM_SINGLE), "--limit", limit,
+                  *flags, "--json")  # fmt: skip
+    assert ran.code == 0, ran.err
+    assert page_json + b"\n" == ran.out.encode()

@@ -18,7 +18,8 @@ from attnlib.core.corpus import read_corpus
 from attnlib.core.model import TRAINED_MODEL, load_model
 from attnlib.core.runner import run
 from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
-from support.apptest import figures, open_tab, plotly_values, tables
+from support.apptest import downloads_on_click, figures, open_tab, plotly_values, tables
+from support.cli import run_cli
 from support.models import move_off_initial, save_tiny
 from support.pages import view_datas
 from support.views import unpack
@@ -196,3 +197,16 @@ def test_the_live_head_finder_scores_the_role_patterns_on_the_current_text(minil
     assert button.label == f"{best[0] + 1}-{best[1] + 1} · {expected[best]:.3f}"
     at.button(key="role_probe").click().run()
     assert at.text_area(key="text_a").value == probe_text(minilm).text
+
+
+def test_the_retrieval_tabs_json_is_the_commands():
+    """The trained decoder's needle test on the page (the default options): its JSON download is, byte for byte, what
+    `attnlib retrieval --json` prints."""
+    at = roles_page(TRAINED_MODEL, tab="retrieval")
+    (run_test,) = [b for b in at.button if str(b.key) == f"compute:retrieval:{TRAINED_MODEL}"]
+    with downloads_on_click() as drawn:
+        run_test.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    ran = run_cli("retrieval", "--model", TRAINED_MODEL, "--json")
+    assert ran.code == 0, ran.err
+    assert drawn["retrieval.json"]() + b"\n" == ran.out.encode()

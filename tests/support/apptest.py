@@ -1,10 +1,15 @@
-"""What a Streamlit AppTest shows: its figures and tables as sent to the page, and its tabs opened in turn."""
+"""What a Streamlit AppTest shows: its figures and tables as sent to the page, its downloads built on click, and its
+tabs opened in turn."""
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pandas as pd
@@ -32,6 +37,23 @@ def tables(node) -> list[pd.DataFrame]:
 
     shown = [json.loads(c.proto.json) for c in node.get("bidi_component") if c.proto.component_name == COMPONENT]
     return [pd.DataFrame(t["rows"], columns=t["columns"]) for t in shown]
+
+
+@contextmanager
+def downloads_on_click() -> Iterator[dict[str, Callable[[], Any]]]:
+    """While in the block, every download button drawn with data built on click (ui.widgets.downloads): file name ->
+    what the click would build (the last drawn of that name)."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    drawn: dict[str, Callable[[], Any]] = {}
+    register = MediaFileManager.add_deferred
+
+    def recorded(self, data_callable, mimetype, coordinates, file_name=None, **kwargs):
+        drawn[str(file_name)] = data_callable
+        return register(self, data_callable, mimetype, coordinates, file_name, **kwargs)
+
+    with patch.object(MediaFileManager, "add_deferred", recorded):
+        yield drawn
 
 
 def open_tab(at, key: str, label: str):

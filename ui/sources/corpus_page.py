@@ -12,14 +12,23 @@ from typing import Any, Generic, TypeVar
 import pandas as pd
 import streamlit as st
 
-from attnlib.analyses.base import OPTIONAL_SOURCES, Options
+from attnlib.analyses.base import OPTIONAL_SOURCES, AnalysisRun, Options
 from attnlib.analyses.registry import analysis_named
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
 from attnlib.results.files import ResultFile
 from ui.sources.compare import Second, second_source
 from ui.sources.corpus_picker import CorpusChoice, Kind, corpus_picker
-from ui.sources.result_source import REFUSED, RUNNING, Bar, FromFile, computed, loaded_result, shipped_or_computed
+from ui.sources.result_source import (
+    REFUSED,
+    RUNNING,
+    Bar,
+    FromFile,
+    computed,
+    loaded_result,
+    run_in_file,
+    shipped_or_computed,
+)
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import download_json, download_table
 
@@ -32,15 +41,16 @@ S = TypeVar("S", bound="Shown[Any]")  # a page's shown result: Shown, or a page'
 
 @dataclass
 class Shown(Generic[T]):
-    """One model's result as a corpus page shows it: which model, the result, its corpus, where it came from, and its
-    caveats (a part the result lacks -> why)."""
+    """One model's result as a corpus page shows it: which model, the result, its corpus, where it came from, its
+    caveats (a part the result lacks -> why) and the whole run (the model's facts, the options, the provenance)."""
 
     model: str
-    result: T
+    result: T  # the run's result as the page's options show it (or the part of it a page draws)
     corpus: str  # the corpus's name
     source: str  # "computed here", "precomputed, shipped ..." or the result file's origin
     choice: CorpusChoice | None = None  # the corpus chosen on the page; None for a result file (its own texts)
     caveats: dict[str, str] = field(default_factory=dict)
+    run: AnalysisRun | None = None  # the run: its `to_json()` is the command's JSON (None: a page's own result)
 
     @property
     def from_file(self) -> bool:
@@ -54,13 +64,15 @@ class Shown(Generic[T]):
 
 
 def file_shown(found: FromFile[T], options: Any = None) -> Shown[T]:
-    """A result file's result as shown, named by its file and provenance."""
-    return Shown(found.model, found.value, found.corpus, f"from {found.name}, {found.record.provenance()}")
+    """A result file's result as shown, named by its file and provenance, with the run it holds."""
+    origin = f"from {found.name}, {found.record.provenance()}"
+    return Shown(found.model, found.value, found.corpus, origin, run=run_in_file(found.record, read=found.value))
 
 
 def file_shown_as(found: FromFile[Any], options: Any) -> Shown[Any]:
-    """A result file's result as shown, as these options show it (its `for_options`: a measure, thresholds)."""
-    return replace(file_shown(found), result=found.value.for_options(options))
+    """A result file's run as these options show it (its `for_options`: a measure, thresholds)."""
+    run = run_in_file(found.record, options, found.value)
+    return replace(file_shown(found), result=run.result, run=run)
 
 
 AskFirst = Callable[[LoadedModel, CorpusChoice, Any], str | None]  # (model, corpus, options) -> the cost, said first
@@ -74,10 +86,11 @@ def result_on_corpus(
     bar: Bar = RUNNING,
     ask_first: str | None = None,
     refusal: str = REFUSAL,
-) -> tuple[Any | None, str]:
-    """One model's result of an analysis on the chosen corpus and where it came from: shipped when one answers, else
-    computed (`computed`, cached, with its bar) at once or, given `ask_first` (the cost, said first), once asked.
-    (None, "") before it is asked, or after a refusal in words (`refusal`: its sentence, of {model} and {error})."""
+) -> tuple[AnalysisRun | None, str]:
+    """One model's run of an analysis on the chosen corpus (its result with the model's facts, the options computed,
+    the view's at their defaults, and the provenance) and where it came from: shipped when one answers, else computed
+    (`computed`, cached, with its bar) at once or, given `ask_first` (the cost, said first), once asked. (None, "")
+    before it is asked, or after a refusal in words (`refusal`: its sentence, of {model} and {error})."""
     found = analysis_named(analysis)
     wanted = found.computed(options)
     (source,) = found.sources or OPTIONAL_SOURCES[found.reads]  # the corpus (an analysis of the model: its optional)
@@ -141,8 +154,8 @@ class CorpusPage(Generic[O, S]):
         found, source = result_on_corpus(self.analysis, name, choice, wanted, self.bar, ask, self.refusal)
         if found is None:
             return None
-        shown = analysis_named(self.analysis).for_options(found, wanted)
-        return Shown(name, shown, choice.label, source, choice)
+        run = found.as_options(wanted)
+        return Shown(name, run.result, choice.label, source, choice, run=run)
 
     def model_result(self, lm: LoadedModel, choice: CorpusChoice, options: O) -> S | None:
         """One model's result on the chosen corpus as the page shows it (its own `result`, else `on_corpus`)."""
@@ -209,19 +222,21 @@ def one_corpus(lm: LoadedModel, pages: Sequence[CorpusPage[O, Any]]) -> list[Inp
     return [Inputs(found, choice, options) for found in loaded]
 
 
+def runs_json(views: Sequence[Shown[Any]]) -> dict:
+    """The JSON of the runs shown: one model's is what `attnlib <command> --json` prints; two models' are
+    {"models": [the first's, the second's]}."""
+    parts = [v.run.to_json() for v in views if v.run is not None]
+    return parts[0] if len(parts) == 1 else {"models": parts}
+
+
 def every_head_tab(
-    views: Sequence[Shown[Any]],
-    head_table: Callable[[Any], pd.DataFrame],
-    command: str,
-    name: str,
-    key: str,
-    formats: dict[str, str] | None = None,
+    views: Sequence[Shown[Any]], title: str, name: str, key: str, formats: dict[str, str] | None = None
 ) -> None:
-    """A page's table of every head of every model shown (`head_table` of each), its CSV, and the models' JSON as
-    `attnlib <command> --json` prints it (with the model, corpus and source)."""
+    """A page's table of every head of every model shown (its result's table of that title), its CSV, and the runs'
+    JSON, what `attnlib <command> --json` prints."""
+    command = next(v.run.analysis.name for v in views if v.run is not None)
     st.markdown(f"Every head (layers and heads from 1); the JSON counts from 0, like `attnlib {command} --json`.")
-    table = pd.concat([head_table(v) for v in views], ignore_index=True)
+    table = pd.concat([v.result.tables(v.model)[title] for v in views], ignore_index=True)
     data_table(table, key=f"{key}_heads", formats=formats)
     download_table(table, name, key=f"{key}_heads_csv")
-    parts = [{"model": v.model, "corpus": v.corpus, "source": v.source, **v.result.to_json()} for v in views]
-    download_json(parts[0] if len(parts) == 1 else {"models": parts}, name, key=f"{key}_json")
+    download_json(lambda: runs_json(views), name, key=f"{key}_json")

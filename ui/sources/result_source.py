@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 import streamlit as st
 
-from attnlib.analyses.base import Options, run_analysis
+from attnlib.analyses.base import AnalysisRun, Options, run_analysis, run_of_record
 from attnlib.analyses.errors import USER_ERRORS
 from attnlib.analyses.registry import analysis_named
 from attnlib.results.files import MAX_RESULT_BYTES, ResultFile, ResultFileError, read_result_file
@@ -114,6 +114,14 @@ def _shipped(key: tuple, sha1: str, n_inputs: int, train: tuple[str, int] | None
     return None if record is None else (_parse(record), record.provenance())
 
 
+def run_in_file(record: ResultFile, options: Options | None = None, read: Any = None) -> AnalysisRun:
+    """The run a result file holds (its analysis named by the file; `read`: what a page read of it, reused where it is
+    the analysis's result), as these options show it (default: its own)."""
+    analysis = analysis_named(record.command)
+    run = run_of_record(analysis, record, read if isinstance(read, analysis.result) else None)
+    return run if options is None else run.as_options(options)
+
+
 def shipped(
     analysis: str,
     model_name: str,
@@ -123,11 +131,11 @@ def shipped(
     train: CorpusChoice | None = None,
 ) -> tuple[T, str] | None:
     """The shipped result of an analysis for this model, corpus (a probe's: its test and `train` treebanks) and
-    options, parsed (by default as the analysis reads its files for these options), with the file's provenance; None
+    options, parsed (by default the run the file holds, as these options show it), with the file's provenance; None
     when none ships."""
     key = (analysis, model_name, choice.fingerprint, options)
     trained_on = None if train is None else (train.sha1, train.n_inputs)
-    read = parse or partial(analysis_named(analysis).read, options=options)
+    read = parse or partial(run_in_file, options=options)
     return _shipped(key, choice.sha1, choice.n_inputs, trained_on, read)
 
 
@@ -141,8 +149,9 @@ def shipped_or_computed(
     ask_first: str | None = None,
     train: CorpusChoice | None = None,
 ) -> tuple[T | None, str]:
-    """The result and where it came from; a shipped one shows a Recompute button, and with `ask_first` (a sentence
-    on the cost) nothing is computed until the visitor asks. `compute` should be a cached function of the page."""
+    """The result (by default the run: `shipped`'s, and `compute`'s) and where it came from; a shipped one shows a
+    Recompute button, and with `ask_first` (a sentence on the cost) nothing is computed until the visitor asks.
+    `compute` should be a cached function of the page."""
     key = (analysis, model_name, choice.fingerprint, options, None if train is None else train.fingerprint)
     done = st.session_state.setdefault("_results_computed_here", set())
     button = f"{analysis}:{model_name}"
@@ -190,11 +199,12 @@ RUNNING = Bar()  # "Running <model>: N of M inputs"
 @st.cache_data(max_entries=32, show_spinner=False)
 def computed(
     analysis: str, model_name: str, fingerprint: str, options: Options, _inputs: Mapping[str, Any] | None, _bar: Bar
-) -> Any:
-    """An analysis's result of a model on its inputs (source -> inputs or a file's path), once per analysis, model,
-    inputs' fingerprint and options, with its progress bar; a library dataclass (the cache pickles its values).
+) -> AnalysisRun:
+    """An analysis's run of a model on its inputs (source -> inputs or a file's path), once per analysis, model,
+    inputs' fingerprint and options, with its progress bar: the result with the model's facts, the options and the
+    provenance, as `attnlib <command>` makes it (the cache pickles it).
 
     The bar is made here so that a cache hit replays it (and removes it again)."""
     with _bar.shown(model_name) as report:
         lm = model_named(model_name)
-        return run_analysis(analysis_named(analysis), lm, options, inputs=_inputs, progress=report).result
+        return run_analysis(analysis_named(analysis), lm, options, inputs=_inputs, progress=report)
