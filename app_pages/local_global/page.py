@@ -38,7 +38,7 @@ from attnlib.views.positions import (
     position_histograms,
 )
 from ui.sources.compare import difference_line
-from ui.sources.corpus_page import CorpusPage, Shown, one_corpus
+from ui.sources.corpus_page import CorpusPage, Shown, T, one_corpus
 from ui.sources.corpus_picker import CorpusChoice
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import AnalysisForm, Option, bind, field_option, lazy_tabs
@@ -114,8 +114,8 @@ def positions_cost(lm: LoadedModel, choice: CorpusChoice, options: PositionOptio
     return f"{name}: each input needs its own attribution run ({per_input_cost(options.mode)} per input)."
 
 
-def positions_file(found: FromFile[PositionsResult], options: PositionOptions) -> Shown[PositionsResult]:
-    """A `positions` result file's statistics."""
+def loaded(found: FromFile[T]) -> Shown[T]:
+    """A result file's result, said to be loaded from it, with the run it holds."""
     return Shown(
         found.model,
         found.value,
@@ -123,6 +123,11 @@ def positions_file(found: FromFile[PositionsResult], options: PositionOptions) -
         f"loaded from {found.name}",
         run=run_in_file(found.record, read=found.value),
     )
+
+
+def positions_file(found: FromFile[PositionsResult], options: PositionOptions) -> Shown[PositionsResult]:
+    """A `positions` result file's statistics."""
+    return loaded(found)
 
 
 POSITIONS_PAGE: CorpusPage[PositionOptions, Shown[PositionsResult]] = CorpusPage(
@@ -163,13 +168,7 @@ def aggregation_result(
 def aggregation_file(found: FromFile[AggregationResult], options: PositionOptions) -> Shown[AggregationResult]:
     """An `aggregation` result file's statistics, where they come from said."""
     st.caption(f"{found.model}: {found.value.n_inputs} inputs of {found.corpus}; loaded from {found.name}.")
-    return Shown(
-        found.model,
-        found.value,
-        found.corpus,
-        f"loaded from {found.name}",
-        run=run_in_file(found.record, read=found.value),
-    )
+    return loaded(found)
 
 
 AGGREGATION_PAGE: CorpusPage[PositionOptions, Shown[AggregationResult]] = CorpusPage(
