@@ -25,10 +25,9 @@ from attnlib.analyses.roles import (
     probe_text,
 )
 from attnlib.core.model import load_model
-from attnlib.core.runner import encode
+from attnlib.core.runner import encode, with_bos
 from attnlib.present.tour import live_head_link
 from attnlib.results.files import ResultFileError
-from attnlib.stats.roles import detection_patterns, detection_score
 from support.models import DECODER_KINDS, save_tiny
 from support.roles import looped_previous_score, looped_repeat_score
 
@@ -231,23 +230,67 @@ def test_encoders_have_no_copying_score_no_gain_and_say_why(kind, results):
     assert printed["scores"]["copying"] is None and printed["roles"]["copying"] == []
 
 
+def transformerlens_score(pattern: np.ndarray, ids: list[int], name: str, measure: str, exclude_bos: bool) -> float:
+    """TransformerLens's detect_head for one head, written out here (head_detector.py): its detection pattern of the
+    tokens, then the "mul" share or the "abs" score rounded to 3 decimals."""
+    n = len(ids)
+    tokens = np.array(ids)
+    duplicate = np.tril((tokens[None, :] == tokens[:, None]).astype(float), -1)
+    wanted = {
+        "previous": np.eye(n, k=-1),
+        "duplicate": duplicate,
+        "induction": np.tril(np.concatenate([np.zeros((n, 1)), duplicate[:, :-1]], axis=1)),
+    }[name]
+    attention = pattern.astype(np.float64).copy()
+    if measure == "mul":
+        if exclude_bos:
+            attention[:, 0] = 0
+        return float((attention * wanted).sum() / attention.sum())
+    difference = np.abs(attention - wanted)
+    if exclude_bos:
+        difference[:, 0] = 0
+    return 1 - round(float(difference.mean() * n), 3)
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_detection_is_transformerlens_on_the_models_own_maps(kind, models):
+@pytest.mark.parametrize("prepend_bos", [True, False])
+def test_detection_is_transformerlens_on_the_models_own_maps(kind, prepend_bos, models):
+    """TransformerLens tokenizes with the BOS in front (prepend_bos, its default): the maps of those ids through the
+    model's own forward pass, scored by its formula written out above, are detection's scores; without the option,
+    the tokenizer's own ids."""
     lm = models(kind)
     texts = ["the cat sat on the mat . the cat sat", "a dog ran . a dog ran"]
-    options = RolesOptions(sequences=1, repeat_length=4, exclude_first=True)
+    options = RolesOptions(sequences=1, repeat_length=4, exclude_first=True, prepend_bos=prepend_bos)
     found = compute_roles(lm, [attnlib.CorpusInput(t) for t in texts], options)
     assert found.detect is not None and set(found.detect) == {"mul", "abs"}
+    assert found.to_json()["prepend_bos"] is prepend_bos
+    bos = lm.tokenizer.bos_token_id
     for measure in ("mul", "abs"):
         for name in ("previous", "duplicate", "induction"):
             per_input = []
             for text in texts:
-                ids = encode(lm, text).input_ids
+                ids = lm.tokenizer(text)["input_ids"]
+                if prepend_bos and bos is not None and ids[0] != bos:
+                    ids = [bos, *ids]
                 maps = own_attentions(lm, np.array([ids]))[0]
-                per_input.append(detection_score(maps, detection_patterns(ids)[name], measure, True, False))
+                per_input.append([[transformerlens_score(m, ids, name, measure, True) for m in layer] for layer in maps])
             # abs: rounded to 3 decimals on both sides (a weight a float32 ulp apart may round the other way)
             atol = 1e-3 + 1e-9 if measure == "abs" else 1e-6
             np.testing.assert_allclose(found.detect[measure][name], np.mean(per_input, axis=0), atol=atol)
+
+
+def test_prepend_bos_puts_the_bos_in_front_only_where_the_tokenizer_does_not(models):
+    """GPT-2's tokenizer starts a text with no BOS: one is put in front; Llama's starts with its BOS, BERT's with [CLS]
+    (no BOS token): unchanged."""
+    for kind, changed in (("gpt2", True), ("llama", False), ("bert", False)):
+        lm = models(kind)
+        plain = encode(lm, "the cat sat")
+        front = with_bos(lm, plain)
+        if changed:
+            assert front.input_ids == [lm.tokenizer.bos_token_id, *plain.input_ids] and front.special_mask[0]
+            assert front.tokens[1:] == plain.tokens and front.word_ids[0] is None and front.cls_mask[0]
+        else:
+            assert front is plain
 
 
 def test_thresholds_choose_the_roles_and_a_file_round_trips(results):

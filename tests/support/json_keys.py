@@ -29,7 +29,7 @@ KEYS = {
     "gradient": {"model", "n_inputs", "layers", "heads"},
     "retrieval": {"model", "scores", "threshold", "retrieval_heads", "counted", "reason", "tests"},
     "roles": {"model", "probe", "scores", "in_context_gain", "causal", "detect", "roles", "thresholds", "checkpoints",
-              "notes"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
+              "notes", "prepend_bos"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},
