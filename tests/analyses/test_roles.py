@@ -28,8 +28,17 @@ from attnlib.core.model import load_model
 from attnlib.core.runner import encode, with_bos
 from attnlib.present.tour import live_head_link
 from attnlib.results.files import ResultFileError
-from support.models import DECODER_KINDS, save_tiny
-from support.roles import looped_previous_score, looped_repeat_score
+from support.models import (
+    DECODER_KINDS,
+    FOUND_ENCODER_DECODER_KINDS,
+    FOUND_LAYOUT_KINDS,
+    move_off_initial,
+    save_tiny,
+    tiny_decoder_config,
+    tiny_model,
+    tokenizer_for,
+)
+from support.roles import copying_from_paths, looped_previous_score, looped_repeat_score
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 OPTIONS = RolesOptions(sequences=2, repeat_length=6, repeats=3, top_k=2)
@@ -207,17 +216,51 @@ def test_copying_score_is_the_full_vocabulary_matrixs(kind, models, results):
     np.testing.assert_allclose(found.scores.copying, copying_from_module_paths(lm, kind, full), atol=atol)
 
 
-@pytest.mark.parametrize("kind", DECODER_KINDS)
-def test_every_decoder_family_has_a_copying_score(kind, tmp_path):
-    lm = load_model(str(save_tiny(kind, tmp_path)))
+COPYING_KINDS = [k for k in (*DECODER_KINDS, *FOUND_LAYOUT_KINDS) if k not in FOUND_ENCODER_DECODER_KINDS]
+
+
+def saved_decoder(kind: str, folder):
+    """A tiny decoder of this kind, its norms' weights and biases moved off their initial values (so a gamma left out
+    shows); "opt-projected": OPT whose embeddings (16 wide) are projected into its width (32) and back out
+    (project_in, project_out, as facebook/opt-350m)."""
+    if kind == "opt-projected":
+        import transformers as tf
+
+        tokenizer = tokenizer_for("opt")
+        config = tiny_decoder_config("opt", tokenizer)
+        config.word_embed_proj_dim = 16
+        torch.manual_seed(0)
+        model = tf.OPTForCausalLM(config)
+        tokenizer.save_pretrained(folder)
+    else:
+        model = tiny_model(kind, tokenizer_for(kind))
+        tokenizer_for(kind).save_pretrained(folder)
+    move_off_initial(model).save_pretrained(folder)
+    return load_model(str(folder))
+
+
+@pytest.mark.parametrize("kind", [*COPYING_KINDS, "opt-projected"])
+def test_every_decoder_familys_copying_score_is_its_weights(kind, tmp_path):
+    """Every decoder family, listed and found: the copying score is that of the weights read by module path
+    (tests/support/roles.py, written per family), Gemma 2 and 3's post-attention norm left out as TransformerLens
+    leaves it (METHODS §20); a classifier has no unembedding and says so."""
+    lm = saved_decoder(kind, tmp_path)
     found = ROLES.compute_model(lm, None, RolesOptions(sequences=1, repeat_length=4))  # type: ignore[misc]
     if kind == "llama-classifier":  # a classifier: no language-model head, so no unembedding and no G
         assert found.scores.copying is None and "no trained one" in found.notes["copying"]
         assert found.in_context_gain is None and found.causal is None
         return
-    scores = found.scores.copying
-    assert scores is not None and scores.shape == (2, 4) and np.isfinite(scores).all()
-    assert np.abs(scores).max() <= 1 and found.in_context_gain is not None
+    if kind == "opt-projected":
+        assert lm.encoder.decoder.project_in is not None and lm.encoder.decoder.project_out is not None
+    assert found.scores.copying is not None and found.in_context_gain is not None
+    family = "opt" if kind == "opt-projected" else kind
+    expected = copying_from_paths(lm.causal_lm, family, lm.facts.n_heads, lm.facts.head_dim)
+    # attnlib forms W_U W_E and W_O^h (W_U W_E) in float32 (sums of V and d products, each off by about
+    # sqrt(terms) eps32 of its size); the float64 eigenvalues here are exact to ~1e-13
+    vocabulary = lm.causal_lm.get_output_embeddings().weight.shape[0]
+    atol = (np.sqrt(vocabulary) + np.sqrt(lm.facts.hidden_size)) * np.finfo(np.float32).eps
+    np.testing.assert_allclose(found.scores.copying, expected, atol=atol)
+    assert np.ptp(expected) > 100 * atol  # heads differ: a score read from the wrong weights would show
 
 
 @pytest.mark.parametrize("kind", ["bert", "t5"])
