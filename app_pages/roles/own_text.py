@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import streamlit as st
-
 import numpy as np
+import streamlit as st
 
 from attnlib.analyses.roles import RolesOptions, detect_inputs
 from attnlib.core.corpus import CorpusInput

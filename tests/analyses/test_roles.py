@@ -316,7 +316,9 @@ def test_detection_is_transformerlens_on_the_models_own_maps(kind, prepend_bos, 
                 if prepend_bos and bos is not None and ids[0] != bos:
                     ids = [bos, *ids]
                 maps = own_attentions(lm, np.array([ids]))[0]
-                per_input.append([[transformerlens_score(m, ids, name, measure, True) for m in layer] for layer in maps])
+                per_input.append(
+                    [[transformerlens_score(m, ids, name, measure, True) for m in layer] for layer in maps]
+                )
             # abs: rounded to 3 decimals on both sides (a weight a float32 ulp apart may round the other way)
             atol = 1e-3 + 1e-9 if measure == "abs" else 1e-6
             np.testing.assert_allclose(found.detect[measure][name], np.mean(per_input, axis=0), atol=atol)
