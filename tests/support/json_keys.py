@@ -39,7 +39,16 @@ NESTED = {  # keys below the top level that an issue named: the no-op test's ent
     ("roles", "detect"): {"mul", "abs"},
     ("roles", "roles"): {"previous", "duplicate", "induction", "copying", "sink"},
 }
-TEST_KEYS = {"length", "depth", "input_ids", "needle_span", "decoded_ids", "forced", "recall", "counts"}  # each of retrieval's tests
+TEST_KEYS = {
+    "length",
+    "depth",
+    "input_ids",
+    "needle_span",
+    "decoded_ids",
+    "forced",
+    "recall",
+    "counts",
+}  # each of retrieval's tests
 COMMAND_KEYS = {
     "index": {"model", "corpus", "options", "n_inputs", "n_positions", "dims", "out", "bytes", "seconds"},
     "search": {"model", "index", "query", "heads", "matches", "summary"},

@@ -103,6 +103,14 @@ def ov_from_module_paths(model, kind: str, heads: int, d: int):
             layers.append((norm, _grouped(fused[heads * d + d :], heads, d), _split_out(_w(out), heads, d)))
         embed = base.wte if kind == "gpt-bigcode" else base.word_embeddings
         return _w(embed), _w(model.lm_head).T, base.ln_f, layers
+    if kind == "codegen":  # qkv_proj: 4 model-parallel blocks, each [q | v | k] of a quarter of the heads
+        base = model.transformer
+        layers = []
+        for b in base.h:
+            blocks = _w(b.attn.qkv_proj).reshape(4, 3, heads * d // 4, -1)
+            layers.append((b.ln_1, _grouped(blocks[:, 1].reshape(heads * d, -1), heads, d),
+                           _split_out(_w(b.attn.out_proj), heads, d)))  # fmt: skip
+        return _w(base.wte), _w(model.lm_head).T, base.ln_f, layers
     if kind == "gptj":
         base = model.transformer
         layers = [(b.ln_1, _grouped(_w(b.attn.v_proj), heads, d), _split_out(_w(b.attn.out_proj), heads, d))
