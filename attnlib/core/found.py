@@ -195,7 +195,7 @@ def _fused_model_parallel(_heads_module: torch.nn.Module, outputs: list[torch.Te
     (qkv,) = outputs
     b, n, _ = qkv.shape
     q, v, k = qkv.reshape(b, n, MODEL_PARALLEL_BLOCKS, -1).chunk(3, dim=-1)
-    return tuple(x.reshape(b, n, -1, d).transpose(1, 2) for x in (q, k, v))  # type: ignore[return-value]
+    return tuple(x.reshape(b, n, -1, d).transpose(1, 2) for x in (q, k, v))
 
 
 def _splits(shape: Family, lay: Layout) -> list:

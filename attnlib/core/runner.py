@@ -141,7 +141,7 @@ def with_bos(lm: LoadedModel, encoded: Encoded) -> Encoded:
         token_type_ids=None if encoded.token_type_ids is None else [0] + encoded.token_type_ids[:keep],
         tokens=tok.convert_ids_to_tokens(ids),
         segments=ahead(encoded.segments, 0),
-        word_ids=[None] + encoded.word_ids[:keep],
+        word_ids=[None, *encoded.word_ids[:keep]],
         cls_mask=_first_mask(len(ids)) if lm.facts.causal else ahead(encoded.cls_mask, bos == tok.cls_token_id),
         sep_mask=ahead(encoded.sep_mask, False),
         special_mask=special,
