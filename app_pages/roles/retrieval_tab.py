@@ -27,7 +27,8 @@ def tests_table(lm: LoadedModel, found: RetrievalResult) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {"length": t.length, "depth": t.depth, "needle_start": t.needle_span[0],
-             "needle_end": t.needle_span[1], "decoded": decode(t.decoded_ids), "forced": t.forced}
+             "needle_end": t.needle_span[1], "decoded": decode(t.decoded_ids), "forced": t.forced,
+             "recall": t.recall, "counts": t.counts}
             for t in found.tests
         ]
     )  # fmt: skip
@@ -39,7 +40,8 @@ def retrieval_test(lm: LoadedModel) -> None:
         "Wu et al. (2024): hide a sentence (the needle) in a long text (the haystack: UD English EWT dev) at several "
         "depths, ask for it, and let the model answer greedily. A head *retrieves* when, at a decoding step, the key "
         "it attends to most lies in the needle and holds the token just produced; its score is the share of the "
-        "needle it so copies, over the tests. Above 0.1: a retrieval head."
+        "needle it so copies, over the tests that retrieved the needle (as in Wu et al.'s code: the needle's ROUGE-1 "
+        "recall in the answer above 0.5; forced tests always count). Above 0.1: a retrieval head."
     )
     if not lm.facts.causal:
         st.info(f"{lm.facts.name} is not a decoder: the retrieval test asks the model to generate (decoders only).")
@@ -64,7 +66,11 @@ def retrieval_test(lm: LoadedModel) -> None:
         st.warning(f"The retrieval test cannot run on {lm.facts.name}: {exc}")
         return
     found: RetrievalResult = run.result
-    chart(retrieval_heatmap(found.scores, found.threshold), "retrieval_scores", f"{KEY}_scores")
+    st.caption(f"{found.counted} of {len(found.tests)} tests count.")
+    if found.reason is not None:
+        st.info(f"No retrieval scores for {lm.facts.name}: {found.reason}")
+    else:
+        chart(retrieval_heatmap(found.scores, found.threshold), "retrieval_scores", f"{KEY}_scores")
     heads = ", ".join(head_label(l, h) for l, h in found.heads) or "none"
     st.markdown(f"Retrieval heads (score above {found.threshold:g}): **{heads}**.")
     table = tests_table(lm, found)

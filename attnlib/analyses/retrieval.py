@@ -23,10 +23,12 @@ from attnlib.stats.importance import mlm_head
 from attnlib.stats.retrieval import (
     EXTRA_STEPS,
     RETRIEVAL_THRESHOLD,
+    RETRIEVED_RECALL,
     CopyCounter,
     NeedleTest,
     needle_test,
     retrieval_heads,
+    rouge1_recall,
 )
 
 if TYPE_CHECKING:
@@ -87,15 +89,24 @@ class RetrievalOptions(Options):
 
 @dataclass
 class RetrievalTest(NeedleTest):
-    """One test as run: its input, the needle's span and the tokens decoded (the needle's own when forced)."""
+    """One test as run: its input, the needle's span, the tokens decoded (the needle's own when forced) and, decoded
+    greedily, the needle's ROUGE-1 recall in the decoded text (None when forced)."""
 
     decoded_ids: list[int] = field(default_factory=list)
     forced: bool = False
+    recall: float | None = None
+
+    @property
+    def counts(self) -> bool:
+        """Whether its scores count (§20, as Wu et al.'s code): forced, or the model retrieved the needle (recall above
+        RETRIEVED_RECALL)."""
+        return self.forced or (self.recall is not None and self.recall > RETRIEVED_RECALL)
 
     def to_json(self) -> dict:
-        """{length, depth, input_ids, needle_span [start, end), decoded_ids, forced}."""
+        """{length, depth, input_ids, needle_span [start, end), decoded_ids, forced, recall, counts}."""
         return {"length": self.length, "depth": self.depth, "input_ids": self.input_ids,
-                "needle_span": list(self.needle_span), "decoded_ids": self.decoded_ids, "forced": self.forced}  # fmt: skip
+                "needle_span": list(self.needle_span), "decoded_ids": self.decoded_ids, "forced": self.forced,
+                "recall": self.recall, "counts": self.counts}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict) -> RetrievalTest:
@@ -104,17 +115,35 @@ class RetrievalTest(NeedleTest):
         ids = [int(x) for x in data["input_ids"]]
         if not 0 <= start < end <= len(ids):
             raise ValueError(f"needle_span {[start, end]} does not lie in the {len(ids)} input ids")
+        recall = None if data["recall"] is None else float(data["recall"])
         return cls(int(data["length"]), float(data["depth"]), ids, (start, end),
-                   [int(x) for x in data["decoded_ids"]], bool(data["forced"]))  # fmt: skip
+                   [int(x) for x in data["decoded_ids"]], bool(data["forced"]), recall)  # fmt: skip
 
 
 @dataclass
 class RetrievalResult:
-    """Every head's retrieval score [layers, heads] (the mean over the tests), the threshold and the tests."""
+    """Every head's retrieval score [layers, heads] (the mean over the tests that count; NaN where none does), the
+    threshold and the tests."""
 
     scores: np.ndarray
     tests: list[RetrievalTest]
     threshold: float = RETRIEVAL_THRESHOLD
+
+    @property
+    def counted(self) -> int:
+        """How many tests count (forced, or the needle retrieved)."""
+        return sum(t.counts for t in self.tests)
+
+    @property
+    def reason(self) -> str | None:
+        """Why there are no scores, in words (None when some test counts)."""
+        if self.counted or not self.tests:
+            return None if self.tests else "no test was run."
+        best = max(t.recall or 0.0 for t in self.tests)
+        return (f"the model retrieved the needle in none of the {len(self.tests)} tests (the best ROUGE-1 recall of "
+                f"the needle in the decoded text was {best:.2f}, not above {RETRIEVED_RECALL}): a retrieval score "
+                "counts only tests that retrieved it (METHODS §20); try forced decoding, shorter lengths or a "
+                "stronger model.")  # fmt: skip
 
     @property
     def heads(self) -> list[list[int]]:
@@ -122,9 +151,10 @@ class RetrievalResult:
         return retrieval_heads(self.scores, self.threshold)
 
     def to_json(self) -> dict:
-        """The `retrieval` command's JSON: scores [layer][head], threshold, retrieval_heads, tests."""
+        """The `retrieval` command's JSON: scores [layer][head] (null where no test counts), threshold,
+        retrieval_heads, counted (how many tests count), reason (why none did, else null), tests."""
         return {"scores": self.scores, "threshold": self.threshold, "retrieval_heads": self.heads,
-                "tests": [t.to_json() for t in self.tests]}  # fmt: skip
+                "counted": self.counted, "reason": self.reason, "tests": [t.to_json() for t in self.tests]}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict) -> RetrievalResult:
@@ -132,6 +162,8 @@ class RetrievalResult:
         with malformed("`retrieval` result"):
             scores = numeric_array(data["scores"], "scores", 2)
             result = cls(scores, [RetrievalTest.from_json(t) for t in data["tests"]], float(data["threshold"]))
+            if result.counted != int(data["counted"]):
+                raise ResultFileError("the `retrieval` result's counted is not the number of its tests that count.")
             if result.heads != [[int(l), int(h)] for l, h in data["retrieval_heads"]]:
                 raise ResultFileError("the `retrieval` result's retrieval_heads are not those its scores give.")
             return result
@@ -146,15 +178,16 @@ class RetrievalResult:
         tests = pd.DataFrame(
             [{"model": model, "length": t.length, "depth": t.depth, "n_tokens": len(t.input_ids),
               "needle_start": t.needle_span[0], "needle_end": t.needle_span[1], "n_decoded": len(t.decoded_ids),
-              "forced": t.forced} for t in self.tests],
-            columns=["model", "length", "depth", "n_tokens", "needle_start", "needle_end", "n_decoded", "forced"],
+              "forced": t.forced, "recall": t.recall, "counts": t.counts} for t in self.tests],
+            columns=["model", "length", "depth", "n_tokens", "needle_start", "needle_end", "n_decoded", "forced",
+                     "recall", "counts"],
         )  # fmt: skip
         return {"Per head": per_head, "Tests": tests}
 
 
 @dataclass
 class RetrievalSums:
-    """The tests run so far and the sum of their scores (mergeable, as the engines' accumulators)."""
+    """The tests run so far and the sum of the scores of those that count (mergeable, as the engines' accumulators)."""
 
     layers: int
     heads: int
@@ -162,9 +195,10 @@ class RetrievalSums:
     sums: np.ndarray | None = None
 
     def add(self, test: RetrievalTest, scores: np.ndarray) -> None:
-        """One test and its scores [layers, heads]."""
+        """One test and its scores [layers, heads] (summed only where the test counts)."""
         self.tests.append(test)
-        self.sums = scores.copy() if self.sums is None else self.sums + scores
+        if test.counts:
+            self.sums = scores.copy() if self.sums is None else self.sums + scores
 
     def merge(self, other: RetrievalSums) -> RetrievalSums:
         """Both accumulators' tests, in order."""
@@ -174,10 +208,11 @@ class RetrievalSums:
         return merged
 
     def result(self) -> RetrievalResult:
-        """The mean score over the tests (NaN with none)."""
-        if self.sums is None:
-            return RetrievalResult(np.full((self.layers, self.heads), np.nan), [])
-        return RetrievalResult(self.sums / len(self.tests), self.tests)
+        """The mean score over the tests that count (NaN where none does)."""
+        counted = sum(t.counts for t in self.tests)
+        if self.sums is None or not counted:
+            return RetrievalResult(np.full((self.layers, self.heads), np.nan), self.tests)
+        return RetrievalResult(self.sums / counted, self.tests)
 
 
 def continuation_ids(tokenizer, text: str) -> list[int]:
@@ -266,7 +301,12 @@ def run_tests(
 
         forced = needle if options.forced else None
         decoded = greedy_decode(lm, test.input_ids, steps, forced, on_rows=check, head=head)
-        sums.add(RetrievalTest(length, depth, test.input_ids, test.needle_span, decoded, options.forced),
+        recall = (
+            None
+            if options.forced
+            else rouge1_recall(options.needle, lm.tokenizer.decode(decoded, skip_special_tokens=True))
+        )
+        sums.add(RetrievalTest(length, depth, test.input_ids, test.needle_span, decoded, options.forced, recall),
                  counter.scores())  # fmt: skip
         if progress is not None:
             progress(done + 1, len(plan))

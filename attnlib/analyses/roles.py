@@ -25,7 +25,7 @@ from attnlib.core.families import UnsupportedModelError
 from attnlib.core.hooks import ATTENTION, hooks
 from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.ov_circuit import copying_reason, ov_weights
-from attnlib.core.runner import encode, returned_weights, run_encoded
+from attnlib.core.runner import encode, returned_weights, run_encoded, with_bos
 from attnlib.results.files import malformed, numeric_array
 from attnlib.stats.importance import MlmHead, heads_off, mlm_head
 from attnlib.stats.patterns import PATTERN_HELP as PATTERN_HELP  # the head finder's patterns, for the pages
@@ -92,6 +92,8 @@ class RolesOptions(Options):
                                  "exclude_bos)")  # fmt: skip
     exclude_current: bool = option(False, "detection: set each map's diagonal to 0 (TransformerLens's "
                                    "exclude_current_token)")  # fmt: skip
+    prepend_bos: bool = option(True, "detection: the tokenizer's BOS token in front of each text where the tokenizer "
+                               "does not start it with one, as TransformerLens tokenizes (its prepend_bos)")  # fmt: skip
     checkpoints: tuple[str, ...] = option(
         (), "checkpoints of one model in training order (folders, or Hub ids as ID@REVISION): the scores of each"
     )
@@ -234,6 +236,7 @@ class RolesResult:
     thresholds: dict[str, float]
     checkpoints: list[CheckpointScores] | None = None
     notes: dict[str, str] = field(default_factory=dict)
+    prepend_bos: bool | None = None  # detection's texts had the BOS put in front (None: no detection)
 
     @property
     def roles(self) -> dict[str, list[Head]]:
@@ -273,6 +276,7 @@ class RolesResult:
             "thresholds": dict(self.thresholds),
             "checkpoints": None if self.checkpoints is None else [c.to_json() for c in self.checkpoints],
             "notes": dict(self.notes),
+            "prepend_bos": self.prepend_bos,
         }
 
     @classmethod
@@ -296,6 +300,7 @@ class RolesResult:
                 thresholds=thresholds,
                 checkpoints=None if points is None else [CheckpointScores.from_json(c) for c in points],
                 notes={str(k): str(v) for k, v in data.get("notes", {}).items()},
+                prepend_bos=None if data["prepend_bos"] is None else bool(data["prepend_bos"]),
             )
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
@@ -471,6 +476,8 @@ def detect_inputs(lm: LoadedModel, inputs: Sequence[CorpusInput], options: Roles
     """§20's pattern detection (TransformerLens's detect_head) on each input, the mean over the inputs."""
     total: dict[str, dict[str, np.ndarray]] = {}
     encoded = [encode(lm, item.text_a, item.text_b) for item in inputs]
+    if options.prepend_bos:
+        encoded = [with_bos(lm, e) for e in encoded]
     for start in range(0, len(encoded), batch_size):
         for run in run_encoded(lm, encoded[start : start + batch_size]):
             found = detection_scores(run.attentions, run.input_ids, options.exclude_first, options.exclude_current)
@@ -556,7 +563,8 @@ def compute_roles(
     if options.checkpoints:
         arguments = [(name, i, options, scale.device) for i, name in enumerate(options.checkpoints)]
         points = scale.map(checkpoint_scores, arguments)
-    return RolesResult(ProbeRecord.of(probe), scores, gain, causal, detect, thresholds_of(options), points, notes)
+    bos = None if detect is None else options.prepend_bos
+    return RolesResult(ProbeRecord.of(probe), scores, gain, causal, detect, thresholds_of(options), points, notes, bos)
 
 
 def _note(lm: LoadedModel, _item: CorpusInput, options: RolesOptions) -> str | None:

@@ -120,14 +120,14 @@ def add_input_flags(parser: argparse.ArgumentParser, analysis: Analysis) -> None
 
 def add_option_flags(parser: argparse.ArgumentParser, options_type: type[Options]) -> None:
     """One flag per field of an options dataclass: --name-with-hyphens, its default the field's, its help the field's
-    (a bool that defaults to False is a switch; a Literal gives the choices; `minimum` bounds a whole number)."""
+    (a bool that defaults to False is a switch, one that defaults to True has --no-name too; a Literal gives the choices; `minimum` bounds a whole number)."""
     hints = option_types(options_type)
     for f in fields(options_type):
         flag, kind, meta = "--" + f.name.replace("_", "-"), hints[f.name], f.metadata
         assert f.default is not MISSING, f"{options_type.__name__}.{f.name} needs a default"
         if kind is bool:
-            if f.default:
-                parser.add_argument(f"--no-{flag[2:]}", dest=f.name, action="store_false", help=meta["help"])
+            if f.default:  # --flag and --no-flag
+                parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=True, help=meta["help"])
             else:
                 parser.add_argument(flag, action="store_true", help=meta["help"])
             continue

@@ -85,11 +85,13 @@ def _decoder_shape(name: str, layers: str, attention: str, projections, output: 
     )
 
 
-# shapes beside the listed families': Phi's (its output projection named dense), GPT-J's, Falcon's and Bloom's
+# shapes beside the listed families': Phi's (its output projection named dense), GPT-J's, CodeGen's (GPT-J's paths, one
+# fused projection), Falcon's and Bloom's
 FOUND_SHAPES: tuple[Family, ...] = (
     _decoder_shape("Phi", "layers", "self_attn", ("q_proj", "k_proj", "v_proj"), "dense", "input_layernorm",
                    "final_layernorm"),
     _decoder_shape("GPT-J", "h", "attn", ("q_proj", "k_proj", "v_proj"), "out_proj", "ln_1", "ln_f"),
+    _decoder_shape("CodeGen", "h", "attn", ("qkv_proj",), "out_proj", "ln_1", "ln_f"),
     replace(_decoder_shape("Falcon and Bloom", "h", "self_attention", ("query_key_value",), "dense", "input_layernorm",
                            "ln_f"), batch_heads=("alibi",)),
 )  # fmt: skip
@@ -185,10 +187,22 @@ def _fused_by_width(n_heads: int) -> Callable[[torch.nn.Module, list[torch.Tenso
     return split
 
 
+MODEL_PARALLEL_BLOCKS = 4  # CodeGen's fused projection: the model-parallel shards it was trained with
+
+
+def _fused_model_parallel(_heads_module: torch.nn.Module, outputs: list[torch.Tensor], d: int) -> QKV:
+    """CodeGen's qkv_proj: 4 model-parallel blocks along the output, each [q | v | k] of a quarter of the heads."""
+    (qkv,) = outputs
+    b, n, _ = qkv.shape
+    q, v, k = qkv.reshape(b, n, MODEL_PARALLEL_BLOCKS, -1).chunk(3, dim=-1)
+    return tuple(x.reshape(b, n, -1, d).transpose(1, 2) for x in (q, k, v))
+
+
 def _splits(shape: Family, lay: Layout) -> list:
     """The shape's own split of the projections into heads, then the others of their number."""
     fused = len(shape.projections) == 1
-    others = [_fused_blocks, _fused_interleaved, _fused_by_width(lay.n_heads)] if fused else [_grouped]
+    others = [_fused_blocks, _fused_interleaved, _fused_by_width(lay.n_heads), _fused_model_parallel] if fused else [
+        _grouped]  # fmt: skip
     return list(dict.fromkeys([shape.split, *others]))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -117,6 +117,35 @@ def encode(lm: LoadedModel, text_a: TextOrWords, text_b: TextOrWords | None = No
         special_mask=special,
         truncated=truncated,
         n_tokens_full=n_full,
+    )
+
+
+def with_bos(lm: LoadedModel, encoded: Encoded) -> Encoded:
+    """The input with the tokenizer's BOS token in front where the tokenizer does not start it with one
+    (TransformerLens's prepend_bos; METHODS §20), cut to the model's maximum length; unchanged where it starts with one
+    or the tokenizer has none."""
+    tok = lm.word_tokenizer or lm.tokenizer
+    bos = tok.bos_token_id
+    if bos is None or encoded.input_ids[:1] == [bos]:
+        return encoded
+    keep = min(encoded.n, lm.facts.max_length - 1)
+    ids = [bos] + encoded.input_ids[:keep]
+    special = np.concatenate([[True], encoded.special_mask[:keep]])
+
+    def ahead(values: np.ndarray, first) -> np.ndarray:
+        return np.concatenate([np.array([first], dtype=values.dtype), values[:keep]])
+
+    return replace(
+        encoded,
+        input_ids=ids,
+        token_type_ids=None if encoded.token_type_ids is None else [0] + encoded.token_type_ids[:keep],
+        tokens=tok.convert_ids_to_tokens(ids),
+        segments=ahead(encoded.segments, 0),
+        word_ids=[None, *encoded.word_ids[:keep]],
+        cls_mask=_first_mask(len(ids)) if lm.facts.causal else ahead(encoded.cls_mask, bos == tok.cls_token_id),
+        sep_mask=ahead(encoded.sep_mask, False),
+        special_mask=special,
+        truncated=encoded.truncated or keep < encoded.n,
     )
 
 

@@ -210,12 +210,21 @@ def _head_of(mlm: torch.nn.Module) -> MlmHead:
 
 
 def _causal_head(model: torch.nn.Module) -> MlmHead:
-    """A ForCausalLM model's LM head as its forward applies it (with Gemma 2's final soft-capping)."""
+    """A ForCausalLM model's LM head as its forward applies it (Cohere's logit scale, then Gemma 2's final
+    soft-capping)."""
     if not hasattr(model, "lm_head"):  # a BERT saved as a decoder (BertLMHeadModel): its masked-LM-style head
         return _head_of(model)
     project = model.lm_head
+    scale = float(getattr(model, "logit_scale", None) or 1.0)
     cap = getattr(model.config, "final_logit_softcapping", None)
-    return project if not cap else lambda h: torch.tanh(project(h) / cap) * cap
+    if scale == 1.0 and not cap:
+        return project
+
+    def head(h: torch.Tensor) -> torch.Tensor:
+        logits = project(h) * scale
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    return head
 
 
 def mlm_head(lm: LoadedModel) -> MlmHead:

@@ -4,13 +4,18 @@ every head from the attention rows that produced each decoded token; plain funct
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
 RETRIEVAL_THRESHOLD = 0.1  # a head whose retrieval score exceeds this is a retrieval head (Wu et al.)
 EXTRA_STEPS = 5  # greedy decoding runs up to q + 5 steps
+RETRIEVED_RECALL = 0.5  # a greedy test counts where the needle's ROUGE-1 recall in the decoded text is above this
+_NOT_ALPHANUMERIC = re.compile(r"[^a-z0-9]+")
 
 
 @dataclass
@@ -87,3 +92,24 @@ def copy_scores(steps: Sequence[np.ndarray], input_ids: Sequence[int], span: tup
 def retrieval_heads(scores: np.ndarray, threshold: float = RETRIEVAL_THRESHOLD) -> list[list[int]]:
     """[[layer, head], ...] (0-based, in order) of the heads whose score exceeds the threshold."""
     return [[int(l), int(h)] for l, h in zip(*np.nonzero(np.asarray(scores) > threshold))]
+
+
+@cache
+def _stem():  # NLTK's Porter stemmer (its default mode), which rouge_score's use_stemmer=True uses; imported when asked
+    from nltk.stem.porter import PorterStemmer
+
+    return PorterStemmer().stem
+
+
+def rouge_words(text: str) -> list[str]:
+    """The words ROUGE compares, as rouge_score tokenizes with use_stemmer=True: lower-cased, split on anything not a
+    letter or digit, words of more than 3 characters Porter-stemmed."""
+    stem = _stem()
+    return [stem(w) if len(w) > 3 else w for w in _NOT_ALPHANUMERIC.sub(" ", text.lower()).split()]
+
+
+def rouge1_recall(reference: str, candidate: str) -> float:
+    """ROUGE-1 recall: the share of the reference's words (counted with repeats) that the candidate has (0 for a
+    reference without words, as rouge_score gives)."""
+    wanted, got = Counter(rouge_words(reference)), Counter(rouge_words(candidate))
+    return sum((wanted & got).values()) / max(sum(wanted.values()), 1)

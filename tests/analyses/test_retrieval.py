@@ -9,14 +9,21 @@ import pytest
 import torch
 
 import attnlib
-from attnlib.analyses.retrieval import RETRIEVAL, RetrievalResult, bos_of, continuation_ids
+from attnlib.analyses.retrieval import (
+    RETRIEVAL,
+    RetrievalResult,
+    RetrievalSums,
+    RetrievalTest,
+    bos_of,
+    continuation_ids,
+)
 from attnlib.core.corpus import read_corpus
 from attnlib.core.decoding import greedy_decode
 from attnlib.core.model import load_model
 from attnlib.results.files import ResultFileError
 from attnlib.results.shipped import CLASSROOM_SINGLE
 from attnlib.stats.importance import mlm_head
-from attnlib.stats.retrieval import copy_scores, needle_test, retrieval_heads
+from attnlib.stats.retrieval import copy_scores, needle_test, retrieval_heads, rouge1_recall, rouge_words
 from support.cli import run_cli
 from support.json_keys import KEYS, TEST_KEYS
 from support.models import save_tiny
@@ -127,21 +134,63 @@ def test_scores_are_the_copy_check_of_the_models_own_attention(decoder, one_thre
             n = len(test.input_ids)
             steps = [maps[:, :, n - 1 + t, : n + t] for t in range(len(test.decoded_ids))]
             per_test.append(copy_scores(steps, test.input_ids, test.needle_span, test.decoded_ids))
-        np.testing.assert_allclose(run.result.scores, np.mean(per_test, axis=0), atol=1e-12)
-        sliding = any(w is not None for w in lm.facts.windows)  # Mistral's window of 3 never sees the needle
-        assert run.result.scores.any() == (forced and not sliding)  # random weights: forced copies happen, greedy no
-        assert run.to_json()["retrieval_heads"] == retrieval_heads(np.mean(per_test, axis=0))
+            decoded = lm.tokenizer.decode(test.decoded_ids, skip_special_tokens=True)
+            assert test.recall == (None if forced else rouge1_recall(NEEDLE, decoded))
+        counted = [s for s, t in zip(per_test, tests) if t.forced or t.recall > 0.5]  # type: ignore[operator]
+        assert run.result.counted == len(counted) == (len(tests) if forced else 0)  # random weights retrieve nothing
+        if forced:
+            np.testing.assert_allclose(run.result.scores, np.mean(counted, axis=0), atol=1e-12)
+            sliding = any(w is not None for w in lm.facts.windows)  # Mistral's window of 3 never sees the needle
+            assert run.result.scores.any() == (not sliding)  # random weights: forced copies happen
+            assert run.to_json()["retrieval_heads"] == retrieval_heads(np.mean(per_test, axis=0))
+        else:
+            printed = run.to_json()
+            assert np.isnan(run.result.scores).all() and printed["scores"][0][0] is None and printed["counted"] == 0
+            assert "retrieved the needle in none of the 6 tests" in printed["reason"]
+
+
+def test_only_tests_that_retrieved_the_needle_count():
+    """§20 as Wu et al.'s code: a greedy test's scores count only where the needle's ROUGE-1 recall is above 0.5; the
+    mean is over those, merged accumulators agree, and with none counted the scores are NaN with a reason."""
+    layers, heads = 2, 3
+    scores = [np.full((layers, heads), v) for v in (0.2, 0.9, 0.4, 0.6)]
+    recalls = [0.8, 0.5, 0.51, 0.0]  # 0.5 is not above the line
+    made = [RetrievalTest(4, 0.5, [1, 2, 3, 4], (1, 2), [2], False, r) for r in recalls]
+    one, other = RetrievalSums(layers, heads), RetrievalSums(layers, heads)
+    for k, (test, s) in enumerate(zip(made, scores)):
+        (one if k < 2 else other).add(test, s)
+    result = one.merge(other).result()
+    np.testing.assert_allclose(result.scores, np.full((layers, heads), (0.2 + 0.4) / 2))
+    assert result.counted == 2 and result.reason is None and [t.counts for t in result.tests] == [1, 0, 1, 0]
+    none = RetrievalSums(layers, heads)
+    none.add(made[1], scores[1])
+    assert np.isnan(none.result().scores).all() and "best ROUGE-1 recall" in (none.result().reason or "")
+    forced = RetrievalTest(4, 0.5, [1, 2, 3, 4], (1, 2), [2], True, None)
+    assert forced.counts
+
+
+def test_rouge1_recall_as_rouge_score_computes_it():
+    """rouge_score's README example (use_stemmer=True: recall 6/9), and by hand: lower-cased, split on anything not a
+    letter or digit, words of more than 3 letters stemmed ('jumping' -> 'jump'; 'was' is not), counts clipped."""
+    assert (
+        rouge1_recall("The quick brown fox jumps over the lazy dog", "The quick brown dog jumps on the log.") == 6 / 9
+    )
+    assert rouge_words("Jumping, DOGS! was x2") == ["jump", "dog", "was", "x2"]
+    assert rouge1_recall("the the cat", "the cat") == 2 / 3 and rouge1_recall("", "anything") == 0.0
+    assert rouge1_recall("sit in Dolores Park", "sitting in dolores parks") == 1.0
 
 
 def test_result_json_is_read_back_and_checked():
-    data = {"scores": [[0.2, 0.0]], "threshold": 0.1, "retrieval_heads": [[0, 0]],
+    data = {"scores": [[0.2, 0.0]], "threshold": 0.1, "retrieval_heads": [[0, 0]], "counted": 1, "reason": None,
             "tests": [{"length": 2, "depth": 0.5, "input_ids": [4, 1, 2, 5], "needle_span": [1, 3],
-                       "decoded_ids": [1, 2], "forced": True}]}  # fmt: skip
+                       "decoded_ids": [1, 2], "forced": True, "recall": None, "counts": True}]}  # fmt: skip
     back = RetrievalResult.from_json(data)
     assert back.to_json()["tests"] == data["tests"] and back.heads == [[0, 0]]
     assert set(back.to_json()) == KEYS["retrieval"] - {"model"} and set(data["tests"][0]) == TEST_KEYS
     with pytest.raises(ResultFileError, match="retrieval_heads"):
         RetrievalResult.from_json({**data, "retrieval_heads": []})
+    with pytest.raises(ResultFileError, match="counted"):
+        RetrievalResult.from_json({**data, "counted": 0})
     with pytest.raises(ResultFileError, match="needle_span"):
         RetrievalResult.from_json({**data, "tests": [{**data["tests"][0], "needle_span": [3, 9]}]})
     with pytest.raises(ResultFileError, match="malformed"):

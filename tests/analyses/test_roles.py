@@ -27,12 +27,20 @@ from attnlib.analyses.roles import (
     probe_text,
 )
 from attnlib.core.model import load_model
-from attnlib.core.runner import encode
+from attnlib.core.runner import encode, with_bos
 from attnlib.present.tour import live_head_link
 from attnlib.results.files import ResultFileError
-from attnlib.stats.roles import detection_patterns, detection_score
-from support.models import DECODER_KINDS, save_tiny
-from support.roles import looped_previous_score, looped_repeat_score
+from support.models import (
+    DECODER_KINDS,
+    FOUND_ENCODER_DECODER_KINDS,
+    FOUND_LAYOUT_KINDS,
+    move_off_initial,
+    save_tiny,
+    tiny_decoder_config,
+    tiny_model,
+    tokenizer_for,
+)
+from support.roles import copying_from_paths, looped_previous_score, looped_repeat_score
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 OPTIONS = RolesOptions(sequences=2, repeat_length=6, repeats=3, top_k=2)
@@ -210,17 +218,51 @@ def test_copying_score_is_the_full_vocabulary_matrixs(kind, models, results):
     np.testing.assert_allclose(found.scores.copying, copying_from_module_paths(lm, kind, full), atol=atol)
 
 
-@pytest.mark.parametrize("kind", DECODER_KINDS)
-def test_every_decoder_family_has_a_copying_score(kind, tmp_path):
-    lm = load_model(str(save_tiny(kind, tmp_path)))
+COPYING_KINDS = [k for k in (*DECODER_KINDS, *FOUND_LAYOUT_KINDS) if k not in FOUND_ENCODER_DECODER_KINDS]
+
+
+def saved_decoder(kind: str, folder):
+    """A tiny decoder of this kind, its norms' weights and biases moved off their initial values (so a gamma left out
+    shows); "opt-projected": OPT whose embeddings (16 wide) are projected into its width (32) and back out
+    (project_in, project_out, as facebook/opt-350m)."""
+    if kind == "opt-projected":
+        import transformers as tf
+
+        tokenizer = tokenizer_for("opt")
+        config = tiny_decoder_config("opt", tokenizer)
+        config.word_embed_proj_dim = 16
+        torch.manual_seed(0)
+        model = tf.OPTForCausalLM(config)
+        tokenizer.save_pretrained(folder)
+    else:
+        model = tiny_model(kind, tokenizer_for(kind))
+        tokenizer_for(kind).save_pretrained(folder)
+    move_off_initial(model).save_pretrained(folder)
+    return load_model(str(folder))
+
+
+@pytest.mark.parametrize("kind", [*COPYING_KINDS, "opt-projected"])
+def test_every_decoder_familys_copying_score_is_its_weights(kind, tmp_path):
+    """Every decoder family, listed and found: the copying score is that of the weights read by module path
+    (tests/support/roles.py, written per family), Gemma 2 and 3's post-attention norm left out as TransformerLens
+    leaves it (METHODS §20); a classifier has no unembedding and says so."""
+    lm = saved_decoder(kind, tmp_path)
     found = ROLES.compute_model(lm, None, RolesOptions(sequences=1, repeat_length=4))  # type: ignore[misc]
     if kind == "llama-classifier":  # a classifier: no language-model head, so no unembedding and no G
         assert found.scores.copying is None and "no trained one" in found.notes["copying"]
         assert found.in_context_gain is None and found.causal is None
         return
-    scores = found.scores.copying
-    assert scores is not None and scores.shape == (2, 4) and np.isfinite(scores).all()
-    assert np.abs(scores).max() <= 1 and found.in_context_gain is not None
+    if kind == "opt-projected":
+        assert lm.encoder.decoder.project_in is not None and lm.encoder.decoder.project_out is not None
+    assert found.scores.copying is not None and found.in_context_gain is not None
+    family = "opt" if kind == "opt-projected" else kind
+    expected = copying_from_paths(lm.causal_lm, family, lm.facts.n_heads, lm.facts.head_dim)
+    # attnlib forms W_U W_E and W_O^h (W_U W_E) in float32 (sums of V and d products, each off by about
+    # sqrt(terms) eps32 of its size); the float64 eigenvalues here are exact to ~1e-13
+    vocabulary = lm.causal_lm.get_output_embeddings().weight.shape[0]
+    atol = (np.sqrt(vocabulary) + np.sqrt(lm.facts.hidden_size)) * np.finfo(np.float32).eps
+    np.testing.assert_allclose(found.scores.copying, expected, atol=atol)
+    assert np.ptp(expected) > 100 * atol  # heads differ: a score read from the wrong weights would show
 
 
 @pytest.mark.parametrize("kind", ["bert", "t5"])
@@ -233,23 +275,69 @@ def test_encoders_have_no_copying_score_no_gain_and_say_why(kind, results):
     assert printed["scores"]["copying"] is None and printed["roles"]["copying"] == []
 
 
+def transformerlens_score(pattern: np.ndarray, ids: list[int], name: str, measure: str, exclude_bos: bool) -> float:
+    """TransformerLens's detect_head for one head, written out here (head_detector.py): its detection pattern of the
+    tokens, then the "mul" share or the "abs" score rounded to 3 decimals."""
+    n = len(ids)
+    tokens = np.array(ids)
+    duplicate = np.tril((tokens[None, :] == tokens[:, None]).astype(float), -1)
+    wanted = {
+        "previous": np.eye(n, k=-1),
+        "duplicate": duplicate,
+        "induction": np.tril(np.concatenate([np.zeros((n, 1)), duplicate[:, :-1]], axis=1)),
+    }[name]
+    attention = pattern.astype(np.float64).copy()
+    if measure == "mul":
+        if exclude_bos:
+            attention[:, 0] = 0
+        return float((attention * wanted).sum() / attention.sum())
+    difference = np.abs(attention - wanted)
+    if exclude_bos:
+        difference[:, 0] = 0
+    return 1 - round(float(difference.mean() * n), 3)
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_detection_is_transformerlens_on_the_models_own_maps(kind, models):
+@pytest.mark.parametrize("prepend_bos", [True, False])
+def test_detection_is_transformerlens_on_the_models_own_maps(kind, prepend_bos, models):
+    """TransformerLens tokenizes with the BOS in front (prepend_bos, its default): the maps of those ids through the
+    model's own forward pass, scored by its formula written out above, are detection's scores; without the option,
+    the tokenizer's own ids."""
     lm = models(kind)
     texts = ["the cat sat on the mat . the cat sat", "a dog ran . a dog ran"]
-    options = RolesOptions(sequences=1, repeat_length=4, exclude_first=True)
+    options = RolesOptions(sequences=1, repeat_length=4, exclude_first=True, prepend_bos=prepend_bos)
     found = compute_roles(lm, [attnlib.CorpusInput(t) for t in texts], options)
     assert found.detect is not None and set(found.detect) == {"mul", "abs"}
+    assert found.to_json()["prepend_bos"] is prepend_bos
+    bos = lm.tokenizer.bos_token_id
     for measure in ("mul", "abs"):
         for name in ("previous", "duplicate", "induction"):
             per_input = []
             for text in texts:
-                ids = encode(lm, text).input_ids
+                ids = lm.tokenizer(text)["input_ids"]
+                if prepend_bos and bos is not None and ids[0] != bos:
+                    ids = [bos, *ids]
                 maps = own_attentions(lm, np.array([ids]))[0]
-                per_input.append(detection_score(maps, detection_patterns(ids)[name], measure, True, False))
+                per_input.append(
+                    [[transformerlens_score(m, ids, name, measure, True) for m in layer] for layer in maps]
+                )
             # abs: rounded to 3 decimals on both sides (a weight a float32 ulp apart may round the other way)
             atol = 1e-3 + 1e-9 if measure == "abs" else 1e-6
             np.testing.assert_allclose(found.detect[measure][name], np.mean(per_input, axis=0), atol=atol)
+
+
+def test_prepend_bos_puts_the_bos_in_front_only_where_the_tokenizer_does_not(models):
+    """GPT-2's tokenizer starts a text with no BOS: one is put in front; Llama's starts with its BOS, BERT's with [CLS]
+    (no BOS token): unchanged."""
+    for kind, changed in (("gpt2", True), ("llama", False), ("bert", False)):
+        lm = models(kind)
+        plain = encode(lm, "the cat sat")
+        front = with_bos(lm, plain)
+        if changed:
+            assert front.input_ids == [lm.tokenizer.bos_token_id, *plain.input_ids] and front.special_mask[0]
+            assert front.tokens[1:] == plain.tokens and front.word_ids[0] is None and front.cls_mask[0]
+        else:
+            assert front is plain
 
 
 def test_thresholds_choose_the_roles_and_a_file_round_trips(results):

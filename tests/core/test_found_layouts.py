@@ -1,7 +1,7 @@
 """Layouts found in the model, then checked (attnlib.core.found), on tiny random models of families outside the
 library's list (support/models.py FOUND_LAYOUT_KINDS): a mixture of experts (Mixtral, Qwen2-MoE), partial rotary
 (StableLM, Phi-2, GPT-J), parallel residuals (StableLM, Phi-2, Falcon, GPT-J), fused multi-query projections (Falcon,
-GPT-BigCode), per-head fused projections and ALiBi (Bloom), and the encoders of two encoder-decoders whose parents are
+GPT-BigCode), per-head fused projections and ALiBi (Bloom), one projection fused in model-parallel blocks (CodeGen), and the encoders of two encoder-decoders whose parents are
 listed (mT5: T5's; mBART: BART's paths, pre-LN). Each statistic is checked against the model's own forward pass with
 hooks at module paths read off the transformers sources (not the layout found): q.k gives the model's own attention,
 the norms rebuild x + the attention output, ablation equals a forward pass with a head's context zeroed, attribution
@@ -38,6 +38,7 @@ OUTPUT = {
     "falcon": "h.{}.self_attention.dense",
     "bloom": "h.{}.self_attention.dense",
     "gptj": "h.{}.attn.out_proj",
+    "codegen": "h.{}.attn.out_proj",
     "mt5": "block.{}.layer.0.SelfAttention.o",
     "mbart": "layers.{}.self_attn.out_proj",
 }
@@ -51,12 +52,19 @@ FOUND = {
     "falcon": ("Falcon and Bloom-shaped", "fused", 1, "rotary (all 8", "pre-norm"),
     "bloom": ("Falcon and Bloom-shaped", "fused", 4, "ALiBi", "pre-norm"),
     "gptj": ("GPT-J-shaped", "separate", 4, "pairs of neighbouring dimensions, as GPT-J (partial: 4 of 8", "pre-norm"),
+    "codegen": (
+        "CodeGen-shaped",
+        "fused",
+        4,
+        "pairs of neighbouring dimensions, as GPT-J (partial: 4 of 8",
+        "pre-norm",
+    ),
     "mt5": ("T5-shaped", "separate", 4, "relative position bias", "pre-norm"),
     "mbart": ("BART-shaped", "separate", 4, "none inside attention", "pre-norm"),  # unlike BART's post-LN
 }
 # the configs' own word: attention and feed-forward in parallel (StableLM's use_parallel_residual, Falcon's
 # parallel_attn; Phi-2's and GPT-J's layers always); a mixture of experts (Mixtral's num_local_experts, Qwen2-MoE's)
-PARALLEL = {"stablelm", "phi", "falcon", "gptj"}
+PARALLEL = {"stablelm", "phi", "falcon", "gptj", "codegen"}
 EXPERTS = {"mixtral": 4, "qwen2-moe": 4}
 NOT_DIFFERENTIABLE: set[str] = (
     set()

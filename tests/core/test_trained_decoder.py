@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import attnlib.core.model as model_module
-from attnlib.analyses.roles import RolesOptions, head_scores, make_probe
+from attnlib.analyses.roles import RolesOptions, compute_roles, head_scores, make_probe
 from attnlib.core.model import (
     DEFAULT_MODEL,
     TRAINED_MODEL,
@@ -93,6 +93,31 @@ def test_induction_heads_form_between_the_first_and_the_last_shipped_checkpoint(
     last, gain_last = _probe(f"{TRAINED_MODEL}@step{steps[-1]}")
     assert first.max() <= 0.1 and gain_first < 0.2, (first.max(), gain_first)
     assert last.max() >= 0.4 and gain_last >= 1.0, (last.max(), gain_last)
+
+
+@pytest.mark.parametrize(
+    "probe",
+    [
+        RolesOptions(),  # the default probe, which also decided when training stopped
+        RolesOptions(seed=100),  # another draw of the random tokens
+        RolesOptions(seed=7, repeat_length=30),  # another seed and a shorter repeat
+        RolesOptions(repeats=3, repeat_length=40),  # three repeats
+    ],
+    ids=["seed0", "seed100", "seed7-s30", "r3-s40"],
+)
+def test_the_induction_heads_carry_the_gain_on_probes_it_was_not_stopped_on(probe):
+    """The last checkpoint's induction heads on probes other than the one that stopped training: an induction score of
+    at least 0.4 and an in-context gain of at least 1 nat; the causal check (§20) ablating its k = 3 induction heads
+    takes G to at most 0.2 nat while as many random heads leave at least 1 nat; the heads are the same on every
+    probe."""
+    lm = load_model(TRAINED_MODEL)
+    found = compute_roles(lm, None, probe)
+    assert found.scores.induction.max() >= 0.4 and found.in_context_gain is not None and found.in_context_gain >= 1.0
+    assert found.causal is not None
+    check = found.causal["induction"]
+    assert check.gain_ablated <= 0.2 and check.control_gain >= 1.0, (check.gain_ablated, check.control_gain)
+    default = compute_roles(lm, None, RolesOptions(sequences=2)).causal
+    assert default is not None and sorted(check.heads) == sorted(default["induction"].heads)
 
 
 def test_a_hub_revision_reaches_from_pretrained(monkeypatch):

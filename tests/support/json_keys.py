@@ -27,9 +27,9 @@ KEYS = {
     "qk": {"model", "layer", "head", "method", "n_layers", "n_heads", "n_inputs", "n_truncated", "inputs", "points",
            "has_upos", "fidelity", "grid"},  # grid: --all-heads
     "gradient": {"model", "n_inputs", "layers", "heads"},
-    "retrieval": {"model", "scores", "threshold", "retrieval_heads", "tests"},
+    "retrieval": {"model", "scores", "threshold", "retrieval_heads", "counted", "reason", "tests"},
     "roles": {"model", "probe", "scores", "in_context_gain", "causal", "detect", "roles", "thresholds", "checkpoints",
-              "notes"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
+              "notes", "prepend_bos"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},
@@ -39,7 +39,16 @@ NESTED = {  # keys below the top level that an issue named: the no-op test's ent
     ("roles", "detect"): {"mul", "abs"},
     ("roles", "roles"): {"previous", "duplicate", "induction", "copying", "sink"},
 }
-TEST_KEYS = {"length", "depth", "input_ids", "needle_span", "decoded_ids", "forced"}  # each of retrieval's tests
+TEST_KEYS = {
+    "length",
+    "depth",
+    "input_ids",
+    "needle_span",
+    "decoded_ids",
+    "forced",
+    "recall",
+    "counts",
+}  # each of retrieval's tests
 COMMAND_KEYS = {
     "index": {"model", "corpus", "options", "n_inputs", "n_positions", "dims", "out", "bytes", "seconds"},
     "search": {"model", "index", "query", "heads", "matches", "summary"},

@@ -79,6 +79,7 @@ FOUND_LAYOUT_KINDS = (
     "falcon",
     "bloom",
     "gptj",
+    "codegen",
     "mt5",
     "mbart",
 )
@@ -180,7 +181,8 @@ def tokenizer_for(kind: str):
     if kind in FOUND_ENCODER_DECODER_KINDS:
         return unigram_tokenizer("t5") if kind == "mt5" else roberta_tokenizer()
     if kind in FOUND_LAYOUT_KINDS:
-        return decoder_tokenizer_for("gpt2" if kind in ("gpt-bigcode", "gptj", "falcon", "bloom", "phi") else "llama")
+        gpt2 = ("gpt-bigcode", "gptj", "codegen", "falcon", "bloom", "phi")
+        return decoder_tokenizer_for("gpt2" if kind in gpt2 else "llama")
     if kind in NO_ATTENTION_KINDS:
         return decoder_tokenizer_for("gpt2")
     if kind in UNIGRAM_SPECIALS:
@@ -484,6 +486,9 @@ def tiny_found_layout_config(kind: str, tokenizer):
         return tf.BloomConfig(hidden_size=32, n_layer=2, n_head=4, **common)
     if kind == "gptj":  # rotary on 4 of each head's 8 dimensions (every two), attention and MLP in parallel
         return tf.GPTJConfig(n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, rotary_dim=4, **common)
+    if kind == "codegen":  # GPT-J's layer with one fused projection in 4 model-parallel blocks of [q | v | k]
+        return tf.CodeGenConfig(n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, n_ctx=64, rotary_dim=4,
+                                **common)  # fmt: skip
     ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     if kind == "mt5":
         return tf.MT5Config(
