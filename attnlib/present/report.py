@@ -2,8 +2,8 @@
 
 A report is a list of parts (REPORT_PARTS), one per analysis: the report's files it reads, its options (made from the
 report's) and how its result becomes long tables (a `model` column first, layers and heads 1-based as on the pages),
-per-layer values to compare and notes. Parts reading the same file share one engine pass (core.engines'
-run_accumulators, through which run_analysis fills each file; importance, with its own loop, runs by run_analysis),
+per-layer values to compare and notes. Parts reading the same file share one engine pass (the local
+core.engines.Scale, through which run_analysis fills each file; importance, with its own loop, runs by run_analysis),
 so the model runs once per file, and positions and aggregation attribute each input once between them; the probe's
 training treebank gets its own pass. `render_report` writes the HTML: each part's tables are its result's own
 (`tables(model)`), its figures those the views register for its result type (attnlib.views.drawing: one model's, or
@@ -34,7 +34,7 @@ from attnlib.analyses.positions import CORRELATIONS, POSITIONS, PositionOptions,
 from attnlib.analyses.probe import PROBE, ProbeOptions, ProbeResult
 from attnlib.analyses.special import SPECIAL, SpecialOptions, SpecialTokens
 from attnlib.core.corpus import CorpusError, CorpusInput
-from attnlib.core.engines import run_accumulators
+from attnlib.core.engines import LOCAL
 from attnlib.core.hooks import ATTENTION, Capture
 from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.runner import RunResult
@@ -355,7 +355,7 @@ def run_parts(
         label = f"{lm.facts.name}: {' + '.join(p.name for p in group)}"
         every = [a for accs in timed for a in accs] + [_Counter(label, len(items), progress)]
         made = partial(_made, every)  # the pass's accumulators are made above (wrapped, timed)
-        seconds = run_accumulators(lm, items, made, batch_size=options.batch_size).seconds
+        seconds = LOCAL.accumulate(lm, items, made, batch_size=options.batch_size).seconds
         own = [sum(a.seconds for a in accs) for accs in timed]
         timings.append(
             PassTiming(lm.facts.name, source, [p.name for p in group], len(items), seconds, seconds - sum(own))
@@ -406,7 +406,7 @@ def _own_pass(
     label = f"{lm.facts.name}: {part.name} ({', '.join(f for f in part.files.values() if f != part.source)})"
     report = None if progress is None else (lambda done, total: progress(label, done, total))
     accumulators, fill = part.analysis.make_accumulators(part_options), part.analysis.make_fill(part_options)
-    return run_accumulators(lm, items, accumulators, fill, batch_size=options.batch_size, progress=report).accumulators
+    return LOCAL.accumulate(lm, items, accumulators, fill, batch_size=options.batch_size, progress=report).accumulators
 
 
 # --------------------------------------------------------------------------------------------------- the report

@@ -48,7 +48,7 @@ def test_largest_difference_by_hand():
 
 def test_methods_sections_and_links():
     sections = methods_sections()
-    assert sorted(sections) == list(range(1, 21))
+    assert sorted(sections) == list(range(1, 23))
     heading, text = sections[2]
     assert heading == "2. Share of attention to a class (Clark Fig. 2)"
     assert "share_C" in text
