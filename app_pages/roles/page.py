@@ -66,7 +66,7 @@ PAGE: CorpusPage[RolesOptions, ShownRoles] = CorpusPage(
     options_sidebar,
     from_file=file_shown_as,
     default_limit=DETECT_LIMIT,
-    bar=Bar("Head roles, {model}"),
+    bar=Bar("Head roles, {model}", unit="sequences"),
     ask_first=cost_sentence,
 )
 

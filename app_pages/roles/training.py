@@ -25,7 +25,7 @@ KEY = "roles_training"
 
 def roles_over_training(model_name: str, checkpoints: tuple[str, ...], options: RolesOptions) -> AnalysisRun:
     """The roles of every checkpoint (the skeleton's computation: once per model, list and options)."""
-    bar = Bar(f"Head roles over {len(checkpoints)} checkpoints of {{model}}")
+    bar = Bar(f"Head roles over {len(checkpoints)} checkpoints of {{model}}", unit="sequences")
     return computed("roles", model_name, "", replace(options, checkpoints=checkpoints), None, bar)
 
 
