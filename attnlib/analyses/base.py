@@ -64,7 +64,7 @@ def option(
     (argparse's: `%(default)s` is the default).
 
     `minimum`: the smallest value an int takes; `compare`: two models' results compare only when it agrees; `adds`: a
-    bool that only adds a part to the result, so a result computed with it answers a request without it; `view`: it
+    bool (or a list) that only adds a part to the result, so a result computed with it answers a request without it; `view`: it
     only chooses what the result shows of what was computed, so a result answers any value of it. A result type
     with `for_options(options)` trims or remakes those parts for the options asked. `added_later`: result files
     written without it hold what its default gives (they are read with it)."""

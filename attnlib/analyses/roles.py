@@ -96,8 +96,9 @@ class RolesOptions(Options):
     prepend_bos: bool = option(True, "detection: the tokenizer's BOS token in front of each text where the tokenizer "
                                "does not start it with one, as TransformerLens tokenizes (its prepend_bos)")  # fmt: skip
     checkpoints: tuple[str, ...] = option(
-        (), "checkpoints of one model in training order (folders, or Hub ids as ID@REVISION): the scores of each"
-    )
+        (), "checkpoints of one model in training order (folders, or Hub ids as ID@REVISION): the scores of each",
+        adds=True,
+    )  # fmt: skip
 
 
 def role_thresholds(thresholds: Mapping[str, float]) -> dict[str, float]:

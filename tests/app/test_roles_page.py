@@ -12,8 +12,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from transformers import AutoModelForCausalLM
 
+import attnlib.analyses.roles as roles_module
 from attnlib.analyses.registry import analyse
-from attnlib.analyses.roles import LINK_REPEAT, probe_text
+from attnlib.analyses.roles import LINK_REPEAT, NO_ROLE, main_roles, probe_text, role_thresholds
 from attnlib.core.corpus import read_corpus
 from attnlib.core.model import TRAINED_MODEL, load_model
 from attnlib.core.runner import run
@@ -81,6 +82,34 @@ def test_the_page_draws_the_librarys_scores(gpt2_dir, library):
     roles = list(library.causal)
     np.testing.assert_allclose(ablated, [library.causal[r].gain_ablated for r in roles], rtol=0, atol=TOLERANCE)
     np.testing.assert_allclose(control, [library.causal[r].control_gain for r in roles], rtol=0, atol=TOLERANCE)
+
+
+def test_a_threshold_recolours_the_map_without_recomputing(gpt2_dir, library, monkeypatch):
+    """A role threshold only colours: changing it draws the map the library's main_roles gives with it, with no new
+    probe made (make_probe counted) and no button to press again."""
+    probes = []
+    made = roles_module.make_probe
+    monkeypatch.setattr(roles_module, "make_probe", lambda lm, options: probes.append(options) or made(lm, options))
+    at = roles_page(str(gpt2_dir))
+    before = {f.key: f.spec for f in figures(at)}
+    computed = len(probes)
+    scores = library.scores.grids()
+    threshold = 0.05  # low enough that heads below the default 0.4 take a role
+    thresholds = role_thresholds({**library.thresholds, "previous": threshold, "duplicate": threshold,
+                                  "induction": threshold})  # fmt: skip
+    expected = main_roles(scores, thresholds) == NO_ROLE
+    assert (expected != (library.main_roles() == NO_ROLE)).any()  # the change shows on the map
+
+    at.number_input(key="roles_threshold").set_value(threshold).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(probes) == computed and not [b for b in at.button if str(b.key).startswith("compute:")]
+    after = {f.key: f.spec for f in figures(at)}
+    assert after["roles_map"] != before["roles_map"] and after["roles_induction"] == before["roles_induction"]
+    table = tables(open_tab(at, "roles_tab", HEAD_ROLES["tables"]))[0]
+    for (layer, head), none in np.ndenumerate(expected):
+        row = table[(table["layer"] == layer + 1) & (table["head"] == head + 1)].iloc[0]
+        assert (row["role"] == "none") == none, (layer, head)
+    assert len(probes) == computed
 
 
 def test_a_picked_head_opens_on_the_probe_and_in_the_live_page(gpt2_dir):
