@@ -14,11 +14,12 @@ from transformers import AutoModelForCausalLM
 
 import attnlib.analyses.roles as roles_module
 from attnlib.analyses.registry import analyse
-from attnlib.analyses.roles import LINK_REPEAT, NO_ROLE, main_roles, probe_text, role_thresholds
+from attnlib.analyses.roles import LINK_REPEAT, NO_ROLE, RolesOptions, main_roles, probe_text, role_thresholds
 from attnlib.core.corpus import read_corpus
-from attnlib.core.model import TRAINED_MODEL, load_model
+from attnlib.core.model import DEFAULT_MODEL, TRAINED_MODEL, checkpoints_of, load_model
 from attnlib.core.runner import run
-from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
+from attnlib.results.precomputed import shipped_result
+from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT, file_sha1
 from support.apptest import downloads_on_click, figures, open_tab, plotly_values, tables
 from support.cli import run_cli
 from support.models import move_off_initial, save_tiny
@@ -110,6 +111,63 @@ def test_a_threshold_recolours_the_map_without_recomputing(gpt2_dir, library, mo
         row = table[(table["layer"] == layer + 1) & (table["head"] == head + 1)].iloc[0]
         assert (row["role"] == "none") == none, (layer, head)
     assert len(probes) == computed
+
+
+def shipped_roles(model: str, checkpoints: tuple[str, ...] = ()) -> dict:
+    """The shipped roles file's result for the page's default corpus (the first 20 classroom sentences)."""
+    found = shipped_result("roles", model, file_sha1(CLASSROOM_SINGLE), 20, RolesOptions(checkpoints=checkpoints))
+    assert found is not None, model
+    return found.result
+
+
+@pytest.mark.parametrize("model", [TRAINED_MODEL, DEFAULT_MODEL])
+def test_head_roles_opens_drawn_from_the_shipped_file(model, monkeypatch):
+    """The page opens drawn for the default model and the trained decoder, without a button and without a probe made
+    (make_probe counted): its scores are the shipped file's; the decoder's Over training tab draws the file's
+    checkpoints."""
+    probes = []
+    monkeypatch.setattr(roles_module, "make_probe", lambda *a: probes.append(a))  # a computation would fail here
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(model=model)
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [b for b in at.button if str(b.key).startswith("compute:")] and not probes
+    assert any("precomputed, shipped" in c.value for c in at.caption)
+    drawn = {f.key: json.loads(f.spec) for f in figures(at)}
+    shipped = shipped_roles(model)["scores"]
+    for score in ("induction", "previous", "first_share"):
+        z = plotly_values(drawn[f"roles_{score}"]["data"][0]["z"])
+        np.testing.assert_allclose(z, np.array(shipped[score], float), rtol=0, atol=TOLERANCE, err_msg=score)
+    if model == TRAINED_MODEL:
+        steps = tuple(checkpoints_of(model))
+        training = open_tab(at, "roles_tab", HEAD_ROLES["training"])
+        assert not training.exception and not [b for b in training.button if str(b.key).startswith("compute:")]
+        (lines,) = [json.loads(f.spec) for f in figures(training) if f.key.startswith("roles_training")]
+        (induction,) = [t for t in lines["data"] if t["name"] == "largest induction score"]
+        expected = [
+            np.max(np.array(p["scores"]["induction"], float)) for p in shipped_roles(model, steps)["checkpoints"]
+        ]
+        np.testing.assert_allclose(plotly_values(induction["y"]), expected, rtol=0, atol=TOLERANCE)
+    assert not probes
+
+
+def test_the_tours_induction_step_opens_from_the_shipped_checkpoints(monkeypatch):
+    """The Tour's step 8 draws the trained decoder's lines from the shipped file, no probe made."""
+    probes = []
+    monkeypatch.setattr(roles_module, "make_probe", lambda *a: probes.append(a))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(step="8")
+    at.run()
+    at.switch_page("app_pages/tour/page.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not probes and any("precomputed, shipped" in c.value for c in at.caption)
+    (lines,) = [json.loads(f.spec) for f in figures(at) if "induction" in f.key]
+    steps = tuple(checkpoints_of(TRAINED_MODEL))
+    expected = [
+        np.max(np.array(p["scores"]["induction"], float)) for p in shipped_roles(TRAINED_MODEL, steps)["checkpoints"]
+    ]
+    np.testing.assert_allclose(plotly_values(lines["data"][0]["y"]), expected, rtol=0, atol=TOLERANCE)
 
 
 def test_a_picked_head_opens_on_the_probe_and_in_the_live_page(gpt2_dir):
