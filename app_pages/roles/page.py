@@ -214,7 +214,7 @@ def retrieval_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """The needle test of Wu et al. 2024 on the loaded model."""
     from app_pages.roles.retrieval_tab import retrieval_test
 
-    retrieval_test(current_model())
+    retrieval_test(current_model(), views[0].choice)
 
 
 def training_tab(views: list[ShownRoles], options: RolesOptions) -> None:

@@ -48,10 +48,10 @@ def library(gpt2_dir):
 def roles_page(model: str, **params: str) -> AppTest:
     """The app on the Head roles page for `model`, its computation asked for."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params.update(model=model, limit=str(LIMIT), **params)
+    at.query_params.update({"model": model, "limit": str(LIMIT), **params})
     at.run()
     at.switch_page(PAGE).run()
-    asks = [b for b in at.button if str(b.key).startswith("compute:")]
+    asks = [b for b in at.button if str(b.key).startswith("compute:roles:")]  # the roles, where none ships
     if asks:
         asks[0].click().run()
     assert not at.exception, [e.value for e in at.exception]
@@ -286,14 +286,21 @@ def test_the_live_head_finder_scores_the_role_patterns_on_the_current_text(minil
     assert at.text_area(key="text_a").value == probe_text(minilm).text
 
 
-def test_the_retrieval_tabs_json_is_the_commands():
-    """The trained decoder's needle test on the page (the default options): its JSON download is, byte for byte, what
-    `attnlib retrieval --json` prints."""
-    at = roles_page(TRAINED_MODEL, tab="retrieval")
+@pytest.mark.parametrize("limit", [LIMIT, 20])
+def test_the_retrieval_tabs_haystack_is_the_pages_corpus_and_its_json_the_commands(limit, monkeypatch):
+    """The trained decoder's needle test on the page (the default options): on the page's corpus where it is long
+    enough (the first 20 classroom sentences: 361 tokens, the haystack 216), else on EWT dev, said; its JSON download
+    is, byte for byte, what `attnlib retrieval --json` prints on that haystack."""
+    at = roles_page(TRAINED_MODEL, tab="retrieval", limit=str(limit))
     (run_test,) = [b for b in at.button if str(b.key) == f"compute:retrieval:{TRAINED_MODEL}"]
     with downloads_on_click() as drawn:
         run_test.click().run()
     assert not at.exception, [e.value for e in at.exception]
-    ran = run_cli("retrieval", "--model", TRAINED_MODEL, "--json")
+    (said,) = [c.value for c in at.caption if c.value.startswith("Haystack:")]
+    own = limit >= 20
+    assert ("the page's corpus" in said) == own and ("too short" in said and "EWT dev" in said) == (not own)
+    monkeypatch.chdir(ROOT)
+    corpus = ["--corpus", "data/classroom_single.txt", "--limit", str(limit)] if own else []
+    ran = run_cli("retrieval", "--model", TRAINED_MODEL, *corpus, "--json")
     assert ran.code == 0, ran.err
     assert drawn["retrieval.json"]() + b"\n" == ran.out.encode()
