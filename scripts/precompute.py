@@ -1,4 +1,5 @@
-"""Make every shipped result of the default model in data/precomputed/, so each corpus page opens at once.
+"""Make every shipped result in data/precomputed/ (of the default model, and the trained decoder's roles), so each corpus
+page opens at once.
 
 Run from anywhere: python scripts/precompute.py [--only PATTERN ...] [--check] [--restamp] [--list] [--readme]
 Each job runs `python -m attnlib <command> ... --out FILE` in this process (attnlib.cli.entry.main), so the shipped files
@@ -32,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnlib.cli import entry as cli  # noqa: E402
 from attnlib.cli.entry import command_options, parse_command  # noqa: E402
-from attnlib.core.model import DEFAULT_MODEL  # noqa: E402
+from attnlib.core.model import DEFAULT_MODEL, TRAINED_MODEL, checkpoints_of  # noqa: E402
 from attnlib.results.files import ResultFile, read_result_file, text_pair_sha1, write_result_file  # noqa: E402
 from attnlib.results.precomputed import (  # noqa: E402
     EXAMPLE_COMMAND,
@@ -60,6 +61,7 @@ UD_LIMIT = 100  # the corpus pages' default limit for slow statistics on a treeb
 IMPORTANCE_LIMIT = (
     UD_LIMIT  # head importance replays every head three times (app_pages/importance/page.py: SHIPPED_LIMIT)
 )
+ROLES_LIMIT = 20  # the Head roles page's detection corpus: its first 20 inputs (app_pages/roles/probe.py: DETECT_LIMIT)
 CHECK_DIR = "check"
 
 
@@ -75,10 +77,12 @@ ALL_CORPORA = {**CLASSROOM, **TREEBANKS}
 
 @dataclass(frozen=True)
 class Job:
-    """One shipped file: its name (the file is <name>.json) and the CLI arguments that make it (model and --out added)."""
+    """One shipped file: its name (the file is <name>.json), the CLI arguments that make it (model and --out added)
+    and its model."""
 
     name: str
     argv: tuple[str, ...]
+    model: str = DEFAULT_MODEL
 
 
 # The table of jobs: one line each. Commands or options this attnlib lacks are skipped (norms, aggregation, probe are
@@ -109,6 +113,22 @@ JOBS = [
     ),
     Job("qk_classroom-single", ("qk", "--corpus", CLASSROOM["classroom-single"], "--all-heads")),
     Job("example_live-default", (EXAMPLE_COMMAND, "--text", TUTORIAL_A, "--pair", TUTORIAL_B, "--mode", "exact")),
+    # Head roles opens drawn: the probe, causal check and detection on its default corpus; the trained decoder's with
+    # its checkpoints' lines (the Over training tab and the Tour's step)
+    Job("roles_classroom-single", ("roles", "--corpus", CLASSROOM["classroom-single"], "--limit", str(ROLES_LIMIT))),
+    Job(
+        f"roles_{TRAINED_MODEL}",
+        (
+            "roles",
+            "--corpus",
+            CLASSROOM["classroom-single"],
+            "--limit",
+            str(ROLES_LIMIT),
+            "--checkpoints",
+            *checkpoints_of(TRAINED_MODEL),
+        ),
+        TRAINED_MODEL,
+    ),
 ]
 
 
@@ -229,7 +249,7 @@ def readme_table(entries: list[ShippedEntry]) -> str:
     """The markdown table of shipped files for data/README.md."""
     rows = ["| File | Command | Corpus | Inputs | Options | Size | Made in |", "|---|---|---|--:|---|--:|--:|"]
     for e in sorted(entries, key=lambda e: e.name):
-        options = ", ".join(f"{k}={v}" for k, v in e.options.items() if v not in (None, False)) or "defaults"
+        options = ", ".join(f"{k}={v}" for k, v in e.options.items() if v not in (None, False, [])) or "defaults"
         size = (PRECOMPUTED / e.file).stat().st_size
         corpus = e.corpus.get("path") or e.corpus.get("name")
         if "train" in e.corpus:  # the probe: trained on one treebank, scored on the other
@@ -303,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter()
     for i, job in enumerate(runnable, 1):
         print(f"[{i}/{len(runnable)}] {job.name}: {' '.join(job.argv)}", end=" ... ", flush=True)
-        entry = run_job(job, DEFAULT_MODEL, PRECOMPUTED)
+        entry = run_job(job, job.model, PRECOMPUTED)
         size = (PRECOMPUTED / entry.file).stat().st_size
         print(f"{entry.corpus['n_inputs']} inputs, {entry.seconds:.1f} s, {size / 1e3:.0f} kB", flush=True)
         made[job.name] = entry

@@ -8,7 +8,7 @@ import numpy as np
 import streamlit as st
 
 from app_pages.roles.own_text import own_text_detection
-from app_pages.roles.probe import cached_probe_text
+from app_pages.roles.probe import DETECT_LIMIT, cached_probe_text
 from attnlib.analyses.roles import LINK_REPEAT, ROLE_NAMES, RolesOptions, RolesResult
 from attnlib.core.model import LoadedModel
 from attnlib.present.tour import live_head_link
@@ -30,7 +30,6 @@ from ui.widgets.plotly_figure import clicked_point
 from ui.widgets.side_by_side import side_by_side
 
 KEY = "roles"  # widget keys and download names start with it
-DETECT_LIMIT = 20  # detection's default corpus: the first 20 inputs (the probe needs none)
 FORM = AnalysisForm(RolesOptions(), {}, KEY, fixed=("checkpoints",))  # checkpoints: the Over training tab's
 PICK = Option(f"{KEY}_pick", "pick", "", omit_default=True)  # the head opened on the probe: "layer-head", from 1
 TAB = Option(f"{KEY}_tab", "tab", HEAD_ROLES["map"], HEAD_ROLES, omit_default=True)
@@ -66,7 +65,7 @@ PAGE: CorpusPage[RolesOptions, ShownRoles] = CorpusPage(
     options_sidebar,
     from_file=file_shown_as,
     default_limit=DETECT_LIMIT,
-    bar=Bar("Head roles, {model}"),
+    bar=Bar("Head roles, {model}", unit="sequences"),
     ask_first=cost_sentence,
 )
 
@@ -215,7 +214,7 @@ def retrieval_tab(views: list[ShownRoles], options: RolesOptions) -> None:
     """The needle test of Wu et al. 2024 on the loaded model."""
     from app_pages.roles.retrieval_tab import retrieval_test
 
-    retrieval_test(current_model())
+    retrieval_test(current_model(), views[0].choice)
 
 
 def training_tab(views: list[ShownRoles], options: RolesOptions) -> None:

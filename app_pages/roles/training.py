@@ -10,12 +10,13 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from app_pages.roles.probe import default_corpus
 from attnlib.analyses.base import AnalysisRun
-from attnlib.analyses.roles import RolesOptions, RolesResult, checkpoint_table
+from attnlib.analyses.roles import ROLES, RolesOptions, RolesResult, checkpoint_table
 from attnlib.core.model import TRAINED_MODEL, LoadedModel, ModelLoadError, checkpoints_of, split_revision
 from attnlib.present.tour import page_link
 from attnlib.views.roles import training_figure
-from ui.sources.result_source import Bar, computed
+from ui.sources.result_source import Bar, computed, shipped
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.progress import asked
@@ -23,10 +24,18 @@ from ui.widgets.progress import asked
 KEY = "roles_training"
 
 
-def roles_over_training(model_name: str, checkpoints: tuple[str, ...], options: RolesOptions) -> AnalysisRun:
-    """The roles of every checkpoint (the skeleton's computation: once per model, list and options)."""
-    bar = Bar(f"Head roles over {len(checkpoints)} checkpoints of {{model}}")
-    return computed("roles", model_name, "", replace(options, checkpoints=checkpoints), None, bar)
+def roles_over_training(
+    model_name: str, checkpoints: tuple[str, ...], options: RolesOptions
+) -> tuple[AnalysisRun, str]:
+    """The roles of every checkpoint, and where they come from: shipped (with detection on the page's default
+    corpus), else computed here once per model, list and the options that decide what is computed (not the
+    thresholds, which only colour)."""
+    wanted = replace(ROLES.computed(options), checkpoints=checkpoints)
+    found: tuple[AnalysisRun, str] | None = shipped("roles", model_name, default_corpus(), wanted)
+    if found is not None:
+        return found[0].as_options(options), f"precomputed, shipped with the app ({found[1]})"
+    bar = Bar(f"Head roles over {len(checkpoints)} checkpoints of {{model}}", unit="sequences")
+    return computed("roles", model_name, "", wanted, None, bar).as_options(options), "computed here"
 
 
 def training_lines(model_name: str, found: RolesResult, key: str) -> pd.DataFrame:
@@ -66,9 +75,10 @@ def over_training(lm: LoadedModel, options: RolesOptions) -> None:
         )
         return
     st.caption(f"{len(checkpoints)} checkpoints: each loaded and probed ({options.sequences} sequences).")
-    if not asked(f"Compute over {len(checkpoints)} checkpoints", f"compute:{KEY}:{name}", (name, checkpoints, options)):
+    what = (name, checkpoints, ROLES.computed(options))
+    if not asked(f"Compute over {len(checkpoints)} checkpoints", f"compute:{KEY}:{name}", what):
         return
-    run = roles_over_training(name, checkpoints, options)
+    run, _ = roles_over_training(name, checkpoints, options)
     table = training_lines(name, run.result, KEY)
     data_table(table, key=f"{KEY}_table")
     download_table(table, "roles_over_training", key=f"{KEY}_csv")

@@ -333,7 +333,8 @@ def render_induction(model_name: str, shown: str) -> None:
     from app_pages.roles.probe import cached_probe_text
     from app_pages.roles.training import roles_over_training
 
-    found = roles_over_training(TRAINED_MODEL, tuple(checkpoints_of(TRAINED_MODEL)), RolesOptions()).result
+    run, where = roles_over_training(TRAINED_MODEL, tuple(checkpoints_of(TRAINED_MODEL)), RolesOptions())
+    found = run.result
     table = checkpoint_table(found)
     _show(training_figure(TRAINED_MODEL, table, scores=("induction",)), "induction_lines")
     induction = found.scores.induction  # the model's own name loads its last checkpoint
@@ -346,7 +347,7 @@ def render_induction(model_name: str, shown: str) -> None:
     st.iframe(html, height="content")
     sentence = induction_notice(list(table["step"]), list(table["max_induction"]), list(table["in_context_gain"]),
                                 TRAINED_MODEL)  # fmt: skip
-    source = f"computed here on the probe of METHODS §20 at {len(table)} checkpoints of {TRAINED_MODEL}"
+    source = f"{where}: the probe of METHODS §20 at {len(table)} checkpoints of {TRAINED_MODEL}"
     _notice(sentence, source, page_link(STEPS[7].page, model=TRAINED_MODEL, tab=STEPS[7].tab))
 
 

@@ -64,7 +64,7 @@ def option(
     (argparse's: `%(default)s` is the default).
 
     `minimum`: the smallest value an int takes; `compare`: two models' results compare only when it agrees; `adds`: a
-    bool that only adds a part to the result, so a result computed with it answers a request without it; `view`: it
+    bool (or a list) that only adds a part to the result, so a result computed with it answers a request without it; `view`: it
     only chooses what the result shows of what was computed, so a result answers any value of it. A result type
     with `for_options(options)` trims or remakes those parts for the options asked. `added_later`: result files
     written without it hold what its default gives (they are read with it)."""
@@ -167,8 +167,8 @@ class Analysis(Generic[O, R]):
     """One analysis: its name (the CLI command and the result file's `command`), options, inputs, computation, result.
 
     A one-input analysis (reads "text") gives `compute(lm, item, options)`; an analysis of the model alone (reads
-    "model") gives `compute_model(lm, inputs, options, scale)`, `inputs` a text or corpus where one is given, else None
-    (`scale`: how independent items such as checkpoints run, here or on Ray). A corpus analysis gives `accumulators(lm,
+    "model") gives `compute_model(lm, inputs, options, scale, progress)`, `inputs` a text or corpus where one is given,
+    else None (`scale`: how independent items such as checkpoints run, here or on Ray; `progress`: told (done, total)). A corpus analysis gives `accumulators(lm,
     options)` (empty mergeable accumulators, so the local and Ray engines both run it), optionally `fill` (its own
     corpus loop, as engines.Fill with the options last), and `finish(*accumulators_per_source, options)`. The result
     type is a `Result` (its JSON is the command's, without the model)."""
@@ -188,7 +188,7 @@ class Analysis(Generic[O, R]):
     needs: Callable[[O], tuple[Statistic, ...]] | None = None  # what these options ask of the model's family, if any
     follow: Callable[[R, O], FollowUp[R] | None] | None = None  # a second pass the first result decides
     conllu_flag: bool = False  # a corpus analysis whose corpus may be given as --conllu PATH too (a CoNLL-U file)
-    compute_model: Callable[[LoadedModel, list[CorpusInput] | None, O, Scale], R] | None = None  # reads "model"
+    compute_model: Callable[[LoadedModel, list[CorpusInput] | None, O, Scale, Progress | None], R] | None = None
     default_corpus: Path | None = None  # the corpus read when none is given (retrieval's haystack); None: it is needed
     whole_corpus: bool = False  # it reads its corpus as one text (retrieval's haystack): the local engine only
 
@@ -453,7 +453,7 @@ def run_analysis(
     (families.unsupported_reason) is left out, or with `strict` (the command line) refused: UnsupportedModelError."""
     scale = Scale(engine, workers, cpus_per_worker, device)
     if analysis.reads == "model":
-        return _run_on_model(analysis, model, options, text, pair, inputs, limit, scale, note)
+        return _run_on_model(analysis, model, options, text, pair, inputs, limit, scale, note, progress)
     if analysis.reads == "text":
         if text is None:
             raise CorpusError(f"{analysis.name} analyses one text: give text= (and pair=).")
@@ -516,9 +516,10 @@ def _run_on_model(
     limit: int | None,
     scale: Scale,
     note: Callable[[str], None] | None,
+    progress: Progress | None = None,
 ) -> AnalysisRun[R]:
     """Run an analysis of the model alone, with a text (and pair) or a corpus where one is given (not both); what it
-    runs of independent items (checkpoints) runs as `scale` says."""
+    runs of independent items (checkpoints) runs as `scale` says; `progress` is the analysis's to move."""
     given = {source: value for source, value in (inputs or {}).items() if value is not None}
     if text is not None and given:
         raise CorpusError(f"{analysis.name} reads a text or a corpus, not both.")
@@ -537,7 +538,7 @@ def _run_on_model(
         note(said)  # type: ignore[misc]
     assert analysis.compute_model is not None
     start = time.perf_counter()
-    result = analysis.compute_model(lm, items, options, scale)
+    result = analysis.compute_model(lm, items, options, scale, progress)
     run = {"engine": scale.engine, "device": device, "seconds": round(time.perf_counter() - start, 3)}
     if scale.engine != "local":
         run["workers"] = scale.workers

@@ -33,6 +33,7 @@ from attnlib.stats.patterns import PATTERNS as PATTERNS
 from attnlib.stats.patterns import PatternAccumulator as PatternAccumulator
 from attnlib.stats.patterns import rank_heads as rank_heads
 from attnlib.stats.roles import (
+    CONTROL_DRAWS,
     COPYING_THRESHOLD,
     DETECT_MEASURES,
     PROBE_ROLES,
@@ -95,8 +96,9 @@ class RolesOptions(Options):
     prepend_bos: bool = option(True, "detection: the tokenizer's BOS token in front of each text where the tokenizer "
                                "does not start it with one, as TransformerLens tokenizes (its prepend_bos)")  # fmt: skip
     checkpoints: tuple[str, ...] = option(
-        (), "checkpoints of one model in training order (folders, or Hub ids as ID@REVISION): the scores of each"
-    )
+        (), "checkpoints of one model in training order (folders, or Hub ids as ID@REVISION): the scores of each",
+        adds=True,
+    )  # fmt: skip
 
 
 def role_thresholds(thresholds: Mapping[str, float]) -> dict[str, float]:
@@ -386,6 +388,33 @@ def shortened_note(lm: LoadedModel, options: RolesOptions) -> str | None:
             f"{options.repeats} times (not {options.repeat_length}), as METHODS §20 says.")  # fmt: skip
 
 
+@dataclass
+class Tally:
+    """Sequences run through the model so far (the probe's, once per pass, and detection's texts) against those
+    planned, told to a progress callback (done, total) after each batch."""
+
+    progress: Progress | None
+    total: int
+    done: int = 0
+
+    def add(self, n: int) -> None:
+        """`n` more sequences run."""
+        self.done = min(self.done + n, self.total)
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def planned_sequences(lm: LoadedModel, probe: ProbeIds, inputs: Sequence[CorpusInput] | None,
+                      options: RolesOptions) -> int:  # fmt: skip
+    """What compute_roles runs: the probe once, again for each role's ablation and its control draws where there is a
+    next-token loss, once per checkpoint, and each text of detection."""
+    passes = 1 + len(options.checkpoints)
+    if lm.causal_lm is not None:
+        roles = [r for r in CAUSAL_ROLES if r != "copying" or copying_reason(lm) is None]
+        passes += len(roles) * (1 + CONTROL_DRAWS)
+    return passes * len(probe.ids) + len(inputs or ())
+
+
 def _chunks(lm: LoadedModel, probe: ProbeIds) -> list[slice]:
     """Slices of the probe's sequences whose maps (or logits) fit PROBE_BYTES."""
     R, n = probe.ids.shape
@@ -418,9 +447,11 @@ def token_losses(logits: torch.Tensor, ids: np.ndarray) -> np.ndarray:
     return (torch.logsumexp(kept.float(), dim=-1) - picked.float()).double().cpu().numpy()
 
 
-def probe_pass(lm: LoadedModel, probe: ProbeIds) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+def probe_pass(
+    lm: LoadedModel, probe: ProbeIds, tally: Tally | None = None
+) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """The probe's scores from the model's own attention (§20, §18's first_share) and, with an LM head, the per-position
-    next-token losses [R, n - 1]; the sequences run in batches."""
+    next-token losses [R, n - 1]; the sequences run in batches (each counted on `tally`)."""
     scores: dict[str, np.ndarray] = {}
     losses = []
     head = _lm_head(lm)
@@ -434,11 +465,13 @@ def probe_pass(lm: LoadedModel, probe: ProbeIds) -> tuple[dict[str, np.ndarray],
         weight = len(ids) / len(probe.ids)
         for key, value in probe_scores(maps, probe).items():
             scores[key] = scores.get(key, 0.0) + weight * value
+        if tally is not None:
+            tally.add(len(ids))
     return scores, (np.concatenate(losses) if losses else None)
 
 
-def probe_losses(lm: LoadedModel, probe: ProbeIds) -> np.ndarray:
-    """The per-position next-token losses [R, n - 1] of the probe (no capture), in batches."""
+def probe_losses(lm: LoadedModel, probe: ProbeIds, tally: Tally | None = None) -> np.ndarray:
+    """The per-position next-token losses [R, n - 1] of the probe (no capture), in batches (counted on `tally`)."""
     head = _lm_head(lm)
     found = []
     with torch.inference_mode():
@@ -446,16 +479,19 @@ def probe_losses(lm: LoadedModel, probe: ProbeIds) -> np.ndarray:
             logits = _forward(lm, probe.ids[part], head)
             assert logits is not None
             found.append(token_losses(logits, probe.ids[part]))
+            if tally is not None:
+                tally.add(len(found[-1]))
     return np.concatenate(found)
 
 
-def ablated_gain(lm: LoadedModel, probe: ProbeIds, heads: Sequence[Head]) -> float:
+def ablated_gain(lm: LoadedModel, probe: ProbeIds, heads: Sequence[Head], tally: Tally | None = None) -> float:
     """G with these heads' context vectors zero (§15's zero ablation)."""
     with heads_off(lm, heads) if heads else contextlib.nullcontext():
-        return in_context_gain(probe_losses(lm, probe), probe.b, probe.repeat_length)
+        return in_context_gain(probe_losses(lm, probe, tally), probe.b, probe.repeat_length)
 
 
-def causal_check(lm: LoadedModel, probe: ProbeIds, scores: HeadScores, options: RolesOptions) -> dict[str, CausalCheck]:
+def causal_check(lm: LoadedModel, probe: ProbeIds, scores: HeadScores, options: RolesOptions,
+                 tally: Tally | None = None) -> dict[str, CausalCheck]:  # fmt: skip
     """§20's causal check of each role: G with its top-k heads ablated, and the mean G over 5 seeded draws of k other
     heads (copying where its score is defined)."""
     L, H = lm.facts.n_layers, lm.facts.n_heads
@@ -466,25 +502,28 @@ def causal_check(lm: LoadedModel, probe: ProbeIds, scores: HeadScores, options: 
             continue
         top = top_heads(values, options.top_k)
         draws = control_draws(L, H, top, options.top_k, options.seed)
-        controls = [ablated_gain(lm, probe, heads) for heads in draws]
-        checks[role] = CausalCheck(top, ablated_gain(lm, probe, top), float(np.mean(controls)), draws)
+        controls = [ablated_gain(lm, probe, heads, tally) for heads in draws]
+        checks[role] = CausalCheck(top, ablated_gain(lm, probe, top, tally), float(np.mean(controls)), draws)
     return checks
 
 
-def detect_inputs(lm: LoadedModel, inputs: Sequence[CorpusInput], options: RolesOptions,
-                  batch_size: int = 8) -> dict[str, dict[str, np.ndarray]]:  # fmt: skip
+def detect_inputs(lm: LoadedModel, inputs: Sequence[CorpusInput], options: RolesOptions, batch_size: int = 8,
+                  tally: Tally | None = None) -> dict[str, dict[str, np.ndarray]]:  # fmt: skip
     """§20's pattern detection (TransformerLens's detect_head) on each input, the mean over the inputs."""
     total: dict[str, dict[str, np.ndarray]] = {}
     encoded = [encode(lm, item.text_a, item.text_b) for item in inputs]
     if options.prepend_bos:
         encoded = [with_bos(lm, e) for e in encoded]
     for start in range(0, len(encoded), batch_size):
-        for run in run_encoded(lm, encoded[start : start + batch_size]):
+        batch = encoded[start : start + batch_size]
+        for run in run_encoded(lm, batch):
             found = detection_scores(run.attentions, run.input_ids, options.exclude_first, options.exclude_current)
             for measure, by in found.items():
                 for name, value in by.items():
                     into = total.setdefault(measure, {})
                     into[name] = into.get(name, 0.0) + value / len(encoded)
+        if tally is not None:
+            tally.add(len(batch))
     return {measure: total[measure] for measure in DETECT_MEASURES}
 
 
@@ -499,9 +538,11 @@ def gain_reason(lm: LoadedModel) -> str | None:
             "token (its attention is bidirectional), so it has none, and no causal check.")  # fmt: skip
 
 
-def head_scores(lm: LoadedModel, probe: ProbeIds) -> tuple[HeadScores, float | None, dict[str, str]]:
+def head_scores(
+    lm: LoadedModel, probe: ProbeIds, tally: Tally | None = None
+) -> tuple[HeadScores, float | None, dict[str, str]]:
     """Every head's scores, G (None without an LM head) and the notes saying why a part is missing."""
-    found, losses = probe_pass(lm, probe)
+    found, losses = probe_pass(lm, probe, tally)
     notes = {}
     copying = None
     reason = copying_reason(lm)
@@ -542,27 +583,33 @@ def checkpoint_scores(name: str, index: int, options: RolesOptions, device: str)
 
 
 def compute_roles(
-    lm: LoadedModel, inputs: list[CorpusInput] | None, options: RolesOptions, scale: Scale = LOCAL
+    lm: LoadedModel,
+    inputs: list[CorpusInput] | None,
+    options: RolesOptions,
+    scale: Scale = LOCAL,
+    progress: Progress | None = None,
 ) -> RolesResult:
     """§20 for one model (and its checkpoints): the probe's scores, copying, G and the causal check, and detection on
     the inputs given. The checkpoints load one after another here, or with scale.engine "ray" one per Ray task (each
-    is independent)."""
+    is independent). `progress` is told (done, total) sequences run (planned_sequences) after each batch."""
     probe = make_probe(lm, options)
-    scores, gain, notes = head_scores(lm, probe)
+    tally = Tally(progress, planned_sequences(lm, probe, inputs, options))
+    scores, gain, notes = head_scores(lm, probe, tally)
     said = shortened_note(lm, options)
     if said is not None:
         notes["probe"] = said
     causal = None
     if gain is not None:
         try:
-            causal = causal_check(lm, probe, scores, options)
+            causal = causal_check(lm, probe, scores, options, tally)
         except UnsupportedModelError as exc:  # heads this model's family cannot switch off (weights kept in float16)
             notes["causal"] = f"The causal check (METHODS §20) ablates heads (§15), which this model refuses: {exc}"
-    detect = None if not inputs else detect_inputs(lm, inputs, options)
+    detect = None if not inputs else detect_inputs(lm, inputs, options, tally=tally)
     points = None
     if options.checkpoints:
         arguments = [(name, i, options, scale.device) for i, name in enumerate(options.checkpoints)]
         points = scale.map(checkpoint_scores, arguments)
+    tally.add(tally.total)  # the checkpoints (run elsewhere with Ray), and the control draws a small model has fewer of
     bos = None if detect is None else options.prepend_bos
     return RolesResult(ProbeRecord.of(probe), scores, gain, causal, detect, thresholds_of(options), points, notes, bos)
 

@@ -398,3 +398,32 @@ def test_the_probe_text_reads_back_as_one_token_per_word(kind, tmp_path):
     assert probe.exact and len(set(probe.words)) == 8 and all(len(w) == 1 for w in words)
     assert ids[1:8] == [w[0] for w in words][1:] == ids[9:]  # the second repeat is the first, word for word
     assert live_head_link("m", "a b", 1, 2) == "./?model=m&a=a+b&view=head&layer=2&head=3&heads=3"
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+def test_progress_moves_with_every_sequence_the_model_runs(kind, models):
+    """The callback hears of each batch as it runs: its `done` grows by the batches the model's stack is given
+    (counted here by a forward pre-hook on it, after a first run has made the library's one-off checks), up to the
+    total, counted by hand: the probe's R sequences once, and for a decoder again for each of the 4 roles' ablation
+    and its 5 control draws, then the 3 texts of detection."""
+    lm = models(kind)
+    texts = [attnlib.CorpusInput(t) for t in ("the cat sat on the mat", "a dog . a dog", "one two one two")]
+    compute_roles(lm, texts, OPTIONS)
+    given: list[int] = []
+    told: list[tuple[int, int]] = []
+
+    def count(_module, args, kwargs):
+        given.append(int(kwargs["input_ids"].shape[0] if "input_ids" in kwargs else args[0].shape[0]))
+
+    handle = lm.encoder.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        compute_roles(lm, texts, OPTIONS, progress=lambda done, total: told.append((done, total)))
+    finally:
+        handle.remove()
+    passes = 1 + (4 * (1 + 5) if lm.facts.causal else 0)
+    dones = [d for d, _ in told]
+    (total,) = {t for _, t in told}
+    assert total == passes * OPTIONS.sequences + len(texts) == sum(given)
+    assert dones == sorted(dones) and dones[-1] == total
+    assert dones[0] <= OPTIONS.sequences < total  # the first report comes after the probe's first batch
+    assert len(set(dones)) >= (3 if lm.facts.causal else 2)  # the probe, detection and a decoder's ablations

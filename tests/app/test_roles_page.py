@@ -12,12 +12,14 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from transformers import AutoModelForCausalLM
 
+import attnlib.analyses.roles as roles_module
 from attnlib.analyses.registry import analyse
-from attnlib.analyses.roles import LINK_REPEAT, probe_text
+from attnlib.analyses.roles import LINK_REPEAT, NO_ROLE, RolesOptions, main_roles, probe_text, role_thresholds
 from attnlib.core.corpus import read_corpus
-from attnlib.core.model import TRAINED_MODEL, load_model
+from attnlib.core.model import DEFAULT_MODEL, TRAINED_MODEL, checkpoints_of, load_model
 from attnlib.core.runner import run
-from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT
+from attnlib.results.precomputed import shipped_result
+from attnlib.results.shipped import CLASSROOM_SINGLE, ROOT, file_sha1
 from support.apptest import downloads_on_click, figures, open_tab, plotly_values, tables
 from support.cli import run_cli
 from support.models import move_off_initial, save_tiny
@@ -46,10 +48,10 @@ def library(gpt2_dir):
 def roles_page(model: str, **params: str) -> AppTest:
     """The app on the Head roles page for `model`, its computation asked for."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params.update(model=model, limit=str(LIMIT), **params)
+    at.query_params.update({"model": model, "limit": str(LIMIT), **params})
     at.run()
     at.switch_page(PAGE).run()
-    asks = [b for b in at.button if str(b.key).startswith("compute:")]
+    asks = [b for b in at.button if str(b.key).startswith("compute:roles:")]  # the roles, where none ships
     if asks:
         asks[0].click().run()
     assert not at.exception, [e.value for e in at.exception]
@@ -81,6 +83,91 @@ def test_the_page_draws_the_librarys_scores(gpt2_dir, library):
     roles = list(library.causal)
     np.testing.assert_allclose(ablated, [library.causal[r].gain_ablated for r in roles], rtol=0, atol=TOLERANCE)
     np.testing.assert_allclose(control, [library.causal[r].control_gain for r in roles], rtol=0, atol=TOLERANCE)
+
+
+def test_a_threshold_recolours_the_map_without_recomputing(gpt2_dir, library, monkeypatch):
+    """A role threshold only colours: changing it draws the map the library's main_roles gives with it, with no new
+    probe made (make_probe counted) and no button to press again."""
+    probes = []
+    made = roles_module.make_probe
+    monkeypatch.setattr(roles_module, "make_probe", lambda lm, options: probes.append(options) or made(lm, options))
+    at = roles_page(str(gpt2_dir))
+    before = {f.key: f.spec for f in figures(at)}
+    computed = len(probes)
+    scores = library.scores.grids()
+    threshold = 0.05  # low enough that heads below the default 0.4 take a role
+    thresholds = role_thresholds({**library.thresholds, "previous": threshold, "duplicate": threshold,
+                                  "induction": threshold})  # fmt: skip
+    expected = main_roles(scores, thresholds) == NO_ROLE
+    assert (expected != (library.main_roles() == NO_ROLE)).any()  # the change shows on the map
+
+    at.number_input(key="roles_threshold").set_value(threshold).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(probes) == computed and not [b for b in at.button if str(b.key).startswith("compute:")]
+    after = {f.key: f.spec for f in figures(at)}
+    assert after["roles_map"] != before["roles_map"] and after["roles_induction"] == before["roles_induction"]
+    table = tables(open_tab(at, "roles_tab", HEAD_ROLES["tables"]))[0]
+    for (layer, head), none in np.ndenumerate(expected):
+        row = table[(table["layer"] == layer + 1) & (table["head"] == head + 1)].iloc[0]
+        assert (row["role"] == "none") == none, (layer, head)
+    assert len(probes) == computed
+
+
+def shipped_roles(model: str, checkpoints: tuple[str, ...] = ()) -> dict:
+    """The shipped roles file's result for the page's default corpus (the first 20 classroom sentences)."""
+    found = shipped_result("roles", model, file_sha1(CLASSROOM_SINGLE), 20, RolesOptions(checkpoints=checkpoints))
+    assert found is not None, model
+    return found.result
+
+
+@pytest.mark.parametrize("model", [TRAINED_MODEL, DEFAULT_MODEL])
+def test_head_roles_opens_drawn_from_the_shipped_file(model, monkeypatch):
+    """The page opens drawn for the default model and the trained decoder, without a button and without a probe made
+    (make_probe counted): its scores are the shipped file's; the decoder's Over training tab draws the file's
+    checkpoints."""
+    probes = []
+    monkeypatch.setattr(roles_module, "make_probe", lambda *a: probes.append(a))  # a computation would fail here
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(model=model)
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [b for b in at.button if str(b.key).startswith("compute:")] and not probes
+    assert any("precomputed, shipped" in c.value for c in at.caption)
+    drawn = {f.key: json.loads(f.spec) for f in figures(at)}
+    shipped = shipped_roles(model)["scores"]
+    for score in ("induction", "previous", "first_share"):
+        z = plotly_values(drawn[f"roles_{score}"]["data"][0]["z"])
+        np.testing.assert_allclose(z, np.array(shipped[score], float), rtol=0, atol=TOLERANCE, err_msg=score)
+    if model == TRAINED_MODEL:
+        steps = tuple(checkpoints_of(model))
+        training = open_tab(at, "roles_tab", HEAD_ROLES["training"])
+        assert not training.exception and not [b for b in training.button if str(b.key).startswith("compute:")]
+        (lines,) = [json.loads(f.spec) for f in figures(training) if f.key.startswith("roles_training")]
+        (induction,) = [t for t in lines["data"] if t["name"] == "largest induction score"]
+        expected = [
+            np.max(np.array(p["scores"]["induction"], float)) for p in shipped_roles(model, steps)["checkpoints"]
+        ]
+        np.testing.assert_allclose(plotly_values(induction["y"]), expected, rtol=0, atol=TOLERANCE)
+    assert not probes
+
+
+def test_the_tours_induction_step_opens_from_the_shipped_checkpoints(monkeypatch):
+    """The Tour's step 8 draws the trained decoder's lines from the shipped file, no probe made."""
+    probes = []
+    monkeypatch.setattr(roles_module, "make_probe", lambda *a: probes.append(a))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(step="8")
+    at.run()
+    at.switch_page("app_pages/tour/page.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not probes and any("precomputed, shipped" in c.value for c in at.caption)
+    (lines,) = [json.loads(f.spec) for f in figures(at) if "induction" in f.key]
+    steps = tuple(checkpoints_of(TRAINED_MODEL))
+    expected = [
+        np.max(np.array(p["scores"]["induction"], float)) for p in shipped_roles(TRAINED_MODEL, steps)["checkpoints"]
+    ]
+    np.testing.assert_allclose(plotly_values(lines["data"][0]["y"]), expected, rtol=0, atol=TOLERANCE)
 
 
 def test_a_picked_head_opens_on_the_probe_and_in_the_live_page(gpt2_dir):
@@ -199,14 +286,21 @@ def test_the_live_head_finder_scores_the_role_patterns_on_the_current_text(minil
     assert at.text_area(key="text_a").value == probe_text(minilm).text
 
 
-def test_the_retrieval_tabs_json_is_the_commands():
-    """The trained decoder's needle test on the page (the default options): its JSON download is, byte for byte, what
-    `attnlib retrieval --json` prints."""
-    at = roles_page(TRAINED_MODEL, tab="retrieval")
+@pytest.mark.parametrize("limit", [LIMIT, 20])
+def test_the_retrieval_tabs_haystack_is_the_pages_corpus_and_its_json_the_commands(limit, monkeypatch):
+    """The trained decoder's needle test on the page (the default options): on the page's corpus where it is long
+    enough (the first 20 classroom sentences: 361 tokens, the haystack 216), else on EWT dev, said; its JSON download
+    is, byte for byte, what `attnlib retrieval --json` prints on that haystack."""
+    at = roles_page(TRAINED_MODEL, tab="retrieval", limit=str(limit))
     (run_test,) = [b for b in at.button if str(b.key) == f"compute:retrieval:{TRAINED_MODEL}"]
     with downloads_on_click() as drawn:
         run_test.click().run()
     assert not at.exception, [e.value for e in at.exception]
-    ran = run_cli("retrieval", "--model", TRAINED_MODEL, "--json")
+    (said,) = [c.value for c in at.caption if c.value.startswith("Haystack:")]
+    own = limit >= 20
+    assert ("the page's corpus" in said) == own and ("too short" in said and "EWT dev" in said) == (not own)
+    monkeypatch.chdir(ROOT)
+    corpus = ["--corpus", "data/classroom_single.txt", "--limit", str(limit)] if own else []
+    ran = run_cli("retrieval", "--model", TRAINED_MODEL, *corpus, "--json")
     assert ran.code == 0, ran.err
     assert drawn["retrieval.json"]() + b"\n" == ran.out.encode()

@@ -14,9 +14,10 @@ from scipy.spatial.distance import pdist, squareform
 from attnlib.analyses.deps import DepsOptions
 from attnlib.analyses.positions import PositionOptions
 from attnlib.analyses.probe import ProbeOptions
+from attnlib.analyses.roles import RolesOptions
 from attnlib.analyses.special import SpecialOptions
 from attnlib.cli.entry import parse_command
-from attnlib.core.model import DEFAULT_MODEL
+from attnlib.core.model import DEFAULT_MODEL, TRAINED_MODEL, checkpoints_of
 from attnlib.results.files import RESULT_FORMAT, read_result_file, text_pair_sha1
 from attnlib.results.precomputed import (
     EXAMPLE_COMMAND,
@@ -120,6 +121,23 @@ def test_every_corpus_page_need_ships():
             assert (ENTRIES[f"positions_{key}"].options, ENTRIES[f"positions_{key}"].limit) == (POSITION_DEFAULTS, 100)
     example = ENTRIES["example_live-default"]
     assert (example.command, example.options["mode"]) == (EXAMPLE_COMMAND, "exact")
+
+
+def test_head_roles_ships_for_the_default_model_and_the_trained_decoder():
+    """Head roles opens drawn: the page's request (the default options, detection on the first 20 classroom
+    sentences) finds a file for both models, a threshold changed too (it only colours); the trained decoder's holds
+    every checkpoint, which the Over training tab and the Tour ask for."""
+    steps = tuple(checkpoints_of(TRAINED_MODEL))
+    for model in (DEFAULT_MODEL, TRAINED_MODEL):
+        for options in (RolesOptions(), RolesOptions(threshold=0.2)):
+            found = shipped_result("roles", model, sha1(CLASSROOM_SINGLE), 20, options)
+            assert found is not None and found.model == model and found.options["prepend_bos"] is True
+        assert shipped_result("roles", model, sha1(CLASSROOM_SINGLE), 19, RolesOptions()) is None
+    found = shipped_result("roles", TRAINED_MODEL, sha1(CLASSROOM_SINGLE), 20, RolesOptions(checkpoints=steps))
+    assert found is not None and [c["path"] for c in found.result["checkpoints"]] == list(steps)
+    assert found.result["causal"] and found.result["detect"]  # its causal check and detection
+    none = shipped_result("roles", DEFAULT_MODEL, sha1(CLASSROOM_SINGLE), 20, RolesOptions(checkpoints=steps))
+    assert none is None  # the default model's file has no checkpoints
 
 
 def test_index_lists_every_result_file_and_each_loads():
