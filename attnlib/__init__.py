@@ -41,6 +41,7 @@ from attnlib.analyses.registry import (
     qk,
     retrieval,
     roles,
+    routes,
     special,
 )
 from attnlib.core.corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
@@ -92,6 +93,7 @@ __all__ = [
     "read_text_corpus",
     "retrieval",
     "roles",
+    "routes",
     "run",
     "run_batches",
     "search_corpus",
