@@ -163,9 +163,14 @@ class RouteFrequency:
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Each head's route frequency (layers and heads from 1)."""
-        from attnlib.present.tables import head_frame
+        import pandas as pd
 
-        return {"Route frequency per head": head_frame(model, {"route_frequency": np.array(self.frequency, float)})}
+        rows = [
+            {"model": model, "layer": l + 1, "head": h + 1, "route_frequency": value}
+            for l, row in enumerate(self.frequency)
+            for h, value in enumerate(row)
+        ]
+        return {"Route frequency per head": pd.DataFrame(rows)}
 
 
 class RoutesResult:
