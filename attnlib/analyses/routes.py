@@ -69,8 +69,24 @@ def node_id(kind: str, layer: int | None, position: int) -> str:
     return f"{kind}{layer}_{position}"
 
 
+class RoutesResult:
+    """What `routes` gives: a RouteGraph on a text, a RouteFrequency on a corpus (RoutesResult.from_json tells them
+    apart by their keys)."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Any:
+        """The RouteFrequency or RouteGraph this JSON holds; ResultFileError when it holds neither."""
+        return RouteFrequency.read(data) if "frequency" in data else RouteGraph.read(data)
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        raise NotImplementedError
+
+
 @dataclass
-class RouteGraph:
+class RouteGraph(RoutesResult):
     """One text's graph (nodes, edges with each head's share), the route to the prediction at `position` and that
     prediction; `kernel`: which L1 kernel computed it (not in the JSON)."""
 
@@ -89,7 +105,8 @@ class RouteGraph:
         return {k: getattr(self, k) for k in keys}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def read(cls, data: dict[str, Any]) -> Self:
+        """The graph of a text's JSON; ResultFileError when a key is missing."""
         try:
             return cls(**{k: data[k] for k in ("tokens", "threshold", "mode", "nodes", "edges", "route", "prediction")})
         except KeyError as exc:
@@ -137,11 +154,15 @@ class RouteGraph:
             {"model": model, "layer": l + 1, "head": h + 1, "route_share": float(v)}
             for (l, h), v in np.ndenumerate(self.route_heads())
         ]
-        return {"Edges": pd.DataFrame(rows), "Heads on the route": pd.DataFrame(heads)}
+        columns = ["model", "layer", "kind", "source", "source_token", "target", "target_token", "weight", "on_route"]
+        tables = {"Edges": pd.DataFrame(rows, columns=columns)}
+        if heads:  # the heads are known from an attention edge above the threshold
+            tables["Heads on the route"] = pd.DataFrame(heads)
+        return tables
 
 
 @dataclass
-class RouteFrequency:
+class RouteFrequency(RoutesResult):
     """Heads on routes over a corpus: `frequency` [layers][heads] is the share of the `routes` counted that each head is
     on."""
 
@@ -155,7 +176,8 @@ class RouteFrequency:
         return {"frequency": self.frequency, "routes": self.routes, "threshold": self.threshold, "mode": self.mode}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def read(cls, data: dict[str, Any]) -> Self:
+        """The frequency of a corpus's JSON; ResultFileError when a key is missing."""
         try:
             return cls(data["frequency"], int(data["routes"]), data["threshold"], data["mode"])
         except KeyError as exc:
@@ -171,14 +193,6 @@ class RouteFrequency:
             for h, value in enumerate(row)
         ]
         return {"Route frequency per head": pd.DataFrame(rows)}
-
-
-class RoutesResult:
-    """What `routes` gives: a RouteGraph on a text, a RouteFrequency on a corpus (from_json tells them apart)."""
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RouteGraph | RouteFrequency:
-        return RouteFrequency.from_json(data) if "frequency" in data else RouteGraph.from_json(data)
 
 
 # ------------------------------------------------------------------------------------------------- one input
