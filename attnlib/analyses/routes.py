@@ -207,12 +207,18 @@ class InputGraph:
     kernel: str | None
 
 
+def route_work(lm: LoadedModel, n: int) -> float:
+    """The L1 terms of one n-token input's contributions: layers x heads x query-key pairs x hidden size."""
+    facts = lm.facts
+    pairs = n * (n + 1) / 2 if facts.causal else n * n
+    return facts.n_layers * facts.n_heads * pairs * facts.hidden_size
+
+
 def input_graph(lm: LoadedModel, encoded: Encoded, threshold: float, mode: Mode, kernel: Kernel = "auto") -> InputGraph:
     """The graph of one encoded input: one pass through the model, each layer's contributions as it finishes."""
     facts = lm.facts
     n = encoded.n
-    pairs = n * (n + 1) / 2 if facts.causal else n * n
-    chosen = choose_kernel(kernel, facts.n_layers * facts.n_heads * pairs * facts.hidden_size)
+    chosen = choose_kernel(kernel, route_work(lm, n))
     layers: list[LayerContributions] = []
     last: list[torch.Tensor] = []
     windows = list(facts.windows) if facts.windows else []
@@ -326,8 +332,10 @@ def fill_routes(lm: LoadedModel, inputs: list[CorpusInput], accumulators: list, 
                 progress: Progress | None, options: RoutesOptions) -> list:  # fmt: skip
     """Every position's route of every input (one pass each), into the frequency."""
     (stats,) = accumulators
-    for done, item in enumerate(inputs, start=1):
-        graph = input_graph(lm, encode(lm, item.text_a, item.text_b), options.threshold, options.mode, options.kernel)
+    encoded = [encode(lm, item.text_a, item.text_b) for item in inputs]
+    kernel = choose_kernel(options.kernel, sum(route_work(lm, e.n) for e in encoded))  # once for the whole corpus
+    for done, one in enumerate(encoded, start=1):
+        graph = input_graph(lm, one, options.threshold, options.mode, kernel)  # type: ignore[arg-type]
         stats.add_graph(graph.graph)
         if progress is not None:
             progress(done, len(inputs))
