@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from attnlib.core.families import Layout, UnsupportedModelError, layout
-from attnlib.core.hooks import NORMS, hooked, hooks, site_modules
+from attnlib.core.hooks import NORMS, attentions_returned, hooked, hooks, site_modules
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import NoAttentionWeightsError, NormWeights, norm_weights
 
@@ -126,12 +126,15 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
     normed: list[tuple[torch.Tensor, torch.Tensor]] = []  # post-norm: (input, output) of the layer's other norms
 
     def on_heads(_module, _args, output):
-        if not isinstance(output, tuple) or len(output) < 2 or not isinstance(output[1], torch.Tensor):
+        maps = (
+            [t for t in output[1:] if isinstance(t, torch.Tensor) and t.dim() == 4] if isinstance(output, tuple) else []
+        )
+        if not maps:
             raise NoAttentionWeightsError(
                 "The model's attention returned no weights, although it runs with eager attention; attnlib cannot "
                 "split its residual stream into heads' parts."
             )
-        seen["weights"] = output[1].detach()
+        seen["weights"] = maps[-1].detach()  # the weights come last (T5 returns its position bias before them)
 
     def on_output(_module, _args, output):
         seen["added"] = _first(output).detach()
@@ -205,6 +208,7 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
     done: list[int] = []
     with contextlib.ExitStack() as context, torch.inference_mode():
         cache = context.enter_context(hooks(lm, NORMS))
+        context.enter_context(attentions_returned(site_modules(lay, "heads")))
         context.enter_context(hooked(site_modules(lay, "heads"), on_heads, after=True))
         if post:
             context.enter_context(hooked(site_modules(lay, "norm"), on_norm, after=True))

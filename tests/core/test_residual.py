@@ -76,3 +76,31 @@ def test_parts_sum_to_the_attention_nodes_whole(decomposed):
         assert torch.all(weights.triu(1) == 0) or decomposed["kind"] == "bert"
         summed = parts.x + torch.einsum("hij,hjd->id", weights, values) + parts.added_bias()
         close(summed, parts.mid)
+
+
+FAMILIES = ("qwen3", "gemma3", "mistral", "phi3", "opt", "mixtral", "phi", "falcon", "bloom", "stablelm", "t5", "bart")
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_every_familys_parts_add_up_to_its_own_hidden_states(kind, tmp_path):
+    """Listed and found families beyond those above: each layer's input and output are the model's own hidden states
+    (the last through the final norm), its weights the model's own attentions, and x plus every head's parts plus the
+    bias is the attention node's whole, whose feed-forward part completes the layer."""
+    from attnlib.core.model import load_model
+    from attnlib.core.runner import encode, model_inputs
+    from support.models import move_off_initial, save_tiny
+
+    lm = load_model(str(save_tiny(kind, tmp_path / kind)))
+    move_off_initial(lm.encoder)
+    batch = model_inputs(lm, [encode(lm, "The cat sat on the mat and the dog sat too.")])
+    with torch.no_grad():
+        own = lm.encoder(**batch, output_hidden_states=True, output_attentions=True)
+    residual = decompose(lm, batch)
+    for parts in residual.layers:
+        close(parts.x, own.hidden_states[parts.layer][0])
+        close(parts.weights, own.attentions[parts.layer][0])
+        weights, values = parts.attention_parts()
+        close(parts.x + torch.einsum("hij,hjd->id", weights, values) + parts.added_bias(), parts.mid)
+    last = residual.layers[-1].out[None]
+    with torch.no_grad():
+        close(last if residual.final_norm is None else residual.final_norm(last), own.last_hidden_state)
