@@ -80,7 +80,7 @@ def routes_section(lm, args) -> None:
     """The routes' three targets (module docstring)."""
     import torch
 
-    from attnlib.analyses.routes import RoutesOptions, fill_routes, input_graph, route_accumulators
+    from attnlib.analyses.routes import RoutesOptions, fill_routes, input_graph, route_accumulators, route_work
     from attnlib.core.corpus import CorpusInput
     from attnlib.core.runner import encode
     from attnlib.stats.routes import choose_kernel
@@ -105,7 +105,7 @@ def routes_section(lm, args) -> None:
     encoded_all = [encode(lm, s.text_a) for s in sentences]
     options = RoutesOptions()
     total = sum(e.n for e in encoded_all)
-    work = sum(12 * 12 * e.n * (e.n + 1) / 2 * 768 for e in encoded_all) / len(encoded_all)
+    work = sum(route_work(lm, e.n) for e in encoded_all)
     passes = [forward(lm, e) for e in encoded_all]
 
     def corpus_forward() -> None:
@@ -118,7 +118,7 @@ def routes_section(lm, args) -> None:
     best = best_of_interleaved({"forward passes": corpus_forward, "route frequency": corpus_routes}, args.repeats)
     ratio = best["route frequency"] / best["forward passes"]
     print(f"\ncorpus route frequency, {len(sentences)} EWT dev sentences ({total} tokens, one pass each; kernel "
-          f"{choose_kernel('auto', work)} for the mean input):")  # fmt: skip
+          f"{choose_kernel('auto', work)}, chosen once for the corpus):")  # fmt: skip
     for name, seconds in best.items():
         print(f"  {name:<28} {seconds:8.3f} s  {seconds / best['forward passes']:6.2f}x")
     print(f"  target: <= 4x the forward passes ({'met' if ratio <= 4 else 'NOT met'})")

@@ -4,9 +4,9 @@ functions of one layer's parts (attnlib.core.residual.LayerParts' tensors) and o
 A whole y and parts p_k: `c_k = max(||y||_1 - ||y - p_k||_1, 1e-5) / sum_k (same)`. The attention node (l, i) has as
 parts every head h's `A[h, i, j] f_h(x_j)` for each key j that row i can attend, and the residual x_i; the feed-forward
 node the block's output F_i and the carried state. The L1 distances `||y_i - A[h, i, j] f_h(x_j)||_1` are reduced
-block by block (QUERY_BLOCK queries x KEY_BLOCK keys x every head) without materialising more than one block's parts:
-by a kernel that torch.compile fuses into one pass (never materialising the parts), where it is available, or by the
-same arithmetic in plain torch; `distance_kernel()` says which ran. Two modes apply the threshold tau: "renormalise"
+QUERY_BLOCK queries at a time against every key they attend: by a kernel that torch.compile fuses into one pass (the
+parts are never materialised; compiled once for every shape), where it can run, or by the same arithmetic in plain
+torch over small blocks of queries and keys; `distance_kernel()` says which ran. Two modes apply the threshold tau: "renormalise"
 (parts with c <= tau set to 0, the rest divided by their sum) and "cut" (unchanged; edges with weight <= tau not
 followed). The graph keeps the edges whose weight is above tau (the only ones a route follows, in either mode), each
 attention edge with every head's share.
@@ -27,8 +27,8 @@ Mode = Literal["renormalise", "cut"]
 MODES: tuple[Mode, ...] = ("renormalise", "cut")
 DEFAULT_THRESHOLD = 0.04
 FLOOR = 1e-5  # the smallest contribution of a part (the LLM Transparency Tool's)
-QUERY_BLOCK, KEY_BLOCK = 16, 32  # the compiled kernel's one block shape (short inputs pad little)
-PLAIN_QUERY_BLOCK = 4  # the plain kernel's parts held at once: heads x 4 queries x KEY_BLOCK keys x d
+QUERY_BLOCK = 16  # queries reduced at once against every key they can attend (fused: the parts are never held)
+PLAIN_QUERY_BLOCK, KEY_BLOCK = 4, 128  # the plain kernel's parts held at once: heads x 4 queries x 128 keys x d
 COMPILE_FROM = 50_000_000  # L1 terms (heads x query-key pairs x d, all layers, all inputs) from which compiling pays
 Kernel = Literal["auto", "compiled", "plain"]
 
@@ -59,12 +59,12 @@ def _l1_distances(y: torch.Tensor, a: torch.Tensor, v: torch.Tensor) -> torch.Te
 
 @functools.cache
 def _compiled() -> object | None:
-    """_l1_distances compiled for fixed block shapes (one graph serves every block), or None where torch.compile
-    cannot run here (no C++ compiler for inductor's CPU code)."""
+    """_l1_distances compiled once for every block shape (dynamic shapes), or None where torch.compile cannot run here
+    (no C++ compiler for inductor's CPU code)."""
     if shutil.which("c++") is None and shutil.which("g++") is None and shutil.which("clang++") is None:
         return None
     try:
-        return torch.compile(_l1_distances, dynamic=False, fullgraph=True)
+        return torch.compile(_l1_distances, dynamic=True, fullgraph=True)
     except Exception:  # any failure to set up compilation means the plain path
         return None
 
@@ -85,24 +85,21 @@ def choose_kernel(kernel: Kernel, work: float) -> str:
 
 
 def _block_distances(y: torch.Tensor, a: torch.Tensor, v: torch.Tensor, kernel: str) -> torch.Tensor:
-    """_l1_distances of one block: compiled on shapes padded to (QUERY_BLOCK, KEY_BLOCK), else in plain torch over
-    PLAIN_QUERY_BLOCK queries at a time."""
-    b, k = y.shape[0], v.shape[1]
+    """_l1_distances of one block of queries against its keys: compiled in one fused pass, else in plain torch over
+    PLAIN_QUERY_BLOCK queries and KEY_BLOCK keys at a time."""
     if kernel == "compiled":
         compiled = _compiled()
         try:
-            y_p = torch.nn.functional.pad(y, (0, 0, 0, QUERY_BLOCK - b))
-            a_p = torch.nn.functional.pad(a, (0, KEY_BLOCK - k, 0, QUERY_BLOCK - b))
-            v_p = torch.nn.functional.pad(v, (0, 0, 0, KEY_BLOCK - k))
-            out = compiled(y_p, a_p, v_p)[:, :b, :k]  # type: ignore[operator]
+            out = compiled(y, a, v)  # type: ignore[operator]
             _RAN["kernel"] = "compiled"
             return out
         except Exception:  # a compilation that fails at run time: the same arithmetic in plain torch
             _RAN["failed"] = "compiled"
     _RAN["kernel"] = "plain"
     return torch.cat(
-        [_l1_distances(y[s : s + PLAIN_QUERY_BLOCK], a[:, s : s + PLAIN_QUERY_BLOCK], v)
-         for s in range(0, b, PLAIN_QUERY_BLOCK)], dim=1,
+        [torch.cat([_l1_distances(y[s : s + PLAIN_QUERY_BLOCK], a[:, s : s + PLAIN_QUERY_BLOCK, k : k + KEY_BLOCK],
+                                  v[:, k : k + KEY_BLOCK]) for k in range(0, v.shape[1], KEY_BLOCK)], dim=2)
+         for s in range(0, y.shape[0], PLAIN_QUERY_BLOCK)], dim=1,
     )  # fmt: skip
 
 
@@ -154,16 +151,12 @@ def attention_blocks(
         stop = min(start + QUERY_BLOCK, n)
         y = mid[start:stop]
         total = y.abs().sum(-1)  # [B]
-        keys_to = stop if causal else n
+        lo = 0 if window is None else max(0, start - window)
+        hi = stop if causal else (n if window is None else min(n, stop + window))
         raw = torch.zeros(n_heads, stop - start, n)
-        queries = torch.arange(start, stop)
-        for k0 in range(0, keys_to, KEY_BLOCK):
-            k1 = min(k0 + KEY_BLOCK, keys_to)
-            if window is not None and (k0 > stop - 1 + window or k1 - 1 < start - window):
-                continue
-            d = _block_distances(y, weights[:, start:stop, k0:k1], values[:, k0:k1], kernel)
-            c = (total[None, :, None] - d).clamp(min=FLOOR)
-            raw[:, :, k0:k1] = c * attendable(queries, torch.arange(k0, k1), causal, window)
+        d = _block_distances(y, weights[:, start:stop, lo:hi], values[:, lo:hi], kernel)
+        allowed = attendable(torch.arange(start, stop), torch.arange(lo, hi), causal, window)
+        raw[:, :, lo:hi] = (total[None, :, None] - d).clamp(min=FLOOR) * allowed
         residual = (total - (y - x[start:stop]).abs().sum(-1)).clamp(min=FLOOR)
         norm = raw.sum((0, 2)) + residual
         yield start, raw / norm[None, :, None], residual / norm
