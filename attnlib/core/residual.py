@@ -79,7 +79,7 @@ class LayerParts:
         """[n, d]: what the attention block adds beyond the heads' parts (b_O, through Gemma's norm where it has one)."""
         n, d = self.x.shape
         if self.out_bias is None:
-            return torch.zeros(n, d)
+            return torch.zeros(n, d, device=self.x.device)
         bias = self.out_bias.expand(n, d)
         if self.query_scale is not None:
             bias = bias * self.query_scale[:, None] * (1.0 if self.gain is None else self.gain)
@@ -116,10 +116,11 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
         raise ValueError("the residual decomposition reads one input at a time")
     lay = layout(stack, "norms")
     weights_np: NormWeights = norm_weights(stack)
-    out_weight = torch.from_numpy(weights_np.out_weight)  # [layers, H, head_dim, d]
+    device = next(stack.parameters()).device
+    out_weight = torch.from_numpy(weights_np.out_weight).to(device)  # [layers, H, head_dim, d]
     out_bias = [s.output.bias for s in lay.sites]
     post = lay.family.post_layer_norm
-    gamma = torch.from_numpy(weights_np.gamma)
+    gamma = torch.from_numpy(weights_np.gamma).to(device)
     eps = torch.from_numpy(weights_np.eps)
     seen: dict[str, torch.Tensor] = {}
     embeddings: list[torch.Tensor] = []

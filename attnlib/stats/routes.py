@@ -125,7 +125,7 @@ class AttentionEdges:
 def attendable(queries: torch.Tensor, keys: torch.Tensor, causal: bool, window: int | None) -> torch.Tensor:
     """[B, K] bool: which keys each query's row can attend (causal: j <= i; a local window: |i - j| <= w)."""
     i, j = queries[:, None], keys[None, :]
-    mask = torch.ones(len(queries), len(keys), dtype=torch.bool)
+    mask = torch.ones(len(queries), len(keys), dtype=torch.bool, device=queries.device)
     if causal:
         mask &= j <= i
     if window is not None:
@@ -153,9 +153,10 @@ def attention_blocks(
         total = y.abs().sum(-1)  # [B]
         lo = 0 if window is None else max(0, start - window)
         hi = stop if causal else (n if window is None else min(n, stop + window))
-        raw = torch.zeros(n_heads, stop - start, n)
+        raw = torch.zeros(n_heads, stop - start, n, device=x.device)
         d = _block_distances(y, weights[:, start:stop, lo:hi], values[:, lo:hi], kernel)
-        allowed = attendable(torch.arange(start, stop), torch.arange(lo, hi), causal, window)
+        allowed = attendable(torch.arange(start, stop, device=x.device), torch.arange(lo, hi, device=x.device), causal,
+                             window)  # fmt: skip
         raw[:, :, lo:hi] = (total[None, :, None] - d).clamp(min=FLOOR) * allowed
         residual = (total - (y - x[start:stop]).abs().sum(-1)).clamp(min=FLOOR)
         norm = raw.sum((0, 2)) + residual
@@ -198,7 +199,7 @@ def layer_graph(
     [H, B, n], residual [B]) and its feed-forward nodes' ([n, 2]: F, carried), the mode applied per node."""
     targets, sources, edge_weights, shares = [], [], [], []
     n = ffn.shape[0]
-    residual = torch.zeros(n)
+    residual = torch.zeros(n, device=ffn.device)
     n_heads = 0
     for start, heads, res in blocks:
         n_heads, b = heads.shape[0], res.shape[0]
@@ -207,17 +208,17 @@ def layer_graph(
         residual[start : start + b] = joined[:, -1]
         weight = kept.sum(1)  # [B, n]
         i, j = torch.nonzero(weight > threshold, as_tuple=True)
-        targets.append((i + start).numpy())
-        sources.append(j.numpy())
-        edge_weights.append(weight[i, j].numpy())
-        shares.append(kept[i, :, j].numpy())
+        targets.append((i + start).cpu().numpy())
+        sources.append(j.cpu().numpy())
+        edge_weights.append(weight[i, j].cpu().numpy())
+        shares.append(kept[i, :, j].cpu().numpy())
     ffn_c = apply_mode(ffn, threshold, mode, (1,))
     edges = (
         AttentionEdges(np.concatenate(targets), np.concatenate(sources), np.concatenate(edge_weights),
                        np.concatenate(shares).reshape(-1, n_heads))
         if targets else AttentionEdges.empty(n_heads)
     )  # fmt: skip
-    return LayerContributions(edges, residual.numpy(), ffn_c[:, 0].numpy(), ffn_c[:, 1].numpy())
+    return LayerContributions(edges, residual.cpu().numpy(), ffn_c[:, 0].cpu().numpy(), ffn_c[:, 1].cpu().numpy())
 
 
 # --------------------------------------------------------------------------------------------------- routes
