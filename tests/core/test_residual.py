@@ -78,7 +78,23 @@ def test_parts_sum_to_the_attention_nodes_whole(decomposed):
         close(summed, parts.mid)
 
 
-FAMILIES = ("qwen3", "gemma3", "mistral", "phi3", "opt", "mixtral", "phi", "falcon", "bloom", "stablelm", "t5", "bart")
+FAMILIES = (
+    "qwen3",
+    "gemma3",
+    "mistral",
+    "phi3",
+    "opt",
+    "mixtral",
+    "phi",
+    "falcon",
+    "bloom",
+    "stablelm",
+    "t5",
+    "bart",
+    "modernbert",
+    "deberta-v2",
+    "albert",
+)
 
 
 @pytest.mark.parametrize("kind", FAMILIES)
