@@ -47,6 +47,7 @@ from attnlib.runs import (
     qk,
     retrieval,
     roles,
+    routes,
     special,
 )
 from attnlib.search.by_example import CorpusIndex, build_index, search_corpus
@@ -93,6 +94,7 @@ __all__ = [
     "read_text_corpus",
     "retrieval",
     "roles",
+    "routes",
     "run",
     "run_batches",
     "search_corpus",

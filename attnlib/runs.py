@@ -27,6 +27,7 @@ from attnlib.analyses.probe import ProbeResult
 from attnlib.analyses.qk import QKResult
 from attnlib.analyses.retrieval import RetrievalResult
 from attnlib.analyses.roles import RolesResult
+from attnlib.analyses.routes import RoutesResult
 from attnlib.analyses.special import SpecialTokens
 from attnlib.core.model import DEFAULT_MODEL, LoadedModel
 
@@ -194,5 +195,13 @@ def retrieval(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs | None
     return analyse("retrieval", model, corpus=corpus, **keywords)
 
 
+def routes(model: str | LoadedModel = DEFAULT_MODEL, *, text: str | None = None, corpus: Inputs | None = None,
+           **keywords: Any) -> AnalysisRun[RoutesResult]:  # fmt: skip
+    """Information-flow routes (`attnlib routes`, METHODS §21): a text's contribution graph and the route to the
+    prediction at `position` (threshold=, mode=), a RouteGraph; a corpus gives each head's route frequency, a
+    RouteFrequency (engine="ray" too)."""
+    return analyse("routes", model, text=text, corpus=corpus, **keywords)
+
+
 RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient, roles, retrieval)}  # fmt: skip
+                                   importance, qk, gradient, roles, retrieval, routes)}  # fmt: skip

@@ -29,6 +29,7 @@ from attnlib.analyses.probe import PROBE
 from attnlib.analyses.qk import QK
 from attnlib.analyses.retrieval import RETRIEVAL
 from attnlib.analyses.roles import ROLES
+from attnlib.analyses.routes import ROUTES
 from attnlib.analyses.special import SPECIAL
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError
@@ -52,6 +53,7 @@ ANALYSES: dict[str, Analysis] = {
         GRADIENT,
         ROLES,
         RETRIEVAL,
+        ROUTES,
     )
 }
 

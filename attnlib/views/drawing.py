@@ -27,6 +27,7 @@ DRAWING_MODULES: tuple[str, ...] = (
     "attnlib.views.qk",
     "attnlib.views.retrieval",
     "attnlib.views.roles",
+    "attnlib.views.routes",
     "attnlib.views.special",
 )
 """The view modules that register figures (one per analysis that draws), imported the first time figures are asked

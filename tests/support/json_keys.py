@@ -30,6 +30,7 @@ KEYS = {
     "retrieval": {"model", "scores", "threshold", "retrieval_heads", "counted", "reason", "tests"},
     "roles": {"model", "probe", "scores", "in_context_gain", "causal", "detect", "roles", "thresholds", "checkpoints",
               "notes", "prepend_bos"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
+    "routes": {"model", "tokens", "threshold", "mode", "nodes", "edges", "route", "prediction"},  # on a text
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},

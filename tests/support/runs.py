@@ -27,6 +27,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     # a needle, question and haystack short enough for a tiny decoder's 64 positions with the decoded tokens
     "retrieval": {"corpus": CLASSROOM_SINGLE, "limit": 2, "needle": "The cat sat.", "question": "Who sat?",
                   "lengths": "12", "depths": "0,1"},
+    "routes": {"text": "The cat sat.", "position": 2, "mode": "cut"},
 }  # fmt: skip
 KINDS = {"retrieval": "gpt2"}  # the tiny model each analysis runs on in the quick tier where not a BERT: a decoder
 
