@@ -22,6 +22,7 @@ restored in `finally`, whatever happens in the block.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -118,7 +119,11 @@ def attentions_returned(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
     """Within the context, every call of these modules in this thread is asked for its attention weights, as a call
     with output_attentions=True is (transformers returns them only when asked, and only with eager attention)."""
 
-    def ask(_module, args, kwargs):
+    def ask(module, args, kwargs):  # the flag by keyword, or in its place where the caller passes it by position
+        names = list(inspect.signature(module.forward).parameters)
+        place = names.index("output_attentions") if "output_attentions" in names else None
+        if place is not None and place < len(args):
+            return (*args[:place], True, *args[place + 1 :]), kwargs
         return args, {**kwargs, "output_attentions": True}
 
     with hooked(modules, ask, with_kwargs=True):

@@ -30,14 +30,13 @@ removed in `finally`. The encoder stack of an encoder-decoder is decomposed as a
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from attnlib.core.families import Layout, UnsupportedModelError, layout
-from attnlib.core.hooks import NORMS, hooked, hooks, site_modules
+from attnlib.core.hooks import NORMS, attentions_returned, hooked, hooks, site_modules
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import NoAttentionWeightsError, NormWeights, norm_weights
 
@@ -210,7 +209,7 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
     done: list[int] = []
     with contextlib.ExitStack() as context, torch.inference_mode():
         cache = context.enter_context(hooks(lm, NORMS))
-        context.enter_context(hooked(site_modules(lay, "heads"), _weights_asked, with_kwargs=True))
+        context.enter_context(attentions_returned(site_modules(lay, "heads")))
         context.enter_context(hooked(site_modules(lay, "heads"), on_heads, after=True))
         if post:
             context.enter_context(hooked(site_modules(lay, "norm"), on_norm, after=True))
@@ -225,16 +224,6 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
     if len(done) != len(lay.sites):
         raise UnsupportedModelError("The model's layers did not all run in its forward pass; attnlib cannot split it.")
     return embeddings[0], lay
-
-
-def _weights_asked(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """A heads call asked for its attention weights (output_attentions=True), where its caller passed the flag by
-    position (DeBERTa) or not at all."""
-    names = list(inspect.signature(module.forward).parameters)
-    place = names.index("output_attentions") if "output_attentions" in names else None
-    if place is not None and place < len(args):
-        return (*args[:place], True, *args[place + 1 :]), kwargs
-    return args, {**kwargs, "output_attentions": True}
 
 
 def decompose(lm: LoadedModel, batch: dict) -> Residual:
