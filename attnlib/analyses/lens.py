@@ -393,39 +393,39 @@ def compute_lens(lm: LoadedModel, item: CorpusInput, options: LensOptions) -> Le
 
 def _attribution(head: Unembedding, own: torch.Tensor, embedding: torch.Tensor, kept: list[_AtPosition], token: int,
                  versus: int | None, top: int, names) -> tuple[Attribution, list[list[Readout]]]:  # fmt: skip
-    """DLA of every component at the position, its exactness over the vocabulary and every head's readout."""
-    n_heads = kept[0].heads.shape[0]  # type: ignore[union-attr]
-    rows = [embedding]
-    for k in kept:
-        rows += [*k.heads, k.bias, k.ffn]  # type: ignore[misc]
-    components = torch.stack(rows)  # [1 + L (H + 2), d]
+    """DLA of every component at the position, its exactness over the vocabulary and every head's readout. Every
+    head's direct effect is read over the whole vocabulary (its readout); the other components' at the two tokens, and
+    over the vocabulary through their sum (the same linear map of each: the parts' sum, as exactness needs)."""
+    n_layers, n_heads = len(kept), kept[0].heads.shape[0]  # type: ignore[union-attr]
     last = kept[-1].out
-    direct = head.direct(components, last)  # [K, V]
+    heads = head.direct(torch.cat([k.heads for k in kept]), last)  # [L H, V]
+    others = torch.stack([embedding, *(k.bias for k in kept), *(k.ffn for k in kept)])
+    asked = [token] if versus is None else [token, versus]
+    at_tokens = (head.gamma * head.centred(others) / head.scale(last)) @ head.rows[asked].T  # [1 + 2 L, 1 or 2]
+    other_values = at_tokens[:, 0] - (0.0 if versus is None else at_tokens[:, 1])
     constant = head.constant()
-    max_error = float((direct.sum(0) + constant - own).abs().max())
-    values = token_logit_gap(direct, token, versus).tolist()
+    parts = heads.sum(0) + head.direct(others.sum(0, keepdim=True), last)[0]
+    max_error = float((parts + constant - own).abs().max())
+    head_values = token_logit_gap(heads, token, versus).reshape(n_layers, n_heads)
     gap = lambda z: float(z[token] - (0.0 if versus is None else z[versus]))  # noqa: E731
-    per_layer = n_heads + 2
-    layers = [values[1 + l * per_layer : 1 + (l + 1) * per_layer] for l in range(len(kept))]
     dla = Attribution(
         token=ReadToken(token, names([token])[0], float(own[token])),
         versus=None if versus is None else ReadToken(versus, names([versus])[0], float(own[versus])),
-        heads=[row[:n_heads] for row in layers],
-        ffn=[row[n_heads + 1] for row in layers],
-        attention_bias=[row[n_heads] for row in layers],
-        embeddings=values[0],
+        heads=head_values.tolist(),
+        ffn=other_values[1 + n_layers :].tolist(),
+        attention_bias=other_values[1 : 1 + n_layers].tolist(),
+        embeddings=float(other_values[0]),
         constant=gap(constant),
         logit=gap(own),
         max_error=max_error,
     )
-    head_rows = torch.cat([direct[1 + l * per_layer : 1 + l * per_layer + n_heads] for l in range(len(kept))])
-    (up_ids, up), (down_ids, down) = extremes(head_rows, top)
+    (up_ids, up), (down_ids, down) = extremes(heads, top)
     flat = [
         Readout([ReadToken(i, s, v) for i, s, v in zip(ui, names(ui), uv)],
                 [ReadToken(i, s, v) for i, s, v in zip(di, names(di), dv)])
         for ui, uv, di, dv in zip(up_ids, up, down_ids, down)
     ]  # fmt: skip
-    return dla, [flat[l * n_heads : (l + 1) * n_heads] for l in range(len(kept))]
+    return dla, [flat[l * n_heads : (l + 1) * n_heads] for l in range(n_layers)]
 
 
 LENS: Analysis[LensOptions, LensResult] = Analysis(
