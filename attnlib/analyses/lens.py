@@ -25,6 +25,7 @@ from attnlib.results.files import malformed
 from attnlib.stats.importance import mlm_head
 from attnlib.stats.lens import (
     DEFAULT_TOP,
+    HEAD_CHECK,
     Mode,
     Unembedding,
     check_head,
@@ -241,9 +242,10 @@ class LensResult:
             for node in self.nodes for end, listed in (("top", node.top), ("bottom", node.bottom))
             for rank, t in enumerate(listed)
         ]  # fmt: skip
-        tables = {"Logit lens": pd.DataFrame(lens)}
+        counts = {"layer": "Int64", "head": "Int64"}
+        tables = {"Logit lens": pd.DataFrame(lens).astype({"layer": "Int64", "rank_change": "Int64"})}
         if self.dla is not None:
-            tables["Direct logit attribution"] = pd.DataFrame(attribution_rows(self.dla, model))
+            tables["Direct logit attribution"] = pd.DataFrame(attribution_rows(self.dla, model)).astype(counts)
         if self.readouts is not None:
             rows = [
                 {"model": model, "layer": l + 1, "head": h + 1, "direction": direction, "rank": rank + 1, "id": t.id,
@@ -257,7 +259,7 @@ class LensResult:
 
 
 def attribution_rows(dla: Attribution, model: str) -> list[dict]:
-    """Every component's DLA as rows (component, layer and head from 1, value), the constant and the model's logit."""
+    """Every component's DLA as rows (component, layer and head from 1, value) and the constant (beta W_U + b_U)."""
     rows = [{"model": model, "component": "embeddings", "layer": None, "head": None, "value": dla.embeddings}]
     for l, row in enumerate(dla.heads):
         rows += [
@@ -267,7 +269,6 @@ def attribution_rows(dla: Attribution, model: str) -> list[dict]:
                      "value": dla.attention_bias[l]})  # fmt: skip
         rows.append({"model": model, "component": "feed-forward", "layer": l + 1, "head": None, "value": dla.ffn[l]})
     rows.append({"model": model, "component": "constant", "layer": None, "head": None, "value": dla.constant})
-    rows.append({"model": model, "component": "model's logit", "layer": None, "head": None, "value": dla.logit})
     return rows
 
 
@@ -386,6 +387,12 @@ def compute_lens(lm: LoadedModel, item: CorpusInput, options: LensOptions) -> Le
     if linear:
         dla, readouts = _attribution(head, own, embeddings[t], kept, token if token is not None else ids[0], versus,
                                      options.top, names)  # fmt: skip
+        if dla.max_error > HEAD_CHECK * float(own.abs().max()):
+            notes["dla"] = (
+                f"The parts do not add up to the model's own logits (largest difference {dla.max_error:.3g}): attnlib's "
+                f"split of this '{lm.facts.model_type}' model's layers into sums misses part of what they add, so read "
+                "these attributions with care."
+            )
     else:
         notes["dla"] = dla_reason(lm) or ""
     return LensResult(encoded.tokens, t, options.mode, nodes, dla, readouts, prediction, notes)

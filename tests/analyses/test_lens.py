@@ -16,6 +16,7 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import load_model
 from attnlib.core.runner import InputError, encode, model_inputs
+from attnlib.stats.lens import HEAD_CHECK
 from support.cli import run_cli
 from support.models import move_off_initial, save_tiny
 from support.tolerances import FORWARD_RTOL
@@ -224,3 +225,27 @@ def test_bad_input_is_one_error_line(models, tmp_path):
         assert ran.code == 2 and ran.error and says in ran.error, ran
     ran = run_cli("lens", "--text", "The cat.")  # the default MiniLM has no LM head
     assert ran.code == 2 and "has no language-model head" in ran.error
+
+
+def test_a_half_precision_checkpoint_is_read_in_float32_unless_the_saved_dtype_is_asked(tmp_path):
+    folder = save_tiny("llama", tmp_path / "llama")
+    model = load_model(str(folder)).causal_lm
+    model.to(torch.float16).save_pretrained(folder)
+    lm = load_model(str(folder))
+    assert (lm.facts.saved_dtype, lm.facts.dtype) == ("float16", "float32")
+    result = compute_lens(lm, CorpusInput(TEXT), LensOptions())
+    _, uncapped, _ = _own(lm, TEXT)
+    assert result.dla.total == pytest.approx(float(uncapped[-1, result.dla.token.id]), abs=_tolerance(uncapped[-1]))
+    with pytest.raises(UnsupportedModelError, match="float32"):
+        compute_lens(load_model(str(folder), dtype="saved"), CorpusInput(TEXT), LensOptions())
+
+
+@pytest.mark.slow
+def test_parts_that_do_not_add_up_are_said(models):
+    """Bloom's attention and MLP modules add their residual inside themselves; where the split misses part of a layer,
+    the attribution says so in `notes` (and max_error shows by how much)."""
+    lm = models("bloom")
+    result = compute_lens(lm, CorpusInput(TEXT), LensOptions())
+    _, uncapped, _ = _own(lm, TEXT)
+    missed = result.dla.max_error > HEAD_CHECK * float(uncapped[-1].abs().max())
+    assert ("do not add up" in result.notes.get("dla", "")) == missed
