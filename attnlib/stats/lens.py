@@ -124,18 +124,6 @@ def head_reason(lm: LoadedModel) -> str | None:
     return None
 
 
-def lens_reason(lm: LoadedModel) -> str | None:
-    """Why the `lens` analysis cannot run on this model, in words (head_reason, or an encoder-decoder, whose decoder's
-    residual stream attnlib does not split yet); None when it can."""
-    if lm.facts.kind == "encoder-decoder":
-        return (
-            f"The logit lens and logit attribution (METHODS §21) of an encoder-decoder's decoder are not computed yet: "
-            f"attnlib splits the residual stream of a decoder-only model or an encoder, and {lm.facts.name} is an "
-            "encoder-decoder."
-        )
-    return head_reason(lm)
-
-
 def dla_reason(lm: LoadedModel) -> str | None:
     """Why direct logit attribution is not defined for this model (a masked-LM head that is not linear after its
     norm), in words; None when it is (or when the lens itself is refused: head_reason)."""

@@ -249,3 +249,56 @@ def test_parts_that_do_not_add_up_are_said(models):
     _, uncapped, _ = _own(lm, TEXT)
     missed = result.dla.max_error > HEAD_CHECK * float(uncapped[-1].abs().max())
     assert ("do not add up" in result.notes.get("dla", "")) == missed
+
+
+@pytest.mark.parametrize("kind", ["t5", pytest.param("mbart", marks=pytest.mark.slow)])
+def test_an_encoder_decoders_decoder_against_its_own_logits(tmp_path, kind):
+    """T5 (pre-norm, tied: d_model**-0.5 before its head) and mBART (pre-norm, biases): the lens's last node is the
+    model's own logits at the target position, the attribution over the decoder's self- and cross-attention heads, its
+    biases, feed-forward blocks and embeddings adds up to them; each cross-attention head's readout is the largest of
+    its direct effects."""
+    lm = load_model(str(save_tiny(kind, tmp_path)))
+    move_off_initial(lm.seq2seq)
+    result = compute_lens(
+        lm, CorpusInput("The cat sat on the mat."), LensOptions(target="The cat sat.", position=3, top=5)
+    )
+    source = lm.tokenizer("The cat sat on the mat.", return_tensors="pt")
+    target = lm.seq2seq.prepare_decoder_input_ids_from_labels(labels=lm.tokenizer(text_target="The cat sat.",
+                                                                                  return_tensors="pt")["input_ids"])  # fmt: skip
+    with torch.no_grad():
+        own = lm.seq2seq(**source, decoder_input_ids=target).logits[0, 3]
+    assert result.tokens == lm.tokenizer.convert_ids_to_tokens(target[0].tolist())
+    last = result.nodes[-1]
+    assert [x.logit for x in last.top] == pytest.approx(own[[x.id for x in last.top]].tolist(), abs=_tolerance(own))
+    dla = result.dla
+    assert dla.logit == pytest.approx(float(own.max()), abs=_tolerance(own))
+    assert dla.total == pytest.approx(dla.logit, abs=_tolerance(own)) and dla.max_error <= 4 * _tolerance(own)
+    assert len(dla.cross_heads) == len(dla.heads) == 2 and len(result.cross_readouts[1]) == 4
+    assert result.to_json()["part"] == "decoder" and "cross_heads" in result.to_json()["dla"]
+    if kind == "t5":  # each cross-attention head's output from its output projection's input, unembedded here
+        decoder, seen = lm.seq2seq.decoder, []
+        outputs = [block.layer[1].EncDecAttention.o for block in decoder.block]
+        handles = [o.register_forward_pre_hook(lambda _m, args: seen.append(args[0][0, 3])) for o in outputs]
+        handles.append(decoder.final_layer_norm.register_forward_pre_hook(lambda _m, args: seen.append(args[0][0, 3])))
+        try:
+            with torch.no_grad():
+                lm.seq2seq(**source, decoder_input_ids=target)
+        finally:
+            for handle in handles:
+                handle.remove()
+        norm, x = decoder.final_layer_norm, seen[-1]
+        rows = lm.seq2seq.lm_head.weight * lm.seq2seq.config.d_model**-0.5
+        for l, (o, context) in enumerate(zip(outputs, seen)):
+            for h in range(4):
+                head = context[h * 8 : (h + 1) * 8] @ o.weight[:, h * 8 : (h + 1) * 8].T
+                direct = (norm.weight * head / torch.sqrt(x.pow(2).mean() + norm.variance_epsilon) @ rows.T).detach()
+                assert [t.id for t in result.cross_readouts[l][h].promoted] == direct.topk(5).indices.tolist()
+                assert dla.cross_heads[l][h] == pytest.approx(float(direct[dla.token.id]), abs=_tolerance(direct))
+
+
+def test_a_post_norm_decoder_is_read_by_the_lens_and_not_split(tmp_path):
+    lm = load_model(str(save_tiny("bart", tmp_path)))
+    result = compute_lens(lm, CorpusInput("The cat sat."), LensOptions(target="The cat sat."))
+    assert result.dla is None and "post-norm" in result.notes["dla"]
+    with pytest.raises(UnsupportedModelError, match="post-norm"):
+        compute_lens(lm, CorpusInput("The cat sat."), LensOptions(target="The cat sat.", token="."))
