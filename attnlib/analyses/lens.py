@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -584,7 +584,7 @@ def _attribution(
     return dla, _readouts(heads, n_heads, top, names), cross_readouts
 
 
-LENS: Analysis[LensOptions, LensResult] = Analysis(
+LENS: Analysis[LensOptions, Any] = Analysis(  # Any: LensResult has no figures (views.lens draws them)
     name="lens",
     help="the logit lens, direct logit attribution and every head's readout at one position of one input",
     options=LensOptions,
