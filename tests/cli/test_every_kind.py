@@ -65,7 +65,9 @@ def _expected_keys(kind: str, command: str) -> set[str]:
         keys.add("layout_found")
     if kind in ENCODER_DECODERS and command == "lens":  # the decoder's lens: its source and target, cross heads
         return (
-            keys | {"kind", "part", "source", "target", "target_from"} | ({"cross_readouts"} if kind == "t5" else set())
+            keys
+            | {"kind", "part", "source", "target", "target_from"}
+            | ({"cross_readouts"} if kind in ("t5", "mt5", "mbart") else set())
         )
     if kind in ENCODER_DECODERS:
         added = {"stacks"} if command == "report" else {"kind", "part"}
