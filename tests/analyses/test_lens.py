@@ -109,6 +109,21 @@ def test_lens_of_every_node_against_the_final_norm_and_head_modules(models, kind
     assert all(isinstance(x.rank_change, int) for n in result.nodes[1:] for x in n.top + n.bottom)
 
 
+def test_raw_mode_reads_the_unembedding_alone(models):
+    lm = models("gemma2")  # soft-capped: raw logits are capped as the model caps its own
+    result = compute_lens(lm, CorpusInput(TEXT), LensOptions(position=2, top=4, mode="raw"))
+    _, _, hidden = _own(lm, TEXT)
+    whole = lm.causal_lm
+    cap = whole.config.final_logit_softcapping
+    for layer in range(lm.facts.n_layers - 1):  # R^l is hidden_states[l + 1] (the last is after the final norm)
+        with torch.no_grad():
+            reading = torch.tanh(whole.get_output_embeddings()(hidden[layer + 1][0, 2]) / cap) * cap
+        node = result.nodes[2 + 2 * layer]
+        assert (node.kind, node.layer) == ("R", layer)
+        assert [x.id for x in node.top] == reading.topk(4).indices.tolist()
+        assert [x.logit for x in node.top] == pytest.approx(reading.topk(4).values.tolist(), abs=_tolerance(reading))
+
+
 def _head_outputs(lm, kind: str, text: str, t: int) -> torch.Tensor:
     """Each head's output at t [L, H, d]: the output projection's input slice times its weight's slice (a pre-hook)."""
     whole = lm.causal_lm
@@ -167,6 +182,8 @@ def test_readouts_against_a_direct_unembedding_of_each_heads_output(models, kind
 def test_a_pair_attributes_the_difference(models):
     lm = models("gpt2")
     one = compute_lens(lm, CorpusInput(TEXT), LensOptions(token=" cat"))
+    spelled = compute_lens(lm, CorpusInput(TEXT), LensOptions(token="Ġcat"))  # the vocabulary's own spelling
+    assert spelled.dla.token == one.dla.token
     pair = compute_lens(lm, CorpusInput(TEXT), LensOptions(token=" cat", versus=" the"))
     alone = compute_lens(lm, CorpusInput(TEXT), LensOptions(token=" the"))
     assert pair.dla.versus.token == alone.dla.token.token
