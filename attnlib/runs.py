@@ -21,6 +21,7 @@ from attnlib.analyses.deps import DepsResult
 from attnlib.analyses.gradient import GradientImportance
 from attnlib.analyses.hta import TokenAttribution
 from attnlib.analyses.importance import HeadImportance, InputAblation
+from attnlib.analyses.lens import LensResult
 from attnlib.analyses.norms import InputNorms
 from attnlib.analyses.positions import PositionsResult
 from attnlib.analyses.probe import ProbeResult
@@ -203,5 +204,11 @@ def routes(model: str | LoadedModel = DEFAULT_MODEL, *, text: str | None = None,
     return analyse("routes", model, text=text, corpus=corpus, **keywords)
 
 
+def lens(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, **keywords: Any) -> AnalysisRun[LensResult]:
+    """The logit lens of every node, the direct logit attribution of every component and each head's readout at one
+    position of one input, e.g. position=-1, token=" Drive" (`attnlib lens`, METHODS §21); needs an LM head."""
+    return analyse("lens", model, text=text, **keywords)
+
+
 RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient, roles, retrieval, routes)}  # fmt: skip
+                                   importance, qk, gradient, roles, retrieval, routes, lens)}  # fmt: skip

@@ -23,6 +23,7 @@ from attnlib.analyses.deps import DEPS
 from attnlib.analyses.gradient import GRADIENT
 from attnlib.analyses.hta import HTA
 from attnlib.analyses.importance import ABLATE, IMPORTANCE
+from attnlib.analyses.lens import LENS
 from attnlib.analyses.norms import NORMS
 from attnlib.analyses.positions import POSITIONS
 from attnlib.analyses.probe import PROBE
@@ -54,6 +55,7 @@ ANALYSES: dict[str, Analysis] = {
         ROLES,
         RETRIEVAL,
         ROUTES,
+        LENS,
     )
 }
 

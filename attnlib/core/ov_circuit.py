@@ -96,7 +96,7 @@ def _embedding(lm: LoadedModel) -> torch.Tensor:
         return (weight if project_in is None else project_in(weight)).float()
 
 
-def _unembedding_rows(lm: LoadedModel) -> torch.Tensor:
+def unembedding_rows(lm: LoadedModel) -> torch.Tensor:
     """W_U^T [V, d]: the LM head's rows as it reads the final norm's output (OPT's projection out applied)."""
     assert lm.causal_lm is not None
     weight = lm.causal_lm.get_output_embeddings().weight.detach().float()  # [V, d_out]
@@ -131,7 +131,7 @@ def ov_weights(lm: LoadedModel) -> OVWeights:
     hidden = embed.shape[1]
     centred = _is_layer_norm(lay.final_norm)
     with torch.no_grad():
-        circuit = vocabulary_circuit(embed, _unembedding_rows(lm), _gamma(lay.final_norm, hidden), centred)
+        circuit = vocabulary_circuit(embed, unembedding_rows(lm), _gamma(lay.final_norm, hidden), centred)
     values, outputs = [], []
     for site in lay.sites:
         v = _value_projection(lay, site, hidden) * _gamma(site.norm, hidden).double()[None, :, None]

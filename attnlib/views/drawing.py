@@ -21,6 +21,7 @@ DRAWING_MODULES: tuple[str, ...] = (
     "attnlib.views.gradient",
     "attnlib.views.hta",
     "attnlib.views.importance",
+    "attnlib.views.lens",
     "attnlib.views.norms",
     "attnlib.views.positions",
     "attnlib.views.probe",

@@ -28,8 +28,12 @@ INPUTS: dict[str, dict[str, Any]] = {
     "retrieval": {"corpus": CLASSROOM_SINGLE, "limit": 2, "needle": "The cat sat.", "question": "Who sat?",
                   "lengths": "12", "depths": "0,1"},
     "routes": {"text": "The cat sat.", "position": 2, "mode": "cut"},
+    "lens": {"text": "The cat sat on the mat.", "top": 3},
 }  # fmt: skip
-KINDS = {"retrieval": "gpt2"}  # the tiny model each analysis runs on in the quick tier where not a BERT: a decoder
+KINDS = {
+    "retrieval": "gpt2",
+    "lens": "gpt2",
+}  # the tiny model each analysis runs on in the quick tier where not a BERT: a decoder
 
 COMMAND_INPUTS: dict[str, dict[str, Any]] = {
     "index": {"corpus": CLASSROOM_SINGLE, "limit": 2, "layer": 1},
