@@ -55,6 +55,7 @@ from attnlib.core.families import (
     linear_weight,
     register_found,
     sliding_window,
+    split_normed,
 )
 from attnlib.core.hooks import attentions_returned, hooked
 from attnlib.core.replay import Call, first_output
@@ -151,8 +152,9 @@ def _record(stack: torch.nn.Module, lay: Layout, ids: torch.Tensor, extra: dict,
             *((p, lambda _m, _a, out: rec.projections[-1].append(out) if within else None, True, False)
               for p in site.projections),
             (site.output, output_post, True, False),
-            (site.norm, lambda _m, a, out: rec.norm_io.append((a[0], first_output(out))), True, False),
         ]  # fmt: skip
+        if lay.family.norm is not None:
+            hooks.append((site.norm, lambda _m, a, out: rec.norm_io.append((a[0], first_output(out))), True, False))
         if site.attention_norm is not None:
             hooks.append((site.attention_norm, lambda _m, a, _o: rec.attention_norm_inputs.append(a[0]), True, False))
     no_cache = {"use_cache": False} if "use_cache" in inspect.signature(stack.forward).parameters else {}
@@ -295,6 +297,8 @@ def _check(
         reasons |= dict.fromkeys(VALUE_STATISTICS, why)
 
     def norm_gap(post: bool, l: int) -> float:
+        if shape.norm is None:  # no norm before attention: the heads read the layer's input
+            return 0.0 if part else _differs(rec.calls[l].hidden, rec.layer_inputs[l])
         norm_in, norm_out = rec.norm_io[l]
         if post:
             return _differs(norm_in, rec.calls[l].hidden + rec.outputs[l])
@@ -315,10 +319,7 @@ def _check(
     def logits_gap(terms, l: int) -> float:
         positions, bias = terms
         call, site = rec.calls[l], lay.sites[l]
-        q, k, _ = split(site.heads, rec.projections[l], d)
-        norms = shape.qk_norms(site.heads)
-        if norms is not None:
-            q, k = norms[0](q), norms[1](k)
+        q, k, _ = split_normed(shape, site.heads, rec.projections[l], d, split)
         if positions is not None:
             q, k, _ = positions(call, (q, k, k))
         scale = shape.scale(site.heads, d)
@@ -483,7 +484,9 @@ def _parts_found(family: Family, lay: Layout, kv_heads: int, rotary: int | None)
         "projections": ("fused: " if fused else "separate: ") + ", ".join(family.projections),
         "heads": f"{lay.n_heads} query heads of {lay.head_dim}, {kv_heads} key/value ({kind})",
         "positions": positions,
-        "norm": f"{family.norm} ({'post' if family.post_layer_norm else 'pre'}-norm)",
+        "norm": "none before attention (the heads read the layer's input)"
+        if family.norm is None
+        else f"{family.norm} ({'post' if family.post_layer_norm else 'pre'}-norm)",
     }
 
 

@@ -49,6 +49,7 @@ DECODER_KINDS = (
     "phi3",
     "opt",
     "gpt-neox",
+    "olmo2",
     "llama-classifier",
 )
 DECODER_WINDOW = 3  # transformers' sliding window: a query at i sees keys j with 0 <= i - j < 3 (itself and 2 before)
@@ -65,6 +66,7 @@ DECODER_KV_HEADS = {
     "gemma": 1,  # multi-query, as gemma-2b
     "gemma2": 2,
     "gemma3": 2,
+    "olmo2": 2,
 }
 
 # families outside the library's list, whose layout the library finds in the model and checks (attnlib.core.found):
@@ -124,6 +126,8 @@ DECODER_SPECIALS = {
     "gemma": _GEMMA_SPECIALS,
     "gemma2": _GEMMA_SPECIALS,
     "gemma3": _GEMMA_SPECIALS,
+    # OLMo 2's (GPT-NeoX-style BPE): "<|endoftext|>" is bos and eos, added to no text; "<|pad|>" pads
+    "olmo2": _specials((_END, "<|pad|>"), _END, _END, None, "<|pad|>", None),
 }
 
 
@@ -383,6 +387,8 @@ def tiny_decoder_config(kind: str, tokenizer):
         )
     if kind == "gemma3":  # the text model (model_type gemma3_text); q/k norms, local and global rotary bases
         return tf.Gemma3TextConfig(**gqa, **layers, query_pre_attn_scalar=8)
+    if kind == "olmo2":  # no norm before attention, norms after each sublayer, q/k norms over the whole projection
+        return tf.Olmo2Config(**gqa)
     raise ValueError(f"no tiny decoder config for {kind!r}")
 
 
