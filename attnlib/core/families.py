@@ -179,14 +179,22 @@ def _qk_norms(heads: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]
     return None if q_norm is None or k_norm is None else (q_norm, k_norm)
 
 
-def split_normed(family: Family, heads: torch.nn.Module, outputs: list[torch.Tensor], d: int, split=None) -> QKV:
+def split_normed(
+    family: Family,
+    heads: torch.nn.Module,
+    outputs: list[torch.Tensor],
+    d: int,
+    split=None,
+    over: QKNormOver | None = None,
+) -> QKV:
     """The projections' outputs split into heads (by `split`, else the family's), q and k through the family's norms:
-    over the whole query and key projections before the split (OLMo 2), or over each head after it (Qwen3, Gemma 3)."""
-    norms = family.qk_norms(heads)
-    if norms is not None and family.qk_norm_over == "projection":
+    over the whole query and key projections before the split (OLMo 2), or over each head after it (Qwen3, Gemma 3);
+    `over` in place of the family's own (the found check tries both)."""
+    norms, over = family.qk_norms(heads), over or family.qk_norm_over
+    if norms is not None and over == "projection":
         outputs = [norms[0](outputs[0]), norms[1](outputs[1]), *outputs[2:]]
     q, k, v = (split or family.split)(heads, outputs, d)
-    if norms is not None and family.qk_norm_over == "head":
+    if norms is not None and over == "head":
         q, k = norms[0](q), norms[1](k)
     return q, k, v
 

@@ -70,7 +70,8 @@ DECODER_KV_HEADS = {
 }
 
 # families outside the library's list, whose layout the library finds in the model and checks (attnlib.core.found):
-# decoders (mixtures of experts, partial rotary, parallel residuals, fused and multi-query projections, ALiBi) and
+# decoders (mixtures of experts, partial rotary, parallel residuals, fused and multi-query projections, ALiBi, query
+# and key norms over the whole projection in a pre-norm layer (OLMoE) and in OLMo 2's layout (OLMo 3)) and
 # encoder-decoders whose parent is listed (mT5: T5's; mBART: BART's paths, but pre-LN)
 FOUND_LAYOUT_KINDS = (
     "mixtral",
@@ -82,6 +83,8 @@ FOUND_LAYOUT_KINDS = (
     "bloom",
     "gptj",
     "codegen",
+    "olmoe",
+    "olmo3",
     "mt5",
     "mbart",
 )
@@ -492,6 +495,10 @@ def tiny_found_layout_config(kind: str, tokenizer):
         return tf.BloomConfig(hidden_size=32, n_layer=2, n_head=4, **common)
     if kind == "gptj":  # rotary on 4 of each head's 8 dimensions (every two), attention and MLP in parallel
         return tf.GPTJConfig(n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, rotary_dim=4, **common)
+    if kind == "olmoe":  # Llama's paths and pre-norm, a mixture of 4 experts, q/k norms over the whole projection
+        return tf.OlmoeConfig(**llama, num_experts=4, num_experts_per_tok=2)
+    if kind == "olmo3":  # OLMo 2's layer (no norm before attention, norms after each sublayer); every layer global
+        return tf.Olmo3Config(**llama, layer_types=["full_attention"] * SIZES["num_hidden_layers"])
     if kind == "codegen":  # GPT-J's layer with one fused projection in 4 model-parallel blocks of [q | v | k]
         return tf.CodeGenConfig(n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, n_ctx=64, rotary_dim=4,
                                 **common)  # fmt: skip

@@ -32,7 +32,9 @@ def looped_previous_score(maps: np.ndarray, b: int) -> np.ndarray:
 # output, the final norm, and per layer the norm before attention (None where the heads read the residual stream
 # itself: OLMo 2) and every query head's W_V^h [d, d_h] and
 # W_O^h [d_h, d] (linear weights are [out, in]; GPT-2's Conv1D [in, out]). No attnlib code: the paths are written here.
-LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "mixtral", "qwen2-moe", "stablelm")
+LLAMA_LIKE = (
+    "llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "mixtral", "qwen2-moe", "stablelm", "olmoe"
+)  # fmt: skip
 
 
 def _w(module) -> torch.Tensor:
@@ -64,7 +66,7 @@ def ov_from_module_paths(model, kind: str, heads: int, d: int):
                    _split_out(_w(getattr(b.self_attn, out)), heads, d)) for b in base.layers]  # fmt: skip
         final = base.final_layernorm if kind == "phi" else base.norm
         return _w(base.embed_tokens), _w(model.lm_head).T, final, layers
-    if kind == "olmo2":  # no norm before attention; its norm after attention is left out, as Gemma's (METHODS §20)
+    if kind in ("olmo2", "olmo3"):  # no norm before attention; the norm after it left out, as Gemma's (METHODS §20)
         base = model.model
         layers = [(None, _grouped(_w(b.self_attn.v_proj), heads, d), _split_out(_w(b.self_attn.o_proj), heads, d))
                   for b in base.layers]  # fmt: skip
