@@ -5,8 +5,9 @@ A `Family` names, per `model_type`, the modules of one layer (paths from the lay
 input is what the heads read; it holds the output projection), the module that computes the heads (its call carries the
 position inputs), the query/key/value projections (or one fused projection and how to split it), the attention output
 projection and the LayerNorm that belongs to attention (after the residual in post-LN families, before attention in
-pre-LN ones, decoders included; Gemma 2 and 3 also normalise the attention and feed-forward outputs before the residual,
-and Qwen3 and Gemma 3 each head's q and k). It also says how the scores are built, so that the queries and keys shown
+pre-LN ones, decoders included; none where the heads read the layer input itself, as OLMo 2's; Gemma 2 and 3 and OLMo 2
+also normalise the attention and feed-forward outputs before the residual; Qwen3 and Gemma 3 normalise each head's q and
+k, OLMo 2 the whole query and key projections before they are split into heads). It also says how the scores are built, so that the queries and keys shown
 are the ones the dot product sees, and which statistics are exact for the family (`unsupported_reason`).
 `layout(encoder)` binds a family to one model's modules, one `LayerSite` per layer application (ALBERT applies one
 shared layer L times). An encoder-decoder's entry (T5, BART, Marian) describes its encoder stack, which its statistics
@@ -39,6 +40,7 @@ STATISTICS: dict[Statistic, str] = {
     "hta": "Hidden Token Attribution (METHODS §9, §13)",
     "ablation": "Head ablation and the knockouts (METHODS §15)",
 }
+QKNormOver = Literal["head", "projection"]  # a norm of each head's q and k, or of the whole projection before the split
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # queries, keys, values, each [batch, heads, n, head_dim]
 
 
@@ -78,7 +80,7 @@ class Family:
     heads: str  # the module computing q, k, v and the weights; its call carries position inputs
     projections: tuple[str, ...]  # from `heads`: query, key, value; or one fused projection
     output: str  # attention output projection; its input is c [batch, n, heads * head_dim], head h in h*d:(h+1)*d
-    norm: str  # post-LN: the LayerNorm after attention + residual; pre-LN: the LayerNorm before attention
+    norm: str | None  # post-LN: the LayerNorm after attention + residual; pre-LN: the one before attention (None: none)
     post_layer_norm: bool = True
     scores: ScoreKind = "absolute"
     split: Callable[[torch.nn.Module, list[torch.Tensor], int], QKV] = field(default=None)  # type: ignore[assignment]
@@ -94,6 +96,7 @@ class Family:
     attention_norm: str | None = None  # an RMSNorm of the attention output before the residual (Gemma 2 and 3)
     feed_forward_norm: str | None = None  # an RMSNorm of the feed-forward output before the residual (Gemma 2 and 3)
     qk_norms: Callable[[torch.nn.Module], tuple[torch.nn.Module, torch.nn.Module] | None] = lambda _heads: None
+    qk_norm_over: QKNormOver = "head"  # "projection": qk_norms read the whole q and k projections (OLMo 2)
     score_cap: Callable[[torch.nn.Module], float | None] = lambda _heads: None  # c of c tanh(logits / c) (Gemma 2)
     keys_from: str | None = None  # cross-attention: the heads call's argument whose projections are the keys and values
     n_heads: Callable[[object], int] | None = None  # config -> this stack's heads (default: the config's count)
@@ -170,9 +173,30 @@ def _model_module(module: torch.nn.Module):
 
 
 def _qk_norms(heads: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
-    """Qwen3's and Gemma 3's per-head RMSNorm of q and of k (q_norm, k_norm), applied before rotary; None without."""
+    """The RMSNorm of q and of k (q_norm, k_norm), applied before rotary: per head (Qwen3, Gemma 3), or over the whole
+    projection (OLMo 2); None without."""
     q_norm, k_norm = getattr(heads, "q_norm", None), getattr(heads, "k_norm", None)
     return None if q_norm is None or k_norm is None else (q_norm, k_norm)
+
+
+def split_normed(
+    family: Family,
+    heads: torch.nn.Module,
+    outputs: list[torch.Tensor],
+    d: int,
+    split=None,
+    over: QKNormOver | None = None,
+) -> QKV:
+    """The projections' outputs split into heads (by `split`, else the family's), q and k through the family's norms:
+    over the whole query and key projections before the split (OLMo 2), or over each head after it (Qwen3, Gemma 3);
+    `over` in place of the family's own (the found check tries both)."""
+    norms, over = family.qk_norms(heads), over or family.qk_norm_over
+    if norms is not None and over == "projection":
+        outputs = [norms[0](outputs[0]), norms[1](outputs[1]), *outputs[2:]]
+    q, k, v = (split or family.split)(heads, outputs, d)
+    if norms is not None and over == "head":
+        q, k = norms[0](q), norms[1](k)
+    return q, k, v
 
 
 def _attention_softcap(heads: torch.nn.Module) -> float | None:
@@ -381,7 +405,7 @@ def _llama_layout(
         heads="self_attn",
         projections=projections,
         output="self_attn.o_proj",
-        norm="input_layernorm",
+        norm=rest.pop("norm", "input_layernorm"),
         post_layer_norm=False,
         scores="rotary",
         split=rest.pop("split", _grouped),
@@ -554,6 +578,14 @@ FAMILIES: tuple[Family, ...] = (
         attention_norm="post_attention_layernorm",
         feed_forward_norm="post_feedforward_layernorm",
         score_cap=_attention_softcap,
+    ),
+    _llama_layout(
+        "OLMo 2",
+        ("olmo2",),
+        norm=None,  # the heads and the feed-forward read the residual stream itself
+        attention_norm="post_attention_layernorm",
+        feed_forward_norm="post_feedforward_layernorm",
+        qk_norm_over="projection",
     ),
     _llama_layout("Phi-3", ("phi3",), projections=("qkv_proj",), split=_fused_grouped),
     Family(
@@ -736,10 +768,12 @@ class LayerSite:
     heads: torch.nn.Module
     projections: tuple[torch.nn.Linear, ...]  # query, key, value; or the one fused projection
     output: torch.nn.Linear
-    norm: torch.nn.Module  # post-LN: after attention + residual; pre-LN: before attention (Identity on ModernBERT's 0)
+    # post-LN: after attention + residual; pre-LN: before attention (an Identity where there is none: ModernBERT's layer
+    # 0, OLMo 2's every layer)
+    norm: torch.nn.Module
     window: int | None  # local attention: keys with |i - j| <= window; None: global
-    attention_norm: torch.nn.Module | None = None  # Gemma 2 and 3: the RMSNorm of the attention output
-    feed_forward_norm: torch.nn.Module | None = None  # Gemma 2 and 3: the RMSNorm of the feed-forward output
+    attention_norm: torch.nn.Module | None = None  # Gemma 2 and 3, OLMo 2: the RMSNorm of the attention output
+    feed_forward_norm: torch.nn.Module | None = None  # Gemma 2 and 3, OLMo 2: the RMSNorm of the feed-forward output
 
 
 @dataclass(frozen=True)
@@ -755,12 +789,9 @@ class Layout:
 
     def qkv(self, site: LayerSite, outputs: list[torch.Tensor], call: HeadsCall) -> QKV:
         """Queries, keys and values [batch, heads, n, d] as the dot product and the weights see them, from the
-        projections' outputs of one call (after the projection bias, a per-head norm of q and k and rotary where the
+        projections' outputs of one call (after the projection bias, the norms of q and k and rotary where the
         family applies them)."""
-        qkv = self.family.split(site.heads, outputs, self.head_dim)
-        norms = self.family.qk_norms(site.heads)
-        if norms is not None:
-            qkv = (norms[0](qkv[0]), norms[1](qkv[1]), qkv[2])
+        qkv = split_normed(self.family, site.heads, outputs, self.head_dim)
         return qkv if self.family.positions is None else self.family.positions(call, qkv)
 
     def scale(self, site: LayerSite) -> float:
@@ -807,7 +838,7 @@ def _bind(encoder: torch.nn.Module, family: Family) -> Layout:
                     heads=heads,
                     projections=tuple(heads.get_submodule(p) for p in family.projections),
                     output=layer.get_submodule(family.output),
-                    norm=layer.get_submodule(family.norm),
+                    norm=torch.nn.Identity() if family.norm is None else layer.get_submodule(family.norm),
                     window=family.window(config, index),
                     attention_norm=_optional_submodule(layer, family.attention_norm),
                     feed_forward_norm=_optional_submodule(layer, family.feed_forward_norm),

@@ -8,9 +8,10 @@ on its module tree, and the first that binds is checked once, against the model'
   are split elsewhere: q|k|v blocks, per-head, or multi/grouped-query by width), weighted by the model's own attention,
   must be the input of the output projection; through the output projection's weight and bias, its output;
 - norm: pre-LN, the norm reads the layer's input and gives what the heads read; post-LN, it reads the layer's input
-  plus the attention output;
+  plus the attention output; a shape with none before attention (OLMo 2's), the heads read the layer's input;
 - queries and keys: softmax(scale q.k + bias), with the mask of the model's kind (causal, sliding windows), must be the
-  model's own attention (rotary from the call, full or partial, or every two dimensions; ALiBi; the family's bias);
+  model's own attention (rotary from the call, full or partial, or every two dimensions; ALiBi; the family's bias;
+  query and key norms, where the heads hold q_norm and k_norm, per head or over the whole projection);
 - final norm: the stack's output is the last layer's output through it (or itself);
 - replay: the first layer, called again on two variants of its input in one batch (as attnlib.core.replay calls it),
   gives its own output twice, and differentiates in forward mode (torch.func.jvp, as attribution does).
@@ -40,6 +41,7 @@ from attnlib.core.families import (
     Found,
     HeadsCall,
     Layout,
+    QKNormOver,
     Statistic,
     UnsupportedModelError,
     _alibi_bias,
@@ -55,6 +57,7 @@ from attnlib.core.families import (
     linear_weight,
     register_found,
     sliding_window,
+    split_normed,
 )
 from attnlib.core.hooks import attentions_returned, hooked
 from attnlib.core.replay import Call, first_output
@@ -108,7 +111,7 @@ class _Pass:
     contexts: list[torch.Tensor] = field(default_factory=list)  # the output projection's input
     outputs: list[torch.Tensor] = field(default_factory=list)  # its output
     norm_io: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    attention_norm_inputs: list[torch.Tensor] = field(default_factory=list)
+    attention_norm_io: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     layer_outputs: list[torch.Tensor] = field(default_factory=list)
     layer_reads: list[torch.Tensor] = field(default_factory=list)  # layer 0's other modules' first inputs
     attentions: tuple[torch.Tensor, ...] = ()
@@ -151,10 +154,11 @@ def _record(stack: torch.nn.Module, lay: Layout, ids: torch.Tensor, extra: dict,
             *((p, lambda _m, _a, out: rec.projections[-1].append(out) if within else None, True, False)
               for p in site.projections),
             (site.output, output_post, True, False),
-            (site.norm, lambda _m, a, out: rec.norm_io.append((a[0], first_output(out))), True, False),
         ]  # fmt: skip
+        if lay.family.norm is not None:
+            hooks.append((site.norm, lambda _m, a, out: rec.norm_io.append((a[0], first_output(out))), True, False))
         if site.attention_norm is not None:
-            hooks.append((site.attention_norm, lambda _m, a, _o: rec.attention_norm_inputs.append(a[0]), True, False))
+            hooks.append((site.attention_norm, lambda _m, a, o: rec.attention_norm_io.append((a[0], o)), True, False))
     no_cache = {"use_cache": False} if "use_cache" in inspect.signature(stack.forward).parameters else {}
     with contextlib.ExitStack() as entered, torch.no_grad():
         for module, hook, after, with_kwargs in hooks:
@@ -295,6 +299,8 @@ def _check(
         reasons |= dict.fromkeys(VALUE_STATISTICS, why)
 
     def norm_gap(post: bool, l: int) -> float:
+        if shape.norm is None:  # no norm before attention: the heads read the layer's input
+            return 0.0 if part else _differs(rec.calls[l].hidden, rec.layer_inputs[l])
         norm_in, norm_out = rec.norm_io[l]
         if post:
             return _differs(norm_in, rec.calls[l].hidden + rec.outputs[l])
@@ -308,17 +314,14 @@ def _check(
         reasons |= {s: why for s in NORM_STATISTICS if s not in reasons}
         post = shape.post_layer_norm
     if shape.attention_norm is not None:
-        gap = max(_differs(rec.attention_norm_inputs[l], rec.outputs[l]) for l in range(n_layers))
+        gap = max(_differs(rec.attention_norm_io[l][0], rec.outputs[l]) for l in range(n_layers))
         if gap > TOLERANCE:
             return None  # the shape's norm of the attention output is not one in this model: another shape fits better
 
     def logits_gap(terms, l: int) -> float:
-        positions, bias = terms
+        positions, bias, over = terms
         call, site = rec.calls[l], lay.sites[l]
-        q, k, _ = split(site.heads, rec.projections[l], d)
-        norms = shape.qk_norms(site.heads)
-        if norms is not None:
-            q, k = norms[0](q), norms[1](k)
+        q, k, _ = split_normed(shape, site.heads, rec.projections[l], d, split, over)
         if positions is not None:
             q, k, _ = positions(call, (q, k, k))
         scale = shape.scale(site.heads, d)
@@ -334,13 +337,18 @@ def _check(
         logits = logits.masked_fill(~_mask(n, causal, window), float("-inf"))
         return _differs(logits.softmax(-1), rec.attentions[l])
 
-    terms = [(p, b) for p in _positions(shape, rec.calls[0]) for b in _biases(shape, rec.calls[0])]
+    overs: list[QKNormOver] = [shape.qk_norm_over, "projection" if shape.qk_norm_over == "head" else "head"]
+    if shape.qk_norms(lay.sites[0].heads) is None:
+        overs = overs[:1]
+    first_call = rec.calls[0]
+    terms = [(p, b, o) for p in _positions(shape, first_call) for b in _biases(shape, first_call) for o in overs]
     chosen, gap = first_passing(terms, logits_gap)
-    positions, bias = chosen if chosen is not None else (shape.positions, shape.bias)
+    positions, bias, over = chosen if chosen is not None else (shape.positions, shape.bias, shape.qk_norm_over)
     if chosen is None:
+        normed = ", their norms per head and over the whole projection" if len(overs) > 1 else ""
         why = (
             f"softmax(scale q.k) of the queries and keys found ({', '.join(shape.projections)}, with the position "
-            f"terms tried: rotary, partial rotary, ALiBi, none) differs from the model's attention by {gap:.2g}"
+            f"terms tried: rotary, partial rotary, ALiBi, none{normed}) differs from the model's attention by {gap:.2g}"
         )
         reasons |= {s: why for s in QK_STATISTICS if s not in reasons}
 
@@ -372,6 +380,7 @@ def _check(
         split=split,
         positions=positions,
         bias=bias,
+        qk_norm_over=over,
         post_layer_norm=post,
         final_norm=final,
         scores="rotary" if positions is not None else "relative_bias" if bias is not None else "absolute",
@@ -381,6 +390,12 @@ def _check(
     )
     kv_heads = _key_value_heads(rec.projections[0], lay, getattr(split, "by_width", False))
     parts = _parts_found(family, lay, kv_heads, _rotary_width(rec.calls[0], positions))
+    if family.qk_norms(lay.sites[0].heads) is not None:
+        parts["query/key norms"] = (
+            "over the whole query and key projections, before the split into heads"
+            if over == "projection"
+            else "over each head's query and key"
+        )
     if not post:
         parts["residual"] = _residual_form(rec)
     experts = _experts(lay.sites[0].layer, stack.config)
@@ -390,9 +405,10 @@ def _check(
 
 
 def _residual_form(rec: _Pass) -> str:
-    """Sequential when a module of the first layer reads x + the attention output; else attention and feed-forward in
-    parallel (both read the layer's input)."""
-    after = rec.layer_inputs[0] + rec.outputs[0]
+    """Sequential when a module of the first layer reads x + the attention output (through its norm where the layer
+    normalises it before the residual); else attention and feed-forward in parallel (both read the layer's input)."""
+    added = rec.attention_norm_io[0][1] if rec.attention_norm_io else rec.outputs[0]
+    after = rec.layer_inputs[0] + added
     reads = [t for t in rec.layer_reads if isinstance(t, torch.Tensor) and t.shape == after.shape]
     if any(_differs(t, after) <= TOLERANCE for t in reads):
         return "sequential (the feed-forward reads x + the attention output)"
@@ -483,7 +499,9 @@ def _parts_found(family: Family, lay: Layout, kv_heads: int, rotary: int | None)
         "projections": ("fused: " if fused else "separate: ") + ", ".join(family.projections),
         "heads": f"{lay.n_heads} query heads of {lay.head_dim}, {kv_heads} key/value ({kind})",
         "positions": positions,
-        "norm": f"{family.norm} ({'post' if family.post_layer_norm else 'pre'}-norm)",
+        "norm": "none before attention (the heads read the layer's input)"
+        if family.norm is None
+        else f"{family.norm} ({'post' if family.post_layer_norm else 'pre'}-norm)",
     }
 
 

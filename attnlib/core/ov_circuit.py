@@ -64,8 +64,11 @@ def _is_layer_norm(module: torch.nn.Module) -> bool:
 
 
 def _gamma(module: torch.nn.Module, hidden: int) -> torch.Tensor:
-    """The per-coordinate weight of a LayerNorm or RMSNorm (Gemma's 1 + w read off its own output)."""
+    """The per-coordinate weight of a LayerNorm or RMSNorm (Gemma's 1 + w read off its own output); ones where a layer
+    has no norm before attention (OLMo 2's Identity)."""
     gamma, _, eps = layer_norm_parameters(module, hidden)
+    if getattr(module, "weight", None) is None:
+        return gamma.float()
     return gamma.float() if _is_layer_norm(module) else rms_norm_gamma(module, hidden, eps)
 
 

@@ -28,7 +28,7 @@ ATTENTION = {
     "gemma2": "layers.{}.self_attn",
     "gpt-neox": "layers.{}.attention",
     "opt": "decoder.layers.{}.self_attn",
-    **{kind: "layers.{}.self_attn" for kind in ("qwen2", "qwen3", "gemma", "gemma3", "mistral", "phi3")},
+    **{kind: "layers.{}.self_attn" for kind in ("qwen2", "qwen3", "gemma", "gemma3", "mistral", "phi3", "olmo2")},
 }
 OUTPUT = {"gpt2": "c_proj", "gpt-neox": "dense", "opt": "out_proj"}  # the others: o_proj
 # float32 effects are differences of float64 reductions of states equal to ~1e-6 (REPLAY_ATOL's reasoning); the

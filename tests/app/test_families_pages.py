@@ -15,9 +15,10 @@ pytestmark = pytest.mark.slow
 # BERT's layout is every page's own test, and the Live page is drawn for every family in tests/app/test_live.py.
 # The decoders (METHODS §18) whose layers differ most: GPT-2 (no BOS, Conv1D), Gemma 2 (a BOS, grouped-query heads, a
 # sliding layer, normed attention outputs, soft-capped scores), Qwen3 (per-head q/k norms), Phi-3 (fused qkv and
-# gate-up projections), OPT (a feed-forward on [batch * n, hidden]) and GPT-NeoX (a parallel residual).
+# gate-up projections), OPT (a feed-forward on [batch * n, hidden]), GPT-NeoX (a parallel residual) and OLMo 2 (no norm
+# before attention, norms after each sublayer, q/k norms over the whole projections).
 DISTINCT_FAMILIES = ["modernbert", "deberta", "deberta-v2", "mpnet", "albert", "roformer"]
-DISTINCT_FAMILIES += ["gpt2", "gemma2", "qwen3", "phi3", "opt", "gpt-neox"]
+DISTINCT_FAMILIES += ["gpt2", "gemma2", "qwen3", "phi3", "opt", "gpt-neox", "olmo2"]
 
 
 @pytest.mark.parametrize("family_dir", DISTINCT_FAMILIES, indirect=True)

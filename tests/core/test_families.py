@@ -128,6 +128,7 @@ AFTER_ATTENTION = {
     "opt": "decoder.layers.{}.final_layer_norm",  # OPT reads it as [batch * n, hidden]
     "gemma2": "layers.{}.pre_feedforward_layernorm",  # after Gemma 2's and 3's RMSNorm of the attention output
     "gemma3": "layers.{}.pre_feedforward_layernorm",
+    "olmo2": "layers.{}.mlp",  # OLMo 2's feed-forward reads x + its RMSNorm of the attention output, unnormed
     "gpt-neox": None,
 }
 
@@ -181,7 +182,7 @@ def test_decoder_norms_rebuild_the_residual_stream_after_attention(decoder_model
     kind, lm = decoder_model
     r = run(lm, TEXT_A, capture_qk=False, capture_norms=True)
     w = r.norm_weights
-    assert not w.post_layer_norm and w.attention_norm == (kind in ("gemma2", "gemma3"))
+    assert not w.post_layer_norm and w.attention_norm == (kind in ("gemma2", "gemma3", "olmo2"))
     vectors = norms.head_vectors(r.values, w.out_weight)
     actual = _residual_after_attention(lm, kind, TEXT_A)
     maps = norms.norm_maps(r)

@@ -1,7 +1,8 @@
 """Layouts found in the model, then checked (attnlib.core.found), on tiny random models of families outside the
 library's list (support/models.py FOUND_LAYOUT_KINDS): a mixture of experts (Mixtral, Qwen2-MoE), partial rotary
 (StableLM, Phi-2, GPT-J), parallel residuals (StableLM, Phi-2, Falcon, GPT-J), fused multi-query projections (Falcon,
-GPT-BigCode), per-head fused projections and ALiBi (Bloom), one projection fused in model-parallel blocks (CodeGen), and the encoders of two encoder-decoders whose parents are
+GPT-BigCode), query and key norms over the whole projection (OLMoE, pre-norm; OLMo 3, OLMo 2's layout with no norm
+before attention), per-head fused projections and ALiBi (Bloom), one projection fused in model-parallel blocks (CodeGen), and the encoders of two encoder-decoders whose parents are
 listed (mT5: T5's; mBART: BART's paths, pre-LN). Each statistic is checked against the model's own forward pass with
 hooks at module paths read off the transformers sources (not the layout found): q.k gives the model's own attention,
 the norms rebuild x + the attention output, ablation equals a forward pass with a head's context zeroed, attribution
@@ -39,6 +40,8 @@ OUTPUT = {
     "bloom": "h.{}.self_attention.dense",
     "gptj": "h.{}.attn.out_proj",
     "codegen": "h.{}.attn.out_proj",
+    "olmoe": "layers.{}.self_attn.o_proj",
+    "olmo3": "layers.{}.self_attn.o_proj",
     "mt5": "block.{}.layer.0.SelfAttention.o",
     "mbart": "layers.{}.self_attn.out_proj",
 }
@@ -59,13 +62,17 @@ FOUND = {
         "pairs of neighbouring dimensions, as GPT-J (partial: 4 of 8",
         "pre-norm",
     ),
+    "olmoe": ("Llama-shaped", "separate", 2, "rotary (all 8", "pre-norm"),
+    "olmo3": ("OLMo 2-shaped", "separate", 2, "rotary (all 8", "the heads read the layer's input"),
     "mt5": ("T5-shaped", "separate", 4, "relative position bias", "pre-norm"),
     "mbart": ("BART-shaped", "separate", 4, "none inside attention", "pre-norm"),  # unlike BART's post-LN
 }
 # the configs' own word: attention and feed-forward in parallel (StableLM's use_parallel_residual, Falcon's
 # parallel_attn; Phi-2's and GPT-J's layers always); a mixture of experts (Mixtral's num_local_experts, Qwen2-MoE's)
 PARALLEL = {"stablelm", "phi", "falcon", "gptj", "codegen"}
-EXPERTS = {"mixtral": 4, "qwen2-moe": 4}
+EXPERTS = {"mixtral": 4, "qwen2-moe": 4, "olmoe": 4}
+# the query and key norms the check must find (the configs' q_norm and k_norm over num_heads * head_dim)
+QK_NORMS = {"olmoe": "over the whole query and key projections", "olmo3": "over the whole query and key projections"}
 NOT_DIFFERENTIABLE: set[str] = (
     set()
 )  # every kind's layers differentiate in forward mode (Bloom's GELU: plain_activations)
@@ -93,6 +100,8 @@ def test_the_layout_found_names_its_parts(found_model):
     assert facts == found.parts and lm.facts.layout_note().startswith("Layout found in the model and checked")
     assert facts["residual"].startswith("parallel" if kind in PARALLEL else "sequential")
     assert ("feed-forward" in facts) == (kind in EXPERTS)
+    assert ("query/key norms" in facts) == (kind in QK_NORMS)
+    assert facts.get("query/key norms", "").startswith(QK_NORMS.get(kind, ""))
     if kind in EXPERTS:
         assert facts["feed-forward"].startswith(f"a mixture of {EXPERTS[kind]} experts")
 

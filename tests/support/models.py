@@ -49,6 +49,7 @@ DECODER_KINDS = (
     "phi3",
     "opt",
     "gpt-neox",
+    "olmo2",
     "llama-classifier",
 )
 DECODER_WINDOW = 3  # transformers' sliding window: a query at i sees keys j with 0 <= i - j < 3 (itself and 2 before)
@@ -65,10 +66,12 @@ DECODER_KV_HEADS = {
     "gemma": 1,  # multi-query, as gemma-2b
     "gemma2": 2,
     "gemma3": 2,
+    "olmo2": 2,
 }
 
 # families outside the library's list, whose layout the library finds in the model and checks (attnlib.core.found):
-# decoders (mixtures of experts, partial rotary, parallel residuals, fused and multi-query projections, ALiBi) and
+# decoders (mixtures of experts, partial rotary, parallel residuals, fused and multi-query projections, ALiBi, query
+# and key norms over the whole projection in a pre-norm layer (OLMoE) and in OLMo 2's layout (OLMo 3)) and
 # encoder-decoders whose parent is listed (mT5: T5's; mBART: BART's paths, but pre-LN)
 FOUND_LAYOUT_KINDS = (
     "mixtral",
@@ -80,6 +83,8 @@ FOUND_LAYOUT_KINDS = (
     "bloom",
     "gptj",
     "codegen",
+    "olmoe",
+    "olmo3",
     "mt5",
     "mbart",
 )
@@ -125,6 +130,8 @@ DECODER_SPECIALS = {
     "gemma": _GEMMA_SPECIALS,
     "gemma2": _GEMMA_SPECIALS,
     "gemma3": _GEMMA_SPECIALS,
+    # OLMo 2's (GPT-NeoX-style BPE): "<|endoftext|>" is bos and eos, added to no text; "<|pad|>" pads
+    "olmo2": _specials((_END, "<|pad|>"), _END, _END, None, "<|pad|>", None),
 }
 
 
@@ -384,6 +391,8 @@ def tiny_decoder_config(kind: str, tokenizer):
         )
     if kind == "gemma3":  # the text model (model_type gemma3_text); q/k norms, local and global rotary bases
         return tf.Gemma3TextConfig(**gqa, **layers, query_pre_attn_scalar=8)
+    if kind == "olmo2":  # no norm before attention, norms after each sublayer, q/k norms over the whole projection
+        return tf.Olmo2Config(**gqa)
     raise ValueError(f"no tiny decoder config for {kind!r}")
 
 
@@ -489,6 +498,10 @@ def tiny_found_layout_config(kind: str, tokenizer):
         return tf.CohereConfig(**llama, logit_scale=0.5)
     if kind == "gptj":  # rotary on 4 of each head's 8 dimensions (every two), attention and MLP in parallel
         return tf.GPTJConfig(n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, rotary_dim=4, **common)
+    if kind == "olmoe":  # Llama's paths and pre-norm, a mixture of 4 experts, q/k norms over the whole projection
+        return tf.OlmoeConfig(**llama, num_experts=4, num_experts_per_tok=2)
+    if kind == "olmo3":  # OLMo 2's layer (no norm before attention, norms after each sublayer); every layer global
+        return tf.Olmo3Config(**llama, layer_types=["full_attention"] * SIZES["num_hidden_layers"])
     if kind == "codegen":  # GPT-J's layer with one fused projection in 4 model-parallel blocks of [q | v | k]
         return tf.CodeGenConfig(n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, n_ctx=64, rotary_dim=4,
                                 **common)  # fmt: skip

@@ -29,9 +29,12 @@ def looped_previous_score(maps: np.ndarray, b: int) -> np.ndarray:
 
 # --------------------------------------------------------------- the OV circuit read by module path, family by family
 # Each reader returns, in float64: W_E [V, d] as the first layer reads it, W_U [d, V] as it reads the final norm's
-# output, the final norm, and per layer the norm before attention and every query head's W_V^h [d, d_h] and
+# output, the final norm, and per layer the norm before attention (None where the heads read the residual stream
+# itself: OLMo 2) and every query head's W_V^h [d, d_h] and
 # W_O^h [d_h, d] (linear weights are [out, in]; GPT-2's Conv1D [in, out]). No attnlib code: the paths are written here.
-LLAMA_LIKE = ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "mixtral", "qwen2-moe", "stablelm")
+LLAMA_LIKE = (
+    "llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "mixtral", "qwen2-moe", "stablelm", "olmoe"
+)  # fmt: skip
 
 
 def _w(module) -> torch.Tensor:
@@ -63,6 +66,11 @@ def ov_from_module_paths(model, kind: str, heads: int, d: int):
                    _split_out(_w(getattr(b.self_attn, out)), heads, d)) for b in base.layers]  # fmt: skip
         final = base.final_layernorm if kind == "phi" else base.norm
         return _w(base.embed_tokens), _w(model.lm_head).T, final, layers
+    if kind in ("olmo2", "olmo3"):  # no norm before attention; the norm after it left out, as Gemma's (METHODS §20)
+        base = model.model
+        layers = [(None, _grouped(_w(b.self_attn.v_proj), heads, d), _split_out(_w(b.self_attn.o_proj), heads, d))
+                  for b in base.layers]  # fmt: skip
+        return _w(base.embed_tokens), _w(model.lm_head).T, base.norm, layers
     if kind == "phi3":
         base = model.model
         layers = []
@@ -138,7 +146,7 @@ def copying_from_paths(model, kind: str, heads: int, d: int) -> np.ndarray:
     scores = np.zeros((len(layers), heads))
     for l, (norm, values, outputs) in enumerate(layers):
         for h in range(heads):
-            w_v = norm_gamma(norm, kind)[:, None] * values[h]
+            w_v = values[h] if norm is None else norm_gamma(norm, kind)[:, None] * values[h]
             w_o = outputs[h] - outputs[h].mean(1, keepdim=True) if centred else outputs[h]
             eigenvalues = torch.linalg.eigvals(w_o @ circuit @ w_v).numpy()
             scores[l, h] = eigenvalues.real.sum() / np.abs(eigenvalues).sum()

@@ -1,5 +1,5 @@
 """Self-attention linearised at this input: each layer's heads recomputed from its own projections and the family's
-score terms (rotary's rotation per position, per-head norms of q and k, DeBERTa's relative terms, Gemma 2's soft-cap,
+score terms (rotary's rotation per position, norms of q and k per head or over the whole projection, DeBERTa's relative terms, Gemma 2's soft-cap,
 a pre-LN norm), and the forward-mode tangent of softmax(logits) v written out, for one-row and for dense tangents."""
 
 from __future__ import annotations
@@ -24,11 +24,28 @@ class LayerAtInput:
     weights: torch.Tensor  # attention A [heads, n, n]
     heads: torch.Tensor  # o(l) [heads, n, d]
     scale: float
-    qk_norms: tuple[NormAt | None, ...]  # q, k, v: a per-head norm before rotary (Qwen3, Gemma 3), stats [n, heads, d]
+    qk_norms: tuple[NormAt | _WholeProjection | None, ...]  # q, k, v: a norm before rotary, stats [n, heads, d] per
+    # head (Qwen3, Gemma 3) or [n, heads * d] over the whole projection (OLMo 2)
     rotations: tuple[_PairRotation | None, ...]  # q, k, v: rotary's map per position, or None
     relative: tuple[torch.Tensor, torch.Tensor] | None  # DeBERTa: logit terms per (i, k) linear in q_i and in k_k
     norm: NormAt | None  # pre-LN: the LayerNorm or RMSNorm before it
     cap_slope: torch.Tensor | None  # soft-capped logits c tanh(s / c) (Gemma 2): their slope in s [heads, n, n]
+
+
+@dataclass
+class _WholeProjection:
+    """A norm over a whole projection (OLMo 2's q_norm and k_norm: every head's d together, before the split), its
+    stats [n, heads * d] in the split's column order (a grouped-query key head repeated for each query head that reads
+    it: the mean over the repeats is the projection's own)."""
+
+    norm: NormAt
+
+    def at(self, index) -> _WholeProjection:
+        return _WholeProjection(self.norm.at(index))
+
+    def tangent(self, tangent: torch.Tensor) -> torch.Tensor:
+        """The Jacobian applied to tangents [..., heads, d]."""
+        return self.norm.tangent(tangent.flatten(-2)).unflatten(-1, tangent.shape[-2:])
 
 
 def _column_order(lay: Layout, site: LayerSite) -> torch.Tensor:
@@ -152,12 +169,27 @@ def layer_at_input(
     return LayerAtInput(qkv_t, q, k, v, weights, heads, scale, qk_norms, rotations, relative, norm, cap_slope)
 
 
-def _qk_norms_at(lay: Layout, site: LayerSite, outputs: list[torch.Tensor]) -> tuple[NormAt | None, ...] | None:
-    """The family's per-head norms of q and k (none of v) at the projections' outputs, stats [n, heads, d]; None when
-    one is not a norm that norm_at recognises."""
+def _qk_norms_at(
+    lay: Layout, site: LayerSite, outputs: list[torch.Tensor]
+) -> tuple[NormAt | _WholeProjection | None, ...] | None:
+    """The family's norms of q and k (none of v) at the projections' outputs, stats [n, heads, d] per head, or over the
+    whole projection in the split's columns; None when one is not a norm that norm_at recognises."""
     modules = lay.family.qk_norms(site.heads)
     if modules is None:
         return (None, None, None)
+    if lay.family.qk_norm_over == "projection":
+        q_at, k_at = (norm_at(module, t[0]) for module, t in zip(modules, outputs))  # stats [n, width] of q, of k
+        if q_at is None or k_at is None:
+            return None
+        whole = (q_at, k_at)
+        n, order = outputs[0].shape[1], _column_order(lay, site)
+
+        def in_split(stat: str) -> list[torch.Tensor]:
+            columns = torch.cat([getattr(w, stat) for w in whole] + [torch.ones_like(t[0]) for t in outputs[2:]], -1)
+            return list(columns[:, order].reshape(n, 3, -1).unbind(1))
+
+        scales, hats = in_split("scale"), in_split("hat")
+        return (*(_WholeProjection(NormAt(scales[i], hats[i], whole[i].centred)) for i in range(2)), None)
     raw = lay.family.split(site.heads, outputs, lay.head_dim)  # [1, heads, n, d] each
     found = [norm_at(module, t[0].transpose(0, 1)) for module, t in zip(modules, raw)]
     return None if any(f is None for f in found) else (*found, None)

@@ -87,8 +87,9 @@ def _position_wise(rec: Recording, index: int, chunk: int) -> PositionWise | Non
     e(l) = r + N_f(W2 act(W1 LN_b(r))) pre-LN (the decoders, T5, ModernBERT; act(W1 y) is gated, act(a) * g, where W1
     gives a and g as one projection, as ModernBERT's and Phi-3's, or as two, as Llama's; N_f Gemma's norm of the
     feed-forward output, else the identity); r = x + N_a(o W^T), N_a Gemma's norm of the attention output, else the
-    identity; a parallel residual (GPT-NeoX) reads x instead of r: e(l) = r + W2 act(W1 LN_b(x)). LN a LayerNorm or
-    an RMSNorm, W a Linear or GPT-2's Conv1D.
+    identity; a parallel residual (GPT-NeoX) reads x instead of r: e(l) = r + W2 act(W1 LN_b(x)); a family without a
+    norm before attention (OLMo 2) has none before the feed-forward either: LN_b is the identity. LN a LayerNorm or an
+    RMSNorm, W a Linear or GPT-2's Conv1D.
 
     The norms' Jacobians are applied in their diagonal-minus-low-rank form. None when the layer is not laid out one
     of these ways (a feed-forward of another shape, norms elsewhere).
@@ -107,24 +108,28 @@ def _position_wise(rec: Recording, index: int, chunk: int) -> PositionWise | Non
         if normed is None or attention_norm is None:
             return None
         attention = normed
-    norm_a = next((s for s in _after(steps, attention) if is_norm(s.module)), None)
+    if rec.layout.family.norm is None:  # the feed-forward reads r itself: an identity step in front of its first call
+        norm_a = _unnormed_input(steps, attention, x + attention.output)
+    else:
+        norm_a = next((s for s in _after(steps, attention) if is_norm(s.module)), None)
     if norm_a is None:
         return None
     parallel = not post_ln and _same(norm_a.input, x)  # the feed-forward reads x, not r = x + attention
     if not parallel and not _same(norm_a.input, x + attention.output):
         return None
-    feed_forward, at_a = _feed_forward(steps, norm_a, chunk), _norm_of(norm_a)
-    if feed_forward is None or at_a is None:
+    feed_forward = _feed_forward(steps, norm_a, chunk)
+    at_a = None if isinstance(norm_a.module, torch.nn.Identity) else _norm_of(norm_a)
+    if feed_forward is None or (at_a is None and not isinstance(norm_a.module, torch.nn.Identity)):
         return None
     ffn, down = feed_forward  # W2 diag(act') W1 [n, out, in]
     if post_ln:  # LN_b (I + F) LN_a
         at_b = _norm_of(next((s for s in _after(steps, down) if is_norm(s.module)), None))
-        if at_b is None:
+        if at_b is None or at_a is None:
             return None
         ffn.diagonal(dim1=1, dim2=2).add_(1.0)
         jacobian = norm_times(at_b, times_norm(ffn, at_a))
     else:  # I + N_f F LN_b: here norm_a is the norm in front of the feed-forward block
-        jacobian = times_norm(ffn, at_a)
+        jacobian = ffn if at_a is None else times_norm(ffn, at_a)
         if site.feed_forward_norm is not None:
             at_f = _norm_of(_call_reading(steps, site.feed_forward_norm, down.output))
             if at_f is None:
@@ -138,6 +143,17 @@ def _position_wise(rec: Recording, index: int, chunk: int) -> PositionWise | Non
 def _after(steps: list[_Step], step: _Step) -> list[_Step]:
     """The module calls after this one."""
     return steps[steps.index(step) + 1 :]
+
+
+def _unnormed_input(steps: list[_Step], attention: _Step, r: torch.Tensor) -> _Step | None:
+    """An identity step put in front of the first linear call after the attention output that reads r = x + attention
+    (a feed-forward without a norm before it), its output that call's own input; None when no call reads r."""
+    reader = next((s for s in _after(steps, attention) if is_linear(s.module) and _same(s.input, r)), None)
+    if reader is None:
+        return None
+    step = _Step(torch.nn.Identity(), reader.input, reader.input)
+    steps.insert(steps.index(reader), step)
+    return step
 
 
 def _norm_of(step: _Step | None) -> NormAt | None:
