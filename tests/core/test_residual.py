@@ -80,6 +80,7 @@ def test_parts_sum_to_the_attention_nodes_whole(decomposed):
 
 FAMILIES = (
     "qwen3",
+    "olmo2",
     "gemma3",
     "mistral",
     "phi3",
