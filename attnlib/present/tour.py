@@ -45,6 +45,7 @@ TOUR_OPTIONS: dict[str, Options] = {
     "importance": ImportanceOptions(knockout=True),
     "gradient": GradientOptions(),
 }
+INDUCTION_PROMPTS = ((20, 10), (16, 8))  # the tour's route step: s random one-token words, then their first k again
 LINK_KEYS = (
     "model",
     "a",
@@ -56,6 +57,7 @@ LINK_KEYS = (
     "corpus",
     "norms",
     "tab",
+    "text",
 )  # URL keys of the full pages (see page_link)
 
 
@@ -181,6 +183,18 @@ STEPS: tuple[Step, ...] = (
         "after its first occurrence.",
         "head-roles",
         "training",
+    ),
+    Step(
+        9,
+        "routes",
+        "Follow a prediction's route",
+        "Which states carry what the model needs for its next token? Each state of the residual stream is a sum of "
+        "parts (the heads' outputs, the feed-forward blocks, the residual), and each part's contribution says how much "
+        "of that sum it makes (Ferrando & Voita 2024). Follow the edges above a threshold back from the prediction and "
+        "you have its route. The decoder trained in this repository reads random tokens followed by their first ones "
+        "again: to predict the next token it should read the token after the earlier occurrence of the last one, "
+        "through its induction heads, and that token should already know its own predecessor.",
+        "predictions",
     ),
 )
 
@@ -507,3 +521,86 @@ def induction_notice(steps: Sequence[int], induction: Sequence[float], gain: Seq
         f" The largest jump comes between step {steps[k]} and step {steps[k + 1]} "
         f"({induction[k]:.2f} to {induction[k + 1]:.2f}): the induction heads form there."
     )
+
+
+# ---------- step 9: a prediction's route ------------------------------------------------------------------------------
+
+
+def induction_prompt(words: Sequence[str], again: int) -> str:
+    """The route step's prompt: the words, then their first `again` words again (so the next is the word after)."""
+    return " ".join([*words, *words[:again]])
+
+
+@dataclass(frozen=True)
+class InductionRoute:
+    """Where the route to the last position's prediction reads from, in the layer where the token after the earlier
+    occurrence of the last token gives the largest share of the last position's attention contribution (0-based)."""
+
+    layer: int
+    key: int  # the token after the earlier occurrence
+    share: float  # that key's share of the attention edges into the last position's attention node at `layer`
+    heads: tuple[tuple[int, float], ...]  # each head with its share of those edges (same denominator), largest first
+    previous_head: tuple[int, float] | None  # layer - 1: the head with the largest share of key's edge from key - 1
+    previous_share: float | None  # that edge's share of the attention edges into the key's node at layer - 1
+
+
+def _into(routes: dict, layer: int, position: int) -> dict[int, dict]:
+    """The attention edges into A^layer_position, by the key position they come from."""
+    nodes = {n["id"]: n for n in routes["nodes"]}
+    found = {}
+    for edge in routes["edges"]:
+        target = nodes[edge["target"]]
+        if edge["kind"] == "attention" and target["layer"] == layer and target["position"] == position:
+            found[int(nodes[edge["source"]]["position"])] = edge
+    return found
+
+
+def induction_route(routes: dict, key: int) -> InductionRoute:
+    """From `attnlib routes` JSON (its prediction at the last position): the layer where `key` has the largest share
+    of the last position's attention contribution, the heads that carry it, and, a layer below, the head that brings
+    the key its previous token."""
+    position = int(routes["route"]["position"])
+    layers = sorted({int(n["layer"]) for n in routes["nodes"] if n["kind"] == "A"})
+
+    def share_at(layer: int) -> float:
+        edges = _into(routes, layer, position)
+        total = sum(float(e["weight"]) for e in edges.values())
+        return float(edges[key]["weight"]) / total if key in edges and total > 0 else 0.0
+
+    layer = max(layers, key=share_at)
+    edges = _into(routes, layer, position)
+    total = sum(float(e["weight"]) for e in edges.values())
+    heads = sorted(((h, float(v) / total) for h, v in enumerate(edges[key]["heads"])), key=lambda x: -x[1])
+    below = _into(routes, layer - 1, key) if layer > 0 else {}
+    previous, previous_share = None, None
+    if key - 1 in below:
+        own = below[key - 1]
+        total_below = sum(float(e["weight"]) for e in below.values())
+        best = int(np.argmax(own["heads"]))
+        previous = (best, float(own["heads"][best]) / total_below)
+        previous_share = float(own["weight"]) / total_below
+    return InductionRoute(layer, key, share_at(layer), tuple(heads), previous, previous_share)
+
+
+def route_notice(found: InductionRoute, model: str, words: int, again: int,
+                 other: tuple[int, int, InductionRoute] | None = None) -> str:  # fmt: skip
+    """Where the route of the induction prompt reads from, in words (layers and heads from 1)."""
+    carrying = [(h, v) for h, v in found.heads if v >= 0.5 * found.heads[0][1]] or list(found.heads[:1])
+    names = ", ".join(head_name(found.layer, h) for h, _ in carrying)
+    values = ", ".join(two_places(v) for _, v in carrying)
+    sentence = (
+        f"In {model}, on {words} random one-token words then their first {again} again, "
+        f"{two_places(found.share)} of the last position's attention contribution in {layer_span([found.layer])} "
+        f"comes from the token after the earlier occurrence of the last word, carried by heads {names} ({values})."
+    )
+    if found.previous_head is not None and found.previous_share is not None:
+        head, _ = found.previous_head
+        sentence += (
+            f" A layer below, that token reads its previous token ({two_places(found.previous_share)} of its attention "
+            f"contribution), through head {head_name(found.layer - 1, head)}: the two steps of an induction circuit."
+        )
+    if other is not None:
+        w, k, second = other
+        top = ", ".join(two_places(v) for _, v in second.heads[: len(carrying)])
+        sentence += f" On {w} words then their first {k}: {two_places(second.share)}, with {top}."
+    return sentence

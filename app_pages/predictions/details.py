@@ -1,0 +1,299 @@
+"""What the Predictions page draws of one model's prompt: the prediction, the route graph with the picked edge's heads
+(each head's attention map beside its contribution map) and the picked node's logit-lens table, and the direct logit
+attribution with each head's promoted and suppressed tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app_pages.predictions.prompt_state import (
+    TOP,
+    PromptView,
+    attention_edges,
+    edge_ends,
+    edge_name,
+    edge_text,
+    final_node,
+    head_contribution_map,
+    node_name,
+    picked,
+    route_nodes,
+)
+from attnlib.views.heatmap import attention_heatmap
+from attnlib.views.special import head_label
+from ui.sources.live_inputs import cached_run, pretty_token
+from ui.sources.page_state import Option, bind, set_value
+from ui.widgets.data_table import data_table
+from ui.widgets.downloads import chart, download_json, download_table
+from ui.widgets.plotly_figure import clicked_point
+
+
+def shown_tokens(view: PromptView) -> list[str]:
+    """The tokens as readers expect them (byte-level BPE's space marks removed)."""
+    return [pretty_token(t) for t in view.tokens]
+
+
+def pick_box(option: Option, label: str, names: list[str], texts: list[str], help: str) -> int:
+    """A select box of `names` (shown as `texts`) bound to `option` (its URL value a name; the first by default);
+    the index picked."""
+    bind([option])
+    if st.session_state[option.key] not in names:
+        st.session_state[option.key] = names[0]
+    shown = dict(zip(names, texts, strict=True))
+    chosen = st.selectbox(label, names, key=option.key, format_func=shown.__getitem__, help=help)
+    return names.index(chosen)
+
+
+def on_click_set(figure_key: str, option: Option, name_of: Callable[[Any], str | None]) -> Callable[[], None]:
+    """A figure's click callback: the clicked point's customdata, named by `name_of`, becomes the option's value."""
+
+    def clicked() -> None:
+        point = clicked_point(figure_key)
+        name = None if point is None or point.get("index") is None else name_of(point["index"])
+        if name is not None:
+            set_value(option, name)
+
+    return clicked
+
+
+# ---------- the prediction -------------------------------------------------------------------------------------------
+
+
+def prediction_table(view: PromptView) -> pd.DataFrame | None:
+    """The model's next-token prediction at the position: its top tokens with their probabilities (the model's own
+    softmax) and logits; None without an LM head."""
+    if view.lens is None or view.lens.get("prediction") is None:
+        return None
+    top = view.lens["prediction"]["top"]
+    return pd.DataFrame(
+        {
+            "rank": np.arange(1, len(top) + 1),
+            "token": [pretty_token(t["token"]) for t in top],
+            "probability": [float(t["probability"]) for t in top],
+            "logit": [float(t["logit"]) for t in top],
+            "id": [int(t["id"]) for t in top],
+        }
+    )
+
+
+def draw_prediction(view: PromptView, sfx: str) -> None:
+    """The predicted token after the position, and the model's top tokens with their probabilities."""
+    tokens = shown_tokens(view)
+    table = prediction_table(view)
+    if table is None:
+        st.info(view.refusals.get("lens", "No prediction."))
+        return
+    first = table.iloc[0]
+    st.markdown(
+        f"After **{tokens[view.position]}** (position {view.position}) the model predicts **{first['token']}** "
+        f"with probability {first['probability']:.3f}."
+    )
+    data_table(table, key=f"pred_prediction{sfx}", formats={"probability": "%.4f", "logit": "%.3f"})
+
+
+# ---------- the route graph, an edge's heads, a node's lens ----------------------------------------------------------
+
+
+def draw_graph(view: PromptView, sfx: str, threshold: float, mode: str) -> None:
+    """The route graph (layers up, positions across, edge width the weight); a click on an attention edge opens its
+    heads below, on a node its logit-lens table."""
+    from attnlib.views.routes import route_graph
+
+    routes = view.routes
+    assert routes is not None
+    key = f"pred_graph{sfx}"
+    names = {e: edge_name(routes, e) for e in range(len(routes["edges"]))}
+    node_names = {n["id"]: node_name(n) for n in routes["nodes"]}
+
+    def clicked() -> None:
+        point = clicked_point(key)
+        if point is None or point.get("index") is None:
+            return
+        index = point["index"]
+        if isinstance(index, dict) and "edge" in index:
+            set_value(picked("edge", sfx), names[int(index["edge"])])
+        elif isinstance(index, dict) and "node" in index:
+            set_value(picked("node", sfx), node_names[index["node"]])
+
+    chart(route_graph(routes, shown_tokens(view)), f"routes{sfx}", key, on_click=clicked)
+    route = attention_edges(routes)
+    st.caption(
+        f"The route to the prediction at position {view.position}: {len(routes['route']['edges'])} edges above the "
+        f"threshold {threshold:g} ({mode}), {len(route)} of them through attention. Click an attention edge for its "
+        "heads, a node for its logit lens."
+    )
+
+
+def draw_edge(view: PromptView, sfx: str) -> None:
+    """The picked attention edge: each head's share of it, and for the picked head its attention map beside its
+    contribution map (METHODS §21) in that layer."""
+    routes = view.routes
+    assert routes is not None
+    tokens = shown_tokens(view)
+    edges = attention_edges(routes) or attention_edges(routes, on_route=False)
+    if not edges:
+        st.caption("The graph has no attention edge.")
+        return
+    index = edges[
+        pick_box(
+            picked("edge", sfx),
+            "Attention edge",
+            [edge_name(routes, e) for e in edges],
+            [edge_text(routes, e, tokens) for e in edges],
+            "The route's attention edges, heaviest first; or click one in the graph.",
+        )
+    ]
+    layer, key, query = edge_ends(routes, index)
+    shares = np.asarray(routes["edges"][index]["heads"], float)
+    heads = [head_label(layer, h) for h in range(len(shares))]
+    st.dataframe(
+        pd.DataFrame({"head": heads, "share": shares}).set_index("head").T,
+        width="stretch",
+    )
+    order = list(np.argsort(-shares))
+    h = pick_box(
+        picked("head", sfx),
+        "Head",
+        [heads[k] for k in order],
+        [f"{heads[k]} (share {shares[k]:.3f})" for k in order],
+        "Each head's share of the edge, largest first.",
+    )
+    head = int(order[h])
+    run = cached_run(view.model, view_text(), "")
+    left, right = st.columns(2)
+    with left:
+        weights = run.attentions[layer, head]
+        chart(attention_heatmap(weights, tokens, tokens, f"Attention of head {heads[head]}"),
+              f"attention_{heads[head]}{sfx}", f"pred_attention{sfx}")  # fmt: skip
+    with right:
+        contribution = head_contribution_map(routes, layer, head)
+        chart(attention_heatmap(contribution, tokens, tokens, f"Contribution of head {heads[head]}"),
+              f"contribution_{heads[head]}{sfx}", f"pred_contribution{sfx}")  # fmt: skip
+    st.caption(
+        f"Row {query} ({tokens[query]}) of each map holds the edge: the head's attention to {tokens[key]} ({key}) "
+        f"and its share of what the attention node at {tokens[query]} receives."
+    )
+
+
+def view_text() -> str:
+    """The prompt (the page's text option)."""
+    from app_pages.predictions.prompt_state import TEXT
+
+    return str(st.session_state[TEXT.key])
+
+
+def lens_table(node: dict[str, Any]) -> pd.DataFrame:
+    """A node's logit-lens reading: its top and bottom tokens, each with its logit and rank change."""
+    top, bottom = node["top"], node["bottom"]
+    return pd.DataFrame(
+        {
+            "rank": np.arange(1, len(top) + 1),
+            "top token": [pretty_token(t["token"]) for t in top],
+            "top logit": [float(t["logit"]) for t in top],
+            "top rank change": [t["rank_change"] for t in top],
+            "bottom token": [pretty_token(t["token"]) for t in bottom],
+            "bottom logit": [float(t["logit"]) for t in bottom],
+            "bottom rank change": [t["rank_change"] for t in bottom],
+        }
+    )
+
+
+def draw_node(view: PromptView, sfx: str, lens_at: Callable[[int], dict[str, Any] | None]) -> None:
+    """The picked node's logit lens: its state read through the final norm and the unembedding."""
+    routes = view.routes
+    assert routes is not None
+    nodes = route_nodes(routes) or [final_node(routes, view.position)]
+    tokens = shown_tokens(view)
+    names = [node_name(n) for n in nodes]
+    texts = [
+        f"{n['kind']}{'' if n['layer'] is None else int(n['layer']) + 1} at {tokens[int(n['position'])]!r} "
+        f"({int(n['position'])})"
+        for n in nodes
+    ]
+    node = nodes[pick_box(picked("node", sfx), "Node", names, texts, "The route's nodes; or click one in the graph.")]
+    lens = lens_at(int(node["position"]))
+    if lens is None:
+        return
+    layer = node["layer"]
+    (read,) = [n for n in lens["nodes"] if n["kind"] == node["kind"] and n["layer"] == layer]
+    st.caption(
+        f"Rank change: how many places the token rose since the node before it ("
+        f"A follows the R below it, R the A of its layer); mode {lens['mode']}."
+    )
+    data_table(lens_table(read), key=f"pred_lens{sfx}", formats={"top logit": "%.3f", "bottom logit": "%.3f"})
+
+
+# ---------- direct logit attribution ---------------------------------------------------------------------------------
+
+
+def attribution_table(lens: dict[str, Any]) -> pd.DataFrame:
+    """Every component's direct effect on the logit (layers and heads from 1): each head, each layer's feed-forward
+    block and attention bias, the embeddings."""
+    dla = lens["dla"]
+    heads = np.asarray(dla["heads"], float)
+    rows = [
+        {"component": f"head {head_label(l, h)}", "layer": l + 1, "head": h + 1, "attribution": heads[l, h]}
+        for l in range(heads.shape[0])
+        for h in range(heads.shape[1])
+    ]
+    rows += [{"component": f"FFN {l + 1}", "layer": l + 1, "head": None, "attribution": v}
+             for l, v in enumerate(dla["ffn"])]  # fmt: skip
+    rows += [{"component": f"attention bias {l + 1}", "layer": l + 1, "head": None, "attribution": v}
+             for l, v in enumerate(dla["attention_bias"]) if v is not None]  # fmt: skip
+    rows.append({"component": "embeddings", "layer": None, "head": None, "attribution": dla["embeddings"]})
+    return pd.DataFrame(rows)
+
+
+def readout_table(lens: dict[str, Any], layer: int, head: int) -> pd.DataFrame:
+    """One head's readout: the tokens it promotes and suppresses most at the position, with their values."""
+    read = lens["readouts"][layer][head]
+    return pd.DataFrame(
+        {
+            "promoted": [pretty_token(t["token"]) for t in read["promoted"]],
+            "value": [float(t["value"]) for t in read["promoted"]],
+            "suppressed": [pretty_token(t["token"]) for t in read["suppressed"]],
+            "value ": [float(t["value"]) for t in read["suppressed"]],
+        }
+    )
+
+
+def draw_attribution(view: PromptView, sfx: str) -> None:
+    """The attribution heatmap (layers x heads, the feed-forward blocks beside) of the token or pair; a click on a
+    head opens its promoted and suppressed tokens."""
+    from attnlib.views.lens import attribution_figure
+
+    lens = view.lens
+    if lens is None:
+        st.info(view.refusals.get("lens", "No attribution."))
+        return
+    dla = lens["dla"]
+    what = f"'{pretty_token(dla['token'])}'" + ("" if dla["versus"] is None else f" − '{pretty_token(dla['versus'])}'")
+    st.markdown(
+        f"Direct logit attribution of {what} at position {view.position}: the parts sum to the model's own logit "
+        f"{float(dla['logit']):.3f} within {float(dla['max_error']):.1e} (METHODS §21)."
+    )
+    heads = np.asarray(dla["heads"], float)
+    option = picked("readout", sfx)
+    key = f"pred_dla{sfx}"
+
+    def name_of(index: Any) -> str | None:
+        return index if isinstance(index, str) and index.count("-") == 1 else None
+
+    chart(attribution_figure(lens), f"attribution{sfx}", key, on_click=on_click_set(key, option, name_of))
+    labels = [head_label(l, h) for l in range(heads.shape[0]) for h in range(heads.shape[1])]
+    order = list(np.argsort(-np.abs(heads.ravel())))
+    k = pick_box(option, "Head's readout", [labels[i] for i in order],
+                 [f"{labels[i]} ({heads.ravel()[i]:+.3f})" for i in order],
+                 "Largest attribution first; or click a head in the heatmap.")  # fmt: skip
+    layer, head = divmod(int(order[k]), heads.shape[1])
+    st.caption(f"Head {labels[order[k]]} at position {view.position}: the {TOP} tokens its output pushes up and down.")
+    data_table(readout_table(lens, layer, head), key=f"pred_readout{sfx}",
+               formats={"value": "%.3f", "value ": "%.3f"})  # fmt: skip
+    table = attribution_table(lens)
+    download_table(table, f"attribution{sfx}", key=f"pred_dla_csv{sfx}")
+    download_json(lens, f"lens{sfx}", key=f"pred_lens_json{sfx}")
