@@ -22,6 +22,7 @@ from attnlib.analyses.deps import DEPS, DepsResult
 from attnlib.analyses.gradient import GRADIENT, GradientImportance
 from attnlib.analyses.hta import HTA, TokenAttribution
 from attnlib.analyses.importance import ABLATE, IMPORTANCE, HeadImportance, InputAblation
+from attnlib.analyses.lens import LENS, LensResult
 from attnlib.analyses.norms import NORMS, InputNorms
 from attnlib.analyses.positions import POSITIONS, PositionsResult
 from attnlib.analyses.probe import PROBE, ProbeResult
@@ -51,6 +52,7 @@ ANALYSES: dict[str, Analysis] = {
         GRADIENT,
         ROLES,
         RETRIEVAL,
+        LENS,
     )
 }
 
@@ -216,5 +218,11 @@ def retrieval(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs | None
     return analyse("retrieval", model, corpus=corpus, **keywords)
 
 
+def lens(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, **keywords: Any) -> AnalysisRun[LensResult]:
+    """The logit lens of every node, the direct logit attribution of every component and each head's readout at one
+    position of one input, e.g. position=-1, token=" Drive" (`attnlib lens`, METHODS §21); needs an LM head."""
+    return analyse("lens", model, text=text, **keywords)
+
+
 RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient, roles, retrieval)}  # fmt: skip
+                                   importance, qk, gradient, roles, retrieval, lens)}  # fmt: skip
