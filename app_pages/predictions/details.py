@@ -65,9 +65,9 @@ def on_click_set(figure_key: str, option: Option, name_of: Callable[[Any], str |
 
 
 def prediction_table(view: PromptView) -> pd.DataFrame | None:
-    """The model's next-token prediction at the position: its top tokens with their probabilities (the model's own
-    softmax) and logits; None without an LM head."""
-    if view.lens is None or view.lens.get("prediction") is None:
+    """The model's next-token prediction at the position: its likeliest tokens with their probabilities (the model's
+    own softmax); None without an LM head."""
+    if view.lens is None:
         return None
     top = view.lens["prediction"]["top"]
     return pd.DataFrame(
@@ -75,7 +75,6 @@ def prediction_table(view: PromptView) -> pd.DataFrame | None:
             "rank": np.arange(1, len(top) + 1),
             "token": [pretty_token(t["token"]) for t in top],
             "probability": [float(t["probability"]) for t in top],
-            "logit": [float(t["logit"]) for t in top],
             "id": [int(t["id"]) for t in top],
         }
     )
@@ -93,7 +92,7 @@ def draw_prediction(view: PromptView, sfx: str) -> None:
         f"After **{tokens[view.position]}** (position {view.position}) the model predicts **{first['token']}** "
         f"with probability {first['probability']:.3f}."
     )
-    data_table(table, key=f"pred_prediction{sfx}", formats={"probability": "%.4f", "logit": "%.3f"})
+    data_table(table, key=f"pred_prediction{sfx}", formats={"probability": "%.4f"})
 
 
 # ---------- the route graph, an edge's heads, a node's lens ----------------------------------------------------------
@@ -272,7 +271,12 @@ def draw_attribution(view: PromptView, sfx: str) -> None:
         st.info(view.refusals.get("lens", "No attribution."))
         return
     dla = lens["dla"]
-    what = f"'{pretty_token(dla['token'])}'" + ("" if dla["versus"] is None else f" − '{pretty_token(dla['versus'])}'")
+    if dla is None:
+        st.info(lens["notes"].get("dla", "No attribution."))
+        return
+    what = f"'{pretty_token(dla['token']['token'])}'"
+    if dla["versus"] is not None:
+        what += f" − '{pretty_token(dla['versus']['token'])}'"
     st.markdown(
         f"Direct logit attribution of {what} at position {view.position}: the parts sum to the model's own logit "
         f"{float(dla['logit']):.3f} within {float(dla['max_error']):.1e} (METHODS §21)."

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+from attnlib.analyses.lens import head_reason
 from attnlib.analyses.registry import analyse
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import encode
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option
 from ui.sources.result_source import REFUSED
@@ -44,18 +44,12 @@ def picked(name: str, sfx: str) -> Option:
 
 def lm_head_reason(lm: LoadedModel) -> str | None:
     """Why the model's prediction cannot be read (no LM head), in one sentence; None when it can."""
-    if lm.causal_lm is not None or lm.mlm is not None or lm.seq2seq is not None:
+    if head_reason(lm) is None:
         return None
     return (
-        f"The prediction, the logit lens and logit attribution read the residual stream through the model's "
-        f"unembedding (its LM head), and {lm.facts.name} has none: only its routes are shown."
+        f"The prediction, the logit lens and logit attribution read the residual stream through a language-model head "
+        f"(the final norm and the unembedding), and {lm.facts.name} has none: only its routes are shown."
     )
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def resolved_position(model_name: str, text: str, position: int) -> int:
-    """A position from the end (-1: the last token) as an index into the model's tokens; others as given."""
-    return position if position >= 0 else len(encode(model_named(model_name), text).input_ids) + position
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -68,12 +62,9 @@ def cached_routes(model_name: str, text: str, position: int, threshold: float, m
 @st.cache_data(max_entries=16, show_spinner=False)
 def cached_lens(model_name: str, text: str, position: int, token: str, versus: str, mode: str) -> dict[str, Any]:
     """`attnlib lens --text` (its JSON) of a model at one position, once per token pair and mode."""
-    options: dict[str, Any] = {"position": position, "mode": mode, "top": TOP}
-    if token:
-        options["token"] = token
-    if versus:
-        options["versus"] = versus
-    return analyse("lens", model_named(model_name), text=text, **options).result.to_json()
+    found = analyse("lens", model_named(model_name), text=text, position=position, token=token, versus=versus,
+                    mode=mode, top=TOP)  # fmt: skip
+    return found.result.to_json()
 
 
 @dataclass
@@ -105,8 +96,8 @@ def prompt_view(lm: LoadedModel, text: str, position: int, threshold: float, mod
     name = lm.facts.name
     view = PromptView(name, position)
     try:
-        view.position = resolved_position(name, text, position)
-        view.routes = cached_routes(name, text, view.position, threshold, mode)
+        view.routes = cached_routes(name, text, position, threshold, mode)
+        view.position = int(view.routes["route"]["position"])
     except REFUSED as exc:
         view.refusals["routes"] = str(exc)
         return view

@@ -18,6 +18,7 @@ from attnlib.analyses.gradient import GradientImportance, unavailable_reason
 from attnlib.analyses.importance import CHANGES, AblationUnavailable, HeadImportance, no_op_sentence
 from attnlib.analyses.positions import CORRELATIONS, PositionsResult
 from attnlib.analyses.registry import analysis_named
+from attnlib.analyses.routes import RoutesOptions
 from attnlib.analyses.roles import LINK_REPEAT, RolesOptions, checkpoint_table, head_patterns, probe_words
 from attnlib.analyses.special import SpecialTokenResult, SpecialTokens, largest_weight_norm_gap
 from attnlib.core.corpus import Sentence
@@ -72,7 +73,7 @@ KEY = "tour"
 NORM_CLASSES = ("cls", "sep", "punct", "other")
 PROJECTOR_FONT = 18
 PROJECTOR_HEIGHT = 540
-ROUTE_DEFAULTS = (0.04, "renormalise")  # step 9: METHODS §21's default threshold and mode
+ROUTE_OPTIONS = RoutesOptions()  # step 9: METHODS §21's default threshold and mode, the command's
 EXAMPLE_MAX_WORDS = 16  # step 5's example sentence must read on a projector
 TITLES = {"special": "Special tokens", "deps": "Dependency heads", "positions": "Attribution (estimate mode)",
           "importance": "Head importance", "gradient": "Gradient importance"}  # fmt: skip
@@ -358,11 +359,11 @@ def render_induction(model_name: str, shown: str) -> None:
 def induction_routes(model_name: str, words: int, again: int) -> tuple[str, dict, InductionRoute]:
     """The route step's prompt (`words` one-token words of the probe, then their first `again`), its routes (the
     prediction at the last token; METHODS §21's default threshold and mode) and where they read from."""
-    from app_pages.predictions.prompt_state import cached_routes, resolved_position
+    from app_pages.predictions.prompt_state import cached_routes
 
     lm = model_named(model_name)
     text = induction_prompt(probe_words(lm.tokenizer, words), again)
-    routes = cached_routes(model_name, text, resolved_position(model_name, text, -1), *ROUTE_DEFAULTS)
+    routes = cached_routes(model_name, text, -1, ROUTE_OPTIONS.threshold, ROUTE_OPTIONS.mode)
     tokens = routes["tokens"]
     earlier = tokens[:-1].index(tokens[-1])  # the last word's earlier occurrence (each word is one token)
     return text, routes, induction_route(routes, earlier + 1)
@@ -380,9 +381,12 @@ def render_routes(model_name: str, shown: str) -> None:
     figure = route_graph(routes, tokens)
     figure.update_layout(height=max(figure.layout.height or 0, PROJECTOR_HEIGHT))
     plotly_figure(figure, key=f"{KEY}_route")
-    sentence = route_notice(found, TRAINED_MODEL, words, again, (other_words, other_again, second))
-    source = f"computed here on the prompt above with {TRAINED_MODEL} (threshold {ROUTE_DEFAULTS[0]:g}, "
-    source += f"{ROUTE_DEFAULTS[1]})"
+    sentence = route_notice(found, TRAINED_MODEL, words, again, ROUTE_OPTIONS.threshold,
+                            (other_words, other_again, second))  # fmt: skip
+    source = (
+        f"computed here on the prompt above with {TRAINED_MODEL} (threshold {ROUTE_OPTIONS.threshold:g}, "
+        f"{ROUTE_OPTIONS.mode})"
+    )
     _notice(sentence, source, page_link(STEPS[8].page, model=TRAINED_MODEL, text=text))
 
 

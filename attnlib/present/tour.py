@@ -533,74 +533,76 @@ def induction_prompt(words: Sequence[str], again: int) -> str:
 
 @dataclass(frozen=True)
 class InductionRoute:
-    """Where the route to the last position's prediction reads from, in the layer where the token after the earlier
-    occurrence of the last token gives the largest share of the last position's attention contribution (0-based)."""
+    """Where the route to the last position's prediction reads from (0-based), from the routes' own edge weights: in
+    the layer where the key `key` (the token after the earlier occurrence of the last token) gives the last position's
+    attention node its largest part, that edge's weight (its share of all the node receives) and each head's share;
+    a layer below, the edge from the key's previous token into the key's own attention node and its largest head."""
 
     layer: int
-    key: int  # the token after the earlier occurrence
-    share: float  # that key's share of the attention edges into the last position's attention node at `layer`
-    heads: tuple[tuple[int, float], ...]  # each head with its share of those edges (same denominator), largest first
-    previous_head: tuple[int, float] | None  # layer - 1: the head with the largest share of key's edge from key - 1
-    previous_share: float | None  # that edge's share of the attention edges into the key's node at layer - 1
+    key: int
+    share: float
+    heads: tuple[tuple[int, float], ...]  # (head, share of the node), largest first
+    previous_share: float | None  # the edge key - 1 -> key a layer below; None where it is not in the graph
+    previous_head: tuple[int, float] | None
 
 
-def _into(routes: dict, layer: int, position: int) -> dict[int, dict]:
-    """The attention edges into A^layer_position, by the key position they come from."""
-    nodes = {n["id"]: n for n in routes["nodes"]}
-    found = {}
-    for edge in routes["edges"]:
-        target = nodes[edge["target"]]
-        if edge["kind"] == "attention" and target["layer"] == layer and target["position"] == position:
-            found[int(nodes[edge["source"]]["position"])] = edge
-    return found
+def _edge(routes: dict, layer: int, key: int, query: int) -> dict | None:
+    """The attention edge R^(layer-1)_key -> A^layer_query of the graph, None where it is not above the threshold."""
+    source, target = ("E" if layer == 0 else f"R{layer - 1}") + f"_{key}", f"A{layer}_{query}"
+    return next((e for e in routes["edges"] if e["kind"] == "attention" and e["source"] == source
+                 and e["target"] == target), None)  # fmt: skip
 
 
 def induction_route(routes: dict, key: int) -> InductionRoute:
-    """From `attnlib routes` JSON (its prediction at the last position): the layer where `key` has the largest share
-    of the last position's attention contribution, the heads that carry it, and, a layer below, the head that brings
-    the key its previous token."""
+    """From `attnlib routes` JSON (the route to the prediction at the last position): the layer where `key` gives the
+    last position's attention node its largest part, the heads that carry it, and the edge that brings the key its
+    previous token a layer below."""
     position = int(routes["route"]["position"])
     layers = sorted({int(n["layer"]) for n in routes["nodes"] if n["kind"] == "A"})
-
-    def share_at(layer: int) -> float:
-        edges = _into(routes, layer, position)
-        total = sum(float(e["weight"]) for e in edges.values())
-        return float(edges[key]["weight"]) / total if key in edges and total > 0 else 0.0
-
-    layer = max(layers, key=share_at)
-    edges = _into(routes, layer, position)
-    total = sum(float(e["weight"]) for e in edges.values())
-    heads = sorted(((h, float(v) / total) for h, v in enumerate(edges[key]["heads"])), key=lambda x: -x[1])
-    below = _into(routes, layer - 1, key) if layer > 0 else {}
-    previous, previous_share = None, None
-    if key - 1 in below:
-        own = below[key - 1]
-        total_below = sum(float(e["weight"]) for e in below.values())
-        best = int(np.argmax(own["heads"]))
-        previous = (best, float(own["heads"][best]) / total_below)
-        previous_share = float(own["weight"]) / total_below
-    return InductionRoute(layer, key, share_at(layer), tuple(heads), previous, previous_share)
+    weights = {l: float(e["weight"]) for l in layers if (e := _edge(routes, l, key, position)) is not None}
+    if not weights:
+        return InductionRoute(-1, key, 0.0, (), None, None)
+    layer = max(weights, key=weights.__getitem__)
+    edge = _edge(routes, layer, key, position)
+    assert edge is not None
+    heads = tuple(sorted(((h, float(v)) for h, v in enumerate(edge["heads"])), key=lambda x: -x[1]))
+    below = _edge(routes, layer - 1, key - 1, key) if layer > 0 and key > 0 else None
+    if below is None:
+        return InductionRoute(layer, key, weights[layer], heads, None, None)
+    best = int(np.argmax(below["heads"]))
+    return InductionRoute(layer, key, weights[layer], heads, float(below["weight"]), (best, float(below["heads"][best])))
 
 
-def route_notice(found: InductionRoute, model: str, words: int, again: int,
+def route_notice(found: InductionRoute, model: str, words: int, again: int, threshold: float,
                  other: tuple[int, int, InductionRoute] | None = None) -> str:  # fmt: skip
-    """Where the route of the induction prompt reads from, in words (layers and heads from 1)."""
-    carrying = [(h, v) for h, v in found.heads if v >= 0.5 * found.heads[0][1]] or list(found.heads[:1])
-    names = ", ".join(head_name(found.layer, h) for h, _ in carrying)
-    values = ", ".join(two_places(v) for _, v in carrying)
+    """Where the route of the induction prompt reads from, in words (layers and heads from 1): the heads named are
+    those whose own share is above the threshold (on the route, METHODS §21)."""
+    prompt = f"{words} random one-token words then their first {again} again"
+    if found.layer < 0:
+        return f"In {model}, on {prompt}, no layer's edge from the token after the earlier occurrence is above the threshold."
+
+    def carried(route: InductionRoute) -> str:
+        on = [(h, v) for h, v in route.heads if v > threshold] or list(route.heads[:1])
+        names = ", ".join(head_name(route.layer, h) for h, _ in on)
+        return f"head{'s' if len(on) > 1 else ''} {names} ({', '.join(two_places(v) for _, v in on)})"
+
     sentence = (
-        f"In {model}, on {words} random one-token words then their first {again} again, "
-        f"{two_places(found.share)} of the last position's attention contribution in {layer_span([found.layer])} "
-        f"comes from the token after the earlier occurrence of the last word, carried by heads {names} ({values})."
+        f"In {model}, on {prompt}, the route to the prediction runs from the token after the earlier occurrence of the "
+        f"last word: in {layer_span([found.layer])}, {two_places(found.share)} of what the last position's attention "
+        f"node receives comes from that token, carried by {carried(found)}."
     )
     if found.previous_head is not None and found.previous_share is not None:
-        head, _ = found.previous_head
+        head, share = found.previous_head
         sentence += (
-            f" A layer below, that token reads its previous token ({two_places(found.previous_share)} of its attention "
-            f"contribution), through head {head_name(found.layer - 1, head)}: the two steps of an induction circuit."
+            f" In {layer_span([found.layer - 1])}, that token takes {two_places(found.previous_share)} from the token "
+            f"before it, mostly through head {head_name(found.layer - 1, head)} ({two_places(share)}): the two steps "
+            "of an induction circuit."
         )
     if other is not None:
         w, k, second = other
-        top = ", ".join(two_places(v) for _, v in second.heads[: len(carrying)])
-        sentence += f" On {w} words then their first {k}: {two_places(second.share)}, with {top}."
+        if second.layer >= 0:
+            sentence += (
+                f" On {w} words then their first {k}: {two_places(second.share)} in {layer_span([second.layer])}, "
+                f"through {carried(second)}."
+            )
     return sentence
