@@ -42,6 +42,7 @@ from attnlib.analyses.registry import (
     qk,
     retrieval,
     roles,
+    routes,
     special,
 )
 from attnlib.core.corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
@@ -94,6 +95,7 @@ __all__ = [
     "read_text_corpus",
     "retrieval",
     "roles",
+    "routes",
     "run",
     "run_batches",
     "search_corpus",
