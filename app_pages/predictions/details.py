@@ -120,7 +120,7 @@ def draw_graph(view: PromptView, sfx: str, threshold: float, mode: str) -> None:
             set_value(picked("node", sfx), node_names[index["node"]])
 
     chart(route_graph(routes, shown_tokens(view)), f"routes{sfx}", key, on_click=clicked)
-    route = attention_edges(routes)
+    route = attention_edges(routes, view.position)
     st.caption(
         f"The route to the prediction at position {view.position}: {len(routes['route']['edges'])} edges above the "
         f"threshold {threshold:g} ({mode}), {len(route)} of them through attention. Click an attention edge for its "
@@ -134,7 +134,7 @@ def draw_edge(view: PromptView, sfx: str) -> None:
     routes = view.routes
     assert routes is not None
     tokens = shown_tokens(view)
-    edges = attention_edges(routes) or attention_edges(routes, on_route=False)
+    edges = attention_edges(routes, view.position) or attention_edges(routes, view.position, on_route=False)
     if not edges:
         st.caption("The graph has no attention edge.")
         return
@@ -156,7 +156,7 @@ def draw_edge(view: PromptView, sfx: str) -> None:
     )
     order = list(np.argsort(-shares))
     h = pick_box(
-        picked("head", sfx),
+        picked("ehead", sfx),
         "Head",
         [heads[k] for k in order],
         [f"{heads[k]} (share {shares[k]:.3f})" for k in order],
@@ -254,9 +254,9 @@ def readout_table(lens: dict[str, Any], layer: int, head: int) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "promoted": [pretty_token(t["token"]) for t in read["promoted"]],
-            "value": [float(t["value"]) for t in read["promoted"]],
+            "promoted value": [float(t["value"]) for t in read["promoted"]],
             "suppressed": [pretty_token(t["token"]) for t in read["suppressed"]],
-            "value ": [float(t["value"]) for t in read["suppressed"]],
+            "suppressed value": [float(t["value"]) for t in read["suppressed"]],
         }
     )
 
@@ -296,8 +296,8 @@ def draw_attribution(view: PromptView, sfx: str) -> None:
                  "Largest attribution first; or click a head in the heatmap.")  # fmt: skip
     layer, head = divmod(int(order[k]), heads.shape[1])
     st.caption(f"Head {labels[order[k]]} at position {view.position}: the {TOP} tokens its output pushes up and down.")
-    data_table(readout_table(lens, layer, head), key=f"pred_readout{sfx}",
-               formats={"value": "%.3f", "value ": "%.3f"})  # fmt: skip
+    data_table(readout_table(lens, layer, head), key=f"pred_readout_table{sfx}",
+               formats={"promoted value": "%.3f", "suppressed value": "%.3f"})  # fmt: skip
     table = attribution_table(lens)
     download_table(table, f"attribution{sfx}", key=f"pred_dla_csv{sfx}")
     download_json(lens, f"lens{sfx}", key=f"pred_lens_json{sfx}")

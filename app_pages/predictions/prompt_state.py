@@ -126,12 +126,14 @@ def nodes_by_id(routes: dict[str, Any]) -> dict[Any, dict[str, Any]]:
     return {n["id"]: n for n in routes["nodes"]}
 
 
-def attention_edges(routes: dict[str, Any], on_route: bool = True) -> list[int]:
-    """The indices of the attention edges (of the route to the prediction, or of the whole graph), heaviest first."""
-    edges = routes["edges"]
+def attention_edges(routes: dict[str, Any], position: int, on_route: bool = True) -> list[int]:
+    """The indices of the attention edges (of the route to the prediction, or of the whole graph): those into the
+    position's attention nodes first, then the others, each heaviest first."""
+    edges, nodes = routes["edges"], nodes_by_id(routes)
     among = routes["route"]["edges"] if on_route else range(len(edges))
     found = [int(e) for e in among if edges[int(e)]["kind"] == "attention"]
-    return sorted(found, key=lambda e: -float(edges[e]["weight"]))
+    into = lambda e: int(nodes[edges[e]["target"]]["position"]) == position  # noqa: E731
+    return sorted(found, key=lambda e: (not into(e), -float(edges[e]["weight"])))
 
 
 def edge_name(routes: dict[str, Any], index: int) -> str:

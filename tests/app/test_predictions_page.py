@@ -77,7 +77,7 @@ def test_the_attribution_and_the_lens_are_the_librarys(decoder):
     heads = np.asarray(lens["dla"]["heads"], float)
     layer, head = np.unravel_index(int(np.argmax(np.abs(heads))), heads.shape)
     expected = lens["readouts"][layer][head]
-    assert list(readout["value"]) == pytest.approx([t["value"] for t in expected["promoted"]], abs=1e-6)
+    assert list(readout["promoted value"]) == pytest.approx([t["value"] for t in expected["promoted"]], abs=1e-6)
 
 
 def test_the_route_and_a_heads_maps_are_the_librarys(decoder):
@@ -112,8 +112,8 @@ def test_an_edge_a_head_and_a_node_picked_in_the_url_open(decoder):
     edge = next(routes["edges"][e] for e in routes["route"]["edges"] if routes["edges"][e]["kind"] == "attention")
     target, source = nodes[edge["target"]], nodes[edge["source"]]
     name = f"{target['layer'] + 1}:{source['position']}>{target['position']}"
-    at = predictions_page(text=PROMPT, edge=name, head=f"{target['layer'] + 1}-2", node=f"A1:{source['position']}")
-    assert at.selectbox(key="pred_edge").value == name and at.selectbox(key="pred_head").value == f"{target['layer'] + 1}-2"
+    at = predictions_page(text=PROMPT, edge=name, ehead=f"{target['layer'] + 1}-2", node=f"A1:{source['position']}")
+    assert at.selectbox(key="pred_edge").value == name and at.selectbox(key="pred_ehead").value == f"{target['layer'] + 1}-2"
     contribution = z_of(drawn(at)["pred_contribution"])
     assert contribution[target["position"], source["position"]] == pytest.approx(edge["heads"][1], abs=TOLERANCE)
     if at.selectbox(key="pred_node").value == f"A1:{source['position']}":  # a node of the route: its lens
