@@ -24,6 +24,7 @@ from app_pages.predictions.prompt_state import (
     picked,
     route_nodes,
 )
+from attnlib.analyses.lens import Attribution, attribution_rows
 from attnlib.views.heatmap import attention_heatmap
 from attnlib.views.special import head_label
 from ui.sources.live_inputs import cached_run, pretty_token
@@ -85,7 +86,7 @@ def draw_prediction(view: PromptView, sfx: str) -> None:
     tokens = shown_tokens(view)
     table = prediction_table(view)
     if table is None:
-        st.info(view.refusals.get("lens", "No prediction."))
+        st.caption(view.missing("prediction"))
         return
     first = table.iloc[0]
     st.markdown(
@@ -230,24 +231,6 @@ def draw_node(view: PromptView, sfx: str, lens_at: Callable[[int], dict[str, Any
 # ---------- direct logit attribution ---------------------------------------------------------------------------------
 
 
-def attribution_table(lens: dict[str, Any]) -> pd.DataFrame:
-    """Every component's direct effect on the logit (layers and heads from 1): each head, each layer's feed-forward
-    block and attention bias, the embeddings."""
-    dla = lens["dla"]
-    heads = np.asarray(dla["heads"], float)
-    rows = [
-        {"component": f"head {head_label(l, h)}", "layer": l + 1, "head": h + 1, "attribution": heads[l, h]}
-        for l in range(heads.shape[0])
-        for h in range(heads.shape[1])
-    ]
-    rows += [{"component": f"FFN {l + 1}", "layer": l + 1, "head": None, "attribution": v}
-             for l, v in enumerate(dla["ffn"])]  # fmt: skip
-    rows += [{"component": f"attention bias {l + 1}", "layer": l + 1, "head": None, "attribution": v}
-             for l, v in enumerate(dla["attention_bias"]) if v is not None]  # fmt: skip
-    rows.append({"component": "embeddings", "layer": None, "head": None, "attribution": dla["embeddings"]})
-    return pd.DataFrame(rows)
-
-
 def readout_table(lens: dict[str, Any], layer: int, head: int) -> pd.DataFrame:
     """One head's readout: the tokens it promotes and suppresses most at the position, with their values."""
     read = lens["readouts"][layer][head]
@@ -266,9 +249,12 @@ def draw_attribution(view: PromptView, sfx: str) -> None:
     head opens its promoted and suppressed tokens."""
     from attnlib.views.lens import attribution_figure
 
-    lens = view.lens
+    lens = view.attribution
     if lens is None:
-        st.info(view.refusals.get("lens", "No attribution."))
+        if "attribution" in view.refusals:
+            st.error(f"{view.model}: {view.refusals['attribution']}")
+        else:
+            st.caption(view.missing("attribution"))
         return
     dla = lens["dla"]
     if dla is None:
@@ -298,6 +284,6 @@ def draw_attribution(view: PromptView, sfx: str) -> None:
     st.caption(f"Head {labels[order[k]]} at position {view.position}: the {TOP} tokens its output pushes up and down.")
     data_table(readout_table(lens, layer, head), key=f"pred_readout_table{sfx}",
                formats={"promoted value": "%.3f", "suppressed value": "%.3f"})  # fmt: skip
-    table = attribution_table(lens)
+    table = pd.DataFrame(attribution_rows(Attribution.from_json(dla), view.model))
     download_table(table, f"attribution{sfx}", key=f"pred_dla_csv{sfx}")
     download_json(lens, f"lens{sfx}", key=f"pred_lens_json{sfx}")

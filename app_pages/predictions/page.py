@@ -58,29 +58,17 @@ def prompt_inputs() -> dict:
     return values
 
 
-def one_prompt(models: list) -> None:
-    """The prompt's prediction, routes, a picked edge and node, and the attribution, for each model."""
-    values = prompt_inputs()
-    views = [
-        prompt_view(lm, values["text"], int(values["pos"]), float(values["thr"]), values["mode"], values["lens"],
-                    values["token"].strip(), values["versus"].strip())
-        for lm in models
-    ]  # fmt: skip
-    for view in views:
-        if "routes" in view.refusals:
-            st.error(f"{view.model}: {view.refusals['routes']}")
-    views = [v for v in views if v.routes is not None]
-    if not views:
-        return
+def no_head_note(models: list) -> None:
+    """For a model without an LM head: why only its routes are shown, and the trained decoder in one click."""
     missing = [lm for lm in models if lm_head_reason(lm) is not None]
     if missing:
         st.info(lm_head_reason(missing[0]), icon=":material/info:")
         st.button(f"Open the trained decoder {TRAINED_MODEL}", key=f"{KEY}_open_decoder", on_click=open_trained_decoder,
                   icon=":material/swap_horiz:")  # fmt: skip
 
-    st.subheader("The prediction")
-    side_by_side(views, draw_prediction)
 
+def routes_section(views: list[PromptView], values: dict) -> None:
+    """The route graph of each model, then the picked edge's heads."""
     st.subheader("Routes")
     st.markdown(
         "Each node is a state of the residual stream: E the embedding, A after attention, F the feed-forward block, "
@@ -90,21 +78,28 @@ def one_prompt(models: list) -> None:
     side_by_side(views, lambda v, sfx: draw_graph(v, sfx, float(values["thr"]), values["mode"]))
     st.markdown("**An edge's heads**")
     side_by_side(views, draw_edge)
+
+
+def lens_section(views: list[PromptView], values: dict) -> None:
+    """The picked node's logit-lens table of each model (read at the node's own position)."""
     st.markdown("**A node's logit lens**")
 
-    def lens_of(view: PromptView):
-        def at(position: int):
+    def draw(view: PromptView, sfx: str) -> None:
+        def at(position: int) -> dict | None:
             if view.lens is None:
-                st.info(view.refusals.get("lens", "No logit lens."))
+                st.caption(view.missing("logit lens"))
                 return None
             if position == view.position:
                 return view.lens
-            return cached_lens(view.model, values["text"], position, values["token"].strip(),
-                               values["versus"].strip(), values["lens"])  # fmt: skip
-        return at
+            return cached_lens(view.model, values["text"], position, "", "", values["lens"])
 
-    side_by_side(views, lambda v, sfx: draw_node(v, sfx, lens_of(v)))
+        draw_node(view, sfx, at)
 
+    side_by_side(views, draw)
+
+
+def attribution_section(views: list[PromptView]) -> None:
+    """The token (and the one it is compared with), then each model's attribution and a head's readout."""
     st.subheader("Direct logit attribution")
     token, versus = st.columns(2)
     token.text_input("Token", key=TOKEN.key, placeholder="the predicted token",
@@ -112,6 +107,31 @@ def one_prompt(models: list) -> None:
     versus.text_input("Versus (optional)", key=VERSUS.key, placeholder="a second token",
                       help="Attribute the difference of the two tokens' logits.")  # fmt: skip
     side_by_side(views, draw_attribution)
+
+
+def one_prompt(models: list) -> None:
+    """The prompt's prediction, routes, a picked edge and node, and the attribution, for each model."""
+    values = prompt_inputs()
+    views = [
+        prompt_view(lm, values["text"], int(values["pos"]), float(values["thr"]), values["mode"], values["lens"],
+                    values["tok"].strip(), values["versus"].strip())
+        for lm in models
+    ]  # fmt: skip
+    for view in views:
+        if "routes" in view.refusals:
+            st.error(f"{view.model}: {view.refusals['routes']}")
+    views = [v for v in views if v.routes is not None]
+    if not views:
+        return
+    no_head_note(models)
+    reading = any(not v.no_head for v in views)  # a model with an LM head: the parts that read it
+    if reading:
+        st.subheader("The prediction")
+        side_by_side(views, draw_prediction)
+    routes_section(views, values)
+    if reading:
+        lens_section(views, values)
+        attribution_section(views)
 
 
 st.title("Predictions")

@@ -32,7 +32,7 @@ POSITION = Option(f"{KEY}_position", "pos", -1)  # the token whose next token is
 THRESHOLD = Option(f"{KEY}_threshold", "thr", THRESHOLDS[0])
 MODE = Option(f"{KEY}_mode", "mode", MODES[0], MODES)
 LENS_MODE = Option(f"{KEY}_lens_mode", "lens", LENS_MODES[0], LENS_MODES, omit_default=True)
-TOKEN = Option(f"{KEY}_token", "token", "")  # the token whose logit is attributed; empty: the predicted one
+TOKEN = Option(f"{KEY}_token", "tok", "")  # the token whose logit is attributed; empty: the predicted one
 VERSUS = Option(f"{KEY}_versus", "versus", "")  # the token it is compared with; empty: none
 PROMPT_OPTIONS = (TEXT, POSITION, THRESHOLD, MODE, LENS_MODE, TOKEN, VERSUS)
 
@@ -70,13 +70,22 @@ def cached_lens(model_name: str, text: str, position: int, token: str, versus: s
 @dataclass
 class PromptView:
     """One model's computations on the prompt as the page draws them: the routes (None after a refusal), the lens at
-    the position (None without an LM head or after a refusal), and why a part is missing, in words."""
+    the position and the attribution of the token asked for (None without an LM head or after a refusal), and why a
+    part is missing, in words."""
 
     model: str
     position: int
     routes: dict[str, Any] | None = None
-    lens: dict[str, Any] | None = None
+    lens: dict[str, Any] | None = None  # of the predicted token
+    attribution: dict[str, Any] | None = None  # of the token (pair) asked for: the lens's own when none is
     refusals: dict[str, str] = field(default_factory=dict)  # part -> the sentence said instead
+    no_head: bool = False  # the model has no LM head (said once, at the top of the page)
+
+    def missing(self, part: str) -> str:
+        """Why a part that reads the LM head is missing, in words (short where the page said it at the top)."""
+        if self.no_head:
+            return f"{self.model} has no language-model head: no {part}."
+        return f"{self.model}: {self.refusals.get('lens', 'no ' + part)}"
 
     @property
     def tokens(self) -> list[str]:
@@ -101,14 +110,18 @@ def prompt_view(lm: LoadedModel, text: str, position: int, threshold: float, mod
     except REFUSED as exc:
         view.refusals["routes"] = str(exc)
         return view
-    reason = lm_head_reason(lm)
-    if reason is not None:
-        view.refusals["lens"] = reason
+    if lm_head_reason(lm) is not None:
+        view.no_head = True
         return view
     try:
-        view.lens = cached_lens(name, text, view.position, token, versus, lens_mode)
+        view.lens = cached_lens(name, text, view.position, "", "", lens_mode)
     except REFUSED as exc:
         view.refusals["lens"] = str(exc)
+        return view
+    try:
+        view.attribution = cached_lens(name, text, view.position, token, versus, lens_mode) if token or versus else view.lens
+    except REFUSED as exc:  # a token that is not one of the vocabulary's: said beside the attribution alone
+        view.refusals["attribution"] = str(exc)
     return view
 
 
