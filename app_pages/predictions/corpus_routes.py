@@ -73,7 +73,9 @@ def frequency_tab(lm: LoadedModel) -> None:
 
     def draw(view: Shown, sfx: str) -> None:
         data = view.result.to_json()
-        st.caption(f"{data['routes']} routes of {view.corpus}, τ = {data['threshold']:g} ({data['mode']}); {view.source}.")
+        st.caption(
+            f"{data['routes']} routes of {view.corpus}, τ = {data['threshold']:g} ({data['mode']}); {view.source}."
+        )
         chart(effect_heatmap(frequency(view), "Route frequency", "share of routes"), f"route_frequency{sfx}",
               f"{KEY}_frequency{sfx}")  # fmt: skip
 

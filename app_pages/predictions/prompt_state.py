@@ -119,7 +119,9 @@ def prompt_view(lm: LoadedModel, text: str, position: int, threshold: float, mod
         view.refusals["lens"] = str(exc)
         return view
     try:
-        view.attribution = cached_lens(name, text, view.position, token, versus, lens_mode) if token or versus else view.lens
+        view.attribution = (
+            cached_lens(name, text, view.position, token, versus, lens_mode) if token or versus else view.lens
+        )
     except REFUSED as exc:  # a token that is not one of the vocabulary's: said beside the attribution alone
         view.refusals["attribution"] = str(exc)
     return view

@@ -18,8 +18,8 @@ from attnlib.analyses.gradient import GradientImportance, unavailable_reason
 from attnlib.analyses.importance import CHANGES, AblationUnavailable, HeadImportance, no_op_sentence
 from attnlib.analyses.positions import CORRELATIONS, PositionsResult
 from attnlib.analyses.registry import analysis_named
-from attnlib.analyses.routes import RoutesOptions
 from attnlib.analyses.roles import LINK_REPEAT, RolesOptions, checkpoint_table, head_patterns, probe_words
+from attnlib.analyses.routes import RoutesOptions
 from attnlib.analyses.special import SpecialTokenResult, SpecialTokens, largest_weight_norm_gap
 from attnlib.core.corpus import Sentence
 from attnlib.core.model import TRAINED_MODEL, checkpoints_of
