@@ -30,7 +30,7 @@ from attnlib.stats.lens import (
     check_head,
     dla_reason,
     extremes,
-    head_reason,
+    lens_reason,
     lens_tokens,
     probabilities,
     token_logit_gap,
@@ -329,15 +329,9 @@ def _own_logits(lm: LoadedModel, stack_output: torch.Tensor) -> torch.Tensor:
 
 def compute_lens(lm: LoadedModel, item: CorpusInput, options: LensOptions) -> LensResult:
     """The lens, the attribution, the readouts and the prediction of one input at one position (METHODS §21)."""
-    reason = head_reason(lm)
+    reason = lens_reason(lm)
     if reason is not None:
         raise UnsupportedModelError(reason)
-    if lm.facts.kind == "encoder-decoder":
-        raise UnsupportedModelError(
-            f"The logit lens and logit attribution (METHODS §21) of an encoder-decoder's decoder are not computed yet: "
-            f"attnlib splits only a decoder-only model's (or an encoder's) residual stream; {lm.facts.name} is "
-            "an encoder-decoder."
-        )
     if item.text_b is not None:
         raise OptionError("lens reads one text (no pair).")
     linear = dla_reason(lm) is None

@@ -124,6 +124,18 @@ def head_reason(lm: LoadedModel) -> str | None:
     return None
 
 
+def lens_reason(lm: LoadedModel) -> str | None:
+    """Why the `lens` analysis cannot run on this model, in words (head_reason, or an encoder-decoder, whose decoder's
+    residual stream attnlib does not split yet); None when it can."""
+    if lm.facts.kind == "encoder-decoder":
+        return (
+            f"The logit lens and logit attribution (METHODS §21) of an encoder-decoder's decoder are not computed yet: "
+            f"attnlib splits the residual stream of a decoder-only model or an encoder, and {lm.facts.name} is an "
+            "encoder-decoder."
+        )
+    return head_reason(lm)
+
+
 def dla_reason(lm: LoadedModel) -> str | None:
     """Why direct logit attribution is not defined for this model (a masked-LM head that is not linear after its
     norm), in words; None when it is (or when the lens itself is refused: head_reason)."""
@@ -234,8 +246,8 @@ def lens_tokens(readings: torch.Tensor, k: int = DEFAULT_TOP) -> list[tuple[Toke
     return found
 
 
-def extremes(values: torch.Tensor, k: int) -> tuple[tuple[list[int], list[float]], tuple[list[int], list[float]]]:
-    """The k largest and k smallest of each row's values [..., V]: ((ids, values), (ids, values)) as lists."""
+def extremes(values: torch.Tensor, k: int) -> tuple[tuple[list, list], tuple[list, list]]:
+    """The k largest and k smallest of each row's values [..., V]: ((ids, values), (ids, values)) as (nested) lists."""
     k = min(k, values.shape[-1])
     top, bottom = values.topk(k, -1), values.topk(k, -1, largest=False)
     return (top.indices.tolist(), top.values.tolist()), (bottom.indices.tolist(), bottom.values.tolist())
