@@ -570,7 +570,9 @@ def induction_route(routes: dict, key: int) -> InductionRoute:
     if below is None:
         return InductionRoute(layer, key, weights[layer], heads, None, None)
     best = int(np.argmax(below["heads"]))
-    return InductionRoute(layer, key, weights[layer], heads, float(below["weight"]), (best, float(below["heads"][best])))
+    return InductionRoute(
+        layer, key, weights[layer], heads, float(below["weight"]), (best, float(below["heads"][best]))
+    )
 
 
 def route_notice(found: InductionRoute, model: str, words: int, again: int, threshold: float,

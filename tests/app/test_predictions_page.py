@@ -93,7 +93,11 @@ def test_the_route_and_a_heads_maps_are_the_librarys(decoder):
     assert box.value == names[0] and len(box.options) == len(names)  # the route's attention edges
     assert [o.rsplit(" ", 1)[1] for o in box.options] == [f"{e['weight']:.3f}" for e in route]
     edge = route[0]
-    layer, key, query = nodes[edge["target"]]["layer"], nodes[edge["source"]]["position"], nodes[edge["target"]]["position"]
+    layer, key, query = (
+        nodes[edge["target"]]["layer"],
+        nodes[edge["source"]]["position"],
+        nodes[edge["target"]]["position"],
+    )
     head = int(np.argmax(edge["heads"]))  # the head with the largest share, opened first
     figures_now = drawn(at)
     contribution = z_of(figures_now["pred_contribution"])
@@ -115,7 +119,10 @@ def test_an_edge_a_head_and_a_node_picked_in_the_url_open(decoder):
     target, source = nodes[edge["target"]], nodes[edge["source"]]
     name = f"{target['layer'] + 1}:{source['position']}>{target['position']}"
     at = predictions_page(text=PROMPT, edge=name, ehead=f"{target['layer'] + 1}-2", node=f"A1:{source['position']}")
-    assert at.selectbox(key="pred_edge").value == name and at.selectbox(key="pred_ehead").value == f"{target['layer'] + 1}-2"
+    assert (
+        at.selectbox(key="pred_edge").value == name
+        and at.selectbox(key="pred_ehead").value == f"{target['layer'] + 1}-2"
+    )
     contribution = z_of(drawn(at)["pred_contribution"])
     assert contribution[target["position"], source["position"]] == pytest.approx(edge["heads"][1], abs=TOLERANCE)
     if at.selectbox(key="pred_node").value == f"A1:{source['position']}":  # a node of the route: its lens
