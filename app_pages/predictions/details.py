@@ -24,8 +24,9 @@ from app_pages.predictions.prompt_state import (
     picked,
     route_nodes,
 )
-from attnlib.analyses.lens import Attribution, attribution_rows
+from attnlib.analyses.lens import Attribution, LensResult, attribution_rows
 from attnlib.views.heatmap import attention_heatmap
+from attnlib.views.lens import attribution_heatmap, lens_table
 from attnlib.views.special import head_label
 from ui.sources.live_inputs import cached_run, pretty_token
 from ui.sources.page_state import Option, bind, set_value
@@ -187,7 +188,7 @@ def view_text() -> str:
     return str(st.session_state[TEXT.key])
 
 
-def lens_table(node: dict[str, Any]) -> pd.DataFrame:
+def node_table(node: dict[str, Any]) -> pd.DataFrame:
     """A node's logit-lens reading: its top and bottom tokens, each with its logit and rank change."""
     top, bottom = node["top"], node["bottom"]
     return pd.DataFrame(
@@ -225,7 +226,10 @@ def draw_node(view: PromptView, sfx: str, lens_at: Callable[[int], dict[str, Any
         f"Rank change: how many places the token rose since the node before it ("
         f"A follows the R below it, R the A of its layer); mode {lens['mode']}."
     )
-    data_table(lens_table(read), key=f"pred_lens{sfx}", formats={"top logit": "%.3f", "bottom logit": "%.3f"})
+    data_table(node_table(read), key=f"pred_lens{sfx}", formats={"top logit": "%.3f", "bottom logit": "%.3f"})
+    where = f"{tokens[int(node['position'])]!r} ({int(node['position'])})"
+    chart(lens_table(LensResult.from_json(lens), f"Every node's top tokens at {where}, {lens['mode']}"),
+          f"lens_position{sfx}", f"pred_lens_position{sfx}")  # fmt: skip
 
 
 # ---------- direct logit attribution ---------------------------------------------------------------------------------
@@ -247,8 +251,6 @@ def readout_table(lens: dict[str, Any], layer: int, head: int) -> pd.DataFrame:
 def draw_attribution(view: PromptView, sfx: str) -> None:
     """The attribution heatmap (layers x heads, the feed-forward blocks beside) of the token or pair; a click on a
     head opens its promoted and suppressed tokens."""
-    from attnlib.views.lens import attribution_figure
-
     lens = view.attribution
     if lens is None:
         if "attribution" in view.refusals:
@@ -271,10 +273,11 @@ def draw_attribution(view: PromptView, sfx: str) -> None:
     option = picked("readout", sfx)
     key = f"pred_dla{sfx}"
 
-    def name_of(index: Any) -> str | None:
-        return index if isinstance(index, str) and index.count("-") == 1 else None
+    def name_of(index: Any) -> str | None:  # a head's hover text: "head 2-3: ..."
+        return index.split(":")[0].removeprefix("head ") if isinstance(index, str) and index.startswith("head ") else None
 
-    chart(attribution_figure(lens), f"attribution{sfx}", key, on_click=on_click_set(key, option, name_of))
+    figure = attribution_heatmap(LensResult.from_json(lens), f"Direct logit attribution of {what}")
+    chart(figure, f"attribution{sfx}", key, on_click=on_click_set(key, option, name_of))
     labels = [head_label(l, h) for l in range(heads.shape[0]) for h in range(heads.shape[1])]
     order = list(np.argsort(-np.abs(heads.ravel())))
     k = pick_box(option, "Head's readout", [labels[i] for i in order],

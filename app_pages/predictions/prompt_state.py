@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from attnlib.analyses.lens import head_reason
 from attnlib.analyses.registry import analyse
 from attnlib.core.model import LoadedModel
 from ui.sources.model_sidebar import model_named
@@ -44,7 +43,7 @@ def picked(name: str, sfx: str) -> Option:
 
 def lm_head_reason(lm: LoadedModel) -> str | None:
     """Why the model's prediction cannot be read (no LM head), in one sentence; None when it can."""
-    if head_reason(lm) is None:
+    if lm.causal_lm is not None or lm.mlm is not None or lm.seq2seq is not None:
         return None
     return (
         f"The prediction, the logit lens and logit attribution read the residual stream through a language-model head "

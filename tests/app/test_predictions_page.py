@@ -67,7 +67,7 @@ def test_the_attribution_and_the_lens_are_the_librarys(decoder):
     lens = analyse("lens", decoder, text=PROMPT).result.to_json()
     figure = drawn(at)["pred_dla"]
     np.testing.assert_allclose(z_of(figure), np.asarray(lens["dla"]["heads"], float), rtol=0, atol=TOLERANCE)
-    ffn = z_of(figure, 1).ravel()  # the feed-forward blocks beside the heads
+    ffn = z_of(figure, 1)[:, 1]  # the feed-forward blocks beside the heads (after the attention biases)
     np.testing.assert_allclose(ffn, lens["dla"]["ffn"], rtol=0, atol=TOLERANCE)
     shown = tables(at)
     node = next(t for t in shown if "top token" in t.columns)  # the default node: the last layer's R at the position
