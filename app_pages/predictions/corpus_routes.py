@@ -4,14 +4,15 @@ table and downloads, one model or two side by side."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
 from app_pages.predictions.prompt_state import KEY, MODE, MODES, THRESHOLD
-from attnlib.analyses.routes import RoutesOptions
+from attnlib.analyses.registry import analysis_named
+from attnlib.analyses.routes import RouteFrequency, RoutesOptions
 from attnlib.core.model import LoadedModel
-from attnlib.views.importance import effect_heatmap
+from attnlib.results.files import ResultFile, ResultFileError
+from attnlib.views.routes import route_frequency_figures
 from ui.sources.corpus_page import CorpusPage, Shown, every_head_tab
 from ui.sources.page_state import bind
 from ui.sources.result_source import Bar
@@ -32,32 +33,28 @@ def frequency_options(lm: LoadedModel, from_file: bool = False) -> RoutesOptions
     return RoutesOptions(threshold=float(values["thr"]), mode=values["mode"])
 
 
+def frequency_file(record: ResultFile) -> RouteFrequency:
+    """A result file of `attnlib routes --corpus`; ResultFileError for one text's graph (`--text`)."""
+    found = analysis_named("routes").from_record(record)
+    if not isinstance(found, RouteFrequency):
+        raise ResultFileError("it holds one text's route graph (`attnlib routes --text`), not a corpus's route "
+                              "frequency (`attnlib routes --corpus`).")  # fmt: skip
+    return found
+
+
+def head_table(view: Shown) -> pd.DataFrame:
+    """One row per head (layer and head from 1) with its route frequency, as the result tables it."""
+    return view.result.tables(view.model)["Route frequency per head"]
+
+
 PAGE: CorpusPage[RoutesOptions, Shown] = CorpusPage(
     CORPUS_KEY,
     "routes",
     frequency_options,
     default_limit=CORPUS_LIMIT,
+    parse=frequency_file,
     bar=Bar("Routes of {model}"),
 )
-
-
-def frequency(view: Shown) -> np.ndarray:
-    """[layers, heads]: the share of routes each head is on."""
-    return np.asarray(view.result.to_json()["frequency"], float)
-
-
-def head_table(view: Shown) -> pd.DataFrame:
-    """One row per head (layer and head from 1) with its route frequency."""
-    values = frequency(view)
-    n_layers, n_heads = values.shape
-    return pd.DataFrame(
-        {
-            "model": view.model,
-            "layer": np.repeat(np.arange(1, n_layers + 1), n_heads),
-            "head": np.tile(np.arange(1, n_heads + 1), n_layers),
-            "route frequency": values.ravel(),
-        }
-    )
 
 
 def frequency_tab(lm: LoadedModel) -> None:
@@ -76,8 +73,8 @@ def frequency_tab(lm: LoadedModel) -> None:
         st.caption(
             f"{data['routes']} routes of {view.corpus}, τ = {data['threshold']:g} ({data['mode']}); {view.source}."
         )
-        chart(effect_heatmap(frequency(view), "Route frequency", "share of routes"), f"route_frequency{sfx}",
-              f"{KEY}_frequency{sfx}")  # fmt: skip
+        (figure,) = route_frequency_figures(view.result, view.model)
+        chart(figure, f"route_frequency{sfx}", f"{KEY}_frequency{sfx}")
 
     side_by_side(views, draw)
-    every_head_tab(views, head_table, "routes", "route_frequency", CORPUS_KEY, formats={"route frequency": "%.4f"})
+    every_head_tab(views, head_table, "routes", "route_frequency", CORPUS_KEY, formats={"route_frequency": "%.4f"})

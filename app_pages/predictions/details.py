@@ -101,32 +101,22 @@ def draw_prediction(view: PromptView, sfx: str) -> None:
 
 
 def draw_graph(view: PromptView, sfx: str, threshold: float, mode: str) -> None:
-    """The route graph (layers up, positions across, edge width the weight); a click on an attention edge opens its
-    heads below, on a node its logit-lens table."""
+    """The route graph (layers up, positions across, edge width the weight, the route in colour); its edges and nodes
+    open below (the figure's points carry no ids to click)."""
+    from attnlib.analyses.routes import RouteGraph
     from attnlib.views.routes import route_graph
 
     routes = view.routes
     assert routes is not None
-    key = f"pred_graph{sfx}"
-    names = {e: edge_name(routes, e) for e in range(len(routes["edges"]))}
-    node_names = {n["id"]: node_name(n) for n in routes["nodes"]}
-
-    def clicked() -> None:
-        point = clicked_point(key)
-        if point is None or point.get("index") is None:
-            return
-        index = point["index"]
-        if isinstance(index, dict) and "edge" in index:
-            set_value(picked("edge", sfx), names[int(index["edge"])])
-        elif isinstance(index, dict) and "node" in index:
-            set_value(picked("node", sfx), node_names[index["node"]])
-
-    chart(route_graph(routes, shown_tokens(view)), f"routes{sfx}", key, on_click=clicked)
+    figure = route_graph(RouteGraph.from_json(routes), title=" ")
+    figure.update_layout(width=None)  # the column's width: the graph of a long prompt scrolls with plotly's zoom
+    chart(figure, f"routes{sfx}", f"pred_graph{sfx}")
     route = attention_edges(routes, view.position)
+    prediction = routes["prediction"]
     st.caption(
-        f"The route to the prediction at position {view.position}: {len(routes['route']['edges'])} edges above the "
-        f"threshold {threshold:g} ({mode}), {len(route)} of them through attention. Click an attention edge for its "
-        "heads, a node for its logit lens."
+        f"The route to the prediction at position {view.position} ({pretty_token(prediction['token'])}): "
+        f"{len(routes['route']['edges'])} edges above the threshold {threshold:g} ({mode}), {len(route)} of them "
+        "through attention. Hover a node for the heads of the route's edges into it."
     )
 
 
@@ -274,7 +264,9 @@ def draw_attribution(view: PromptView, sfx: str) -> None:
     key = f"pred_dla{sfx}"
 
     def name_of(index: Any) -> str | None:  # a head's hover text: "head 2-3: ..."
-        return index.split(":")[0].removeprefix("head ") if isinstance(index, str) and index.startswith("head ") else None
+        return (
+            index.split(":")[0].removeprefix("head ") if isinstance(index, str) and index.startswith("head ") else None
+        )
 
     figure = attribution_heatmap(LensResult.from_json(lens), f"Direct logit attribution of {what}")
     chart(figure, f"attribution{sfx}", key, on_click=on_click_set(key, option, name_of))

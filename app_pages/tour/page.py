@@ -19,7 +19,7 @@ from attnlib.analyses.importance import CHANGES, AblationUnavailable, HeadImport
 from attnlib.analyses.positions import CORRELATIONS, PositionsResult
 from attnlib.analyses.registry import analysis_named
 from attnlib.analyses.roles import LINK_REPEAT, RolesOptions, checkpoint_table, head_patterns, probe_words
-from attnlib.analyses.routes import RoutesOptions
+from attnlib.analyses.routes import RouteGraph, RoutesOptions
 from attnlib.analyses.special import SpecialTokenResult, SpecialTokens, largest_weight_norm_gap
 from attnlib.core.corpus import Sentence
 from attnlib.core.model import TRAINED_MODEL, checkpoints_of
@@ -377,10 +377,10 @@ def render_routes(model_name: str, shown: str) -> None:
     (words, again), (other_words, other_again) = INDUCTION_PROMPTS
     text, routes, found = induction_routes(TRAINED_MODEL, words, again)
     _, _, second = induction_routes(TRAINED_MODEL, other_words, other_again)
-    tokens = [pretty_token(t) for t in routes["tokens"]]
-    figure = route_graph(routes, tokens)
-    figure.update_layout(height=max(figure.layout.height or 0, PROJECTOR_HEIGHT))
-    plotly_figure(figure, key=f"{KEY}_route")
+    st.markdown(f"The prompt: *{text}*")
+    figure = route_graph(RouteGraph.from_json(routes), title=f"{TRAINED_MODEL}: the route to the next token")
+    figure.update_layout(width=None)
+    _show(figure, "route")
     sentence = route_notice(found, TRAINED_MODEL, words, again, ROUTE_OPTIONS.threshold,
                             (other_words, other_again, second))  # fmt: skip
     source = (

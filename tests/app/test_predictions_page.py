@@ -176,5 +176,5 @@ def test_the_route_frequency_is_the_corpus_commands(decoder):
     np.testing.assert_allclose(
         z_of(drawn(at)["pred_frequency"]), np.asarray(found["frequency"], float), rtol=0, atol=TOLERANCE
     )
-    table = next(t for t in tables(at) if "route frequency" in t.columns)
+    table = next(t for t in tables(at) if "route_frequency" in t.columns)
     assert len(table) == np.asarray(found["frequency"]).size
