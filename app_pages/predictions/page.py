@@ -30,6 +30,7 @@ from attnlib.core.model import TRAINED_MODEL
 from ui.sources.compare import compared_model
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, bind, lazy_tabs
+from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.side_by_side import side_by_side
 
@@ -142,6 +143,7 @@ st.caption(
     "from 1 on this page** (layer-head), positions from 0; `attnlib routes` and `attnlib lens` count layers from 0."
 )
 cite_methods(21)
+encoder_part_notes()
 lm = current_model()
 other = compared_model()
 models = [lm] + ([other] if other is not None and other.facts.name != lm.facts.name else [])
