@@ -368,9 +368,12 @@ class AnalysisRun(Generic[R]):
         """Its figures (attnlib.views: needs the `views` extra), drawn as the app draws them, each showing itself in a
         notebook."""
         from attnlib.views.display import View
+        from attnlib.views.drawing import figures_of
         from attnlib.views.figure import as_figure
 
-        return [f if isinstance(f, View) else as_figure(f) for f in self.result.figures(self.model)]
+        draw = getattr(self.result, "figures", None)  # a result type not yet registered with views.drawing
+        drawn = draw(self.model) if draw is not None else figures_of(self.result, self.model)
+        return [f if isinstance(f, View) else as_figure(f) for f in drawn]
 
     def _repr_html_(self) -> str | None:
         """In a notebook, a run left as a cell's value draws its figures (its tables where it has none), under a

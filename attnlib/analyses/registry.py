@@ -29,7 +29,7 @@ from attnlib.analyses.probe import PROBE, ProbeResult
 from attnlib.analyses.qk import QK, QKResult
 from attnlib.analyses.retrieval import RETRIEVAL, RetrievalResult
 from attnlib.analyses.roles import ROLES, RolesResult
-from attnlib.analyses.routes import ROUTES, RouteFrequency, RouteGraph
+from attnlib.analyses.routes import ROUTES
 from attnlib.analyses.special import SPECIAL, SpecialTokens
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError
@@ -231,7 +231,8 @@ RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps,
 
 
 def routes(model: str | LoadedModel = DEFAULT_MODEL, *, text: str | None = None, corpus: Inputs | None = None,
-           **keywords: Any) -> AnalysisRun[RouteGraph | RouteFrequency]:  # fmt: skip
+           **keywords: Any) -> AnalysisRun[Any]:  # fmt: skip
     """Information-flow routes (`attnlib routes`, METHODS §21): a text's contribution graph and the route to the
-    prediction at `position` (threshold=, mode=); a corpus gives each head's route frequency (engine="ray" too)."""
+    prediction at `position` (threshold=, mode=), a RouteGraph; a corpus gives each head's route frequency, a
+    RouteFrequency (engine="ray" too)."""
     return analyse("routes", model, text=text, corpus=corpus, **keywords)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 import torch
 
-from attnlib.analyses.base import Analysis, Options, OptionError, option
+from attnlib.analyses.base import Analysis, OptionError, Options, option
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusInput
 from attnlib.core.engines import Scale, run_accumulators
@@ -35,7 +35,6 @@ from attnlib.stats.routes import (
     RouteFrequencyStats,
     choose_kernel,
     distance_kernel,
-    heads_on_routes,
     layer_contributions,
     routes,
 )
@@ -146,7 +145,7 @@ class RouteFrequency:
     """Heads on routes over a corpus: `frequency` [layers][heads] is the share of the `routes` counted that each head is
     on."""
 
-    frequency: list[list[float]]
+    frequency: list[list[float | None]]  # None before any route
     routes: int
     threshold: float
     mode: str
@@ -164,9 +163,14 @@ class RouteFrequency:
 
     def tables(self, model: str) -> dict[str, pd.DataFrame]:
         """Each head's route frequency (layers and heads from 1)."""
-        from attnlib.present.tables import head_frame
+        import pandas as pd
 
-        return {"Route frequency per head": head_frame(model, {"route_frequency": np.array(self.frequency, float)})}
+        rows = [
+            {"model": model, "layer": l + 1, "head": h + 1, "route_frequency": value}
+            for l, row in enumerate(self.frequency)
+            for h, value in enumerate(row)
+        ]
+        return {"Route frequency per head": pd.DataFrame(rows)}
 
 
 class RoutesResult:
@@ -202,10 +206,10 @@ def input_graph(lm: LoadedModel, encoded: Encoded, threshold: float, mode: Mode,
     def visit(parts: LayerParts) -> None:
         weights, values = parts.attention_parts()
         window = windows[parts.layer] if parts.layer < len(windows) else None
-        layers.append(
-            layer_contributions(parts.x, parts.mid, weights, values, parts.ffn, parts.carried, threshold, mode,
-                                facts.causal, window, chosen)  # fmt: skip
+        contributed = layer_contributions(
+            parts.x, parts.mid, weights, values, parts.ffn, parts.carried, threshold, mode, facts.causal, window, chosen
         )
+        layers.append(contributed)
         last[:] = [parts.out]
 
     walk(lm, model_inputs(lm, [encoded]), visit)
@@ -265,7 +269,7 @@ def graph_json(graph: Graph, position: int) -> tuple[list[dict], list[dict], lis
     return nodes, edges, on_route
 
 
-def _encoded(lm: LoadedModel, text: str) -> Encoded:
+def _encoded(lm: LoadedModel, text: str | list[str]) -> Encoded:
     encoded = encode(lm, text)
     check_tokens(encoded, False)
     return encoded
@@ -317,8 +321,10 @@ def fill_routes(lm: LoadedModel, inputs: list[CorpusInput], accumulators: list, 
 
 
 def frequency_result(stats: RouteFrequencyStats) -> RouteFrequency:
-    frequency = [[None if math.isnan(v) else float(v) for v in row] for row in stats.frequency()]
-    return RouteFrequency(frequency, stats.routes, stats.threshold, stats.mode)  # type: ignore[arg-type]
+    frequency: list[list[float | None]] = [
+        [None if math.isnan(v) else float(v) for v in row] for row in stats.frequency()
+    ]
+    return RouteFrequency(frequency, stats.routes, stats.threshold, stats.mode)
 
 
 def compute_model_routes(
@@ -346,7 +352,7 @@ ROUTES: Analysis[RoutesOptions, Any] = Analysis(
     "position; --corpus: each head's route frequency",
     options=RoutesOptions,
     reads="model",
-    result=RoutesResult,  # type: ignore[arg-type]
+    result=RoutesResult,
     methods=(21,),
     compute=compute_routes,
     compute_model=compute_model_routes,

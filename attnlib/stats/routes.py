@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -194,21 +194,31 @@ def layer_contributions(
     kernel: str = "plain",
 ) -> LayerContributions:
     """One layer's contributions as a graph (module docstring), streamed over query blocks."""
-    n_heads = weights.shape[0]
+    blocks = attention_blocks(x, mid, weights, values, causal, window, kernel)
+    return layer_graph(blocks, contributions(ffn + carried, torch.stack([ffn, carried], 1)), threshold, mode)
+
+
+def layer_graph(
+    blocks: Iterable[tuple[int, torch.Tensor, torch.Tensor]], ffn: torch.Tensor, threshold: float, mode: Mode
+) -> LayerContributions:
+    """One layer's graph from its attention nodes' normalised contributions (attention_blocks: first query, heads
+    [H, B, n], residual [B]) and its feed-forward nodes' ([n, 2]: F, carried), the mode applied per node."""
     targets, sources, edge_weights, shares = [], [], [], []
-    residual = torch.zeros(x.shape[0])
-    for start, heads, res in attention_blocks(x, mid, weights, values, causal, window, kernel):
-        b = res.shape[0]
+    n = ffn.shape[0]
+    residual = torch.zeros(n)
+    n_heads = 0
+    for start, heads, res in blocks:
+        n_heads, b = heads.shape[0], res.shape[0]
         joined = apply_mode(torch.cat([heads.permute(1, 0, 2).reshape(b, -1), res[:, None]], 1), threshold, mode, (1,))
-        heads = joined[:, :-1].reshape(b, n_heads, -1)  # [B, H, n]
+        kept = joined[:, :-1].reshape(b, n_heads, -1)  # [B, H, n]
         residual[start : start + b] = joined[:, -1]
-        weight = heads.sum(1)  # [B, n]
+        weight = kept.sum(1)  # [B, n]
         i, j = torch.nonzero(weight > threshold, as_tuple=True)
         targets.append((i + start).numpy())
         sources.append(j.numpy())
         edge_weights.append(weight[i, j].numpy())
-        shares.append(heads[i, :, j].numpy())
-    ffn_c = apply_mode(contributions(ffn + carried, torch.stack([ffn, carried], 1)), threshold, mode, (1,))
+        shares.append(kept[i, :, j].numpy())
+    ffn_c = apply_mode(ffn, threshold, mode, (1,))
     edges = (
         AttentionEdges(np.concatenate(targets), np.concatenate(sources), np.concatenate(edge_weights),
                        np.concatenate(shares).reshape(-1, n_heads))

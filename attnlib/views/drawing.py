@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., list])
 
-DRAWING_MODULES: tuple[str, ...] = ("attnlib.views.lens",)
+DRAWING_MODULES: tuple[str, ...] = ("attnlib.views.lens", "attnlib.views.routes")
 """The view modules that register figures, imported the first time figures are asked for."""
 
 _ONE: dict[type, Callable[[Any, str], list]] = {}
