@@ -108,7 +108,7 @@ def draw_graph(view: PromptView, sfx: str, threshold: float, mode: str) -> None:
 
     routes = view.routes
     assert routes is not None
-    figure = route_graph(RouteGraph.from_json(routes), title=" ")
+    figure = route_graph(RouteGraph.from_json(routes))
     figure.update_layout(width=None)  # the column's width: the graph of a long prompt scrolls with plotly's zoom
     chart(figure, f"routes{sfx}", f"pred_graph{sfx}")
     route = attention_edges(routes, view.position)
