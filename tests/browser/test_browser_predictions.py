@@ -34,6 +34,7 @@ def _drawn(page) -> None:
 def _pick(page, label: str, option: str) -> None:
     """Choose the option of a select box whose text starts with `option`, and wait for the run."""
     page.get_by_role("combobox", name=label, exact=True).click()
+    page.keyboard.type(option)  # the list shows a few options at a time: typing filters it
     page.get_by_role("option").filter(has_text=option).first.click()
     wait_idle(page, LONG)
 
