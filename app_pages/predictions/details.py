@@ -159,12 +159,12 @@ def draw_edge(view: PromptView, sfx: str) -> None:
     left, right = st.columns(2)
     with left:
         weights = run.attentions[layer, head]
-        chart(attention_heatmap(weights, tokens, tokens, f"Attention of head {heads[head]}"),
-              f"attention_{heads[head]}{sfx}", f"pred_attention{sfx}")  # fmt: skip
+        figure = attention_heatmap(weights, tokens, tokens, f"Attention of head {heads[head]}")
+        chart(figure.update_layout(width=None), f"attention_{heads[head]}{sfx}", f"pred_attention{sfx}")
     with right:
         contribution = head_contribution_map(routes, layer, head)
-        chart(attention_heatmap(contribution, tokens, tokens, f"Contribution of head {heads[head]}"),
-              f"contribution_{heads[head]}{sfx}", f"pred_contribution{sfx}")  # fmt: skip
+        figure = attention_heatmap(contribution, tokens, tokens, f"Contribution of head {heads[head]}")
+        chart(figure.update_layout(width=None), f"contribution_{heads[head]}{sfx}", f"pred_contribution{sfx}")
     st.caption(
         f"Row {query} ({tokens[query]}) of each map holds the edge: the head's attention to {tokens[key]} ({key}) "
         f"and its share of what the attention node at {tokens[query]} receives."

@@ -42,7 +42,7 @@ def _pick(page, label: str, option: str) -> None:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_the_trained_decoders_prediction_route_edge_node_and_attribution(streamlit_server, browser, screenshot_dir):
-    with browser_page(browser, screenshot_dir / "predictions-trained-failure.png", 1500, 1400) as page:
+    with browser_page(browser, screenshot_dir / "predictions-trained-failure.png", 1500, 4600) as page:
         page.goto(f"{streamlit_server}/predictions?model={TRAINED_MODEL}&text={quote(PROMPT)}",
                   wait_until="domcontentloaded")  # fmt: skip
         page.get_by_role("heading", name="Predictions").first.wait_for(timeout=LONG)
