@@ -45,7 +45,7 @@ def pick_box(option: Option, label: str, names: list[str], texts: list[str], hel
     the index picked."""
     bind([option])
     if st.session_state[option.key] not in names:
-        st.session_state[option.key] = names[0]
+        set_value(option, names[0])
     shown = dict(zip(names, texts, strict=True))
     chosen = st.selectbox(label, names, key=option.key, format_func=shown.__getitem__, help=help)
     return names.index(chosen)
@@ -155,7 +155,7 @@ def draw_edge(view: PromptView, sfx: str) -> None:
         "Each head's share of the edge, largest first.",
     )
     head = int(order[h])
-    run = cached_run(view.model, view_text(), "")
+    run = cached_run(view.model, view.text, "")
     left, right = st.columns(2)
     with left:
         weights = run.attentions[layer, head]
@@ -169,13 +169,6 @@ def draw_edge(view: PromptView, sfx: str) -> None:
         f"Row {query} ({tokens[query]}) of each map holds the edge: the head's attention to {tokens[key]} ({key}) "
         f"and its share of what the attention node at {tokens[query]} receives."
     )
-
-
-def view_text() -> str:
-    """The prompt (the page's text option)."""
-    from app_pages.predictions.prompt_state import TEXT
-
-    return str(st.session_state[TEXT.key])
 
 
 def node_table(node: dict[str, Any]) -> pd.DataFrame:
