@@ -16,7 +16,7 @@ from attnlib.core.decoding import check_decoder
 from attnlib.core.families import UnsupportedModelError, unsupported_reason
 from attnlib.core.model import load_model
 from attnlib.stats.gradient import unavailable_reason
-from attnlib.stats.lens import lens_reason
+from attnlib.stats.lens import head_reason
 from support.cli import run_cli
 from support.json_keys import COMMAND_KEYS, KEYS
 from support.models import (
@@ -41,7 +41,7 @@ PART_KEYS = {"source", "target", "target_from", "key_tokens"}  # an encoder-deco
 REFUSED = {
     "gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS, *FOUND_LAYOUT_KINDS),
     "retrieval": (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS, "llama-classifier"),
-    "lens": (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS, "llama-classifier"),
+    "lens": ("llama-classifier",),
 }
 ENCODER_DECODERS = (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS)
 
@@ -54,7 +54,7 @@ def _reason(folder: str, command: str) -> str | None:
             check_decoder(lm, forced=False)
         return str(refused.value)
     if command == "lens":
-        return lens_reason(lm)
+        return head_reason(lm)
     return unavailable_reason(lm) if command == "gradient" else unsupported_reason(lm.encoder.config, "hta")
 
 
@@ -63,6 +63,12 @@ def _expected_keys(kind: str, command: str) -> set[str]:
     keys = set(KEYS.get(command) or COMMAND_KEYS[command])
     if kind in FOUND_LAYOUT_KINDS and command in ANALYSES:  # the layout found in the model and checked, in words
         keys.add("layout_found")
+    if kind in ENCODER_DECODERS and command == "lens":  # the decoder's lens: its source and target, cross heads
+        return (
+            keys
+            | {"kind", "part", "source", "target", "target_from"}
+            | ({"cross_readouts"} if kind in ("t5", "mt5", "mbart") else set())
+        )
     if kind in ENCODER_DECODERS:
         added = {"stacks"} if command == "report" else {"kind", "part"}
         return keys | added | (PART_KEYS if command == "attention" else set())
@@ -117,7 +123,7 @@ def test_every_command_runs_and_says_the_kind_or_refuses_in_one_line(kind_dir, c
     if encoder_decoder and command == "report":
         assert printed["stacks"] == {str(folder): {"kind": "encoder-decoder", "part": "encoder"}}
     elif encoder_decoder:
-        assert (printed["kind"], printed["part"]) == ("encoder-decoder", "encoder")
+        assert (printed["kind"], printed["part"]) == ("encoder-decoder", "decoder" if command == "lens" else "encoder")
     elif command in SAYS_DECODER:
         assert printed["kind"] == "decoder"
     if "layout_found" in printed:
