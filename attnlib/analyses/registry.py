@@ -226,13 +226,13 @@ def lens(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, **keywords: Any
     return analyse("lens", model, text=text, **keywords)
 
 
-RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient, roles, retrieval, lens)}  # fmt: skip
-
-
 def routes(model: str | LoadedModel = DEFAULT_MODEL, *, text: str | None = None, corpus: Inputs | None = None,
            **keywords: Any) -> AnalysisRun[Any]:  # fmt: skip
     """Information-flow routes (`attnlib routes`, METHODS §21): a text's contribution graph and the route to the
     prediction at `position` (threshold=, mode=), a RouteGraph; a corpus gives each head's route frequency, a
     RouteFrequency (engine="ray" too)."""
     return analyse("routes", model, text=text, corpus=corpus, **keywords)
+
+
+RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
+                                   importance, qk, gradient, roles, retrieval, lens, routes)}  # fmt: skip

@@ -28,6 +28,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "retrieval": {"corpus": CLASSROOM_SINGLE, "limit": 2, "needle": "The cat sat.", "question": "Who sat?",
                   "lengths": "12", "depths": "0,1"},
     "lens": {"text": "The cat sat on the mat.", "top": 3},
+    "routes": {"text": "The cat sat.", "position": 2, "mode": "cut"},
 }  # fmt: skip
 KINDS = {
     "retrieval": "gpt2",
