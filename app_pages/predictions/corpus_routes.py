@@ -4,7 +4,6 @@ table and downloads, one model or two side by side."""
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from app_pages.predictions.prompt_state import KEY, MODE, MODES, THRESHOLD
@@ -42,11 +41,6 @@ def frequency_file(record: ResultFile) -> RouteFrequency:
     return found
 
 
-def head_table(view: Shown) -> pd.DataFrame:
-    """One row per head (layer and head from 1) with its route frequency, as the result tables it."""
-    return view.result.tables(view.model)["Route frequency per head"]
-
-
 PAGE: CorpusPage[RoutesOptions, Shown] = CorpusPage(
     CORPUS_KEY,
     "routes",
@@ -77,4 +71,6 @@ def frequency_tab(lm: LoadedModel) -> None:
         chart(figure, f"route_frequency{sfx}", f"{KEY}_frequency{sfx}")
 
     side_by_side(views, draw)
-    every_head_tab(views, head_table, "routes", "route_frequency", CORPUS_KEY, formats={"route_frequency": "%.4f"})
+    every_head_tab(
+        views, "Route frequency per head", "route_frequency", CORPUS_KEY, formats={"route_frequency": "%.4f"}
+    )
