@@ -21,6 +21,7 @@ from app_pages.predictions.prompt_state import (
     final_node,
     head_contribution_map,
     node_name,
+    nodes_by_id,
     picked,
     route_nodes,
 )
@@ -101,8 +102,8 @@ def draw_prediction(view: PromptView, sfx: str) -> None:
 
 
 def draw_graph(view: PromptView, sfx: str, threshold: float, mode: str) -> None:
-    """The route graph (layers up, positions across, edge width the weight, the route in colour); its edges and nodes
-    open below (the figure's points carry no ids to click)."""
+    """The route graph (layers up, positions across, edge width the weight, the route in colour); a click on a node or
+    an attention edge's middle opens it below (as its select box does)."""
     from attnlib.analyses.routes import RouteGraph
     from attnlib.views.routes import route_graph
 
@@ -110,13 +111,24 @@ def draw_graph(view: PromptView, sfx: str, threshold: float, mode: str) -> None:
     assert routes is not None
     figure = route_graph(RouteGraph.from_json(routes))
     figure.update_layout(width=None)  # the column's width: the graph of a long prompt scrolls with plotly's zoom
-    chart(figure, f"routes{sfx}", f"pred_graph{sfx}")
+    key = f"pred_graph{sfx}"
+
+    def opened() -> None:  # a click on a node opens its lens below, on an attention edge's middle its heads
+        point = clicked_point(key)
+        index = None if point is None else point.get("index")
+        if isinstance(index, str) and index.startswith("edge "):
+            set_value(picked("edge", sfx), edge_name(routes, int(index.removeprefix("edge "))))
+        elif index in nodes_by_id(routes):
+            set_value(picked("node", sfx), node_name(nodes_by_id(routes)[index]))
+
+    chart(figure, f"routes{sfx}", key, on_click=opened)
     route = attention_edges(routes, view.position)
     prediction = routes["prediction"]
     st.caption(
         f"The route to the prediction at position {view.position} ({pretty_token(prediction['token'])}): "
         f"{len(routes['route']['edges'])} edges above the threshold {threshold:g} ({mode}), {len(route)} of them "
-        "through attention. Hover a node for the heads of the route's edges into it."
+        "through attention. Hover a node for the heads of the route's edges into it; click a node or the dot in the "
+        "middle of an attention edge to open it below."
     )
 
 

@@ -48,12 +48,29 @@ def _edge_traces(edges: Sequence[dict], at: dict[str, tuple[float, float]], colo
 @notebook_figure
 def route_graph(graph: RouteGraph, title: str = "") -> go.Figure:
     """The graph: nodes at (position, layer), every edge above tau in grey, the route's edges in colour with width by
-    weight; hovering an attention edge's target node shows the route's heads into it."""
+    weight; hovering an attention edge's target node shows the route's heads into it. Each node's point carries its id
+    and each attention edge's middle point "edge i" (its index in `edges`) as customdata, for a page's clicks."""
     at = {node["id"]: node_xy(node) for node in graph.nodes}
     on_route = [graph.edges[i] for i in graph.route["edges"]]
     fig = go.Figure(_edge_traces(graph.edges, at, GRAPH_COLOUR, 2.0) + _edge_traces(on_route, at, ROUTE_COLOUR, 6.0))
     reached = {edge["source"] for edge in on_route} | {edge["target"] for edge in on_route}
     route_hover = _heads_into(graph, on_route)
+    attention = [i for i, edge in enumerate(graph.edges) if edge["kind"] == "attention"]
+    if attention:  # a point at each attention edge's middle: hovered or clicked, it names the edge ("edge i")
+        middles = [tuple((a + b) / 2 for a, b in zip(at[graph.edges[i]["source"]], at[graph.edges[i]["target"]]))
+                   for i in attention]  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=[x for x, _ in middles],
+                y=[y for _, y in middles],
+                mode="markers",
+                name="attention edge",
+                marker=dict(size=6, color=GRAPH_COLOUR, opacity=0.4),
+                customdata=[f"edge {i}" for i in attention],
+                text=[_edge_text(graph.edges[i]) for i in attention],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
     for kind, symbol in (("E", "square"), ("A", "circle"), ("F", "diamond"), ("R", "circle-open")):
         nodes = [node for node in graph.nodes if node["kind"] == kind]
         fig.add_trace(
@@ -67,6 +84,7 @@ def route_graph(graph: RouteGraph, title: str = "") -> go.Figure:
                     size=7,
                     color=[ROUTE_COLOUR if node["id"] in reached else "#7f7f7f" for node in nodes],
                 ),
+                customdata=[node["id"] for node in nodes],  # a click names the node
                 text=[_node_text(graph, node, route_hover.get(node["id"], "")) for node in nodes],
                 hovertemplate="%{text}<extra></extra>",
             )
@@ -107,6 +125,10 @@ def _heads_into(graph: RouteGraph, on_route: Sequence[dict]) -> dict[str, str]:
         )
         text.setdefault(edge["target"], []).append(f"from {edge['source']} {edge['weight']:.2f} ({heads})")
     return {node: "<br>".join(lines) for node, lines in text.items()}
+
+
+def _edge_text(edge: dict) -> str:
+    return f"{edge['source']} → {edge['target']}: {edge['weight']:.2f}"
 
 
 def _node_text(graph: RouteGraph, node: dict, heads: str) -> str:

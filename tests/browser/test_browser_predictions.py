@@ -9,6 +9,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
+from app_pages.predictions.prompt_state import edge_name, node_name, route_nodes
 from attnlib.analyses.registry import analyse
 from attnlib.core.model import TRAINED_MODEL
 from support.browser import FIGURES_DRAWN, IDLE, TRACES, browser_page, traces_of, wait_idle
@@ -19,6 +20,15 @@ CELL = """([layer, head]) => {
   const p = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.layout.title.text.startsWith('Direct logit'));
   const box = p.querySelector('.nsewdrag').getBoundingClientRect();
   return {x: box.left + p._fullLayout.xaxis.d2p(head), y: box.top + p._fullLayout.yaxis.d2p(layer)}; }"""
+
+
+GRAPH_POINT = """([trace, wanted]) => {
+  const p = [...document.querySelectorAll('.js-plotly-plot')].find(p => p.layout.title.text.startsWith('Route to'));
+  const t = p.data.find(d => d.name === trace);
+  const k = t.customdata.findIndex(c => wanted.includes(c));
+  const box = p.querySelector('.nsewdrag').getBoundingClientRect();
+  return {x: box.left + p._fullLayout.xaxis.d2p(t.x[k]), y: box.top + p._fullLayout.yaxis.d2p(t.y[k]),
+          id: t.customdata[k]}; }"""
 
 
 ATTRIBUTION_DRAWN = """() => [...document.querySelectorAll('.js-plotly-plot[data-drawn]')]
@@ -54,6 +64,23 @@ def test_the_trained_decoders_prediction_route_edge_node_and_attribution(streaml
         assert page.locator("[data-testid='stException']").count() == 0
         figures = page.evaluate(TRACES)
         heads = next(t["z"] for t in traces_of(figures, "Direct logit attribution") if t["type"] == "heatmap")
+
+        routes = analyse("routes", TRAINED_MODEL, text=PROMPT).result.to_json()
+        on_route = [i for i in routes["route"]["edges"] if routes["edges"][i]["kind"] == "attention"]
+        page.get_by_text("Route to").first.scroll_into_view_if_needed()
+        edge = page.evaluate(GRAPH_POINT, ["attention edge", [f"edge {i}" for i in on_route[-1:]]])
+        page.mouse.click(edge["x"], edge["y"])  # the dot in the middle of one of the route's attention edges
+        clicked = edge_name(routes, int(edge["id"].removeprefix("edge ")))
+        page.wait_for_function(f"() => decodeURIComponent(location.search).includes('edge={clicked}')", timeout=LONG)
+        _drawn(page)
+        node = route_nodes(routes)[-1]
+        point = page.evaluate(GRAPH_POINT, [node["kind"], [node["id"]]])
+        page.mouse.click(point["x"], point["y"])  # a node of the route
+        page.wait_for_function(
+            f"() => decodeURIComponent(location.search).includes('node={node_name(node)}')", timeout=LONG
+        )
+        _drawn(page)
+        page.screenshot(path=str(screenshot_dir / "predictions-graph-clicked.png"), full_page=True)
 
         _pick(page, "Attention edge", "layer 1:")  # another edge: layer 1's heaviest into the position
         _pick(page, "Head", "1-")
