@@ -10,6 +10,9 @@ Sections (SECTIONS; one function each, so another part adds its own):
   plain: the same arithmetic in torch); the corpus route frequency (every position's route of every input) of 40 EWT
   dev sentences against the same inputs' forward passes, target <= 4x; and the peak resident memory of the route graph
   of one 2,048-token input in a fresh process, target <= 1.5 GB.
+- lens: the whole `lens` analysis of a 128-token input (every node's table, every component's attribution and every
+  head's readout at the last position, the prediction) against the model's own forward pass with its LM head at every
+  position, target <= 2x.
 Interleaved, best of the repeats (the machine is shared)."""
 
 from __future__ import annotations
@@ -160,7 +163,33 @@ def memory_child(n: int, folder: str) -> None:
                           kernel=made.kernel, edges=edges)))  # fmt: skip
 
 
-SECTIONS: dict[str, Callable] = {"routes": routes_section}
+def lens_section(lm, args) -> None:
+    """The lens's target (module docstring)."""
+    import torch
+
+    from attnlib.analyses.lens import LensOptions, compute_lens
+    from attnlib.core.corpus import CorpusInput
+    from attnlib.core.runner import model_inputs
+
+    encoded = encoded_of_length(lm, 128)
+    batch = model_inputs(lm, [encoded])
+    item = CorpusInput(lm.tokenizer.decode(encoded.input_ids))
+
+    def forward_with_head() -> None:
+        with torch.inference_mode():
+            lm.causal_lm(**batch, use_cache=False)
+
+    def lens() -> None:
+        compute_lens(lm, item, LensOptions())
+
+    forward_with_head(), lens()  # warm up
+    best = best_of_interleaved({"forward pass": forward_with_head, "lens": lens}, args.repeats)
+    ratio = best["lens"] / best["forward pass"]
+    print(f"lens at {encoded.n} tokens: forward pass {best['forward pass']:.3f} s, lens (every node's table, every "
+          f"component's attribution, every head's readout) {best['lens']:.3f} s: {ratio:.2f}x (target <= 2x)")  # fmt: skip
+
+
+SECTIONS: dict[str, Callable] = {"routes": routes_section, "lens": lens_section}
 
 
 def main() -> None:
