@@ -87,8 +87,8 @@ def read_pairs(path: str | Path) -> list[PatchPair]:
                 f"a wrong answer; this line has {len(fields)} field{'s' * (len(fields) != 1)}"
                 f"{' and an empty text' if len(fields) >= 2 else ''}."
             )
-        answer, wrong = (fields[2:] + ["", ""])[:2]
-        pairs.append(PatchPair(fields[0], fields[1], number, answer.strip(), wrong.strip()))
+        answer, wrong = (f if f.strip() else "" for f in (fields[2:] + ["", ""])[:2])  # a leading space is the token's
+        pairs.append(PatchPair(fields[0], fields[1], number, answer, wrong))
     if not pairs:
         raise CorpusError(f"{path}: no pair in the file.")
     return pairs
