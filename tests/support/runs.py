@@ -31,7 +31,8 @@ INPUTS: dict[str, dict[str, Any]] = {
               "grid": "residual", "attribution": True},
     "compose": {},
 }  # fmt: skip
-KINDS = {"retrieval": "gpt2", "patch": "gpt2", "compose": "gpt2"}  # the tiny model each analysis runs on in the quick tier where not a BERT: a decoder
+# the tiny model each analysis runs on in the quick tier where not a BERT: a decoder
+KINDS = {"retrieval": "gpt2", "patch": "gpt2", "compose": "gpt2"}
 
 COMMAND_INPUTS: dict[str, dict[str, Any]] = {
     "index": {"corpus": CLASSROOM_SINGLE, "limit": 2, "layer": 1},
