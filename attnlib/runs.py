@@ -17,12 +17,14 @@ from attnlib.analyses import base, registry
 from attnlib.analyses.aggregation import AggregationResult
 from attnlib.analyses.attention import AttentionMaps
 from attnlib.analyses.base import Inputs, R
+from attnlib.analyses.compose import CompositionResult
 from attnlib.analyses.deps import DepsResult
 from attnlib.analyses.gradient import GradientImportance
 from attnlib.analyses.hta import TokenAttribution
 from attnlib.analyses.importance import HeadImportance, InputAblation
 from attnlib.analyses.lens import LensResult
 from attnlib.analyses.norms import InputNorms
+from attnlib.analyses.patch import PatchResult
 from attnlib.analyses.positions import PositionsResult
 from attnlib.analyses.probe import ProbeResult
 from attnlib.analyses.qk import QKResult
@@ -210,5 +212,16 @@ def lens(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, **keywords: Any
     return analyse("lens", model, text=text, **keywords)
 
 
+def patch(model: str | LoadedModel = DEFAULT_MODEL, **keywords: Any) -> AnalysisRun[PatchResult]:
+    """Activation patching (`attnlib patch`, METHODS §22): clean=, corrupted= (and position=, answer=, wrong=,
+    metric=, direction=, grid=, attribution=True), or pairs= a file of pairs (engine="ray" runs it on Ray)."""
+    return analyse("patch", model, **keywords)
+
+
+def compose(model: str | LoadedModel = DEFAULT_MODEL, **keywords: Any) -> AnalysisRun[CompositionResult]:
+    """Q-, K- and V-composition between every earlier and later head (`attnlib compose`, METHODS §22)."""
+    return analyse("compose", model, **keywords)
+
+
 RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient, roles, retrieval, routes, lens)}  # fmt: skip
+                                   importance, qk, gradient, roles, retrieval, routes, lens, patch, compose)}  # fmt: skip

@@ -19,12 +19,14 @@ from attnlib.analyses.base import (
     run_analysis,
     run_of_record,
 )
+from attnlib.analyses.compose import COMPOSE
 from attnlib.analyses.deps import DEPS
 from attnlib.analyses.gradient import GRADIENT
 from attnlib.analyses.hta import HTA
 from attnlib.analyses.importance import ABLATE, IMPORTANCE
 from attnlib.analyses.lens import LENS
 from attnlib.analyses.norms import NORMS
+from attnlib.analyses.patch import PATCH
 from attnlib.analyses.positions import POSITIONS
 from attnlib.analyses.probe import PROBE
 from attnlib.analyses.qk import QK
@@ -56,6 +58,8 @@ ANALYSES: dict[str, Analysis] = {
         RETRIEVAL,
         ROUTES,
         LENS,
+        PATCH,
+        COMPOSE,
     )
 }
 
@@ -101,7 +105,8 @@ def analyse(
     takes = analysis.sources + OPTIONAL_SOURCES.get(analysis.reads, ())
     extra = [source for source, value in given.items() if value is not None and source not in takes]
     if extra or (analysis.reads not in ("text", "model") and (text is not None or pair is not None)):
-        reads = " and ".join(f"{s}=" for s in analysis.sources) or "text= (and pair=)"
+        given_as = "what its options name" if analysis.reads == "options" else "text= (and pair=)"
+        reads = " and ".join(f"{s}=" for s in analysis.sources) or given_as
         raise CorpusError(f"{name} reads {reads}, not {', '.join(extra) or 'text='}.")
     run = run_analysis(
         analysis,

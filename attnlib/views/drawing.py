@@ -23,6 +23,7 @@ DRAWING_MODULES: tuple[str, ...] = (
     "attnlib.views.importance",
     "attnlib.views.lens",
     "attnlib.views.norms",
+    "attnlib.views.patching",
     "attnlib.views.positions",
     "attnlib.views.probe",
     "attnlib.views.qk",

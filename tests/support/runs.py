@@ -29,10 +29,15 @@ INPUTS: dict[str, dict[str, Any]] = {
                   "lengths": "12", "depths": "0,1"},
     "routes": {"text": "The cat sat.", "position": 2, "mode": "cut"},
     "lens": {"text": "The cat sat on the mat.", "top": 3},
+    "patch": {"clean": "the cat sat on the mat", "corrupted": "the mat sat on the cat", "metric": "logprob",
+              "grid": "residual", "attribution": True},
+    "compose": {},
 }  # fmt: skip
 KINDS = {
     "retrieval": "gpt2",
     "lens": "gpt2",
+    "patch": "gpt2",
+    "compose": "gpt2",
 }  # the tiny model each analysis runs on in the quick tier where not a BERT: a decoder
 
 COMMAND_INPUTS: dict[str, dict[str, Any]] = {
