@@ -25,6 +25,7 @@ EWT_DEV = UD_DIR / "UD_English-EWT" / "en_ewt-ud-dev.conllu"
 EWT_TEST = UD_DIR / "UD_English-EWT" / "en_ewt-ud-test.conllu"
 PUD_TEST = UD_DIR / "UD_English-PUD" / "en_pud-ud-test.conllu"
 PRECOMPUTED = DATA / "precomputed"
+INDUCTION_PAIRS = DATA / "pairs" / "induction_pairs.tsv"  # clean/corrupted pairs for tiny-llama-induction (§22)
 MODELS = (
     DATA / "models"
 )  # models trained in the repository: MODELS/<name>/step<N>/, each a folder from_pretrained loads

@@ -13,14 +13,13 @@ import attnlib
 from attnlib.analyses.patch import PatchResult, read_pairs
 from attnlib.core.corpus import CorpusError
 from attnlib.core.model import TRAINED_MODEL, load_model
-from attnlib.results.shipped import ROOT
+from attnlib.results.shipped import INDUCTION_PAIRS
 from support.cli import run_cli
 from support.models import save_tiny
 from support.tolerances import FORWARD_RTOL
 
 CLEAN, CORRUPTED = "the cat sat on the mat", "the mat sat on the cat"
 MASKED_CLEAN, MASKED_CORRUPTED = "the cat sat on the [MASK]", "the mat sat on the [MASK]"
-INDUCTION_PAIRS = ROOT / "data" / "pairs" / "induction_pairs.tsv"
 # log-probabilities of about -10 from float32 forward passes agree to FORWARD_RTOL of that; scores are compared as
 # metric differences (score * (m_c - m_r)), since a tiny random model's m_c - m_r can be 1e-5
 METRIC_ATOL = FORWARD_RTOL * 10
