@@ -37,14 +37,16 @@ if TYPE_CHECKING:
     import pandas as pd
 
 Reads = Literal[
-    "text", "corpus", "conllu", "treebanks", "model"
-]  # "model": the model alone (a text or corpus optional)
+    "text", "corpus", "conllu", "treebanks", "model", "options"
+]  # "model": the model alone (a text or corpus optional); "options": what it reads is given by its options (patch's
+# clean and corrupted texts or pair file), or nothing beyond the model (compose)
 SOURCES: dict[str, tuple[str, ...]] = {  # the inputs of each kind, as the command line's flags name them
     "text": (),
     "corpus": ("corpus",),
     "conllu": ("conllu",),
     "treebanks": ("train", "test"),
     "model": (),
+    "options": (),
 }
 OPTIONAL_SOURCES: dict[str, tuple[str, ...]] = {"model": ("corpus",)}  # inputs an analysis may be given besides
 NO_INPUT = {"name": "no input", "path": None, "n_inputs": 0, "sha1": None}  # a run of the model alone
@@ -485,7 +487,7 @@ def run_analysis(
     A loaded model is used as it is (the local engine); a name is loaded here, or by each Ray worker with
     engine="ray". `note` is told, before a long one-input run, what it will cost. A part a model's family cannot give
     (families.unsupported_reason) is left out, or with `strict` (the command line) refused: UnsupportedModelError."""
-    if analysis.reads == "model":
+    if analysis.reads in ("model", "options"):
         scale = Scale(engine, workers, cpus_per_worker, device)
         return _run_on_model(analysis, model, options, text, pair, inputs, limit, scale, note)
     if analysis.reads == "text":

@@ -18,11 +18,13 @@ from attnlib.analyses.base import (
     run_analysis,
     run_of_record,
 )
+from attnlib.analyses.compose import COMPOSE, CompositionResult
 from attnlib.analyses.deps import DEPS, DepsResult
 from attnlib.analyses.gradient import GRADIENT, GradientImportance
 from attnlib.analyses.hta import HTA, TokenAttribution
 from attnlib.analyses.importance import ABLATE, IMPORTANCE, HeadImportance, InputAblation
 from attnlib.analyses.norms import NORMS, InputNorms
+from attnlib.analyses.patch import PATCH, PatchResult
 from attnlib.analyses.positions import POSITIONS, PositionsResult
 from attnlib.analyses.probe import PROBE, ProbeResult
 from attnlib.analyses.qk import QK, QKResult
@@ -51,6 +53,8 @@ ANALYSES: dict[str, Analysis] = {
         GRADIENT,
         ROLES,
         RETRIEVAL,
+        PATCH,
+        COMPOSE,
     )
 }
 
@@ -216,5 +220,16 @@ def retrieval(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs | None
     return analyse("retrieval", model, corpus=corpus, **keywords)
 
 
+def patch(model: str | LoadedModel = DEFAULT_MODEL, **keywords: Any) -> AnalysisRun[PatchResult]:
+    """Activation patching (`attnlib patch`, METHODS §22): clean=, corrupted= (and position=, answer=, wrong=,
+    metric=, direction=, grid=, attribution=True), or pairs= a file of pairs (engine="ray" runs it on Ray)."""
+    return analyse("patch", model, **keywords)
+
+
+def compose(model: str | LoadedModel = DEFAULT_MODEL, **keywords: Any) -> AnalysisRun[CompositionResult]:
+    """Q-, K- and V-composition between every earlier and later head (`attnlib compose`, METHODS §22)."""
+    return analyse("compose", model, **keywords)
+
+
 RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient, roles, retrieval)}  # fmt: skip
+                                   importance, qk, gradient, roles, retrieval, patch, compose)}  # fmt: skip

@@ -63,10 +63,11 @@ def handle_analysis(analysis: Analysis, args: argparse.Namespace) -> dict:
     model = model_of(args)
     if analysis.reads == "text":
         run = run_analysis(analysis, model, options, text=args.text, pair=args.pair, device=args.device, note=note)
-    elif analysis.reads == "model":
+    elif analysis.reads in ("model", "options"):
         scale = {name: getattr(args, name) for name in ("engine", "workers", "cpus_per_worker")}
-        run = run_analysis(analysis, model, options, text=args.text, pair=args.pair, inputs={"corpus": args.corpus},
-                           limit=args.limit, device=args.device, note=note, **scale)  # fmt: skip
+        given = {} if analysis.reads == "options" else dict(text=args.text, pair=args.pair, limit=args.limit,
+                                                            inputs={"corpus": args.corpus})  # fmt: skip
+        run = run_analysis(analysis, model, options, device=args.device, note=note, **given, **scale)
     else:
         with reporting_long_attribution(LongAttributionReport(note, StderrProgress("attribution"))):
             run = run_analysis(

@@ -92,6 +92,8 @@ def add_input_flags(parser: argparse.ArgumentParser, analysis: Analysis) -> None
     if analysis.reads == "text":
         add_text_options(parser)
         return
+    if analysis.reads == "options":  # its inputs are among its options (patch --clean, --corrupted, --pairs)
+        return
     if analysis.reads == "model":  # the model alone; a text or a corpus adds what the analysis computes on inputs
         group = parser.add_mutually_exclusive_group()
         group.add_argument("--text", default=None, help="a sentence to analyse as well (optional)")

@@ -79,13 +79,19 @@ def _projected_identity(projection: torch.nn.Module, hidden: int) -> torch.Tenso
     return projection(x) - projection(torch.zeros_like(x[:, :1]))
 
 
-def _value_projection(lay: Layout, site: LayerSite, hidden: int) -> torch.Tensor:
-    """W_V^h of every query head [heads, d, d_h]: the projection(s) applied to the identity without their bias, split
-    by the family's own split (a grouped-query head reads its key-value group's)."""
+def _head_projections(lay: Layout, site: LayerSite, hidden: int) -> tuple[torch.Tensor, ...]:
+    """W_Q^h, W_K^h, W_V^h of every query head, each [heads, d, d_h]: the projection(s) applied to the identity without
+    their bias, split by the family's own split (a grouped-query head reads its key-value group's); no rotary, no
+    query/key norms."""
     with torch.no_grad():
         outputs = [_projected_identity(p, hidden) for p in site.projections]
-        _, _, v = lay.family.split(site.heads, outputs, lay.head_dim)  # [1, heads, d, d_h]
-    return v[0].double()
+        qkv = lay.family.split(site.heads, outputs, lay.head_dim)  # each [1, heads, d, d_h]
+    return tuple(x[0].double() for x in qkv)
+
+
+def _value_projection(lay: Layout, site: LayerSite, hidden: int) -> torch.Tensor:
+    """W_V^h of every query head [heads, d, d_h] (its key-value group's)."""
+    return _head_projections(lay, site, hidden)[2]
 
 
 def _embedding(lm: LoadedModel) -> torch.Tensor:
@@ -141,3 +147,52 @@ def ov_weights(lm: LoadedModel) -> OVWeights:
         values.append(v)
         outputs.append(o)
     return OVWeights(circuit, torch.stack(values).cpu().numpy(), torch.stack(outputs).cpu().numpy())
+
+
+@dataclass(frozen=True)
+class HeadWeights:
+    """Every head's W_Q^h, W_K^h, W_V^h [layers, heads, d, d_h] and W_O^h [layers, heads, d_h, d] (float64), processed
+    as TransformerLens's from_pretrained does by default (METHODS §22)."""
+
+    queries: np.ndarray
+    keys: np.ndarray
+    values: np.ndarray
+    outputs: np.ndarray
+
+
+def head_weights_reason(lm: LoadedModel) -> str | None:
+    """Why the heads' processed weights (composition, METHODS §22) are not defined for this model; None when they are."""
+    try:
+        lay = layout(lm.encoder, "ablation")
+    except UnsupportedModelError as exc:
+        return f"Composition scores (METHODS §22) need the model's query, key, value and output projections: {exc}"
+    if lay.family.post_layer_norm:
+        return (
+            "Composition scores (METHODS §22) fold the weight of the norm before each attention into its projections, "
+            f"as TransformerLens does for pre-norm models; {lm.facts.name} normalises after attention (post-LN), so "
+            "there is no such norm to fold."
+        )
+    return None
+
+
+def head_weights(lm: LoadedModel) -> HeadWeights:
+    """Every head's weights of the main stack (an encoder-decoder's encoder) with the weight of the norm before
+    attention folded into the rows of W_Q, W_K, W_V (Gemma: 1 + weight) and, for LayerNorm models, W_Q, W_K, W_V's
+    columns and W_O's rows centred over d; biases left out. UnsupportedModelError where not defined."""
+    reason = head_weights_reason(lm)
+    if reason is not None:
+        raise UnsupportedModelError(reason)
+    lay = layout(lm.encoder, "ablation")
+    hidden = lm.facts.hidden_size
+    found: list[list[torch.Tensor]] = [[], [], [], []]
+    for site in lay.sites:
+        gamma = _gamma(site.norm, hidden).double()[None, :, None]
+        q, k, v = (x * gamma for x in _head_projections(lay, site, hidden))
+        o = linear_weight(site.output).detach().double().T.reshape(lay.n_heads, lay.head_dim, -1)  # [heads, d_h, d]
+        if _is_layer_norm(site.norm):
+            q, k, v = (x - x.mean(1, keepdim=True) for x in (q, k, v))
+            o = o - o.mean(-1, keepdim=True)
+        for kept, x in zip(found, (q, k, v, o)):
+            kept.append(x)
+    q, k, v, o = (torch.stack(x).cpu().numpy() for x in found)
+    return HeadWeights(q, k, v, o)

@@ -27,6 +27,7 @@ MINIMAL_ARGS = {  # what each kind of analysis reads, as flags
     "conllu": ["--conllu", "x.conllu"],
     "treebanks": ["--train", "a.conllu", "--test", "b.conllu"],
     "model": [],  # the model alone
+    "options": [],  # its inputs among its options (patch's texts or pair file), or none (compose)
 }
 
 
@@ -99,6 +100,10 @@ def test_each_analysis_has_one_command_whose_flags_are_its_options(name):
     if analysis.reads == "model":  # a text or a corpus only adds to what it computes; one process (no engines)
         for flag in ("--text", "--corpus", "--limit"):
             assert flag in command._option_string_actions
+    elif analysis.reads == "options":  # no input flags; a pair file fans out on Ray
+        for flag in ("--engine", "--workers", "--cpus-per-worker"):
+            assert flag in command._option_string_actions
+        assert "--text" not in command._option_string_actions and "--corpus" not in command._option_string_actions
     elif analysis.reads != "text":
         for flag in ("--limit", "--batch-size", "--engine", "--workers", "--cpus-per-worker"):
             assert flag in command._option_string_actions
@@ -165,6 +170,8 @@ def test_each_result_survives_its_json_and_a_result_file(name, tiny_model, tmp_p
     assert json.loads(json.dumps(analysis.to_json(back, tiny_model.facts.name), allow_nan=False)) == printed
     if text:
         assert record.corpus["text_a"] == text["text"] and record.corpus["n_inputs"] == 1
+    elif analysis.reads == "options":  # what it read is in its options
+        assert record.corpus["n_inputs"] == 0
     else:
         assert record.corpus["n_inputs"] == limit
         assert ("train" in record.corpus) == (analysis.reads == "treebanks")

@@ -28,12 +28,20 @@ KEYS = {
            "has_upos", "fidelity", "grid"},  # grid: --all-heads
     "gradient": {"model", "n_inputs", "layers", "heads"},
     "retrieval": {"model", "scores", "threshold", "retrieval_heads", "tests"},
+    "patch": {"model", "clean", "corrupted", "position", "answer", "wrong", "metric", "direction", "clean_metric",
+              "corrupted_metric", "heads", "residual", "attribution", "attribution_r"},  # residual: --grid residual
+    # (heads_positions: --grid heads-positions), attribution(_r): --attribution; with --pairs: pairs, metric, direction,
+    # heads, heads_se; an encoder-decoder adds decoder_heads and cross_heads (and their grids, errors, attribution)
+    "compose": {"model", "q", "k", "v"},
     "roles": {"model", "probe", "scores", "in_context_gain", "causal", "detect", "roles", "thresholds", "checkpoints",
               "notes"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},
     ("gradient", "heads"): {"sep", "all"},
+    ("patch", "clean"): {"tokens", "ids"},
+    ("patch", "corrupted"): {"tokens", "ids"},
+    ("patch", "answer"): {"id", "token"},  # wrong likewise (null with --metric logprob)
     ("roles", "probe"): {"tokens", "repeat_length", "repeats", "bos"},
     ("roles", "scores"): {"previous", "duplicate", "induction", "copying", "first_share"},
     ("roles", "detect"): {"mul", "abs"},
