@@ -43,6 +43,12 @@ PAGES = [
         url_path="head-roles",
     ),
     st.Page(
+        "app_pages/predictions/page.py",
+        title="Predictions",
+        icon=":material/route:",
+        url_path="predictions",
+    ),
+    st.Page(
         "app_pages/qk/page.py",
         title="Queries and keys",
         icon=":material/scatter_plot:",

@@ -35,6 +35,7 @@ from attnlib.analyses.registry import (
     gradient,
     hta,
     importance,
+    lens,
     load,
     norms,
     patch,
@@ -43,6 +44,7 @@ from attnlib.analyses.registry import (
     qk,
     retrieval,
     roles,
+    routes,
     special,
 )
 from attnlib.core.corpus import CorpusError, CorpusInput, Sentence, read_conllu, read_corpus, read_text_corpus
@@ -83,6 +85,7 @@ __all__ = [
     "gradient",
     "hta",
     "importance",
+    "lens",
     "load",
     "load_model",
     "norms",
@@ -96,6 +99,7 @@ __all__ = [
     "read_text_corpus",
     "retrieval",
     "roles",
+    "routes",
     "run",
     "run_batches",
     "search_corpus",

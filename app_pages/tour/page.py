@@ -18,12 +18,14 @@ from attnlib.analyses.gradient import GradientImportance, unavailable_reason
 from attnlib.analyses.importance import CHANGES, AblationUnavailable, HeadImportance, no_op_sentence
 from attnlib.analyses.positions import CORRELATIONS, PositionsResult
 from attnlib.analyses.registry import analysis_named
-from attnlib.analyses.roles import LINK_REPEAT, RolesOptions, checkpoint_table, head_patterns
+from attnlib.analyses.roles import LINK_REPEAT, RolesOptions, checkpoint_table, head_patterns, probe_words
+from attnlib.analyses.routes import RouteGraph, RoutesOptions
 from attnlib.analyses.special import SpecialTokenResult, SpecialTokens, largest_weight_norm_gap
 from attnlib.core.corpus import Sentence
 from attnlib.core.model import TRAINED_MODEL, checkpoints_of
 from attnlib.present.tour import (
     IMPORTANCE_SLICE,
+    INDUCTION_PROMPTS,
     NO_OP_NAMES,
     POSITIONS_SLICE,
     SHARE_NAMES,
@@ -32,15 +34,19 @@ from attnlib.present.tour import (
     STEPS,
     TOUR_CORPORA,
     TOUR_OPTIONS,
+    InductionRoute,
     Step,
     entropy_notice,
     head_name,
     heads_notice,
     induction_notice,
+    induction_prompt,
+    induction_route,
     no_op_notice,
     norms_notice,
     page_link,
     positions_notice,
+    route_notice,
     special_notice,
     step_number,
     syntax_notice,
@@ -67,6 +73,7 @@ KEY = "tour"
 NORM_CLASSES = ("cls", "sep", "punct", "other")
 PROJECTOR_FONT = 18
 PROJECTOR_HEIGHT = 540
+ROUTE_OPTIONS = RoutesOptions()  # step 9: METHODS §21's default threshold and mode, the command's
 EXAMPLE_MAX_WORDS = 16  # step 5's example sentence must read on a projector
 TITLES = {"special": "Special tokens", "deps": "Dependency heads", "positions": "Attribution (estimate mode)",
           "importance": "Head importance", "gradient": "Gradient importance"}  # fmt: skip
@@ -348,6 +355,41 @@ def render_induction(model_name: str, shown: str) -> None:
     _notice(sentence, source, page_link(STEPS[7].page, model=TRAINED_MODEL, tab=STEPS[7].tab))
 
 
+@st.cache_data(max_entries=2, show_spinner=False)
+def induction_routes(model_name: str, words: int, again: int) -> tuple[str, dict, InductionRoute]:
+    """The route step's prompt (`words` one-token words of the probe, then their first `again`), its routes (the
+    prediction at the last token; METHODS §21's default threshold and mode) and where they read from."""
+    from app_pages.predictions.prompt_state import cached_routes
+
+    lm = model_named(model_name)
+    text = induction_prompt(probe_words(lm.tokenizer, words), again)
+    routes = cached_routes(model_name, text, -1, ROUTE_OPTIONS.threshold, ROUTE_OPTIONS.mode)
+    tokens = routes["tokens"]
+    earlier = tokens[:-1].index(tokens[-1])  # the last word's earlier occurrence (each word is one token)
+    return text, routes, induction_route(routes, earlier + 1)
+
+
+def render_routes(model_name: str, shown: str) -> None:
+    """Step 9: the decoder trained in the repository, whatever model is loaded: the route of an induction prompt's
+    prediction, and where it reads from."""
+    from attnlib.views.routes import route_graph
+
+    (words, again), (other_words, other_again) = INDUCTION_PROMPTS
+    text, routes, found = induction_routes(TRAINED_MODEL, words, again)
+    _, _, second = induction_routes(TRAINED_MODEL, other_words, other_again)
+    st.markdown(f"The prompt: *{text}*")
+    figure = route_graph(RouteGraph.from_json(routes), title=f"{TRAINED_MODEL}: the route to the next token")
+    figure.update_layout(width=None)
+    _show(figure, "route")
+    sentence = route_notice(found, TRAINED_MODEL, words, again, ROUTE_OPTIONS.threshold,
+                            (other_words, other_again, second))  # fmt: skip
+    source = (
+        f"computed here on the prompt above with {TRAINED_MODEL} (threshold {ROUTE_OPTIONS.threshold:g}, "
+        f"{ROUTE_OPTIONS.mode})"
+    )
+    _notice(sentence, source, page_link(STEPS[8].page, model=TRAINED_MODEL, text=text))
+
+
 def _corpus_link(step: Step, model_name: str, command: str) -> str:
     _, _, page, tab = step.shown(model_named(model_name).facts.causal)
     return page_link(page, model=model_name, corpus=corpus_slug(TOUR_CORPORA[command]), tab=tab)
@@ -362,6 +404,7 @@ RENDER: dict[str, Callable[[str, str], None]] = {
     "positions": render_positions,
     "knockout": render_knockout,
     "induction": render_induction,
+    "routes": render_routes,
 }
 
 

@@ -174,7 +174,8 @@ class Analysis(Generic[O, R]):
 
     A one-input analysis (reads "text") gives `compute(lm, item, options)`; an analysis of the model alone (reads
     "model") gives `compute_model(lm, inputs, options, scale)`, `inputs` a text or corpus where one is given, else None
-    (`scale`: how independent items such as checkpoints run, here or on Ray). A corpus analysis gives `accumulators(lm,
+    (`scale`: how independent items such as checkpoints run, here or on Ray); one that also gives `compute` runs that
+    on a text instead (routes: one text's graph, or a corpus's frequency). A corpus analysis gives `accumulators(lm,
     options)` (empty mergeable accumulators, so the local and Ray engines both run it), optionally `fill` (its own
     corpus loop, as engines.Fill with the options last), and `finish(*accumulators_per_source, options)`. The result
     type is a `Result` (its JSON is the command's, without the model)."""
@@ -369,9 +370,12 @@ class AnalysisRun(Generic[R]):
         """Its figures (attnlib.views: needs the `views` extra), drawn as the app draws them, each showing itself in a
         notebook."""
         from attnlib.views.display import View
+        from attnlib.views.drawing import figures_of
         from attnlib.views.figure import as_figure
 
-        return [f if isinstance(f, View) else as_figure(f) for f in self.result.figures(self.model)]
+        draw = getattr(self.result, "figures", None)  # a result type not yet registered with views.drawing
+        drawn = draw(self.model) if draw is not None else figures_of(self.result, self.model)
+        return [f if isinstance(f, View) else as_figure(f) for f in drawn]
 
     def _repr_html_(self) -> str | None:
         """In a notebook, a run left as a cell's value draws its figures (its tables where it has none), under a
@@ -586,7 +590,10 @@ def _run_on_model(
         note(said)  # type: ignore[misc]
     assert analysis.compute_model is not None
     start = time.perf_counter()
-    result = analysis.compute_model(lm, items, options, scale)
+    if text is not None and analysis.compute is not None:  # a model analysis with its own computation of one text
+        result = analysis.compute(lm, CorpusInput(text, pair), options)
+    else:
+        result = analysis.compute_model(lm, items, options, scale)
     run = {"engine": scale.engine, "device": device, "seconds": round(time.perf_counter() - start, 3)}
     if scale.engine != "local":
         run["workers"] = scale.workers

@@ -23,6 +23,7 @@ from attnlib.analyses.deps import DEPS, DepsResult
 from attnlib.analyses.gradient import GRADIENT, GradientImportance
 from attnlib.analyses.hta import HTA, TokenAttribution
 from attnlib.analyses.importance import ABLATE, IMPORTANCE, HeadImportance, InputAblation
+from attnlib.analyses.lens import LENS, LensResult
 from attnlib.analyses.norms import NORMS, InputNorms
 from attnlib.analyses.patch import PATCH, PatchResult
 from attnlib.analyses.positions import POSITIONS, PositionsResult
@@ -30,6 +31,7 @@ from attnlib.analyses.probe import PROBE, ProbeResult
 from attnlib.analyses.qk import QK, QKResult
 from attnlib.analyses.retrieval import RETRIEVAL, RetrievalResult
 from attnlib.analyses.roles import ROLES, RolesResult
+from attnlib.analyses.routes import ROUTES
 from attnlib.analyses.special import SPECIAL, SpecialTokens
 from attnlib.core.batches import Progress
 from attnlib.core.corpus import CorpusError
@@ -53,6 +55,8 @@ ANALYSES: dict[str, Analysis] = {
         GRADIENT,
         ROLES,
         RETRIEVAL,
+        LENS,
+        ROUTES,
         PATCH,
         COMPOSE,
     )
@@ -220,6 +224,12 @@ def retrieval(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs | None
     return analyse("retrieval", model, corpus=corpus, **keywords)
 
 
+def lens(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, **keywords: Any) -> AnalysisRun[LensResult]:
+    """The logit lens of every node, the direct logit attribution of every component and each head's readout at one
+    position of one input, e.g. position=-1, token=" Drive" (`attnlib lens`, METHODS §21); needs an LM head."""
+    return analyse("lens", model, text=text, **keywords)
+
+
 def patch(model: str | LoadedModel = DEFAULT_MODEL, **keywords: Any) -> AnalysisRun[PatchResult]:
     """Activation patching (`attnlib patch`, METHODS §22): clean=, corrupted= (and position=, answer=, wrong=,
     metric=, direction=, grid=, attribution=True), or pairs= a file of pairs (engine="ray" runs it on Ray)."""
@@ -231,5 +241,13 @@ def compose(model: str | LoadedModel = DEFAULT_MODEL, **keywords: Any) -> Analys
     return analyse("compose", model, **keywords)
 
 
+def routes(model: str | LoadedModel = DEFAULT_MODEL, *, text: str | None = None, corpus: Inputs | None = None,
+           **keywords: Any) -> AnalysisRun[Any]:  # fmt: skip
+    """Information-flow routes (`attnlib routes`, METHODS §21): a text's contribution graph and the route to the
+    prediction at `position` (threshold=, mode=), a RouteGraph; a corpus gives each head's route frequency, a
+    RouteFrequency (engine="ray" too)."""
+    return analyse("routes", model, text=text, corpus=corpus, **keywords)
+
+
 RUNNERS = {f.__name__: f for f in (attention, hta, norms, ablate, special, deps, positions, aggregation, probe,
-                                   importance, qk, gradient, roles, retrieval, patch, compose)}  # fmt: skip
+                                   importance, qk, gradient, roles, retrieval, lens, routes, patch, compose)}  # fmt: skip

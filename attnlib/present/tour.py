@@ -45,6 +45,7 @@ TOUR_OPTIONS: dict[str, Options] = {
     "importance": ImportanceOptions(knockout=True),
     "gradient": GradientOptions(),
 }
+INDUCTION_PROMPTS = ((20, 10), (16, 8))  # the tour's route step: s random one-token words, then their first k again
 LINK_KEYS = (
     "model",
     "a",
@@ -56,6 +57,7 @@ LINK_KEYS = (
     "corpus",
     "norms",
     "tab",
+    "text",
 )  # URL keys of the full pages (see page_link)
 
 
@@ -181,6 +183,18 @@ STEPS: tuple[Step, ...] = (
         "after its first occurrence.",
         "head-roles",
         "training",
+    ),
+    Step(
+        9,
+        "routes",
+        "Follow a prediction's route",
+        "Which states carry what the model needs for its next token? Each state of the residual stream is a sum of "
+        "parts (the heads' outputs, the feed-forward blocks, the residual), and each part's contribution says how much "
+        "of that sum it makes (Ferrando & Voita 2024). Follow the edges above a threshold back from the prediction and "
+        "you have its route. The decoder trained in this repository reads random tokens followed by their first ones "
+        "again: to predict the next token it should read the token after the earlier occurrence of the last one, "
+        "through its induction heads, and that token should already know its own predecessor.",
+        "predictions",
     ),
 )
 
@@ -507,3 +521,90 @@ def induction_notice(steps: Sequence[int], induction: Sequence[float], gain: Seq
         f" The largest jump comes between step {steps[k]} and step {steps[k + 1]} "
         f"({induction[k]:.2f} to {induction[k + 1]:.2f}): the induction heads form there."
     )
+
+
+# ---------- step 9: a prediction's route ------------------------------------------------------------------------------
+
+
+def induction_prompt(words: Sequence[str], again: int) -> str:
+    """The route step's prompt: the words, then their first `again` words again (so the next is the word after)."""
+    return " ".join([*words, *words[:again]])
+
+
+@dataclass(frozen=True)
+class InductionRoute:
+    """Where the route to the last position's prediction reads from (0-based), from the routes' own edge weights: in
+    the layer where the key `key` (the token after the earlier occurrence of the last token) gives the last position's
+    attention node its largest part, that edge's weight (its share of all the node receives) and each head's share;
+    a layer below, the edge from the key's previous token into the key's own attention node and its largest head."""
+
+    layer: int
+    key: int
+    share: float
+    heads: tuple[tuple[int, float], ...]  # (head, share of the node), largest first
+    previous_share: float | None  # the edge key - 1 -> key a layer below; None where it is not in the graph
+    previous_head: tuple[int, float] | None
+
+
+def _edge(routes: dict, layer: int, key: int, query: int) -> dict | None:
+    """The attention edge R^(layer-1)_key -> A^layer_query of the graph, None where it is not above the threshold."""
+    source, target = ("E" if layer == 0 else f"R{layer - 1}") + f"_{key}", f"A{layer}_{query}"
+    return next((e for e in routes["edges"] if e["kind"] == "attention" and e["source"] == source
+                 and e["target"] == target), None)  # fmt: skip
+
+
+def induction_route(routes: dict, key: int) -> InductionRoute:
+    """From `attnlib routes` JSON (the route to the prediction at the last position): the layer where `key` gives the
+    last position's attention node its largest part, the heads that carry it, and the edge that brings the key its
+    previous token a layer below."""
+    position = int(routes["route"]["position"])
+    layers = sorted({int(n["layer"]) for n in routes["nodes"] if n["kind"] == "A"})
+    weights = {l: float(e["weight"]) for l in layers if (e := _edge(routes, l, key, position)) is not None}
+    if not weights:
+        return InductionRoute(-1, key, 0.0, (), None, None)
+    layer = max(weights, key=weights.__getitem__)
+    edge = _edge(routes, layer, key, position)
+    assert edge is not None
+    heads = tuple(sorted(((h, float(v)) for h, v in enumerate(edge["heads"])), key=lambda x: -x[1]))
+    below = _edge(routes, layer - 1, key - 1, key) if layer > 0 and key > 0 else None
+    if below is None:
+        return InductionRoute(layer, key, weights[layer], heads, None, None)
+    best = int(np.argmax(below["heads"]))
+    return InductionRoute(
+        layer, key, weights[layer], heads, float(below["weight"]), (best, float(below["heads"][best]))
+    )
+
+
+def route_notice(found: InductionRoute, model: str, words: int, again: int, threshold: float,
+                 other: tuple[int, int, InductionRoute] | None = None) -> str:  # fmt: skip
+    """Where the route of the induction prompt reads from, in words (layers and heads from 1): the heads named are
+    those whose own share is above the threshold (on the route, METHODS §21)."""
+    prompt = f"{words} random one-token words then their first {again} again"
+    if found.layer < 0:
+        return f"In {model}, on {prompt}, no layer's edge from the token after the earlier occurrence is above the threshold."
+
+    def carried(route: InductionRoute) -> str:
+        on = [(h, v) for h, v in route.heads if v > threshold] or list(route.heads[:1])
+        names = ", ".join(head_name(route.layer, h) for h, _ in on)
+        return f"head{'s' if len(on) > 1 else ''} {names} ({', '.join(two_places(v) for _, v in on)})"
+
+    sentence = (
+        f"In {model}, on {prompt}, the route to the prediction runs from the token after the earlier occurrence of the "
+        f"last word: in {layer_span([found.layer])}, {two_places(found.share)} of what the last position's attention "
+        f"node receives comes from that token, carried by {carried(found)}."
+    )
+    if found.previous_head is not None and found.previous_share is not None:
+        head, share = found.previous_head
+        sentence += (
+            f" In {layer_span([found.layer - 1])}, that token takes {two_places(found.previous_share)} from the token "
+            f"before it, mostly through head {head_name(found.layer - 1, head)} ({two_places(share)}): the two steps "
+            "of an induction circuit."
+        )
+    if other is not None:
+        w, k, second = other
+        if second.layer >= 0:
+            sentence += (
+                f" On {w} words then their first {k}: {two_places(second.share)} in {layer_span([second.layer])}, "
+                f"through {carried(second)}."
+            )
+    return sentence

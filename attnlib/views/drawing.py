@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., list])
 
-DRAWING_MODULES: tuple[str, ...] = ("attnlib.views.patching",)
+DRAWING_MODULES: tuple[str, ...] = ("attnlib.views.lens", "attnlib.views.routes", "attnlib.views.patching")
 """The view modules that register figures, imported the first time figures are asked for."""
 
 _ONE: dict[type, Callable[[Any, str], list]] = {}

@@ -55,6 +55,7 @@ PAGE_FILES = [
     "app_pages/local_global/page.py",
     "app_pages/importance/page.py",
     "app_pages/roles/page.py",
+    "app_pages/predictions/page.py",
     "app_pages/qk/page.py",
 ]
 

@@ -16,11 +16,14 @@ from attnlib.present.tour import (
     entropy_notice,
     heads_notice,
     induction_notice,
+    induction_prompt,
+    induction_route,
     layer_span,
     no_op_notice,
     page_link,
     pct_range,
     positions_notice,
+    route_notice,
     special_notice,
     step_number,
     syntax_notice,
@@ -63,7 +66,7 @@ def test_page_link_builds_every_url_in_one_place():
     assert page_link("", model="m", a="I went.", b=None, layer=2) == "./?model=m&a=I+went.&layer=2"
     with pytest.raises(ValueError, match="unknown URL keys"):
         page_link("special-tokens", modle="m")
-    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "heads", "view", "corpus", "norms", "tab"}
+    assert set(LINK_KEYS) == {"model", "a", "b", "layer", "head", "heads", "view", "corpus", "norms", "tab", "text"}
     assert page_link("special-tokens", model="m", tab="norms") == "special-tokens?model=m&tab=norms"
     assert [s.tab for s in STEPS] == [
         None,
@@ -74,14 +77,15 @@ def test_page_link_builds_every_url_in_one_place():
         None,
         "noop",
         "training",
+        None,
     ]  # the tab each step opens
     assert {s.tab for s in STEPS if s.tab and s.page == "special-tokens"} <= set(SPECIAL_TOKENS)  # its tabs' URL texts
     assert STEPS[6].page == "head-importance" and STEPS[6].tab in HEAD_IMPORTANCE
 
 
 def test_steps_are_numbered_in_order_with_distinct_keys():
-    assert [s.number for s in STEPS] == [1, 2, 3, 4, 5, 6, 7, 8]
-    assert len({s.key for s in STEPS}) == 8 and all(s.title and s.explanation for s in STEPS)
+    assert [s.number for s in STEPS] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert len({s.key for s in STEPS}) == 9 and all(s.title and s.explanation for s in STEPS)
 
 
 # ---------- step 1 -------------------------------------------------------------------------------------------------
@@ -311,6 +315,75 @@ def test_induction_notice_names_the_jump_and_says_when_there_is_none():
     assert flat.endswith("no induction head formed in these checkpoints.") and "jump" not in flat
 
 
+# ---------- step 9 -------------------------------------------------------------------------------------------------
+
+
+def _routes(attention: dict[tuple[int, int, int], list[float]], n: int = 6, layers: int = 2) -> dict:
+    """A routes JSON of n positions and the given attention edges {(layer, key, query): each head's share}, its
+    prediction at the last position."""
+    nodes = [{"id": f"E_{i}", "kind": "E", "layer": None, "position": i} for i in range(n)]
+    nodes += [{"id": f"{k}{l}_{i}", "kind": k, "layer": l, "position": i} for l in range(layers) for k in "AFR"
+              for i in range(n)]  # fmt: skip
+    edges = [
+        {"source": "E_" + str(j) if l == 0 else f"R{l - 1}_{j}", "target": f"A{l}_{i}", "kind": "attention",
+         "weight": sum(heads), "heads": heads}
+        for (l, j, i), heads in attention.items()
+    ]  # fmt: skip
+    return {"tokens": [f"t{i}" for i in range(n)], "nodes": nodes, "edges": edges,
+            "route": {"position": n - 1, "edges": list(range(len(edges)))}}  # fmt: skip
+
+
+def test_induction_route_reads_the_layer_where_the_key_gives_most():
+    routes = _routes(
+        {
+            (0, 2, 3): [0.0, 0.1, 0.6],  # layer 0: the key 3 reads its previous token 2, mostly through head 0-2
+            (0, 3, 3): [0.2, 0.0, 0.0],
+            (0, 3, 5): [0.3, 0.0, 0.0],  # layer 0: key 3 gives the last position 0.3
+            (1, 3, 5): [0.5, 0.1, 0.3],  # layer 1: 0.9, carried by heads 1-0, 1-2, 1-1
+            (1, 4, 5): [0.05, 0.0, 0.0],
+        }
+    )
+    found = induction_route(routes, 3)
+    assert found.layer == 1 and found.key == 3 and found.share == pytest.approx(0.9)
+    assert found.heads == ((0, 0.5), (2, 0.3), (1, 0.1))
+    assert found.previous_share == pytest.approx(0.7) and found.previous_head == (2, 0.6)
+    sentence = route_notice(found, M, 4, 2, 0.04)
+    assert sentence == (
+        "In model-x, on 4 random one-token words then their first 2 again, the route to the prediction runs from the "
+        "token after the earlier occurrence of the last word: in layer 2, 0.90 of what the last position's attention "
+        "node receives comes from that token, carried by heads 2-1, 2-3, 2-2 (0.50, 0.30, 0.10). In layer 1, that "
+        "token takes 0.70 from the token before it, mostly through head 1-3 (0.60): the two steps of an induction "
+        "circuit."
+    )
+    lone = induction_route(_routes({(0, 3, 5): [0.0, 0.02, 0.0]}), 3)  # no head above the threshold: the largest
+    assert lone.layer == 0 and lone.previous_head is None
+    assert "carried by head 1-2 (0.02)." in route_notice(lone, M, 4, 2, 0.04)
+    nothing = induction_route(_routes({(1, 4, 5): [0.5, 0.0, 0.0]}), 3)
+    assert nothing.layer == -1 and "no layer's edge" in route_notice(nothing, M, 4, 2, 0.04)
+    assert induction_prompt(["a", "b", "c"], 2) == "a b c a b"
+
+
+@pytest.mark.slow
+def test_the_trained_decoders_route_runs_through_its_induction_heads():
+    """On the shipped trained decoder: the Tour's prompt's route reads the token after the earlier occurrence in layer
+    1 (0-based) through heads 1-0, 1-1 and 1-2, and that token its previous token in layer 0 through head 0-2."""
+    from attnlib.analyses.registry import analyse
+    from attnlib.analyses.roles import probe_words
+    from attnlib.core.model import load_model
+    from attnlib.present.tour import INDUCTION_PROMPTS
+
+    lm = load_model(TRAINED_MODEL)
+    (words, again), _ = INDUCTION_PROMPTS
+    chosen = probe_words(lm.tokenizer, words)
+    text = induction_prompt(chosen, again)
+    routes = analyse("routes", lm, text=text).result.to_json()
+    assert routes["prediction"]["token"] == "Ġ" + chosen[again]  # the model continues the repeat
+    found = induction_route(routes, again + 1)  # BOS, then one token per word: the word after the earlier occurrence
+    assert found.layer == 1 and found.share > 0.8
+    assert {h for h, v in found.heads if v > 0.04} == {0, 1, 2}
+    assert found.previous_head is not None and found.previous_head[0] == 2 and found.previous_share > 0.5
+
+
 # ---------- slow tests
 
 
@@ -403,7 +476,26 @@ def _expected_notices(lm, shown: str, with_positions: bool = True) -> list[str |
         positions,
         knockout,
         trained_notice(),
+        trained_route_notice(),
     ]
+
+
+def trained_route_notice() -> str:
+    """Step 9's notice, whatever the model: the trained decoder's routes on the two induction prompts."""
+    from attnlib.analyses.registry import analyse
+    from attnlib.analyses.roles import probe_words
+    from attnlib.analyses.routes import RoutesOptions
+    from attnlib.core.model import TRAINED_MODEL, load_model
+    from attnlib.present.tour import INDUCTION_PROMPTS
+
+    lm = load_model(TRAINED_MODEL)
+    found = []
+    for words, again in INDUCTION_PROMPTS:
+        routes = analyse("routes", lm, text=induction_prompt(probe_words(lm.tokenizer, words), again)).result.to_json()
+        found.append(induction_route(routes, again + 1))
+    (words, again), (other_words, other_again) = INDUCTION_PROMPTS
+    threshold = RoutesOptions().threshold
+    return route_notice(found[0], TRAINED_MODEL, words, again, threshold, (other_words, other_again, found[1]))
 
 
 def trained_notice() -> str:
@@ -428,7 +520,8 @@ def default_notices(minilm):
 def test_tour_walks_every_step_for_the_default_model(default_notices):
     shown, expected = default_notices
     for step, notice, want in zip(STEPS, shown, expected):
-        model = TRAINED_MODEL if step.key == "induction" else "all-MiniLM-L6-v2"  # step 8: the trained decoder
+        trained = step.key in ("induction", "routes")  # steps 8 and 9: the trained decoder
+        model = TRAINED_MODEL if trained else "all-MiniLM-L6-v2"
         assert notice.startswith(f"In {model}, "), (step.key, notice)
         assert want is None or notice == want, (step.key, notice, want)
     assert "no trained masked-language-model head" in shown[2]  # the default model has no MLM head: it says so
@@ -440,4 +533,4 @@ def test_tour_walks_every_step_for_a_tiny_model(default_notices, tiny_model, tin
     assert shown == _expected_notices(tiny_model, tiny_model_dir.name)
     steps = [s.key for s in STEPS]
     same = [k for k, a, b in zip(steps, default_notices[0], shown) if a == b]
-    assert same == ["induction"], "a notice does not depend on the model"  # step 8 shows the trained decoder always
+    assert same == ["induction", "routes"], "a notice does not depend on the model"  # steps 8, 9: the trained decoder

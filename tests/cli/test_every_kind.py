@@ -16,6 +16,7 @@ from attnlib.core.decoding import check_decoder
 from attnlib.core.families import UnsupportedModelError, unsupported_reason
 from attnlib.core.model import load_model
 from attnlib.stats.gradient import unavailable_reason
+from attnlib.stats.lens import lens_reason
 from support.cli import run_cli
 from support.json_keys import COMMAND_KEYS, KEYS
 from support.models import (
@@ -40,6 +41,7 @@ PART_KEYS = {"source", "target", "target_from", "key_tokens"}  # an encoder-deco
 REFUSED = {
     "gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS, *FOUND_LAYOUT_KINDS),
     "retrieval": (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS, "llama-classifier"),
+    "lens": (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS, "llama-classifier"),
 }
 ENCODER_DECODERS = (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS)
 
@@ -51,6 +53,8 @@ def _reason(folder: str, command: str) -> str | None:
         with pytest.raises(UnsupportedModelError) as refused:
             check_decoder(lm, forced=False)
         return str(refused.value)
+    if command == "lens":
+        return lens_reason(lm)
     return unavailable_reason(lm) if command == "gradient" else unsupported_reason(lm.encoder.config, "hta")
 
 

@@ -35,6 +35,7 @@ KEYS = {
     "compose": {"model", "q", "k", "v"},
     "roles": {"model", "probe", "scores", "in_context_gain", "causal", "detect", "roles", "thresholds", "checkpoints",
               "notes"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
+    "lens": {"model", "tokens", "position", "mode", "nodes", "dla", "readouts", "prediction", "notes"},
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},
@@ -46,6 +47,17 @@ NESTED = {  # keys below the top level that an issue named: the no-op test's ent
     ("roles", "scores"): {"previous", "duplicate", "induction", "copying", "first_share"},
     ("roles", "detect"): {"mul", "abs"},
     ("roles", "roles"): {"previous", "duplicate", "induction", "copying", "sink"},
+    ("lens", "dla"): {
+        "token",
+        "versus",
+        "heads",
+        "ffn",
+        "attention_bias",
+        "embeddings",
+        "constant",
+        "logit",
+        "max_error",
+    },
 }
 TEST_KEYS = {"length", "depth", "input_ids", "needle_span", "decoded_ids", "forced"}  # each of retrieval's tests
 COMMAND_KEYS = {

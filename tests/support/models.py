@@ -83,6 +83,7 @@ FOUND_LAYOUT_KINDS = (
     "mbart",
 )
 FOUND_ENCODER_DECODER_KINDS = ("mt5", "mbart")
+LOGIT_SCALE_KINDS = ("cohere",)  # a found layout whose head multiplies its logits by a logit scale (METHODS §21)
 
 # models without attention layers (a state-space model, a recurrent one): refused on every command and page
 NO_ATTENTION_KINDS = ("mamba", "rwkv")
@@ -179,7 +180,7 @@ def tokenizer_for(kind: str):
         return decoder_tokenizer_for(kind)
     if kind in FOUND_ENCODER_DECODER_KINDS:
         return unigram_tokenizer("t5") if kind == "mt5" else roberta_tokenizer()
-    if kind in FOUND_LAYOUT_KINDS:
+    if kind in (*FOUND_LAYOUT_KINDS, *LOGIT_SCALE_KINDS):
         return decoder_tokenizer_for("gpt2" if kind in ("gpt-bigcode", "gptj", "falcon", "bloom", "phi") else "llama")
     if kind in NO_ATTENTION_KINDS:
         return decoder_tokenizer_for("gpt2")
@@ -206,7 +207,7 @@ def tiny_config(kind: str, tokenizer):
         return tiny_encoder_decoder_config(kind, tokenizer)
     if kind in NO_ATTENTION_KINDS:
         return tiny_no_attention_config(kind, tokenizer)
-    if kind in FOUND_LAYOUT_KINDS:
+    if kind in (*FOUND_LAYOUT_KINDS, *LOGIT_SCALE_KINDS):
         return tiny_found_layout_config(kind, tokenizer)
     vocab, ids = len(tokenizer), _ids(tokenizer)
     positions = dict(max_position_embeddings=66 if kind in (*BPE_KINDS, "mpnet") else 64)
@@ -292,7 +293,7 @@ def tiny_model(kind: str, tokenizer):
         return tf.LlamaForSequenceClassification(config)
     if kind in (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS):
         return tf.AutoModelForSeq2SeqLM.from_config(config)
-    if kind in (*DECODER_KINDS, *NO_ATTENTION_KINDS, *FOUND_LAYOUT_KINDS):
+    if kind in (*DECODER_KINDS, *NO_ATTENTION_KINDS, *FOUND_LAYOUT_KINDS, *LOGIT_SCALE_KINDS):
         return tf.AutoModelForCausalLM.from_config(config)
     if kind in ENCODER_DECODER_KINDS:
         return tf.AutoModelForSeq2SeqLM.from_config(config)
@@ -482,6 +483,8 @@ def tiny_found_layout_config(kind: str, tokenizer):
                                multi_query=True, parallel_attn=True, alibi=False, new_decoder_architecture=False)  # fmt: skip
     if kind == "bloom":  # per-head fused query_key_value, ALiBi
         return tf.BloomConfig(hidden_size=32, n_layer=2, n_head=4, **common)
+    if kind == "cohere":  # LayerNorm without bias, attention and MLP in parallel, logits times logit_scale
+        return tf.CohereConfig(**llama, logit_scale=0.5)
     if kind == "gptj":  # rotary on 4 of each head's 8 dimensions (every two), attention and MLP in parallel
         return tf.GPTJConfig(n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64, rotary_dim=4, **common)
     ids = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)

@@ -27,11 +27,17 @@ INPUTS: dict[str, dict[str, Any]] = {
     # a needle, question and haystack short enough for a tiny decoder's 64 positions with the decoded tokens
     "retrieval": {"corpus": CLASSROOM_SINGLE, "limit": 2, "needle": "The cat sat.", "question": "Who sat?",
                   "lengths": "12", "depths": "0,1"},
+    "lens": {"text": "The cat sat on the mat.", "top": 3},
     "patch": {"clean": "the cat sat on the mat", "corrupted": "the mat sat on the cat", "metric": "logprob",
               "grid": "residual", "attribution": True},
     "compose": {},
 }  # fmt: skip
-KINDS = {"retrieval": "gpt2", "patch": "gpt2", "compose": "gpt2"}  # the tiny model each analysis runs on in the quick tier where not a BERT: a decoder
+KINDS = {
+    "retrieval": "gpt2",
+    "lens": "gpt2",
+    "patch": "gpt2",
+    "compose": "gpt2",
+}  # the tiny model each analysis runs on in the quick tier where not a BERT: a decoder
 
 COMMAND_INPUTS: dict[str, dict[str, Any]] = {
     "index": {"corpus": CLASSROOM_SINGLE, "limit": 2, "layer": 1},

@@ -1,0 +1,209 @@
+"""The Predictions page's state: its options in the URL, and one model's computations on the prompt (the routes, the
+logit lens and attribution at a position, the next-token prediction), each cached, read from the commands' JSON
+(`attnlib routes --json`, `attnlib lens --json`: node and edge ids, heads and layers 0-based)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from attnlib.analyses.registry import analyse
+from attnlib.core.model import LoadedModel
+from ui.sources.model_sidebar import model_named
+from ui.sources.page_state import Option
+from ui.sources.result_source import REFUSED
+
+KEY = "pred"  # widget keys and download names start with it
+DEFAULT_PROMPT = (
+    "Mr and Mrs Dursley, of number four, Privet Drive, were proud to say that they were perfectly normal. "
+    "Mr Dursley of number four Privet"
+)
+THRESHOLDS = (0.04,)  # METHODS §21's default tau
+MODES = ("renormalise", "cut")
+LENS_MODES = ("normalise", "raw")
+TOP = 10  # tokens in a lens table, a readout, and the prediction
+
+TEXT = Option(f"{KEY}_text", "text", DEFAULT_PROMPT)
+POSITION = Option(f"{KEY}_position", "pos", -1)  # the token whose next token is predicted; -1: the last
+THRESHOLD = Option(f"{KEY}_threshold", "thr", THRESHOLDS[0])
+MODE = Option(f"{KEY}_mode", "mode", MODES[0], MODES)
+LENS_MODE = Option(f"{KEY}_lens_mode", "lens", LENS_MODES[0], LENS_MODES, omit_default=True)
+TOKEN = Option(f"{KEY}_token", "tok", "")  # the token whose logit is attributed; empty: the predicted one
+VERSUS = Option(f"{KEY}_versus", "versus", "")  # the token it is compared with; empty: none
+PROMPT_OPTIONS = (TEXT, POSITION, THRESHOLD, MODE, LENS_MODE, TOKEN, VERSUS)
+
+
+def picked(name: str, sfx: str) -> Option:
+    """A pick of one model's drawing (an edge, a head, a node), its own URL key per model (`edge`, `edge_2`)."""
+    return Option(f"{KEY}_{name}{sfx}", f"{name}{sfx}", "", omit_default=True)
+
+
+def lm_head_reason(lm: LoadedModel) -> str | None:
+    """Why the model's prediction cannot be read (no LM head), in one sentence; None when it can."""
+    if lm.causal_lm is not None or lm.mlm is not None or lm.seq2seq is not None:
+        return None
+    return (
+        f"The prediction, the logit lens and logit attribution read the residual stream through a language-model head "
+        f"(the final norm and the unembedding), and {lm.facts.name} has none: only its routes are shown."
+    )
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def cached_routes(model_name: str, text: str, position: int, threshold: float, mode: str) -> dict[str, Any]:
+    """`attnlib routes --text` (its JSON) of a model, once per text, position, threshold and mode."""
+    found = analyse("routes", model_named(model_name), text=text, position=position, threshold=threshold, mode=mode)
+    return found.result.to_json()
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def cached_lens(model_name: str, text: str, position: int, token: str, versus: str, mode: str) -> dict[str, Any]:
+    """`attnlib lens --text` (its JSON) of a model at one position, once per token pair and mode."""
+    found = analyse("lens", model_named(model_name), text=text, position=position, token=token, versus=versus,
+                    mode=mode, top=TOP)  # fmt: skip
+    return found.result.to_json()
+
+
+@dataclass
+class PromptView:
+    """One model's computations on the prompt as the page draws them: the routes (None after a refusal), the lens at
+    the position and the attribution of the token asked for (None without an LM head or after a refusal), and why a
+    part is missing, in words."""
+
+    model: str
+    position: int
+    routes: dict[str, Any] | None = None
+    lens: dict[str, Any] | None = None  # of the predicted token
+    attribution: dict[str, Any] | None = None  # of the token (pair) asked for: the lens's own when none is
+    refusals: dict[str, str] = field(default_factory=dict)  # part -> the sentence said instead
+    no_head: bool = False  # the model has no LM head (said once, at the top of the page)
+
+    def missing(self, part: str) -> str:
+        """Why a part that reads the LM head is missing, in words (short where the page said it at the top)."""
+        if self.no_head:
+            return f"{self.model} has no language-model head: no {part}."
+        return f"{self.model}: {self.refusals.get('lens', 'no ' + part)}"
+
+    @property
+    def tokens(self) -> list[str]:
+        """The input's tokens."""
+        return list((self.routes or self.lens or {}).get("tokens", []))
+
+    @property
+    def n_layers(self) -> int:
+        """The layers of the graph (its A nodes)."""
+        return 1 + max(int(n["layer"]) for n in self.routes["nodes"] if n["layer"] is not None) if self.routes else 0
+
+
+def prompt_view(lm: LoadedModel, text: str, position: int, threshold: float, mode: str, lens_mode: str,
+                token: str, versus: str) -> PromptView:  # fmt: skip
+    """A model's routes and lens on the prompt; a user error (empty prompt, position outside, bad threshold or token)
+    is kept as its sentence."""
+    name = lm.facts.name
+    view = PromptView(name, position)
+    try:
+        view.routes = cached_routes(name, text, position, threshold, mode)
+        view.position = int(view.routes["route"]["position"])
+    except REFUSED as exc:
+        view.refusals["routes"] = str(exc)
+        return view
+    if lm_head_reason(lm) is not None:
+        view.no_head = True
+        return view
+    try:
+        view.lens = cached_lens(name, text, view.position, "", "", lens_mode)
+    except REFUSED as exc:
+        view.refusals["lens"] = str(exc)
+        return view
+    try:
+        view.attribution = (
+            cached_lens(name, text, view.position, token, versus, lens_mode) if token or versus else view.lens
+        )
+    except REFUSED as exc:  # a token that is not one of the vocabulary's: said beside the attribution alone
+        view.refusals["attribution"] = str(exc)
+    return view
+
+
+# ---------- the graph, read from the routes JSON ---------------------------------------------------------------------
+
+
+def node_name(node: dict[str, Any]) -> str:
+    """A node as the page names it (URL and lists): kind, layer from 1, position: 'A2:7', 'E:0'."""
+    layer = "" if node["layer"] is None else str(int(node["layer"]) + 1)
+    return f"{node['kind']}{layer}:{int(node['position'])}"
+
+
+def nodes_by_id(routes: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+    """The graph's nodes by id."""
+    return {n["id"]: n for n in routes["nodes"]}
+
+
+def attention_edges(routes: dict[str, Any], position: int, on_route: bool = True) -> list[int]:
+    """The indices of the attention edges (of the route to the prediction, or of the whole graph): those into the
+    position's attention nodes first, then the others, each heaviest first."""
+    edges, nodes = routes["edges"], nodes_by_id(routes)
+    among = routes["route"]["edges"] if on_route else range(len(edges))
+    found = [int(e) for e in among if edges[int(e)]["kind"] == "attention"]
+    into = lambda e: int(nodes[edges[e]["target"]]["position"]) == position  # noqa: E731
+    return sorted(found, key=lambda e: (not into(e), -float(edges[e]["weight"])))
+
+
+def edge_name(routes: dict[str, Any], index: int) -> str:
+    """An attention edge as the page names it (URL): layer from 1, key position, query position: '2:5>9'."""
+    nodes = nodes_by_id(routes)
+    edge = routes["edges"][index]
+    target = nodes[edge["target"]]
+    return f"{int(target['layer']) + 1}:{int(nodes[edge['source']]['position'])}>{int(target['position'])}"
+
+
+def edge_text(routes: dict[str, Any], index: int, tokens: list[str]) -> str:
+    """An attention edge in words: its layer, key and query tokens, and weight."""
+    nodes = nodes_by_id(routes)
+    edge = routes["edges"][index]
+    key, query = nodes[edge["source"]], nodes[edge["target"]]
+    j, i = int(key["position"]), int(query["position"])
+    return (
+        f"layer {int(query['layer']) + 1}: {tokens[i]!r} ({i}) reads {tokens[j]!r} ({j}), "
+        f"weight {float(edge['weight']):.3f}"
+    )
+
+
+def edge_ends(routes: dict[str, Any], index: int) -> tuple[int, int, int]:
+    """(layer, key position, query position) of an attention edge, 0-based."""
+    nodes = nodes_by_id(routes)
+    edge = routes["edges"][index]
+    target = nodes[edge["target"]]
+    return int(target["layer"]), int(nodes[edge["source"]]["position"]), int(target["position"])
+
+
+def head_contribution_map(routes: dict[str, Any], layer: int, head: int) -> np.ndarray:
+    """[n, n]: head `head`'s share of each attention edge into layer `layer`'s A nodes (query i, key j), as the mode
+    leaves it (METHODS §21: c(p[h, j]) of node A^l_i); 0 where the graph has no edge."""
+    nodes = nodes_by_id(routes)
+    n = len(routes["tokens"])
+    found = np.zeros((n, n))
+    for edge in routes["edges"]:
+        if edge["kind"] != "attention":
+            continue
+        target = nodes[edge["target"]]
+        if int(target["layer"]) == layer:
+            found[int(target["position"]), int(nodes[edge["source"]]["position"])] = float(edge["heads"][head])
+    return found
+
+
+def route_nodes(routes: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nodes the route to the prediction reaches (its edges' ends) that the lens reads (E, A, R), top first."""
+    nodes = nodes_by_id(routes)
+    ids = {routes["edges"][int(e)][end] for e in routes["route"]["edges"] for end in ("source", "target")}
+    reached = [nodes[i] for i in ids if nodes[i]["kind"] in ("E", "A", "R")]
+    order = {"E": 0, "A": 1, "R": 2}
+    return sorted(reached, key=lambda n: (-(-1 if n["layer"] is None else int(n["layer"])), -order[n["kind"]],
+                                          int(n["position"])))  # fmt: skip
+
+
+def final_node(routes: dict[str, Any], position: int) -> dict[str, Any]:
+    """The node the route starts from: R of the last layer at the position."""
+    last = [n for n in routes["nodes"] if n["kind"] == "R" and int(n["position"]) == position]
+    return max(last, key=lambda n: int(n["layer"]))

@@ -1,0 +1,228 @@
+"""The residual stream of one input as sums (METHODS §21), read off ONE forward pass of the model's own modules.
+
+Per layer application l (`LayerParts`, float32 torch tensors of one input, batch dimension dropped):
+
+- `x` [n, d]: the layer's input x^l (hidden_states[l]; x^0 the embeddings, position embeddings included);
+- `weights` [H, n, n]: the model's own attention weights A (eager; grouped-query: the query heads);
+- `values` [H, n, d]: f_h(N1(x^l_j)), head h's value vector of key j (value bias included) through head h's rows of the
+  output projection, so that the head output is `o[h, i] = sum_j A[h, i, j] values[h, j]` (`head_outputs()`);
+- `out_bias` [d] or None: b_O;
+- `mid` [n, d]: the attention node's whole: m^l = x^l + what the attention block adds (pre-norm and parallel blocks;
+  parallel blocks' m^l is not a hidden state of the model); post-norm (BERT family): u, the input of the norm after
+  attention;
+- `carried` [n, d]: the state the feed-forward block adds to, the feed-forward node's residual part: m^l (pre-norm,
+  parallel), N1(u) (post-norm: the normed state);
+- `ffn` [n, d]: F, what the feed-forward block adds (post-norm: before the second norm), so `carried + ffn` is the
+  feed-forward node's whole (`ffn_whole`): x^(l+1) except in post-norm families, where x^(l+1) = N2(carried + ffn);
+- `out` [n, d]: x^(l+1);
+- `query_scale` [n] and `gain` [d] (Gemma 2 and 3, whose RMSNorm of the attention output belongs to the sublayer,
+  METHODS §12, §21): that norm is linear once its divisor r_i is fixed, so the part that head h's key j adds to the
+  residual at query i is `A[h, i, j] / r_i * gain * values[h, j]`; `query_scale` = 1 / r_i (from the norm's own input in
+  the run), `gain` = its gamma. None elsewhere. `attention_parts()` folds them in: with its (weights, values) every
+  family's `mid[i] = x[i] + sum_{h, j} weights[h, i, j] values[h, j] + added_bias()`.
+
+`walk(lm, batch, visit)` calls `visit(parts)` as each layer finishes (only that layer's tensors held: long inputs stay
+within memory); `decompose(lm, batch)` keeps them all (`Residual`) with the embeddings and the final norm the lens
+reads. `batch` is one unpadded input (runner.model_inputs of one Encoded). Hooks go through attnlib.core.hooks and are
+removed in `finally`. The encoder stack of an encoder-decoder is decomposed as an encoder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from attnlib.core.families import Layout, UnsupportedModelError, layout
+from attnlib.core.hooks import NORMS, hooked, hooks, site_modules
+from attnlib.core.model import LoadedModel
+from attnlib.core.runner import NoAttentionWeightsError, NormWeights, norm_weights
+
+
+@dataclass
+class LayerParts:
+    """One layer application's residual stream as sums (module docstring)."""
+
+    layer: int
+    x: torch.Tensor
+    weights: torch.Tensor
+    values: torch.Tensor
+    out_bias: torch.Tensor | None
+    mid: torch.Tensor
+    carried: torch.Tensor
+    ffn: torch.Tensor
+    out: torch.Tensor
+    query_scale: torch.Tensor | None = None
+    gain: torch.Tensor | None = None
+
+    @property
+    def ffn_whole(self) -> torch.Tensor:
+        """The feed-forward node's whole: carried + F (x^(l+1), or the second norm's input in post-norm families)."""
+        return self.carried + self.ffn
+
+    def head_outputs(self) -> torch.Tensor:
+        """o [H, n, d]: each head's output at each query, sum_j A[h, i, j] values[h, j] (before any output norm)."""
+        return torch.bmm(self.weights, self.values)
+
+    def attention_parts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights [H, n, n], values [H, n, d]) whose products are the parts that heads add to the residual."""
+        weights, values = self.weights, self.values
+        if self.query_scale is not None:
+            weights = weights * self.query_scale[None, :, None]
+        if self.gain is not None:
+            values = values * self.gain
+        return weights, values
+
+    def added_bias(self) -> torch.Tensor:
+        """[n, d]: what the attention block adds beyond the heads' parts (b_O, through Gemma's norm where it has one)."""
+        n, d = self.x.shape
+        if self.out_bias is None:
+            return torch.zeros(n, d)
+        bias = self.out_bias.expand(n, d)
+        if self.query_scale is not None:
+            bias = bias * self.query_scale[:, None] * (1.0 if self.gain is None else self.gain)
+        return bias
+
+
+@dataclass
+class Residual:
+    """Every layer's LayerParts of one input, its embeddings x^0 and the stack's final norm (None: the model has none)."""
+
+    layers: list[LayerParts]
+    embeddings: torch.Tensor  # [n, d]: x^0
+    final_norm: torch.nn.Module | None
+    layout: Layout = field(repr=False)
+
+
+def _first(output) -> torch.Tensor:
+    """A module's main output: the tensor itself, or the first element of the tuple it returns."""
+    return output if isinstance(output, torch.Tensor) else output[0]
+
+
+def _norm_modules(layer: torch.nn.Module, skip: torch.nn.Module) -> list[torch.nn.Module]:
+    """The layer's norm modules (by class name) other than `skip`: where a post-norm layer's second norm is."""
+    return [m for m in layer.modules() if "norm" in type(m).__name__.lower() and m is not skip]
+
+
+def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> tuple[torch.Tensor, Layout]:
+    """Run one input (batch of 1, no padding) through lm.encoder (an encoder-decoder's encoder) and call visit with each
+    layer's LayerParts as that layer finishes; (x^0 [n, d], the layout). UnsupportedModelError for a family whose
+    layout attnlib does not know or cannot check (the norms' reason), NoAttentionWeightsError without weights."""
+    stack = lm.encoder
+    ids = batch.get("input_ids")
+    if ids is not None and ids.shape[0] != 1:
+        raise ValueError("the residual decomposition reads one input at a time")
+    lay = layout(stack, "norms")
+    weights_np: NormWeights = norm_weights(stack)
+    out_weight = torch.from_numpy(weights_np.out_weight)  # [layers, H, head_dim, d]
+    out_bias = [s.output.bias for s in lay.sites]
+    post = lay.family.post_layer_norm
+    gamma = torch.from_numpy(weights_np.gamma)
+    eps = torch.from_numpy(weights_np.eps)
+    seen: dict[str, torch.Tensor] = {}
+    embeddings: list[torch.Tensor] = []
+    normed: list[tuple[torch.Tensor, torch.Tensor]] = []  # post-norm: (input, output) of the layer's other norms
+
+    def on_heads(_module, _args, output):
+        if not isinstance(output, tuple) or len(output) < 2 or not isinstance(output[1], torch.Tensor):
+            raise NoAttentionWeightsError(
+                "The model's attention returned no weights, although it runs with eager attention; attnlib cannot "
+                "split its residual stream into heads' parts."
+            )
+        seen["weights"] = output[1].detach()
+
+    def on_block(_module, _args, output):
+        seen["block"] = _first(output).detach()
+
+    def on_norm(_module, args, output):
+        seen["norm_out"] = _first(output).detach()
+
+    def on_attention_norm(_module, args, output):
+        seen["attention_norm_out"] = _first(output).detach()
+
+    def on_other_norm(_module, args, output):
+        normed.append((args[0].detach(), _first(output).detach()))
+
+    def on_layer(cache):
+        def finish(module, _args, output):
+            k = len(done)
+            site = lay.sites[k]
+            x = cache.layer_inputs.pop()[0].float()
+            if k == 0:
+                embeddings.append(x)
+            outputs = [p.pop() if p else None for p in cache.projections]
+            call = cache.heads_calls.pop()
+            if outputs[0] is None:
+                outputs = [outputs[2]] * 3
+            v = lay.qkv(site, outputs, call)[2][0].float()  # [H, n, head_dim]
+            values = torch.einsum("hnk,hkd->hnd", v, out_weight[k])
+            out = _first(output)[0].float()
+            weights = seen.pop("weights")[0].float()
+            query_scale = gain = None
+            if post:
+                u = cache.norm_inputs.pop()[0].float()
+                mid, carried = u, seen.pop("norm_out")[0].float()
+                second = [i for i, o in normed if torch.equal(o[0].float(), out)]
+                normed.clear()
+                if not second:
+                    raise UnsupportedModelError(
+                        f"attnlib cannot find the norm after the feed-forward block of this '{lm.encoder.config.model_type}' "
+                        "model's layers, so its residual stream cannot be split into parts."
+                    )
+                ffn = second[-1][0].float() - carried
+            else:
+                added = seen.pop("block")[0].float()
+                if weights_np.attention_norm:
+                    o = cache.norm_inputs.pop()[0].float()
+                    query_scale = 1.0 / o.square().mean(-1).add(float(eps[k])).sqrt()
+                    gain = gamma[k]
+                    added = seen.pop("attention_norm_out")[0].float()
+                mid = x + added
+                carried, ffn = mid, out - mid
+            bias = out_bias[k]
+            visit(
+                LayerParts(
+                    layer=k,
+                    x=x,
+                    weights=weights,
+                    values=values,
+                    out_bias=None if bias is None else bias.detach().float(),
+                    mid=mid,
+                    carried=carried,
+                    ffn=ffn,
+                    out=out,
+                    query_scale=query_scale,
+                    gain=gain,
+                )
+            )
+            done.append(k)
+            seen.clear()
+
+        return finish
+
+    done: list[int] = []
+    with contextlib.ExitStack() as context, torch.inference_mode():
+        cache = context.enter_context(hooks(lm, NORMS))
+        context.enter_context(hooked(site_modules(lay, "heads"), on_heads, after=True))
+        if post:
+            context.enter_context(hooked(site_modules(lay, "norm"), on_norm, after=True))
+            others = [m for s in lay.sites for m in _norm_modules(s.layer, s.norm)]
+            context.enter_context(hooked(others, on_other_norm, after=True))
+        else:
+            context.enter_context(hooked(site_modules(lay, "block"), on_block, after=True))
+            if weights_np.attention_norm:
+                context.enter_context(hooked(site_modules(lay, "attention_norm"), on_attention_norm, after=True))
+        context.enter_context(hooked(site_modules(lay, "layer"), on_layer(cache), after=True))
+        stack(**batch)
+    if len(done) != len(lay.sites):
+        raise UnsupportedModelError("The model's layers did not all run in its forward pass; attnlib cannot split it.")
+    return embeddings[0], lay
+
+
+def decompose(lm: LoadedModel, batch: dict) -> Residual:
+    """Every layer's LayerParts of one input (walk), kept, with x^0 and the final norm."""
+    layers: list[LayerParts] = []
+    embeddings, lay = walk(lm, batch, layers.append)
+    return Residual(layers, embeddings, lay.final_norm, lay)

@@ -1,0 +1,168 @@
+"""The `routes` analysis and command (METHODS §21): the JSON's keys on a text and on a corpus, the graph's shape and the
+route's edges, the prediction against the model's own logits, encoders and encoder-decoders, the corpus frequency on
+Ray against the local run, bad input in one line, and the Tour's route on the shipped trained decoder (the induction
+heads carry the last position's attention from the token after the earlier occurrence)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnlib
+from attnlib.analyses.base import OptionError
+from attnlib.analyses.routes import RouteFrequency, RouteGraph, RoutesOptions
+from attnlib.core.model import load_model
+from attnlib.core.runner import InputError, encode, model_inputs
+from attnlib.results.shipped import CLASSROOM_SINGLE
+from support.cli import cli_json, run_cli
+from support.models import save_tiny
+from support.scale import requires_ray
+
+TEXT = "The cat sat on the mat and the cat sat."
+TEXT_KEYS = {"model", "tokens", "threshold", "mode", "nodes", "edges", "route", "prediction"}
+CORPUS_KEYS = {"model", "frequency", "routes", "threshold", "mode"}
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Tiny models by kind, each saved once."""
+    made: dict = {}
+
+    def folder(kind: str) -> str:
+        if kind not in made:
+            made[kind] = str(save_tiny(kind, tmp_path_factory.mktemp(f"routes-{kind}")))
+        return made[kind]
+
+    return folder
+
+
+@pytest.mark.parametrize("mode", ["renormalise", "cut"])
+def test_text_json_is_a_graph_whose_route_reaches_back_from_the_prediction(tiny, mode):
+    model = tiny("gpt2")
+    printed = cli_json("routes", "--model", model, "--text", TEXT, "--position", "4", "--threshold", "0.05",
+                       "--mode", mode, "--json")  # fmt: skip
+    assert set(printed) == TEXT_KEYS
+    n, layers = len(printed["tokens"]), 2
+    assert len(printed["nodes"]) == n * (1 + 3 * layers)
+    assert {node["kind"] for node in printed["nodes"]} == {"E", "A", "F", "R"}
+    assert all(set(node) == {"id", "kind", "layer", "position"} for node in printed["nodes"])
+    ids = {node["id"]: node for node in printed["nodes"]}
+    for edge in printed["edges"]:
+        assert edge["source"] in ids and edge["target"] in ids and edge["weight"] > 0.05
+        assert set(edge) == ({"source", "target", "kind", "weight", "heads"} if edge["kind"] == "attention"
+                             else {"source", "target", "kind", "weight"})  # fmt: skip
+        if edge["kind"] == "attention":
+            assert len(edge["heads"]) == 4 and np.isclose(sum(edge["heads"]), edge["weight"], atol=1e-5)
+            assert ids[edge["source"]]["position"] <= ids[edge["target"]]["position"]  # causal
+    route = printed["route"]
+    assert route["position"] == 4 and printed["prediction"]["position"] == 4
+    on_route = [printed["edges"][i] for i in route["edges"]]
+    # every edge of the route leads on to the prediction's node R1_4: its target is that node or another edge's source
+    sources = {edge["source"] for edge in on_route}
+    assert on_route and all(edge["target"] in sources | {"R1_4"} for edge in on_route)
+    assert all(ids[edge["target"]]["position"] <= 4 for edge in on_route)
+    if mode == "renormalise":  # each node's kept parts sum to 1 (attention edges and the residual into A)
+        into = {}
+        for edge in printed["edges"]:
+            if ids[edge["target"]]["kind"] == "A":
+                into[edge["target"]] = into.get(edge["target"], 0.0) + edge["weight"]
+        assert np.allclose(list(into.values()), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "gemma2"])
+def test_the_prediction_is_the_models_own_next_token(tiny, kind):
+    lm = load_model(tiny(kind))
+    run = attnlib.routes(lm, text=TEXT, position=3)
+    encoded = encode(lm, TEXT)
+    with torch.no_grad():
+        logits = lm.causal_lm(**model_inputs(lm, [encoded])).logits[0, 3]
+    assert run.result.prediction["id"] == int(logits.argmax())
+    assert run.result.prediction["token"] == lm.tokenizer.convert_ids_to_tokens(int(logits.argmax()))
+
+
+@pytest.mark.parametrize("kind", ["bert", "t5", "bart"])
+def test_encoders_and_encoder_decoders_route_every_position_to_its_own_token(tiny, kind):
+    """An encoder predicts nothing past its positions: the route ends at the position, whose token it names; an
+    encoder-decoder's routes are its encoder's."""
+    run = attnlib.routes(tiny(kind), text=TEXT, position=1)
+    graph = run.result
+    assert isinstance(graph, RouteGraph) and graph.prediction["token"] == graph.tokens[1]
+    assert any(graph.edges[i]["target"].startswith("R") for i in graph.route["edges"])
+
+
+def test_corpus_json_is_each_heads_route_frequency(tiny):
+    printed = cli_json("routes", "--model", tiny("llama"), "--corpus", str(CLASSROOM_SINGLE), "--limit", "2",
+                       "--mode", "cut", "--json")  # fmt: skip
+    assert set(printed) == CORPUS_KEYS and printed["mode"] == "cut" and printed["threshold"] == 0.04
+    lm = load_model(tiny("llama"))
+    lines = CLASSROOM_SINGLE.read_text(encoding="utf-8").splitlines()[:2]
+    assert printed["routes"] == sum(encode(lm, line).n for line in lines)
+    frequency = np.array(printed["frequency"])
+    assert frequency.shape == (2, 4) and np.all((frequency >= 0) & (frequency <= 1))
+    back = RouteFrequency.from_json(printed)
+    assert back.to_json() == {k: printed[k] for k in CORPUS_KEYS - {"model"}}
+
+
+@pytest.mark.slow
+@requires_ray
+def test_corpus_frequency_on_ray_equals_the_local_run(tiny, local_ray):
+    model = tiny("llama")
+    local = attnlib.routes(model, corpus=CLASSROOM_SINGLE, limit=6)
+    ray = attnlib.routes(model, corpus=CLASSROOM_SINGLE, limit=6, engine="ray", workers=2)
+    assert ray.result.routes == local.result.routes
+    assert np.array_equal(np.array(ray.result.frequency), np.array(local.result.frequency))
+
+
+def test_bad_input_is_one_line(tiny, unknown_dir):
+    model = tiny("gpt2")
+    for argv, said in (
+        (["--text", "  "], "is empty"),
+        (["--text", TEXT, "--position", "40"], "position 40 is outside the input"),
+        (["--text", TEXT, "--threshold", "0"], "threshold must be between 0 and 1"),
+        (["--text", TEXT, "--threshold", "1"], "threshold must be between 0 and 1"),
+        ([], "routes reads a text (--text) or a corpus (--corpus)"),
+    ):
+        ran = run_cli("routes", "--model", model, *argv, "--json")
+        assert ran.code == 2 and said in ran.error, (argv, ran.err)
+    ran = run_cli("routes", "--model", str(unknown_dir), "--text", TEXT, "--json")
+    assert ran.code == 2 and "not available for 'megatron-bert' models" in ran.error, ran.err
+    with pytest.raises(OptionError, match="threshold must be between 0 and 1"):
+        RoutesOptions(threshold=1.5)
+    with pytest.raises(InputError, match="outside the input"):
+        attnlib.routes(model, text=TEXT, position=-40)
+
+
+def test_a_model_without_attention_is_refused_in_one_line(no_attention_dir):
+    ran = run_cli("routes", "--model", str(no_attention_dir), "--text", TEXT, "--json")
+    assert ran.code == 2 and ran.error, ran.err
+
+
+# the Tour's prompt: 20 one-token words of the shipped decoder's vocabulary, then their first 10 again
+TOUR_WORDS = ["ph", "from", "did", "started", "vis", "do", "tra", "business", "level", "public", "night", "bo", "less", "needed", "break", "forward", "cl", "Great", "ind", "rather"]  # fmt: skip
+TOUR_TEXT = " ".join(TOUR_WORDS + TOUR_WORDS[:10])
+
+
+@pytest.mark.slow
+def test_the_tours_route_runs_through_the_induction_heads():
+    """At the last position t (the 10th word said again), layer 1's largest attention edge comes from the token after
+    the earlier occurrence (t - 19), carried by heads 1-0, 1-1 and 1-2 (0-based; the fourth gives none), and layer 0's
+    from the previous token, mostly through head 0-2; the model predicts the word that followed the earlier occurrence."""
+    run = attnlib.routes("tiny-llama-induction@step1150", text=TOUR_TEXT)
+    graph = run.result
+    t = graph.route["position"]
+    assert len(graph.tokens) == 31 and t == 30  # BOS, 20 words, 10 again: one token each
+    on_route = [graph.edges[i] for i in graph.route["edges"]]
+
+    def largest_into(layer: int) -> dict:
+        return max((e for e in on_route if e["kind"] == "attention" and e["target"] == f"A{layer}_{t}"),
+                   key=lambda e: e["weight"])  # fmt: skip
+
+    induction = largest_into(1)
+    assert induction["source"] == f"R0_{t - 19}" and induction["weight"] > 0.7
+    heads = np.array(induction["heads"])
+    assert set(np.argsort(heads)[-3:]) == {0, 1, 2} and heads[3] < 0.05
+    previous = largest_into(0)
+    assert previous["source"] == f"E_{t - 1}" and int(np.argmax(previous["heads"])) == 2
+    assert graph.prediction["token"] == "Ġ" + TOUR_WORDS[10]

@@ -1,0 +1,78 @@
+"""The residual decomposition (attnlib.core.residual, METHODS §21) against the model's own forward pass: its hidden
+states, its attention weights, each sublayer's output captured with hooks on modules named by path in the test, and
+each head's value vector computed directly from the value projection's and output projection's weights read by path
+(GPT-2: LayerNorm, fused Conv1D, biases; Llama: RMSNorm, grouped-query; GPT-NeoX and GPT-J: parallel blocks; Gemma 2:
+the RMSNorm of the attention output; BERT: post-norm)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlib.core.residual import decompose
+from support.residual import PATHS, direct_values, model_pass
+from support.tolerances import FORWARD_RTOL
+
+
+@pytest.fixture(scope="module", params=sorted(PATHS))
+def decomposed(request, tmp_path_factory):
+    """model_pass of each kind, with attnlib's decomposition of its input."""
+    seen = model_pass(request.param, tmp_path_factory.mktemp(f"residual-{request.param}"))
+    return seen | {"residual": decompose(seen["lm"], seen["batch"])}
+
+
+def close(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0) -> None:
+    """Equal within the forward pass's float32 error, relative to the larger magnitude compared."""
+    size = max(float(a.abs().max()), float(b.abs().max()), 1.0) * scale
+    assert float((a - b).abs().max()) <= 4 * FORWARD_RTOL * size
+
+
+def test_layer_inputs_outputs_and_weights_are_the_models_own(decomposed):
+    own, residual = decomposed["own"], decomposed["residual"]
+    states = own.hidden_states
+    close(residual.embeddings, states[0][0])
+    for parts in residual.layers:
+        close(parts.x, states[parts.layer][0])
+        close(parts.weights, own.attentions[parts.layer][0])
+        last = parts.layer == len(residual.layers) - 1
+        if last and residual.final_norm is not None:
+            with torch.no_grad():
+                close(residual.final_norm(parts.out[None])[0], states[-1][0])
+        else:
+            close(parts.out, states[parts.layer + 1][0])
+
+
+def test_sublayer_wholes_are_the_models_own(decomposed):
+    """mid, carried and the feed-forward part against the inputs and outputs of the model's own modules."""
+    kind, seen, residual = decomposed["kind"], decomposed["seen"], decomposed["residual"]
+    added, after_attention, ffn = decomposed["named"]
+    for parts in residual.layers:
+        l = parts.layer
+        if kind == "bert":
+            u, normed = seen[(l, after_attention)]
+            close(parts.mid, u[0])
+            close(parts.carried, normed[0])
+            close(parts.ffn_whole, seen[(l, ffn)][0][0])
+            continue
+        close(parts.mid, parts.x + seen[(l, added)][1][0])
+        if after_attention is not None:
+            close(parts.mid, seen[(l, after_attention)][0][0])
+        close(parts.ffn, seen[(l, ffn)][1][0])
+        close(parts.ffn_whole, parts.out)
+
+
+def test_values_are_the_value_and_output_projections_of_the_normed_input(decomposed):
+    kind, lm, residual = decomposed["kind"], decomposed["lm"], decomposed["residual"]
+    layers = lm.encoder.get_submodule(decomposed["layers"])
+    for parts in residual.layers:
+        close(parts.values, direct_values(kind, lm, layers[parts.layer], parts.x))
+
+
+def test_parts_sum_to_the_attention_nodes_whole(decomposed):
+    """mid = x + sum over heads and keys of the parts + the bias, every family (Gemma 2 through its output norm)."""
+    residual = decomposed["residual"]
+    for parts in residual.layers:
+        weights, values = parts.attention_parts()
+        assert torch.all(weights.triu(1) == 0) or decomposed["kind"] == "bert"
+        summed = parts.x + torch.einsum("hij,hjd->id", weights, values) + parts.added_bias()
+        close(summed, parts.mid)
