@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -94,7 +94,9 @@ def read_pairs(path: str | Path) -> list[PatchPair]:
     return pairs
 
 
-def _pair_of(lm: LoadedModel, clean: str, corrupted: str, answer: str, wrong: str, options: PatchOptions, residual: bool):
+def _pair_of(
+    lm: LoadedModel, clean: str, corrupted: str, answer: str, wrong: str, options: PatchOptions, residual: bool
+):
     return prepare_pair(
         lm,
         clean,
@@ -298,7 +300,9 @@ def pair_fill(lm: LoadedModel, inputs: Sequence[CorpusInput], accumulators: list
     return [sums]
 
 
-def compute_patch(lm: LoadedModel, inputs: list[CorpusInput] | None, options: PatchOptions, scale: Scale) -> PatchResult:
+def compute_patch(
+    lm: LoadedModel, inputs: list[CorpusInput] | None, options: PatchOptions, scale: Scale
+) -> PatchResult:
     """One pair, or the pair file's means on the engine `scale` names."""
     check_available(lm)
     if not options.pairs:

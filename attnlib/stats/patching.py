@@ -306,7 +306,7 @@ def patch_heads(pair: Pair, patches: Sequence[Patch], direction: Direction) -> n
         for row, (part, layer, head, pos) in enumerate(chunk):
             by_layer.setdefault((part, layer), []).append((row, head, pos))
 
-        def edit_of(part: Part):
+        def edit_of(part: Part, by_layer=by_layer):
             def edit(index: int, c: torch.Tensor) -> torch.Tensor | None:
                 todo = by_layer.get((part, index))
                 if not todo:
@@ -377,7 +377,7 @@ def residual_scores(pair: Pair, direction: Direction, n_positions: int) -> np.nd
         for row, (l, q) in enumerate(chunk):
             by_layer.setdefault(l, []).append((row, q))
 
-        def change(index: int, x: torch.Tensor) -> torch.Tensor | None:
+        def change(index: int, x: torch.Tensor, by_layer=by_layer) -> torch.Tensor | None:
             todo = by_layer.get(index)
             if not todo:
                 return None

@@ -62,10 +62,22 @@ def attribution_scatter(exact: np.ndarray, estimate: np.ndarray, r: float | None
     high = float(max(exact.max(), estimate.max(), 0.0))
     fig = go.Figure(
         [
-            go.Scatter(x=[low, high], y=[low, high], mode="lines", line={"dash": "dash", "color": "#999"},
-                       name="y = x", hoverinfo="skip"),  # fmt: skip
-            go.Scatter(x=exact, y=estimate, mode="markers", name="heads", text=None,
-                       hovertemplate="exact %{x:.3f}, estimate %{y:.3f}<extra></extra>"),  # fmt: skip
+            go.Scatter(
+                x=[low, high],
+                y=[low, high],
+                mode="lines",
+                line={"dash": "dash", "color": "#999"},
+                name="y = x",
+                hoverinfo="skip",
+            ),
+            go.Scatter(
+                x=exact,
+                y=estimate,
+                mode="markers",
+                name="heads",
+                text=None,
+                hovertemplate="exact %{x:.3f}, estimate %{y:.3f}<extra></extra>",
+            ),
         ]
     )
     said = "" if r is None or not np.isfinite(r) else f" (Pearson r = {r:.3f})"

@@ -70,7 +70,7 @@ def test_composition_is_transformer_lens_formula_on_dense_matrices(kind, tmp_pat
     assert np.array(data["q"]).shape == (L, H, L, H)
     for l1 in range(L):
         for h1 in range(H):
-            q1, k1, v1, o1 = heads[l1][h1]
+            _, _, v1, o1 = heads[l1][h1]
             ov = v1 @ o1
             for l2 in range(L):
                 for h2 in range(H):

@@ -93,7 +93,9 @@ def test_each_head_patched_is_the_forward_pass_with_its_context_vector_replaced(
     data = run.to_json()
     t, w = data["position"], data["answer"]["id"]
     m_c, m_r = metric(lm, clean, t, w), metric(lm, corrupted, t, w)
-    assert data["clean_metric"] == pytest.approx(m_c, abs=1e-4) and data["corrupted_metric"] == pytest.approx(m_r, abs=1e-4)
+    assert data["clean_metric"] == pytest.approx(m_c, abs=1e-4) and data["corrupted_metric"] == pytest.approx(
+        m_r, abs=1e-4
+    )
     d = lm.facts.hidden_size // lm.facts.n_heads if kind != "t5" else lm.seq2seq.config.d_kv
     for part, pattern in OUTPUTS[kind].items():
         heads = np.array(data[PART_KEY[part]])
@@ -104,7 +106,7 @@ def test_each_head_patched_is_the_forward_pass_with_its_context_vector_replaced(
         for l, h, q in [(0, 1, None), (heads.shape[0] - 1, heads.shape[1] - 1, None), (1, 0, min(1, last))]:
             path = paths[l]
 
-            def replace(module, args, q=q, h=h, path=path):
+            def replace(module, args, q=q, h=h, path=path, source=source):
                 c = args[0].clone()
                 rows = slice(None) if q is None else slice(q, q + 1)
                 c[:, rows, h * d : (h + 1) * d] = source[path][:, rows, h * d : (h + 1) * d]
@@ -128,14 +130,14 @@ def test_the_residual_grid_replaces_one_layers_input_at_one_position(kind, tmp_p
     for l, q in [(0, 1), (1, t), (1, 0)]:
         seen = {}
 
-        def keep(module, args, kwargs):
+        def keep(module, args, kwargs, seen=seen):
             seen["x"] = (args[0] if args else kwargs["hidden_states"]).clone()
 
         handle = layers[l].register_forward_pre_hook(keep, with_kwargs=True)
         metric(lm, corrupted, t, w)
         handle.remove()
 
-        def replace(module, args, kwargs, q=q):
+        def replace(module, args, kwargs, q=q, seen=seen):
             x = (args[0] if args else kwargs["hidden_states"]).clone()
             x[:, q] = seen["x"][:, q]
             return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
@@ -163,7 +165,7 @@ def test_attribution_is_autograd_of_the_metric_along_each_heads_change(kind, tmp
         for l, path in enumerate(paths):
             change = (clean[path] - corrupted[path]).view(*clean[path].shape[:2], H, d)
 
-            def along(module, args, l=l, change=change):
+            def along(module, args, l=l, change=change, H=H, d=d, alpha=alpha):
                 c = args[0]
                 moved = c.view(*c.shape[:2], H, d) + alpha[l][None, None, :, None].float() * change
                 return (moved.view(c.shape), *args[1:])
@@ -176,7 +178,9 @@ def test_attribution_is_autograd_of_the_metric_along_each_heads_change(kind, tmp
             hook.remove()
         np.testing.assert_allclose(table * (m_c - m_r), grad.numpy(), atol=METRIC_ATOL)
     exact = np.concatenate([np.ravel(data[k]) for k in PART_KEY.values() if k in data])
-    estimate = np.concatenate([np.ravel(data[k.replace("heads", "attribution")]) for k in PART_KEY.values() if k in data])
+    estimate = np.concatenate(
+        [np.ravel(data[k.replace("heads", "attribution")]) for k in PART_KEY.values() if k in data]
+    )
     assert data["attribution_r"] == pytest.approx(np.corrcoef(exact, estimate)[0, 1], abs=1e-9)
 
 
