@@ -19,7 +19,7 @@ from attnlib.analyses.circuit import corrupted_prompt
 from attnlib.analyses.patch import PatchOptions, PatchResult, read_pairs
 from attnlib.core.model import TRAINED_MODEL, LoadedModel
 from attnlib.results.shipped import ROOT
-from attnlib.stats.patching import unavailable_reason
+from attnlib.stats.patching import Grid, unavailable_reason
 from attnlib.views.drawing import figures_of
 from ui.sources.live_inputs import pretty_token
 from ui.sources.page_state import Option, bind
@@ -112,7 +112,7 @@ def patched(model_name: str, options: PatchOptions, what: str) -> PatchResult:
     return computed("patch", model_name, "", options, None, Bar(f"{what}, {{model}}", "pairs"))
 
 
-def runs_of(result: PatchResult, grid: str) -> int:
+def runs_of(result: PatchResult, grid: Grid) -> int:
     """The patched runs a grid costs: a run per head (and per position), or per layer and position."""
     heads = sum(int(t.size) for t in result.heads.values())
     n = len((result.clean or {}).get("ids", [])) or 1
@@ -216,10 +216,11 @@ def grids_section(lm: LoadedModel, options: PatchOptions, heads: PatchResult) ->
     """The heads x positions and layers x positions grids, each computed when quick or asked for."""
     name = lm.facts.name
     st.subheader("Heads × positions and layers × positions")
-    for grid, label, words in (
+    grids: tuple[tuple[Grid, str, str], ...] = (
         ("heads-positions", "Every head at one position at a time", "heads_positions"),
         ("residual", "The residual stream at each layer's input and position", "residual"),
-    ):
+    )
+    for grid, label, words in grids:
         runs = runs_of(heads, grid)
         shown = replace(options, grid=grid, attribution=False)
         if not go_ahead(name, runs, label, (name, shown)):
