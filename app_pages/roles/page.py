@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from app_pages.roles.composition_tab import composition_tab
 from app_pages.roles.own_text import own_text_detection
 from app_pages.roles.roles_state import KEY, PAGE, PICK, ShownRoles, cached_probe_text, roles_of
 from attnlib.analyses.roles import LINK_REPEAT, RolesOptions
@@ -219,6 +220,7 @@ RENDERERS = {
     "causal": causal_tab,
     "retrieval": retrieval_tab,
     "training": training_tab,
+    "composition": composition_tab,
     "tables": tables_tab,
 }
 TABS = {HEAD_ROLES[key]: render for key, render in RENDERERS.items()}
