@@ -15,10 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.predictions.prompt_state import cached_lens
-from attnlib.analyses.circuit import corrupted_prompt
+from attnlib.analyses.circuit import INDUCTION_PAIRS, corrupted_prompt
 from attnlib.analyses.patch import PatchOptions, PatchResult, read_pairs
 from attnlib.core.model import TRAINED_MODEL, LoadedModel
-from attnlib.results.shipped import ROOT
 from attnlib.stats.patching import Grid, unavailable_reason
 from attnlib.views.drawing import figures_of
 from ui.sources.live_inputs import pretty_token
@@ -29,7 +28,7 @@ from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.progress import asked, estimated
 
 KEY = "patch"  # widget keys and download names start with it
-SHIPPED_PAIRS = ROOT / "data" / "pairs" / "induction_pairs.tsv"  # the trained decoder's pair set
+SHIPPED_PAIRS = INDUCTION_PAIRS
 DEFAULT_PAIR = (  # any decoder's first pair: the name that repeats changes (one token in GPT-2's vocabulary)
     "When Mary and John went to the store, John gave a drink to",
     "When Mary and John went to the store, Paul gave a drink to",
