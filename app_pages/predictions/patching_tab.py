@@ -36,6 +36,7 @@ DEFAULT_PAIR = (  # any decoder's first pair: the name that repeats changes (one
 METRICS = {"logit-diff": "logit-diff", "logprob": "logprob"}
 DIRECTIONS = {"denoise": "denoise", "noise": "noise"}
 QUICK_SECONDS = 5.0  # work estimated below this runs without asking
+QUICK_WEIGHTS = 1e9  # ... where parameters x patched runs stay below this too
 TOP = 5  # tokens of each run's prediction
 
 CLEAN = Option(f"{KEY}_clean", "clean", "")
@@ -133,12 +134,13 @@ def estimate(model_name: str, runs: int) -> str:
     return f"{runs} patched runs" + ("" if per is None else f", about {max(runs * per, 0.1):.1f} s")
 
 
-def go_ahead(model_name: str, runs: int, label: str, what: object) -> bool:
-    """Whether to compute: at once where it is quick, else when the visitor asks (the cost said first)."""
-    per = seconds_per_run(model_name)
-    if per is not None and runs * per < QUICK_SECONDS:
+def go_ahead(lm: LoadedModel, runs: int, label: str, what: object) -> bool:
+    """Whether to compute: at once where it is quick (measured here, and a small model: a time measured on a cache
+    hit would be too short), else when the visitor asks (the cost said first)."""
+    per = seconds_per_run(lm.facts.name)
+    if per is not None and runs * per < QUICK_SECONDS and lm.facts.parameters * runs < QUICK_WEIGHTS:
         return True
-    st.info(f"{label}: {estimate(model_name, runs)}.")
+    st.info(f"{label}: {estimate(lm.facts.name, runs)}.")
     return asked(f"Compute ({runs} runs)", f"{KEY}_ask_{abs(hash(what))}", what)
 
 
@@ -159,12 +161,13 @@ def runs_section(lm: LoadedModel, result: PatchResult) -> None:
     name = lm.facts.name
     clean, corrupted = result.clean or {}, result.corrupted or {}
     t = int(result.position or 0)
-    tokens = pd.DataFrame({"position": range(len(clean.get("tokens", []))), "clean": clean.get("tokens", []),
-                           "corrupted": corrupted.get("tokens", [])})  # fmt: skip
+    tokens = pd.DataFrame({"position": range(len(clean.get("tokens", []))),
+                           "clean": [pretty_token(x) for x in clean.get("tokens", [])],
+                           "corrupted": [pretty_token(x) for x in corrupted.get("tokens", [])]})  # fmt: skip
     tokens["differs"] = tokens["clean"] != tokens["corrupted"]
     left, right = st.columns([1, 1])
     with left:
-        st.markdown(f"**The two inputs** (the metric at position {t}: {clean.get('tokens', ['?'] * (t + 1))[t]!r})")
+        st.markdown(f"**The two inputs** (the metric at position {t}: {tokens['clean'].get(t, '?')!r})")
         data_table(tokens[tokens["differs"] | (tokens["position"] == t)], key=f"{KEY}_tokens")
         download_table(tokens, f"{name.replace('/', '_')}_patch_tokens", key=f"{KEY}_tokens_csv")
     with right:
@@ -176,8 +179,9 @@ def runs_section(lm: LoadedModel, result: PatchResult) -> None:
             except (*REFUSED, KeyError) as exc:
                 st.caption(f"{run}: no prediction shown ({exc}).")
     said = {"logit-diff": "z(w) − z(w')", "logprob": "log p(w)"}[result.metric]
-    words = f"w = {(result.answer or {}).get('token')!r}" + (
-        f", w' = {(result.wrong or {}).get('token')!r}" if result.wrong else "")  # fmt: skip
+    words = f"w = {pretty_token(str((result.answer or {}).get('token')))!r}" + (
+        f", w' = {pretty_token(str(result.wrong['token']))!r}" if result.wrong else ""
+    )
     m_c, m_r = float(result.clean_metric or 0), float(result.corrupted_metric or 0)
     a, b, c = st.columns(3)
     a.metric(f"Clean metric {said}", f"{m_c:.3f}")
@@ -207,7 +211,9 @@ def heads_section(lm: LoadedModel, result: PatchResult) -> None:
         for k, figure in enumerate(figures[parts : 2 * parts]):
             chart(figure, f"{KEY}_attribution_{k}", f"{KEY}_attribution_{k}")
     with right:
-        chart(figures[-1], f"{KEY}_scatter", f"{KEY}_scatter")
+        scatter = figures[-1]
+        scatter.update_layout(title_text=scatter.layout.title.text.replace(" (Pearson", "<br>(Pearson"))  # half width
+        chart(scatter, f"{KEY}_scatter", f"{KEY}_scatter")
     tables_and_downloads(result, name, "heads")
 
 
@@ -222,7 +228,7 @@ def grids_section(lm: LoadedModel, options: PatchOptions, heads: PatchResult) ->
     for grid, label, words in grids:
         runs = runs_of(heads, grid)
         shown = replace(options, grid=grid, attribution=False)
-        if not go_ahead(name, runs, label, (name, shown)):
+        if not go_ahead(lm, runs, label, (name, shown)):
             continue
         with estimated(label) as (say, _):
             say(estimate(name, runs))
@@ -271,7 +277,7 @@ def pairs_section(lm: LoadedModel, options: PatchOptions, heads: PatchResult) ->
     asked_for = PatchOptions(position=options.position, metric=options.metric, direction=options.direction,
                              pairs=str(path))  # fmt: skip
     per_pair = runs_of(heads, "heads") + 2  # and the clean and corrupted runs
-    if not go_ahead(name, count * per_pair, f"{count} pairs, every head of each", (name, asked_for)):
+    if not go_ahead(lm, count * per_pair, f"{count} pairs, every head of each", (name, asked_for)):
         return
     try:
         result = patched(name, asked_for, f"Patching {count} pairs")
@@ -304,7 +310,7 @@ def patching_tab(lm: LoadedModel) -> None:
         st.error(str(exc))
         return
     elapsed = time.perf_counter() - started
-    if elapsed > 0.05:  # computed, not a cache hit: how long a patched run takes here
+    if elapsed > 0.005:  # computed, not a cache hit: how long a patched run takes here
         runs = runs_of(result, "heads") + 3  # and the clean, corrupted and backward passes
         st.session_state.setdefault(f"_{KEY}_per_run", {})[name] = elapsed / runs
     runs_section(lm, result)

@@ -371,12 +371,15 @@ def causal_picture(roles: dict) -> None:
     noising = computed("patch", TRAINED_MODEL, "", options, None, Bar("Patching the shipped pairs, {model}", "pairs"))
     induction = tuple((int(l), int(h)) for l, h in roles.get("induction", []))
     table = cached_over_checkpoints(tuple(checkpoints_of(TRAINED_MODEL)), induction)
-    bars, lines = st.columns(2)
-    with bars:
-        _show(figures_of(noising, TRAINED_MODEL)[1], "noising")
-    with lines:
-        receivers = ", ".join(head_name(l, h) for l, h in induction)
-        _show(composition_training_figure(table, TRAINED_MODEL, receivers), "composition")
+    bars = figures_of(noising, TRAINED_MODEL)[1]
+    bars.update_layout(title_text=f"Each head's mean noising score over the {noising.pairs} shipped pairs")
+    _show(bars, "noising")
+    receivers = ", ".join(head_name(l, h) for l, h in induction)
+    lines = composition_training_figure(table, TRAINED_MODEL, receivers)
+    lines.update_layout(title_text=f"Composition into the induction heads {receivers} over training",
+                        legend={"orientation": "h", "y": -0.25})  # fmt: skip
+    lines.update_yaxes(title="mean composition")
+    _show(lines, "composition")
     sentence = circuit_notice(noising.heads["encoder"], noising.heads_se["encoder"], int(noising.pairs or 0), roles,
                               table, TRAINED_MODEL)  # fmt: skip
     source = (

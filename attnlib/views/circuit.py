@@ -33,15 +33,18 @@ def role_tags(roles: Mapping[str, Sequence[Sequence[int]]]) -> dict[tuple[int, i
 @notebook_figure
 def marked_composition_heatmap(scores: np.ndarray, kind: str, model: str,
                                roles: Mapping[str, Sequence[Sequence[int]]]) -> go.Figure:  # fmt: skip
-    """One kind of composition as a sender x receiver heatmap; a head of a role is named in its row's and column's
-    label (e.g. '1-3 previous') and framed in the role's colour, a legend naming the colours."""
+    """One kind of composition as a sender x receiver heatmap; a head of a role is named (its first role) in its row's
+    and column's label (e.g. '1-3 previous-token') and framed in the role's colour, a legend naming the colours."""
     L, H = np.asarray(scores).shape[:2]
     fig = composition_heatmap(np.asarray(scores), kind, model)
     tags = role_tags(roles)
-    labels = [head_label(l, h) + "".join(f" {ROLE_NAMES.get(r, r)}" for r in tags.get((l, h), []))
+    labels = [head_label(l, h) + "".join(f" {ROLE_NAMES.get(r, r)}" for r in tags.get((l, h), [])[:1])
               for l in range(L) for h in range(H)]  # fmt: skip
-    fig.update_xaxes(ticktext=labels)
-    fig.update_yaxes(ticktext=labels)
+    fig.update_xaxes(ticktext=labels, title="receiver head")
+    fig.update_yaxes(ticktext=labels, title="sender head")
+    side = min(1000, 260 + 30 * L * H)
+    fig.update_layout(title=f"{model}: {kind.upper()}-composition", width=side + 120, height=side + 60,
+                      margin={"l": 10, "r": 10, "t": 170, "b": 10})  # fmt: skip
     for (layer, head), found in tags.items():
         i = layer * H + head
         colour = ROLE_COLOURS[found[0]]

@@ -28,7 +28,7 @@ def _heatmap(page, title: str) -> np.ndarray:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_patching_and_composition_tabs_on_the_trained_decoder(streamlit_server, browser, screenshot_dir):
-    with browser_page(browser, screenshot_dir / "patching-failure.png", 1400, 2400) as page:
+    with browser_page(browser, screenshot_dir / "patching-failure.png", 1400, 6400) as page:
         page.goto(f"{streamlit_server}/predictions?model={TRAINED_MODEL}&tab=patching&direction=noise",
                   wait_until="domcontentloaded")  # fmt: skip
         page.get_by_text("Every head patched").wait_for(timeout=LONG)
@@ -36,8 +36,8 @@ def test_patching_and_composition_tabs_on_the_trained_decoder(streamlit_server, 
         page.screenshot(path=str(screenshot_dir / "patching-tab.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
         heads = _heatmap(page, "activation patching of every head")
-        clean = page.get_by_label("Clean prompt").input_value()
-        corrupted = page.get_by_label("Corrupted prompt").input_value()
+        clean = page.get_by_role("textbox", name="Clean prompt").input_value()
+        corrupted = page.get_by_role("textbox", name="Corrupted prompt").input_value()
 
         page.goto(f"{streamlit_server}/head-roles?model={TRAINED_MODEL}&tab=composition",
                   wait_until="domcontentloaded")  # fmt: skip
