@@ -242,8 +242,8 @@ def patch_pair(lm: LoadedModel, options: PatchOptions) -> PatchResult:
     if options.grid == "residual":
         result.residual = residual_scores(pair, options.direction, n)
     if options.attribution:
-        result.attribution = attribution_scores(pair, options.direction)
-        result.attribution_r = pearson(np.concatenate([t.ravel() for t in result.attribution.values()]),
+        attribution = result.attribution = attribution_scores(pair, options.direction)
+        result.attribution_r = pearson(np.concatenate([t.ravel() for t in attribution.values()]),
                                        np.concatenate([t.ravel() for t in heads.values()]))  # fmt: skip
     return result
 
@@ -258,15 +258,17 @@ class PatchSums:
 
     def add(self, scores: dict[str, np.ndarray]) -> None:
         for part, table in scores.items():
-            self.sums[part] = self.sums.get(part, 0) + table
-            self.squares[part] = self.squares.get(part, 0) + table**2
+            zero = np.zeros_like(table)
+            self.sums[part] = self.sums.get(part, zero) + table
+            self.squares[part] = self.squares.get(part, zero) + table**2
         self.n += 1
 
     def merge(self, other: PatchSums) -> PatchSums:
         merged = PatchSums(self.n + other.n)
         for part in {**self.sums, **other.sums}:
-            merged.sums[part] = self.sums.get(part, 0) + other.sums.get(part, 0)
-            merged.squares[part] = self.squares.get(part, 0) + other.squares.get(part, 0)
+            zero = np.zeros_like(self.sums.get(part, other.sums.get(part)))
+            merged.sums[part] = self.sums.get(part, zero) + other.sums.get(part, zero)
+            merged.squares[part] = self.squares.get(part, zero) + other.squares.get(part, zero)
         return merged
 
     def mean(self) -> dict[str, np.ndarray]:

@@ -104,7 +104,8 @@ def analyse(
     takes = analysis.sources + OPTIONAL_SOURCES.get(analysis.reads, ())
     extra = [source for source, value in given.items() if value is not None and source not in takes]
     if extra or (analysis.reads not in ("text", "model") and (text is not None or pair is not None)):
-        reads = " and ".join(f"{s}=" for s in analysis.sources) or "text= (and pair=)"
+        given_as = "what its options name" if analysis.reads == "options" else "text= (and pair=)"
+        reads = " and ".join(f"{s}=" for s in analysis.sources) or given_as
         raise CorpusError(f"{name} reads {reads}, not {', '.join(extra) or 'text='}.")
     run = run_analysis(
         analysis,

@@ -336,20 +336,20 @@ def every_head(lay: Layout, part: Part, position: int | None = None) -> list[Pat
     return [(part, l, h, position) for l in range(len(lay.sites)) for h in range(lay.n_heads)]
 
 
-def head_scores(pair: Pair, direction: Direction) -> dict[Part, np.ndarray]:
+def head_scores(pair: Pair, direction: Direction) -> dict[str, np.ndarray]:
     """Every head of every part patched at every position: part -> [layers, heads]."""
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for part, lay in layouts(pair.lm).items():
         values = patch_heads(pair, every_head(lay, part), direction)
         out[part] = values.reshape(len(lay.sites), lay.n_heads)
     return out
 
 
-def head_position_scores(pair: Pair, direction: Direction, n_positions: int) -> dict[Part, np.ndarray]:
+def head_position_scores(pair: Pair, direction: Direction, n_positions: int) -> dict[str, np.ndarray]:
     """Every head patched at one position q at a time: part -> [layers, heads, positions] (the main stack's
     positions; an encoder-decoder's decoder and cross heads over the decoder's). Positions a decoder does not read
     (after t) score 0."""
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for part, lay in layouts(pair.lm).items():
         n = pair.n if part == "encoder" else int(pair.inputs["clean"]["decoder_input_ids"].shape[1])
         L, H = len(lay.sites), lay.n_heads
@@ -395,7 +395,7 @@ def residual_scores(pair: Pair, direction: Direction, n_positions: int) -> np.nd
     return grid
 
 
-def attribution_scores(pair: Pair, direction: Direction) -> dict[Part, np.ndarray]:
+def attribution_scores(pair: Pair, direction: Direction) -> dict[str, np.ndarray]:
     """Attribution patching (§22): sum_i (c_clean - c_corr) . dm/dc at the base run (the corrupted run when
     denoising, the clean one when noising), divided by m_c - m_r: one forward and one backward pass for every head
     of every part; part -> [layers, heads]."""
@@ -418,7 +418,7 @@ def attribution_scores(pair: Pair, direction: Direction) -> dict[Part, np.ndarra
         m = metric_of(logits, pair.metric, pair.answer, pair.wrong).sum()
         keys = [(part, index) for part in lays for index in sorted(deltas[part])]
         grads = torch.autograd.grad(m, [deltas[p][i] for p, i in keys], allow_unused=True)
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for part, lay in lays.items():
         L, H, d = len(lay.sites), lay.n_heads, lay.head_dim
         table = np.zeros((L, H))

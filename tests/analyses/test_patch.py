@@ -11,6 +11,7 @@ import torch
 
 import attnlib
 from attnlib.analyses.patch import read_pairs
+from attnlib.core.corpus import CorpusError
 from attnlib.core.model import TRAINED_MODEL, load_model
 from attnlib.results.shipped import ROOT
 from support.cli import run_cli
@@ -251,6 +252,8 @@ def test_bad_input_is_one_line_naming_what_is_wrong(gpt2_dir, tmp_path):
     said = error_line("patch", "--pairs", str(same), "--metric", "logprob", *model)
     assert "line 2" in said and "does not differ" in said
     assert "--clean and --corrupted" in error_line("patch", *model)
+    with pytest.raises(CorpusError, match="patch reads what its options name, not text="):
+        attnlib.patch("no/such/model", text=CLEAN)
 
 
 def test_a_model_without_an_lm_head_is_refused_in_words(tmp_path):

@@ -15,8 +15,10 @@ from attnlib.cli.entry import build_parser
 from attnlib.core.decoding import check_decoder
 from attnlib.core.families import UnsupportedModelError, unsupported_reason
 from attnlib.core.model import load_model
+from attnlib.core.ov_circuit import head_weights_reason
 from attnlib.stats.gradient import unavailable_reason
 from attnlib.stats.lens import lens_reason
+from attnlib.stats.patching import unavailable_reason as patching_unavailable_reason
 from support.cli import run_cli
 from support.json_keys import COMMAND_KEYS, KEYS
 from support.models import (
@@ -44,6 +46,8 @@ REFUSED = {
     "lens": (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS, "llama-classifier"),
 }
 ENCODER_DECODERS = (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS)
+# refused where the library says so for the model: patching without an LM head; composition of a post-LN stack
+REFUSED_BY_MODEL = {"patch": patching_unavailable_reason, "compose": head_weights_reason}
 
 
 def _reason(folder: str, command: str) -> str | None:
@@ -63,6 +67,8 @@ def _expected_keys(kind: str, command: str) -> set[str]:
     keys = set(KEYS.get(command) or COMMAND_KEYS[command])
     if kind in FOUND_LAYOUT_KINDS and command in ANALYSES:  # the layout found in the model and checked, in words
         keys.add("layout_found")
+    if kind in ENCODER_DECODERS and command == "patch":  # its decoder's and cross-attention's heads too
+        keys |= {"decoder_heads", "cross_heads", "decoder_attribution", "cross_attribution"}
     if kind in ENCODER_DECODERS:
         added = {"stacks"} if command == "report" else {"kind", "part"}
         return keys | added | (PART_KEYS if command == "attention" else set())
@@ -107,6 +113,10 @@ def test_every_command_runs_and_says_the_kind_or_refuses_in_one_line(kind_dir, c
     if encoder_decoder:
         small["attention"] = dict(pair=False)  # an encoder-decoder reads a source and a target, not a pair
     ran = run_cli(*command_line(command, str(folder), **small.get(command, {})), "--json")
+    said = REFUSED_BY_MODEL[command](load_model(str(folder))) if command in REFUSED_BY_MODEL else None
+    if said is not None:
+        assert ran.error.endswith(said), ran
+        return
     if kind in REFUSED.get(command, ()):
         reason = _reason(str(folder), command)
         assert reason is not None and ran.error.endswith(reason), ran
