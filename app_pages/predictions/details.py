@@ -45,7 +45,7 @@ def pick_box(option: Option, label: str, names: list[str], texts: list[str], hel
     the index picked."""
     bind([option])
     if st.session_state[option.key] not in names:
-        st.session_state[option.key] = names[0]
+        set_value(option, names[0])
     shown = dict(zip(names, texts, strict=True))
     chosen = st.selectbox(label, names, key=option.key, format_func=shown.__getitem__, help=help)
     return names.index(chosen)
@@ -108,7 +108,7 @@ def draw_graph(view: PromptView, sfx: str, threshold: float, mode: str) -> None:
 
     routes = view.routes
     assert routes is not None
-    figure = route_graph(RouteGraph.from_json(routes), title=" ")
+    figure = route_graph(RouteGraph.from_json(routes))
     figure.update_layout(width=None)  # the column's width: the graph of a long prompt scrolls with plotly's zoom
     chart(figure, f"routes{sfx}", f"pred_graph{sfx}")
     route = attention_edges(routes, view.position)
@@ -155,27 +155,20 @@ def draw_edge(view: PromptView, sfx: str) -> None:
         "Each head's share of the edge, largest first.",
     )
     head = int(order[h])
-    run = cached_run(view.model, view_text(), "")
+    run = cached_run(view.model, view.text, "")
     left, right = st.columns(2)
     with left:
         weights = run.attentions[layer, head]
-        chart(attention_heatmap(weights, tokens, tokens, f"Attention of head {heads[head]}"),
-              f"attention_{heads[head]}{sfx}", f"pred_attention{sfx}")  # fmt: skip
+        figure = attention_heatmap(weights, tokens, tokens, f"Attention of head {heads[head]}")
+        chart(figure.update_layout(width=None), f"attention_{heads[head]}{sfx}", f"pred_attention{sfx}")
     with right:
         contribution = head_contribution_map(routes, layer, head)
-        chart(attention_heatmap(contribution, tokens, tokens, f"Contribution of head {heads[head]}"),
-              f"contribution_{heads[head]}{sfx}", f"pred_contribution{sfx}")  # fmt: skip
+        figure = attention_heatmap(contribution, tokens, tokens, f"Contribution of head {heads[head]}")
+        chart(figure.update_layout(width=None), f"contribution_{heads[head]}{sfx}", f"pred_contribution{sfx}")
     st.caption(
         f"Row {query} ({tokens[query]}) of each map holds the edge: the head's attention to {tokens[key]} ({key}) "
         f"and its share of what the attention node at {tokens[query]} receives."
     )
-
-
-def view_text() -> str:
-    """The prompt (the page's text option)."""
-    from app_pages.predictions.prompt_state import TEXT
-
-    return str(st.session_state[TEXT.key])
 
 
 def node_table(node: dict[str, Any]) -> pd.DataFrame:

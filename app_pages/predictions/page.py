@@ -75,7 +75,8 @@ def routes_section(views: list[PromptView], values: dict) -> None:
     st.markdown(
         "Each node is a state of the residual stream: E the embedding, A after attention, F the feed-forward block, "
         "R after the layer; layers go up, positions across. An edge's width is its contribution to the node it "
-        "enters (Ferrando & Voita 2024); the route to the prediction is drawn darker."
+        "enters (Ferrando & Voita 2024); the route to the prediction is drawn in red, the rest of the graph above the "
+        "threshold in grey."
     )
     side_by_side(views, lambda v, sfx: draw_graph(v, sfx, float(values["thr"]), values["mode"]))
     st.markdown("**An edge's heads**")

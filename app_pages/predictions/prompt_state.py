@@ -11,6 +11,7 @@ import numpy as np
 import streamlit as st
 
 from attnlib.analyses.registry import analyse
+from attnlib.analyses.routes import RoutesOptions
 from attnlib.core.model import LoadedModel
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option
@@ -21,15 +22,15 @@ DEFAULT_PROMPT = (
     "Mr and Mrs Dursley, of number four, Privet Drive, were proud to say that they were perfectly normal. "
     "Mr Dursley of number four Privet"
 )
-THRESHOLDS = (0.04,)  # METHODS §21's default tau
+ROUTES_DEFAULTS = RoutesOptions()  # METHODS §21's default tau and mode, the command's
 MODES = ("renormalise", "cut")
 LENS_MODES = ("normalise", "raw")
 TOP = 10  # tokens in a lens table, a readout, and the prediction
 
 TEXT = Option(f"{KEY}_text", "text", DEFAULT_PROMPT)
 POSITION = Option(f"{KEY}_position", "pos", -1)  # the token whose next token is predicted; -1: the last
-THRESHOLD = Option(f"{KEY}_threshold", "thr", THRESHOLDS[0])
-MODE = Option(f"{KEY}_mode", "mode", MODES[0], MODES)
+THRESHOLD = Option(f"{KEY}_threshold", "thr", ROUTES_DEFAULTS.threshold)
+MODE = Option(f"{KEY}_mode", "mode", ROUTES_DEFAULTS.mode, MODES)
 LENS_MODE = Option(f"{KEY}_lens_mode", "lens", LENS_MODES[0], LENS_MODES, omit_default=True)
 TOKEN = Option(f"{KEY}_token", "tok", "")  # the token whose logit is attributed; empty: the predicted one
 VERSUS = Option(f"{KEY}_versus", "versus", "")  # the token it is compared with; empty: none
@@ -73,6 +74,7 @@ class PromptView:
     part is missing, in words."""
 
     model: str
+    text: str
     position: int
     routes: dict[str, Any] | None = None
     lens: dict[str, Any] | None = None  # of the predicted token
@@ -102,7 +104,7 @@ def prompt_view(lm: LoadedModel, text: str, position: int, threshold: float, mod
     """A model's routes and lens on the prompt; a user error (empty prompt, position outside, bad threshold or token)
     is kept as its sentence."""
     name = lm.facts.name
-    view = PromptView(name, position)
+    view = PromptView(name, text, position)
     try:
         view.routes = cached_routes(name, text, position, threshold, mode)
         view.position = int(view.routes["route"]["position"])

@@ -23,7 +23,7 @@ from attnlib.analyses.deps import DEPS, DepsResult
 from attnlib.analyses.gradient import GRADIENT, GradientImportance
 from attnlib.analyses.hta import HTA, TokenAttribution
 from attnlib.analyses.importance import ABLATE, IMPORTANCE, HeadImportance, InputAblation
-from attnlib.analyses.lens import LENS, LensResult
+from attnlib.analyses.lens import LENS
 from attnlib.analyses.norms import NORMS, InputNorms
 from attnlib.analyses.patch import PATCH, PatchResult
 from attnlib.analyses.positions import POSITIONS, PositionsResult
@@ -225,7 +225,7 @@ def retrieval(model: str | LoadedModel = DEFAULT_MODEL, *, corpus: Inputs | None
     return analyse("retrieval", model, corpus=corpus, **keywords)
 
 
-def lens(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, **keywords: Any) -> AnalysisRun[LensResult]:
+def lens(model: str | LoadedModel = DEFAULT_MODEL, *, text: str, **keywords: Any) -> AnalysisRun[Any]:
     """The logit lens of every node, the direct logit attribution of every component and each head's readout at one
     position of one input, e.g. position=-1, token=" Drive" (`attnlib lens`, METHODS §21); needs an LM head."""
     return analyse("lens", model, text=text, **keywords)

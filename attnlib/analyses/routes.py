@@ -69,8 +69,24 @@ def node_id(kind: str, layer: int | None, position: int) -> str:
     return f"{kind}{layer}_{position}"
 
 
+class RoutesResult:
+    """What `routes` gives: a RouteGraph on a text, a RouteFrequency on a corpus (RoutesResult.from_json tells them
+    apart by their keys)."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Any:
+        """The RouteFrequency or RouteGraph this JSON holds; ResultFileError when it holds neither."""
+        return RouteFrequency.read(data) if "frequency" in data else RouteGraph.read(data)
+
+    def tables(self, model: str) -> dict[str, pd.DataFrame]:
+        raise NotImplementedError
+
+
 @dataclass
-class RouteGraph:
+class RouteGraph(RoutesResult):
     """One text's graph (nodes, edges with each head's share), the route to the prediction at `position` and that
     prediction; `kernel`: which L1 kernel computed it (not in the JSON)."""
 
@@ -89,7 +105,8 @@ class RouteGraph:
         return {k: getattr(self, k) for k in keys}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def read(cls, data: dict[str, Any]) -> Self:
+        """The graph of a text's JSON; ResultFileError when a key is missing."""
         try:
             return cls(**{k: data[k] for k in ("tokens", "threshold", "mode", "nodes", "edges", "route", "prediction")})
         except KeyError as exc:
@@ -137,11 +154,15 @@ class RouteGraph:
             {"model": model, "layer": l + 1, "head": h + 1, "route_share": float(v)}
             for (l, h), v in np.ndenumerate(self.route_heads())
         ]
-        return {"Edges": pd.DataFrame(rows), "Heads on the route": pd.DataFrame(heads)}
+        columns = ["model", "layer", "kind", "source", "source_token", "target", "target_token", "weight", "on_route"]
+        tables = {"Edges": pd.DataFrame(rows, columns=columns)}
+        if heads:  # the heads are known from an attention edge above the threshold
+            tables["Heads on the route"] = pd.DataFrame(heads)
+        return tables
 
 
 @dataclass
-class RouteFrequency:
+class RouteFrequency(RoutesResult):
     """Heads on routes over a corpus: `frequency` [layers][heads] is the share of the `routes` counted that each head is
     on."""
 
@@ -155,7 +176,8 @@ class RouteFrequency:
         return {"frequency": self.frequency, "routes": self.routes, "threshold": self.threshold, "mode": self.mode}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def read(cls, data: dict[str, Any]) -> Self:
+        """The frequency of a corpus's JSON; ResultFileError when a key is missing."""
         try:
             return cls(data["frequency"], int(data["routes"]), data["threshold"], data["mode"])
         except KeyError as exc:
@@ -173,14 +195,6 @@ class RouteFrequency:
         return {"Route frequency per head": pd.DataFrame(rows)}
 
 
-class RoutesResult:
-    """What `routes` gives: a RouteGraph on a text, a RouteFrequency on a corpus (from_json tells them apart)."""
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RouteGraph | RouteFrequency:
-        return RouteFrequency.from_json(data) if "frequency" in data else RouteGraph.from_json(data)
-
-
 # ------------------------------------------------------------------------------------------------- one input
 
 
@@ -193,12 +207,18 @@ class InputGraph:
     kernel: str | None
 
 
+def route_work(lm: LoadedModel, n: int) -> float:
+    """The L1 terms of one n-token input's contributions: layers x heads x query-key pairs x hidden size."""
+    facts = lm.facts
+    pairs = n * (n + 1) / 2 if facts.causal else n * n
+    return facts.n_layers * facts.n_heads * pairs * facts.hidden_size
+
+
 def input_graph(lm: LoadedModel, encoded: Encoded, threshold: float, mode: Mode, kernel: Kernel = "auto") -> InputGraph:
     """The graph of one encoded input: one pass through the model, each layer's contributions as it finishes."""
     facts = lm.facts
     n = encoded.n
-    pairs = n * (n + 1) / 2 if facts.causal else n * n
-    chosen = choose_kernel(kernel, facts.n_layers * facts.n_heads * pairs * facts.hidden_size)
+    chosen = choose_kernel(kernel, route_work(lm, n))
     layers: list[LayerContributions] = []
     last: list[torch.Tensor] = []
     windows = list(facts.windows) if facts.windows else []
@@ -312,8 +332,10 @@ def fill_routes(lm: LoadedModel, inputs: list[CorpusInput], accumulators: list, 
                 progress: Progress | None, options: RoutesOptions) -> list:  # fmt: skip
     """Every position's route of every input (one pass each), into the frequency."""
     (stats,) = accumulators
-    for done, item in enumerate(inputs, start=1):
-        graph = input_graph(lm, encode(lm, item.text_a, item.text_b), options.threshold, options.mode, options.kernel)
+    encoded = [encode(lm, item.text_a, item.text_b) for item in inputs]
+    kernel = choose_kernel(options.kernel, sum(route_work(lm, e.n) for e in encoded))  # once for the whole corpus
+    for done, one in enumerate(encoded, start=1):
+        graph = input_graph(lm, one, options.threshold, options.mode, kernel)  # type: ignore[arg-type]
         stats.add_graph(graph.graph)
         if progress is not None:
             progress(done, len(inputs))

@@ -133,8 +133,8 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
             )
         seen["weights"] = output[1].detach()
 
-    def on_block(_module, _args, output):
-        seen["block"] = _first(output).detach()
+    def on_output(_module, _args, output):
+        seen["added"] = _first(output).detach()
 
     def on_norm(_module, args, output):
         seen["norm_out"] = _first(output).detach()
@@ -173,7 +173,7 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
                     )
                 ffn = second[-1][0].float() - carried
             else:
-                added = seen.pop("block")[0].float()
+                added = seen.pop("added")[0].float()  # the output projection's (Bloom's block adds x itself)
                 if weights_np.attention_norm:
                     o = cache.norm_inputs.pop()[0].float()
                     query_scale = 1.0 / o.square().mean(-1).add(float(eps[k])).sqrt()
@@ -211,7 +211,7 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
             others = [m for s in lay.sites for m in _norm_modules(s.layer, s.norm)]
             context.enter_context(hooked(others, on_other_norm, after=True))
         else:
-            context.enter_context(hooked(site_modules(lay, "block"), on_block, after=True))
+            context.enter_context(hooked(site_modules(lay, "output"), on_output, after=True))
             if weights_np.attention_norm:
                 context.enter_context(hooked(site_modules(lay, "attention_norm"), on_attention_norm, after=True))
         context.enter_context(hooked(site_modules(lay, "layer"), on_layer(cache), after=True))

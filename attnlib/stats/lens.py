@@ -124,18 +124,6 @@ def head_reason(lm: LoadedModel) -> str | None:
     return None
 
 
-def lens_reason(lm: LoadedModel) -> str | None:
-    """Why the `lens` analysis cannot run on this model, in words (head_reason, or an encoder-decoder, whose decoder's
-    residual stream attnlib does not split yet); None when it can."""
-    if lm.facts.kind == "encoder-decoder":
-        return (
-            f"The logit lens and logit attribution (METHODS §21) of an encoder-decoder's decoder are not computed yet: "
-            f"attnlib splits the residual stream of a decoder-only model or an encoder, and {lm.facts.name} is an "
-            "encoder-decoder."
-        )
-    return head_reason(lm)
-
-
 def dla_reason(lm: LoadedModel) -> str | None:
     """Why direct logit attribution is not defined for this model (a masked-LM head that is not linear after its
     norm), in words; None when it is (or when the lens itself is refused: head_reason)."""
@@ -224,15 +212,18 @@ class Tokens:
     rank_change: list[int] | None
 
 
-def ranks(reading: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Each id's 0-based rank in a reading [V] (0: the largest logit; ties share the better rank)."""
-    return (reading[None, :] > reading[ids][:, None]).sum(-1)
+def ranks(reading: torch.Tensor, ids: torch.Tensor, ascending: torch.Tensor | None = None) -> torch.Tensor:
+    """Each id's 0-based rank in a reading [V] (0: the largest logit; ties share the better rank): the number of
+    logits above its own, counted in the reading sorted ascending (given, or sorted here)."""
+    ordered = reading.sort().values if ascending is None else ascending
+    return reading.shape[-1] - torch.searchsorted(ordered, reading[ids].contiguous(), right=True)
 
 
 def lens_tokens(readings: torch.Tensor, k: int = DEFAULT_TOP) -> list[tuple[Tokens, Tokens]]:
     """Each node's (top, bottom) k tokens from its reading [nodes, V] (nodes in order, each read after the one before
     it), with rank_change = rank in the previous node's reading - rank in its own (positive: moved up)."""
     k = min(k, readings.shape[-1])
+    ordered = readings.sort(-1).values
     found = []
     for index, reading in enumerate(readings):
         pairs = []
@@ -240,7 +231,8 @@ def lens_tokens(readings: torch.Tensor, k: int = DEFAULT_TOP) -> list[tuple[Toke
             values, ids = reading.topk(k, largest=largest)
             change = None
             if index > 0:
-                change = (ranks(readings[index - 1], ids) - ranks(reading, ids)).tolist()
+                before = ranks(readings[index - 1], ids, ordered[index - 1])
+                change = (before - ranks(reading, ids, ordered[index])).tolist()
             pairs.append(Tokens(ids.tolist(), values.tolist(), change))
         found.append((pairs[0], pairs[1]))
     return found

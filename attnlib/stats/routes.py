@@ -27,9 +27,9 @@ Mode = Literal["renormalise", "cut"]
 MODES: tuple[Mode, ...] = ("renormalise", "cut")
 DEFAULT_THRESHOLD = 0.04
 FLOOR = 1e-5  # the smallest contribution of a part (the LLM Transparency Tool's)
-QUERY_BLOCK, KEY_BLOCK = 16, 128  # the compiled kernel's fixed block shape
+QUERY_BLOCK, KEY_BLOCK = 16, 32  # the compiled kernel's one block shape (short inputs pad little)
 PLAIN_QUERY_BLOCK = 4  # the plain kernel's parts held at once: heads x 4 queries x KEY_BLOCK keys x d
-COMPILE_FROM = 50_000_000  # L1 terms (heads x query-key pairs x d, all layers) from which compiling pays off
+COMPILE_FROM = 50_000_000  # L1 terms (heads x query-key pairs x d, all layers, all inputs) from which compiling pays
 Kernel = Literal["auto", "compiled", "plain"]
 
 

@@ -75,37 +75,49 @@ def _readout_text(readout: Readout) -> str:
     return f"promotes {up}<br>suppresses {down}"
 
 
-@notebook_figure
-def attribution_heatmap(result: LensResult, title: str = "") -> go.Figure:
-    """Every head's direct logit attribution (layers down from 1, heads across from 1) and, beside it, each layer's
-    attention bias and feed-forward block, on one diverging scale; a head's hover shows its readout."""
-    dla = result.dla
-    assert dla is not None, "no attribution: the notes say why"
-    heads = np.asarray(dla.heads, float)
-    side = np.stack([dla.attention_bias, dla.ffn], axis=1)
-    n_layers, n_heads = heads.shape
-    top = float(max(np.abs(heads).max(), np.abs(side).max(), 1e-9))
+def _heads_hover(values: np.ndarray, readouts, what: str) -> np.ndarray:
+    """Each head's hover: its DLA and, where there are readouts, the tokens it promotes and suppresses."""
+    n_layers, n_heads = values.shape
     hover = np.full((n_layers, n_heads), "", dtype=object)
     for l in range(n_layers):
         for h in range(n_heads):
-            readout = "" if result.readouts is None else "<br>" + _readout_text(result.readouts[l][h])
-            hover[l, h] = f"head {l + 1}-{h + 1}: {heads[l, h]:.4g}{readout}"
+            readout = "" if readouts is None else "<br>" + _readout_text(readouts[l][h])
+            hover[l, h] = f"{what} {l + 1}-{h + 1}: {values[l, h]:.4g}{readout}"
+    return hover
+
+
+@notebook_figure
+def attribution_heatmap(result: LensResult, title: str = "") -> go.Figure:
+    """Every head's direct logit attribution (layers down from 1, heads across from 1; an encoder-decoder's decoder:
+    its self-attention heads, then its cross-attention heads) and each layer's attention bias and feed-forward block
+    beside them, on one diverging scale; a head's hover shows its readout."""
+    dla = result.dla
+    assert dla is not None, "no attribution: the notes say why"
+    panels = [("heads", np.asarray(dla.heads, float), result.readouts, "head")]
+    if dla.cross_heads is not None:
+        panels = [("self-attention heads", panels[0][1], result.readouts, "head"),
+                  ("cross-attention heads", np.asarray(dla.cross_heads, float), result.cross_readouts, "cross head")]  # fmt: skip
+    side = np.stack([dla.attention_bias, dla.ffn], axis=1)
+    n_layers = side.shape[0]
+    top = float(max(*(np.abs(values).max() for _, values, _, _ in panels), np.abs(side).max(), 1e-9))
     layers = np.arange(1, n_layers + 1)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.8, 0.2], horizontal_spacing=0.06,
-                        subplot_titles=("heads", "bias and feed-forward"))  # fmt: skip
+    widths = [0.8 / len(panels)] * len(panels) + [0.2]
+    fig = make_subplots(rows=1, cols=len(panels) + 1, column_widths=widths, horizontal_spacing=0.06,
+                        subplot_titles=(*(name for name, _, _, _ in panels), "bias and feed-forward"))  # fmt: skip
     scale = dict(colorscale="RdBu_r", zmin=-top, zmax=top)
-    fig.add_trace(
-        go.Heatmap(z=heads, x=np.arange(1, n_heads + 1), y=layers, customdata=hover,
-                   hovertemplate="%{customdata}<extra></extra>", colorbar={"title": {"text": "DLA"}, "thickness": 12},
-                   **scale),
-        row=1, col=1,
-    )  # fmt: skip
+    for col, (_, values, readouts, what) in enumerate(panels, start=1):
+        fig.add_trace(
+            go.Heatmap(z=values, x=np.arange(1, values.shape[1] + 1), y=layers,
+                       customdata=_heads_hover(values, readouts, what), hovertemplate="%{customdata}<extra></extra>",
+                       colorbar={"title": {"text": "DLA"}, "thickness": 12}, showscale=col == 1, **scale),
+            row=1, col=col,
+        )  # fmt: skip
+        fig.update_xaxes(title="head", tickmode="linear", dtick=1, row=1, col=col)
     fig.add_trace(
         go.Heatmap(z=side, x=["attention bias", "feed-forward"], y=layers, showscale=False,
                    hovertemplate="layer %{y}, %{x}: %{z:.4g}<extra></extra>", **scale),
-        row=1, col=2,
+        row=1, col=len(panels) + 1,
     )  # fmt: skip
-    fig.update_xaxes(title="head", tickmode="linear", dtick=1, row=1, col=1)
     fig.update_yaxes(title="layer", tickmode="linear", dtick=1, autorange="reversed")
     token = _shown(dla.token.token) + ("" if dla.versus is None else f" − {_shown(dla.versus.token)}")
     said = (

@@ -16,6 +16,7 @@ from attnlib.core.corpus import CorpusInput
 from attnlib.core.families import UnsupportedModelError
 from attnlib.core.model import load_model
 from attnlib.core.runner import InputError, encode, model_inputs
+from attnlib.stats.lens import HEAD_CHECK
 from support.cli import run_cli
 from support.models import move_off_initial, save_tiny
 from support.tolerances import FORWARD_RTOL
@@ -108,6 +109,21 @@ def test_lens_of_every_node_against_the_final_norm_and_head_modules(models, kind
     assert all(isinstance(x.rank_change, int) for n in result.nodes[1:] for x in n.top + n.bottom)
 
 
+def test_raw_mode_reads_the_unembedding_alone(models):
+    lm = models("gemma2")  # soft-capped: raw logits are capped as the model caps its own
+    result = compute_lens(lm, CorpusInput(TEXT), LensOptions(position=2, top=4, mode="raw"))
+    _, _, hidden = _own(lm, TEXT)
+    whole = lm.causal_lm
+    cap = whole.config.final_logit_softcapping
+    for layer in range(lm.facts.n_layers - 1):  # R^l is hidden_states[l + 1] (the last is after the final norm)
+        with torch.no_grad():
+            reading = torch.tanh(whole.get_output_embeddings()(hidden[layer + 1][0, 2]) / cap) * cap
+        node = result.nodes[2 + 2 * layer]
+        assert (node.kind, node.layer) == ("R", layer)
+        assert [x.id for x in node.top] == reading.topk(4).indices.tolist()
+        assert [x.logit for x in node.top] == pytest.approx(reading.topk(4).values.tolist(), abs=_tolerance(reading))
+
+
 def _head_outputs(lm, kind: str, text: str, t: int) -> torch.Tensor:
     """Each head's output at t [L, H, d]: the output projection's input slice times its weight's slice (a pre-hook)."""
     whole = lm.causal_lm
@@ -166,6 +182,8 @@ def test_readouts_against_a_direct_unembedding_of_each_heads_output(models, kind
 def test_a_pair_attributes_the_difference(models):
     lm = models("gpt2")
     one = compute_lens(lm, CorpusInput(TEXT), LensOptions(token=" cat"))
+    spelled = compute_lens(lm, CorpusInput(TEXT), LensOptions(token="Ġcat"))  # the vocabulary's own spelling
+    assert spelled.dla.token == one.dla.token
     pair = compute_lens(lm, CorpusInput(TEXT), LensOptions(token=" cat", versus=" the"))
     alone = compute_lens(lm, CorpusInput(TEXT), LensOptions(token=" the"))
     assert pair.dla.versus.token == alone.dla.token.token
@@ -224,3 +242,80 @@ def test_bad_input_is_one_error_line(models, tmp_path):
         assert ran.code == 2 and ran.error and says in ran.error, ran
     ran = run_cli("lens", "--text", "The cat.")  # the default MiniLM has no LM head
     assert ran.code == 2 and "has no language-model head" in ran.error
+
+
+def test_a_half_precision_checkpoint_is_read_in_float32_unless_the_saved_dtype_is_asked(tmp_path):
+    folder = save_tiny("llama", tmp_path / "llama")
+    model = load_model(str(folder)).causal_lm
+    model.to(torch.float16).save_pretrained(folder)
+    lm = load_model(str(folder))
+    assert (lm.facts.saved_dtype, lm.facts.dtype) == ("float16", "float32")
+    result = compute_lens(lm, CorpusInput(TEXT), LensOptions())
+    _, uncapped, _ = _own(lm, TEXT)
+    assert result.dla.total == pytest.approx(float(uncapped[-1, result.dla.token.id]), abs=_tolerance(uncapped[-1]))
+    with pytest.raises(UnsupportedModelError, match="float32"):
+        compute_lens(load_model(str(folder), dtype="saved"), CorpusInput(TEXT), LensOptions())
+
+
+@pytest.mark.slow
+def test_parts_that_do_not_add_up_are_said(models):
+    """Bloom's attention and MLP modules add their residual inside themselves; where the split misses part of a layer,
+    the attribution says so in `notes` (and max_error shows by how much)."""
+    lm = models("bloom")
+    result = compute_lens(lm, CorpusInput(TEXT), LensOptions())
+    _, uncapped, _ = _own(lm, TEXT)
+    missed = result.dla.max_error > HEAD_CHECK * float(uncapped[-1].abs().max())
+    assert ("do not add up" in result.notes.get("dla", "")) == missed
+
+
+@pytest.mark.parametrize("kind", ["t5", pytest.param("mbart", marks=pytest.mark.slow)])
+def test_an_encoder_decoders_decoder_against_its_own_logits(tmp_path, kind):
+    """T5 (pre-norm, tied: d_model**-0.5 before its head) and mBART (pre-norm, biases): the lens's last node is the
+    model's own logits at the target position, the attribution over the decoder's self- and cross-attention heads, its
+    biases, feed-forward blocks and embeddings adds up to them; each cross-attention head's readout is the largest of
+    its direct effects."""
+    lm = load_model(str(save_tiny(kind, tmp_path)))
+    move_off_initial(lm.seq2seq)
+    result = compute_lens(
+        lm, CorpusInput("The cat sat on the mat."), LensOptions(target="The cat sat.", position=3, top=5)
+    )
+    source = lm.tokenizer("The cat sat on the mat.", return_tensors="pt")
+    target = lm.seq2seq.prepare_decoder_input_ids_from_labels(labels=lm.tokenizer(text_target="The cat sat.",
+                                                                                  return_tensors="pt")["input_ids"])  # fmt: skip
+    with torch.no_grad():
+        own = lm.seq2seq(**source, decoder_input_ids=target).logits[0, 3]
+    assert result.tokens == lm.tokenizer.convert_ids_to_tokens(target[0].tolist())
+    last = result.nodes[-1]
+    assert [x.logit for x in last.top] == pytest.approx(own[[x.id for x in last.top]].tolist(), abs=_tolerance(own))
+    dla = result.dla
+    assert dla.logit == pytest.approx(float(own.max()), abs=_tolerance(own))
+    assert dla.total == pytest.approx(dla.logit, abs=_tolerance(own)) and dla.max_error <= 4 * _tolerance(own)
+    assert len(dla.cross_heads) == len(dla.heads) == 2 and len(result.cross_readouts[1]) == 4
+    assert result.to_json()["part"] == "decoder" and "cross_heads" in result.to_json()["dla"]
+    if kind == "t5":  # each cross-attention head's output from its output projection's input, unembedded here
+        decoder, seen = lm.seq2seq.decoder, []
+        outputs = [block.layer[1].EncDecAttention.o for block in decoder.block]
+        handles = [o.register_forward_pre_hook(lambda _m, args: seen.append(args[0][0, 3])) for o in outputs]
+        handles.append(decoder.final_layer_norm.register_forward_pre_hook(lambda _m, args: seen.append(args[0][0, 3])))
+        try:
+            with torch.no_grad():
+                lm.seq2seq(**source, decoder_input_ids=target)
+        finally:
+            for handle in handles:
+                handle.remove()
+        norm, x = decoder.final_layer_norm, seen[-1]
+        rows = lm.seq2seq.lm_head.weight * lm.seq2seq.config.d_model**-0.5
+        for l, (o, context) in enumerate(zip(outputs, seen)):
+            for h in range(4):
+                head = context[h * 8 : (h + 1) * 8] @ o.weight[:, h * 8 : (h + 1) * 8].T
+                direct = (norm.weight * head / torch.sqrt(x.pow(2).mean() + norm.variance_epsilon) @ rows.T).detach()
+                assert [t.id for t in result.cross_readouts[l][h].promoted] == direct.topk(5).indices.tolist()
+                assert dla.cross_heads[l][h] == pytest.approx(float(direct[dla.token.id]), abs=_tolerance(direct))
+
+
+def test_a_post_norm_decoder_is_read_by_the_lens_and_not_split(tmp_path):
+    lm = load_model(str(save_tiny("bart", tmp_path)))
+    result = compute_lens(lm, CorpusInput("The cat sat."), LensOptions(target="The cat sat."))
+    assert result.dla is None and "post-norm" in result.notes["dla"]
+    with pytest.raises(UnsupportedModelError, match="post-norm"):
+        compute_lens(lm, CorpusInput("The cat sat."), LensOptions(target="The cat sat.", token="."))

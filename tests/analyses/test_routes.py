@@ -102,6 +102,7 @@ def test_corpus_json_is_each_heads_route_frequency(tiny):
     frequency = np.array(printed["frequency"])
     assert frequency.shape == (2, 4) and np.all((frequency >= 0) & (frequency <= 1))
     back = RouteFrequency.from_json(printed)
+    assert isinstance(back, RouteFrequency)
     assert back.to_json() == {k: printed[k] for k in CORPUS_KEYS - {"model"}}
 
 

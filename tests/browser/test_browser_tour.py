@@ -50,7 +50,7 @@ def test_tour_opens_step_3_and_moves(streamlit_server, browser, screenshot_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("number", [s.number for s in STEPS])
 def test_tour_step_renders(streamlit_server, browser, screenshot_dir, number):
-    height = 2000 if number == 8 else 1000  # step 8: the lines, then the head view below them
+    height = 2000 if number in (8, 9) else 1000  # steps 8 and 9: a figure, then the head view or the notice below
     with browser_page(browser, screenshot_dir / f"failed-tour-step-{number}.png", width=1600, height=height) as page:
         page.goto(f"{streamlit_server}/tour?step={number}", wait_until="domcontentloaded")
         _wait_for_step(page, number)

@@ -17,7 +17,7 @@ from attnlib.core.families import UnsupportedModelError, unsupported_reason
 from attnlib.core.model import load_model
 from attnlib.core.ov_circuit import head_weights_reason
 from attnlib.stats.gradient import unavailable_reason
-from attnlib.stats.lens import lens_reason
+from attnlib.stats.lens import head_reason
 from attnlib.stats.patching import unavailable_reason as patching_unavailable_reason
 from support.cli import run_cli
 from support.json_keys import COMMAND_KEYS, KEYS
@@ -43,7 +43,7 @@ PART_KEYS = {"source", "target", "target_from", "key_tokens"}  # an encoder-deco
 REFUSED = {
     "gradient": (*DECODER_KINDS, *ENCODER_DECODER_KINDS, *FOUND_LAYOUT_KINDS),
     "retrieval": (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS, "llama-classifier"),
-    "lens": (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS, "llama-classifier"),
+    "lens": ("llama-classifier",),
 }
 ENCODER_DECODERS = (*ENCODER_DECODER_KINDS, *FOUND_ENCODER_DECODER_KINDS)
 # refused where the library says so for the model: patching without an LM head; composition of a post-LN stack
@@ -58,7 +58,7 @@ def _reason(folder: str, command: str) -> str | None:
             check_decoder(lm, forced=False)
         return str(refused.value)
     if command == "lens":
-        return lens_reason(lm)
+        return head_reason(lm)
     return unavailable_reason(lm) if command == "gradient" else unsupported_reason(lm.encoder.config, "hta")
 
 
@@ -69,6 +69,12 @@ def _expected_keys(kind: str, command: str) -> set[str]:
         keys.add("layout_found")
     if kind in ENCODER_DECODERS and command == "patch":  # its decoder's and cross-attention's heads too
         keys |= {"decoder_heads", "cross_heads", "decoder_attribution", "cross_attribution"}
+    if kind in ENCODER_DECODERS and command == "lens":  # the decoder's lens: its source and target, cross heads
+        return (
+            keys
+            | {"kind", "part", "source", "target", "target_from"}
+            | ({"cross_readouts"} if kind in ("t5", "mt5", "mbart") else set())
+        )
     if kind in ENCODER_DECODERS:
         added = {"stacks"} if command == "report" else {"kind", "part"}
         return keys | added | (PART_KEYS if command == "attention" else set())
@@ -127,7 +133,7 @@ def test_every_command_runs_and_says_the_kind_or_refuses_in_one_line(kind_dir, c
     if encoder_decoder and command == "report":
         assert printed["stacks"] == {str(folder): {"kind": "encoder-decoder", "part": "encoder"}}
     elif encoder_decoder:
-        assert (printed["kind"], printed["part"]) == ("encoder-decoder", "encoder")
+        assert (printed["kind"], printed["part"]) == ("encoder-decoder", "decoder" if command == "lens" else "encoder")
     elif command in SAYS_DECODER:
         assert printed["kind"] == "decoder"
     if "layout_found" in printed:

@@ -36,6 +36,7 @@ KEYS = {
     "roles": {"model", "probe", "scores", "in_context_gain", "causal", "detect", "roles", "thresholds", "checkpoints",
               "notes"},  # detect: --text or --corpus; checkpoints: --checkpoints (null without)
     "lens": {"model", "tokens", "position", "mode", "nodes", "dla", "readouts", "prediction", "notes"},
+    "routes": {"model", "tokens", "threshold", "mode", "nodes", "edges", "route", "prediction"},  # on a text
 }  # fmt: skip
 NESTED = {  # keys below the top level that an issue named: the no-op test's entries (spearman.ablation, not .ablate)
     ("importance", "spearman"): {"ablation", "drop", "renormalise", "per_layer", "measure"},

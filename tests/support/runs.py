@@ -28,6 +28,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "retrieval": {"corpus": CLASSROOM_SINGLE, "limit": 2, "needle": "The cat sat.", "question": "Who sat?",
                   "lengths": "12", "depths": "0,1"},
     "lens": {"text": "The cat sat on the mat.", "top": 3},
+    "routes": {"text": "The cat sat.", "position": 2, "mode": "cut"},
     "patch": {"clean": "the cat sat on the mat", "corrupted": "the mat sat on the cat", "metric": "logprob",
               "grid": "residual", "attribution": True},
     "compose": {},

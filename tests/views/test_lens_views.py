@@ -28,5 +28,10 @@ def test_the_lens_and_attribution_figures_show_the_result(tmp_path):
     assert np.allclose(side.z, np.stack([result.dla.attention_bias, result.dla.ffn], axis=1))
     promoted = result.readouts[1][2].promoted[0].token.replace("Ġ", " ")
     assert "promotes" in heads.customdata[1][2] and promoted in heads.customdata[1][2]
+    t5 = load_model(str(save_tiny("t5", tmp_path / "t5")))
+    decoded = compute_lens(t5, CorpusInput("The cat sat."), LensOptions(target="The cat sat."))
+    own, cross, _ = figures_of(decoded, "t5")[1].data
+    assert np.allclose(own.z, decoded.dla.heads) and np.allclose(cross.z, decoded.dla.cross_heads)
+    assert "cross head 2-1" in cross.customdata[1][0]
     encoder = load_model(str(save_tiny("bert", tmp_path / "bert")))
     assert len(figures_of(compute_lens(encoder, CorpusInput("The cat sat."), LensOptions()), "bert")) == 1

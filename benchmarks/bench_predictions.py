@@ -1,0 +1,184 @@
+"""Benchmark what the prediction-level analyses (METHODS §21) cost on a random decoder of GPT-2 small's shape (12
+layers, 12 heads, hidden 768, 2,048 positions), built from transformers' GPT2Config in this process; ratios side by side
+in one run, each against the plain forward pass of the same input.
+
+Run: python -m benchmarks.bench_predictions [--repeats R] [--threads T] [--sections routes ...]
+Sections (SECTIONS; one function each, so another part adds its own):
+- routes: the whole route graph of a 128-token input (attnlib.analyses.routes.input_graph: one pass capturing every
+  layer's parts, every attention and feed-forward node's contributions, the graph above tau) against its forward pass,
+  target <= 3x, with the L1 kernel that ran (compiled: torch.compile's fused kernel, its first compilation timed apart;
+  plain: the same arithmetic in torch); the corpus route frequency (every position's route of every input) of 40 EWT
+  dev sentences against the same inputs' forward passes, target <= 4x; and the peak resident memory of the route graph
+  of one 2,048-token input in a fresh process, target <= 1.5 GB.
+Interleaved, best of the repeats (the machine is shared)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from benchmarks import best_of_interleaved, ewt_dev, peak_resident_mb  # noqa: E402
+
+GPT2_SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_inner=3072, n_positions=2048, vocab_size=50257)
+
+
+def saved_decoder(folder: Path):
+    """The random GPT-2-small-shaped decoder (2,048 positions) with the tests' GPT-2 tokenizer, by the library's loader."""
+    import torch
+    import transformers as tf
+
+    from attnlib.core.model import load_model
+    from support.models import tokenizer_for
+
+    tokenizer = tokenizer_for("gpt2")
+    tokenizer.model_max_length = GPT2_SMALL["n_positions"]
+    torch.manual_seed(0)
+    tf.GPT2LMHeadModel(tf.GPT2Config(**GPT2_SMALL)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return load_model(str(folder))
+
+
+def encoded_of_length(lm, n: int):
+    """An Encoded input of exactly n tokens: EWT dev's text, tokenized and cut."""
+    from dataclasses import replace
+
+    from attnlib.core.runner import encode
+
+    text = " ".join(" ".join(s.text_a) for s in ewt_dev(400))
+    e = encode(lm, text)
+    assert e.n >= n, f"EWT dev gives only {e.n} tokens"
+    cut = {k: getattr(e, k)[:n] for k in ("input_ids", "tokens", "segments", "word_ids", "cls_mask", "sep_mask",
+                                          "special_mask")}  # fmt: skip
+    return replace(e, **cut)
+
+
+def forward(lm, encoded) -> Callable[[], None]:
+    """One plain forward pass of the input (the base model, as the graph's pass runs it)."""
+    import torch
+
+    from attnlib.core.runner import model_inputs
+
+    batch = model_inputs(lm, [encoded])
+
+    def run() -> None:
+        with torch.inference_mode():
+            lm.encoder(**batch)
+
+    return run
+
+
+def routes_section(lm, args) -> None:
+    """The routes' three targets (module docstring)."""
+    import torch
+
+    from attnlib.analyses.routes import RoutesOptions, fill_routes, input_graph, route_accumulators
+    from attnlib.core.corpus import CorpusInput
+    from attnlib.core.runner import encode
+    from attnlib.stats.routes import choose_kernel
+
+    encoded = encoded_of_length(lm, 128)
+    start = time.perf_counter()
+    made = input_graph(lm, encoded, 0.04, "renormalise", "auto")  # the first call compiles the kernel where it can
+    first = time.perf_counter() - start
+    print(f"route graph, 128 tokens: kernel {made.kernel}; first call (compilation included) {first:.1f} s")
+    runs = {
+        "forward pass": forward(lm, encoded),
+        "route graph": lambda: input_graph(lm, encoded, 0.04, "renormalise", "auto"),
+        "route graph, plain kernel": lambda: input_graph(lm, encoded, 0.04, "renormalise", "plain"),
+    }
+    best = best_of_interleaved(runs, args.repeats)
+    base = best["forward pass"]
+    for name, seconds in best.items():
+        print(f"  {name:<28} {seconds:8.3f} s  {seconds / base:6.2f}x")
+    print(f"  target: route graph <= 3x the forward pass ({'met' if best['route graph'] <= 3 * base else 'NOT met'})")
+
+    sentences = [CorpusInput(" ".join(s.text_a)) for s in ewt_dev(args.corpus)]
+    encoded_all = [encode(lm, s.text_a) for s in sentences]
+    options = RoutesOptions()
+    total = sum(e.n for e in encoded_all)
+    work = sum(12 * 12 * e.n * (e.n + 1) / 2 * 768 for e in encoded_all) / len(encoded_all)
+    passes = [forward(lm, e) for e in encoded_all]
+
+    def corpus_forward() -> None:
+        for run in passes:
+            run()
+
+    def corpus_routes() -> None:
+        fill_routes(lm, sentences, route_accumulators(lm, options), 32, None, options)
+
+    best = best_of_interleaved({"forward passes": corpus_forward, "route frequency": corpus_routes}, args.repeats)
+    ratio = best["route frequency"] / best["forward passes"]
+    print(f"\ncorpus route frequency, {len(sentences)} EWT dev sentences ({total} tokens, one pass each; kernel "
+          f"{choose_kernel('auto', work)} for the mean input):")  # fmt: skip
+    for name, seconds in best.items():
+        print(f"  {name:<28} {seconds:8.3f} s  {seconds / best['forward passes']:6.2f}x")
+    print(f"  target: <= 4x the forward passes ({'met' if ratio <= 4 else 'NOT met'})")
+
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory-child", "2048", "--threads", str(torch.get_num_threads())],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    child = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"\nroute graph of one 2,048-token input, a fresh process: peak resident {child['peak_mb']:.0f} MB (the loaded "
+          f"model {child['model_mb']:.0f} MB; its forward pass alone {child['forward_mb']:.0f} MB), {child['seconds']:.1f} s "
+          f"(kernel {child['kernel']}), {child['edges']} attention edges")  # fmt: skip
+    print(f"  target: <= 1.5 GB ({'met' if child['peak_mb'] <= 1536 else 'NOT met'})")
+
+
+def memory_child(n: int) -> None:
+    """In a fresh process: the peak resident memory of the loaded model, of its forward pass, then of the route graph of
+    one n-token input; one JSON line."""
+    from attnlib.analyses.routes import input_graph
+
+    with tempfile.TemporaryDirectory() as folder:
+        lm = saved_decoder(Path(folder))
+        model_mb = peak_resident_mb()
+        encoded = encoded_of_length(lm, n)
+        forward(lm, encoded)()
+        forward_mb = peak_resident_mb()
+        start = time.perf_counter()
+        made = input_graph(lm, encoded, 0.04, "renormalise", "auto")
+        seconds = time.perf_counter() - start
+        edges = sum(len(layer.attention.weight) for layer in made.graph.layers)
+        print(json.dumps(dict(peak_mb=peak_resident_mb(), model_mb=model_mb, forward_mb=forward_mb, seconds=seconds,
+                              kernel=made.kernel, edges=edges)))  # fmt: skip
+
+
+SECTIONS: dict[str, Callable] = {"routes": routes_section}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--corpus", type=int, default=40, help="EWT dev sentences of the corpus measure")
+    parser.add_argument("--sections", nargs="*", default=list(SECTIONS), choices=list(SECTIONS))
+    parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.memory_child is not None:
+        memory_child(args.memory_child)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        lm = saved_decoder(Path(folder))
+        print(f"random GPT-2-small-shaped decoder (12 x 12, hidden 768), {torch.get_num_threads()} torch threads, "
+              f"best of {args.repeats} interleaved runs\n")  # fmt: skip
+        for name in args.sections:
+            print(f"== {name}")
+            SECTIONS[name](lm, args)
+
+
+if __name__ == "__main__":
+    main()
