@@ -20,11 +20,13 @@ from attnlib.analyses.patch import PatchOptions, PatchResult, read_pairs
 from attnlib.core.model import TRAINED_MODEL, LoadedModel
 from attnlib.stats.patching import Grid, unavailable_reason
 from attnlib.views.drawing import figures_of
+from ui.sources.compare import compared_model
 from ui.sources.live_inputs import pretty_token
 from ui.sources.page_state import Option, bind
 from ui.sources.result_source import REFUSED, Bar, computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
+from ui.widgets.methods import cite_methods
 from ui.widgets.progress import asked, estimated
 
 KEY = "patch"  # widget keys and download names start with it
@@ -295,9 +297,12 @@ def patching_tab(lm: LoadedModel) -> None:
     st.markdown(
         "Which heads carry the difference between a clean and a corrupted input? Patch one head's output (its "
         "context vector, before the output projection) from one run into the other and see how much of the metric "
-        "moves: 1 is the whole difference (Meng et al. 2022; Wang et al. 2022; Heimersheim & Nanda 2024). "
-        "METHODS §22."
+        "moves: 1 is the whole difference (Meng et al. 2022; Wang et al. 2022; Heimersheim & Nanda 2024)."
     )
+    cite_methods(22)
+    other = compared_model()
+    if other is not None and other.facts.name != name:
+        st.caption(f"Patching is shown for {name} alone; open {other.facts.name} as the model to patch it.")
     reason = unavailable_reason(lm)
     if reason is not None:
         st.info(reason, icon=":material/info:")

@@ -21,6 +21,7 @@ from ui.sources.page_state import Option, bind
 from ui.sources.result_source import REFUSED, Bar, computed
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
+from ui.widgets.methods import cite_methods
 from ui.widgets.progress import asked
 
 KINDS = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
@@ -77,6 +78,7 @@ def composition_tab(views: list[ShownRoles], options: RolesOptions) -> None:
         "circuit and the receiver's QK (or OV) circuit, on TransformerLens's processed weights (METHODS §22); 0 "
         "where the receiver is not in a later layer. The heads of each role (from this page's role map) are framed."
     )
+    cite_methods(22)
     reason = head_weights_reason(lm)
     if reason is not None:
         st.info(reason, icon=":material/info:")
