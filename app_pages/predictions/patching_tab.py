@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -238,10 +239,17 @@ def grids_section(lm: LoadedModel, options: PatchOptions, heads: PatchResult) ->
         for k, figure in enumerate(figures_of(result, name)[len(result.heads) :]):
             chart(figure, f"{KEY}_{words}_{k}", f"{KEY}_{words}_{k}")
         download_json({"model": name, **result.to_json()}, f"{name.replace('/', '_')}_{words}", f"{KEY}_{words}_json")
-        if grid == "residual":
-            frame = result.tables(name).get("Patching the residual stream")
-            if frame is not None:
-                download_table(frame, f"{name.replace('/', '_')}_residual", key=f"{KEY}_residual_csv")
+        download_table(grid_table(result, name), f"{name.replace('/', '_')}_{words}", key=f"{KEY}_{words}_csv")
+
+
+def grid_table(result: PatchResult, model_name: str) -> pd.DataFrame:
+    """A grid's cells (layers and heads from 1, positions from 0): the residual stream's, or every head's at each
+    position."""
+    if result.residual is not None:
+        return result.tables(model_name)["Patching the residual stream"]
+    rows = [{"model": model_name, "part": part, "layer": l + 1, "head": h + 1, "position": q, "score": float(v)}
+            for part, grid in (result.heads_positions or {}).items() for (l, h, q), v in np.ndenumerate(grid)]  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def pair_file(lm: LoadedModel) -> tuple[Path, str] | None:

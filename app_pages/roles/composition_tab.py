@@ -66,6 +66,8 @@ def over_training(lm: LoadedModel, induction: list[tuple[int, int]]) -> None:
     chart(composition_training_figure(table, name, receivers), "composition_over_training", f"{KEY}_compose_training")
     data_table(table, key=f"{KEY}_compose_training_table", formats={k: "%.4f" for k in ("q", "k", "v", "baseline")})
     download_table(table, "composition_over_training", key=f"{KEY}_compose_training_csv")
+    download_json({"model": name, "receivers": [list(r) for r in induction], "checkpoints": table.to_dict("records")},
+                  "composition_over_training", key=f"{KEY}_compose_training_json")  # fmt: skip
 
 
 def composition_tab(views: list[ShownRoles], options: RolesOptions) -> None:

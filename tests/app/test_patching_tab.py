@@ -68,7 +68,11 @@ def test_drawn_values_are_the_librarys_and_the_options_are_in_the_url(decoder):
     np.testing.assert_allclose(plotly_values(bars["error_y"]["array"]), np.ravel(pairs["heads_se"]), atol=TOLERANCE)
     assert (at.query_params["clean"], at.query_params["corrupted"]) == (CLEAN, CORRUPTED)
     assert at.query_params["direction"] == "noise" and at.radio(key="patch_direction").value == "noise"
-    assert {b.label for b in at.get("download_button")} >= {"Download CSV", "Download JSON", "Download figure (HTML)"}
+    keys = {b.key for b in at.get("download_button")}
+    for table in ("heads_head", "heads_positions", "residual", "pairs_head"):  # every table: CSV; every result: JSON
+        assert f"patch_{table}_csv" in keys, sorted(keys)
+    assert {"patch_heads_json", "patch_heads_positions_json", "patch_residual_json", "patch_pairs_json"} <= keys
+    assert {"patch_heads_0_dl", "patch_scatter_dl", "patch_residual_0_dl", "patch_pairs_1_dl"} <= keys  # figures
 
 
 def test_the_corrupt_button_gives_the_librarys_prompt(decoder):
