@@ -36,6 +36,7 @@ DEFAULT_PAIR = (  # any decoder's first pair: the name that repeats changes (one
     "When Mary and John went to the store, John gave a drink to",
     "When Mary and John went to the store, Paul gave a drink to",
 )
+MASKED_PAIR = ("Paris is the capital of {mask}.", "Rome is the capital of {mask}.")  # a masked LM's first pair
 METRICS = {"logit-diff": "logit-diff", "logprob": "logprob"}
 DIRECTIONS = {"denoise": "denoise", "noise": "noise"}
 QUICK_SECONDS = 5.0  # work estimated below this runs without asking
@@ -55,10 +56,14 @@ SAID = f"_{KEY}_said"  # the corrupt button's refusal, shown under it
 
 
 def default_pair(lm: LoadedModel) -> tuple[str, str]:
-    """The pair shown first: the trained decoder's first shipped pair, else a name that repeats, changed."""
+    """The pair shown first: the trained decoder's first shipped pair, a masked LM's city at its mask, else a name
+    that repeats, changed."""
     if lm.facts.name.split("@")[0] == TRAINED_MODEL:
         clean, corrupted = SHIPPED_PAIRS.read_text(encoding="utf-8").splitlines()[0].split("\t")[:2]
         return clean, corrupted
+    if not lm.facts.causal and lm.seq2seq is None:  # a masked LM: the metric at its mask
+        mask = lm.tokenizer.mask_token or "[MASK]"
+        return MASKED_PAIR[0].format(mask=mask), MASKED_PAIR[1].format(mask=mask)
     return DEFAULT_PAIR
 
 

@@ -109,3 +109,12 @@ def test_a_malformed_pair_file_is_named_with_its_line():
     at.run()
     assert not at.exception
     assert any(e.value.startswith("mine.tsv line 2:") for e in at.error), [e.value for e in at.error]
+
+
+def test_a_model_without_an_lm_head_says_why_in_words():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params.update(tab="patching")  # the default model: a sentence encoder without its masked-LM head
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception and not at.error and not figures(at)
+    assert any("is not defined for it" in i.value for i in at.info), [i.value for i in at.info]
