@@ -151,8 +151,8 @@ def ov_weights(lm: LoadedModel) -> OVWeights:
 
 @dataclass(frozen=True)
 class HeadWeights:
-    """Every head's W_Q^h, W_K^h, W_V^h [layers, heads, d, d_h] and W_O^h [layers, heads, d_h, d] (float64), processed
-    as TransformerLens's from_pretrained does by default (METHODS §22)."""
+    """Every head's W_Q^h, W_K^h, W_V^h [layers, heads, d, d_h] and W_O^h [layers, heads, d_h, d] (float32, processed
+    in float64), as TransformerLens's from_pretrained processes them by default (METHODS §22)."""
 
     queries: np.ndarray
     keys: np.ndarray
@@ -194,5 +194,5 @@ def head_weights(lm: LoadedModel) -> HeadWeights:
             o = o - o.mean(-1, keepdim=True)
         for kept, x in zip(found, (q, k, v, o)):
             kept.append(x)
-    q, k, v, o = (torch.stack(x).cpu().numpy() for x in found)
+    q, k, v, o = (torch.stack([layer.float() for layer in x]).cpu().numpy() for x in found)
     return HeadWeights(q, k, v, o)

@@ -18,10 +18,15 @@ from attnlib.core.ov_circuit import HeadWeights
 KINDS = ("q", "k", "v")
 
 
-def _root(gram: torch.Tensor) -> torch.Tensor:
-    """The symmetric square root of Gram matrices [..., m, m] (eigenvalues clipped at 0)."""
-    values, vectors = torch.linalg.eigh(gram)
-    return (vectors * values.clamp(min=0).sqrt()[..., None, :]) @ vectors.transpose(-1, -2)
+def _factor(gram: torch.Tensor) -> torch.Tensor:
+    """L with L L^T = gram for Gram matrices [..., m, m]: Cholesky, or where one is singular the symmetric root
+    (eigenvalues clipped at 0)."""
+    factor, info = torch.linalg.cholesky_ex(gram)
+    singular = info != 0
+    if bool(singular.any()):
+        values, vectors = torch.linalg.eigh(gram[singular])
+        factor[singular] = (vectors * values.clamp(min=0).sqrt()[..., None, :]) @ vectors.transpose(-1, -2)
+    return factor
 
 
 @dataclass(frozen=True)
@@ -34,30 +39,28 @@ class Composition:
     v: np.ndarray
 
 
-def composition_scores(weights: HeadWeights, dtype: torch.dtype = torch.float32) -> Composition:
+def composition_scores(weights: HeadWeights) -> Composition:
     """§22's scores ||W_OV^h1 W^h2||_F / (||W_OV^h1||_F ||W^h2||_F), W^h2 = W_QK (Q), W_QK^T (K) or W_OV (V), of every
-    sender h1 and later receiver h2; the big products in `dtype` (the roots and norms in float64)."""
-    q, k, v, o = (torch.as_tensor(x, dtype=torch.float64) for x in (weights.queries, weights.keys, weights.values,
+    sender h1 and later receiver h2: the products in float32, the d_h x d_h Gram matrices' factors in float64."""
+    q, k, v, o = (torch.as_tensor(x, dtype=torch.float32) for x in (weights.queries, weights.keys, weights.values,
                                                                       weights.outputs))  # fmt: skip
     L, H, d, dh = q.shape
-    gram = lambda x: x.transpose(-1, -2) @ x  # noqa: E731  [.., d, d_h] -> [.., d_h, d_h]
-    senders = _root(gram(v)) @ o  # R1 O1: [L, H, d_h, d]
-    receivers = {
-        "q": q @ _root(gram(k)),  # Q2 (K2^T K2)^(1/2)
-        "k": k @ _root(gram(q)),
-        "v": v @ _root(o @ o.transpose(-1, -2)),  # V2 (O2 O2^T)^(1/2)
-    }
-    sender_norm = senders.square().sum((-1, -2)).sqrt()  # ||W_OV||_F [L, H]
-    out = {}
-    for kind, right in receivers.items():
-        right_norm = right.square().sum((-1, -2)).sqrt()  # ||W_QK||_F (or ||W_OV||_F) [L, H]
-        table = torch.zeros(L, H, L, H, dtype=torch.float64)
-        flat_right = right.to(dtype).permute(2, 0, 1, 3).reshape(d, L * H * dh)  # [d, (layer, head, d_h)]
-        for l1 in range(L - 1):
-            left = senders[l1].to(dtype).reshape(H * dh, d)
-            later = flat_right[:, (l1 + 1) * H * dh :]
-            product = (left @ later).view(H, dh, L - l1 - 1, H, dh)
-            table[l1, :, l1 + 1 :] = product.double().square().sum((1, 4)).sqrt()
-        denominator = sender_norm[:, :, None, None] * right_norm[None, None]
-        out[kind] = (table / torch.where(denominator > 0, denominator, 1)).numpy()
-    return Composition(out["q"], out["k"], out["v"])
+
+    def factor(x: torch.Tensor) -> torch.Tensor:  # of x^T x, for x [.., d, d_h]
+        return _factor((x.transpose(-1, -2) @ x).double()).float()
+
+    # ||V1 O1 Y||_F = ||L_V1^T O1 Y||_F and ||Z X Y^T||_F = ||Z X L_Y||_F, L L^T the Gram matrices' factors
+    senders = factor(v).transpose(-1, -2) @ o  # [L, H, d_h, d]
+    receivers = torch.stack([q @ factor(k), k @ factor(q), v @ factor(o.transpose(-1, -2))])  # [3, L, H, d, d_h]
+    sender_norm = torch.linalg.vector_norm(senders, dim=(-1, -2)).double()  # ||W_OV^h1||_F [L, H]
+    receiver_norm = torch.linalg.vector_norm(receivers, dim=(-1, -2)).double()  # ||W_QK^h2||_F, ||W_OV^h2||_F
+    # every receiver of the three kinds side by side: [d, (layer, kind, head, d_h)]
+    right = receivers.permute(3, 1, 0, 2, 4).reshape(d, L * len(KINDS) * H * dh)
+    table = torch.zeros(len(KINDS), L, H, L, H, dtype=torch.float64)
+    width = len(KINDS) * H * dh
+    for l1 in range(L - 1):
+        product = (senders[l1].reshape(H * dh, d) @ right[:, (l1 + 1) * width :]).view(H, dh, -1, len(KINDS), H, dh)
+        table[:, l1, :, l1 + 1 :] = torch.linalg.vector_norm(product, dim=(1, 5)).permute(2, 0, 1, 3).double()
+    denominator = sender_norm[None, :, :, None, None] * receiver_norm[:, None, None]
+    scores = (table / torch.where(denominator > 0, denominator, 1)).numpy()
+    return Composition(scores[0], scores[1], scores[2])
