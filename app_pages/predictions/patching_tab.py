@@ -321,6 +321,9 @@ def patching_tab(lm: LoadedModel) -> None:
         st.info(reason, icon=":material/info:")
         return
     options = pair_inputs(lm)
+    if not options.clean.strip() or not options.corrupted.strip():
+        st.info("Type a clean and a corrupted prompt (or make the corrupted one with the button).")
+        return
     started = time.perf_counter()
     try:
         result = patched(name, options, "Patching every head")

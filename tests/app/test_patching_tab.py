@@ -89,6 +89,7 @@ def test_the_corrupt_button_gives_the_librarys_prompt(decoder):
         ({"patch_corrupted": CORRUPTED + " and more"}, "must have as many tokens"),
         ({"patch_answer": " unbelievably long"}, "not one"),
         ({"patch_corrupted": CLEAN}, "does not differ"),
+        ({"patch_corrupted": "x y z"}, "must have as many tokens"),
     ],
 )
 def test_bad_input_is_one_sentence_and_nothing_typed_is_lost(change, said):
@@ -118,3 +119,11 @@ def test_a_model_without_an_lm_head_says_why_in_words():
     at.switch_page(PAGE).run()
     assert not at.exception and not at.error and not figures(at)
     assert any("is not defined for it" in i.value for i in at.info), [i.value for i in at.info]
+
+
+def test_an_empty_prompt_asks_for_one():
+    at = patching_tab(clean=CLEAN, corrupted=CORRUPTED)
+    at.text_area(key="patch_corrupted").set_value("").run()
+    assert not at.exception and not at.error and not figures(at)
+    assert any("Type a clean and a corrupted prompt" in i.value for i in at.info)
+    assert at.text_area(key="patch_clean").value == CLEAN and "corrupted" not in at.query_params
