@@ -107,6 +107,7 @@ def _pair_of(
         metric=options.metric,
         target=options.target or None,
         residual=residual,
+        attribution=options.direction if options.attribution else None,
     )
 
 

@@ -128,6 +128,7 @@ class Pair:
     layer_inputs: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     clean_metric: float = 0.0
     corrupted_metric: float = 0.0
+    graph: tuple | None = None  # (direction, m of its base run with its graph, the deltas): attribution's pass
 
     @property
     def n(self) -> int:
@@ -228,8 +229,10 @@ def prepare_pair(
     metric: Metric = "logit-diff",
     target: str | None = None,
     residual: bool = False,
+    attribution: Direction | None = None,
 ) -> Pair:
-    """Run the clean and corrupted inputs once: their context vectors, layer inputs and metrics; PairError for token
+    """Run the clean and corrupted inputs once: their context vectors, layer inputs and metrics (with `attribution`,
+    the base run of that direction differentiable, for attribution_scores' one backward pass); PairError for token
     counts that differ, an answer that is not one token, or a metric that does not differ."""
     check_available(lm)
     enc_clean, enc_corrupted = encode(lm, clean), encode(lm, corrupted)
@@ -255,15 +258,25 @@ def prepare_pair(
     if lm.seq2seq is None:
         mlm_head(lm)  # checked once against the model's own forward pass, before anything is captured
     logits = {}
+    gradient_run = None if attribution is None else _base_and_source(attribution)[0]
+    deltas: dict = {}
     for run in ("clean", "corrupted"):
-        with torch.no_grad(), _captured(pair, residual) as (seen, layer_inputs):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.no_grad())
+            seen, layer_inputs = stack.enter_context(_captured(pair, residual))
+            if run == gradient_run:  # the base run of attribution patching, differentiable, in the same pass
+                deltas = stack.enter_context(_differentiable(lm))
             logits[run] = logits_at(lm, inputs[run], t)
-        pair.contexts[run] = {part: [c for _, c in sorted(s, key=lambda p: p[0])] for part, s in seen.items()}
+        pair.contexts[run] = {part: [c.detach() for _, c in sorted(s, key=lambda p: p[0])] for part, s in seen.items()}
         pair.layer_inputs[run] = layer_inputs
-    pair.answer = int(logits["clean"][0].argmax()) if w is None else w
+    pair.answer = int(logits["clean"][0].detach().argmax()) if w is None else w
     if metric == "logit-diff":
         pair.wrong = int(logits["corrupted"][0].argmax()) if w_wrong is None else w_wrong
-    m_c, m_r = (float(metric_of(logits[r], metric, pair.answer, pair.wrong)[0]) for r in ("clean", "corrupted"))
+    m_c, m_r = (
+        float(metric_of(logits[r].detach(), metric, pair.answer, pair.wrong)[0]) for r in ("clean", "corrupted")
+    )
+    if attribution is not None and gradient_run is not None:
+        pair.graph = (attribution, metric_of(logits[gradient_run], metric, pair.answer, pair.wrong).sum(), deltas)
     pair.clean_metric, pair.corrupted_metric = m_c, m_r
     if abs(m_c - m_r) < NO_DIFFERENCE:
         same = " (the clean and corrupted runs predict the same top token: give the answers)" if w is None else ""
@@ -395,28 +408,43 @@ def residual_scores(pair: Pair, direction: Direction, n_positions: int) -> np.nd
     return grid
 
 
-def attribution_scores(pair: Pair, direction: Direction) -> dict[str, np.ndarray]:
-    """Attribution patching (§22): sum_i (c_clean - c_corr) . dm/dc at the base run (the corrupted run when
-    denoising, the clean one when noising), divided by m_c - m_r: one forward and one backward pass for every head
-    of every part; part -> [layers, heads]."""
-    base, _ = _base_and_source(direction)
-    lays = layouts(pair.lm)
+@contextlib.contextmanager
+def _differentiable(lm: LoadedModel) -> Iterator[dict[Part, dict[int, torch.Tensor]]]:
+    """Within the context, every context vector c of every part is c + delta (delta zero, requiring a gradient, kept
+    per part and layer): dm/d(delta) is dm/dc through every later path."""
+    lays = layouts(lm)
     deltas: dict[Part, dict[int, torch.Tensor]] = {part: {} for part in lays}
 
     def edit_of(part: Part):
         def edit(index: int, c: torch.Tensor) -> torch.Tensor:
             delta = torch.zeros_like(c, requires_grad=True)
             deltas[part][index] = delta
-            return c + delta  # dm/d(delta) is dm/dc through every later path
+            return c + delta
 
         return edit
 
     with torch.enable_grad(), contextlib.ExitStack() as stack:
         for part, lay in lays.items():
             stack.enter_context(editing_contexts(lay, edit_of(part)))
-        logits = logits_at(pair.lm, pair.inputs[base], pair.position)
-        m = metric_of(logits, pair.metric, pair.answer, pair.wrong).sum()
-        keys = [(part, index) for part in lays for index in sorted(deltas[part])]
+        yield deltas
+
+
+def attribution_scores(pair: Pair, direction: Direction) -> dict[str, np.ndarray]:
+    """Attribution patching (§22): sum_i (c_clean - c_corr) . dm/dc at the base run (the corrupted run when
+    denoising, the clean one when noising), divided by m_c - m_r: one backward pass for every head of every part
+    (from prepare_pair's pass of the base run where it was asked for this direction, else one more forward pass);
+    part -> [layers, heads]."""
+    if pair.graph is not None and pair.graph[0] == direction:
+        _, m, deltas = pair.graph
+        pair.graph = None  # one backward pass through it
+    else:
+        base, _ = _base_and_source(direction)
+        with _differentiable(pair.lm) as deltas:
+            logits = logits_at(pair.lm, pair.inputs[base], pair.position)
+            m = metric_of(logits, pair.metric, pair.answer, pair.wrong).sum()
+    lays = layouts(pair.lm)
+    keys = [(part, index) for part in lays for index in sorted(deltas[part])]
+    with torch.enable_grad():
         grads = torch.autograd.grad(m, [deltas[p][i] for p, i in keys], allow_unused=True)
     out: dict[str, np.ndarray] = {}
     for part, lay in lays.items():

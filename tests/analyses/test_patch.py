@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attnlib
-from attnlib.analyses.patch import read_pairs
+from attnlib.analyses.patch import PatchResult, read_pairs
 from attnlib.core.corpus import CorpusError
 from attnlib.core.model import TRAINED_MODEL, load_model
 from attnlib.results.shipped import ROOT
@@ -212,6 +212,8 @@ def test_pairs_give_each_heads_mean_and_standard_error(tmp_path, one_thread):
     assert data["pairs"] == 3
     np.testing.assert_allclose(data["heads"], np.mean(one, 0), atol=1e-12)
     np.testing.assert_allclose(data["heads_se"], np.std(one, 0, ddof=1) / np.sqrt(3), atol=1e-9)
+    printed = {k: v for k, v in data.items() if k != "model"}
+    assert PatchResult.from_json(printed).to_json() == printed  # a pair file's result read back from its JSON
 
 
 @pytest.mark.slow
