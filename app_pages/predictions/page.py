@@ -9,6 +9,7 @@ import streamlit as st
 
 from app_pages.predictions.corpus_routes import frequency_tab
 from app_pages.predictions.details import draw_attribution, draw_edge, draw_graph, draw_node, draw_prediction
+from app_pages.predictions.patching_tab import patching_tab
 from app_pages.predictions.prompt_state import (
     KEY,
     LENS_MODE,
@@ -34,7 +35,7 @@ from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.side_by_side import side_by_side
 
-TABS = {"prompt": "One prompt", "corpus": "Routes over a corpus"}
+TABS = {"prompt": "One prompt", "corpus": "Routes over a corpus", "patching": "Patching"}
 TAB = Option(f"{KEY}_tab", "tab", TABS["prompt"], TABS, omit_default=True)
 
 
@@ -152,5 +153,7 @@ label, tab = lazy_tabs(TAB, list(TABS.values()))
 with tab:
     if label == TABS["prompt"]:
         one_prompt(models)
+    elif label == TABS["patching"]:
+        patching_tab(lm)
     else:
         frequency_tab(lm)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from app_pages.roles.composition_tab import composition_tab
 from app_pages.roles.own_text import own_text_detection
 from app_pages.roles.probe import DETECT_LIMIT, cached_probe_text
 from attnlib.analyses.roles import LINK_REPEAT, ROLE_NAMES, RolesOptions, RolesResult
@@ -240,6 +241,7 @@ RENDERERS = {
     "causal": causal_tab,
     "retrieval": retrieval_tab,
     "training": training_tab,
+    "composition": composition_tab,
     "tables": tables_tab,
 }
 TABS = {HEAD_ROLES[key]: render for key, render in RENDERERS.items()}

@@ -13,9 +13,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages.deps.dependency_example import example_maps
+from attnlib.analyses.circuit import INDUCTION_PAIRS
 from attnlib.analyses.deps import DIRECTIONS, head_on_sentence
 from attnlib.analyses.gradient import GradientImportance, unavailable_reason
 from attnlib.analyses.importance import CHANGES, AblationUnavailable, HeadImportance, no_op_sentence
+from attnlib.analyses.patch import PatchOptions
 from attnlib.analyses.positions import CORRELATIONS, PositionsResult
 from attnlib.analyses.registry import analysis_named
 from attnlib.analyses.roles import LINK_REPEAT, RolesOptions, checkpoint_table, head_patterns, probe_words
@@ -36,6 +38,7 @@ from attnlib.present.tour import (
     TOUR_OPTIONS,
     InductionRoute,
     Step,
+    circuit_notice,
     entropy_notice,
     head_name,
     heads_notice,
@@ -356,6 +359,37 @@ def render_induction(model_name: str, shown: str) -> None:
                                 TRAINED_MODEL)  # fmt: skip
     source = f"{where}: the probe of METHODS §20 at {len(table)} checkpoints of {TRAINED_MODEL}"
     _notice(sentence, source, page_link(STEPS[7].page, model=TRAINED_MODEL, tab=STEPS[7].tab))
+    causal_picture(found.to_json().get("roles") or {})
+
+
+def causal_picture(roles: dict) -> None:
+    """Step 8's causal picture on the trained decoder: every head's mean noising score over the shipped pairs, and
+    the composition into its induction heads over its checkpoints."""
+    from app_pages.roles.composition_tab import cached_over_checkpoints
+    from attnlib.views.circuit import composition_training_figure
+    from attnlib.views.drawing import figures_of
+
+    st.markdown("#### The causal picture")
+    options = PatchOptions(pairs=str(INDUCTION_PAIRS), direction="noise")
+    noising = computed("patch", TRAINED_MODEL, "", options, None, Bar("Patching the shipped pairs, {model}", "pairs"))
+    induction = tuple((int(l), int(h)) for l, h in roles.get("induction", []))
+    table = cached_over_checkpoints(tuple(checkpoints_of(TRAINED_MODEL)), induction)
+    bars = figures_of(noising, TRAINED_MODEL)[1]
+    bars.update_layout(title_text=f"Each head's mean noising score over the {noising.pairs} shipped pairs")
+    _show(bars, "noising")
+    receivers = ", ".join(head_name(l, h) for l, h in induction)
+    lines = composition_training_figure(table, TRAINED_MODEL, receivers)
+    lines.update_layout(title_text=f"Composition into the induction heads {receivers} over training",
+                        legend={"orientation": "h", "y": -0.25})  # fmt: skip
+    lines.update_yaxes(title="mean composition")
+    _show(lines, "composition")
+    sentence = circuit_notice(noising.heads["encoder"], noising.heads_se["encoder"], int(noising.pairs or 0), roles,
+                              table, TRAINED_MODEL)  # fmt: skip
+    source = (
+        f"`attnlib patch --pairs {INDUCTION_PAIRS.name} --direction noise` and `attnlib compose` at each checkpoint, "
+        f"computed here on {TRAINED_MODEL}"
+    )
+    _notice(sentence, source, page_link("predictions", model=TRAINED_MODEL, tab="patching"))
 
 
 @st.cache_data(max_entries=2, show_spinner=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 import numpy as np
@@ -21,6 +22,9 @@ from attnlib.stats.head_distances import BROAD_ENTROPY_FRACTION, SHARE_THRESHOLD
 from attnlib.stats.patterns import PATTERNS, HeadPick, rank_heads
 from attnlib.stats.special import SpecialTokenResult
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 NOTICED_PATTERNS = ("prev", "next", "broad")  # step 1: the head finder's patterns the tour names
 MOST = 0.5  # "most attention": more than half of it
 FALL_MARGIN = 0.05
@@ -29,6 +33,7 @@ SYNTAX_SHOWN = 3  # step 5: relations named in the sentence
 SLICE = 40  # inputs computed on when nothing is shipped for the model: the tour must open in seconds
 POSITIONS_SLICE = 20  # attribution costs about a second per input for the default model
 SLICE_MIN_COUNT = 20  # step 5 on the slice: relations with at least this many dependents (Clark's 100 on a treebank)
+COMPOSITION_RISE = 0.03  # step 8: K-composition into the induction heads must rise by this much to be said to rise
 INDUCTION_RISE = 0.2  # step 8: the largest induction score must rise by this much for the notice to call it forming
 IMPORTANCE_SLICE = 10  # step 7: every head switched off three ways costs about 126 forward passes per input
 # Each analysis's corpus and options: its defaults (the command's), with the norms for the no-op step.
@@ -181,7 +186,9 @@ STEPS: tuple[Step, ...] = (
         "one, the lines show its largest induction score over the heads and its in-context gain (how much better it "
         "predicts the second repeat than the first, in nats). Both stay near zero, then rise together: a phase "
         "change. Below, its best induction head on the probe: from each word of the second repeat a line to the word "
-        "after its first occurrence.",
+        "after its first occurrence. Last, the causal picture: which heads the prediction needs (each head's output "
+        "patched from a corrupted input, METHODS §22), and how the induction heads came to read the previous-token "
+        "head (K-composition over training).",
         "head-roles",
         "training",
     ),
@@ -522,6 +529,48 @@ def induction_notice(steps: Sequence[int], induction: Sequence[float], gain: Seq
         f" The largest jump comes between step {steps[k]} and step {steps[k + 1]} "
         f"({induction[k]:.2f} to {induction[k + 1]:.2f}): the induction heads form there."
     )
+
+
+def circuit_notice(noising: np.ndarray, se: np.ndarray, pairs: int, roles: dict, composition: pd.DataFrame,
+                   model: str) -> str:  # fmt: skip
+    """The causal picture in words (layers and heads from 1): the two heads with the largest mean noising score over
+    the pairs, with their standard errors and roles, and each kind of composition into the induction heads at the
+    first and last checkpoint against 1/sqrt(d), saying whether K rises while Q and V do not."""
+    noising, se = np.asarray(noising, float), np.asarray(se, float)
+    top = [divmod(int(i), noising.shape[1]) for i in np.argsort(noising.ravel())[::-1][:2]]
+    tags = {role: {(int(l), int(h)) for l, h in roles.get(role, [])} for role in ("previous", "induction")}
+    named = {"previous": "the previous-token head", "induction": "an induction head"}
+
+    def said(layer: int, head: int) -> str:
+        role = next((named[r] for r in named if (layer, head) in tags[r]), "")
+        what = f", {role}" if role else ""
+        return (
+            f"head {head_name(layer, head)}{what} ({two_places(noising[layer, head])} ± {two_places(se[layer, head])})"
+        )
+
+    sentence = (
+        f"On the {pairs} shipped pairs, putting one head's corrupted output into the clean run (noising) takes away "
+        f"most of the logit difference at {said(*top[0])} and {said(*top[1])}: the two largest."
+    )
+    if {top[0], top[1]} & tags["previous"] and {top[0], top[1]} & tags["induction"]:
+        sentence += " The two steps of the induction circuit are the two heads the prediction needs most."
+    if len(composition) < 2 or not tags["induction"]:
+        return sentence
+    first, last = composition.iloc[0], composition.iloc[-1]
+    receivers = ", ".join(head_name(l, h) for l, h in sorted(tags["induction"]))
+    rise = {kind: float(last[kind] - first[kind]) for kind in ("q", "k", "v")}
+    sentence += (
+        f" The K-composition from earlier heads into the induction heads {receivers} goes from "
+        f"{two_places(first['k'])} at step {int(first['step'])} to {two_places(last['k'])} at step "
+        f"{int(last['step'])} (1/√d = {last['baseline']:.3f}), Q from {two_places(first['q'])} to "
+        f"{two_places(last['q'])} and V from {two_places(first['v'])} to {two_places(last['v'])}"
+    )
+    if rise["k"] > COMPOSITION_RISE and rise["k"] > 2 * max(rise["q"], rise["v"], 0.0):
+        return sentence + (
+            ": K rises while Q and V do not. The induction heads learned to read, through their keys, what the "
+            "previous-token head writes."
+        )
+    return sentence + ": K does not rise apart from Q and V."
 
 
 # ---------- step 9: a prediction's route ------------------------------------------------------------------------------

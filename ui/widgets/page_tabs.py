@@ -35,5 +35,6 @@ HEAD_ROLES = {
     "causal": "Causal check",
     "retrieval": "Retrieval",
     "training": "Over training",
+    "composition": "Composition",
     "tables": "Tables",
 }
