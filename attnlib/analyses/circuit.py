@@ -15,15 +15,12 @@ from attnlib.core.errors import InputError
 from attnlib.core.model import LoadedModel, load_model
 from attnlib.core.ov_circuit import head_weights
 from attnlib.core.runner import encode
-from attnlib.results.shipped import DATA
+from attnlib.results.shipped import INDUCTION_PAIRS as INDUCTION_PAIRS  # the trained decoder's pairs, for the pages
 from attnlib.stats.composition import KINDS, composition_scores
 
 if TYPE_CHECKING:
     import pandas as pd
 
-INDUCTION_PAIRS = (
-    DATA / "pairs" / "induction_pairs.tsv"
-)  # the trained decoder's pairs (scripts/make_induction_pairs.py)
 TRIES = 5  # seeds tried before a corrupted prompt with as many tokens is given up
 
 
