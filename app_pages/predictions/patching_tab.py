@@ -117,7 +117,7 @@ def pair_inputs(lm: LoadedModel) -> PatchOptions:
 
 def patched(model_name: str, options: PatchOptions, what: str) -> PatchResult:
     """`attnlib patch` of the model with these options (the skeleton's computation: once per model and options)."""
-    return computed("patch", model_name, "", options, None, Bar(f"{what}, {{model}}", "pairs"))
+    return computed("patch", model_name, "", options, None, Bar(f"{what}, {{model}}", "pairs")).result
 
 
 def runs_of(result: PatchResult, grid: Grid) -> int:

@@ -7,15 +7,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app_pages.roles.roles_state import KEY, ShownRoles, roles_of
 from app_pages.roles.training import listed_checkpoints
 from attnlib.analyses.circuit import composition_over_checkpoints
 from attnlib.analyses.compose import ComposeOptions, CompositionResult
-from attnlib.analyses.roles import RolesOptions
+from attnlib.analyses.roles import RolesOptions, RolesResult
 from attnlib.core.model import LoadedModel
 from attnlib.core.ov_circuit import head_weights_reason
 from attnlib.views.circuit import composition_training_figure, marked_composition_heatmap
 from attnlib.views.special import head_label
+from ui.sources.corpus_page import Shown
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, bind
 from ui.sources.result_source import REFUSED, Bar, computed
@@ -24,6 +24,7 @@ from ui.widgets.downloads import chart, download_json, download_table
 from ui.widgets.methods import cite_methods
 from ui.widgets.progress import asked
 
+KEY = "roles"  # the Head roles page's key: widget keys and download names start with it
 KINDS = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
 KIND = Option(f"{KEY}_compose_kind", "kind", "k", list(KINDS), omit_default=True)
 QUICK_PARAMETERS = 50_000_000  # parameters x checkpoints below this: the lines over training are drawn at once
@@ -31,7 +32,9 @@ QUICK_PARAMETERS = 50_000_000  # parameters x checkpoints below this: the lines 
 
 def composition_of(model_name: str) -> CompositionResult:
     """`attnlib compose` of the model (the skeleton's computation: once per model)."""
-    return computed("compose", model_name, "", ComposeOptions(), None, Bar("Composition scores, {model}", "models"))
+    return computed(
+        "compose", model_name, "", ComposeOptions(), None, Bar("Composition scores, {model}", "models")
+    ).result
 
 
 @st.cache_data(max_entries=4, show_spinner="Composition at each checkpoint…")
@@ -70,7 +73,7 @@ def over_training(lm: LoadedModel, induction: list[tuple[int, int]]) -> None:
                   "composition_over_training", key=f"{KEY}_compose_training_json")  # fmt: skip
 
 
-def composition_tab(views: list[ShownRoles], options: RolesOptions) -> None:
+def composition_tab(views: list[Shown[RolesResult]], options: RolesOptions) -> None:
     """One kind of composition of the loaded model with its role heads marked, the table, and the lines over training."""
     lm = current_model()
     name = lm.facts.name
@@ -91,7 +94,7 @@ def composition_tab(views: list[ShownRoles], options: RolesOptions) -> None:
         st.error(str(exc))
         return
     view = next((v for v in views if v.model == name), None)
-    roles = {} if view is None else roles_of(view).json.get("roles") or {}
+    roles = {} if view is None else {role: [list(h) for h in heads] for role, heads in view.result.roles.items()}
     bind([KIND])
     kind = st.radio("Kind", list(KINDS), key=KIND.key, format_func=KINDS.__getitem__, horizontal=True)
     chart(marked_composition_heatmap(getattr(result, kind), kind, name, roles), f"{kind}_composition",

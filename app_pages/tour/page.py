@@ -371,7 +371,8 @@ def causal_picture(roles: dict) -> None:
 
     st.markdown("#### The causal picture")
     options = PatchOptions(pairs=str(INDUCTION_PAIRS), direction="noise")
-    noising = computed("patch", TRAINED_MODEL, "", options, None, Bar("Patching the shipped pairs, {model}", "pairs"))
+    bar = Bar("Patching the shipped pairs, {model}", "pairs")
+    noising = computed("patch", TRAINED_MODEL, "", options, None, bar).result
     induction = tuple((int(l), int(h)) for l, h in roles.get("induction", []))
     table = cached_over_checkpoints(tuple(checkpoints_of(TRAINED_MODEL)), induction)
     bars = figures_of(noising, TRAINED_MODEL)[1]
