@@ -204,7 +204,8 @@ class PatchResult:
         rows = []
         for part, table in self.heads.items():
             for (l, h), score in np.ndenumerate(table):
-                row = {"model": model, "part": part, "layer": l + 1, "head": h + 1, "score": float(score)}
+                named = {"part": part} if len(self.heads) > 1 else {}  # an encoder-decoder's parts; else one stack
+                row = {"model": model, **named, "layer": l + 1, "head": h + 1, "score": float(score)}
                 if part in self.heads_se:
                     row["se"] = float(self.heads_se[part][l, h])
                 if self.attribution is not None:
