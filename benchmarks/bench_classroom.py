@@ -65,6 +65,7 @@ TOUR_MAIN = {
     6: PLOT,
     7: PLOT,
     8: PLOT,
+    9: PLOT,
 }  # app_pages/tour/page.py, render_* per step
 PAGES: tuple[PageCase, ...] = (
     *(PageCase(f"tour-{n}", f"/tour?step={n}", main) for n, main in TOUR_MAIN.items()),
@@ -74,6 +75,7 @@ PAGES: tuple[PageCase, ...] = (
     PageCase("local-global", "/local-global", PLOT),
     PageCase("head-importance", "/head-importance", PLOT),
     PageCase("head-roles", "/head-roles", PLOT),  # the role map
+    PageCase("predictions", "/predictions", PLOT),  # the route graph (the default model has no LM head: routes alone)
     PageCase("queries-keys", "/queries-keys", "canvas"),  # the grid of every head (one canvas) on the first screen
     PageCase("report", "/report", BUTTON),  # builds on request: its first screen is the choice of parts
 )
