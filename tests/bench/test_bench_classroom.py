@@ -43,6 +43,7 @@ def test_every_page_and_every_tour_step_is_measured():
         "/local-global",
         "/head-importance",
         "/head-roles",
+        "/predictions",
         "/queries-keys",
         "/report",
     }

@@ -24,10 +24,10 @@ def test_the_notebooks_html_export_draws_offline(executed, browser, tmp_path, sc
         page.on("request", lambda request: by_frame.append((request.frame.url, request.url)))
         page.goto(path.as_uri())
         frames = [f for f in page.frames if f.url == "about:srcdoc"]
-        assert len(frames) == 8
+        assert len(frames) == 10
         canvases = [f for f in frames if f.query_selector("#cv")]
         figures = [f for f in frames if f.query_selector(".js-plotly-plot")]
-        assert len(canvases) == 2 and len(figures) == 5  # the head and neuron views; the model view draws #grid
+        assert len(canvases) == 2 and len(figures) == 7  # the head and neuron views; the model view draws #grid
         head = canvases[0]
         head.wait_for_function(f"() => ({INK})('#cv') > 500", timeout=30_000)
         assert head.query_selector("#layer") is not None  # the head view with its layer picker

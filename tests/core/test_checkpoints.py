@@ -172,12 +172,22 @@ def test_a_model_that_returns_no_weights_is_refused_in_one_sentence(kind, tmp_pa
     # gradient importance needs a masked-LM head and retrieval a decoder: the others refuse them for that first
     refused_first = {"gradient"} if kind != "bert" else set()
     refused_first |= {"retrieval"} if kind != "llama" else set()
-    commands = sorted({**KEYS, **COMMAND_KEYS}.keys() - {"hta"} - refused_first)
+    # they read no weights from the model's output (below); routes reads each attention module's own (core/residual
+    # refuses where those are missing), which this model still returns
+    weightless = {"hta", "compose", "lens", "patch", "routes"}
+    commands = sorted({**KEYS, **COMMAND_KEYS}.keys() - weightless - refused_first)
     for command in commands:
         ran = run_cli(*command_line(command, folder, **small.get(command, {})), "--json")
         assert ran.error == f"error: {caught.value}", (command, ran)
-    # Hidden Token Attribution reads no returned weights (it differentiates the model's own forward pass): it runs
+    # Hidden Token Attribution reads no returned weights (it differentiates the model's own forward pass), nor do the
+    # logit lens and patching (a head's output is its slice of the output projection's input) and composition (the
+    # weights alone; a post-LN BERT has no norm before attention to fold, and says so): they run
     assert run_cli(*command_line("hta", folder), "--json").code == 0
+    assert run_cli(*command_line("lens", folder), "--json").code == 0
+    if kind == "llama":  # a masked LM's metric needs [MASK] in the text, and T5's patch a target: the decoder runs
+        assert run_cli(*command_line("patch", folder), "--json").code == 0
+    composed = run_cli(*command_line("compose", folder), "--json")
+    assert composed.code == 0 if kind != "bert" else "post-LN" in composed.error, composed
 
 
 def test_size_is_read_from_the_config_and_limited_before_loading(tiny_model_dir, monkeypatch):
