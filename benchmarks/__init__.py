@@ -85,3 +85,23 @@ def child_report(script: str, limit: int, batch_size: int) -> dict:
         check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+GPT2_SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_inner=3072, vocab_size=50257)  # GPT-2 small's shape
+
+
+def saved_decoder(folder, positions: int = 1024):
+    """A random GPT-2-small-shaped decoder (seed 0; `positions` long) with the tests' GPT-2 tokenizer, saved to
+    `folder` and loaded by the library's loader (the benchmarks put `tests/` on the path for support.models)."""
+    import torch
+    import transformers as tf
+
+    from attnlib.core.model import load_model
+    from support.models import tokenizer_for
+
+    tokenizer = tokenizer_for("gpt2")
+    tokenizer.model_max_length = positions
+    torch.manual_seed(0)
+    tf.GPT2LMHeadModel(tf.GPT2Config(**GPT2_SMALL, n_positions=positions)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return load_model(str(folder))

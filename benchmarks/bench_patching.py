@@ -17,8 +17,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from benchmarks import best_of_interleaved
-from benchmarks.bench_roles import saved_decoder
+from benchmarks import best_of_interleaved, saved_decoder
 
 PLAIN, UNEDITED, HEADS = ("{} plain forward passes (model + LM head)", "{} rows batched as patching, no edit",
                           "every head patched ({} patched runs)")  # fmt: skip

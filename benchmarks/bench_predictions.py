@@ -29,25 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from benchmarks import best_of_interleaved, ewt_dev, peak_resident_mb  # noqa: E402
+from benchmarks import best_of_interleaved, ewt_dev, peak_resident_mb, saved_decoder  # noqa: E402
 
-GPT2_SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_inner=3072, n_positions=2048, vocab_size=50257)
-
-
-def saved_decoder(folder: Path):
-    """The random GPT-2-small-shaped decoder (2,048 positions) with the tests' GPT-2 tokenizer, by the library's loader."""
-    import torch
-    import transformers as tf
-
-    from attnlib.core.model import load_model
-    from support.models import tokenizer_for
-
-    tokenizer = tokenizer_for("gpt2")
-    tokenizer.model_max_length = GPT2_SMALL["n_positions"]
-    torch.manual_seed(0)
-    tf.GPT2LMHeadModel(tf.GPT2Config(**GPT2_SMALL)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return load_model(str(folder))
+POSITIONS = 2048  # the decoder takes the memory measure's 2,048 tokens
 
 
 def encoded_of_length(lm, n: int):
@@ -209,7 +193,7 @@ def main() -> None:
         memory_child(args.memory_child, args.folder)
         return
     with tempfile.TemporaryDirectory() as folder:
-        lm = saved_decoder(Path(folder))
+        lm = saved_decoder(Path(folder), POSITIONS)
         args.folder = folder
         print(f"random GPT-2-small-shaped decoder (12 x 12, hidden 768), {torch.get_num_threads()} torch threads, "
               f"best of {args.repeats} interleaved runs\n")  # fmt: skip

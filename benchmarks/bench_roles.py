@@ -19,25 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from benchmarks import best_of_interleaved  # noqa: E402
-
-GPT2_SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_inner=3072, n_positions=1024, vocab_size=50257)
-
-
-def saved_decoder(folder: Path):
-    """A random GPT-2-small-shaped decoder with the tests' GPT-2 tokenizer, loaded by the library's loader."""
-    import torch
-    import transformers as tf
-
-    from attnlib.core.model import load_model
-    from support.models import tokenizer_for
-
-    tokenizer = tokenizer_for("gpt2")
-    tokenizer.model_max_length = 1024
-    torch.manual_seed(0)
-    tf.GPT2LMHeadModel(tf.GPT2Config(**GPT2_SMALL)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return load_model(str(folder))
+from benchmarks import best_of_interleaved, saved_decoder  # noqa: E402
 
 
 def main() -> None:
