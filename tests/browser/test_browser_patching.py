@@ -48,7 +48,7 @@ def test_patching_and_composition_tabs_on_the_trained_decoder(streamlit_server, 
         k = _heatmap(page, "K-composition")
 
         page.goto(f"{streamlit_server}/tour?model={TRAINED_MODEL}&step=8", wait_until="domcontentloaded")
-        page.get_by_text("The causal picture").wait_for(timeout=LONG)
+        page.get_by_text("The causal picture", exact=True).wait_for(timeout=LONG)
         _drawn(page)
         page.screenshot(path=str(screenshot_dir / "tour-causal.png"), full_page=True)
         assert page.locator("[data-testid='stException']").count() == 0
