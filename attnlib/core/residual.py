@@ -22,7 +22,8 @@ Per layer application l (`LayerParts`, float32 torch tensors of one input, batch
   family's `mid[i] = x[i] + sum_{h, j} weights[h, i, j] values[h, j] + added_bias()`.
 
 `walk(lm, batch, visit)` calls `visit(parts)` as each layer finishes (only that layer's tensors held: long inputs stay
-within memory); `decompose(lm, batch)` keeps them all (`Residual`) with the embeddings and the final norm the lens
+within memory; inputs longer than BLOCKWISE_FROM tokens run block-wise (METHODS §19, attnlib.core.blockwise) where the
+family can, so the model's pass never holds its eager n x n scores beside the layer's weights); `decompose(lm, batch)` keeps them all (`Residual`) with the embeddings and the final norm the lens
 reads. `batch` is one unpadded input (runner.model_inputs of one Encoded). Hooks go through attnlib.core.hooks and are
 removed in `finally`. The encoder stack of an encoder-decoder is decomposed as an encoder.
 """
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnlib.core.blockwise import BLOCKWISE_FROM, Block, blockwise_attention, default_block_rows, supports_blockwise
 from attnlib.core.families import Layout, UnsupportedModelError, layout
 from attnlib.core.hooks import NORMS, attentions_returned, hooked, hooks, site_modules
 from attnlib.core.model import LoadedModel
@@ -106,14 +108,21 @@ def _norm_modules(layer: torch.nn.Module, skip: torch.nn.Module) -> list[torch.n
     return [m for m in layer.modules() if "norm" in type(m).__name__.lower() and m is not skip]
 
 
-def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> tuple[torch.Tensor, Layout]:
+def walk(
+    lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None], blockwise: bool | None = None
+) -> tuple[torch.Tensor, Layout]:
     """Run one input (batch of 1, no padding) through lm.encoder (an encoder-decoder's encoder) and call visit with each
-    layer's LayerParts as that layer finishes; (x^0 [n, d], the layout). UnsupportedModelError for a family whose
-    layout attnlib does not know or cannot check (the norms' reason), NoAttentionWeightsError without weights."""
+    layer's LayerParts as that layer finishes; (x^0 [n, d], the layout). blockwise: the attention weights from the
+    block-wise run (True), from eager attention (False), or block-wise above BLOCKWISE_FROM tokens where the family can
+    (None). UnsupportedModelError for a family whose layout attnlib does not know or cannot check (the norms' reason),
+    NoAttentionWeightsError without weights."""
     stack = lm.encoder
     ids = batch.get("input_ids")
     if ids is not None and ids.shape[0] != 1:
         raise ValueError("the residual decomposition reads one input at a time")
+    n = next(iter(v for v in batch.values() if isinstance(v, torch.Tensor))).shape[1]
+    if blockwise is None:
+        blockwise = n > BLOCKWISE_FROM and supports_blockwise(stack)
     lay = layout(stack, "norms")
     weights_np: NormWeights = norm_weights(stack)
     device = next(stack.parameters()).device
@@ -126,7 +135,18 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
     embeddings: list[torch.Tensor] = []
     normed: list[tuple[torch.Tensor, torch.Tensor]] = []  # post-norm: (input, output) of the layer's other norms
 
+    layer_weights: list[torch.Tensor] = []  # block-wise: the layer application's weights [H, n, n], made block by block
+
+    def on_block(block: Block) -> None:
+        if block.first_row == 0:  # a new layer application: a new tensor (the visitor may keep the last one)
+            layer_weights[:] = [torch.zeros(block.probs.shape[1], block.n, block.n, device=block.probs.device)]
+        rows = slice(block.first_row, block.first_row + block.rows)
+        layer_weights[0][:, rows, block.first_key : block.first_key + block.probs.shape[3]] = block.probs[0]
+
     def on_heads(_module, _args, output):
+        if blockwise:
+            seen["weights"] = layer_weights.pop()[None]
+            return
         maps = (
             [t for t in output[1:] if isinstance(t, torch.Tensor) and t.dim() == 4] if isinstance(output, tuple) else []
         )
@@ -209,7 +229,11 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
     done: list[int] = []
     with contextlib.ExitStack() as context, torch.inference_mode():
         cache = context.enter_context(hooks(lm, NORMS))
-        context.enter_context(attentions_returned(site_modules(lay, "heads")))
+        if blockwise:
+            rows = default_block_rows(n, lm.facts.n_heads)
+            context.enter_context(blockwise_attention(stack, on_block, rows, n > BLOCKWISE_FROM))
+        else:
+            context.enter_context(attentions_returned(site_modules(lay, "heads")))
         context.enter_context(hooked(site_modules(lay, "heads"), on_heads, after=True))
         if post:
             context.enter_context(hooked(site_modules(lay, "norm"), on_norm, after=True))
@@ -226,8 +250,8 @@ def walk(lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None]) -> t
     return embeddings[0], lay
 
 
-def decompose(lm: LoadedModel, batch: dict) -> Residual:
+def decompose(lm: LoadedModel, batch: dict, blockwise: bool | None = None) -> Residual:
     """Every layer's LayerParts of one input (walk), kept, with x^0 and the final norm."""
     layers: list[LayerParts] = []
-    embeddings, lay = walk(lm, batch, layers.append)
+    embeddings, lay = walk(lm, batch, layers.append, blockwise)
     return Residual(layers, embeddings, lay.final_norm, lay)

@@ -78,6 +78,20 @@ def test_parts_sum_to_the_attention_nodes_whole(decomposed):
         close(summed, parts.mid)
 
 
+def test_blockwise_run_gives_the_eager_parts(decomposed, monkeypatch):
+    """A long input's run (METHODS §19: the weights made by attnlib block by block while the model's pass needs no n x n
+    scores) gives the eager run's parts, forced here on a short input in blocks of 3 query rows."""
+    import attnlib.core.residual as residual_module
+
+    lm = decomposed["lm"]
+    monkeypatch.setattr(residual_module, "default_block_rows", lambda n, heads: 3)
+    blocks = decompose(lm, decomposed["batch"], blockwise=True)
+    assert len(blocks.layers) == len(decomposed["residual"].layers)
+    for eager, blocked in zip(decomposed["residual"].layers, blocks.layers):
+        for name in ("x", "weights", "values", "mid", "carried", "ffn", "out"):
+            close(getattr(blocked, name), getattr(eager, name))
+
+
 FAMILIES = (
     "qwen3",
     "olmo2",
