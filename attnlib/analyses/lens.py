@@ -23,7 +23,7 @@ from attnlib.core.hooks import hooked
 from attnlib.core.model import LoadedModel
 from attnlib.core.residual import LayerParts, walk
 from attnlib.core.runner import InputError, encode, model_inputs
-from attnlib.core.seq2seq import encode_target, greedy_target, source_inputs
+from attnlib.core.seq2seq import source_inputs, target_of
 from attnlib.results.files import malformed
 from attnlib.stats.importance import mlm_head
 from attnlib.stats.lens import (
@@ -416,8 +416,7 @@ def _decoder_read(lm: LoadedModel, item: CorpusInput, options: LensOptions, line
     stack = model.get_decoder()
     own_heads, cross_heads = layout(stack, "norms", "decoder"), layout(stack, "norms", "cross")
     source = encode(lm, source_of(item))
-    target = (encode_target(lm, options.target) if options.target.strip()
-              else encode_target(lm, greedy_target(lm, source) or source_of(item), "greedy"))  # fmt: skip
+    target = target_of(lm, source, source_of(item), options.target)
     t = resolve_position(options.position, len(target.input_ids))
     seen: dict[str, list[torch.Tensor]] = {k: [] for k in ("x", "out", "own", "cross", "carried")}
 

@@ -25,7 +25,10 @@ Per layer application l (`LayerParts`, float32 torch tensors of one input, batch
 within memory; inputs longer than BLOCKWISE_FROM tokens run block-wise (METHODS §19, attnlib.core.blockwise) where the
 family can, so the model's pass never holds its eager n x n scores beside the layer's weights); `decompose(lm, batch)` keeps them all (`Residual`) with the embeddings and the final norm the lens
 reads. `batch` is one unpadded input (runner.model_inputs of one Encoded). Hooks go through attnlib.core.hooks and are
-removed in `finally`. The encoder stack of an encoder-decoder is decomposed as an encoder.
+removed in `finally`. The encoder stack of an encoder-decoder is decomposed as an encoder; `decoder_parts` decomposes
+its decoder stack for a source and a target in the whole model's own pass: each layer's `x`, `weights`, `values`,
+`out_bias` and `mid` are its self-attention's (mid: the state after it, node S), `cross` its cross-attention's
+(`CrossParts`: the source's values, the state after it, node A), `carried`, `ffn` and `out` its feed-forward block's.
 """
 
 from __future__ import annotations
@@ -40,7 +43,19 @@ from attnlib.core.blockwise import BLOCKWISE_FROM, Block, blockwise_attention, d
 from attnlib.core.families import Layout, UnsupportedModelError, layout
 from attnlib.core.hooks import NORMS, attentions_returned, hooked, hooks, site_modules
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import NoAttentionWeightsError, NormWeights, norm_weights
+from attnlib.core.runner import NoAttentionWeightsError, NormWeights, norm_weights, returned_weights
+
+
+@dataclass
+class CrossParts:
+    """One decoder layer's cross-attention as sums (METHODS §21): its node's parts are `weights[h, i, j] values[h, j]`
+    over the source's positions j and the state `before` it; `whole` is before + what it adds."""
+
+    weights: torch.Tensor  # [H, n, m]: the model's own cross-attention weights
+    values: torch.Tensor  # [H, m, d]: the source's value vectors (from the encoder's output) through W_O^h
+    out_bias: torch.Tensor | None  # [d]: b_O, in the whole and in no part
+    before: torch.Tensor  # [n, d]: the state it adds to (pre-norm: x + a_self; post-norm: N1(u1))
+    whole: torch.Tensor  # [n, d]: before + what it adds (post-norm: the input u2 of the norm after it)
 
 
 @dataclass
@@ -58,6 +73,7 @@ class LayerParts:
     out: torch.Tensor
     query_scale: torch.Tensor | None = None
     gain: torch.Tensor | None = None
+    cross: CrossParts | None = None  # an encoder-decoder's decoder layer: its cross-attention
 
     @property
     def ffn_whole(self) -> torch.Tensor:
@@ -255,3 +271,95 @@ def decompose(lm: LoadedModel, batch: dict, blockwise: bool | None = None) -> Re
     layers: list[LayerParts] = []
     embeddings, lay = walk(lm, batch, layers.append, blockwise)
     return Residual(layers, embeddings, lay.final_norm, lay)
+
+
+def _values_through_output(values: torch.Tensor, out_weight: torch.Tensor) -> torch.Tensor:
+    """[H, n, d]: a layer's value vectors [1, H, n, head_dim] through each head's rows of the output projection."""
+    return torch.einsum("hnk,hkd->hnd", values[0].float(), out_weight)
+
+
+def decoder_parts(
+    lm: LoadedModel, source_batch: dict, target_ids: list[int]
+) -> tuple[list[LayerParts], torch.Tensor, torch.Tensor]:
+    """An encoder-decoder's decoder stack as sums for one source and target (decoder input ids), from the whole model's
+    own pass: (each layer's LayerParts with its CrossParts, the decoder's x^0 [n, d], the model's logits [n, V])."""
+    model = lm.seq2seq
+    if model is None:
+        raise ValueError(f"'{lm.facts.name}' is not an encoder-decoder")
+    stack = model.get_decoder()
+    own, cross = layout(stack, "norms", "decoder"), layout(stack, "norms", "cross")
+    device = next(stack.parameters()).device
+    own_out = torch.from_numpy(norm_weights(stack, "decoder").out_weight).to(device)
+    cross_out = torch.from_numpy(norm_weights(stack, "cross").out_weight).to(device)
+    post = own.family.post_layer_norm
+    seen: dict[str, list] = {k: [] for k in ("x", "out", "own", "cross", "others")}
+
+    def keep(name: str, after: bool = False, both: bool = False):
+        """A hook keeping a module's input (a layer's, by position or keyword), or its output, or both."""
+
+        def hook(_module, args, *rest):
+            value = _first(rest[-1]) if after else (args[0] if args else rest[0]["hidden_states"])
+            value = value[0].detach().float()
+            seen[name].append((_first(args[0])[0].detach().float(), value) if both else value)
+
+        return hook
+
+    layers = [site.layer for site in own.sites]
+    with contextlib.ExitStack() as context, torch.inference_mode():
+        own_cache = context.enter_context(hooks(lm, {"values"}, "decoder"))
+        cross_cache = context.enter_context(hooks(lm, {"values"}, "cross"))
+        context.enter_context(attentions_returned([model]))
+        context.enter_context(hooked(layers, keep("x"), with_kwargs=True))
+        context.enter_context(hooked(layers, keep("out", after=True), after=True))
+        if post:  # each norm's (input, output): after self-attention, after cross-attention, after the feed-forward
+            context.enter_context(hooked(site_modules(own, "norm"), keep("own", True, True), after=True))
+            context.enter_context(hooked(site_modules(cross, "norm"), keep("cross", True, True), after=True))
+            others = [
+                m for o, c in zip(own.sites, cross.sites) for m in _norm_modules(o.layer, o.norm) if m is not c.norm
+            ]
+            context.enter_context(hooked(others, keep("others", True, True), after=True))
+        else:  # what each attention's output projection adds
+            context.enter_context(hooked(site_modules(own, "output"), keep("own", True), after=True))
+            context.enter_context(hooked(site_modules(cross, "output"), keep("cross", True), after=True))
+        result = model(**source_batch, decoder_input_ids=torch.tensor([target_ids], device=device), use_cache=False)
+    own_weights = returned_weights(result.decoder_attentions)
+    cross_weights = returned_weights(result.cross_attentions)
+    own_values, cross_values = own_cache.heads().values, cross_cache.heads().values
+    parts = []
+    for l, (own_site, cross_site) in enumerate(zip(own.sites, cross.sites)):
+        x, out = seen["x"][l], seen["out"][l]
+        if post:
+            (mid, before), (whole, carried) = seen["own"][l], seen["cross"][l]
+            second = [i for i, o in seen["others"] if torch.equal(o, out)]
+            if not second:
+                raise UnsupportedModelError(
+                    f"attnlib cannot find the norm after the feed-forward block of this '{model.config.model_type}' "
+                    "model's decoder layers, so its residual stream cannot be split into parts."
+                )
+            ffn = second[-1] - carried
+        else:
+            mid = before = x + seen["own"][l]
+            whole = carried = mid + seen["cross"][l]
+            ffn = out - carried
+        bias, cross_bias = own_site.output.bias, cross_site.output.bias
+        parts.append(
+            LayerParts(
+                layer=l,
+                x=x,
+                weights=own_weights[l][0].float(),
+                values=_values_through_output(own_values[l], own_out[l]),
+                out_bias=None if bias is None else bias.detach().float(),
+                mid=mid,
+                carried=carried,
+                ffn=ffn,
+                out=out,
+                cross=CrossParts(
+                    weights=cross_weights[l][0].float(),
+                    values=_values_through_output(cross_values[l], cross_out[l]),
+                    out_bias=None if cross_bias is None else cross_bias.detach().float(),
+                    before=before,
+                    whole=whole,
+                ),
+            )
+        )
+    return parts, seen["x"][0], result.logits[0].float()

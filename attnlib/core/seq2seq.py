@@ -164,6 +164,15 @@ def encode_target(lm: LoadedModel, text: str, source: TargetFrom = "given") -> T
     return Target(text, source, ids, tok.convert_ids_to_tokens(ids), words, word_ids, n_full > limit, n_full)
 
 
+def target_of(lm: LoadedModel, source: Encoded, source_text: str, target_text: str | None) -> Target:
+    """The decoder's input: the target given, else the model's greedy output for the source, else (that empty) the
+    source text itself (TARGET_FROM_TEXT)."""
+    if target_text is not None and target_text.strip():
+        return encode_target(lm, target_text)
+    greedy = greedy_target(lm, source)
+    return encode_target(lm, greedy, "greedy") if greedy else encode_target(lm, source_text, "source")
+
+
 def _part_captures(lm: LoadedModel, qk: Part | None, norms: Part | None) -> tuple[Part, frozenset[Capture]]:
     """The part hooked and what its hooks capture: queries and keys (qk), the norms' values, layer inputs and norm
     inputs (norms; cross: its values only); UnsupportedModelError when the part's norms are not exact."""
@@ -193,11 +202,7 @@ def run_seq2seq(
     part, captures = _part_captures(lm, qk, norms)
     source = encode(lm, source_text)
     check_tokens(source, False)
-    if target_text is not None and target_text.strip():
-        target = encode_target(lm, target_text)
-    else:
-        greedy = greedy_target(lm, source)
-        target = encode_target(lm, greedy, "greedy") if greedy else encode_target(lm, source_text, "source")
+    target = target_of(lm, source, source_text, target_text)
     with hooks(lm, captures, part) as cache, attentions_returned([model]), torch.inference_mode():
         out = model(
             **source_inputs(lm, source),

@@ -142,18 +142,19 @@ def attention_blocks(
     window: int | None = None,
     kernel: str = "plain",
 ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-    """The attention nodes' normalised contributions, QUERY_BLOCK queries at a time: (first query, heads [H, B, n]
-    (0 where row i cannot attend key j), residual [B]); x, mid [n, d], weights [H, n, n], values [H, n, d] as
-    LayerParts.attention_parts gives them."""
-    n = x.shape[0]
+    """The attention nodes' normalised contributions, QUERY_BLOCK queries at a time: (first query, heads [H, B, m]
+    (0 where row i cannot attend key j), residual [B]); x (the residual part), mid (the whole) [n, d], weights
+    [H, n, m], values [H, m, d] as LayerParts.attention_parts gives them (a cross-attention's keys: the m source
+    positions)."""
+    n, m = x.shape[0], values.shape[1]
     n_heads = weights.shape[0]
     for start in range(0, n, QUERY_BLOCK):
         stop = min(start + QUERY_BLOCK, n)
         y = mid[start:stop]
         total = y.abs().sum(-1)  # [B]
         lo = 0 if window is None else max(0, start - window)
-        hi = stop if causal else (n if window is None else min(n, stop + window))
-        raw = torch.zeros(n_heads, stop - start, n, device=x.device)
+        hi = stop if causal else (m if window is None else min(m, stop + window))
+        raw = torch.zeros(n_heads, stop - start, m, device=x.device)
         d = _block_distances(y, weights[:, start:stop, lo:hi], values[:, lo:hi], kernel)
         allowed = attendable(torch.arange(start, stop, device=x.device), torch.arange(lo, hi, device=x.device), causal,
                              window)  # fmt: skip
@@ -166,12 +167,16 @@ def attention_blocks(
 @dataclass
 class LayerContributions:
     """One layer's graph: its attention edges above tau, and per position the residual edge into the attention node
-    c(x_i), the feed-forward edge c(F_i) and the carried edge c(m_i) (after the mode)."""
+    c(x_i), the feed-forward edge c(F_i) and the carried edge c(m_i) (after the mode). An encoder-decoder's decoder
+    layer: `attention` and `residual` go into its self-attention node S, `cross` (source position j -> target i) and
+    `cross_residual` (S_i -> A_i) into its cross-attention node A."""
 
     attention: AttentionEdges
     residual: np.ndarray  # [n]
     ffn: np.ndarray  # [n]
     carried: np.ndarray  # [n]
+    cross: AttentionEdges | None = None
+    cross_residual: np.ndarray | None = None  # [n]
 
 
 def layer_contributions(
@@ -197,28 +202,36 @@ def layer_graph(
 ) -> LayerContributions:
     """One layer's graph from its attention nodes' normalised contributions (attention_blocks: first query, heads
     [H, B, n], residual [B]) and its feed-forward nodes' ([n, 2]: F, carried), the mode applied per node."""
+    edges, residual = node_edges(blocks, ffn.shape[0], threshold, mode)
+    ffn_c = apply_mode(ffn, threshold, mode, (1,))
+    return LayerContributions(edges, residual, ffn_c[:, 0].cpu().numpy(), ffn_c[:, 1].cpu().numpy())
+
+
+def node_edges(
+    blocks: Iterable[tuple[int, torch.Tensor, torch.Tensor]], n: int, threshold: float, mode: Mode
+) -> tuple[AttentionEdges, np.ndarray]:
+    """The attention edges above tau into n attention nodes, and each node's residual edge [n], from their normalised
+    contributions (attention_blocks), the mode applied per node."""
     targets, sources, edge_weights, shares = [], [], [], []
-    n = ffn.shape[0]
-    residual = torch.zeros(n, device=ffn.device)
+    residual = np.zeros(n, np.float32)
     n_heads = 0
     for start, heads, res in blocks:
         n_heads, b = heads.shape[0], res.shape[0]
         joined = apply_mode(torch.cat([heads.permute(1, 0, 2).reshape(b, -1), res[:, None]], 1), threshold, mode, (1,))
-        kept = joined[:, :-1].reshape(b, n_heads, -1)  # [B, H, n]
-        residual[start : start + b] = joined[:, -1]
-        weight = kept.sum(1)  # [B, n]
+        kept = joined[:, :-1].reshape(b, n_heads, -1)  # [B, H, keys]
+        residual[start : start + b] = joined[:, -1].cpu().numpy()
+        weight = kept.sum(1)  # [B, keys]
         i, j = torch.nonzero(weight > threshold, as_tuple=True)
         targets.append((i + start).cpu().numpy())
         sources.append(j.cpu().numpy())
         edge_weights.append(weight[i, j].cpu().numpy())
         shares.append(kept[i, :, j].cpu().numpy())
-    ffn_c = apply_mode(ffn, threshold, mode, (1,))
     edges = (
         AttentionEdges(np.concatenate(targets), np.concatenate(sources), np.concatenate(edge_weights),
                        np.concatenate(shares).reshape(-1, n_heads))
         if targets else AttentionEdges.empty(n_heads)
     )  # fmt: skip
-    return LayerContributions(edges, residual.cpu().numpy(), ffn_c[:, 0].cpu().numpy(), ffn_c[:, 1].cpu().numpy())
+    return edges, residual
 
 
 # --------------------------------------------------------------------------------------------------- routes
@@ -226,19 +239,24 @@ def layer_graph(
 
 @dataclass
 class Graph:
-    """Every layer's LayerContributions of one input of n positions, with the threshold and mode applied."""
+    """Every layer's LayerContributions of one input of n positions, with the threshold and mode applied; an
+    encoder-decoder's decoder graph has its encoder's as `source` (its cross edges come from the encoder's last
+    states, read through the encoder's final norm)."""
 
     layers: list[LayerContributions]
     n: int
     n_heads: int
     threshold: float
     mode: Mode
+    source: Graph | None = None
 
 
 @dataclass
 class Reached:
     """What the routes to the predictions at positions T reach: per layer, which attention nodes and which of their
-    incoming edges (bool [T, n] and [T, E]), and which residual, feed-forward and carried edges ([T, n] each)."""
+    incoming edges (bool [T, n] and [T, E]), and which residual, feed-forward and carried edges ([T, n] each); an
+    encoder-decoder's decoder (its attention nodes: the self-attention's, S) also its cross edges ([T, E]) and cross
+    residual edges ([T, n]) per layer, and the encoder's part (`source`)."""
 
     attention_nodes: list[np.ndarray]
     attention_edges: list[np.ndarray]
@@ -246,65 +264,116 @@ class Reached:
     ffn: list[np.ndarray]
     carried: list[np.ndarray]
     embeddings: np.ndarray  # [T, n]: the E nodes reached
+    cross_edges: list[np.ndarray] = field(default_factory=list)
+    cross_residual: list[np.ndarray] = field(default_factory=list)
+    source: Reached | None = None
+
+
+def _sources_reached(reach: np.ndarray, edges: AttentionEdges, n_sources: int) -> np.ndarray:
+    """[T, n_sources]: the sources of the edges (above tau by construction) into the reached targets [T, n]."""
+    found = np.zeros((reach.shape[0], n_sources), bool)
+    if len(edges.target):
+        np.logical_or.at(found.T, edges.source, reach[:, edges.target].T)
+    return found
 
 
 def routes(graph: Graph, positions: np.ndarray) -> Reached:
     """The routes to the predictions at these positions: every edge reached from R^(L-1)_t by following edges backwards
-    whose weight is above the threshold (all positions at once, as boolean reach matrices)."""
-    tau, n = graph.threshold, graph.n
-    reach_r = np.zeros((len(positions), n), bool)
-    reach_r[np.arange(len(positions)), positions] = True
-    found: dict[str, list[np.ndarray]] = {k: [] for k in ("nodes", "edges", "residual", "ffn", "carried")}
+    whose weight is above the threshold (all positions at once, as boolean reach matrices), into the encoder through
+    the cross edges of an encoder-decoder's decoder."""
+    start = np.zeros((len(positions), graph.n), bool)
+    start[np.arange(len(positions)), positions] = True
+    return reach_back(graph, start)
+
+
+def reach_back(graph: Graph, reach_r: np.ndarray) -> Reached:
+    """The routes from the last layer's states reached ([T, n]) back to the embeddings (routes)."""
+    tau = graph.threshold
+    reached = Reached([], [], [], [], [], reach_r)
+    sources = np.zeros((reach_r.shape[0], graph.source.n), bool) if graph.source is not None else None
     for layer in reversed(graph.layers):
         ffn_on = reach_r & (layer.ffn > tau)
         carried_on = reach_r & (layer.carried > tau)
         reach_a = ffn_on | carried_on
+        if layer.cross is not None and layer.cross_residual is not None and sources is not None:
+            sources |= _sources_reached(reach_a, layer.cross, sources.shape[1])
+            reached.cross_edges.insert(0, reach_a[:, layer.cross.target])
+            reach_a = reach_a & (layer.cross_residual > tau)  # the self-attention node S, through the cross residual
+            reached.cross_residual.insert(0, reach_a)
         residual_on = reach_a & (layer.residual > tau)
-        edges = layer.attention
-        edges_on = reach_a[:, edges.target]  # [T, E]: weights above tau by construction
-        below = residual_on.copy()
-        if edges_on.size:
-            np.logical_or.at(below.T, edges.source, edges_on.T)  # R^(l-1)_j reached through an edge into A^l_i
-        for key, value in zip(found, (reach_a, edges_on, residual_on, ffn_on, carried_on)):
-            found[key].insert(0, value)
-        reach_r = below
-    return Reached(found["nodes"], found["edges"], found["residual"], found["ffn"], found["carried"], reach_r)
+        reached.attention_nodes.insert(0, reach_a)
+        reached.attention_edges.insert(0, reach_a[:, layer.attention.target])
+        for found, value in ((reached.residual, residual_on), (reached.ffn, ffn_on), (reached.carried, carried_on)):
+            found.insert(0, value)
+        reach_r = residual_on | _sources_reached(reach_a, layer.attention, graph.n)
+    reached.embeddings = reach_r
+    if graph.source is not None and sources is not None:
+        reached.source = reach_back(graph.source, sources)
+    return reached
+
+
+def _heads_on(edges_on: list[np.ndarray], edges: list[AttentionEdges], threshold: float) -> np.ndarray:
+    """[T, L, H] bool: which heads give one of the reached edges (per layer [T, E]) a share above tau."""
+    per_layer = []
+    for on, layer_edges in zip(edges_on, edges):
+        above = (layer_edges.heads > threshold).astype(np.float32)  # [E, H]
+        per_layer.append(on.astype(np.float32) @ above > 0)
+    return np.stack(per_layer, 1)
 
 
 def heads_on_routes(graph: Graph, reached: Reached) -> np.ndarray:
-    """[T, L, H] bool: head (l, h) is on route t when one of the route's attention edges gives it a share above tau."""
-    per_layer = []
-    for layer, edges_on in zip(graph.layers, reached.attention_edges):
-        above = (layer.attention.heads > graph.threshold).astype(np.float32)  # [E, H]
-        per_layer.append(edges_on.astype(np.float32) @ above > 0)
-    return np.stack(per_layer, 1)
+    """[T, L, H] bool: head (l, h) is on route t when one of the route's attention edges gives it a share above tau
+    (an encoder-decoder's decoder: its self-attention heads)."""
+    return _heads_on(reached.attention_edges, [layer.attention for layer in graph.layers], graph.threshold)
+
+
+def cross_heads_on_routes(graph: Graph, reached: Reached) -> np.ndarray:
+    """[T, L, H] bool: an encoder-decoder's cross-attention head (l, h) is on route t (as heads_on_routes)."""
+    edges = [layer.cross for layer in graph.layers if layer.cross is not None]
+    return _heads_on(reached.cross_edges, edges, graph.threshold)
 
 
 @dataclass
 class RouteFrequencyStats:
-    """Heads on routes over a corpus (mergeable): for each head, the routes it is on, and the routes counted."""
+    """Heads on routes over a corpus (mergeable): for each head, the routes it is on, and the routes counted; an
+    encoder-decoder's decoder routes (`encoder`: the encoder's layers and heads) also count its cross-attention heads
+    and its encoder's heads."""
 
     n_layers: int
     n_heads: int
     threshold: float
     mode: Mode
+    encoder: tuple[int, int] | None = None
     on_routes: np.ndarray = field(init=False)
+    cross_on_routes: np.ndarray | None = field(init=False)
+    encoder_on_routes: np.ndarray | None = field(init=False)
     routes: int = 0
 
     def __post_init__(self) -> None:
         self.on_routes = np.zeros((self.n_layers, self.n_heads), np.int64)
+        self.cross_on_routes = None if self.encoder is None else np.zeros_like(self.on_routes)
+        self.encoder_on_routes = None if self.encoder is None else np.zeros(self.encoder, np.int64)
 
     def add_graph(self, graph: Graph) -> None:
         """Every position's route of one input's graph (t predicts t + 1 in a decoder; every position of an encoder)."""
         positions = np.arange(graph.n)
-        self.on_routes += heads_on_routes(graph, routes(graph, positions)).sum(0)
+        reached = routes(graph, positions)
+        self.on_routes += heads_on_routes(graph, reached).sum(0)
+        if self.cross_on_routes is not None and self.encoder_on_routes is not None:
+            assert graph.source is not None and reached.source is not None
+            self.cross_on_routes += cross_heads_on_routes(graph, reached).sum(0)
+            self.encoder_on_routes += heads_on_routes(graph.source, reached.source).sum(0)
         self.routes += graph.n
 
     def merge(self, other: RouteFrequencyStats) -> RouteFrequencyStats:
         self.on_routes += other.on_routes
+        if self.cross_on_routes is not None and self.encoder_on_routes is not None:
+            self.cross_on_routes += other.cross_on_routes
+            self.encoder_on_routes += other.encoder_on_routes
         self.routes += other.routes
         return self
 
-    def frequency(self) -> np.ndarray:
-        """[L, H]: the share of routes each head is on (NaN before any route)."""
-        return self.on_routes / self.routes if self.routes else np.full(self.on_routes.shape, np.nan)
+    def frequency(self, counts: np.ndarray | None = None) -> np.ndarray:
+        """[L, H]: the share of routes each head is on (of `counts`, default on_routes; NaN before any route)."""
+        counts = self.on_routes if counts is None else counts
+        return counts / self.routes if self.routes else np.full(counts.shape, np.nan)

@@ -82,14 +82,79 @@ def test_the_prediction_is_the_models_own_next_token(tiny, kind):
     assert run.result.prediction["token"] == lm.tokenizer.convert_ids_to_tokens(int(logits.argmax()))
 
 
-@pytest.mark.parametrize("kind", ["bert", "t5", "bart"])
-def test_encoders_and_encoder_decoders_route_every_position_to_its_own_token(tiny, kind):
-    """An encoder predicts nothing past its positions: the route ends at the position, whose token it names; an
-    encoder-decoder's routes are its encoder's."""
-    run = attnlib.routes(tiny(kind), text=TEXT, position=1)
+@pytest.mark.parametrize(("kind", "part"), [("bert", "auto"), ("t5", "encoder"), ("bart", "encoder")])
+def test_encoders_route_every_position_to_its_own_token(tiny, kind, part):
+    """An encoder predicts nothing past its positions: the route ends at the position, whose token it names; so does
+    an encoder-decoder's encoder (part encoder)."""
+    run = attnlib.routes(tiny(kind), text=TEXT, position=1, part=part)
     graph = run.result
     assert isinstance(graph, RouteGraph) and graph.prediction["token"] == graph.tokens[1]
     assert any(graph.edges[i]["target"].startswith("R") for i in graph.route["edges"])
+    assert not graph.crosses
+
+
+@pytest.mark.parametrize("kind", ["t5", "bart"])
+def test_an_encoder_decoders_route_runs_from_the_decoders_prediction_into_the_encoder(tiny, kind):
+    """The decoder's route (the default part): the source's and the target's nodes, each with its part; the decoder's
+    layers have S (after self-attention) and A (after cross-attention) nodes, its cross edges come from the encoder's
+    last states with each cross head's share; the route leads on to the prediction's node; the prediction is the
+    model's own next token at the target position."""
+    from attnlib.core.seq2seq import encode_target, source_inputs
+
+    model = tiny(kind)
+    printed = cli_json("routes", "--model", model, "--text", TEXT, "--target", "A cat sat.", "--position", "2",
+                       "--threshold", "0.0001", "--mode", "cut", "--json")  # fmt: skip
+    assert set(printed) == TEXT_KEYS | {"kind", "part", "source", "target", "target_from"}
+    assert printed["part"] == "decoder" and printed["target"] == "A cat sat." and printed["target_from"] == "given"
+    nodes = {node["id"]: node for node in printed["nodes"]}
+    layers = 2
+    decoder = [n for n in nodes.values() if n["part"] == "decoder"]
+    encoder = [n for n in nodes.values() if n["part"] == "encoder"]
+    assert len(decoder) == len(printed["tokens"]) * (1 + 4 * layers)
+    assert len(encoder) == len(printed["source"]) * (1 + 3 * layers)
+    assert {n["kind"] for n in decoder} == {"E", "S", "A", "F", "R"} and all(n["id"].startswith("d") for n in decoder)
+    cross = [e for e in printed["edges"] if e["kind"] == "cross"]
+    assert cross, "a tiny model's cross-attention gives some edge above 1e-4"
+    for edge in cross:
+        source, target = nodes[edge["source"]], nodes[edge["target"]]
+        assert (source["part"], source["kind"], source["layer"]) == ("encoder", "R", layers - 1)
+        assert (target["part"], target["kind"]) == ("decoder", "A")
+        assert len(edge["heads"]) == 4 and np.isclose(sum(edge["heads"]), edge["weight"], atol=1e-5)
+    for edge in printed["edges"]:
+        if edge["kind"] == "attention":
+            assert nodes[edge["target"]]["kind"] == ("S" if nodes[edge["target"]]["part"] == "decoder" else "A")
+    on_route = [printed["edges"][i] for i in printed["route"]["edges"]]
+    sources = {edge["source"] for edge in on_route}
+    assert on_route and all(edge["target"] in sources | {"dR1_2"} for edge in on_route)
+    lm = load_model(model)
+    source, target = encode(lm, TEXT), encode_target(lm, "A cat sat.")
+    assert printed["source"] == source.tokens and printed["tokens"] == target.tokens
+    with torch.no_grad():
+        logits = lm.seq2seq(**source_inputs(lm, source), decoder_input_ids=torch.tensor([target.input_ids])).logits
+    assert printed["prediction"] == {"position": 2, "id": int(logits[0, 2].argmax()),
+                                     "token": lm.tokenizer.convert_ids_to_tokens(int(logits[0, 2].argmax()))}  # fmt: skip
+    back = RouteGraph.read(printed)
+    assert back.crosses and back.to_json() == {k: v for k, v in printed.items() if k != "model"}
+    assert set(back.head_shares()) == {"decoder", "cross", "encoder"}
+    assert set(back.tables("m")["Heads on the route"]["attention"]) == {"decoder", "cross", "encoder"}
+
+
+def test_an_encoder_decoders_corpus_frequency_counts_its_three_attentions(tiny):
+    """Over a corpus, every position of each input's greedy output: the decoder's self-attention heads (`frequency`),
+    its cross-attention heads and its encoder's heads."""
+    from attnlib.core.seq2seq import target_of
+
+    printed = cli_json("routes", "--model", tiny("t5"), "--corpus", str(CLASSROOM_SINGLE), "--limit", "2", "--json")
+    assert set(printed) == CORPUS_KEYS | {"kind", "part", "cross_frequency", "encoder_frequency"}
+    lm = load_model(tiny("t5"))
+    lines = CLASSROOM_SINGLE.read_text(encoding="utf-8").splitlines()[:2]
+    assert printed["routes"] == sum(len(target_of(lm, encode(lm, line), line, None).input_ids) for line in lines)
+    for key in ("frequency", "cross_frequency", "encoder_frequency"):
+        values = np.array(printed[key], float)
+        assert values.shape == (2, 4) and np.all((values >= 0) & (values <= 1))
+    back = RouteFrequency.from_json(printed)
+    assert set(back.frequencies()) == {"decoder", "cross", "encoder"}
+    assert back.to_json() == {k: v for k, v in printed.items() if k not in ("model", "kind")}
 
 
 def test_corpus_json_is_each_heads_route_frequency(tiny):
@@ -123,6 +188,7 @@ def test_bad_input_is_one_line(tiny, unknown_dir):
         (["--text", TEXT, "--position", "40"], "position 40 is outside the input"),
         (["--text", TEXT, "--threshold", "0"], "threshold must be between 0 and 1"),
         (["--text", TEXT, "--threshold", "1"], "threshold must be between 0 and 1"),
+        (["--text", TEXT, "--target", "A cat."], "are for encoder-decoder models"),
         ([], "routes reads a text (--text) or a corpus (--corpus)"),
     ):
         ran = run_cli("routes", "--model", model, *argv, "--json")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnlib.core.residual import decompose
-from support.residual import PATHS, direct_values, model_pass
+from support.residual import DECODER_PATHS, PATHS, direct_values, model_pass, seq2seq_pass
 from support.tolerances import FORWARD_RTOL
 
 
@@ -135,3 +135,51 @@ def test_every_familys_parts_add_up_to_its_own_hidden_states(kind, tmp_path):
     last = residual.layers[-1].out[None]
     with torch.no_grad():
         close(last if residual.final_norm is None else residual.final_norm(last), own.last_hidden_state)
+
+
+@pytest.mark.parametrize("kind", sorted(DECODER_PATHS))
+def test_an_encoder_decoders_decoder_parts_are_the_models_own(kind, tmp_path):
+    """An encoder-decoder's decoder layers (METHODS §21): the layer inputs, both attentions' weights and the logits are
+    the model's own; the self-attention's parts add up to the state after it (node S) and the cross-attention's to the
+    state after it (node A), each against the model's own modules named by path (their outputs added in pre-norm
+    stacks; the norms' inputs and outputs in post-norm ones); the source's values are the cross-attention's value and
+    output projections of the encoder's own output; the feed-forward part completes the layer."""
+    from attnlib.core.residual import decoder_parts
+    from attnlib.core.seq2seq import source_inputs
+
+    seen = seq2seq_pass(kind, tmp_path / kind)
+    lm, own, got = seen["lm"], seen["own"], seen["seen"]
+    layers, x0, logits = decoder_parts(lm, source_inputs(lm, seen["source"]), seen["target"].input_ids)
+    close(x0, own.decoder_hidden_states[0][0])
+    close(logits, own.logits[0])
+    post = "self_norm" in seen["paths"]
+    for parts in layers:
+        l, cross = parts.layer, parts.cross
+        assert cross is not None
+        close(parts.x, own.decoder_hidden_states[l][0])
+        close(parts.weights, own.decoder_attentions[l][0])
+        close(cross.weights, own.cross_attentions[l][0])
+        weights, values = parts.attention_parts()
+        close(parts.x + torch.einsum("hij,hjd->id", weights, values) + parts.added_bias(), parts.mid)
+        cross_bias = 0 if cross.out_bias is None else cross.out_bias
+        close(cross.before + torch.einsum("hij,hjd->id", cross.weights, cross.values) + cross_bias, cross.whole)
+        v = got[(l, "cross_v")][1]  # [m, H d_h]: the value projection of the encoder's own output
+        out = seen["layers"][l].get_submodule(seen["paths"]["cross_out"]).weight.detach()  # [d, H d_h]
+        heads = cross.weights.shape[0]
+        direct = torch.einsum("mhk,dhk->hmd", v.reshape(v.shape[0], heads, -1), out.reshape(out.shape[0], heads, -1))
+        close(cross.values, direct)
+        close(got[(l, "cross_v")][0], own.encoder_last_hidden_state[0])
+        if post:
+            close(parts.mid, got[(l, "self_norm")][0])
+            close(cross.before, got[(l, "self_norm")][1])
+            close(cross.whole, got[(l, "cross_norm")][0])
+            close(parts.carried, got[(l, "cross_norm")][1])
+            close(parts.ffn_whole, got[(l, "ffn_norm")][0])
+            close(got[(l, "ffn_norm")][1], parts.out)
+        else:
+            close(parts.mid, parts.x + got[(l, "self_out")][1])
+            close(cross.whole, parts.mid + got[(l, "cross_out")][1])
+            close(parts.carried, got[(l, "ffn_in")][0])
+            close(parts.ffn_whole, parts.out)
+        if l < len(layers) - 1:
+            close(parts.out, own.decoder_hidden_states[l + 1][0])

@@ -18,11 +18,13 @@ from attnlib.stats.routes import (
     RouteFrequencyStats,
     attention_blocks,
     contributions,
+    cross_heads_on_routes,
     heads_on_routes,
     layer_graph,
+    node_edges,
     routes,
 )
-from support.residual import direct_values, model_pass
+from support.residual import direct_values, model_pass, seq2seq_pass
 from support.tolerances import EPS32, FORWARD_RTOL
 
 KINDS = ("gpt2", "llama", "gemma2", "gpt-neox", "gptj", "bert")
@@ -82,6 +84,48 @@ def test_attention_contributions_are_the_definition_on_the_models_own_parts(meas
             got = np.concatenate([heads[:, i].reshape(-1), [res[i]]])
             assert np.abs(got - expected).max() <= tolerance, (parts.layer, i)
             assert np.all(heads[:, i][:, ~allowed[i]] == 0)
+
+
+@pytest.mark.parametrize("kind", ["t5", "bart"])
+def test_cross_attention_contributions_are_the_definition_on_the_models_own_parts(kind, tmp_path):
+    """An encoder-decoder's cross-attention node A^l_i (pre-norm T5, post-norm BART): its parts are the model's own
+    cross-attention weights times the value and output projections of the encoder's own output, and the state before
+    it, its whole the state after it, both read off the model's own modules by path; attnlib's contributions (from its
+    decoder_parts) are the definition's over every source position."""
+    from attnlib.core.residual import decoder_parts
+    from attnlib.core.seq2seq import source_inputs
+
+    seen = seq2seq_pass(kind, tmp_path / kind)
+    lm, own, got = seen["lm"], seen["own"], seen["seen"]
+    layers, _, _ = decoder_parts(lm, source_inputs(lm, seen["source"]), seen["target"].input_ids)
+    for parts in layers:
+        l, cross = parts.layer, parts.cross
+        assert cross is not None
+        weights = own.cross_attentions[l][0].double()  # [H, n, m]
+        n_heads = weights.shape[0]
+        v = got[(l, "cross_v")][1].double()
+        out = seen["layers"][l].get_submodule(seen["paths"]["cross_out"]).weight.detach().double()
+        values = torch.einsum(
+            "mhk,dhk->hmd", v.reshape(v.shape[0], n_heads, -1), out.reshape(out.shape[0], n_heads, -1)
+        )
+        direct = torch.einsum("hij,hjd->ihjd", weights, values).numpy()  # [n, H, m, d]
+        if "self_norm" in seen["paths"]:
+            before, whole = got[(l, "self_norm")][1].double(), got[(l, "cross_norm")][0].double()
+        else:
+            before = own.decoder_hidden_states[l][0].double() + got[(l, "self_out")][1].double()
+            whole = before + got[(l, "cross_out")][1].double()
+        before, whole = before.numpy(), whole.numpy()
+        blocks = list(attention_blocks(cross.before, cross.whole, cross.weights, cross.values, False))
+        heads = torch.cat([h for _, h, _ in blocks], 1).numpy()  # [H, n, m]
+        res = torch.cat([r for _, _, r in blocks]).numpy()
+        n, m, d = whole.shape[0], direct.shape[2], whole.shape[1]
+        for i in range(n):
+            candidates = np.concatenate([direct[i].reshape(-1, d), before[i][None]])
+            expected = definition(whole[i], candidates, np.ones(n_heads * m + 1, bool))
+            raw_total = np.maximum(np.abs(whole[i]).sum() - np.abs(whole[i] - candidates).sum(-1), FLOOR).sum()
+            tolerance = (2 * d * EPS32 + 8 * FORWARD_RTOL) * 2 * np.abs(whole[i]).sum() / raw_total
+            found = np.concatenate([heads[:, i].reshape(-1), [res[i]]])
+            assert np.abs(found - expected).max() <= tolerance, (l, i)
 
 
 def test_feed_forward_contributions_are_the_definition(measured):
@@ -237,3 +281,66 @@ def test_frequency_counts_every_position_and_merges():
     assert merged.routes == 9
     assert np.array_equal(merged.on_routes, 3 * expected)
     assert np.allclose(merged.frequency(), expected / 3)
+
+
+# an encoder-decoder: one decoder layer of two target positions over the encoder above (_graph: three source positions);
+# its self-attention node S, its cross-attention node A (keys: the encoder's last states) and its feed-forward node
+DECODER0 = dict(
+    heads=[[[0, 0], [0.3, 0]], [[0, 0], [0, 0]]],
+    residual=[1.0, 0.7],
+    cross=[[[0, 0, 0], [0, 0.6, 0.05]], [[0, 0, 0], [0, 0, 0.05]]],
+    cross_residual=[1.0, 0.3],
+    ffn=[[0.5, 0.5], [0.2, 0.8]],
+)
+
+
+def _target_graph(mode) -> Graph:
+    spec = DECODER0
+    layer = layer_graph([(0, torch.tensor(spec["heads"]), torch.tensor(spec["residual"]))], torch.tensor(spec["ffn"]),
+                        TAU, mode)  # fmt: skip
+    cross = [(0, torch.tensor(spec["cross"]), torch.tensor(spec["cross_residual"]))]
+    layer.cross, layer.cross_residual = node_edges(cross, 2, TAU, mode)
+    return Graph([layer], 2, 2, TAU, mode, source=_graph(mode))
+
+
+@pytest.mark.parametrize("mode", ["cut", "renormalise"])
+def test_route_of_a_hand_built_encoder_decoder_runs_through_the_cross_edge_into_the_encoder(mode):
+    """From the decoder's R0_1: F (0.2) and the carried state (0.8) reach A0_1; its cross edge from the encoder's last
+    state at source 1 (head 0, 0.6) is followed, the one from source 2 (0.05 + 0.05 = 0.1, not above tau) is not; the
+    cross residual (0.3) reaches S0_1, whose self-attention edge from dE_0 (0.3) and residual from dE_1 (0.7) reach both
+    embeddings. The encoder's part is the encoder's own route from position 1. Renormalise: A0_1 keeps 0.6 and 0.3,
+    rescaled by 1 / 0.9."""
+    graph = _target_graph(mode)
+    layer = graph.layers[0]
+    reached = routes(graph, np.array([1]))
+    assert layer.cross is not None and layer.cross_residual is not None
+    followed = {
+        (int(layer.cross.source[e]), int(layer.cross.target[e])) for e in np.nonzero(reached.cross_edges[0][0])[0]
+    }
+    assert followed == {(1, 1)}
+    if mode == "renormalise":
+        assert np.allclose(layer.cross.weight, [0.6 / 0.9]) and np.allclose(layer.cross_residual[1], 0.3 / 0.9)
+    assert reached.cross_residual[0][0].tolist() == [False, True]
+    assert _reached_sources(graph, 0, reached) == {(0, 1)} and reached.residual[0][0].tolist() == [False, True]
+    assert reached.embeddings[0].tolist() == [True, True]
+    assert cross_heads_on_routes(graph, reached)[0].tolist() == [[True, False]]
+    assert heads_on_routes(graph, reached)[0].tolist() == [[True, False]]
+    assert graph.source is not None and reached.source is not None
+    alone = routes(graph.source, np.array([1]))
+    assert np.array_equal(reached.source.embeddings, alone.embeddings)
+    assert all(np.array_equal(a, b) for a, b in zip(reached.source.attention_edges, alone.attention_edges))
+
+
+def test_encoder_decoder_frequency_counts_the_three_attentions_and_merges():
+    graph = _target_graph("cut")
+    one, two = (RouteFrequencyStats(1, 2, TAU, "cut", encoder=(2, 2)) for _ in range(2))
+    one.add_graph(graph)
+    two.add_graph(graph)
+    merged = one.merge(two)
+    reached = routes(graph, np.arange(2))
+    assert merged.routes == 4
+    assert np.array_equal(merged.on_routes, 2 * heads_on_routes(graph, reached).sum(0))
+    assert np.array_equal(merged.cross_on_routes, 2 * cross_heads_on_routes(graph, reached).sum(0))
+    assert graph.source is not None and reached.source is not None
+    assert np.array_equal(merged.encoder_on_routes, 2 * heads_on_routes(graph.source, reached.source).sum(0))
+    assert merged.encoder_on_routes.sum() > 0 and merged.cross_on_routes.sum() == 2

@@ -83,3 +83,54 @@ def direct_values(kind: str, lm: LoadedModel, layer: torch.nn.Module, x: torch.T
         kv = v.view(x.shape[0], -1, dh).transpose(0, 1)  # [H_kv, n, dh]
         kv = kv.repeat_interleave(H // kv.shape[0], dim=0)
         return torch.einsum("hnk,hkd->hnd", kv, w_o.reshape(H, dh, -1))
+
+
+SOURCE, TARGET = SENTENCE, "A dog sat down."
+# an encoder-decoder's decoder layers by path: the layers; each self-attention's and cross-attention's output projection
+# and the cross-attention's value projection; post-norm: the norms after self-attention, cross-attention and the
+# feed-forward block; pre-norm: the module whose input is the state the feed-forward block adds to
+DECODER_PATHS = {
+    "t5": dict(layers="block", self_out="layer.0.SelfAttention.o", cross_out="layer.1.EncDecAttention.o",
+               cross_v="layer.1.EncDecAttention.v", ffn_in="layer.2"),
+    "bart": dict(layers="layers", self_out="self_attn.out_proj", cross_out="encoder_attn.out_proj",
+                 cross_v="encoder_attn.v_proj", self_norm="self_attn_layer_norm",
+                 cross_norm="encoder_attn_layer_norm", ffn_norm="final_layer_norm"),
+    "mbart": dict(layers="layers", self_out="self_attn.out_proj", cross_out="encoder_attn.out_proj",
+                  cross_v="encoder_attn.v_proj", ffn_in="final_layer_norm"),
+}  # fmt: skip
+DECODER_PATHS |= {"mt5": DECODER_PATHS["t5"], "marian": DECODER_PATHS["bart"]}
+
+
+def seq2seq_pass(kind: str, folder: Path) -> dict:
+    """A tiny encoder-decoder of this kind (moved off its initial values), SOURCE and TARGET, and what the whole
+    model's own pass gave: `own` (its decoder's hidden states and both attentions, the encoder's output, the logits)
+    and `seen` ((layer, name) -> (input, output)) of the modules named by path in DECODER_PATHS."""
+    from attnlib.core.seq2seq import encode_target, source_inputs
+
+    save_tiny(kind, folder)
+    lm = load_model(str(folder))
+    assert lm.seq2seq is not None
+    move_off_initial(lm.seq2seq)
+    source, target = encode(lm, SOURCE), encode_target(lm, TARGET)
+    paths = dict(DECODER_PATHS[kind])
+    layers = lm.seq2seq.get_decoder().get_submodule(paths.pop("layers"))
+    seen: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+    handles = []
+    for l, layer in enumerate(layers):
+        for name, path in paths.items():
+            keep = lambda _m, args, kwargs, out, key=(l, name): seen.__setitem__(  # noqa: E731
+                key,
+                (
+                    (args[0] if args else kwargs["hidden_states"]).detach()[0],
+                    (out if isinstance(out, torch.Tensor) else out[0]).detach()[0],
+                ),
+            )
+            handles.append(layer.get_submodule(path).register_forward_hook(keep, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            own = lm.seq2seq(**source_inputs(lm, source), decoder_input_ids=torch.tensor([target.input_ids]),
+                             output_hidden_states=True, output_attentions=True, use_cache=False)  # fmt: skip
+    finally:
+        for h in handles:
+            h.remove()
+    return dict(kind=kind, lm=lm, source=source, target=target, own=own, seen=seen, layers=layers, paths=paths)
