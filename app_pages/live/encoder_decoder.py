@@ -19,7 +19,7 @@ from attnlib.views.head_view import head_view
 from attnlib.views.model_view import model_view
 from attnlib.views.neuron_view import neuron_scores, neuron_view_html, seq2seq_terms, value_norm_figure
 from ui.sources.compare import compared_model
-from ui.sources.live_inputs import cached_run, pretty_token, text_options
+from ui.sources.live_inputs import cached_run, cached_seq2seq, pretty_token, text_options
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option, bind, publish
 from ui.widgets.family_notes import explain_unsupported, unsupported_for
@@ -48,12 +48,6 @@ PART_NORMS: dict[Part, str] = {
     "encoder's output. Its residual (the target token's own) and rollouts have no meaning over the source (METHODS "
     "§18).",
 }
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def cached_seq2seq(model_name: str, source: str, target: str) -> Seq2SeqMaps:
-    """The three attentions once per (model, source, target); a blank target: the model's own output."""
-    return run_seq2seq(model_named(model_name), source, target.strip() or None)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)

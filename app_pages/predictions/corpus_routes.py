@@ -56,7 +56,8 @@ def frequency_tab(lm: LoadedModel) -> None:
     st.markdown(
         "A head is on a route when its own share of one of the route's attention edges is above the threshold; its "
         "route frequency is the share of routes it is on, over every position of every input of the corpus (a "
-        "decoder's position t predicts t + 1)."
+        "decoder's position t predicts t + 1; an encoder-decoder's routes run from every position of its greedy "
+        "output for each input, through its decoder's and cross-attention's heads into its encoder's)."
     )
     views = PAGE.shown(lm)
     if not views:
@@ -67,8 +68,10 @@ def frequency_tab(lm: LoadedModel) -> None:
         st.caption(
             f"{data['routes']} routes of {view.corpus}, τ = {data['threshold']:g} ({data['mode']}); {view.source}."
         )
-        (figure,) = route_frequency_figures(view.result, view.model)
-        chart(figure, f"route_frequency{sfx}", f"{KEY}_frequency{sfx}")
+        # one heatmap per attention (an encoder-decoder: its decoder's, cross-attention's and encoder's)
+        for name, figure in zip(view.result.frequencies(), route_frequency_figures(view.result, view.model)):
+            tail = "" if name in ("heads", "decoder") else f"_{name}"
+            chart(figure, f"route_frequency{tail}{sfx}", f"{KEY}_frequency{tail}{sfx}")
 
     side_by_side(views, draw)
     every_head_tab(

@@ -12,15 +12,18 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.predictions.prompt_state import (
+    ATTENTION_WORDS,
     TOP,
     PromptView,
     attention_edges,
+    edge_attention,
     edge_ends,
     edge_name,
     edge_text,
     final_node,
     head_contribution_map,
     node_name,
+    node_tokens,
     nodes_by_id,
     picked,
     route_nodes,
@@ -29,7 +32,7 @@ from attnlib.analyses.lens import Attribution, LensResult, attribution_rows
 from attnlib.views.heatmap import attention_heatmap
 from attnlib.views.lens import attribution_heatmap, lens_table
 from attnlib.views.special import head_label
-from ui.sources.live_inputs import cached_run, pretty_token
+from ui.sources.live_inputs import cached_run, cached_seq2seq, pretty_token
 from ui.sources.page_state import Option, bind, set_value
 from ui.widgets.data_table import data_table
 from ui.widgets.downloads import chart, download_json, download_table
@@ -38,7 +41,11 @@ from ui.widgets.plotly_figure import clicked_point
 
 def shown_tokens(view: PromptView) -> list[str]:
     """The tokens as readers expect them (byte-level BPE's space marks removed)."""
-    return [pretty_token(t) for t in view.tokens]
+    return prettified(view.tokens)
+
+
+def prettified(tokens: list[str]) -> list[str]:
+    return [pretty_token(t) for t in tokens]
 
 
 def pick_box(option: Option, label: str, names: list[str], texts: list[str], help: str) -> int:
@@ -91,8 +98,9 @@ def draw_prediction(view: PromptView, sfx: str) -> None:
         st.caption(view.missing("prediction"))
         return
     first = table.iloc[0]
+    reads = "the decoder predicts" if view.crosses else "the model predicts"
     st.markdown(
-        f"After **{tokens[view.position]}** (position {view.position}) the model predicts **{first['token']}** "
+        f"After **{tokens[view.position]}** (position {view.position}) {reads} **{first['token']}** "
         f"with probability {first['probability']:.3f}."
     )
     data_table(table, key=f"pred_prediction{sfx}", formats={"probability": "%.4f"})
@@ -129,6 +137,12 @@ def draw_graph(view: PromptView, sfx: str, threshold: float, mode: str) -> None:
         f"{len(routes['route']['edges'])} edges above the threshold {threshold:g} ({mode}), {len(route)} of them "
         "through attention. Hover a node for the heads of the route's edges into it; click a node or the dot in the "
         "middle of an attention edge to open it below."
+        + (
+            " The source (encoder) is on the left, the target (decoder) on the right: each decoder layer has a node S "
+            "after its self-attention and A after its cross-attention, whose edges come from the encoder's last states."
+            if view.crosses
+            else ""
+        )
     )
 
 
@@ -137,7 +151,6 @@ def draw_edge(view: PromptView, sfx: str) -> None:
     contribution map (METHODS §21) in that layer."""
     routes = view.routes
     assert routes is not None
-    tokens = shown_tokens(view)
     edges = attention_edges(routes, view.position) or attention_edges(routes, view.position, on_route=False)
     if not edges:
         st.caption("The graph has no attention edge.")
@@ -147,11 +160,13 @@ def draw_edge(view: PromptView, sfx: str) -> None:
             picked("edge", sfx),
             "Attention edge",
             [edge_name(routes, e) for e in edges],
-            [edge_text(routes, e, tokens) for e in edges],
+            [edge_text(routes, e, prettified) for e in edges],
             "The route's attention edges, heaviest first; or click one in the graph.",
         )
     ]
     layer, key, query = edge_ends(routes, index)
+    attention = edge_attention(routes, index)
+    which = "" if attention is None else f" ({ATTENTION_WORDS[attention]})"
     shares = np.asarray(routes["edges"][index]["heads"], float)
     heads = [head_label(layer, h) for h in range(len(shares))]
     st.dataframe(
@@ -167,19 +182,24 @@ def draw_edge(view: PromptView, sfx: str) -> None:
         "Each head's share of the edge, largest first.",
     )
     head = int(order[h])
-    run = cached_run(view.model, view.text, "")
+    nodes = nodes_by_id(routes)
+    edge = routes["edges"][index]
+    keys, queries = (prettified(node_tokens(routes, nodes[edge[end]])) for end in ("source", "target"))
+    if attention is None:
+        weights = cached_run(view.model, view.text, "").attentions[layer, head]
+    else:  # the encoder-decoder's own maps of that attention for the source and the graph's target
+        weights = cached_seq2seq(view.model, view.text, routes["target"]).part(attention)[0][layer, head]
     left, right = st.columns(2)
     with left:
-        weights = run.attentions[layer, head]
-        figure = attention_heatmap(weights, tokens, tokens, f"Attention of head {heads[head]}")
+        figure = attention_heatmap(weights, queries, keys, f"Attention of head {heads[head]}{which}")
         chart(figure.update_layout(width=None), f"attention_{heads[head]}{sfx}", f"pred_attention{sfx}")
     with right:
-        contribution = head_contribution_map(routes, layer, head)
-        figure = attention_heatmap(contribution, tokens, tokens, f"Contribution of head {heads[head]}")
+        contribution = head_contribution_map(routes, layer, head, attention)
+        figure = attention_heatmap(contribution, queries, keys, f"Contribution of head {heads[head]}{which}")
         chart(figure.update_layout(width=None), f"contribution_{heads[head]}{sfx}", f"pred_contribution{sfx}")
     st.caption(
-        f"Row {query} ({tokens[query]}) of each map holds the edge: the head's attention to {tokens[key]} ({key}) "
-        f"and its share of what the attention node at {tokens[query]} receives."
+        f"Row {query} ({queries[query]}) of each map holds the edge: the head's attention to {keys[key]} ({key}) "
+        f"and its share of what the attention node at {queries[query]} receives."
     )
 
 
@@ -204,7 +224,7 @@ def draw_node(view: PromptView, sfx: str, lens_at: Callable[[int], dict[str, Any
     routes = view.routes
     assert routes is not None
     nodes = route_nodes(routes) or [final_node(routes, view.position)]
-    tokens = shown_tokens(view)
+    tokens = shown_tokens(view)  # the lens reads the positions that predict (an encoder-decoder's target)
     names = [node_name(n) for n in nodes]
     texts = [
         f"{n['kind']}{'' if n['layer'] is None else int(n['layer']) + 1} at {tokens[int(n['position'])]!r} "

@@ -18,6 +18,7 @@ from app_pages.predictions.prompt_state import (
     MODES,
     POSITION,
     PROMPT_OPTIONS,
+    TARGET,
     TEXT,
     THRESHOLD,
     TOKEN,
@@ -31,7 +32,6 @@ from attnlib.core.model import TRAINED_MODEL
 from ui.sources.compare import compared_model
 from ui.sources.model_sidebar import current_model
 from ui.sources.page_state import Option, bind, lazy_tabs
-from ui.widgets.family_notes import encoder_part_notes
 from ui.widgets.methods import cite_methods
 from ui.widgets.side_by_side import side_by_side
 
@@ -44,10 +44,21 @@ def open_trained_decoder() -> None:
     st.session_state.model_choice = TRAINED_MODEL
 
 
-def prompt_inputs() -> dict:
-    """The prompt, the position, the threshold and mode of the routes, the lens's mode, the token (pair) attributed."""
+def prompt_inputs(models: list) -> dict:
+    """The prompt (an encoder-decoder's source, and its target), the position, the threshold and mode of the routes,
+    the lens's mode, the token (pair) attributed."""
     values = bind(list(PROMPT_OPTIONS))
     st.text_area("Prompt", key=TEXT.key, height=80, help="The model predicts the token after the position.")
+    seq2seq = [lm.facts.name for lm in models if lm.seq2seq is not None]
+    if seq2seq:
+        st.text_input("Target (the decoder's input)", key=TARGET.key, placeholder="the model's own greedy output",
+                      help="An encoder-decoder reads the prompt as its source; its decoder reads this target (empty: "
+                      "its own greedy output), and the position counts the target's tokens.")  # fmt: skip
+        st.caption(
+            f"{', '.join(seq2seq)}: an encoder-decoder. The prompt is its source; the position is the target's, where "
+            "the decoder predicts the next token; the route runs from that prediction through the decoder and its "
+            "cross-attention into the encoder; the lens and the attribution read the decoder."
+        )
     position, threshold, mode, lens_mode = st.columns([1, 1, 1, 1])
     position.number_input("Position (token index from 0; −1: the last)", step=1, key=POSITION.key)
     threshold.number_input("Threshold τ of the routes", step=0.01, format="%.3f", key=THRESHOLD.key,
@@ -94,7 +105,7 @@ def lens_section(views: list[PromptView], values: dict) -> None:
                 return None
             if position == view.position:
                 return view.lens
-            return cached_lens(view.model, values["text"], position, "", "", values["lens"])
+            return cached_lens(view.model, values["text"], position, "", "", values["lens"], view.target)
 
         draw_node(view, sfx, at)
 
@@ -114,10 +125,10 @@ def attribution_section(views: list[PromptView]) -> None:
 
 def one_prompt(models: list) -> None:
     """The prompt's prediction, routes, a picked edge and node, and the attribution, for each model."""
-    values = prompt_inputs()
+    values = prompt_inputs(models)
     views = [
         prompt_view(lm, values["text"], int(values["pos"]), float(values["thr"]), values["mode"], values["lens"],
-                    values["tok"].strip(), values["versus"].strip())
+                    values["tok"].strip(), values["versus"].strip(), values["target"].strip())
         for lm in models
     ]  # fmt: skip
     for view in views:
@@ -145,7 +156,6 @@ st.caption(
     "from 1 on this page** (layer-head), positions from 0; `attnlib routes` and `attnlib lens` count layers from 0."
 )
 cite_methods(21)
-encoder_part_notes()
 lm = current_model()
 other = compared_model()
 models = [lm] + ([other] if other is not None and other.facts.name != lm.facts.name else [])

@@ -34,7 +34,9 @@ MODE = Option(f"{KEY}_mode", "mode", ROUTES_DEFAULTS.mode, MODES)
 LENS_MODE = Option(f"{KEY}_lens_mode", "lens", LENS_MODES[0], LENS_MODES, omit_default=True)
 TOKEN = Option(f"{KEY}_token", "tok", "")  # the token whose logit is attributed; empty: the predicted one
 VERSUS = Option(f"{KEY}_versus", "versus", "")  # the token it is compared with; empty: none
-PROMPT_OPTIONS = (TEXT, POSITION, THRESHOLD, MODE, LENS_MODE, TOKEN, VERSUS)
+# an encoder-decoder's target, which its decoder reads (the prompt is its source); empty: the model's greedy output
+TARGET = Option(f"{KEY}_target", "target", "", omit_default=True)
+PROMPT_OPTIONS = (TEXT, POSITION, THRESHOLD, MODE, LENS_MODE, TOKEN, VERSUS, TARGET)
 
 
 def picked(name: str, sfx: str) -> Option:
@@ -53,17 +55,20 @@ def lm_head_reason(lm: LoadedModel) -> str | None:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def cached_routes(model_name: str, text: str, position: int, threshold: float, mode: str) -> dict[str, Any]:
-    """`attnlib routes --text` (its JSON) of a model, once per text, position, threshold and mode."""
-    found = analyse("routes", model_named(model_name), text=text, position=position, threshold=threshold, mode=mode)
+def cached_routes(model_name: str, text: str, position: int, threshold: float, mode: str,
+                  target: str = "") -> dict[str, Any]:  # fmt: skip
+    """`attnlib routes --text` (its JSON) of a model, once per text, position, threshold, mode and target."""
+    found = analyse("routes", model_named(model_name), text=text, position=position, threshold=threshold, mode=mode,
+                    target=target)  # fmt: skip
     return found.result.to_json()
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def cached_lens(model_name: str, text: str, position: int, token: str, versus: str, mode: str) -> dict[str, Any]:
-    """`attnlib lens --text` (its JSON) of a model at one position, once per token pair and mode."""
+def cached_lens(model_name: str, text: str, position: int, token: str, versus: str, mode: str,
+                target: str = "") -> dict[str, Any]:  # fmt: skip
+    """`attnlib lens --text` (its JSON) of a model at one position, once per token pair, mode and target."""
     found = analyse("lens", model_named(model_name), text=text, position=position, token=token, versus=versus,
-                    mode=mode, top=TOP)  # fmt: skip
+                    mode=mode, top=TOP, target=target)  # fmt: skip
     return found.result.to_json()
 
 
@@ -76,6 +81,7 @@ class PromptView:
     model: str
     text: str
     position: int
+    target: str = ""  # an encoder-decoder's target as given (empty: its greedy output)
     routes: dict[str, Any] | None = None
     lens: dict[str, Any] | None = None  # of the predicted token
     attribution: dict[str, Any] | None = None  # of the token (pair) asked for: the lens's own when none is
@@ -90,23 +96,24 @@ class PromptView:
 
     @property
     def tokens(self) -> list[str]:
-        """The input's tokens."""
+        """The input's tokens (an encoder-decoder's: its target's, whose positions predict)."""
         return list((self.routes or self.lens or {}).get("tokens", []))
 
     @property
-    def n_layers(self) -> int:
-        """The layers of the graph (its A nodes)."""
-        return 1 + max(int(n["layer"]) for n in self.routes["nodes"] if n["layer"] is not None) if self.routes else 0
+    def crosses(self) -> bool:
+        """Whether the graph is an encoder-decoder's (its decoder's, with its encoder's)."""
+        return bool(self.routes and self.routes.get("part") == "decoder")
 
 
 def prompt_view(lm: LoadedModel, text: str, position: int, threshold: float, mode: str, lens_mode: str,
-                token: str, versus: str) -> PromptView:  # fmt: skip
-    """A model's routes and lens on the prompt; a user error (empty prompt, position outside, bad threshold or token)
-    is kept as its sentence."""
+                token: str, versus: str, target: str = "") -> PromptView:  # fmt: skip
+    """A model's routes and lens on the prompt (an encoder-decoder's: the prompt as its source, and the target);
+    a user error (empty prompt, position outside, bad threshold or token) is kept as its sentence."""
     name = lm.facts.name
-    view = PromptView(name, text, position)
+    target = target if lm.seq2seq is not None else ""
+    view = PromptView(name, text, position, target)
     try:
-        view.routes = cached_routes(name, text, position, threshold, mode)
+        view.routes = cached_routes(name, text, position, threshold, mode, target)
         view.position = int(view.routes["route"]["position"])
     except REFUSED as exc:
         view.refusals["routes"] = str(exc)
@@ -115,13 +122,13 @@ def prompt_view(lm: LoadedModel, text: str, position: int, threshold: float, mod
         view.no_head = True
         return view
     try:
-        view.lens = cached_lens(name, text, view.position, "", "", lens_mode)
+        view.lens = cached_lens(name, text, view.position, "", "", lens_mode, target)
     except REFUSED as exc:
         view.refusals["lens"] = str(exc)
         return view
     try:
         view.attribution = (
-            cached_lens(name, text, view.position, token, versus, lens_mode) if token or versus else view.lens
+            cached_lens(name, text, view.position, token, versus, lens_mode, target) if token or versus else view.lens
         )
     except REFUSED as exc:  # a token that is not one of the vocabulary's: said beside the attribution alone
         view.refusals["attribution"] = str(exc)
@@ -129,12 +136,18 @@ def prompt_view(lm: LoadedModel, text: str, position: int, threshold: float, mod
 
 
 # ---------- the graph, read from the routes JSON ---------------------------------------------------------------------
+# An encoder-decoder's graph (`part` decoder) holds its encoder's nodes (part encoder: the source's positions) and its
+# decoder's (part decoder, ids starting with "d": the target's); attention edges go into a stack's own attention nodes,
+# cross edges from the encoder's last states into the decoder's A nodes.
+
+ATTENTIONS = ("attention", "cross")  # the edge kinds that heads carry
 
 
 def node_name(node: dict[str, Any]) -> str:
-    """A node as the page names it (URL and lists): kind, layer from 1, position: 'A2:7', 'E:0'."""
+    """A node as the page names it (URL and lists): kind, layer from 1, position: 'A2:7', 'E:0'; an encoder-decoder's
+    decoder nodes start with 'd': 'dA2:3'."""
     layer = "" if node["layer"] is None else str(int(node["layer"]) + 1)
-    return f"{node['kind']}{layer}:{int(node['position'])}"
+    return f"{'d' if node.get('part') == 'decoder' else ''}{node['kind']}{layer}:{int(node['position'])}"
 
 
 def nodes_by_id(routes: dict[str, Any]) -> dict[Any, dict[str, Any]]:
@@ -142,34 +155,67 @@ def nodes_by_id(routes: dict[str, Any]) -> dict[Any, dict[str, Any]]:
     return {n["id"]: n for n in routes["nodes"]}
 
 
+def route_part(routes: dict[str, Any]) -> str | None:
+    """The stack whose positions predict: an encoder-decoder's decoder; None for one stack."""
+    return "decoder" if routes.get("part") == "decoder" else None
+
+
+def node_tokens(routes: dict[str, Any], node: dict[str, Any]) -> list[str]:
+    """The tokens a node's position indexes: an encoder-decoder's encoder nodes the source's, else the input's."""
+    if route_part(routes) is not None and node.get("part") == "encoder":
+        return list(routes["source"])
+    return list(routes["tokens"])
+
+
+def edge_attention(routes: dict[str, Any], index: int) -> str | None:
+    """Which attention an edge's heads are: None for one stack; an encoder-decoder's "encoder", "decoder" or "cross"."""
+    edge = routes["edges"][index]
+    if route_part(routes) is None:
+        return None
+    return "cross" if edge["kind"] == "cross" else nodes_by_id(routes)[edge["target"]].get("part")
+
+
 def attention_edges(routes: dict[str, Any], position: int, on_route: bool = True) -> list[int]:
-    """The indices of the attention edges (of the route to the prediction, or of the whole graph): those into the
-    position's attention nodes first, then the others, each heaviest first."""
+    """The indices of the attention (and cross) edges (of the route to the prediction, or of the whole graph): those
+    into the position's attention nodes first, then the others, each heaviest first."""
     edges, nodes = routes["edges"], nodes_by_id(routes)
     among = routes["route"]["edges"] if on_route else range(len(edges))
-    found = [int(e) for e in among if edges[int(e)]["kind"] == "attention"]
-    into = lambda e: int(nodes[edges[e]["target"]]["position"]) == position  # noqa: E731
+    found = [int(e) for e in among if edges[int(e)]["kind"] in ATTENTIONS]
+    part = route_part(routes)
+
+    def into(e: int) -> bool:
+        target = nodes[edges[e]["target"]]
+        return int(target["position"]) == position and target.get("part") == part
+
     return sorted(found, key=lambda e: (not into(e), -float(edges[e]["weight"])))
 
 
 def edge_name(routes: dict[str, Any], index: int) -> str:
-    """An attention edge as the page names it (URL): layer from 1, key position, query position: '2:5>9'."""
+    """An attention edge as the page names it (URL): layer from 1, key position, query position: '2:5>9'; an
+    encoder-decoder's decoder self-attention edges start with 'd', its cross edges with 'x'."""
     nodes = nodes_by_id(routes)
     edge = routes["edges"][index]
     target = nodes[edge["target"]]
-    return f"{int(target['layer']) + 1}:{int(nodes[edge['source']]['position'])}>{int(target['position'])}"
+    prefix = {"decoder": "d", "cross": "x"}.get(edge_attention(routes, index) or "", "")
+    return f"{prefix}{int(target['layer']) + 1}:{int(nodes[edge['source']]['position'])}>{int(target['position'])}"
 
 
-def edge_text(routes: dict[str, Any], index: int, tokens: list[str]) -> str:
-    """An attention edge in words: its layer, key and query tokens, and weight."""
+def edge_text(routes: dict[str, Any], index: int, pretty) -> str:
+    """An attention edge in words: its layer (and attention), key and query tokens, and weight."""
     nodes = nodes_by_id(routes)
     edge = routes["edges"][index]
     key, query = nodes[edge["source"]], nodes[edge["target"]]
     j, i = int(key["position"]), int(query["position"])
+    keys, queries = pretty(node_tokens(routes, key)), pretty(node_tokens(routes, query))
+    attention = edge_attention(routes, index)
+    which = "" if attention is None else f" ({ATTENTION_WORDS[attention]})"
     return (
-        f"layer {int(query['layer']) + 1}: {tokens[i]!r} ({i}) reads {tokens[j]!r} ({j}), "
+        f"layer {int(query['layer']) + 1}{which}: {queries[i]!r} ({i}) reads {keys[j]!r} ({j}), "
         f"weight {float(edge['weight']):.3f}"
     )
+
+
+ATTENTION_WORDS = {"encoder": "encoder", "decoder": "decoder", "cross": "cross-attention"}
 
 
 def edge_ends(routes: dict[str, Any], index: int) -> tuple[int, int, int]:
@@ -180,26 +226,32 @@ def edge_ends(routes: dict[str, Any], index: int) -> tuple[int, int, int]:
     return int(target["layer"]), int(nodes[edge["source"]]["position"]), int(target["position"])
 
 
-def head_contribution_map(routes: dict[str, Any], layer: int, head: int) -> np.ndarray:
-    """[n, n]: head `head`'s share of each attention edge into layer `layer`'s A nodes (query i, key j), as the mode
-    leaves it (METHODS §21: c(p[h, j]) of node A^l_i); 0 where the graph has no edge."""
+def head_contribution_map(routes: dict[str, Any], layer: int, head: int, attention: str | None = None) -> np.ndarray:
+    """[queries, keys]: head `head`'s share of each attention edge into layer `layer`'s attention nodes (query i, key
+    j), as the mode leaves it (METHODS §21: c(p[h, j]) of node A^l_i); 0 where the graph has no edge. An
+    encoder-decoder's `attention`: "encoder", "decoder" (its S nodes) or "cross" (its A nodes, keys the source's)."""
     nodes = nodes_by_id(routes)
-    n = len(routes["tokens"])
-    found = np.zeros((n, n))
+    kind = "cross" if attention == "cross" else "attention"
+    part = None if attention is None else ("decoder" if attention == "cross" else attention)
+    n = len(routes["tokens"]) if part != "encoder" else len(routes["source"])
+    m = len(routes["source"]) if attention in ("cross", "encoder") else n
+    found = np.zeros((n, m))
     for edge in routes["edges"]:
-        if edge["kind"] != "attention":
-            continue
         target = nodes[edge["target"]]
+        if edge["kind"] != kind or target.get("part") != part:
+            continue
         if int(target["layer"]) == layer:
             found[int(target["position"]), int(nodes[edge["source"]]["position"])] = float(edge["heads"][head])
     return found
 
 
 def route_nodes(routes: dict[str, Any]) -> list[dict[str, Any]]:
-    """The nodes the route to the prediction reaches (its edges' ends) that the lens reads (E, A, R), top first."""
+    """The nodes the route to the prediction reaches (its edges' ends) that the lens reads (E, A, R; an
+    encoder-decoder's: its decoder's), top first."""
     nodes = nodes_by_id(routes)
+    part = route_part(routes)
     ids = {routes["edges"][int(e)][end] for e in routes["route"]["edges"] for end in ("source", "target")}
-    reached = [nodes[i] for i in ids if nodes[i]["kind"] in ("E", "A", "R")]
+    reached = [nodes[i] for i in ids if nodes[i]["kind"] in ("E", "A", "R") and nodes[i].get("part") == part]
     order = {"E": 0, "A": 1, "R": 2}
     return sorted(reached, key=lambda n: (-(-1 if n["layer"] is None else int(n["layer"])), -order[n["kind"]],
                                           int(n["position"])))  # fmt: skip
@@ -207,5 +259,6 @@ def route_nodes(routes: dict[str, Any]) -> list[dict[str, Any]]:
 
 def final_node(routes: dict[str, Any], position: int) -> dict[str, Any]:
     """The node the route starts from: R of the last layer at the position."""
-    last = [n for n in routes["nodes"] if n["kind"] == "R" and int(n["position"]) == position]
+    part = route_part(routes)
+    last = [n for n in routes["nodes"] if n["kind"] == "R" and int(n["position"]) == position and n.get("part") == part]
     return max(last, key=lambda n: int(n["layer"]))

@@ -78,8 +78,9 @@ def t5_dir(tmp_path_factory):
 
 
 def test_every_page_and_tour_step_opens_with_an_encoder_decoder(t5_dir):
-    """T5 (no [CLS]) on each page and at each Tour step: nothing raises, the Live page draws it, every other page says
-    that its statistics are the encoder's (METHODS §18)."""
+    """T5 (no [CLS]) on each page and at each Tour step: nothing raises, the Live page draws it, the Predictions page
+    says that the prompt is its source and the route runs from its decoder's prediction, every other page says that its
+    statistics are the encoder's (METHODS §18)."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params["model"], at.query_params["limit"] = str(t5_dir), "4"
     run_computing(at, "start")
@@ -88,7 +89,9 @@ def test_every_page_and_tour_step_opens_with_an_encoder_decoder(t5_dir):
         run_computing(at, page)
         assert at.title and not at.exception, page
         said = any("of its encoder's self-attention" in c.value for c in at.caption)
-        assert said == (page != "app_pages/live/page.py"), page
+        assert said == (page not in ("app_pages/live/page.py", "app_pages/predictions/page.py")), page
+        if page == "app_pages/predictions/page.py":
+            assert any("The prompt is its source" in c.value for c in at.caption)
     for step in range(1, len(STEPS) + 1):
         at.switch_page("app_pages/tour/page.py")
         at.query_params["step"] = str(step)

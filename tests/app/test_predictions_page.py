@@ -178,3 +178,61 @@ def test_the_route_frequency_is_the_corpus_commands(decoder):
     )
     table = next(t for t in tables(at) if "route_frequency" in t.columns)
     assert len(table) == np.asarray(found["frequency"]).size
+
+
+SOURCE, TARGET = "The cat sat on the mat and the dog sat too.", "A dog sat."
+
+
+@pytest.fixture(scope="module")
+def t5_dir(tmp_path_factory):
+    from support.models import save_tiny
+
+    return str(save_tiny("t5", tmp_path_factory.mktemp("predictions-t5")))
+
+
+def test_an_encoder_decoders_cross_edge_opens_the_librarys_maps(t5_dir):
+    """An encoder-decoder (the prompt its source, the target in the URL): the route graph is `attnlib routes`'s, a
+    cross edge picked in the URL shows that cross head's share of every cross edge into its layer (the routes' JSON)
+    beside the model's own cross-attention map, and a decoder node's lens is `attnlib lens`'s at that target position."""
+    from attnlib.core.seq2seq import run_seq2seq
+
+    lm = load_model(t5_dir)
+    routes = analyse("routes", lm, text=SOURCE, target=TARGET).result.to_json()
+    nodes = {n["id"]: n for n in routes["nodes"]}
+    on_route = [routes["edges"][i] for i in routes["route"]["edges"]]
+    cross = max((e for e in on_route if e["kind"] == "cross"), key=lambda e: e["weight"])  # into a node of the route
+    target, source = nodes[cross["target"]], nodes[cross["source"]]
+    layer, head = target["layer"], int(np.argmax(cross["heads"]))
+    name = f"x{layer + 1}:{source['position']}>{target['position']}"
+    at = predictions_page(t5_dir, text=SOURCE, target=TARGET, edge=name, ehead=f"{layer + 1}-{head + 1}",
+                          node=f"dA{layer + 1}:{target['position']}")  # fmt: skip
+    assert at.selectbox(key="pred_edge").value == name and at.query_params["target"] == TARGET
+    figures_now = drawn(at)
+    contribution = z_of(figures_now["pred_contribution"])
+    assert contribution.shape == (len(routes["tokens"]), len(routes["source"]))
+    for e in routes["edges"]:
+        into = nodes[e["target"]]
+        if e["kind"] == "cross" and into["layer"] == layer:
+            j, i = nodes[e["source"]]["position"], into["position"]
+            assert contribution[i, j] == pytest.approx(e["heads"][head], abs=TOLERANCE)
+    own = run_seq2seq(lm, SOURCE, TARGET).cross[layer, head]
+    np.testing.assert_allclose(z_of(figures_now["pred_attention"]), own, rtol=0, atol=TOLERANCE)
+    assert "pred_graph" in figures_now and "pred_dla" in figures_now
+    assert at.selectbox(key="pred_node").value == f"dA{layer + 1}:{target['position']}"
+    lens = analyse("lens", lm, text=SOURCE, target=TARGET, position=target["position"]).result.to_json()
+    (read,) = [n for n in lens["nodes"] if n["kind"] == "A" and n["layer"] == layer]
+    table = next(t for t in tables(at) if "top token" in t.columns)
+    assert list(table["top logit"]) == pytest.approx([t["logit"] for t in read["top"]], abs=1e-6)
+
+
+def test_an_encoder_decoders_route_frequency_draws_its_three_attentions(t5_dir):
+    at = predictions_page(t5_dir, tab="corpus", limit=str(LIMIT))
+    asks = [b for b in at.button if str(b.key).startswith("compute:")]
+    if asks:
+        asks[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    found = analyse("routes", load_model(t5_dir), corpus=read_corpus(CLASSROOM_SINGLE, limit=LIMIT)).result.to_json()
+    figures_now = drawn(at)
+    for key, name in (("pred_frequency", "frequency"), ("pred_frequency_cross", "cross_frequency"),
+                      ("pred_frequency_encoder", "encoder_frequency")):  # fmt: skip
+        np.testing.assert_allclose(z_of(figures_now[key]), np.asarray(found[name], float), rtol=0, atol=TOLERANCE)

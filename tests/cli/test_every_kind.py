@@ -67,6 +67,8 @@ def _expected_keys(kind: str, command: str) -> set[str]:
     keys = set(KEYS.get(command) or COMMAND_KEYS[command])
     if kind in FOUND_LAYOUT_KINDS and command in ANALYSES:  # the layout found in the model and checked, in words
         keys.add("layout_found")
+    if kind in ENCODER_DECODERS and command == "routes":  # the decoder's route, into the encoder: source and target
+        return keys | {"kind", "part", "source", "target", "target_from"}
     if kind in ENCODER_DECODERS and command == "lens":  # the decoder's lens: its source and target, cross heads
         return (
             keys
@@ -133,7 +135,8 @@ def test_every_command_runs_and_says_the_kind_or_refuses_in_one_line(kind_dir, c
     if encoder_decoder and command == "report":
         assert printed["stacks"] == {str(folder): {"kind": "encoder-decoder", "part": "encoder"}}
     elif encoder_decoder:
-        assert (printed["kind"], printed["part"]) == ("encoder-decoder", "decoder" if command == "lens" else "encoder")
+        decoder = command in ("lens", "routes")
+        assert (printed["kind"], printed["part"]) == ("encoder-decoder", "decoder" if decoder else "encoder")
     elif command in SAYS_DECODER:
         assert printed["kind"] == "decoder"
     if "layout_found" in printed:

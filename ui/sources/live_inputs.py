@@ -11,6 +11,7 @@ from attnlib.analyses.base import run_analysis
 from attnlib.analyses.importance import ABLATE, AblateOptions, InputAblation
 from attnlib.analyses.norms import row_normalised, weighted_norms
 from attnlib.core.runner import InputError, RunResult, run
+from attnlib.core.seq2seq import Seq2SeqMaps, run_seq2seq
 from attnlib.core.words import RowRule, unit_labels, word_groups, word_level_attention
 from attnlib.results.shipped import TUTORIAL_A, TUTORIAL_B
 from ui.sources.model_sidebar import model_named
@@ -53,6 +54,13 @@ def cached_window(model_name: str, text_a: str, text_b: str, layer: int, start: 
     options = AttentionOptions(layers=str(layer), rows=f"{start}:{end}")
     found = run_analysis(ATTENTION, model_named(model_name), options, text=text_a, pair=text_b.strip() or None)
     return found.result.attentions[0]
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def cached_seq2seq(model_name: str, source: str, target: str) -> Seq2SeqMaps:
+    """An encoder-decoder's three attentions once per (model, source, target); a blank target: the model's own
+    output."""
+    return run_seq2seq(model_named(model_name), source, target.strip() or None)
 
 
 def run_or_explain(model_name: str, text_a: str, text_b: str) -> RunResult | None:
