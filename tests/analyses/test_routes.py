@@ -174,11 +174,14 @@ def test_corpus_json_is_each_heads_route_frequency(tiny):
 @pytest.mark.slow
 @requires_ray
 def test_corpus_frequency_on_ray_equals_the_local_run(tiny, local_ray):
-    model = tiny("llama")
-    local = attnlib.routes(model, corpus=CLASSROOM_SINGLE, limit=6)
-    ray = attnlib.routes(model, corpus=CLASSROOM_SINGLE, limit=6, engine="ray", workers=2)
-    assert ray.result.routes == local.result.routes
-    assert np.array_equal(np.array(ray.result.frequency), np.array(local.result.frequency))
+    """A decoder's, and an encoder-decoder's three attentions' (the accumulators merged across workers)."""
+    for kind in ("llama", "t5"):
+        model = tiny(kind)
+        local = attnlib.routes(model, corpus=CLASSROOM_SINGLE, limit=6)
+        ray = attnlib.routes(model, corpus=CLASSROOM_SINGLE, limit=6, engine="ray", workers=2)
+        assert ray.result.routes == local.result.routes
+        for name, values in local.result.frequencies().items():
+            assert np.array_equal(np.array(ray.result.frequencies()[name], float), np.array(values, float)), name
 
 
 def test_bad_input_is_one_line(tiny, unknown_dir):
