@@ -81,7 +81,7 @@ def memory_limit(max_megabytes: float | None = None, device: str = "cpu") -> int
     return free or None
 
 
-def _megabytes(size: float) -> str:
+def bytes_text(size: float) -> str:
     """'8,192 MB', or for less than 10 MB two significant digits ('0.37 MB')."""
     mb = size / 2**20
     return f"{mb:,.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
@@ -100,8 +100,8 @@ def check_memory(
         return
     how = "block-wise" if block_rows is not None else "with every layer's full attention maps"
     raise MemoryLimitError(
-        f"An input of {size.n:,} tokens run {how} needs about {_megabytes(need)} ({size.layers} layers x "
-        f"{size.heads} heads x {size.n:,}^2 attention weights); this server allows {_megabytes(limit)} per run. "
+        f"An input of {size.n:,} tokens run {how} needs about {bytes_text(need)} ({size.layers} layers x "
+        f"{size.heads} heads x {size.n:,}^2 attention weights); this server allows {bytes_text(limit)} per run. "
         + advice
     )
 

@@ -42,6 +42,7 @@ import torch
 from attnlib.core.blockwise import BLOCKWISE_FROM, Block, blockwise_attention, default_block_rows, supports_blockwise
 from attnlib.core.families import Layout, UnsupportedModelError, layout
 from attnlib.core.hooks import NORMS, attentions_returned, hooked, hooks, site_modules
+from attnlib.core.memory import MemoryLimitError, bytes_text, estimate_peak_bytes, memory_limit, run_size
 from attnlib.core.model import LoadedModel
 from attnlib.core.runner import NoAttentionWeightsError, NormWeights, norm_weights, returned_weights
 
@@ -124,6 +125,21 @@ def _norm_modules(layer: torch.nn.Module, skip: torch.nn.Module) -> list[torch.n
     return [m for m in layer.modules() if "norm" in type(m).__name__.lower() and m is not skip]
 
 
+def check_walk_memory(lm: LoadedModel, n: int, blockwise: bool) -> None:
+    """MemoryLimitError when one layer's parts of an n-token input (its weights [H, n, n] and values [H, n, d], float32)
+    beside the model's pass would exceed what this server allows per run."""
+    facts = lm.facts
+    rows = default_block_rows(n, facts.n_heads) if blockwise else n  # eager: one layer's scores, in one block
+    need = 4 * facts.n_heads * n * (n + facts.hidden_size) + estimate_peak_bytes(run_size(lm, n), rows)
+    limit = memory_limit(device=lm.device)
+    if limit is not None and need > limit:
+        raise MemoryLimitError(
+            f"Splitting the residual stream of an input of {n:,} tokens holds one layer's {facts.n_heads} heads x "
+            f"{n:,}^2 attention weights and their values beside the model's pass: about {bytes_text(need)}; this server "
+            f"allows {bytes_text(limit)} per run. Use a shorter text."
+        )
+
+
 def walk(
     lm: LoadedModel, batch: dict, visit: Callable[[LayerParts], None], blockwise: bool | None = None
 ) -> tuple[torch.Tensor, Layout]:
@@ -139,6 +155,7 @@ def walk(
     n = next(iter(v for v in batch.values() if isinstance(v, torch.Tensor))).shape[1]
     if blockwise is None:
         blockwise = n > BLOCKWISE_FROM and supports_blockwise(stack)
+    check_walk_memory(lm, n, blockwise)
     lay = layout(stack, "norms")
     weights_np: NormWeights = norm_weights(stack)
     device = next(stack.parameters()).device

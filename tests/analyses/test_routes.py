@@ -204,6 +204,18 @@ def test_bad_input_is_one_line(tiny, unknown_dir):
         attnlib.routes(model, text=TEXT, position=-40)
 
 
+def test_a_request_that_would_not_fit_is_refused_in_one_line(tiny, monkeypatch):
+    """One layer's weights and values of the input (4 heads x 11^2 floats and 4 x 11 x hidden) and the model's pass
+    need more than 0.01 MB."""
+    from attnlib.core.memory import MAX_RUN_MB_ENV
+
+    monkeypatch.setenv(MAX_RUN_MB_ENV, "0.01")
+    ran = run_cli("routes", "--model", tiny("gpt2"), "--text", TEXT, "--json")
+    assert ran.code == 2 and "this server allows 0.01 MB per run" in ran.error, ran.err
+    monkeypatch.setenv(MAX_RUN_MB_ENV, "100")
+    assert run_cli("routes", "--model", tiny("gpt2"), "--text", TEXT, "--json").code == 0
+
+
 def test_a_model_without_attention_is_refused_in_one_line(no_attention_dir):
     ran = run_cli("routes", "--model", str(no_attention_dir), "--text", TEXT, "--json")
     assert ran.code == 2 and ran.error, ran.err
