@@ -15,6 +15,7 @@ from attnlib.views.drawing import draws
 from attnlib.views.figure import notebook_figure
 from attnlib.views.heatmap import attention_heatmap
 from attnlib.views.importance import effect_heatmap
+from attnlib.views.inputs import prettified
 from attnlib.views.special import head_label
 
 PART_TITLES = {"encoder": "", "decoder": " (decoder self-attention)", "cross": " (cross-attention)"}
@@ -118,7 +119,7 @@ def patch_figures(result: PatchResult, model: str) -> list:
             figures.append(mean_bars(table, result.heads_se[part], result.pairs, title))
         else:
             figures.append(effect_heatmap(table, title, "score"))
-    tokens = (result.clean or {}).get("tokens", [])
+    tokens = prettified((result.clean or {}).get("tokens", []))  # as readers expect them (no byte-level 'Ġ')
     for part, grid in (result.heads_positions or {}).items():
         L, H, n = grid.shape
         columns = [f"{q}: {tokens[q]}" if part == "encoder" and q < len(tokens) else str(q) for q in range(n)]

@@ -11,7 +11,7 @@ from attnlib.views.drawing import figures_of
 
 def test_one_pair_draws_heads_grids_and_attribution_beside_the_exact_scores():
     heads = np.array([[0.1, -0.2], [0.9, 0.0]])
-    result = PatchResult("logit-diff", "noise", {"encoder": heads}, clean={"tokens": ["a", "b", "c"], "ids": [1, 2, 3]},
+    result = PatchResult("logit-diff", "noise", {"encoder": heads}, clean={"tokens": ["a", "Ġb", "▁c"], "ids": [1, 2, 3]},
                          heads_positions={"encoder": np.zeros((2, 2, 3))}, residual=np.ones((2, 3)),
                          attribution={"encoder": heads * 0.5}, attribution_r=1.0)  # fmt: skip
     figures = figures_of(result, "m")
@@ -19,6 +19,7 @@ def test_one_pair_draws_heads_grids_and_attribution_beside_the_exact_scores():
     assert len(figures) == 5 and "noising" in titles[0] and "r = 1.000" in titles[-1]
     np.testing.assert_array_equal(figures[0].data[0].z, heads)
     np.testing.assert_array_equal(figures[2].data[0].z, np.ones((2, 3)))  # layers x positions
+    assert list(figures[2].layout.xaxis.ticktext) == ["0: a", "1:  b", "2:  c"]  # as readers see them (no "Ġ", "▁")
     np.testing.assert_array_equal(figures[-1].data[1].x, heads.ravel())
     np.testing.assert_array_equal(figures[-1].data[1].y, heads.ravel() * 0.5)
 
