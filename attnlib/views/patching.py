@@ -51,7 +51,8 @@ def signed_grid(values: np.ndarray, rows: Sequence[str], columns: Sequence[str],
                      tickangle=-60, tickfont={"size": 10})  # fmt: skip
     fig.update_yaxes(title=row_title, tickmode="array", tickvals=list(range(len(rows))), ticktext=list(rows),
                      autorange="reversed", tickfont={"size": 10})  # fmt: skip
-    fig.update_layout(title=title, height=min(1200, 140 + 18 * len(rows)), margin={"l": 10, "r": 10, "t": 60, "b": 10})
+    height = min(1200, max(280, 140 + 18 * len(rows)))  # a few rows (the layers of a small model) stay readable
+    fig.update_layout(title=title, height=height, margin={"l": 10, "r": 10, "t": 60, "b": 10})
     return fig
 
 
