@@ -204,6 +204,23 @@ def test_bad_input_is_one_line(tiny, unknown_dir):
         attnlib.routes(model, text=TEXT, position=-40)
 
 
+def test_a_half_precision_checkpoint_is_routed_in_float32_unless_the_saved_dtype_is_asked(tmp_path):
+    """A float16 checkpoint read in float32 gives the graph of the same (rounded) weights saved in float32; kept in
+    float16 (dtype "saved") it is refused in words."""
+    from attnlib.core.families import UnsupportedModelError
+
+    half, full = (save_tiny("llama", tmp_path / name) for name in ("half", "full"))
+    model = load_model(str(half)).causal_lm.to(torch.float16)
+    model.save_pretrained(half)
+    model.to(torch.float32).save_pretrained(full)  # the same weights, rounded to float16, saved in float32
+    read = attnlib.routes(str(half), text=TEXT).to_json()
+    assert read["model_dtype"] == {"analysed": "float32", "saved": "float16"}
+    same = attnlib.routes(str(full), text=TEXT).to_json()
+    assert {k: read[k] for k in TEXT_KEYS - {"model"}} == {k: same[k] for k in TEXT_KEYS - {"model"}}
+    with pytest.raises(UnsupportedModelError, match="float32"):
+        attnlib.routes(load_model(str(half), dtype="saved"), text=TEXT)
+
+
 def test_a_request_that_would_not_fit_is_refused_in_one_line(tiny, monkeypatch):
     """One layer's weights and values of the input (4 heads x 11^2 floats and 4 x 11 x hidden) and the model's pass
     need more than 0.01 MB."""
