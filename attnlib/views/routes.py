@@ -116,7 +116,7 @@ def route_graph(graph: RouteGraph, title: str = "") -> go.Figure:
         ticktext=["embeddings"] + [f"layer {l + 1}" for l in range(n_layers)], title="",
     )  # fmt: skip
     prediction = graph.prediction
-    said = f"the prediction at {prediction['position']}: {prediction['token']!s}"
+    said = f"the prediction at {prediction['position']}: {prettified([str(prediction['token'])])[0].strip()}"
     fig.update_layout(
         title=title or f"Route to {said} (tau {graph.threshold:g}, {graph.mode})",
         height=max(360, 60 * n_layers + 160),
