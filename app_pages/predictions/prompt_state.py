@@ -11,7 +11,8 @@ import numpy as np
 import streamlit as st
 
 from attnlib.analyses.registry import analyse
-from attnlib.analyses.routes import RoutesOptions
+from attnlib.analyses.routes import RoutesOptions, route_cost
+from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import LoadedModel
 from ui.sources.model_sidebar import model_named
 from ui.sources.page_state import Option
@@ -113,7 +114,9 @@ def prompt_view(lm: LoadedModel, text: str, position: int, threshold: float, mod
     target = target if lm.seq2seq is not None else ""
     view = PromptView(name, text, position, target)
     try:
-        view.routes = cached_routes(name, text, position, threshold, mode, target)
+        cost = route_cost(lm, CorpusInput(text), ROUTES_DEFAULTS)
+        with st.spinner(f"{name}: {cost}…" if cost else f"{name}: routes…"):
+            view.routes = cached_routes(name, text, position, threshold, mode, target)
         view.position = int(view.routes["route"]["position"])
     except REFUSED as exc:
         view.refusals["routes"] = str(exc)

@@ -286,6 +286,26 @@ class InputGraph:
     kernel: str | None
 
 
+# L1 terms a second on one CPU thread (bench_predictions, GPT-2 small's shape: the 2,048-token graph's 2.3e11 terms in
+# 61 s with the compiled kernel; 9.1e8 in 3.0 s with the plain one at 128 tokens)
+TERMS_PER_SECOND = {"compiled": 3.5e9, "plain": 3.0e8}
+SAY_COST_FROM = 5.0  # seconds from which a text's route graph says what it will cost before it starts
+
+
+def route_cost(lm: LoadedModel, item: CorpusInput, options: RoutesOptions) -> str | None:
+    """What a text's route graph will cost, in words, when it is long (about SAY_COST_FROM s or more); None else."""
+    if not isinstance(item.text_a, str) or not item.text_a.strip():
+        return None
+    n = encode(lm, item.text_a).n
+    work = route_work(lm, n)
+    kernel = choose_kernel(options.kernel, work)
+    seconds = work / TERMS_PER_SECOND[kernel]
+    if seconds < SAY_COST_FROM:
+        return None
+    return (f"the route graph of {n:,} tokens: about {seconds:,.0f} s on one CPU thread ({kernel} kernel; less on "
+            "several)")  # fmt: skip
+
+
 def route_work(lm: LoadedModel, n: int, crossing: int | None = None) -> float:
     """The L1 terms of one n-token input's contributions: layers x heads x query-key pairs x hidden size (an
     encoder-decoder's decoder, `crossing` the source's length: its causal pairs and its n x source cross pairs)."""
@@ -593,4 +613,5 @@ ROUTES: Analysis[RoutesOptions, RoutesResult] = Analysis(
     methods=(21,),
     compute=compute_routes,
     compute_model=compute_model_routes,
+    note=route_cost,
 )

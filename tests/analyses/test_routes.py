@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import attnlib
-from attnlib.analyses.base import OptionError
+from attnlib.analyses.base import OptionError, run_analysis
 from attnlib.analyses.routes import RouteFrequency, RouteGraph, RoutesOptions
+from attnlib.core.corpus import CorpusInput
 from attnlib.core.model import load_model
 from attnlib.core.runner import InputError, encode, model_inputs
 from attnlib.results.shipped import CLASSROOM_SINGLE
@@ -231,6 +232,24 @@ def test_a_request_that_would_not_fit_is_refused_in_one_line(tiny, monkeypatch):
     assert ran.code == 2 and "this server allows 0.01 MB per run" in ran.error, ran.err
     monkeypatch.setenv(MAX_RUN_MB_ENV, "100")
     assert run_cli("routes", "--model", tiny("gpt2"), "--text", TEXT, "--json").code == 0
+
+
+def test_a_long_route_graph_says_its_cost_first(tiny, monkeypatch):
+    """The cost said before a text's graph starts: layers x heads x n (n + 1) / 2 query-key pairs x hidden size L1
+    terms at the kernel's measured rate (here made slow enough to be said; a short text says nothing)."""
+    import attnlib.analyses.routes as routes_module
+
+    lm = load_model(tiny("gpt2"))
+    n = encode(lm, TEXT).n
+    work = 2 * 4 * n * (n + 1) / 2 * lm.facts.hidden_size
+    assert routes_module.route_cost(lm, CorpusInput(TEXT), RoutesOptions()) is None
+    monkeypatch.setitem(routes_module.TERMS_PER_SECOND, "plain", work / 12.0)  # this text: 12 s with the plain kernel
+    said = routes_module.route_cost(lm, CorpusInput(TEXT), RoutesOptions(kernel="plain"))
+    assert said == f"the route graph of {n} tokens: about 12 s on one CPU thread (plain kernel; less on several)"
+    noted: list[str] = []
+    run_analysis(routes_module.ROUTES, lm, RoutesOptions(kernel="plain"), text=TEXT,
+                                       note=noted.append)  # fmt: skip
+    assert noted == [said]
 
 
 def test_a_model_without_attention_is_refused_in_one_line(no_attention_dir):
