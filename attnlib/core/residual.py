@@ -44,7 +44,7 @@ from attnlib.core.families import Layout, UnsupportedModelError, layout
 from attnlib.core.hooks import NORMS, attentions_returned, hooked, hooks, site_modules
 from attnlib.core.memory import MemoryLimitError, bytes_text, estimate_peak_bytes, memory_limit, run_size
 from attnlib.core.model import LoadedModel
-from attnlib.core.runner import NoAttentionWeightsError, NormWeights, norm_weights, returned_weights
+from attnlib.core.runner import NoAttentionWeightsError, NormWeights, norm_weights
 
 
 @dataclass
@@ -120,6 +120,17 @@ def _first(output) -> torch.Tensor:
     return output if isinstance(output, torch.Tensor) else output[0]
 
 
+def _module_weights(output) -> torch.Tensor:
+    """The attention weights [batch, H, n, m] an attention module returned; NoAttentionWeightsError without them."""
+    maps = [t for t in output[1:] if isinstance(t, torch.Tensor) and t.dim() == 4] if isinstance(output, tuple) else []
+    if not maps:
+        raise NoAttentionWeightsError(
+            "The model's attention returned no weights, although it runs with eager attention; attnlib cannot split "
+            "its residual stream into heads' parts."
+        )
+    return maps[-1].detach()  # the weights come last (T5 returns its position bias before them)
+
+
 def _norm_modules(layer: torch.nn.Module, skip: torch.nn.Module) -> list[torch.nn.Module]:
     """The layer's norm modules (by class name) other than `skip`: where a post-norm layer's second norm is."""
     return [m for m in layer.modules() if "norm" in type(m).__name__.lower() and m is not skip]
@@ -180,15 +191,7 @@ def walk(
         if blockwise:
             seen["weights"] = layer_weights.pop()[None]
             return
-        maps = (
-            [t for t in output[1:] if isinstance(t, torch.Tensor) and t.dim() == 4] if isinstance(output, tuple) else []
-        )
-        if not maps:
-            raise NoAttentionWeightsError(
-                "The model's attention returned no weights, although it runs with eager attention; attnlib cannot "
-                "split its residual stream into heads' parts."
-            )
-        seen["weights"] = maps[-1].detach()  # the weights come last (T5 returns its position bias before them)
+        seen["weights"] = _module_weights(output)
 
     def on_output(_module, _args, output):
         seen["added"] = _first(output).detach()
@@ -309,7 +312,7 @@ def decoder_parts(
     own_out = torch.from_numpy(norm_weights(stack, "decoder").out_weight).to(device)
     cross_out = torch.from_numpy(norm_weights(stack, "cross").out_weight).to(device)
     post = own.family.post_layer_norm
-    seen: dict[str, list] = {k: [] for k in ("x", "out", "own", "cross", "others")}
+    seen: dict[str, list] = {k: [] for k in ("x", "out", "own", "cross", "others", "own_weights", "cross_weights")}
 
     def keep(name: str, after: bool = False, both: bool = False):
         """A hook keeping a module's input (a layer's, by position or keyword), or its output, or both."""
@@ -321,11 +324,16 @@ def decoder_parts(
 
         return hook
 
+    def weights_of(name: str):
+        return lambda _module, _args, output: seen[name].append(_module_weights(output)[0].float())
+
     layers = [site.layer for site in own.sites]
     with contextlib.ExitStack() as context, torch.inference_mode():
         own_cache = context.enter_context(hooks(lm, {"values"}, "decoder"))
         cross_cache = context.enter_context(hooks(lm, {"values"}, "cross"))
-        context.enter_context(attentions_returned([model]))
+        for lay, name in ((own, "own_weights"), (cross, "cross_weights")):  # each attention module's own weights
+            context.enter_context(attentions_returned(site_modules(lay, "heads")))
+            context.enter_context(hooked(site_modules(lay, "heads"), weights_of(name), after=True))
         context.enter_context(hooked(layers, keep("x"), with_kwargs=True))
         context.enter_context(hooked(layers, keep("out", after=True), after=True))
         if post:  # each norm's (input, output): after self-attention, after cross-attention, after the feed-forward
@@ -339,8 +347,7 @@ def decoder_parts(
             context.enter_context(hooked(site_modules(own, "output"), keep("own", True), after=True))
             context.enter_context(hooked(site_modules(cross, "output"), keep("cross", True), after=True))
         result = model(**source_batch, decoder_input_ids=torch.tensor([target_ids], device=device), use_cache=False)
-    own_weights = returned_weights(result.decoder_attentions)
-    cross_weights = returned_weights(result.cross_attentions)
+    own_weights, cross_weights = seen["own_weights"], seen["cross_weights"]
     own_values, cross_values = own_cache.heads().values, cross_cache.heads().values
     parts = []
     for l, (own_site, cross_site) in enumerate(zip(own.sites, cross.sites)):
@@ -363,7 +370,7 @@ def decoder_parts(
             LayerParts(
                 layer=l,
                 x=x,
-                weights=own_weights[l][0].float(),
+                weights=own_weights[l],
                 values=_values_through_output(own_values[l], own_out[l]),
                 out_bias=None if bias is None else bias.detach().float(),
                 mid=mid,
@@ -371,7 +378,7 @@ def decoder_parts(
                 ffn=ffn,
                 out=out,
                 cross=CrossParts(
-                    weights=cross_weights[l][0].float(),
+                    weights=cross_weights[l],
                     values=_values_through_output(cross_values[l], cross_out[l]),
                     out_bias=None if cross_bias is None else cross_bias.detach().float(),
                     before=before,

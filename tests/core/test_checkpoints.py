@@ -184,6 +184,7 @@ def test_a_model_that_returns_no_weights_is_refused_in_one_sentence(kind, tmp_pa
     # weights alone; a post-LN BERT has no norm before attention to fold, and says so): they run
     assert run_cli(*command_line("hta", folder), "--json").code == 0
     assert run_cli(*command_line("lens", folder), "--json").code == 0
+    assert run_cli(*command_line("routes", folder), "--json").code == 0  # T5's: its decoder's and encoder's modules
     if kind == "llama":  # a masked LM's metric needs [MASK] in the text, and T5's patch a target: the decoder runs
         assert run_cli(*command_line("patch", folder), "--json").code == 0
     composed = run_cli(*command_line("compose", folder), "--json")
