@@ -239,10 +239,11 @@ class RouteFrequency(RoutesResult):
 
     def to_json(self) -> dict[str, Any]:
         """The `routes` command's JSON on a corpus."""
-        crossed = {} if self.cross_frequency is None else {
-            "part": "decoder", "cross_frequency": self.cross_frequency, "encoder_frequency": self.encoder_frequency}  # fmt: skip
-        return {"frequency": self.frequency, "routes": self.routes, "threshold": self.threshold, "mode": self.mode,
-                **crossed}  # fmt: skip
+        data = {"frequency": self.frequency, "routes": self.routes, "threshold": self.threshold, "mode": self.mode}
+        if self.cross_frequency is not None:  # an encoder-decoder's decoder routes
+            data |= {"part": "decoder", "cross_frequency": self.cross_frequency,
+                     "encoder_frequency": self.encoder_frequency}  # fmt: skip
+        return data
 
     @classmethod
     def read(cls, data: dict[str, Any]) -> Self:

@@ -23,12 +23,13 @@ Per layer application l (`LayerParts`, float32 torch tensors of one input, batch
 
 `walk(lm, batch, visit)` calls `visit(parts)` as each layer finishes (only that layer's tensors held: long inputs stay
 within memory; inputs longer than BLOCKWISE_FROM tokens run block-wise (METHODS §19, attnlib.core.blockwise) where the
-family can, so the model's pass never holds its eager n x n scores beside the layer's weights); `decompose(lm, batch)` keeps them all (`Residual`) with the embeddings and the final norm the lens
-reads. `batch` is one unpadded input (runner.model_inputs of one Encoded). Hooks go through attnlib.core.hooks and are
-removed in `finally`. The encoder stack of an encoder-decoder is decomposed as an encoder; `decoder_parts` decomposes
-its decoder stack for a source and a target in the whole model's own pass: each layer's `x`, `weights`, `values`,
-`out_bias` and `mid` are its self-attention's (mid: the state after it, node S), `cross` its cross-attention's
-(`CrossParts`: the source's values, the state after it, node A), `carried`, `ffn` and `out` its feed-forward block's.
+family can, so the model's pass never holds its eager n x n scores beside the layer's weights); `decompose(lm, batch)`
+keeps them all (`Residual`) with the embeddings and the final norm the lens reads. `batch` is one unpadded input
+(runner.model_inputs of one Encoded). Hooks go through attnlib.core.hooks and are removed in `finally`. The encoder
+stack of an encoder-decoder is decomposed as an encoder; `decoder_parts` decomposes its decoder stack for a source and a
+target in the whole model's own pass: each layer's `x`, `weights`, `values`, `out_bias` and `mid` are its
+self-attention's (mid: the state after it, node S), `cross` its cross-attention's (`CrossParts`: the source's values,
+the state after it, node A), `carried`, `ffn` and `out` its feed-forward block's.
 """
 
 from __future__ import annotations
@@ -146,8 +147,8 @@ def check_walk_memory(lm: LoadedModel, n: int, blockwise: bool) -> None:
     if limit is not None and need > limit:
         raise MemoryLimitError(
             f"Splitting the residual stream of an input of {n:,} tokens holds one layer's {facts.n_heads} heads x "
-            f"{n:,}^2 attention weights and their values beside the model's pass: about {bytes_text(need)}; this server "
-            f"allows {bytes_text(limit)} per run. Use a shorter text."
+            f"{n:,}^2 attention weights and their values beside the model's pass: about {bytes_text(need)}; this "
+            f"server allows {bytes_text(limit)} per run. Use a shorter text."
         )
 
 
