@@ -232,6 +232,12 @@ def draw_node(view: PromptView, sfx: str, lens_at: Callable[[int], dict[str, Any
         for n in nodes
     ]
     node = nodes[pick_box(picked("node", sfx), "Node", names, texts, "The route's nodes; or click one in the graph.")]
+    if view.crosses:
+        st.caption(
+            "The lens reads the decoder's states E, A (after both attentions) and R at a target position, through its "
+            "final norm and head; the encoder's states reach the prediction only through cross-attention, and the "
+            "decoder's S (after its self-attention alone) is not read."
+        )
     lens = lens_at(int(node["position"]))
     if lens is None:
         return
