@@ -79,8 +79,10 @@ class _Active:
 _ACTIVE = threading.local()
 
 
-def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs):
-    """The attention function registered as NAME: eager attention's arithmetic, one block of query rows at a time.
+def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, position_bias=None,
+               **kwargs):  # fmt: skip
+    """The attention function registered as NAME: eager attention's arithmetic, one block of query rows at a time
+    (T5's relative `position_bias` added to the scores before the mask, as its eager attention adds it).
 
     In a thread with no block-wise run (another visitor of a shared model), one block of every row, whose weights
     are returned as eager attention returns them."""
@@ -112,6 +114,9 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
         scores = scores.mul_(scaling)
         if softcap is not None:
             scores = scores.div_(softcap).tanh_().mul_(softcap)
+        if position_bias is not None:
+            rows_bias = position_bias[:, :, start : start + rows] if position_bias.shape[2] > 1 else position_bias
+            scores = scores.add_(rows_bias[..., keys])
         if mask is not None:
             if mask.dtype == torch.bool:
                 scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlib.core.blockwise import supports_blockwise
 from attnlib.core.residual import decompose
 from support.residual import DECODER_PATHS, PATHS, direct_values, model_pass, seq2seq_pass
 from support.tolerances import FORWARD_RTOL
@@ -113,10 +114,12 @@ FAMILIES = (
 
 
 @pytest.mark.parametrize("kind", FAMILIES)
-def test_every_familys_parts_add_up_to_its_own_hidden_states(kind, tmp_path):
+def test_every_familys_parts_add_up_to_its_own_hidden_states(kind, tmp_path, monkeypatch):
     """Listed and found families beyond those above: each layer's input and output are the model's own hidden states
     (the last through the final norm), its weights the model's own attentions, and x plus every head's parts plus the
-    bias is the attention node's whole, whose feed-forward part completes the layer."""
+    bias is the attention node's whole, whose feed-forward part completes the layer; where the family runs block-wise,
+    that run gives the same parts (T5's relative position bias included; Falcon, Bloom's ALiBi and DeBERTa-v2 compute
+    attention in their own code and run eager)."""
     from attnlib.core.model import load_model
     from attnlib.core.runner import encode, model_inputs
     from support.models import move_off_initial, save_tiny
@@ -135,6 +138,13 @@ def test_every_familys_parts_add_up_to_its_own_hidden_states(kind, tmp_path):
     last = residual.layers[-1].out[None]
     with torch.no_grad():
         close(last if residual.final_norm is None else residual.final_norm(last), own.last_hidden_state)
+    if supports_blockwise(lm.encoder):  # a long input's run (METHODS §19), forced here in blocks of 3 query rows
+        import attnlib.core.residual as residual_module
+
+        monkeypatch.setattr(residual_module, "default_block_rows", lambda n, heads: 3)
+        for eager, blocked in zip(residual.layers, decompose(lm, batch, blockwise=True).layers, strict=True):
+            for name in ("weights", "mid", "carried", "ffn", "out"):
+                close(getattr(blocked, name), getattr(eager, name))
 
 
 @pytest.mark.parametrize("kind", sorted(DECODER_PATHS))
