@@ -60,13 +60,26 @@ def _l1_distances(y: torch.Tensor, a: torch.Tensor, v: torch.Tensor) -> torch.Te
 @functools.cache
 def _compiled() -> object | None:
     """_l1_distances compiled once for every block shape (dynamic shapes), or None where torch.compile cannot run here
-    (no C++ compiler for inductor's CPU code)."""
+    (no C++ compiler for inductor's CPU code) or where its kernel disagrees with plain torch on a test block."""
     if shutil.which("c++") is None and shutil.which("g++") is None and shutil.which("clang++") is None:
         return None
     try:
-        return torch.compile(_l1_distances, dynamic=True, fullgraph=True)
+        compiled = torch.compile(_l1_distances, dynamic=True, fullgraph=True)
+        return compiled if _agrees(compiled) else None
     except Exception:  # any failure to set up compilation means the plain path
         return None
+
+
+def _agrees(kernel) -> bool:
+    """Whether a kernel gives _l1_distances on a block of odd sizes within float32 rounding: sums of d terms in two
+    orders, within 2 d eps of the sum of their magnitudes. (Inductor's cache has handed back a kernel built for
+    another vector width, whose distances were off by tens, when ATEN_CPU_CAPABILITY was changed between runs.)"""
+    g = torch.Generator().manual_seed(0)
+    d = 37
+    y, a, v = torch.randn(5, d, generator=g), torch.rand(3, 5, 23, generator=g), torch.randn(3, 23, d, generator=g)
+    magnitude = y.abs().sum(-1)[None, :, None] + (a[..., None] * v[:, None]).abs().sum(-1)
+    error = (kernel(y, a, v) - _l1_distances(y, a, v)).abs()
+    return bool(torch.all(error <= 2 * d * torch.finfo(torch.float32).eps * magnitude))
 
 
 _RAN: dict[str, str] = {}

@@ -177,7 +177,7 @@ def test_compiled_kernel_equals_the_plain_one():
     """The L1 distances of a block, compiled (padded to the fixed block shape) and plain: sums of d terms in two
     orders, within 2 d eps of the sum of their magnitudes."""
     if stats_routes._compiled() is None:
-        pytest.skip("torch.compile cannot run here (no C++ compiler)")
+        pytest.skip("torch.compile cannot run here (no C++ compiler), or its kernel disagreed with plain torch")
     g = torch.Generator().manual_seed(1)
     n, n_heads, d = 20, 2, 16
     y, weights, values = (
@@ -190,6 +190,19 @@ def test_compiled_kernel_equals_the_plain_one():
     assert stats_routes.distance_kernel() == "compiled"
     magnitude = y[:7].abs().sum(-1)[None, :, None] + weights[:, :7, :, None].mul(values[:, None]).abs().sum(-1)
     assert torch.all((plain - compiled).abs() <= 2 * d * EPS32 * magnitude)
+
+
+def test_a_compiled_kernel_that_disagrees_with_plain_torch_is_not_used(monkeypatch):
+    """A kernel whose distances are off (as one from inductor's cache built for another vector width was) is checked
+    on a test block and left: the plain kernel runs."""
+    stats_routes._compiled.cache_clear()
+    monkeypatch.setattr(torch, "compile", lambda fn, **_: lambda y, a, v: fn(y, a, v) + 1.0)
+    try:
+        assert stats_routes._compiled() is None
+        assert stats_routes.choose_kernel("compiled", 1e12) == "plain"
+        assert stats_routes._agrees(stats_routes._l1_distances)
+    finally:
+        stats_routes._compiled.cache_clear()
 
 
 # ---------------------------------------------------------------------------------- a hand-built graph, tau = 0.1
